@@ -1,0 +1,1 @@
+//! The banlieue controller: standalone VirtualMachines over any provider.

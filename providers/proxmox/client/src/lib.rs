@@ -1,0 +1,1 @@
+//! A typed, async Proxmox VE API client.

@@ -1,0 +1,1 @@
+//! A Proxmox VE API simulator speaking the real wire protocol, held to the official schema.

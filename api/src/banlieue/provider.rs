@@ -1,0 +1,210 @@
+//! The `Provider` kind: one hypervisor endpoint.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{SecretReference, TlsTrust};
+
+/// Which hypervisor API a Provider speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Proxmox VE (REST API, API token credentials).
+    #[default]
+    Proxmox,
+    /// libvirt (a libvirt URI, e.g. `qemu+ssh://root@host/system`).
+    Libvirt,
+    /// VMware vSphere (vCenter SDK).
+    Vsphere,
+}
+
+impl Backend {
+    /// The wire form: `proxmox`, `libvirt` or `vsphere`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proxmox => "proxmox",
+            Self::Libvirt => "libvirt",
+            Self::Vsphere => "vsphere",
+        }
+    }
+}
+
+/// One hypervisor endpoint (a Proxmox VE cluster, a libvirt host, a vCenter) with its
+/// credentials, TLS trust, defaults and declared capacity. Providers are cluster-scoped so
+/// that VirtualMachines of every namespace can use them, like StorageClasses; their
+/// `metadata.labels` are what `VirtualMachine.spec.placement.providerSelector` matches.
+/// Any number of Providers of one backend may coexist (several Proxmox clusters, per-zone
+/// credentials).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "banlieue.io",
+    version = "v1alpha1",
+    kind = "Provider",
+    plural = "providers",
+    status = "ProviderStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "vmprovider",
+    category = "banlieue",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "A hypervisor endpoint (Proxmox VE, libvirt or vSphere) VirtualMachines can run on.",
+    printcolumn(name = "Backend", type_ = "string", json_path = ".spec.backend"),
+    printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.endpoint"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Version",
+        type_ = "string",
+        json_path = ".status.version",
+        priority = 1
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    selectable = ".spec.backend"
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.backend == oldSelf.backend",
+        "message": "spec.backend is immutable: create a new Provider for another backend"
+    },
+    {
+        "rule": "self.backend == 'libvirt' || self.endpoint.startsWith('https://')",
+        "message": "a proxmox or vsphere endpoint must be an https:// URL, e.g. https://pve.example.com:8006"
+    },
+    {
+        "rule": "self.backend != 'libvirt' || self.endpoint.matches('^(qemu|qemu\\\\+ssh|qemu\\\\+tls|qemu\\\\+tcp|test)://')",
+        "message": "a libvirt endpoint must be a libvirt URI, e.g. qemu+ssh://root@host.example.com/system"
+    },
+    {
+        "rule": "self.backend == 'libvirt' || has(self.credentialsRef)",
+        "message": "proxmox and vsphere Providers need spec.credentialsRef"
+    },
+    {
+        "rule": "!has(self.credentialsRef) || has(self.credentialsRef.__namespace__)",
+        "message": "a Provider is cluster-scoped: set spec.credentialsRef.namespace"
+    },
+    {
+        "rule": "!has(self.tls) || !has(self.tls.caBundleRef) || has(self.tls.caBundleRef.__namespace__)",
+        "message": "a Provider is cluster-scoped: set spec.tls.caBundleRef.namespace"
+    }
+]))]
+pub struct ProviderSpec {
+    /// The hypervisor API: `proxmox`, `libvirt` or `vsphere`. Immutable.
+    pub backend: Backend,
+    /// Where the API is: `https://pve.example.com:8006` (Proxmox VE),
+    /// `qemu+ssh://root@host.example.com/system` (libvirt), `https://vcenter.example.com`
+    /// (vSphere).
+    #[schemars(length(min = 1, max = 2048))]
+    pub endpoint: String,
+    /// Secret with the credentials (namespace required). Proxmox: keys `tokenID` and `secret`
+    /// (an API token); vSphere: `username` and `password`; libvirt: optional `ssh-privatekey`
+    /// and `known_hosts`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_ref: Option<SecretReference>,
+    /// How to trust the endpoint's TLS certificate; the system roots when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsTrust>,
+    /// Defaults for VirtualMachines placed on this Provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<ProviderDefaults>,
+    /// Hypervisor nodes VMs may be placed on (Proxmox nodes, libvirt hosts, vSphere compute
+    /// clusters); each is a failure domain. Empty means any node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
+    pub nodes: Vec<String>,
+    /// Capacity the operator allows banlieue to use on this endpoint; the controller does not
+    /// place VMs beyond it. Unset means unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<ProviderCapacity>,
+}
+
+/// Defaults applied to VirtualMachines that do not say otherwise.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderDefaults {
+    /// Default storage for disks: Proxmox storage ID, libvirt pool or vSphere datastore.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage: Option<String>,
+    /// Default network: Proxmox bridge, libvirt network or vSphere port group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub network: Option<String>,
+    /// Proxmox resource pool or vSphere resource pool path new VMs are put in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub resource_pool: Option<String>,
+    /// vSphere datacenter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub datacenter: Option<String>,
+    /// vSphere VM folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub folder: Option<String>,
+}
+
+/// Declared capacity of a Provider.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderCapacity {
+    /// Total virtual CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub vcpus: Option<u32>,
+    /// Total memory in MiB.
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 128))]
+    pub memory_mib: Option<u64>,
+    /// Total disk space in GiB.
+    #[serde(default, rename = "storageGiB", skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub storage_gib: Option<u64>,
+    /// Maximum number of VirtualMachines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub virtual_machines: Option<u32>,
+}
+
+/// What banlieue currently uses of a Provider.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderAllocation {
+    /// Virtual CPUs of the VirtualMachines placed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vcpus: Option<u32>,
+    /// Memory in MiB of the VirtualMachines placed here.
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    /// Disk space in GiB of the VirtualMachines placed here.
+    #[serde(default, rename = "storageGiB", skip_serializing_if = "Option::is_none")]
+    pub storage_gib: Option<u64>,
+    /// Number of VirtualMachines placed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub virtual_machines: Option<u32>,
+}
+
+/// Observed state of a Provider.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderStatus {
+    /// Conditions, keyed by type; `Ready` is true when the endpoint answers with the given
+    /// credentials.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Version reported by the hypervisor API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Resources used by banlieue's VirtualMachines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<ProviderAllocation>,
+}

@@ -1,0 +1,25 @@
+//! Shapes shared by several kinds: references, the neutral machine shape (CPU, memory, disks,
+//! networks), CAPI contract fragments (addresses, failure domains, initialization) and TLS trust.
+//!
+//! The neutral machine shape is deliberately identical in the `VirtualMachine` and in every
+//! infrastructure machine, so that the banlieue controller can map one onto the other with a
+//! data-driven table instead of per-backend code.
+
+mod capi;
+mod machine;
+mod references;
+mod tls;
+
+pub use capi::{
+    ApiEndpoint, FailureDomain, Initialization, MachineAddress, MachineAddressType, MachineTemplateStatus,
+    NodeInfo, ObjectMetaTemplate,
+};
+pub use machine::{
+    CloneMode, Cpu, Disk, IpAddressing, IpAddressingMode, MIN_MEMORY_MIB, NetworkInterface, PowerState,
+    ProvisioningState, ProvisioningStatus, ReadinessChecks,
+};
+pub use references::{
+    ContractReference, IpPoolReference, LocalObjectReference, ProviderReference, SecretKeyReference,
+    SecretReference,
+};
+pub use tls::{CaBundleKind, CaBundleReference, TlsTrust};

@@ -1,0 +1,206 @@
+//! `metav1.Condition` helpers: conditions are a list keyed by `type`, and a condition's
+//! `lastTransitionTime` moves only when its `status` flips.
+
+use std::fmt;
+
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+/// The object is ready for use (for infrastructure kinds CAPI mirrors it as the owner's
+/// `InfrastructureReady`).
+pub const READY: &str = "Ready";
+/// The machine exists on the hypervisor and is configured.
+pub const PROVISIONED: &str = "Provisioned";
+/// On a `VirtualMachine`: mirrors the `Ready` condition of the infrastructure object it drives.
+pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
+/// The object is paused (Cluster `spec.paused` or the `cluster.x-k8s.io/paused` annotation).
+pub const PAUSED: &str = "Paused";
+
+/// Status of a condition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ConditionStatus {
+    /// The condition holds.
+    True,
+    /// The condition does not hold.
+    False,
+    /// The controller cannot tell.
+    Unknown,
+}
+
+impl ConditionStatus {
+    /// The wire form: `True`, `False` or `Unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::True => "True",
+            Self::False => "False",
+            Self::Unknown => "Unknown",
+        }
+    }
+}
+
+impl From<bool> for ConditionStatus {
+    fn from(b: bool) -> Self {
+        if b { Self::True } else { Self::False }
+    }
+}
+
+impl fmt::Display for ConditionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Builds a condition whose `lastTransitionTime` is `now`.
+///
+/// `reason` must be a CamelCase word (the apiserver validates
+/// `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`).
+pub fn new_condition(
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+    now: Time,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.as_str().to_owned(),
+        reason: reason.to_owned(),
+        message: message.into(),
+        observed_generation,
+        last_transition_time: now,
+    }
+}
+
+/// The condition of the given type, if any.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of the given type exists and is `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == "True")
+}
+
+/// Sets `new` in `conditions`, keyed by its type, and returns whether anything changed.
+///
+/// When a condition of that type exists with the same `status`, its `lastTransitionTime` is
+/// kept and only `reason`, `message` and `observedGeneration` are updated; when the status
+/// flips (or the condition is new) `new.last_transition_time` is used.
+pub fn set(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+    match conditions.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(existing) if existing.status == new.status => {
+            let changed = existing.reason != new.reason
+                || existing.message != new.message
+                || existing.observed_generation != new.observed_generation;
+            if changed {
+                existing.reason = new.reason;
+                existing.message = new.message;
+                existing.observed_generation = new.observed_generation;
+            }
+            changed
+        }
+        Some(existing) => {
+            *existing = new;
+            true
+        }
+        None => {
+            conditions.push(new);
+            true
+        }
+    }
+}
+
+/// Removes the condition of the given type; returns whether one was removed.
+pub fn remove(conditions: &mut Vec<Condition>, type_: &str) -> bool {
+    let before = conditions.len();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.len() != before
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn at(seconds: i64) -> Time {
+        Time(Timestamp::from_second(seconds).expect("valid timestamp"))
+    }
+
+    fn ready(status: ConditionStatus, reason: &str, generation: i64, now: i64) -> Condition {
+        new_condition(
+            READY,
+            status,
+            reason,
+            format!("{reason} message"),
+            Some(generation),
+            at(now),
+        )
+    }
+
+    #[test]
+    fn adding_a_new_condition_uses_its_time() {
+        let mut conditions = Vec::new();
+        assert!(set(
+            &mut conditions,
+            ready(ConditionStatus::False, "Cloning", 1, 10)
+        ));
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].last_transition_time, at(10));
+        assert_eq!(conditions[0].status, "False");
+    }
+
+    #[test]
+    fn same_status_keeps_transition_time_but_updates_reason_and_generation() {
+        let mut conditions = vec![ready(ConditionStatus::False, "Cloning", 1, 10)];
+        assert!(set(
+            &mut conditions,
+            ready(ConditionStatus::False, "PoweringOn", 2, 20)
+        ));
+        let c = find(&conditions, READY).expect("Ready present");
+        assert_eq!(c.last_transition_time, at(10));
+        assert_eq!(c.reason, "PoweringOn");
+        assert_eq!(c.message, "PoweringOn message");
+        assert_eq!(c.observed_generation, Some(2));
+    }
+
+    #[test]
+    fn identical_condition_reports_no_change() {
+        let mut conditions = vec![ready(ConditionStatus::True, "Running", 3, 10)];
+        assert!(!set(
+            &mut conditions,
+            ready(ConditionStatus::True, "Running", 3, 99)
+        ));
+        assert_eq!(conditions[0].last_transition_time, at(10));
+    }
+
+    #[test]
+    fn flipping_status_moves_transition_time() {
+        let mut conditions = vec![ready(ConditionStatus::False, "Cloning", 1, 10)];
+        assert!(set(
+            &mut conditions,
+            ready(ConditionStatus::True, "Running", 1, 30)
+        ));
+        assert_eq!(conditions[0].last_transition_time, at(30));
+        assert!(is_true(&conditions, READY));
+    }
+
+    #[test]
+    fn conditions_are_keyed_by_type() {
+        let mut conditions = vec![ready(ConditionStatus::True, "Running", 1, 10)];
+        let paused = new_condition(PAUSED, ConditionStatus::False, "NotPaused", "", Some(1), at(11));
+        assert!(set(&mut conditions, paused));
+        assert_eq!(conditions.len(), 2);
+        assert!(!is_true(&conditions, PAUSED));
+        assert!(remove(&mut conditions, PAUSED));
+        assert!(!remove(&mut conditions, PAUSED));
+        assert_eq!(conditions.len(), 1);
+    }
+
+    #[test]
+    fn status_from_bool() {
+        assert_eq!(ConditionStatus::from(true).as_str(), "True");
+        assert_eq!(ConditionStatus::from(false).to_string(), "False");
+    }
+}

@@ -1,0 +1,342 @@
+//! libvirt: `LibvirtCluster`, `LibvirtMachine` and their templates.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{
+    ApiEndpoint, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
+    NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
+    SecretReference,
+};
+
+/// The libvirt base volume a machine's boot disk is cloned from (copy-on-write backing file).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtVolumeSource {
+    /// Name of the base volume, e.g. `ubuntu-24.04.qcow2`.
+    #[schemars(length(min = 1, max = 253))]
+    pub volume: String,
+    /// Storage pool holding the base volume, e.g. `default`.
+    #[schemars(length(min = 1, max = 253))]
+    pub pool: String,
+}
+
+/// Firmware a libvirt domain boots with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Firmware {
+    /// SeaBIOS (default).
+    #[default]
+    BIOS,
+    /// OVMF (UEFI).
+    UEFI,
+}
+
+/// A libvirt host hosting a Cluster API workload cluster.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "LibvirtCluster",
+    plural = "libvirtclusters",
+    namespaced,
+    status = "LibvirtClusterStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "lvcluster",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Cluster API infrastructure cluster on a libvirt host.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        description = "Cluster API Cluster"
+    ),
+    printcolumn(
+        name = "Provisioned",
+        type_ = "boolean",
+        json_path = ".status.initialization.provisioned"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Endpoint",
+        type_ = "string",
+        json_path = ".spec.controlPlaneEndpoint.host"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.providerRef) != has(self.uri)",
+        "message": "set either spec.providerRef (a banlieue Provider) or spec.uri"
+    },
+    {
+        "rule": "!has(oldSelf.controlPlaneEndpoint) || (has(self.controlPlaneEndpoint) && self.controlPlaneEndpoint == oldSelf.controlPlaneEndpoint)",
+        "message": "spec.controlPlaneEndpoint is immutable once set"
+    }
+]))]
+pub struct LibvirtClusterSpec {
+    /// Endpoint of the workload cluster's API server; copied to the Cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// A banlieue `Provider` (backend `libvirt`) giving the URI and credentials. Mutually
+    /// exclusive with `uri`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderReference>,
+    /// libvirt connection URI, e.g. `qemu+ssh://root@host.example.com/system`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 7, max = 2048),
+        regex(pattern = r"^(qemu|qemu\+ssh|qemu\+tls|qemu\+tcp|test)://")
+    )]
+    pub uri: Option<String>,
+    /// Secret with `ssh-privatekey` and `known_hosts` (for `qemu+ssh`) or TLS client
+    /// certificates (`tls.crt`, `tls.key`, `ca.crt` for `qemu+tls`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_ref: Option<SecretReference>,
+}
+
+/// Observed state of a LibvirtCluster.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtClusterStatus {
+    /// `provisioned: true` once the cluster infrastructure is ready; omitted before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Failure domains, copied to the Cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub failure_domains: Vec<FailureDomain>,
+    /// Conditions, keyed by type; `Ready` is mirrored as the Cluster's `InfrastructureReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A libvirt domain backing a Cluster API Machine (or a banlieue VirtualMachine).
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "LibvirtMachine",
+    plural = "libvirtmachines",
+    namespaced,
+    status = "LibvirtMachineStatus",
+    derive = "PartialEq",
+    shortname = "lvmachine",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Cluster API infrastructure machine on libvirt.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        description = "Cluster API Cluster"
+    ),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.provisioning.state"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
+    printcolumn(
+        name = "IP",
+        type_ = "string",
+        json_path = ".status.addresses[?(@.type==\"InternalIP\")].address"
+    ),
+    printcolumn(
+        name = "ProviderID",
+        type_ = "string",
+        json_path = ".spec.providerID",
+        priority = 1
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",
+        "message": "spec.providerID is immutable once set"
+    },
+    {
+        "rule": "self.source == oldSelf.source",
+        "message": "spec.source is immutable: create a new machine to change the base volume"
+    }
+]))]
+pub struct LibvirtMachineSpec {
+    /// `libvirt://<domain uuid>` once the domain exists; must equal the workload Node's
+    /// `spec.providerID`. Set by the provider; immutable once set.
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub provider_id: Option<String>,
+    /// A banlieue `Provider` to take the URI and credentials from, for machines without a CAPI
+    /// Cluster. Unset: use the Cluster's LibvirtCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderReference>,
+    /// Base volume the boot disk is cloned from. Immutable.
+    pub source: LibvirtVolumeSource,
+    /// Storage pool for the machine's volumes; defaults to the source's pool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage_pool: Option<String>,
+    /// Virtual CPU topology.
+    pub cpu: Cpu,
+    /// Memory in MiB (at least 128).
+    #[serde(rename = "memoryMiB")]
+    #[schemars(range(min = 128, max = 16777216))]
+    pub memory_mib: u64,
+    /// Disks, keyed by name; the first is the boot disk, resized from the base volume. A disk
+    /// may grow but never shrink. `storage` is a libvirt pool.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub disks: Vec<Disk>,
+    /// Network interfaces, keyed by name; `network` is a libvirt network name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub networks: Vec<NetworkInterface>,
+    /// `BIOS` (default) or `UEFI`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<Firmware>,
+    /// Guest readiness checks; skip them for guests without qemu-guest-agent or cloud-init.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_checks: Option<ReadinessChecks>,
+}
+
+/// Observed state of a LibvirtMachine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtMachineStatus {
+    /// `provisioned: true` once the domain runs and `spec.providerID` is set; omitted before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Addresses of the domain, copied to the Machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub addresses: Vec<MachineAddress>,
+    /// Failure domain the domain was placed in, copied to the Machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
+    /// Conditions, keyed by type; `Ready` is mirrored as the Machine's `InfrastructureReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// UUID of the libvirt domain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_uuid: Option<String>,
+    /// Host the domain runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Observed power state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    /// Persisted provisioning progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<ProvisioningStatus>,
+}
+
+/// `spec.template` of a LibvirtClusterTemplate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtClusterTemplateResource {
+    /// Labels and annotations for the LibvirtClusters created from the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMetaTemplate>,
+    /// Spec of the LibvirtClusters created from the template.
+    pub spec: LibvirtClusterSpec,
+}
+
+/// A template of LibvirtClusters, for ClusterClasses.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "LibvirtClusterTemplate",
+    plural = "libvirtclustertemplates",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "lvct",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Template of libvirt infrastructure clusters, for ClusterClasses.",
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtClusterTemplateSpec {
+    /// The LibvirtCluster to create.
+    pub template: LibvirtClusterTemplateResource,
+}
+
+/// `spec.template` of a LibvirtMachineTemplate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.spec.providerID)",
+        "message": "spec.template.spec.providerID must not be set in a template: each machine gets its own"
+    }
+]))]
+pub struct LibvirtMachineTemplateResource {
+    /// Labels and annotations for the LibvirtMachines created from the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMetaTemplate>,
+    /// Spec of the LibvirtMachines created from the template.
+    pub spec: LibvirtMachineSpec,
+}
+
+/// A template of LibvirtMachines.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "LibvirtMachineTemplate",
+    plural = "libvirtmachinetemplates",
+    namespaced,
+    status = "MachineTemplateStatus",
+    derive = "PartialEq",
+    shortname = "lvmt",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Template of libvirt infrastructure machines.",
+    printcolumn(
+        name = "Cores",
+        type_ = "integer",
+        json_path = ".spec.template.spec.cpu.cores"
+    ),
+    printcolumn(
+        name = "Memory (MiB)",
+        type_ = "integer",
+        json_path = ".spec.template.spec.memoryMiB"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.template.spec == oldSelf.template.spec",
+        "message": "spec.template.spec is immutable: create a new LibvirtMachineTemplate and point the MachineDeployment or control plane at it"
+    }
+]))]
+pub struct LibvirtMachineTemplateSpec {
+    /// The LibvirtMachine to create.
+    pub template: LibvirtMachineTemplateResource,
+}

@@ -1,0 +1,412 @@
+//! Proxmox VE: `ProxmoxCluster`, `ProxmoxMachine` and their templates.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::common::{
+    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
+    NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
+    SecretReference, TlsTrust,
+};
+
+/// The Proxmox VE template a machine is cloned from: by `vmid`, or by `name` and/or `tags`
+/// (the template must then be unique).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.vmid) != (has(self.name) || has(self.tags))",
+        "message": "select the source template either by vmid, or by name and/or tags (not both)"
+    }
+]))]
+pub struct ProxmoxTemplateSource {
+    /// VMID of the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 999_999_999))]
+    pub vmid: Option<u32>,
+    /// Name of the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub name: Option<String>,
+    /// Tags the template must all carry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 64), regex(pattern = r"^[a-z0-9_][a-z0-9_+.-]*$"))
+    )]
+    pub tags: Vec<String>,
+    /// Node holding the template, when it is not on shared storage; defaults to any node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub node: Option<String>,
+}
+
+/// An inclusive range of VMIDs new machines get their VMID from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.start <= self.end", "message": "vmidRange.start must not be greater than vmidRange.end"}
+]))]
+pub struct VmidRange {
+    /// First VMID of the range.
+    #[schemars(range(min = 100, max = 999_999_999))]
+    pub start: u32,
+    /// Last VMID of the range.
+    #[schemars(range(min = 100, max = 999_999_999))]
+    pub end: u32,
+}
+
+/// A Proxmox VE cluster hosting a Cluster API workload cluster: where its API is, the
+/// credentials, and the nodes machines may be placed on (its failure domains).
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "ProxmoxCluster",
+    plural = "proxmoxclusters",
+    namespaced,
+    status = "ProxmoxClusterStatus",
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "pxcluster",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Cluster API infrastructure cluster on Proxmox VE.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        description = "Cluster API Cluster"
+    ),
+    printcolumn(
+        name = "Provisioned",
+        type_ = "boolean",
+        json_path = ".status.initialization.provisioned"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Endpoint",
+        type_ = "string",
+        json_path = ".spec.controlPlaneEndpoint.host"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.providerRef) != has(self.endpoint)",
+        "message": "set either spec.providerRef (a banlieue Provider) or spec.endpoint with spec.credentialsRef"
+    },
+    {
+        "rule": "!has(self.endpoint) || has(self.credentialsRef)",
+        "message": "spec.endpoint needs spec.credentialsRef: a Secret with keys tokenID and secret"
+    },
+    {
+        "rule": "!has(oldSelf.controlPlaneEndpoint) || (has(self.controlPlaneEndpoint) && self.controlPlaneEndpoint == oldSelf.controlPlaneEndpoint)",
+        "message": "spec.controlPlaneEndpoint is immutable once set"
+    }
+]))]
+pub struct ProxmoxClusterSpec {
+    /// Endpoint of the workload cluster's API server; copied to the Cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// A banlieue `Provider` (backend `proxmox`) giving endpoint, credentials and TLS trust.
+    /// Mutually exclusive with `endpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderReference>,
+    /// URL of the Proxmox VE API, e.g. `https://pve.example.com:8006`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 9, max = 2048), regex(pattern = r"^https://"))]
+    pub endpoint: Option<String>,
+    /// Secret with the API token: keys `tokenID` (`user@realm!name`) and `secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_ref: Option<SecretReference>,
+    /// How to trust the API's TLS certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsTrust>,
+    /// Nodes machines may run on; each becomes a failure domain. Empty means every online node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    pub allowed_nodes: Vec<String>,
+    /// VMIDs new machines get; defaults to the next free VMID of the Proxmox cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmid_range: Option<VmidRange>,
+}
+
+/// Observed state of a ProxmoxCluster.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxmoxClusterStatus {
+    /// `provisioned: true` once the cluster infrastructure is ready; omitted before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Failure domains (one per allowed node), copied to the Cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub failure_domains: Vec<FailureDomain>,
+    /// Conditions, keyed by type; `Ready` is mirrored as the Cluster's `InfrastructureReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A Proxmox VE virtual machine backing a Cluster API Machine (or a banlieue VirtualMachine).
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "ProxmoxMachine",
+    plural = "proxmoxmachines",
+    namespaced,
+    status = "ProxmoxMachineStatus",
+    derive = "PartialEq",
+    shortname = "pxmachine",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Cluster API infrastructure machine on Proxmox VE.",
+    printcolumn(
+        name = "Cluster",
+        type_ = "string",
+        json_path = ".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",
+        description = "Cluster API Cluster"
+    ),
+    printcolumn(name = "State", type_ = "string", json_path = ".status.provisioning.state"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(name = "Node", type_ = "string", json_path = ".status.node"),
+    printcolumn(name = "VMID", type_ = "integer", json_path = ".status.vmid"),
+    printcolumn(
+        name = "IP",
+        type_ = "string",
+        json_path = ".status.addresses[?(@.type==\"InternalIP\")].address"
+    ),
+    printcolumn(
+        name = "ProviderID",
+        type_ = "string",
+        json_path = ".spec.providerID",
+        priority = 1
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",
+        "message": "spec.providerID is immutable once set"
+    },
+    {
+        "rule": "self.source == oldSelf.source",
+        "message": "spec.source is immutable: create a new machine to change the template"
+    },
+    {
+        "rule": "!has(self.cloneMode) || self.cloneMode != 'Linked' || !has(self.storage)",
+        "message": "a linked clone stays on the template's storage: remove spec.storage or use cloneMode Full"
+    },
+    {
+        "rule": "!has(self.targetNode) || !has(self.allowedNodes) || self.targetNode in self.allowedNodes",
+        "message": "spec.targetNode must be one of spec.allowedNodes"
+    }
+]))]
+pub struct ProxmoxMachineSpec {
+    /// `proxmox://<vm uuid>` once the VM exists; must equal the workload Node's
+    /// `spec.providerID`. Set by the provider; immutable once set.
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub provider_id: Option<String>,
+    /// A banlieue `Provider` to take the endpoint and credentials from, for machines without a
+    /// CAPI Cluster (standalone VirtualMachines). Unset: use the Cluster's ProxmoxCluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderReference>,
+    /// The template to clone. Immutable.
+    pub source: ProxmoxTemplateSource,
+    /// Node to create the VM on. Defaults to the Machine's failure domain, else the allowed node
+    /// with the most free memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub target_node: Option<String>,
+    /// Nodes this machine may run on; narrows the cluster's allowed nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    pub allowed_nodes: Vec<String>,
+    /// Storage ID for the cloned disks (full clones only); defaults to the template's storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub storage: Option<String>,
+    /// `Full` (default) or `Linked` clone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_mode: Option<CloneMode>,
+    /// Proxmox resource pool to add the VM to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub pool: Option<String>,
+    /// Virtual CPU topology.
+    pub cpu: Cpu,
+    /// Memory in MiB (at least 128).
+    #[serde(rename = "memoryMiB")]
+    #[schemars(range(min = 128, max = 16777216))]
+    pub memory_mib: u64,
+    /// Disks, keyed by name (`scsi0`, `virtio1`…); the first is the boot disk, resized from the
+    /// template's. A disk may grow but never shrink.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub disks: Vec<Disk>,
+    /// Network interfaces (`net0`, `net1`…), keyed by name; `network` is the bridge. Defaults to
+    /// the template's interfaces with DHCP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub networks: Vec<NetworkInterface>,
+    /// Proxmox tags added to the VM.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        inner(length(min = 1, max = 64), regex(pattern = r"^[a-z0-9_][a-z0-9_+.-]*$")),
+        extend("x-kubernetes-list-type" = "set")
+    )]
+    pub tags: Vec<String>,
+    /// VMIDs this machine may get; overrides the cluster's range.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmid_range: Option<VmidRange>,
+    /// Guest readiness checks; skip them for guests without qemu-guest-agent or cloud-init.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_checks: Option<ReadinessChecks>,
+}
+
+/// Observed state of a ProxmoxMachine.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxmoxMachineStatus {
+    /// `provisioned: true` once the VM runs and `spec.providerID` is set; omitted before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    /// Addresses of the VM, copied to the Machine.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub addresses: Vec<MachineAddress>,
+    /// Failure domain (node) the VM was placed in, copied to the Machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub failure_domain: Option<String>,
+    /// Conditions, keyed by type; `Ready` is mirrored as the Machine's `InfrastructureReady`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// VMID of the VM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmid: Option<u32>,
+    /// Node the VM runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Observed power state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
+    /// Persisted provisioning progress, including the Proxmox task (UPID) in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioning: Option<ProvisioningStatus>,
+}
+
+/// `spec.template` of a ProxmoxClusterTemplate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxmoxClusterTemplateResource {
+    /// Labels and annotations for the ProxmoxClusters created from the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMetaTemplate>,
+    /// Spec of the ProxmoxClusters created from the template.
+    pub spec: ProxmoxClusterSpec,
+}
+
+/// A template of ProxmoxClusters, for ClusterClasses.
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "ProxmoxClusterTemplate",
+    plural = "proxmoxclustertemplates",
+    namespaced,
+    derive = "PartialEq",
+    derive = "Default",
+    shortname = "pxct",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Template of Proxmox VE infrastructure clusters, for ClusterClasses.",
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProxmoxClusterTemplateSpec {
+    /// The ProxmoxCluster to create.
+    pub template: ProxmoxClusterTemplateResource,
+}
+
+/// `spec.template` of a ProxmoxMachineTemplate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.spec.providerID)",
+        "message": "spec.template.spec.providerID must not be set in a template: each machine gets its own"
+    }
+]))]
+pub struct ProxmoxMachineTemplateResource {
+    /// Labels and annotations for the ProxmoxMachines created from the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMetaTemplate>,
+    /// Spec of the ProxmoxMachines created from the template.
+    pub spec: ProxmoxMachineSpec,
+}
+
+/// A template of ProxmoxMachines, for MachineDeployments, MachineSets and control planes.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "infrastructure.banlieue.io",
+    version = "v1alpha1",
+    kind = "ProxmoxMachineTemplate",
+    plural = "proxmoxmachinetemplates",
+    namespaced,
+    status = "MachineTemplateStatus",
+    derive = "PartialEq",
+    shortname = "pxmt",
+    category = "banlieue",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    doc = "Template of Proxmox VE infrastructure machines.",
+    printcolumn(
+        name = "Cores",
+        type_ = "integer",
+        json_path = ".spec.template.spec.cpu.cores"
+    ),
+    printcolumn(
+        name = "Memory (MiB)",
+        type_ = "integer",
+        json_path = ".spec.template.spec.memoryMiB"
+    ),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.template.spec == oldSelf.template.spec",
+        "message": "spec.template.spec is immutable: create a new ProxmoxMachineTemplate and point the MachineDeployment or control plane at it"
+    }
+]))]
+pub struct ProxmoxMachineTemplateSpec {
+    /// The ProxmoxMachine to create.
+    pub template: ProxmoxMachineTemplateResource,
+}

@@ -1,0 +1,1 @@
+//! Validation table (filled in below).

@@ -579,7 +579,13 @@ impl Client {
             .map_err(|e| Error::Config(format!("cannot build request for {path}: {e}")))?;
         let exchange = async {
             let response = inner.http.request(request).await.map_err(|e| {
-                if e.is_connect() {
+                if is_tls_failure(&e) {
+                    Error::Tls {
+                        method: method.clone(),
+                        path: path.to_owned(),
+                        source: Box::new(e),
+                    }
+                } else if e.is_connect() {
                     Error::Connect {
                         method: method.clone(),
                         path: path.to_owned(),
@@ -612,6 +618,17 @@ impl Client {
         tracing::trace!(%method, path, status = parts.status.as_u16(), attempt, "PVE response");
         decode(method, path, &parts, &bytes)
     }
+}
+
+fn is_tls_failure(err: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = cur {
+        if e.is::<crate::tls::TlsHandshakeError>() {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
 }
 
 fn encode_form(params: &[(String, String)]) -> String {

@@ -49,6 +49,18 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+    /// The TLS handshake failed: the server certificate was rejected (wrong fingerprint, unknown
+    /// CA, wrong host name) or no common protocol. Not retried.
+    #[error("{method} {path}: {source}")]
+    Tls {
+        /// HTTP method of the request.
+        method: http::Method,
+        /// API path below `/api2/json`.
+        path: String,
+        /// The underlying error.
+        #[source]
+        source: BoxError,
+    },
     /// The connection broke while the request was in flight (reset, closed, protocol error).
     #[error("{method} {path}: transport error: {source}")]
     Transport {
@@ -131,7 +143,7 @@ pub enum ErrorClass {
     AgentNotRunning,
     /// A server or network fault (5xx, timeout, reset); retrying the same request may succeed.
     Transient,
-    /// Authentication or permission failure (401, 403).
+    /// Authentication or permission failure (401, 403), or the server's certificate was rejected.
     Auth,
     /// The request was rejected as invalid (400, 501, or a value this client could not parse).
     Invalid,
@@ -209,6 +221,7 @@ impl Error {
             }
             Self::Timeout { .. } | Self::Connect { .. } | Self::Transport { .. } => ErrorClass::Transient,
             Self::TaskDeadline { .. } => ErrorClass::Transient,
+            Self::Tls { .. } => ErrorClass::Auth,
             Self::TaskFailed { exitstatus, .. } => {
                 class_from_text(exitstatus).unwrap_or(ErrorClass::TaskFailed)
             }

@@ -177,6 +177,11 @@ impl ServerCertVerifier for PinnedVerifier {
 #[error("server certificate fingerprint {0} does not match the pinned fingerprint")]
 struct FingerprintMismatch(String);
 
+/// The TLS handshake failed (certificate rejected, protocol mismatch): not transient.
+#[derive(Debug, thiserror::Error)]
+#[error("TLS handshake failed: {0}")]
+pub(crate) struct TlsHandshakeError(pub(crate) String);
+
 /// Connects TCP (with a timeout) and runs the TLS handshake.
 #[derive(Clone)]
 pub(crate) struct HttpsConnector {
@@ -204,7 +209,10 @@ impl tower_service::Service<http::Uri> for HttpsConnector {
                 let tcp = TcpStream::connect((host.as_str(), port)).await?;
                 tcp.set_nodelay(true)?;
                 let name = ServerName::try_from(host.clone())?;
-                let stream = tls.connect(name, tcp).await?;
+                let stream = tls
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| TlsHandshakeError(e.to_string()))?;
                 Ok::<_, BoxError>(TlsConn(TokioIo::new(stream)))
             };
             tokio::time::timeout(timeout, connect)

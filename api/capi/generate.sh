@@ -71,8 +71,20 @@ trap 'rm -rf "$tmp"' EXIT
 # metav1.Condition would drop `severity` and invent `message: ""`, so inside every struct named
 # `…StatusDeprecatedV1beta1` the element type is replaced by the hand-written
 # `crate::v1beta1::Condition` (src/v1beta1.rs).
+#
+# Some descriptions (KubeadmControlPlane remediation) indent examples with a tab, which rustdoc
+# takes for an indented code block and then fails to compile as a doctest. Every run of doc lines
+# starting with a tab is wrapped in a ```text fence: same text, rendered verbatim, never compiled.
 postprocess() {
     awk '
+        {
+            is_tab_doc = match($0, /^ *\/\/\/ ?\t/)
+            indent = $0
+            sub(/\/\/\/.*$/, "", indent)
+            if (is_tab_doc && !in_fence) { print indent "/// ```text"; in_fence = 1 }
+            if (!is_tab_doc && in_fence) { print fence_indent "/// ```"; in_fence = 0 }
+            if (is_tab_doc) { fence_indent = indent }
+        }
         /^pub struct / { in_v1beta1 = ($3 ~ /StatusDeprecatedV1beta1$/) }
         /^}/ { in_v1beta1 = 0 }
         in_v1beta1 && /Option<Vec<Condition>>/ {
@@ -94,7 +106,8 @@ for entry in "${KINDS[@]}"; do
         echo "// source-sha256: $sha"
         echo "// kopium-version: $KOPIUM_VERSION"
         echo "// command (run in \${BANLIEUE_SHARED}/capi/$CAPI_SERIES/crds): ${cmd[*]}"
-        echo "// post-processing: status.deprecated.v1beta1.conditions use crate::v1beta1::Condition; rustfmt"
+        echo "// post-processing: status.deprecated.v1beta1.conditions use crate::v1beta1::Condition; tab-indented"
+        echo "// doc examples fenced as \`\`\`text; rustfmt --edition 2024 --config-path rustfmt.toml"
         echo
         (cd "$crd_dir" && "${cmd[@]}") | postprocess
     } >"$tmp/$module.rs" || die "kopium failed on $file"

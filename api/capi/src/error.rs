@@ -1,0 +1,57 @@
+//! The crate's error type.
+
+/// Errors from the hand-written contract helpers.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A CRD's `cluster.x-k8s.io/<contract>` label value names no version (`""`, `"_"`, …).
+    #[error(
+        "contract label value {value:?} names no API version (expected e.g. \"v1alpha1\" or \"v1alpha1_v1beta1\")"
+    )]
+    EmptyContractLabel {
+        /// The label value as found.
+        value: String,
+    },
+    /// A reference names a kind whose contract version is not known to the caller.
+    #[error("reference to {kind} {name:?} has an empty {field}")]
+    IncompleteReference {
+        /// Kind named by the reference (may be empty).
+        kind: String,
+        /// Name named by the reference (may be empty).
+        name: String,
+        /// Which field is empty (`apiGroup`, `kind` or `name`).
+        field: &'static str,
+    },
+    /// The bootstrap data Secret has no `data.value` key.
+    #[error("bootstrap data Secret {secret:?} has no data key {key:?}")]
+    MissingBootstrapValue {
+        /// Name of the Secret.
+        secret: String,
+        /// The key that is missing (always `value`).
+        key: &'static str,
+    },
+    /// The bootstrap data Secret's `format` is neither `cloud-config` nor `ignition`.
+    #[error(
+        "bootstrap data Secret {secret:?} has unsupported format {format:?} (expected \"cloud-config\" or \"ignition\")"
+    )]
+    UnknownBootstrapFormat {
+        /// Name of the Secret.
+        secret: String,
+        /// The format as found (lossily decoded as UTF-8).
+        format: String,
+    },
+}
+
+impl Error {
+    /// A short, stable label for metrics (`reason` dimension).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::EmptyContractLabel { .. } => "empty_contract_label",
+            Error::IncompleteReference { .. } => "incomplete_reference",
+            Error::MissingBootstrapValue { .. } => "missing_bootstrap_value",
+            Error::UnknownBootstrapFormat { .. } => "unknown_bootstrap_format",
+        }
+    }
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

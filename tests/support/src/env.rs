@@ -1,0 +1,789 @@
+//! [`TestEnv`]: one control plane (or an existing cluster) for a test binary.
+
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+
+use crate::binaries::Binaries;
+use crate::crds::{FIELD_MANAGER, install_crds};
+use crate::error::{Error, Result};
+use crate::kubeconfig::{Credential, KubeconfigFile, cluster_entry};
+use crate::pki::{Ca, ServiceAccountKey};
+use crate::process::{ManagedProcess, log_tail};
+use crate::workdir::WorkDir;
+
+/// Environment variable: target this existing cluster (kubeconfig path) instead of starting one.
+pub const EXTERNAL_KUBECONFIG_ENV_VAR: &str = "BANLIEUE_TEST_KUBECONFIG";
+/// Environment variable: start-up timeout in seconds (default 180).
+pub const START_TIMEOUT_ENV_VAR: &str = "BANLIEUE_TESTENV_START_TIMEOUT";
+/// Label put on every namespace created by [`TestEnv::namespace`].
+pub const NAMESPACE_LABEL: &str = "banlieue.dev/testenv";
+
+const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(180);
+const CRD_TIMEOUT: Duration = Duration::from_secs(60);
+const API_TIMEOUT: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(200);
+const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+const SERVICE_CLUSTER_IP_RANGE: &str = "10.0.0.0/24";
+const SERVICE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+/// Controllers of kube-controller-manager that a control plane without nodes needs.
+const CONTROLLERS: &[&str] = &[
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "clusterrole-aggregation-controller",
+    "root-ca-certificate-publisher-controller",
+];
+
+static KUBECONFIG_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Options for [`TestEnv`]; see [`TestEnv::builder`].
+#[derive(Clone, Debug)]
+pub struct TestEnvBuilder {
+    crds: Vec<CustomResourceDefinition>,
+    controller_manager: bool,
+    start_timeout: Option<Duration>,
+    apiserver_args: Vec<String>,
+    allow_external: bool,
+    existing_cluster: Option<PathBuf>,
+}
+
+impl TestEnvBuilder {
+    /// Installs this CRD after start (and waits until it is Established).
+    #[must_use]
+    pub fn crd(mut self, crd: CustomResourceDefinition) -> Self {
+        self.crds.push(crd);
+        self
+    }
+
+    /// Installs these CRDs after start (see [`crate::crds_from_files`] for YAML files).
+    #[must_use]
+    pub fn crds(mut self, crds: impl IntoIterator<Item = CustomResourceDefinition>) -> Self {
+        self.crds.extend(crds);
+        self
+    }
+
+    /// Whether to run kube-controller-manager (default: yes). Without it, owner references are not
+    /// garbage collected and deleted namespaces stay `Terminating`.
+    #[must_use]
+    pub fn controller_manager(mut self, enabled: bool) -> Self {
+        self.controller_manager = enabled;
+        self
+    }
+
+    /// How long start-up may take (default 180 s, or `BANLIEUE_TESTENV_START_TIMEOUT` seconds).
+    #[must_use]
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = Some(timeout);
+        self
+    }
+
+    /// An extra kube-apiserver flag (e.g. `--feature-gates=…`), appended after the defaults.
+    #[must_use]
+    pub fn apiserver_arg(mut self, arg: impl Into<String>) -> Self {
+        self.apiserver_args.push(arg.into());
+        self
+    }
+
+    /// Whether `BANLIEUE_TEST_KUBECONFIG` may redirect this environment to an existing cluster
+    /// (default: yes). Tests of the harness itself that need the local processes turn it off.
+    #[must_use]
+    pub fn allow_external(mut self, allow: bool) -> Self {
+        self.allow_external = allow;
+        self
+    }
+
+    /// Targets the existing cluster of this kubeconfig (its current context) instead of starting
+    /// one, as `BANLIEUE_TEST_KUBECONFIG` does.
+    #[must_use]
+    pub fn existing_cluster(mut self, kubeconfig: impl Into<PathBuf>) -> Self {
+        self.existing_cluster = Some(kubeconfig.into());
+        self
+    }
+
+    /// Starts the environment: a fresh local control plane, or an existing cluster (see
+    /// [`TestEnvBuilder::existing_cluster`] and `BANLIEUE_TEST_KUBECONFIG`).
+    pub async fn start(self) -> Result<TestEnv> {
+        let began = Instant::now();
+        let timeout = match self.start_timeout {
+            Some(timeout) => timeout,
+            None => start_timeout_from_env()?,
+        };
+        let from_env = std::env::var_os(EXTERNAL_KUBECONFIG_ENV_VAR)
+            .filter(|v| !v.is_empty() && self.allow_external)
+            .map(PathBuf::from);
+        let env = match self.existing_cluster.clone().or(from_env) {
+            Some(path) => TestEnv::connect(path, timeout).await?,
+            None => TestEnv::launch(&self, timeout).await?,
+        };
+        if !self.crds.is_empty() {
+            env.install_crds(&self.crds).await?;
+        }
+        let elapsed = began.elapsed();
+        let env = TestEnv {
+            started_in: elapsed,
+            ..env
+        };
+        let what = if env.is_external() {
+            "connected to existing cluster"
+        } else {
+            "control plane ready"
+        };
+        eprintln!(
+            "banlieue-testenv: {what} at {} in {:.2}s",
+            env.server,
+            elapsed.as_secs_f64()
+        );
+        tracing::info!(server = %env.server, elapsed_ms = elapsed.as_millis() as u64, "{what}");
+        Ok(env)
+    }
+}
+
+fn start_timeout_from_env() -> Result<Duration> {
+    match std::env::var(START_TIMEOUT_ENV_VAR) {
+        Ok(value) if !value.is_empty() => {
+            value
+                .parse::<u64>()
+                .map(Duration::from_secs)
+                .map_err(|e| Error::BadEnvVar {
+                    name: START_TIMEOUT_ENV_VAR,
+                    value,
+                    message: format!("not a number of seconds: {e}"),
+                })
+        }
+        _ => Ok(DEFAULT_START_TIMEOUT),
+    }
+}
+
+/// The processes of a control plane this crate started, in stop order.
+struct Local {
+    ca: Ca,
+    controller_manager: Option<Mutex<ManagedProcess>>,
+    apiserver: Mutex<ManagedProcess>,
+    etcd: Mutex<ManagedProcess>,
+}
+
+impl Local {
+    fn check(&self) -> Result<()> {
+        for process in [
+            Some(&self.etcd),
+            Some(&self.apiserver),
+            self.controller_manager.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            process
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .check_running()?;
+        }
+        Ok(())
+    }
+}
+
+/// A Kubernetes API for tests: a private etcd + kube-apiserver (+ kube-controller-manager) on a
+/// random loopback address, or an existing cluster when `BANLIEUE_TEST_KUBECONFIG` is set.
+///
+/// Dropping it kills the processes and removes its scratch directory. A static shared instance
+/// ([`TestEnv::shared`]) is never dropped; its processes die with the test binary anyway (they
+/// carry a parent-death signal) and its directory is removed by the next environment created.
+pub struct TestEnv {
+    // Field order is drop order: processes stop before their directory is removed.
+    local: Option<Local>,
+    admin: KubeconfigFile,
+    server: String,
+    started_in: Duration,
+    workdir: WorkDir,
+}
+
+impl std::fmt::Debug for TestEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestEnv")
+            .field("server", &self.server)
+            .field("external", &self.is_external())
+            .field("workdir", &self.workdir.path())
+            .finish_non_exhaustive()
+    }
+}
+
+static SHARED: tokio::sync::OnceCell<std::result::Result<TestEnv, String>> =
+    tokio::sync::OnceCell::const_new();
+
+impl TestEnv {
+    /// Options for a new environment.
+    pub fn builder() -> TestEnvBuilder {
+        TestEnvBuilder {
+            crds: Vec::new(),
+            controller_manager: true,
+            start_timeout: None,
+            apiserver_args: Vec::new(),
+            allow_external: true,
+            existing_cluster: None,
+        }
+    }
+
+    /// Starts a new environment with default options (see [`TestEnvBuilder::start`]).
+    pub async fn start() -> Result<Self> {
+        Self::builder().start().await
+    }
+
+    /// The environment shared by all tests of this test binary, started on first use. Give each
+    /// test its own namespace ([`TestEnv::namespace`]) and its own client ([`TestEnv::client`]).
+    /// If start-up failed, every caller gets that failure (it is not retried).
+    pub async fn shared() -> Result<&'static TestEnv> {
+        let result = SHARED
+            .get_or_init(|| async { Self::start().await.map_err(|e| e.to_string()) })
+            .await;
+        result.as_ref().map_err(|e| Error::SharedStartFailed(e.clone()))
+    }
+
+    async fn connect(path: PathBuf, timeout: Duration) -> Result<Self> {
+        let workdir = WorkDir::create()?;
+        let cache = workdir.subdir("kubectl-cache")?;
+        let admin = KubeconfigFile::load(path, "admin (BANLIEUE_TEST_KUBECONFIG)".into(), cache)?;
+        let config = admin.config().await?;
+        let server = config.cluster_url.to_string();
+        let client = admin.client().await?;
+        let deadline = Instant::now() + timeout;
+        wait_ready(&client, None, deadline, timeout).await?;
+        Ok(Self {
+            local: None,
+            admin,
+            server,
+            started_in: Duration::ZERO,
+            workdir,
+        })
+    }
+
+    async fn launch(options: &TestEnvBuilder, timeout: Duration) -> Result<Self> {
+        let deadline = Instant::now() + timeout;
+        let binaries = Binaries::locate(options.controller_manager)?;
+        let workdir = WorkDir::create()?;
+        let ip = random_loopback_ip();
+        let etcd_port = free_port(ip)?;
+        let peer_port = free_port(ip)?;
+        let apiserver_port = free_port(ip)?;
+        let server = format!("https://{ip}:{apiserver_port}");
+
+        let ca = Ca::generate()?;
+        let serving = ca.issue_serving(
+            &[IpAddr::V4(ip), IpAddr::V4(SERVICE_IP)],
+            &[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+            ],
+        )?;
+        let admin_cert = ca.issue_client("banlieue-testenv-admin", &["system:masters"])?;
+        let kcm_cert = ca.issue_client("system:kube-controller-manager", &["system:masters"])?;
+        let sa_key = ServiceAccountKey::generate()?;
+        let pki = workdir.subdir("pki")?;
+        let ca_file = workdir.write("pki/ca.crt", &ca.cert_pem())?;
+        let serving_cert = workdir.write("pki/apiserver.crt", &serving.cert_pem)?;
+        let serving_key = workdir.write("pki/apiserver.key", &serving.key_pem)?;
+        let sa_private = workdir.write("pki/sa.key", &sa_key.private_pem)?;
+        let sa_public = workdir.write("pki/sa.pub", &sa_key.public_pem)?;
+        debug_assert!(pki.is_dir());
+
+        let logs = workdir.subdir("logs")?;
+        let etcd_data = workdir.path().join("etcd");
+        let etcd_url = format!("http://{ip}:{etcd_port}");
+        let peer_url = format!("http://{ip}:{peer_port}");
+        let etcd_args = vec![
+            "--name=testenv".to_owned(),
+            format!("--data-dir={}", etcd_data.display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=testenv={peer_url}"),
+            "--initial-cluster-state=new".to_owned(),
+            // Test data is disposable: skipping fsync makes every write much faster.
+            "--unsafe-no-fsync=true".to_owned(),
+            "--log-level=warn".to_owned(),
+        ];
+        let etcd = ManagedProcess::start("etcd", &binaries.etcd, &etcd_args, &logs.join("etcd.log"))?;
+
+        let mut apiserver_args = vec![
+            format!("--etcd-servers={etcd_url}"),
+            format!("--bind-address={ip}"),
+            format!("--advertise-address={ip}"),
+            format!("--secure-port={apiserver_port}"),
+            format!("--cert-dir={}", pki.display()),
+            format!("--tls-cert-file={}", serving_cert.display()),
+            format!("--tls-private-key-file={}", serving_key.display()),
+            format!("--client-ca-file={}", ca_file.display()),
+            format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
+            format!("--service-account-key-file={}", sa_public.display()),
+            format!("--service-account-signing-key-file={}", sa_private.display()),
+            format!("--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"),
+            "--authorization-mode=RBAC".to_owned(),
+            // No nodes and a loopback advertise address: keep the `kubernetes` endpoints alone.
+            "--endpoint-reconciler-type=none".to_owned(),
+            "--enable-priority-and-fairness=false".to_owned(),
+            "--profiling=false".to_owned(),
+            "--allow-privileged=true".to_owned(),
+        ];
+        apiserver_args.extend(options.apiserver_args.iter().cloned());
+        let apiserver = ManagedProcess::start(
+            "kube-apiserver",
+            &binaries.kube_apiserver,
+            &apiserver_args,
+            &logs.join("kube-apiserver.log"),
+        )?;
+
+        let cache = workdir.subdir("kubectl-cache")?;
+        let cluster = cluster_entry("testenv", &server, &ca.cert_pem())?;
+        let admin = KubeconfigFile::write(
+            workdir.path().join("admin.kubeconfig"),
+            "admin".into(),
+            &cluster,
+            &Credential::ClientCert(admin_cert),
+            None,
+            cache.clone(),
+        )?;
+        let mut local = Local {
+            ca,
+            controller_manager: None,
+            apiserver: Mutex::new(apiserver),
+            etcd: Mutex::new(etcd),
+        };
+        let client = admin.client().await?;
+        wait_ready(&client, Some(&local), deadline, timeout).await?;
+        let apiserver_ready = Instant::now();
+
+        if let Some(kcm_binary) = &binaries.kube_controller_manager {
+            let kcm_kubeconfig = KubeconfigFile::write(
+                workdir.path().join("kube-controller-manager.kubeconfig"),
+                "kube-controller-manager".into(),
+                &cluster,
+                &Credential::ClientCert(kcm_cert),
+                None,
+                cache,
+            )?;
+            let kcm_args = vec![
+                format!("--kubeconfig={}", kcm_kubeconfig.path().display()),
+                format!("--controllers={}", CONTROLLERS.join(",")),
+                "--leader-elect=false".to_owned(),
+                // No HTTPS endpoint: nothing scrapes it, and it would need another port.
+                "--secure-port=0".to_owned(),
+                format!("--service-account-private-key-file={}", sa_private.display()),
+                format!("--root-ca-file={}", ca_file.display()),
+                "--profiling=false".to_owned(),
+            ];
+            let kcm = ManagedProcess::start(
+                "kube-controller-manager",
+                kcm_binary,
+                &kcm_args,
+                &logs.join("kube-controller-manager.log"),
+            )?;
+            local.controller_manager = Some(Mutex::new(kcm));
+            wait_controller_manager(&client, &local, deadline, timeout).await?;
+            tracing::debug!(
+                elapsed_ms = apiserver_ready.elapsed().as_millis() as u64,
+                "controller-manager ready"
+            );
+        }
+        Ok(Self {
+            local: Some(local),
+            admin,
+            server,
+            started_in: Duration::ZERO,
+            workdir,
+        })
+    }
+
+    /// Whether this environment targets an existing cluster (`BANLIEUE_TEST_KUBECONFIG`).
+    pub fn is_external(&self) -> bool {
+        self.local.is_none()
+    }
+
+    /// The API server URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// How long start-up took (processes, readiness, CRDs).
+    pub fn started_in(&self) -> Duration {
+        self.started_in
+    }
+
+    /// The scratch directory (kubeconfigs, certificates, etcd data, `logs/`).
+    pub fn workdir(&self) -> &Path {
+        self.workdir.path()
+    }
+
+    /// The log file of a component this crate started (`etcd`, `kube-apiserver`,
+    /// `kube-controller-manager`), if any.
+    pub fn log_file(&self, component: &str) -> Option<PathBuf> {
+        let local = self.local.as_ref()?;
+        let process = match component {
+            "etcd" => &local.etcd,
+            "kube-apiserver" => &local.apiserver,
+            "kube-controller-manager" => local.controller_manager.as_ref()?,
+            _ => return None,
+        };
+        Some(
+            process
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .log()
+                .to_owned(),
+        )
+    }
+
+    /// The last `lines` lines of a component's log (empty if there is no such log).
+    pub fn log_tail(&self, component: &str, lines: usize) -> String {
+        self.log_file(component)
+            .map(|path| log_tail(&path, lines))
+            .unwrap_or_default()
+    }
+
+    /// The process ids of the components this crate started, by component name.
+    pub fn process_ids(&self) -> Vec<(&'static str, u32)> {
+        let Some(local) = self.local.as_ref() else {
+            return Vec::new();
+        };
+        let mut ids = vec![("etcd", &local.etcd), ("kube-apiserver", &local.apiserver)];
+        if let Some(kcm) = &local.controller_manager {
+            ids.push(("kube-controller-manager", kcm));
+        }
+        ids.into_iter()
+            .map(|(name, p)| {
+                (
+                    name,
+                    p.lock().unwrap_or_else(std::sync::PoisonError::into_inner).id(),
+                )
+            })
+            .collect()
+    }
+
+    /// Fails if a control-plane process has exited (with the end of its log).
+    pub fn check_processes(&self) -> Result<()> {
+        self.local.as_ref().map_or(Ok(()), Local::check)
+    }
+
+    /// The cluster-admin kubeconfig.
+    pub fn admin(&self) -> &KubeconfigFile {
+        &self.admin
+    }
+
+    /// A new cluster-admin client, bound to the calling tokio runtime.
+    pub async fn client(&self) -> Result<kube::Client> {
+        self.admin.client().await
+    }
+
+    /// A cluster-admin `kubectl` command (see [`KubeconfigFile::kubectl`]).
+    pub fn kubectl(&self) -> std::process::Command {
+        self.admin.kubectl()
+    }
+
+    /// Creates a namespace named `<prefix>-<random suffix>` (labelled [`NAMESPACE_LABEL`]) and
+    /// returns its name. Against an existing cluster it is deleted when the returned value drops.
+    pub async fn namespace(&self, prefix: &str) -> Result<TestNamespace> {
+        let client = self.client().await?;
+        let api: Api<Namespace> = Api::all(client);
+        let namespace = Namespace {
+            metadata: ObjectMeta {
+                generate_name: Some(format!("{prefix}-")),
+                labels: Some([(NAMESPACE_LABEL.to_owned(), "true".to_owned())].into()),
+                ..ObjectMeta::default()
+            },
+            ..Namespace::default()
+        };
+        let action = format!("creating namespace with prefix {prefix:?}");
+        let created = with_timeout(&action, api.create(&PostParams::default(), &namespace)).await?;
+        let name = created.metadata.name.ok_or_else(|| Error::Manifest {
+            what: action,
+            message: "the server returned a namespace without a name".into(),
+        })?;
+        let cleanup = self.is_external().then(|| self.admin.clone());
+        Ok(TestNamespace { name, cleanup })
+    }
+
+    /// Installs CRDs (server-side apply, idempotent) and waits until they are Established.
+    pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<()> {
+        install_crds(&self.client().await?, crds, CRD_TIMEOUT).await
+    }
+
+    /// Installs the CRDs of YAML files (see [`crate::crds_from_files`]).
+    pub async fn install_crd_files<P: AsRef<Path>>(&self, paths: impl IntoIterator<Item = P>) -> Result<()> {
+        self.install_crds(&crate::crds::crds_from_files(paths)?).await
+    }
+
+    /// Mints a kubeconfig for a user authenticated by a client certificate signed by this control
+    /// plane's CA: Kubernetes sees user `user` in `groups`, with no permissions until a test binds
+    /// a role. Not possible against an existing cluster ([`Error::Unsupported`]).
+    pub fn user_kubeconfig(&self, user: &str, groups: &[&str]) -> Result<KubeconfigFile> {
+        let local = self.local.as_ref().ok_or(Error::Unsupported {
+            operation: "minting a client certificate",
+        })?;
+        let pair = local.ca.issue_client(user, groups)?;
+        self.write_kubeconfig(&format!("user {user}"), &Credential::ClientCert(pair), None)
+    }
+
+    /// Mints a kubeconfig for ServiceAccount `namespace/name` (created if missing) holding a
+    /// one-hour token from the TokenRequest API. Its default namespace is `namespace`.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<KubeconfigFile> {
+        let client = self.client().await?;
+        let api: Api<ServiceAccount> = Api::namespaced(client, namespace);
+        let account = ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..ServiceAccount::default()
+        };
+        let what = format!("serviceaccount {namespace}/{name}");
+        with_timeout(
+            &format!("applying {what}"),
+            api.patch(name, &PatchParams::apply(FIELD_MANAGER), &Patch::Apply(&account)),
+        )
+        .await?;
+        let request = TokenRequest {
+            spec: Some(TokenRequestSpec {
+                expiration_seconds: Some(3600),
+                ..TokenRequestSpec::default()
+            }),
+            ..TokenRequest::default()
+        };
+        let response: TokenRequest = with_timeout(
+            &format!("requesting a token for {what}"),
+            api.create_subresource("token", name, &PostParams::default(), &request),
+        )
+        .await?;
+        let token = response.status.and_then(|s| s.token).unwrap_or_default();
+        if token.is_empty() {
+            return Err(Error::Manifest {
+                what: format!("TokenRequest for {what}"),
+                message: "the server returned no token".into(),
+            });
+        }
+        self.write_kubeconfig(&what, &Credential::Token(token), Some(namespace))
+    }
+
+    fn write_kubeconfig(
+        &self,
+        identity: &str,
+        credential: &Credential,
+        namespace: Option<&str>,
+    ) -> Result<KubeconfigFile> {
+        let cluster = self.admin.current_cluster()?;
+        let dir = self.workdir.subdir("kubeconfigs")?;
+        let seq = KUBECONFIG_SEQ.fetch_add(1, Ordering::Relaxed);
+        let file: String = identity
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = dir.join(format!("{seq:04}-{file}.kubeconfig"));
+        let cache = self.workdir.subdir("kubectl-cache")?;
+        KubeconfigFile::write(path, identity.to_owned(), &cluster, credential, namespace, cache)
+    }
+}
+
+/// A namespace created for one test.
+#[derive(Debug)]
+pub struct TestNamespace {
+    name: String,
+    /// Set against an existing cluster: delete the namespace on drop.
+    cleanup: Option<KubeconfigFile>,
+}
+
+impl TestNamespace {
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::ops::Deref for TestNamespace {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Display for TestNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name)
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        let Some(admin) = self.cleanup.take() else {
+            return;
+        };
+        // Drop cannot await, and the test's runtime may be shutting down: delete from a thread
+        // with its own runtime, waiting a bounded time for it.
+        let name = self.name.clone();
+        let (done, wait) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("banlieue-testenv-ns-cleanup".into())
+            .spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map(|rt| {
+                        rt.block_on(async {
+                            let client = admin.client().await.ok()?;
+                            let api: Api<Namespace> = Api::all(client);
+                            tokio::time::timeout(API_TIMEOUT, api.delete(&name, &DeleteParams::background()))
+                                .await
+                                .ok()
+                        })
+                    });
+                let _ = done.send(result.is_ok());
+            });
+        if spawned.is_ok() && wait.recv_timeout(API_TIMEOUT + Duration::from_secs(5)).is_err() {
+            tracing::warn!(namespace = %self.name, "namespace clean-up did not finish in time");
+        }
+    }
+}
+
+async fn with_timeout<T>(
+    action: &str,
+    future: impl std::future::Future<Output = std::result::Result<T, kube::Error>>,
+) -> Result<T> {
+    tokio::time::timeout(API_TIMEOUT, future)
+        .await
+        .map_err(|_| Error::Timeout {
+            what: action.to_owned(),
+            timeout: API_TIMEOUT,
+            detail: String::new(),
+        })?
+        .map_err(|e| Error::kube(action.to_owned(), e))
+}
+
+/// Polls `/readyz` until it answers `ok`, failing early if a local process exits.
+async fn wait_ready(
+    client: &kube::Client,
+    local: Option<&Local>,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    let mut last;
+    loop {
+        if let Some(local) = local {
+            local.check()?;
+        }
+        let request = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| Error::Manifest {
+                what: "/readyz request".into(),
+                message: e.to_string(),
+            })?;
+        match tokio::time::timeout(Duration::from_secs(5), client.request_text(request)).await {
+            Ok(Ok(body)) if body.trim() == "ok" => return Ok(()),
+            Ok(Ok(body)) => last = body,
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "request timed out".into(),
+        }
+        if Instant::now() >= deadline {
+            let tail = local.map(|l| {
+                let apiserver = l
+                    .apiserver
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                format!(
+                    "\nlast lines of {}:\n{}",
+                    apiserver.log().display(),
+                    log_tail(apiserver.log(), 30)
+                )
+            });
+            return Err(Error::Timeout {
+                what: "kube-apiserver /readyz".into(),
+                timeout,
+                detail: format!("; last answer: {last}{}", tail.unwrap_or_default()),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until the controller-manager's controllers act: the serviceaccount controller creates the
+/// `default` ServiceAccount of namespace `default`.
+async fn wait_controller_manager(
+    client: &kube::Client,
+    local: &Local,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<()> {
+    let api: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    let mut last;
+    loop {
+        local.check()?;
+        match tokio::time::timeout(Duration::from_secs(5), api.get_opt("default")).await {
+            Ok(Ok(Some(_))) => return Ok(()),
+            Ok(Ok(None)) => last = "serviceaccount default/default not created yet".into(),
+            Ok(Err(e)) => last = e.to_string(),
+            Err(_) => last = "request timed out".into(),
+        }
+        if Instant::now() >= deadline {
+            let tail = local.controller_manager.as_ref().map(|kcm| {
+                let kcm = kcm.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                format!(
+                    "\nlast lines of {}:\n{}",
+                    kcm.log().display(),
+                    log_tail(kcm.log(), 30)
+                )
+            });
+            return Err(Error::Timeout {
+                what: "kube-controller-manager (default ServiceAccount)".into(),
+                timeout,
+                detail: format!("; {last}{}", tail.unwrap_or_default()),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A random address in 127.0.0.0/8 (all of it routes to `lo` on Linux): parallel test binaries
+/// then practically never compete for the same address and port.
+fn random_loopback_ip() -> Ipv4Addr {
+    let [a, b, c]: [u8; 3] = rand::random();
+    Ipv4Addr::new(127, a.clamp(1, 254), b, c.clamp(2, 254))
+}
+
+/// A port that was free on `ip` a moment ago (the kernel picks it).
+fn free_port(ip: Ipv4Addr) -> Result<u16> {
+    let listener =
+        TcpListener::bind((ip, 0)).map_err(|e| Error::io("binding a free port on", ip.to_string(), e))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| Error::io("reading the bound port of", ip.to_string(), e))?
+        .port();
+    Ok(port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_addresses_are_loopback_and_bindable() {
+        for _ in 0..20 {
+            let ip = random_loopback_ip();
+            assert!(
+                ip.is_loopback() && ip.octets()[3] >= 2 && ip.octets()[3] <= 254,
+                "{ip}"
+            );
+        }
+        let ip = random_loopback_ip();
+        let a = free_port(ip).unwrap();
+        assert_ne!(a, 0);
+        TcpListener::bind((ip, a)).expect("port reported free is bindable");
+    }
+}

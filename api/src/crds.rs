@@ -32,3 +32,32 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         VSphereMachineTemplate::crd(),
     ]
 }
+
+/// The CRD of the given kind, if it is one of banlieue's.
+pub fn by_kind(kind: &str) -> Option<CustomResourceDefinition> {
+    all().into_iter().find(|crd| crd.spec.names.kind == kind)
+}
+
+/// The `openAPIV3Schema` of the CRD of the given kind, as JSON.
+pub fn schema_of(kind: &str) -> Option<serde_json::Value> {
+    let crd = by_kind(kind)?;
+    let schema = crd
+        .spec
+        .versions
+        .first()?
+        .schema
+        .as_ref()?
+        .open_api_v3_schema
+        .as_ref()?;
+    serde_json::to_value(schema).ok()
+}
+
+/// File name of a CRD under `config/crd/`: `<crd name>.yaml`.
+pub fn file_name(crd: &CustomResourceDefinition) -> String {
+    format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
+}
+
+/// Renders a CRD as one YAML document (without a leading `---`).
+pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
+    serde_yaml::to_string(crd)
+}

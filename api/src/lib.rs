@@ -10,6 +10,10 @@
 //!
 //! This crate depends on nothing else of banlieue's.
 
+// `#[kube(printcolumn(type_ = …), …)]` repeats keys by design; clippy mistakes them for
+// duplicated attributes.
+#![allow(clippy::duplicated_attributes)]
+
 pub mod banlieue;
 pub mod common;
 pub mod condition;

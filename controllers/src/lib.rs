@@ -1,1 +1,61 @@
 //! The banlieue controller: standalone VirtualMachines over any provider.
+//!
+//! For now this crate holds the `banlieue` CLI's library side: rendering the CRDs.
+
+/// Errors of the banlieue CLI.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A CRD could not be rendered as YAML.
+    #[error("rendering CRD {name} as YAML")]
+    Render {
+        /// Name of the CRD.
+        name: String,
+        /// The serializer's error.
+        #[source]
+        source: serde_yaml::Error,
+    },
+}
+
+/// Result with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Renders every banlieue CRD as one multi-document YAML stream, each document introduced by
+/// `---`, in the order of [`banlieue_api::crds::all`].
+pub fn all_crds_yaml() -> Result<String> {
+    let mut out = String::new();
+    for crd in banlieue_api::crds::all() {
+        let yaml = banlieue_api::crds::to_yaml(&crd).map_err(|source| Error::Render {
+            name: crd.metadata.name.clone().unwrap_or_default(),
+            source,
+        })?;
+        out.push_str("---\n");
+        out.push_str(&yaml);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+    use super::*;
+
+    #[test]
+    fn stream_has_one_document_per_crd_in_order() {
+        let yaml = all_crds_yaml().expect("renders");
+        let names: Vec<String> = yaml
+            .split("---\n")
+            .filter(|d| !d.is_empty())
+            .map(|doc| {
+                let crd: CustomResourceDefinition =
+                    serde_yaml::from_str(doc).expect("each document is a CRD");
+                crd.metadata.name.expect("named")
+            })
+            .collect();
+        let expected: Vec<String> = banlieue_api::crds::all()
+            .into_iter()
+            .map(|c| c.metadata.name.expect("named"))
+            .collect();
+        assert_eq!(names, expected);
+    }
+}

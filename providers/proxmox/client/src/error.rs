@@ -176,6 +176,17 @@ impl fmt::Display for ErrorClass {
     }
 }
 
+/// Texts of plain `500` errors (PVE answers every `die` with 500) that no retry can fix.
+const PERMANENT: &[&str] = &[
+    "not supported",
+    "is running",
+    "is a template",
+    "not allowed",
+    "unable to parse",
+    "invalid format",
+    "not implemented",
+];
+
 /// Classifies by PVE's message text, as clients in the wild do (see `WIRE.md`).
 fn class_from_text(text: &str) -> Option<ErrorClass> {
     let lower = text.to_ascii_lowercase();
@@ -210,6 +221,10 @@ impl Error {
                     .find_map(class_from_text);
                 if let Some(class) = by_text {
                     return class;
+                }
+                let lower = message.to_ascii_lowercase();
+                if PERMANENT.iter().any(|p| lower.contains(p)) {
+                    return ErrorClass::Invalid;
                 }
                 match status {
                     404 => ErrorClass::NotFound,
@@ -314,6 +329,12 @@ mod tests {
         ErrorClass::Locked
     )]
     #[case(500, "internal error", ErrorClass::Transient)]
+    #[case(
+        500,
+        "shrinking disks is not supported (request 1073741824 bytes)",
+        ErrorClass::Invalid
+    )]
+    #[case(500, "VM 100 is running - destroy failed", ErrorClass::Invalid)]
     #[case(502, "Bad Gateway", ErrorClass::Transient)]
     #[case(503, "Service Unavailable", ErrorClass::Transient)]
     #[case(401, "No ticket", ErrorClass::Auth)]

@@ -2,3 +2,5 @@
 #![allow(dead_code)]
 
 pub mod mock;
+pub mod scenarios;
+pub mod target;

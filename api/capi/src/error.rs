@@ -11,7 +11,7 @@ pub enum Error {
         /// The label value as found.
         value: String,
     },
-    /// A reference names a kind whose contract version is not known to the caller.
+    /// A `{apiGroup, kind, name}` reference has an empty field.
     #[error("reference to {kind} {name:?} has an empty {field}")]
     IncompleteReference {
         /// Kind named by the reference (may be empty).
@@ -39,6 +39,18 @@ pub enum Error {
         /// The format as found (lossily decoded as UTF-8).
         format: String,
     },
+    /// A release version is not `[v]MAJOR.MINOR.PATCH[-pre][+build]`.
+    #[error("release version {release:?} is not a semantic version like v0.1.0")]
+    InvalidReleaseVersion {
+        /// The version as given.
+        release: String,
+    },
+    /// A release version matches no `releaseSeries` entry of the provider's metadata.yaml.
+    #[error("no releaseSeries in metadata.yaml matches release {release:?} (clusterctl would refuse it)")]
+    NoReleaseSeries {
+        /// The version as given.
+        release: String,
+    },
 }
 
 impl Error {
@@ -49,6 +61,8 @@ impl Error {
             Error::IncompleteReference { .. } => "incomplete_reference",
             Error::MissingBootstrapValue { .. } => "missing_bootstrap_value",
             Error::UnknownBootstrapFormat { .. } => "unknown_bootstrap_format",
+            Error::InvalidReleaseVersion { .. } => "invalid_release_version",
+            Error::NoReleaseSeries { .. } => "no_release_series",
         }
     }
 }

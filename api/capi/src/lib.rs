@@ -6,11 +6,14 @@
 //! - [`contract`]: label/annotation keys, pause rule, owner lookup, contract-label parsing and
 //!   `{apiGroup, kind, name}` references of the v1beta2 provider contract.
 //! - [`bootstrap`]: the bootstrap data Secret.
+//! - [`clusterctl`]: the provider `metadata.yaml` (`Metadata`, hand-written: kopium cannot
+//!   generate spec-less kinds).
 //! - [`v1beta1`]: the old condition shape still found under `status.deprecated.v1beta1`.
 //!
 //! The root kinds are re-exported at the crate root (`banlieue_capi::Cluster`, …).
 
 pub mod bootstrap;
+pub mod clusterctl;
 pub mod contract;
 mod error;
 pub mod generated;

@@ -171,3 +171,53 @@ fn regeneration_is_a_no_op() {
         "committed code differs from generate.sh output: {stale:?}; rerun api/capi/generate.sh"
     );
 }
+
+/// Property names of an openAPIV3Schema object node, sorted.
+fn property_names(schema: &serde_yaml::Value) -> Vec<String> {
+    let mut names: Vec<String> = schema["properties"]
+        .as_mapping()
+        .map(|m| m.keys().filter_map(|k| k.as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[test]
+fn hand_written_clusterctl_metadata_matches_capis_crd() {
+    use banlieue_capi::clusterctl::{METADATA_API_VERSION, Metadata, ReleaseSeries};
+
+    let path = shared_dir().join("capi/v1.14/crds/clusterctl.cluster.x-k8s.io_metadata.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let crd: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let version = &crd["spec"]["versions"][0];
+    assert_eq!(
+        format!(
+            "{}/{}",
+            crd["spec"]["group"].as_str().unwrap(),
+            version["name"].as_str().unwrap()
+        ),
+        METADATA_API_VERSION
+    );
+    let schema = &version["schema"]["openAPIV3Schema"];
+    let ours = serde_json::to_value(Metadata::new(vec![ReleaseSeries {
+        major: 0,
+        minor: 1,
+        contract: "v1beta2".into(),
+    }]))
+    .unwrap();
+    let mut top: Vec<String> = ours.as_object().unwrap().keys().cloned().collect();
+    top.push("metadata".into());
+    top.sort();
+    assert_eq!(top, property_names(schema));
+    let mut series: Vec<String> = ours["releaseSeries"][0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    series.sort();
+    assert_eq!(
+        series,
+        property_names(&schema["properties"]["releaseSeries"]["items"])
+    );
+}

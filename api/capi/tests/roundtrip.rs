@@ -7,7 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
-use banlieue_capi::{Cluster, IpAddress, IpAddressClaim, KubeadmControlPlane, Machine, MachineDeployment};
+use banlieue_capi::{
+    Cluster, IpAddress, IpAddressClaim, KubeadmConfig, KubeadmControlPlane, Machine, MachineDeployment,
+    MachineSet,
+};
 use pretty_assertions::assert_eq;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -161,6 +164,50 @@ fn ip_address_round_trips() {
 }
 
 #[test]
+fn topology_cluster_round_trips_with_free_form_variables() {
+    let cluster: Cluster = round_trip("cluster_topology.yaml");
+    let topology = cluster.spec.topology.as_ref().unwrap();
+    let vars: Vec<_> = topology
+        .variables
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|v| (v.name.as_str(), &v.value))
+        .collect();
+    assert_eq!(
+        vars[0],
+        (
+            "controlPlaneEndpoint",
+            &serde_json::json!({"host": "192.0.2.50", "port": 6443})
+        )
+    );
+    assert_eq!(vars[2], ("cpuOvercommit", &serde_json::json!(1.5)));
+    // Paused by both the spec and the annotation; the contract helper reports both causes.
+    let cause = banlieue_capi::contract::pause_cause(Some(&cluster), &cluster.metadata).unwrap();
+    assert!(cause.cluster_paused && cause.annotation);
+}
+
+#[test]
+fn kubeadm_config_round_trips_and_keeps_an_empty_taint_list() {
+    let config: KubeadmConfig = round_trip("kubeadm_config.yaml");
+    // `taints: []` means "no taints" to kubeadm, unlike an absent list (default taints): keep it.
+    let taints = config
+        .spec
+        .join_configuration
+        .as_ref()
+        .and_then(|j| j.node_registration.as_ref());
+    assert_eq!(taints.and_then(|n| n.taints.as_ref()).map(Vec::len), Some(0));
+    let owner = banlieue_capi::contract::owner_machine(&config.metadata).map(|o| o.name.as_str());
+    assert_eq!(owner, Some("prod-md-0-7b9c4-x2x8q"));
+}
+
+#[test]
+fn machine_set_round_trips() {
+    let ms: MachineSet = round_trip("machine_set.yaml");
+    assert_eq!(ms.status.as_ref().and_then(|s| s.ready_replicas), Some(1));
+}
+
+#[test]
 fn default_objects_serialize_without_nulls() {
     fn check<K: Serialize>(obj: &K, what: &str) {
         let json = serde_json::to_value(obj).unwrap();
@@ -178,6 +225,8 @@ fn default_objects_serialize_without_nulls() {
     );
     check(&IpAddressClaim::new("c", Default::default()), "IPAddressClaim");
     check(&IpAddress::new("a", Default::default()), "IPAddress");
+    check(&KubeadmConfig::new("k", Default::default()), "KubeadmConfig");
+    check(&MachineSet::new("ms", Default::default()), "MachineSet");
 }
 
 #[test]

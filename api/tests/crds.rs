@@ -293,3 +293,66 @@ fn every_cel_rule_compiles_and_has_a_message() {
         "expected the CRDs to carry their CEL rules, found {total}"
     );
 }
+
+/// Strips what may legitimately differ between two uses of one shape: descriptions (kind-specific
+/// wording) and `nullable` (optional in a VirtualMachine, required in a machine).
+fn shape(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "description" | "nullable"))
+                .map(|(k, v)| (k.clone(), shape(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(shape).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The neutral machine shape (cpu, memoryMiB, disks, networks) is the same schema in the
+/// VirtualMachine and in every infrastructure machine and machine template, so the banlieue
+/// controller can map one onto the other field by field.
+#[test]
+fn neutral_machine_shape_is_identical_across_kinds() {
+    let spec_of = |kind: &str| crds::schema_of(kind).expect("known kind")["properties"]["spec"].clone();
+    let vm = spec_of("VirtualMachine");
+    let mut checked = 0;
+    for kind in ["ProxmoxMachine", "LibvirtMachine", "VSphereMachine"] {
+        let machine = spec_of(kind);
+        let template =
+            spec_of(&format!("{kind}Template"))["properties"]["template"]["properties"]["spec"].clone();
+        for field in ["cpu", "memoryMiB", "disks", "networks"] {
+            let neutral = shape(&vm["properties"][field]);
+            assert!(
+                neutral.is_object() && neutral != Value::Object(Default::default()),
+                "{field}"
+            );
+            assert_eq!(
+                shape(&machine["properties"][field]),
+                neutral,
+                "{kind}.spec.{field}"
+            );
+            assert_eq!(
+                shape(&template["properties"][field]),
+                neutral,
+                "{kind}Template ... spec.{field}"
+            );
+            checked += 1;
+        }
+        for field in ["providerRef", "readinessChecks", "providerID"] {
+            assert_eq!(
+                shape(&machine["properties"][field]),
+                shape(&spec_of("ProxmoxMachine")["properties"][field]),
+                "{kind}.spec.{field}"
+            );
+        }
+        let required = machine["required"].as_array().cloned().unwrap_or_default();
+        for field in ["cpu", "memoryMiB", "source"] {
+            assert!(
+                required.contains(&Value::from(field)),
+                "{kind}.spec.{field} is required"
+            );
+        }
+    }
+    assert_eq!(checked, 12);
+}

@@ -1,6 +1,6 @@
 //! The `Provider` kind: one hypervisor endpoint.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -121,6 +121,11 @@ pub struct ProviderSpec {
     /// place VMs beyond it. Unset means unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<ProviderCapacity>,
+    /// Namespaces whose VirtualMachines may use this Provider, selected by the namespaces'
+    /// labels. Unset means every namespace; an empty selector (`{}`) also matches every
+    /// namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 /// Defaults applied to VirtualMachines that do not say otherwise.

@@ -124,7 +124,7 @@ impl TestEnvBuilder {
             Some(path) => TestEnv::connect(path, timeout).await?,
             None => TestEnv::launch(&self, timeout).await?,
         };
-        if !self.crds.is_empty() {
+        if env.is_external() && !self.crds.is_empty() {
             env.install_crds(&self.crds).await?;
         }
         let elapsed = began.elapsed();
@@ -240,8 +240,23 @@ impl TestEnv {
     /// test its own namespace ([`TestEnv::namespace`]) and its own client ([`TestEnv::client`]).
     /// If start-up failed, every caller gets that failure (it is not retried).
     pub async fn shared() -> Result<&'static TestEnv> {
+        Self::shared_with(|builder| builder).await
+    }
+
+    /// Like [`TestEnv::shared`], with options for the start (e.g. CRDs to install before the
+    /// controller-manager starts, so that its garbage collector knows them at once). Only the first
+    /// call of a test binary starts the environment, so every test of a binary should pass the same
+    /// options (call one helper function).
+    pub async fn shared_with(
+        configure: impl FnOnce(TestEnvBuilder) -> TestEnvBuilder,
+    ) -> Result<&'static TestEnv> {
         let result = SHARED
-            .get_or_init(|| async { Self::start().await.map_err(|e| e.to_string()) })
+            .get_or_init(|| async {
+                configure(Self::builder())
+                    .start()
+                    .await
+                    .map_err(|e| e.to_string())
+            })
             .await;
         result.as_ref().map_err(|e| Error::SharedStartFailed(e.clone()))
     }
@@ -362,6 +377,11 @@ impl TestEnv {
         let client = admin.client().await?;
         wait_ready(&client, Some(&local), deadline, timeout).await?;
         let apiserver_ready = Instant::now();
+        if !options.crds.is_empty() {
+            // Before the controller-manager starts: its garbage collector discovers resource types
+            // at start and then only every 30 s, so CRDs installed later are collected late.
+            install_crds(&client, &options.crds, CRD_TIMEOUT).await?;
+        }
 
         if let Some(kcm_binary) = &binaries.kube_controller_manager {
             let kcm_kubeconfig = KubeconfigFile::write(
@@ -513,6 +533,10 @@ impl TestEnv {
     }
 
     /// Installs CRDs (server-side apply, idempotent) and waits until they are Established.
+    ///
+    /// The controller-manager's garbage collector learns about new resource types only every 30 s:
+    /// for prompt owner-reference cascades of custom resources, install their CRDs at start
+    /// ([`TestEnvBuilder::crds`], [`TestEnv::shared_with`]).
     pub async fn install_crds(&self, crds: &[CustomResourceDefinition]) -> Result<()> {
         install_crds(&self.client().await?, crds, CRD_TIMEOUT).await
     }

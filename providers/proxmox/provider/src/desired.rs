@@ -1,0 +1,728 @@
+//! Desired Proxmox VE state of a machine, derived from its spec (pure): the VM config to apply,
+//! the disks to grow, the ownership markers, and the NoCloud seed carrying the bootstrap data.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use banlieue_api::common::{IpAddressing, IpAddressingMode, MachineAddress, MachineAddressType};
+use banlieue_api::infrastructure::ProxmoxMachineSpec;
+use banlieue_capi::bootstrap::{BootstrapData, BootstrapFormat};
+use banlieue_cloudinit::{Ethernet, MacMatch, MetaData, NameServers, NetworkConfig, NoCloudSeed, Route};
+use banlieue_pve_client::config::{is_disk_key, normalize_tags};
+use banlieue_pve_client::{ConfigUpdate, DiskSpec, NetDevice, Size, VmConfig};
+
+/// Prefix of the tag put on every VM this provider creates; the owner's UID follows.
+pub const OWNER_TAG_PREFIX: &str = "banlieue-uid-";
+/// Marker line prefix in the VM description (set at clone time, before tags can be written).
+pub const OWNER_DESCRIPTION_MARKER: &str = "banlieue.io/owner-uid: ";
+/// Drive slot the seed ISO is attached to.
+pub const SEED_SLOT: &str = "ide2";
+
+/// The spec asks for something Proxmox cannot do or the VM contradicts; permanent until the spec
+/// (or the template) changes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpecError(pub String);
+
+fn spec_err(msg: impl Into<String>) -> SpecError {
+    SpecError(msg.into())
+}
+
+/// The tag marking a VM as created for the object with this UID.
+pub fn owner_tag(uid: &str) -> String {
+    format!("{OWNER_TAG_PREFIX}{}", uid.to_ascii_lowercase())
+}
+
+/// The description given to the clone: names the object and carries the owner marker, so a
+/// clone can be recognised (and adopted) before its tags can be set.
+pub fn owner_description(uid: &str, namespace: &str, name: &str) -> String {
+    format!(
+        "Created by banlieue-proxmox for ProxmoxMachine {namespace}/{name}.\n{OWNER_DESCRIPTION_MARKER}{uid}\n"
+    )
+}
+
+/// Whether the VM config carries this owner's marker (description line or tag).
+pub fn is_owned_by(config: &VmConfig, uid: &str) -> bool {
+    let by_description = config.get("description").is_some_and(|d| {
+        d.lines()
+            .any(|l| l.trim() == format!("{OWNER_DESCRIPTION_MARKER}{uid}"))
+    });
+    let by_tag = config
+        .tags()
+        .is_ok_and(|tags| tags.iter().any(|t| *t == owner_tag(uid)));
+    by_description || by_tag
+}
+
+/// File name of the seed ISO of the object with this UID.
+pub fn seed_file_name(uid: &str) -> String {
+    format!("banlieue-seed-{}.iso", uid.to_ascii_lowercase())
+}
+
+/// Volume id of the seed ISO on `storage`.
+pub fn seed_volid(storage: &str, uid: &str) -> String {
+    format!("{storage}:iso/{}", seed_file_name(uid))
+}
+
+/// `proxmox://<smbios uuid>`, the providerID format (lower-case uuid, as the kubelet's
+/// `/sys/class/dmi/id/product_uuid` shows it on Proxmox guests).
+pub fn provider_id(config: &VmConfig) -> Option<String> {
+    config
+        .smbios_uuid()
+        .filter(|u| !u.is_empty())
+        .map(|u| format!("proxmox://{}", u.to_ascii_lowercase()))
+}
+
+/// The next thing to do to bring a cloned VM to its desired configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigureAction {
+    /// Apply these config changes.
+    Apply(ConfigUpdate),
+    /// Grow `disk` to `size`.
+    Resize {
+        /// Drive slot, e.g. `scsi0`.
+        disk: String,
+        /// New absolute size.
+        size: Size,
+    },
+    /// The seed ISO is not attached yet: upload it if needed, then attach it.
+    Seed,
+    /// Nothing left to do.
+    Done,
+}
+
+/// The config changes, disk growth and seed attachment still missing, in that order.
+pub fn next_configure_action(
+    spec: &ProxmoxMachineSpec,
+    uid: &str,
+    actual: &VmConfig,
+    seed_volid: &str,
+) -> Result<ConfigureAction, SpecError> {
+    let update = config_update(spec, uid, actual)?;
+    if update != ConfigUpdate::default() {
+        return Ok(ConfigureAction::Apply(update));
+    }
+    if let Some((disk, size)) = disk_to_grow(spec, actual)? {
+        return Ok(ConfigureAction::Resize { disk, size });
+    }
+    if !seed_attached(actual, seed_volid) {
+        return Ok(ConfigureAction::Seed);
+    }
+    Ok(ConfigureAction::Done)
+}
+
+/// Whether the seed volume is in the seed slot.
+pub fn seed_attached(actual: &VmConfig, seed_volid: &str) -> bool {
+    actual
+        .get(SEED_SLOT)
+        .and_then(|v| v.parse::<DiskSpec>().ok())
+        .is_some_and(|d| d.volume == seed_volid)
+}
+
+/// The update attaching the seed ISO as a cdrom.
+pub fn attach_seed(seed_volid: &str) -> ConfigUpdate {
+    ConfigUpdate::default().set(SEED_SLOT, format!("{seed_volid},media=cdrom"))
+}
+
+/// The update ejecting the seed ISO (live-applicable on a running VM).
+pub fn eject_seed() -> ConfigUpdate {
+    ConfigUpdate::default().set(SEED_SLOT, "none,media=cdrom")
+}
+
+fn num(actual: &VmConfig, key: &str, default: u64) -> u64 {
+    actual.get(key).and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn net_index(name: &str) -> Result<u8, SpecError> {
+    name.strip_prefix("net")
+        .and_then(|n| n.parse::<u8>().ok())
+        .filter(|n| *n <= 31 && name.len() > 3)
+        .ok_or_else(|| {
+            spec_err(format!(
+                "network {name:?}: Proxmox interfaces are named net0…net31"
+            ))
+        })
+}
+
+/// The config changes the spec asks for relative to `actual` (empty when in sync).
+pub fn config_update(
+    spec: &ProxmoxMachineSpec,
+    uid: &str,
+    actual: &VmConfig,
+) -> Result<ConfigUpdate, SpecError> {
+    let mut update = ConfigUpdate::default();
+    let cores = u64::from(spec.cpu.cores);
+    if num(actual, "cores", 1) != cores {
+        update = update.set("cores", cores.to_string());
+    }
+    let sockets = u64::from(spec.cpu.sockets.unwrap_or(1));
+    if num(actual, "sockets", 1) != sockets {
+        update = update.set("sockets", sockets.to_string());
+    }
+    if actual.memory_mib() != Some(spec.memory_mib) {
+        update = update.set("memory", spec.memory_mib.to_string());
+    }
+    for net in &spec.networks {
+        let index = net_index(&net.name)?;
+        let current = actual
+            .net(index)
+            .map_err(|e| spec_err(format!("{}: cannot read the VM's device: {e}", net.name)))?;
+        let mtu = net
+            .mtu
+            .map(|m| u16::try_from(m).map_err(|_| spec_err(format!("{}: mtu {m} too large", net.name))))
+            .transpose()?;
+        let mut want = current.clone().unwrap_or_else(|| NetDevice::virtio(&net.network));
+        if let Some(model) = &net.model {
+            want.model.clone_from(model);
+        }
+        if let Some(mac) = &net.mac_address {
+            want.mac = Some(mac.to_ascii_uppercase());
+        }
+        want.bridge = Some(net.network.clone());
+        want.tag = net.vlan;
+        want.mtu = mtu;
+        if current.as_ref() != Some(&want) {
+            update = update.set(net.name.clone(), want.to_string());
+        }
+    }
+    let current_tags = actual
+        .tags()
+        .map_err(|e| spec_err(format!("cannot read the VM's tags: {e}")))?;
+    let mut tags: BTreeSet<String> = current_tags.iter().cloned().collect();
+    tags.extend(spec.tags.iter().map(|t| t.to_ascii_lowercase()));
+    tags.insert(owner_tag(uid));
+    let tags: Vec<String> = tags.into_iter().collect();
+    if tags != current_tags {
+        let joined = tags.join(";");
+        normalize_tags(&joined).map_err(|e| spec_err(format!("tags: {e}")))?;
+        update = update.set("tags", joined);
+    }
+    // PVE's own cloud-init drive would compete with our NoCloud seed (both are `cidata`).
+    for (key, value) in &actual.0 {
+        if is_disk_key(key)
+            && key != SEED_SLOT
+            && value
+                .parse::<DiskSpec>()
+                .is_ok_and(|d| d.volume_name().ends_with("-cloudinit"))
+        {
+            update = update.delete(key.clone());
+        }
+    }
+    Ok(update)
+}
+
+/// The boot disk slot of a VM: the `bootdisk`/first `boot: order=` entry, else the first of
+/// `scsi0`, `virtio0`, `sata0`, `ide0` that is a disk (not a cdrom).
+pub fn boot_disk(actual: &VmConfig) -> Option<String> {
+    let is_disk = |key: &str| {
+        actual
+            .get(key)
+            .and_then(|v| v.parse::<DiskSpec>().ok())
+            .is_some_and(|d| !d.is_cdrom())
+    };
+    let from_boot = actual.get("boot").and_then(|b| {
+        b.strip_prefix("order=")?
+            .split(';')
+            .find(|k| is_disk_key(k) && is_disk(k))
+            .map(str::to_owned)
+    });
+    from_boot
+        .or_else(|| actual.get("bootdisk").filter(|k| is_disk(k)).map(str::to_owned))
+        .or_else(|| {
+            ["scsi0", "virtio0", "sata0", "ide0"]
+                .into_iter()
+                .find(|k| is_disk(k))
+                .map(str::to_owned)
+        })
+}
+
+/// The first disk that is smaller than the spec asks, with its new size.
+pub fn disk_to_grow(
+    spec: &ProxmoxMachineSpec,
+    actual: &VmConfig,
+) -> Result<Option<(String, Size)>, SpecError> {
+    for (i, disk) in spec.disks.iter().enumerate() {
+        let key = if is_disk_key(&disk.name) {
+            disk.name.clone()
+        } else if i == 0 {
+            boot_disk(actual).ok_or_else(|| spec_err("the template has no boot disk to resize"))?
+        } else {
+            return Err(spec_err(format!(
+                "disk {:?}: additional disks must be named by their slot (scsi1, virtio1, …) and exist in the template",
+                disk.name
+            )));
+        };
+        let current = actual
+            .get(&key)
+            .ok_or_else(|| spec_err(format!("disk {key} does not exist in the cloned VM")))?
+            .parse::<DiskSpec>()
+            .map_err(|e| spec_err(format!("disk {key}: {e}")))?;
+        let want = disk
+            .size_gib
+            .checked_mul(1 << 30)
+            .map(Size)
+            .ok_or_else(|| spec_err(format!("disk {key}: size too large")))?;
+        match current.size {
+            Some(have) if have > want => {
+                return Err(spec_err(format!(
+                    "disk {key} is {have} in the template, larger than the requested {}GiB (disks cannot shrink)",
+                    disk.size_gib
+                )));
+            }
+            Some(have) if have == want => {}
+            _ => return Ok(Some((key, want))),
+        }
+    }
+    Ok(None)
+}
+
+fn family_config(
+    eth: &mut Ethernet,
+    addressing: &IpAddressing,
+    v6: bool,
+    nic: &str,
+) -> Result<(), SpecError> {
+    match addressing.mode {
+        IpAddressingMode::DHCP if v6 => eth.dhcp6 = Some(true),
+        IpAddressingMode::DHCP => eth.dhcp4 = Some(true),
+        IpAddressingMode::Static => {
+            eth.addresses.extend(addressing.addresses.iter().cloned());
+            if let Some(gw) = &addressing.gateway {
+                eth.routes.push(Route {
+                    to: if v6 { "::/0" } else { "0.0.0.0/0" }.to_owned(),
+                    via: gw.clone(),
+                });
+            }
+        }
+        IpAddressingMode::Pool => {
+            return Err(spec_err(format!(
+                "{nic}: addresses from an IPAM pool are not supported by this provider version yet"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The `network-config` v2 for the VM: one ethernet per interface, matched by the MAC the VM
+/// really has. Without `spec.networks`, every NIC of the clone uses DHCP.
+pub fn network_config(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<NetworkConfig, SpecError> {
+    let nets = actual
+        .nets()
+        .map_err(|e| spec_err(format!("cannot read the VM's network devices: {e}")))?;
+    let mac_of = |index: u8, name: &str| {
+        nets.get(&index)
+            .and_then(|d| d.mac.as_deref())
+            .map(str::to_ascii_lowercase)
+            .ok_or_else(|| spec_err(format!("{name} has no MAC address on the VM")))
+    };
+    let mut ethernets = BTreeMap::new();
+    if spec.networks.is_empty() {
+        for index in nets.keys() {
+            let name = format!("net{index}");
+            let eth = Ethernet {
+                match_mac: Some(MacMatch {
+                    macaddress: mac_of(*index, &name)?,
+                }),
+                dhcp4: Some(true),
+                ..Ethernet::default()
+            };
+            ethernets.insert(name, eth);
+        }
+    }
+    for net in &spec.networks {
+        let index = net_index(&net.name)?;
+        let mut eth = Ethernet {
+            match_mac: Some(MacMatch {
+                macaddress: mac_of(index, &net.name)?,
+            }),
+            mtu: net.mtu,
+            ..Ethernet::default()
+        };
+        family_config(
+            &mut eth,
+            net.ipv4.as_ref().unwrap_or(&IpAddressing::default()),
+            false,
+            &net.name,
+        )?;
+        if let Some(v6) = &net.ipv6 {
+            family_config(&mut eth, v6, true, &net.name)?;
+        }
+        if !net.dns_servers.is_empty() {
+            eth.nameservers = Some(NameServers {
+                addresses: net.dns_servers.clone(),
+                search: Vec::new(),
+            });
+        }
+        ethernets.insert(net.name.clone(), eth);
+    }
+    Ok(NetworkConfig::new(ethernets))
+}
+
+/// The NoCloud seed: `user-data` is the bootstrap Secret's `value` byte for byte, `meta-data`
+/// has the VM's SMBIOS uuid as instance-id and the machine name as hostname.
+pub fn seed(
+    bootstrap: &BootstrapData,
+    hostname: &str,
+    instance_id: &str,
+    spec: &ProxmoxMachineSpec,
+    actual: &VmConfig,
+) -> Result<NoCloudSeed, SpecError> {
+    if bootstrap.format != BootstrapFormat::CloudConfig {
+        return Err(spec_err(format!(
+            "bootstrap data format {} is not supported: the Proxmox provider delivers cloud-init NoCloud seeds",
+            bootstrap.format
+        )));
+    }
+    Ok(NoCloudSeed {
+        user_data: bootstrap.value.clone(),
+        meta_data: MetaData {
+            instance_id: instance_id.to_owned(),
+            local_hostname: hostname.to_owned(),
+        },
+        network_config: Some(network_config(spec, actual)?),
+    })
+}
+
+/// Machine addresses from guest-agent IPs: loopback, link-local and unspecified addresses are
+/// dropped; the hostname comes first. Sorted and de-duplicated so status does not flap.
+pub fn machine_addresses(hostname: &str, ips: &[IpAddr]) -> Vec<MachineAddress> {
+    let usable = |ip: &&IpAddr| match ip {
+        IpAddr::V4(v4) => !v4.is_loopback() && !v4.is_link_local() && !v4.is_unspecified(),
+        IpAddr::V6(v6) => !v6.is_loopback() && !v6.is_unspecified() && (v6.segments()[0] & 0xffc0) != 0xfe80,
+    };
+    let ips: BTreeSet<&IpAddr> = ips.iter().filter(usable).collect();
+    std::iter::once(MachineAddress::new(MachineAddressType::Hostname, hostname))
+        .chain(
+            ips.into_iter()
+                .map(|ip| MachineAddress::new(MachineAddressType::InternalIP, ip.to_string())),
+        )
+        .collect()
+}
+
+/// Addresses from the spec's static configuration (for guests without an agent).
+pub fn static_addresses(spec: &ProxmoxMachineSpec) -> Vec<IpAddr> {
+    spec.networks
+        .iter()
+        .flat_map(|n| [n.ipv4.as_ref(), n.ipv6.as_ref()])
+        .flatten()
+        .filter(|a| a.mode == IpAddressingMode::Static)
+        .flat_map(|a| a.addresses.iter())
+        .filter_map(|cidr| cidr.split('/').next()?.parse().ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::common::{Cpu, Disk, NetworkInterface};
+    use banlieue_api::infrastructure::ProxmoxTemplateSource;
+    use pretty_assertions::assert_eq;
+    use rstest::rstest;
+
+    const UID: &str = "5b1e0f3c-aaaa-bbbb-cccc-0123456789ab";
+
+    fn spec() -> ProxmoxMachineSpec {
+        ProxmoxMachineSpec {
+            provider_id: None,
+            provider_ref: None,
+            source: ProxmoxTemplateSource {
+                vmid: Some(9000),
+                ..ProxmoxTemplateSource::default()
+            },
+            target_node: None,
+            allowed_nodes: vec![],
+            storage: None,
+            clone_mode: None,
+            pool: None,
+            cpu: Cpu::cores(2),
+            memory_mib: 4096,
+            disks: vec![],
+            networks: vec![],
+            tags: vec![],
+            vmid_range: None,
+            readiness_checks: None,
+        }
+    }
+
+    /// A freshly cloned VM, as PVE returns it (memory as a string, MAC first in net0).
+    fn clone_config() -> VmConfig {
+        VmConfig(
+            [
+                ("name", "m1"),
+                ("cores", "1"),
+                ("memory", "2048"),
+                ("scsi0", "local-lvm:vm-101-disk-0,size=8G"),
+                ("ide2", "local-lvm:vm-101-cloudinit,media=cdrom"),
+                ("net0", "virtio=BC:24:11:AA:BB:CC,bridge=vmbr0"),
+                ("smbios1", "uuid=0E6B7D4C-1111-2222-3333-444455556666"),
+                ("tags", "template;ubuntu"),
+                ("boot", "order=scsi0;ide2;net0"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        )
+    }
+
+    fn apply(config: &mut VmConfig, update: &ConfigUpdate) {
+        for (k, v) in &update.set {
+            let v = if k == "tags" {
+                normalize_tags(v).unwrap().join(";")
+            } else {
+                v.clone()
+            };
+            config.0.insert(k.clone(), v);
+        }
+        for k in &update.delete {
+            config.0.remove(k);
+        }
+    }
+
+    #[test]
+    fn a_fresh_clone_gets_cpu_memory_tags_and_loses_the_pve_cloudinit_drive() {
+        let update = config_update(&spec(), UID, &clone_config()).unwrap();
+        assert_eq!(update.set.get("cores").map(String::as_str), Some("2"));
+        assert_eq!(update.set.get("memory").map(String::as_str), Some("4096"));
+        assert!(!update.set.contains_key("sockets"), "1 socket is the default");
+        assert_eq!(
+            update.set.get("tags").map(String::as_str),
+            Some(format!("{};template;ubuntu", owner_tag(UID)).as_str())
+        );
+        assert!(
+            update.delete.is_empty(),
+            "a cloud-init drive in the seed slot is replaced by the seed later: {:?}",
+            update.delete
+        );
+    }
+
+    #[test]
+    fn the_pve_cloudinit_drive_outside_the_seed_slot_is_removed() {
+        let mut config = clone_config();
+        config.0.remove("ide2");
+        config
+            .0
+            .insert("ide0".into(), "local-lvm:vm-101-cloudinit,media=cdrom".into());
+        let update = config_update(&spec(), UID, &config).unwrap();
+        assert_eq!(update.delete, vec!["ide0".to_owned()]);
+    }
+
+    #[test]
+    fn applying_the_update_converges() {
+        let mut s = spec();
+        s.networks = vec![NetworkInterface {
+            vlan: Some(20),
+            mtu: Some(1450),
+            ..NetworkInterface::dhcp("net0", "vmbr1")
+        }];
+        s.tags = vec!["k8s".into()];
+        let mut config = clone_config();
+        let update = config_update(&s, UID, &config).unwrap();
+        assert_eq!(
+            update.set.get("net0").map(String::as_str),
+            Some("virtio=BC:24:11:AA:BB:CC,bridge=vmbr1,mtu=1450,tag=20"),
+            "the MAC PVE assigned is kept"
+        );
+        apply(&mut config, &update);
+        assert_eq!(config_update(&s, UID, &config).unwrap(), ConfigUpdate::default());
+    }
+
+    #[rstest]
+    #[case("eth0")]
+    #[case("net")]
+    #[case("net32")]
+    fn network_names_must_be_pve_slots(#[case] name: &str) {
+        let mut s = spec();
+        s.networks = vec![NetworkInterface::dhcp(name, "vmbr0")];
+        let err = config_update(&s, UID, &clone_config()).unwrap_err();
+        assert!(err.0.contains("net0…net31"), "{err}");
+    }
+
+    #[rstest]
+    #[case::boot_disk_by_any_name("root", 32, Some(("scsi0", 32)))]
+    #[case::by_slot("scsi0", 20, Some(("scsi0", 20)))]
+    #[case::same_size("scsi0", 8, None)]
+    fn disks_grow_to_the_requested_size(
+        #[case] name: &str,
+        #[case] gib: u64,
+        #[case] want: Option<(&str, u64)>,
+    ) {
+        let mut s = spec();
+        s.disks = vec![Disk {
+            name: name.into(),
+            size_gib: gib,
+            storage: None,
+        }];
+        let got = disk_to_grow(&s, &clone_config()).unwrap();
+        assert_eq!(got, want.map(|(k, g)| (k.to_owned(), Size::gib(g))));
+    }
+
+    #[rstest]
+    #[case::shrink("scsi0", 4, "cannot shrink")]
+    #[case::missing_slot("scsi1", 4, "does not exist")]
+    fn impossible_disks_are_spec_errors(#[case] name: &str, #[case] gib: u64, #[case] text: &str) {
+        let mut s = spec();
+        s.disks = vec![Disk {
+            name: name.into(),
+            size_gib: gib,
+            storage: None,
+        }];
+        let err = disk_to_grow(&s, &clone_config()).unwrap_err();
+        assert!(err.0.contains(text), "{err}");
+    }
+
+    #[test]
+    fn configure_actions_come_in_order_config_resize_seed_done() {
+        let mut s = spec();
+        s.disks = vec![Disk {
+            name: "scsi0".into(),
+            size_gib: 16,
+            storage: None,
+        }];
+        let seed = seed_volid("local", UID);
+        let mut config = clone_config();
+        let ConfigureAction::Apply(update) = next_configure_action(&s, UID, &config, &seed).unwrap() else {
+            panic!("config first");
+        };
+        apply(&mut config, &update);
+        assert_eq!(
+            next_configure_action(&s, UID, &config, &seed).unwrap(),
+            ConfigureAction::Resize {
+                disk: "scsi0".into(),
+                size: Size::gib(16)
+            }
+        );
+        config
+            .0
+            .insert("scsi0".into(), "local-lvm:vm-101-disk-0,size=16G".into());
+        assert_eq!(
+            next_configure_action(&s, UID, &config, &seed).unwrap(),
+            ConfigureAction::Seed
+        );
+        apply(&mut config, &attach_seed(&seed));
+        assert!(seed_attached(&config, &seed));
+        assert_eq!(
+            next_configure_action(&s, UID, &config, &seed).unwrap(),
+            ConfigureAction::Done
+        );
+    }
+
+    #[test]
+    fn ownership_is_recognised_by_description_or_tag_only_for_that_uid() {
+        let mut config = clone_config();
+        assert!(!is_owned_by(&config, UID));
+        config
+            .0
+            .insert("description".into(), owner_description(UID, "ns", "m1"));
+        assert!(is_owned_by(&config, UID));
+        assert!(!is_owned_by(&config, "other-uid"));
+        let mut tagged = clone_config();
+        tagged.0.insert("tags".into(), format!("a;{}", owner_tag(UID)));
+        assert!(is_owned_by(&tagged, UID));
+        assert!(!is_owned_by(&tagged, "5b1e0f3c"));
+    }
+
+    #[test]
+    fn provider_id_is_the_lowercase_smbios_uuid() {
+        assert_eq!(
+            provider_id(&clone_config()).as_deref(),
+            Some("proxmox://0e6b7d4c-1111-2222-3333-444455556666")
+        );
+        assert_eq!(provider_id(&VmConfig::default()), None);
+    }
+
+    #[test]
+    fn seed_carries_user_data_byte_for_byte_and_matches_nics_by_mac() {
+        let bootstrap = BootstrapData {
+            format: BootstrapFormat::CloudConfig,
+            value: b"#cloud-config\nruncmd: [\"echo \xc3\xa9\"]\n".to_vec(),
+        };
+        let mut s = spec();
+        s.networks = vec![NetworkInterface {
+            ipv4: Some(IpAddressing {
+                mode: IpAddressingMode::Static,
+                addresses: vec!["10.0.0.5/24".into()],
+                gateway: Some("10.0.0.1".into()),
+                pool_ref: None,
+            }),
+            dns_servers: vec!["10.0.0.53".into()],
+            ..NetworkInterface::dhcp("net0", "vmbr0")
+        }];
+        let seed = seed(&bootstrap, "m1", "uuid-1", &s, &clone_config()).unwrap();
+        assert_eq!(seed.user_data, bootstrap.value);
+        assert_eq!(seed.meta_data.instance_id, "uuid-1");
+        assert_eq!(seed.meta_data.local_hostname, "m1");
+        let net = seed.network_config.unwrap();
+        let eth = &net.ethernets["net0"];
+        assert_eq!(eth.match_mac.as_ref().unwrap().macaddress, "bc:24:11:aa:bb:cc");
+        assert_eq!(eth.addresses, vec!["10.0.0.5/24".to_owned()]);
+        assert_eq!(eth.routes[0].via, "10.0.0.1");
+        assert_eq!(eth.dhcp4, None);
+        assert_eq!(
+            eth.nameservers.as_ref().unwrap().addresses,
+            vec!["10.0.0.53".to_owned()]
+        );
+    }
+
+    #[test]
+    fn without_networks_every_nic_uses_dhcp() {
+        let bootstrap = BootstrapData {
+            format: BootstrapFormat::CloudConfig,
+            value: b"x".to_vec(),
+        };
+        let seed = seed(&bootstrap, "m1", "i", &spec(), &clone_config()).unwrap();
+        let net = seed.network_config.unwrap();
+        assert_eq!(net.ethernets.len(), 1);
+        assert_eq!(net.ethernets["net0"].dhcp4, Some(true));
+    }
+
+    #[test]
+    fn ignition_and_ipam_pools_are_refused_with_a_clear_message() {
+        let ignition = BootstrapData {
+            format: BootstrapFormat::Ignition,
+            value: b"{}".to_vec(),
+        };
+        let err = seed(&ignition, "m1", "i", &spec(), &clone_config()).unwrap_err();
+        assert!(err.0.contains("ignition"), "{err}");
+        let mut s = spec();
+        s.networks = vec![NetworkInterface {
+            ipv4: Some(IpAddressing {
+                mode: IpAddressingMode::Pool,
+                ..IpAddressing::default()
+            }),
+            ..NetworkInterface::dhcp("net0", "vmbr0")
+        }];
+        let cloud = BootstrapData {
+            format: BootstrapFormat::CloudConfig,
+            value: b"x".to_vec(),
+        };
+        let err = seed(&cloud, "m1", "i", &s, &clone_config()).unwrap_err();
+        assert!(err.0.contains("IPAM"), "{err}");
+    }
+
+    #[test]
+    fn addresses_drop_loopback_and_link_local_and_are_sorted() {
+        let ips: Vec<IpAddr> = [
+            "127.0.0.1",
+            "10.0.0.9",
+            "fe80::1",
+            "::1",
+            "10.0.0.5",
+            "2001:db8::5",
+            "10.0.0.5",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        let got = machine_addresses("m1", &ips);
+        let shown: Vec<(MachineAddressType, &str)> =
+            got.iter().map(|a| (a.type_, a.address.as_str())).collect();
+        assert_eq!(
+            shown,
+            vec![
+                (MachineAddressType::Hostname, "m1"),
+                (MachineAddressType::InternalIP, "10.0.0.5"),
+                (MachineAddressType::InternalIP, "10.0.0.9"),
+                (MachineAddressType::InternalIP, "2001:db8::5"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,558 @@
+//! An in-memory [`Hypervisor`] double for tests of the state machines and reconcilers, until
+//! (and besides) the wire-level simulator `banlieue-pve-sim`.
+//!
+//! It models what the provisioning logic depends on, with PVE's semantics: a clone exists at
+//! once with only `lock: clone` and gets its config (new MAC, new SMBIOS uuid, description,
+//! name) when its task finishes; tasks finish after a configurable number of polls; a running
+//! VM cannot be deleted; uploads land as volumes; errors can be injected per operation.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use banlieue_pve_client::config::normalize_tags;
+use banlieue_pve_client::{CloneRequest, ConfigUpdate, SizeChange, TaskOutcome, Upid, VmConfig};
+
+use crate::hypervisor::{Guest, Hypervisor, NodeLoad, PveError};
+
+/// A VM of the fake.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FakeVm {
+    /// Node.
+    pub node: String,
+    /// Config, as `GET …/config` would return it.
+    pub config: BTreeMap<String, String>,
+    /// Running.
+    pub running: bool,
+    /// Addresses the guest agent reports once running (`None` = agent never answers).
+    pub agent_ips: Option<Vec<IpAddr>>,
+}
+
+#[derive(Debug)]
+enum Effect {
+    None,
+    Clone {
+        vmid: u32,
+        source: BTreeMap<String, String>,
+        request: CloneRequest,
+    },
+    Start(u32),
+    Stop(u32),
+    Delete(u32),
+    Upload {
+        node: String,
+        volid: String,
+        data: Vec<u8>,
+    },
+}
+
+#[derive(Debug)]
+struct Task {
+    polls_left: u32,
+    failure: Option<String>,
+    effect: Option<Effect>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    nodes: Vec<NodeLoad>,
+    vms: BTreeMap<u32, FakeVm>,
+    volumes: BTreeMap<(String, String), Vec<u8>>,
+    tasks: HashMap<String, Task>,
+    counter: u32,
+    task_polls: u32,
+    failures: HashMap<&'static str, Vec<PveError>>,
+    task_failures: HashMap<&'static str, String>,
+    calls: Vec<String>,
+}
+
+/// The fake Proxmox VE cluster. Cheap to clone (shared state).
+#[derive(Clone, Debug, Default)]
+pub struct FakePve(Arc<Mutex<State>>);
+
+/// A PVE API error as the client would report it.
+pub fn api_error(status: u16, message: &str) -> PveError {
+    PveError::Api {
+        method: http::Method::POST,
+        path: "/fake".into(),
+        status,
+        message: message.into(),
+        errors: BTreeMap::new(),
+    }
+}
+
+fn not_found(what: &str) -> PveError {
+    api_error(500, &format!("{what} does not exist"))
+}
+
+impl FakePve {
+    /// Nodes `pve1..pve{n}` online (pve1 with the least free memory), and template 9000
+    /// `ubuntu-2404-template` on pve1 like the simulator's default.
+    pub fn new(nodes: usize) -> Self {
+        let fake = Self::default();
+        {
+            let mut s = fake.lock();
+            s.nodes = (1..=nodes)
+                .map(|i| NodeLoad {
+                    name: format!("pve{i}"),
+                    online: true,
+                    free_memory: (i as u64) << 30,
+                })
+                .collect();
+            let config = [
+                ("name", "ubuntu-2404-template"),
+                ("template", "1"),
+                ("cores", "1"),
+                ("memory", "2048"),
+                ("scsi0", "local-lvm:base-9000-disk-0,size=8G"),
+                ("net0", "virtio=BC:24:11:00:90:00,bridge=vmbr0"),
+                ("ide2", "local-lvm:vm-9000-cloudinit,media=cdrom"),
+                ("agent", "1"),
+                ("tags", "template;ubuntu"),
+                ("smbios1", "uuid=00000000-0000-0000-0000-000000009000"),
+            ];
+            s.vms.insert(
+                9000,
+                FakeVm {
+                    node: "pve1".into(),
+                    config: config
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                    running: false,
+                    agent_ips: None,
+                },
+            );
+        }
+        fake
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tasks report `running` this many times before finishing (default 0: done at first poll).
+    pub fn set_task_polls(&self, polls: u32) {
+        self.lock().task_polls = polls;
+    }
+
+    /// The next call of `op` (method name of [`Hypervisor`]) fails with `err`.
+    pub fn fail_next(&self, op: &'static str, err: PveError) {
+        self.lock().failures.entry(op).or_default().push(err);
+    }
+
+    /// The next task started by `op` fails inside the worker with `exitstatus`.
+    pub fn fail_next_task(&self, op: &'static str, exitstatus: &str) {
+        self.lock().task_failures.insert(op, exitstatus.to_owned());
+    }
+
+    /// Adds a VM (e.g. one not created by banlieue).
+    pub fn insert_vm(&self, vmid: u32, vm: FakeVm) {
+        self.lock().vms.insert(vmid, vm);
+    }
+
+    /// Removes a VM behind the controller's back.
+    pub fn remove_vm(&self, vmid: u32) -> Option<FakeVm> {
+        self.lock().vms.remove(&vmid)
+    }
+
+    /// All VMs except templates.
+    pub fn vms(&self) -> BTreeMap<u32, FakeVm> {
+        self.lock()
+            .vms
+            .iter()
+            .filter(|(_, vm)| vm.config.get("template").map(String::as_str) != Some("1"))
+            .map(|(k, v)| (*k, v.clone()))
+            .collect()
+    }
+
+    /// A VM by VMID.
+    pub fn vm(&self, vmid: u32) -> Option<FakeVm> {
+        self.lock().vms.get(&vmid).cloned()
+    }
+
+    /// The volumes, keyed by `(node, volid)`.
+    pub fn volumes(&self) -> BTreeMap<(String, String), Vec<u8>> {
+        self.lock().volumes.clone()
+    }
+
+    /// The Hypervisor calls made so far (method names, in order).
+    pub fn calls(&self) -> Vec<String> {
+        self.lock().calls.clone()
+    }
+
+    /// Sets what the guest agent of `vmid` reports.
+    pub fn set_agent_ips(&self, vmid: u32, ips: Option<Vec<IpAddr>>) {
+        if let Some(vm) = self.lock().vms.get_mut(&vmid) {
+            vm.agent_ips = ips;
+        }
+    }
+
+    /// Finishes every running task at once (applying its effect).
+    pub fn finish_all_tasks(&self) {
+        let mut s = self.lock();
+        let ids: Vec<String> = s.tasks.keys().cloned().collect();
+        for id in ids {
+            if let Some(task) = s.tasks.get_mut(&id) {
+                task.polls_left = 0;
+            }
+            finish(&mut s, &id);
+        }
+    }
+
+    fn enter(&self, op: &'static str) -> Result<MutexGuard<'_, State>, PveError> {
+        let mut s = self.lock();
+        s.calls.push(op.to_owned());
+        if let Some(list) = s.failures.get_mut(op)
+            && !list.is_empty()
+        {
+            return Err(list.remove(0));
+        }
+        Ok(s)
+    }
+}
+
+fn new_task(s: &mut State, op: &'static str, node: &str, kind: &str, id: &str, effect: Effect) -> Upid {
+    s.counter += 1;
+    let raw = format!(
+        "UPID:{node}:{:08X}:{:08X}:{:08X}:{kind}:{id}:root@pam!banlieue:",
+        s.counter, s.counter, s.counter
+    );
+    let failure = s.task_failures.remove(op);
+    let polls_left = s.task_polls;
+    s.tasks.insert(
+        raw.clone(),
+        Task {
+            polls_left,
+            failure,
+            effect: Some(effect),
+        },
+    );
+    raw.parse().expect("fake UPIDs are valid")
+}
+
+fn finish(s: &mut State, upid: &str) {
+    let Some(task) = s.tasks.get_mut(upid) else { return };
+    let Some(effect) = task.effect.take() else { return };
+    let failed = task.failure.is_some();
+    match effect {
+        Effect::Clone {
+            vmid,
+            source,
+            request,
+        } => {
+            if failed {
+                s.vms.remove(&vmid);
+                return;
+            }
+            let mut config = source;
+            config.remove("template");
+            config.remove("lock");
+            for (key, value) in config.iter_mut() {
+                if key.strip_prefix("net").is_some_and(|r| r.parse::<u8>().is_ok()) {
+                    let tail = value.split_once(',').map_or("", |(_, t)| t).to_owned();
+                    let model = value.split(['=', ',']).next().unwrap_or("virtio").to_owned();
+                    *value = format!(
+                        "{model}=BC:24:11:{:02X}:{:02X}:{:02X},{tail}",
+                        vmid >> 16 & 0xff,
+                        vmid >> 8 & 0xff,
+                        vmid & 0xff
+                    );
+                }
+            }
+            config.insert(
+                "smbios1".into(),
+                format!("uuid=0000AAAA-0000-0000-0000-{vmid:012}"),
+            );
+            if let Some(name) = request.name {
+                config.insert("name".into(), name);
+            }
+            if let Some(d) = request.description {
+                config.insert("description".into(), d);
+            }
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.config = config;
+                if let Some(target) = request.target {
+                    vm.node = target;
+                }
+            }
+        }
+        _ if failed => {}
+        Effect::Start(vmid) => {
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.running = true;
+            }
+        }
+        Effect::Stop(vmid) => {
+            if let Some(vm) = s.vms.get_mut(&vmid) {
+                vm.running = false;
+            }
+        }
+        Effect::Delete(vmid) => {
+            s.vms.remove(&vmid);
+        }
+        Effect::Upload { node, volid, data } => {
+            s.volumes.insert((node, volid), data);
+        }
+        Effect::None => {}
+    }
+}
+
+fn vm_on<'a>(s: &'a mut State, node: &str, vmid: u32) -> Result<&'a mut FakeVm, PveError> {
+    s.vms.get_mut(&vmid).filter(|vm| vm.node == node).ok_or_else(|| {
+        not_found(&format!(
+            "Configuration file 'nodes/{node}/qemu-server/{vmid}.conf'"
+        ))
+    })
+}
+
+fn apply_update(vm: &mut FakeVm, update: &ConfigUpdate) -> Result<(), PveError> {
+    for (k, v) in &update.set {
+        let v = if k == "tags" {
+            normalize_tags(v)
+                .map_err(|e| api_error(400, &e.to_string()))?
+                .join(";")
+        } else {
+            v.clone()
+        };
+        vm.config.insert(k.clone(), v);
+    }
+    for k in &update.delete {
+        vm.config.remove(k);
+    }
+    Ok(())
+}
+
+impl Hypervisor for FakePve {
+    async fn version(&self) -> Result<String, PveError> {
+        let _calls = self.enter("version")?;
+        Ok("9.1.2".into())
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeLoad>, PveError> {
+        Ok(self.enter("nodes")?.nodes.clone())
+    }
+
+    async fn guests(&self) -> Result<Vec<Guest>, PveError> {
+        let s = self.enter("guests")?;
+        Ok(s.vms
+            .iter()
+            .map(|(vmid, vm)| Guest {
+                node: vm.node.clone(),
+                vmid: *vmid,
+                name: vm.config.get("name").cloned(),
+                template: vm.config.get("template").map(String::as_str) == Some("1"),
+                tags: vm
+                    .config
+                    .get("tags")
+                    .and_then(|t| normalize_tags(t).ok())
+                    .unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    async fn next_vmid(&self) -> Result<u32, PveError> {
+        let s = self.enter("next_vmid")?;
+        Ok((100..).find(|id| !s.vms.contains_key(id)).unwrap_or(100))
+    }
+
+    async fn vmid_is_free(&self, vmid: u32) -> Result<bool, PveError> {
+        Ok(!self.enter("vmid_is_free")?.vms.contains_key(&vmid))
+    }
+
+    async fn vm_config(&self, node: &str, vmid: u32) -> Result<Option<VmConfig>, PveError> {
+        let mut s = self.enter("vm_config")?;
+        Ok(vm_on(&mut s, node, vmid)
+            .ok()
+            .map(|vm| VmConfig(vm.config.clone())))
+    }
+
+    async fn vm_running(&self, node: &str, vmid: u32) -> Result<Option<bool>, PveError> {
+        let mut s = self.enter("vm_running")?;
+        Ok(vm_on(&mut s, node, vmid).ok().map(|vm| vm.running))
+    }
+
+    async fn clone_vm(&self, node: &str, source: u32, request: &CloneRequest) -> Result<Upid, PveError> {
+        let mut s = self.enter("clone_vm")?;
+        let template = vm_on(&mut s, node, source)?.config.clone();
+        if s.vms.contains_key(&request.newid) {
+            return Err(api_error(400, &format!("VM {} already exists", request.newid)));
+        }
+        if let Some(target) = &request.target
+            && !s.nodes.iter().any(|n| n.name == *target)
+        {
+            return Err(api_error(400, &format!("no such cluster node '{target}'")));
+        }
+        s.vms.insert(
+            request.newid,
+            FakeVm {
+                node: node.to_owned(),
+                config: [("lock".to_owned(), "clone".to_owned())].into(),
+                running: false,
+                agent_ips: Some(vec![
+                    "127.0.0.1".parse().expect("ip"),
+                    format!("10.0.{}.{}", request.newid / 250, request.newid % 250)
+                        .parse()
+                        .expect("ip"),
+                ]),
+            },
+        );
+        let effect = Effect::Clone {
+            vmid: request.newid,
+            source: template,
+            request: request.clone(),
+        };
+        Ok(new_task(
+            &mut s,
+            "clone_vm",
+            node,
+            "qmclone",
+            &source.to_string(),
+            effect,
+        ))
+    }
+
+    async fn task(&self, upid: &Upid) -> Result<TaskOutcome, PveError> {
+        let mut s = self.enter("task")?;
+        let Some(task) = s.tasks.get_mut(upid.as_str()) else {
+            return Err(api_error(400, "no such task"));
+        };
+        if task.polls_left > 0 {
+            task.polls_left -= 1;
+            return Ok(TaskOutcome::Running);
+        }
+        let failure = task.failure.clone();
+        finish(&mut s, upid.as_str());
+        Ok(failure.map_or(TaskOutcome::Ok, TaskOutcome::Failed))
+    }
+
+    async fn update_config(
+        &self,
+        node: &str,
+        vmid: u32,
+        update: &ConfigUpdate,
+    ) -> Result<Option<Upid>, PveError> {
+        let mut s = self.enter("update_config")?;
+        let vm = vm_on(&mut s, node, vmid)?;
+        if let Some(lock) = vm.config.get("lock") {
+            return Err(api_error(500, &format!("VM is locked ({lock})")));
+        }
+        apply_update(vm, update)?;
+        Ok(Some(new_task(
+            &mut s,
+            "update_config",
+            node,
+            "qmconfig",
+            &vmid.to_string(),
+            Effect::None,
+        )))
+    }
+
+    async fn resize_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: SizeChange,
+    ) -> Result<Option<Upid>, PveError> {
+        let mut s = self.enter("resize_disk")?;
+        let vm = vm_on(&mut s, node, vmid)?;
+        let value = vm
+            .config
+            .get(disk)
+            .cloned()
+            .ok_or_else(|| api_error(400, &format!("disk '{disk}' does not exist")))?;
+        let SizeChange::To(size) = size else {
+            return Err(api_error(400, "fake supports absolute sizes only"));
+        };
+        let base = value.split(",size=").next().unwrap_or(&value).to_owned();
+        vm.config.insert(disk.to_owned(), format!("{base},size={size}"));
+        Ok(Some(new_task(
+            &mut s,
+            "resize_disk",
+            node,
+            "qmresize",
+            &vmid.to_string(),
+            Effect::None,
+        )))
+    }
+
+    async fn upload_iso(
+        &self,
+        node: &str,
+        storage: &str,
+        file_name: &str,
+        data: Vec<u8>,
+    ) -> Result<Upid, PveError> {
+        let mut s = self.enter("upload_iso")?;
+        let effect = Effect::Upload {
+            node: node.to_owned(),
+            volid: format!("{storage}:iso/{file_name}"),
+            data,
+        };
+        Ok(new_task(&mut s, "upload_iso", node, "imgcopy", "", effect))
+    }
+
+    async fn volume_exists(&self, node: &str, volid: &str) -> Result<bool, PveError> {
+        let s = self.enter("volume_exists")?;
+        Ok(s.volumes.contains_key(&(node.to_owned(), volid.to_owned())))
+    }
+
+    async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {
+        let mut s = self.enter("delete_volume")?;
+        if s.volumes.remove(&(node.to_owned(), volid.to_owned())).is_none() {
+            return Err(not_found(&format!("volume '{volid}'")));
+        }
+        Ok(None)
+    }
+
+    async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
+        let mut s = self.enter("start_vm")?;
+        vm_on(&mut s, node, vmid)?;
+        Ok(new_task(
+            &mut s,
+            "start_vm",
+            node,
+            "qmstart",
+            &vmid.to_string(),
+            Effect::Start(vmid),
+        ))
+    }
+
+    async fn stop_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
+        let mut s = self.enter("stop_vm")?;
+        vm_on(&mut s, node, vmid)?;
+        Ok(new_task(
+            &mut s,
+            "stop_vm",
+            node,
+            "qmstop",
+            &vmid.to_string(),
+            Effect::Stop(vmid),
+        ))
+    }
+
+    async fn delete_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
+        let mut s = self.enter("delete_vm")?;
+        if vm_on(&mut s, node, vmid)?.running {
+            return Err(api_error(500, &format!("VM {vmid} is running - destroy failed")));
+        }
+        Ok(new_task(
+            &mut s,
+            "delete_vm",
+            node,
+            "qmdestroy",
+            &vmid.to_string(),
+            Effect::Delete(vmid),
+        ))
+    }
+
+    async fn guest_addresses(&self, node: &str, vmid: u32) -> Result<Option<Vec<IpAddr>>, PveError> {
+        let mut s = self.enter("guest_addresses")?;
+        let vm = vm_on(&mut s, node, vmid)?;
+        if !vm.running {
+            return Err(api_error(500, "VM is not running"));
+        }
+        Ok(vm.agent_ips.clone())
+    }
+}

@@ -1,0 +1,340 @@
+//! The small hypervisor-access trait the machine and cluster reconcilers need (in the spirit of
+//! CAPV's `pkg/services/interfaces.go`), and its implementation by the real
+//! [`banlieue_pve_client::Client`].
+//!
+//! Every method is one Proxmox VE API call (never a wait loop): long operations return the task's
+//! [`Upid`], which the reconciler records in status and polls with [`Hypervisor::task`] on requeue.
+//! Errors are the client's [`PveError`], so their [`banlieue_pve_client::ErrorClass`] drives the
+//! reconciler's decisions (adopt, back off, report a permanent failure).
+
+use std::future::Future;
+use std::net::IpAddr;
+
+use banlieue_pve_client::{
+    Client, CloneRequest, ConfigUpdate, DeleteVmOptions, ErrorClass, ResourceType, SizeChange, TaskOutcome,
+    Upid, UploadContent, VmConfig,
+};
+
+/// Errors of the hypervisor calls: the Proxmox client's error, classified by
+/// [`PveError::class`].
+pub type PveError = banlieue_pve_client::Error;
+
+/// A Proxmox VE node and its load, for placement.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeLoad {
+    /// Node name.
+    pub name: String,
+    /// `status == online`.
+    pub online: bool,
+    /// Free memory in bytes (`maxmem - mem`), `0` when unknown.
+    pub free_memory: u64,
+}
+
+/// A guest (VM or template) as listed cluster-wide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Guest {
+    /// The node holding the guest.
+    pub node: String,
+    /// VMID.
+    pub vmid: u32,
+    /// Name (absent for a few seconds after creation on real PVE).
+    pub name: Option<String>,
+    /// Whether the guest is a template.
+    pub template: bool,
+    /// Normalised tags.
+    pub tags: Vec<String>,
+}
+
+/// What the reconcilers need from a Proxmox VE cluster. Implemented by
+/// [`banlieue_pve_client::Client`]; tests may substitute a double.
+pub trait Hypervisor: Send + Sync + 'static {
+    /// `GET /version`: the release string (a cheap connectivity and authentication check).
+    fn version(&self) -> impl Future<Output = Result<String, PveError>> + Send;
+    /// Nodes with their load.
+    fn nodes(&self) -> impl Future<Output = Result<Vec<NodeLoad>, PveError>> + Send;
+    /// Every QEMU guest of the cluster (templates included).
+    fn guests(&self) -> impl Future<Output = Result<Vec<Guest>, PveError>> + Send;
+    /// The next free VMID PVE proposes.
+    fn next_vmid(&self) -> impl Future<Output = Result<u32, PveError>> + Send;
+    /// Whether `vmid` is unused.
+    fn vmid_is_free(&self, vmid: u32) -> impl Future<Output = Result<bool, PveError>> + Send;
+    /// The VM's current config; `Ok(None)` when the VM does not exist on that node.
+    fn vm_config(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> impl Future<Output = Result<Option<VmConfig>, PveError>> + Send;
+    /// Whether the VM runs; `Ok(None)` when it does not exist on that node.
+    fn vm_running(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> impl Future<Output = Result<Option<bool>, PveError>> + Send;
+    /// Starts a clone of `source` (on `node`).
+    fn clone_vm(
+        &self,
+        node: &str,
+        source: u32,
+        request: &CloneRequest,
+    ) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// The state of a task: [`TaskOutcome::Running`], success, or [`TaskOutcome::Failed`].
+    fn task(&self, upid: &Upid) -> impl Future<Output = Result<TaskOutcome, PveError>> + Send;
+    /// Applies a config change (asynchronous POST); `None` when PVE finished it at once.
+    fn update_config(
+        &self,
+        node: &str,
+        vmid: u32,
+        update: &ConfigUpdate,
+    ) -> impl Future<Output = Result<Option<Upid>, PveError>> + Send;
+    /// Grows a disk; `None` when PVE finished at once.
+    fn resize_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: SizeChange,
+    ) -> impl Future<Output = Result<Option<Upid>, PveError>> + Send;
+    /// Uploads an ISO image to `storage` on `node` as `file_name`.
+    fn upload_iso(
+        &self,
+        node: &str,
+        storage: &str,
+        file_name: &str,
+        data: Vec<u8>,
+    ) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Whether the volume `volid` (`storage:iso/name.iso`) exists on `node`.
+    fn volume_exists(&self, node: &str, volid: &str) -> impl Future<Output = Result<bool, PveError>> + Send;
+    /// Deletes a volume (`storage:iso/name.iso`); `None` when PVE finished at once.
+    fn delete_volume(
+        &self,
+        node: &str,
+        volid: &str,
+    ) -> impl Future<Output = Result<Option<Upid>, PveError>> + Send;
+    /// Starts the VM.
+    fn start_vm(&self, node: &str, vmid: u32) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Stops the VM hard.
+    fn stop_vm(&self, node: &str, vmid: u32) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Deletes a stopped VM with `purge` and its unreferenced disks.
+    fn delete_vm(&self, node: &str, vmid: u32) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Addresses reported by the guest agent; `Ok(None)` while the agent does not answer.
+    fn guest_addresses(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> impl Future<Output = Result<Option<Vec<IpAddr>>, PveError>> + Send;
+}
+
+fn none_if_not_found<T>(res: Result<T, PveError>) -> Result<Option<T>, PveError> {
+    match res {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.class() == ErrorClass::NotFound => Ok(None),
+        // PVE answers 500 "Configuration file 'nodes/x/qemu-server/N.conf' does not exist",
+        // which the client already classifies as NotFound; anything else is a real error.
+        Err(e) => Err(e),
+    }
+}
+
+/// Runs one client call on a blocking-pool thread.
+///
+/// Workaround: the futures of `banlieue_pve_client::Client` are not `Send` yet (the ticket
+/// login keeps a `ThreadRng` across an `.await`), and kube-runtime needs `Send` reconcilers.
+/// The call is built and driven on a blocking thread with the runtime's handle, so only its
+/// inputs and output cross threads. Remove once the client's futures are `Send`.
+async fn offload<T, F, Fut>(client: &Client, call: F) -> Result<T, PveError>
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, PveError>>,
+    T: Send + 'static,
+{
+    let client = client.clone();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || handle.block_on(call(client)))
+        .await
+        .map_err(|e| PveError::Config(format!("Proxmox client worker failed: {e}")))?
+}
+
+impl Hypervisor for Client {
+    async fn version(&self) -> Result<String, PveError> {
+        offload(self, |c| async move { Ok(c.version().await?.version) }).await
+    }
+
+    async fn nodes(&self) -> Result<Vec<NodeLoad>, PveError> {
+        let nodes = offload(self, |c| async move { c.nodes().await }).await?;
+        Ok(nodes
+            .into_iter()
+            .map(|n| NodeLoad {
+                online: n.status == "online",
+                free_memory: n.maxmem.unwrap_or(0).saturating_sub(n.mem.unwrap_or(0)),
+                name: n.node,
+            })
+            .collect())
+    }
+
+    async fn guests(&self) -> Result<Vec<Guest>, PveError> {
+        let resources = offload(self, |c| async move {
+            c.cluster_resources(Some(ResourceType::Vm)).await
+        })
+        .await?;
+        Ok(resources
+            .into_iter()
+            .filter(|r| r.resource_type == "qemu")
+            .filter_map(|r| {
+                Some(Guest {
+                    node: r.node?,
+                    vmid: r.vmid?,
+                    name: r.name,
+                    template: r.template,
+                    tags: r
+                        .tags
+                        .as_deref()
+                        .and_then(|t| banlieue_pve_client::config::normalize_tags(t).ok())
+                        .unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    async fn next_vmid(&self) -> Result<u32, PveError> {
+        offload(self, |c| async move { c.next_id().await }).await
+    }
+
+    async fn vmid_is_free(&self, vmid: u32) -> Result<bool, PveError> {
+        offload(self, move |c| async move { c.is_vmid_free(vmid).await }).await
+    }
+
+    async fn vm_config(&self, node: &str, vmid: u32) -> Result<Option<VmConfig>, PveError> {
+        let node = node.to_owned();
+        offload(self, move |c| async move {
+            none_if_not_found(c.vm_config(&node, vmid).await)
+        })
+        .await
+    }
+
+    async fn vm_running(&self, node: &str, vmid: u32) -> Result<Option<bool>, PveError> {
+        let node = node.to_owned();
+        let status = offload(self, move |c| async move {
+            none_if_not_found(c.vm_status(&node, vmid).await)
+        })
+        .await?;
+        Ok(status.map(|s| s.is_running()))
+    }
+
+    async fn clone_vm(&self, node: &str, source: u32, request: &CloneRequest) -> Result<Upid, PveError> {
+        let (node, request) = (node.to_owned(), request.clone());
+        offload(
+            self,
+            move |c| async move { c.clone_vm(&node, source, &request).await },
+        )
+        .await
+    }
+
+    async fn task(&self, upid: &Upid) -> Result<TaskOutcome, PveError> {
+        let upid = upid.clone();
+        offload(
+            self,
+            move |c| async move { Ok(c.task_status(&upid).await?.outcome()) },
+        )
+        .await
+    }
+
+    async fn update_config(
+        &self,
+        node: &str,
+        vmid: u32,
+        update: &ConfigUpdate,
+    ) -> Result<Option<Upid>, PveError> {
+        let (node, update) = (node.to_owned(), update.clone());
+        offload(self, move |c| async move {
+            c.update_vm_config_async(&node, vmid, &update).await
+        })
+        .await
+    }
+
+    async fn resize_disk(
+        &self,
+        node: &str,
+        vmid: u32,
+        disk: &str,
+        size: SizeChange,
+    ) -> Result<Option<Upid>, PveError> {
+        let (node, disk) = (node.to_owned(), disk.to_owned());
+        offload(self, move |c| async move {
+            c.resize_disk(&node, vmid, &disk, size).await
+        })
+        .await
+    }
+
+    async fn upload_iso(
+        &self,
+        node: &str,
+        storage: &str,
+        file_name: &str,
+        data: Vec<u8>,
+    ) -> Result<Upid, PveError> {
+        let (node, storage, file_name) = (node.to_owned(), storage.to_owned(), file_name.to_owned());
+        offload(self, move |c| async move {
+            c.upload(&node, &storage, UploadContent::Iso, &file_name, data)
+                .await
+        })
+        .await
+    }
+
+    async fn volume_exists(&self, node: &str, volid: &str) -> Result<bool, PveError> {
+        let Some((storage, _)) = volid.split_once(':') else {
+            return Ok(false);
+        };
+        let (node, storage) = (node.to_owned(), storage.to_owned());
+        let content = offload(self, move |c| async move {
+            none_if_not_found(c.storage_content(&node, &storage, Some("iso")).await)
+        })
+        .await?;
+        Ok(content.is_some_and(|list| list.iter().any(|v| v.volid == volid)))
+    }
+
+    async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {
+        let storage = volid.split_once(':').map_or(volid, |(s, _)| s).to_owned();
+        let (node, volid) = (node.to_owned(), volid.to_owned());
+        offload(self, move |c| async move {
+            c.delete_volume(&node, &storage, &volid).await
+        })
+        .await
+    }
+
+    async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
+        let node = node.to_owned();
+        offload(self, move |c| async move { c.start_vm(&node, vmid).await }).await
+    }
+
+    async fn stop_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
+        let node = node.to_owned();
+        offload(self, move |c| async move { c.stop_vm(&node, vmid).await }).await
+    }
+
+    async fn delete_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
+        let node = node.to_owned();
+        let opts = DeleteVmOptions {
+            purge: true,
+            destroy_unreferenced_disks: true,
+        };
+        offload(self, move |c| async move { c.delete_vm(&node, vmid, opts).await }).await
+    }
+
+    async fn guest_addresses(&self, node: &str, vmid: u32) -> Result<Option<Vec<IpAddr>>, PveError> {
+        let node = node.to_owned();
+        let res = offload(self, move |c| async move {
+            Ok(c.agent_network_interfaces(&node, vmid).await)
+        })
+        .await?;
+        match res {
+            Ok(ifaces) => Ok(Some(
+                ifaces
+                    .iter()
+                    .flat_map(|i| i.ip_addresses.iter())
+                    .filter_map(|a| a.ip_address.parse().ok())
+                    .collect(),
+            )),
+            Err(e) if e.class() == ErrorClass::AgentNotRunning => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! banlieue-proxmox: the Cluster API v1beta2 infrastructure provider for Proxmox VE.
+//!
+//! - [`hypervisor`]: the small trait the reconcilers use to reach Proxmox VE, implemented by
+//!   [`banlieue_pve_client::Client`].
+//! - [`phase`]: the provisioning state machine, persisted in `ProxmoxMachine.status`.
+//! - [`placement`], [`desired`]: pure functions — node choice, desired VM config, seed content.
+//! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
+//! - [`fake`]: an in-memory hypervisor double for tests.
+
+pub mod desired;
+pub mod fake;
+pub mod hypervisor;
+pub mod phase;
+pub mod placement;
+pub mod provision;
+
+#[cfg(test)]
+mod provision_tests;

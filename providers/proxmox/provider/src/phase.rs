@@ -1,0 +1,325 @@
+//! The ProxmoxMachine provisioning state machine.
+//!
+//! [`Phase`] is the explicit state; it is persisted in `status` (`provisioning.state`,
+//! `provisioning.taskId`, `node`, `vmid`) through [`Phase::write`] and rebuilt from it by
+//! [`Phase::read`], so that a restarted controller (or one after `clusterctl move`) resumes where
+//! the last one stopped. The `Ready` condition's reason is *derived* from the phase
+//! ([`Phase::reason`]); reasons are never read back as state.
+//!
+//! ```text
+//! SelectNode → AllocateVmid → Clone → WaitClone → Configure(config, resize, seed) → PowerOn
+//!            → WaitGuest → Provisioned
+//! ```
+//!
+//! The configure sub-steps (apply config, grow disks, upload and attach the seed ISO) are not
+//! persisted separately: each reconcile compares the VM's real config with the desired one
+//! ([`crate::desired`]) and does the next missing thing, which is idempotent and crash-safe.
+
+use banlieue_api::common::{ProvisioningState, ProvisioningStatus};
+use banlieue_api::infrastructure::ProxmoxMachineStatus;
+use banlieue_pve_client::Upid;
+
+/// Where the VM lives once chosen: node and VMID.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VmLocation {
+    /// Proxmox node.
+    pub node: String,
+    /// VMID.
+    pub vmid: u32,
+}
+
+/// One state of provisioning. See the module docs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Choose the node (failure domain from the Machine, else the least-loaded allowed node).
+    SelectNode,
+    /// Choose a free VMID on the chosen node's cluster.
+    AllocateVmid {
+        /// The chosen node.
+        node: String,
+    },
+    /// Adopt the VM at the chosen VMID if it is ours, else start the clone.
+    Clone(VmLocation),
+    /// The clone task runs.
+    WaitClone(VmLocation, Upid),
+    /// Bring config, disks and the bootstrap seed to the desired state; `Some` while a task of
+    /// that step runs.
+    Configure(VmLocation, Option<Upid>),
+    /// Start the VM; `Some` while the start task runs.
+    PowerOn(VmLocation, Option<Upid>),
+    /// Wait for the guest to report addresses.
+    WaitGuest(VmLocation),
+    /// Done: providerID, addresses and `initialization.provisioned` are set.
+    Provisioned(VmLocation),
+}
+
+/// Why a persisted status cannot be read back as a phase (hand-edited or corrupted status).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("status.provisioning is inconsistent: {0}")]
+pub struct InconsistentStatus(pub String);
+
+impl Phase {
+    /// Rebuilds the phase from a persisted status (`None` = a fresh object).
+    pub fn read(status: Option<&ProxmoxMachineStatus>) -> Result<Self, InconsistentStatus> {
+        let Some(status) = status else {
+            return Ok(Self::SelectNode);
+        };
+        let state = status
+            .provisioning
+            .as_ref()
+            .map_or(ProvisioningState::Pending, |p| p.state);
+        let task = status
+            .provisioning
+            .as_ref()
+            .and_then(|p| p.task_id.as_deref())
+            .map(|raw| {
+                raw.parse::<Upid>()
+                    .map_err(|e| InconsistentStatus(format!("taskId: {e}")))
+            })
+            .transpose()?;
+        let location = match (&status.node, status.vmid) {
+            (Some(node), Some(vmid)) => Some(VmLocation {
+                node: node.clone(),
+                vmid,
+            }),
+            _ => None,
+        };
+        let need = |what: &str| InconsistentStatus(format!("state {state:?} without {what}"));
+        Ok(match state {
+            ProvisioningState::Pending => match (&status.node, location) {
+                (None, _) => Self::SelectNode,
+                (Some(node), None) => Self::AllocateVmid { node: node.clone() },
+                (Some(_), Some(loc)) => Self::Clone(loc),
+            },
+            ProvisioningState::Cloning => {
+                let loc = location.ok_or_else(|| need("node and vmid"))?;
+                match task {
+                    Some(task) => Self::WaitClone(loc, task),
+                    // The clone's UPID was lost: look again and adopt.
+                    None => Self::Clone(loc),
+                }
+            }
+            ProvisioningState::Configuring => {
+                Self::Configure(location.ok_or_else(|| need("node and vmid"))?, task)
+            }
+            ProvisioningState::PoweringOn => {
+                Self::PowerOn(location.ok_or_else(|| need("node and vmid"))?, task)
+            }
+            ProvisioningState::WaitingForGuest => {
+                Self::WaitGuest(location.ok_or_else(|| need("node and vmid"))?)
+            }
+            ProvisioningState::Ready => Self::Provisioned(location.ok_or_else(|| need("node and vmid"))?),
+            other => {
+                return Err(InconsistentStatus(format!(
+                    "state {other:?} is not a provisioning state"
+                )));
+            }
+        })
+    }
+
+    /// Persists the phase into `status` (node, vmid, provisioning state and task); other fields
+    /// are left alone.
+    pub fn write(&self, status: &mut ProxmoxMachineStatus) {
+        let (state, location, task, node) = match self {
+            Self::SelectNode => (ProvisioningState::Pending, None, None, None),
+            Self::AllocateVmid { node } => (ProvisioningState::Pending, None, None, Some(node.as_str())),
+            Self::Clone(l) => (ProvisioningState::Pending, Some(l), None, None),
+            Self::WaitClone(l, t) => (ProvisioningState::Cloning, Some(l), Some(t), None),
+            Self::Configure(l, t) => (ProvisioningState::Configuring, Some(l), t.as_ref(), None),
+            Self::PowerOn(l, t) => (ProvisioningState::PoweringOn, Some(l), t.as_ref(), None),
+            Self::WaitGuest(l) => (ProvisioningState::WaitingForGuest, Some(l), None, None),
+            Self::Provisioned(l) => (ProvisioningState::Ready, Some(l), None, None),
+        };
+        status.node = location.map(|l| l.node.clone()).or(node.map(str::to_owned));
+        status.vmid = location.map(|l| l.vmid);
+        let previous = status.provisioning.take().unwrap_or_default();
+        let task_id = task.map(|t| t.to_string());
+        // Keep the start time only while the same task is in flight.
+        let task_started_at = if task_id.is_some() && task_id == previous.task_id {
+            previous.task_started_at
+        } else {
+            None
+        };
+        status.provisioning = Some(ProvisioningStatus {
+            state,
+            task_id,
+            task_started_at,
+            message: None,
+        });
+    }
+
+    /// The VM's location, once known.
+    pub fn location(&self) -> Option<&VmLocation> {
+        match self {
+            Self::SelectNode | Self::AllocateVmid { .. } => None,
+            Self::Clone(l)
+            | Self::WaitClone(l, _)
+            | Self::Configure(l, _)
+            | Self::PowerOn(l, _)
+            | Self::WaitGuest(l)
+            | Self::Provisioned(l) => Some(l),
+        }
+    }
+
+    /// Whether the VM may already exist on Proxmox (a clone was possibly started).
+    pub fn vm_may_exist(&self) -> bool {
+        self.location().is_some()
+    }
+
+    /// Whether this step needs the bootstrap data (to build the seed ISO).
+    pub fn needs_bootstrap_data(&self) -> bool {
+        matches!(self, Self::Configure(..))
+    }
+
+    /// The `Ready` condition reason while in this phase (CamelCase, stable).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::SelectNode => "SelectingNode",
+            Self::AllocateVmid { .. } => "AllocatingVMID",
+            Self::Clone(_) | Self::WaitClone(..) => "Cloning",
+            Self::Configure(..) => "Configuring",
+            Self::PowerOn(..) => "PoweringOn",
+            Self::WaitGuest(_) => "WaitingForGuest",
+            Self::Provisioned(_) => "Provisioned",
+        }
+    }
+
+    /// The reason used when this phase fails (e.g. `CloningFailed`).
+    pub fn failure_reason(&self) -> &'static str {
+        match self {
+            Self::SelectNode => "NodeSelectionFailed",
+            Self::AllocateVmid { .. } => "VMIDAllocationFailed",
+            Self::Clone(_) | Self::WaitClone(..) => "CloningFailed",
+            Self::Configure(..) => "ConfigurationFailed",
+            Self::PowerOn(..) => "PowerOnFailed",
+            Self::WaitGuest(_) => "GuestNotReady",
+            Self::Provisioned(_) => "ProvisionedVMFailed",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use rstest::rstest;
+
+    const UPID: &str = "UPID:pve1:00000001:00000002:00000003:qmclone:9000:root@pam:";
+
+    fn loc() -> VmLocation {
+        VmLocation {
+            node: "pve2".into(),
+            vmid: 104,
+        }
+    }
+
+    fn upid() -> Upid {
+        UPID.parse().unwrap()
+    }
+
+    #[rstest]
+    #[case::select(Phase::SelectNode)]
+    #[case::allocate(Phase::AllocateVmid { node: "pve3".into() })]
+    #[case::clone(Phase::Clone(loc()))]
+    #[case::wait_clone(Phase::WaitClone(loc(), upid()))]
+    #[case::configure(Phase::Configure(loc(), None))]
+    #[case::configure_task(Phase::Configure(loc(), Some(upid())))]
+    #[case::power_on(Phase::PowerOn(loc(), Some(upid())))]
+    #[case::power_on_idle(Phase::PowerOn(loc(), None))]
+    #[case::wait_guest(Phase::WaitGuest(loc()))]
+    #[case::provisioned(Phase::Provisioned(loc()))]
+    fn every_phase_round_trips_through_status(#[case] phase: Phase) {
+        let mut status = ProxmoxMachineStatus::default();
+        phase.write(&mut status);
+        assert_eq!(Phase::read(Some(&status)).unwrap(), phase);
+        // and through JSON, as the apiserver stores it
+        let json = serde_json::to_value(&status).unwrap();
+        let back: ProxmoxMachineStatus = serde_json::from_value(json).unwrap();
+        assert_eq!(Phase::read(Some(&back)).unwrap(), phase);
+    }
+
+    #[test]
+    fn a_fresh_object_starts_by_selecting_a_node() {
+        assert_eq!(Phase::read(None).unwrap(), Phase::SelectNode);
+        assert_eq!(
+            Phase::read(Some(&ProxmoxMachineStatus::default())).unwrap(),
+            Phase::SelectNode
+        );
+    }
+
+    #[test]
+    fn cloning_without_a_task_goes_back_to_adoption() {
+        let mut status = ProxmoxMachineStatus::default();
+        Phase::WaitClone(loc(), upid()).write(&mut status);
+        status.provisioning.as_mut().unwrap().task_id = None;
+        assert_eq!(Phase::read(Some(&status)).unwrap(), Phase::Clone(loc()));
+    }
+
+    #[rstest]
+    #[case::bad_upid(ProvisioningState::Cloning, Some("not-a-upid"), true)]
+    #[case::configuring_without_vm(ProvisioningState::Configuring, None, false)]
+    #[case::deleting_is_not_provisioning(ProvisioningState::Deleting, None, true)]
+    fn inconsistent_status_is_an_error(
+        #[case] state: ProvisioningState,
+        #[case] task: Option<&str>,
+        #[case] with_vm: bool,
+    ) {
+        let status = ProxmoxMachineStatus {
+            node: with_vm.then(|| "pve1".to_owned()),
+            vmid: with_vm.then_some(100),
+            provisioning: Some(ProvisioningStatus {
+                state,
+                task_id: task.map(str::to_owned),
+                ..ProvisioningStatus::default()
+            }),
+            ..ProxmoxMachineStatus::default()
+        };
+        assert!(Phase::read(Some(&status)).is_err());
+    }
+
+    #[test]
+    fn writing_clears_the_task_and_keeps_other_fields() {
+        let mut status = ProxmoxMachineStatus {
+            failure_domain: Some("pve2".into()),
+            ..ProxmoxMachineStatus::default()
+        };
+        Phase::WaitClone(loc(), upid()).write(&mut status);
+        assert_eq!(
+            status.provisioning.as_ref().unwrap().task_id.as_deref(),
+            Some(UPID)
+        );
+        Phase::Configure(loc(), None).write(&mut status);
+        assert_eq!(status.provisioning.as_ref().unwrap().task_id, None);
+        assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+        assert_eq!((status.node.as_deref(), status.vmid), (Some("pve2"), Some(104)));
+    }
+
+    #[test]
+    fn reasons_are_valid_condition_reasons_and_distinct_from_failures() {
+        let re = regex_lite(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$");
+        for phase in [
+            Phase::SelectNode,
+            Phase::AllocateVmid { node: "n".into() },
+            Phase::Clone(loc()),
+            Phase::Configure(loc(), None),
+            Phase::PowerOn(loc(), None),
+            Phase::WaitGuest(loc()),
+            Phase::Provisioned(loc()),
+        ] {
+            assert!(re(phase.reason()), "{}", phase.reason());
+            assert!(re(phase.failure_reason()), "{}", phase.failure_reason());
+            assert_ne!(phase.reason(), phase.failure_reason());
+        }
+    }
+
+    /// A tiny matcher for the condition-reason pattern (avoids a regex dependency).
+    fn regex_lite(_: &str) -> impl Fn(&str) -> bool {
+        |s: &str| {
+            let mut chars = s.chars();
+            chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && s.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | ',' | ':'))
+                && !s.ends_with([',', ':'])
+        }
+    }
+}

@@ -1,0 +1,772 @@
+//! One step of the provisioning and deletion state machines against a [`Hypervisor`].
+//!
+//! [`provision_step`] performs at most one side effect on Proxmox VE (start a clone, apply a
+//! config change, start an upload, start the VM, …) and returns the next [`Phase`] to persist
+//! and when to look again. Tasks are never awaited here: their UPID goes into the phase and is
+//! polled on the next reconcile.
+//!
+//! Crash safety: the VMID is persisted (phase [`Phase::Clone`]) *before* the clone starts, and
+//! the clone carries the owner's UID in its description (tags cannot be written while PVE
+//! holds the clone lock). A controller that restarts between "clone started" and "UPID
+//! persisted" finds the VM at the persisted VMID, waits for the clone lock to go, sees its own
+//! UID and adopts the VM instead of cloning again. A VM at that VMID without our UID belongs to
+//! someone else: a new VMID is chosen and that VM is never touched, and never deleted.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use banlieue_api::common::{CloneMode, MachineAddress, ProvisioningState};
+use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
+use banlieue_capi::bootstrap::BootstrapData;
+use banlieue_pve_client::{CloneRequest, ErrorClass, SizeChange, TaskOutcome, Upid};
+
+use crate::desired::{self, ConfigureAction};
+use crate::hypervisor::{Guest, Hypervisor, PveError};
+use crate::phase::{Phase, VmLocation};
+use crate::placement::{PlacementInput, choose_node};
+
+/// How often a running task is polled.
+pub const TASK_POLL: Duration = Duration::from_secs(2);
+/// How often the guest agent is asked for addresses.
+pub const GUEST_POLL: Duration = Duration::from_secs(5);
+/// Requeue after a permanent failure (the spec or Proxmox must change; a change of the object
+/// triggers a reconcile earlier).
+pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+/// Resync of a provisioned machine (no Proxmox call is made then).
+pub const RESYNC: Duration = Duration::from_secs(600);
+
+/// Everything about the machine that provisioning reads (besides the hypervisor).
+#[derive(Clone, Copy, Debug)]
+pub struct MachineInput<'a> {
+    /// The ProxmoxMachine's UID: the ownership marker on the VM.
+    pub uid: &'a str,
+    /// Namespace of the ProxmoxMachine.
+    pub namespace: &'a str,
+    /// Name of the ProxmoxMachine; also the VM name and the guest hostname.
+    pub name: &'a str,
+    /// The ProxmoxMachine spec.
+    pub spec: &'a ProxmoxMachineSpec,
+    /// The Machine's `spec.failureDomain`.
+    pub failure_domain: Option<&'a str>,
+    /// The ProxmoxCluster's allowed nodes.
+    pub cluster_allowed_nodes: &'a [String],
+    /// The ProxmoxCluster's VMID range.
+    pub cluster_vmid_range: Option<&'a VmidRange>,
+    /// Storage (content `iso`) the seed ISO is uploaded to.
+    pub seed_storage: &'a str,
+}
+
+/// What a provisioning step decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// The phase to persist.
+    pub phase: Phase,
+    /// When to reconcile again.
+    pub requeue: Duration,
+    /// What the step is waiting for, if anything (shown in the `Ready` condition message).
+    pub waiting: Option<String>,
+    /// A notable transition for a Kubernetes Event: `(reason, message)`.
+    pub event: Option<(&'static str, String)>,
+    /// Set on the step that finishes provisioning.
+    pub provisioned: Option<ProvisionedVm>,
+}
+
+impl Step {
+    fn to(phase: Phase) -> Self {
+        Self {
+            phase,
+            requeue: Duration::ZERO,
+            waiting: None,
+            event: None,
+            provisioned: None,
+        }
+    }
+
+    fn wait(phase: Phase, requeue: Duration, why: impl Into<String>) -> Self {
+        Self {
+            requeue,
+            waiting: Some(why.into()),
+            ..Self::to(phase)
+        }
+    }
+
+    fn with_event(mut self, reason: &'static str, message: impl Into<String>) -> Self {
+        self.event = Some((reason, message.into()));
+        self
+    }
+}
+
+/// The facts CAPI needs once the VM is up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProvisionedVm {
+    /// `proxmox://<smbios uuid>`.
+    pub provider_id: String,
+    /// Hostname and internal IPs.
+    pub addresses: Vec<MachineAddress>,
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// Nothing will change without a change of the spec, the template or Proxmox: report the
+    /// reason in the `Ready` condition and retry slowly.
+    #[error("{reason}: {message}")]
+    Permanent {
+        /// Condition reason, e.g. `CloningFailed`.
+        reason: &'static str,
+        /// Actionable message.
+        message: String,
+    },
+    /// A Proxmox call failed in a way that may pass (network, 5xx, lock): back off and retry.
+    #[error("{reason}: {source}")]
+    Transient {
+        /// Condition reason, e.g. `CloningFailed`.
+        reason: &'static str,
+        /// The Proxmox error.
+        #[source]
+        source: PveError,
+    },
+    /// The bootstrap data must be read before this step can run.
+    #[error("bootstrap data is needed for this step")]
+    NeedBootstrapData,
+}
+
+impl StepError {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Permanent { reason, .. } | Self::Transient { reason, .. } => reason,
+            Self::NeedBootstrapData => "WaitingForBootstrapData",
+        }
+    }
+
+    /// Short stable label for metrics.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Permanent { .. } => "permanent",
+            Self::Transient { .. } => "transient",
+            Self::NeedBootstrapData => "need_bootstrap_data",
+        }
+    }
+
+    /// Classifies a Proxmox error raised during a step whose failures carry `reason`.
+    pub fn from_pve(reason: &'static str, err: PveError) -> Self {
+        match err.class() {
+            ErrorClass::Transient | ErrorClass::Locked | ErrorClass::AgentNotRunning => {
+                Self::Transient { reason, source: err }
+            }
+            ErrorClass::Auth => Self::Permanent {
+                reason: "ProxmoxAuthenticationFailed",
+                message: err.to_string(),
+            },
+            _ => Self::Permanent {
+                reason,
+                message: err
+                    .message()
+                    .map_or_else(|| err.to_string(), |m| m.trim().to_owned()),
+            },
+        }
+    }
+}
+
+fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
+    StepError::Permanent {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// VMIDs chosen but not yet cloned, per machine UID, so that two machines reconciled at the
+/// same time in this process do not pick the same `nextid`. (Across processes PVE's
+/// `VM N already exists` on clone resolves the race.)
+#[derive(Debug, Default)]
+pub struct VmidReservations(Mutex<HashMap<String, u32>>);
+
+impl VmidReservations {
+    /// Reserves `vmid` for `uid`; false if another machine holds it.
+    pub fn reserve(&self, uid: &str, vmid: u32) -> bool {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map.iter().any(|(u, v)| *v == vmid && u != uid) {
+            return false;
+        }
+        map.insert(uid.to_owned(), vmid);
+        true
+    }
+
+    /// Whether another machine than `uid` holds `vmid`.
+    pub fn held_by_other(&self, uid: &str, vmid: u32) -> bool {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().any(|(u, v)| *v == vmid && u != uid)
+    }
+
+    /// Releases the reservation of `uid`.
+    pub fn release(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+    }
+}
+
+/// The template to clone: `(node, vmid)`.
+pub fn find_template(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Result<(String, u32), StepError> {
+    let source = &spec.source;
+    let on_node = |g: &&Guest| source.node.as_ref().is_none_or(|n| *n == g.node);
+    let candidates: Vec<&Guest> = match source.vmid {
+        Some(vmid) => guests.iter().filter(|g| g.vmid == vmid).filter(on_node).collect(),
+        None => guests
+            .iter()
+            .filter(|g| g.template)
+            .filter(on_node)
+            .filter(|g| source.name.as_ref().is_none_or(|n| g.name.as_ref() == Some(n)))
+            .filter(|g| {
+                source
+                    .tags
+                    .iter()
+                    .all(|t| g.tags.contains(&t.to_ascii_lowercase()))
+            })
+            .collect(),
+    };
+    let wanted = || {
+        let mut parts = Vec::new();
+        if let Some(v) = source.vmid {
+            parts.push(format!("vmid {v}"));
+        }
+        if let Some(n) = &source.name {
+            parts.push(format!("name {n:?}"));
+        }
+        if !source.tags.is_empty() {
+            parts.push(format!("tags {}", source.tags.join(",")));
+        }
+        if let Some(n) = &source.node {
+            parts.push(format!("on node {n}"));
+        }
+        parts.join(", ")
+    };
+    match candidates.as_slice() {
+        [] => Err(permanent(
+            "TemplateNotFound",
+            format!("no Proxmox template with {}", wanted()),
+        )),
+        [one] if !one.template => Err(permanent(
+            "TemplateNotFound",
+            format!("VM {} is not a template", one.vmid),
+        )),
+        [one] => Ok((one.node.clone(), one.vmid)),
+        many => Err(permanent(
+            "TemplateAmbiguous",
+            format!(
+                "{} templates match {} (VMIDs {}): make the selector unique",
+                many.len(),
+                wanted(),
+                many.iter()
+                    .map(|g| g.vmid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+fn task_failed(reason: &'static str, upid: &Upid, text: &str) -> StepError {
+    permanent(reason, format!("task {} failed: {text}", upid.task_type))
+}
+
+/// Polls a task; `Ok(true)` when it finished successfully, `Ok(false)` while it runs.
+/// An unknown UPID (PVE forgot it, e.g. after a node restart) counts as finished: the caller
+/// re-inspects the VM anyway.
+async fn task_done<H: Hypervisor>(hv: &H, reason: &'static str, upid: &Upid) -> Result<bool, StepError> {
+    match hv.task(upid).await {
+        Ok(TaskOutcome::Running) => Ok(false),
+        Ok(TaskOutcome::Failed(text)) => Err(task_failed(reason, upid, &text)),
+        Ok(_) => Ok(true),
+        Err(e) if e.class() == ErrorClass::NotFound || e.status() == Some(400) => Ok(true),
+        Err(e) => Err(StepError::from_pve(reason, e)),
+    }
+}
+
+async fn allocate_vmid<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    reservations: &VmidReservations,
+) -> Result<u32, StepError> {
+    let reason = "VMIDAllocationFailed";
+    let pve = |e| StepError::from_pve(reason, e);
+    if let Some(range) = input.spec.vmid_range.as_ref().or(input.cluster_vmid_range) {
+        let used: std::collections::HashSet<u32> =
+            hv.guests().await.map_err(pve)?.iter().map(|g| g.vmid).collect();
+        return (range.start..=range.end)
+            .find(|id| !used.contains(id) && reservations.reserve(input.uid, *id))
+            .ok_or_else(|| {
+                permanent(
+                    "VMIDRangeExhausted",
+                    format!("no free VMID in {}-{}", range.start, range.end),
+                )
+            });
+    }
+    let mut candidate = hv.next_vmid().await.map_err(pve)?;
+    for _ in 0..64 {
+        if !reservations.held_by_other(input.uid, candidate)
+            && hv.vmid_is_free(candidate).await.map_err(pve)?
+            && reservations.reserve(input.uid, candidate)
+        {
+            return Ok(candidate);
+        }
+        candidate = candidate.saturating_add(1);
+    }
+    Err(permanent(reason, "no free VMID found near the one PVE proposed"))
+}
+
+/// Performs the next provisioning step from `phase`.
+pub async fn provision_step<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    phase: Phase,
+    bootstrap: Option<&BootstrapData>,
+    reservations: &VmidReservations,
+) -> Result<Step, StepError> {
+    let reason = phase.failure_reason();
+    let pve = |e| StepError::from_pve(reason, e);
+    match phase {
+        Phase::SelectNode => {
+            let nodes = hv.nodes().await.map_err(pve)?;
+            let placement = PlacementInput {
+                target_node: input.spec.target_node.as_deref(),
+                failure_domain: input.failure_domain,
+                machine_allowed: &input.spec.allowed_nodes,
+                cluster_allowed: input.cluster_allowed_nodes,
+            };
+            let node = choose_node(&placement, &nodes).map_err(|e| permanent(reason, e.to_string()))?;
+            Ok(Step::to(Phase::AllocateVmid { node }))
+        }
+        Phase::AllocateVmid { node } => {
+            let vmid = allocate_vmid(hv, input, reservations).await?;
+            Ok(Step::to(Phase::Clone(VmLocation { node, vmid })))
+        }
+        Phase::Clone(loc) => clone(hv, input, loc, reservations).await,
+        Phase::WaitClone(loc, upid) => {
+            if task_done(hv, reason, &upid).await? {
+                reservations.release(input.uid);
+                // Ownership and config are checked by the next step (Configure re-reads the VM).
+                let message = format!("VM {} cloned on node {}", loc.vmid, loc.node);
+                Ok(Step::to(Phase::Configure(loc, None)).with_event("Cloned", message))
+            } else {
+                Ok(Step::wait(
+                    Phase::WaitClone(loc, upid.clone()),
+                    TASK_POLL,
+                    format!("clone task {upid} running"),
+                ))
+            }
+        }
+        Phase::Configure(loc, Some(upid)) => {
+            if task_done(hv, reason, &upid).await? {
+                Ok(Step::to(Phase::Configure(loc, None)))
+            } else {
+                Ok(Step::wait(
+                    Phase::Configure(loc, Some(upid.clone())),
+                    TASK_POLL,
+                    format!("task {} running", upid.task_type),
+                ))
+            }
+        }
+        Phase::Configure(loc, None) => configure(hv, input, loc, bootstrap).await,
+        Phase::PowerOn(loc, Some(upid)) => {
+            if task_done(hv, reason, &upid).await? {
+                Ok(Step::to(Phase::WaitGuest(loc)).with_event("PoweredOn", "VM started"))
+            } else {
+                Ok(Step::wait(
+                    Phase::PowerOn(loc, Some(upid)),
+                    TASK_POLL,
+                    "start task running",
+                ))
+            }
+        }
+        Phase::PowerOn(loc, None) => match hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? {
+            None => Ok(vanished(loc)),
+            Some(true) => Ok(Step::to(Phase::WaitGuest(loc))),
+            Some(false) => {
+                let upid = hv.start_vm(&loc.node, loc.vmid).await.map_err(pve)?;
+                Ok(Step::wait(
+                    Phase::PowerOn(loc, Some(upid)),
+                    TASK_POLL,
+                    "start task running",
+                ))
+            }
+        },
+        Phase::WaitGuest(loc) => wait_guest(hv, input, loc).await,
+        Phase::Provisioned(loc) => Ok(Step {
+            requeue: RESYNC,
+            ..Step::to(Phase::Provisioned(loc))
+        }),
+    }
+}
+
+/// The VM disappeared before provisioning finished: start over from the clone (the VMID is kept;
+/// adoption rules still apply).
+fn vanished(loc: VmLocation) -> Step {
+    Step::to(Phase::Clone(loc.clone())).with_event(
+        "VMVanished",
+        format!(
+            "VM {} disappeared from node {} before it was provisioned",
+            loc.vmid, loc.node
+        ),
+    )
+}
+
+async fn clone<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: VmLocation,
+    reservations: &VmidReservations,
+) -> Result<Step, StepError> {
+    let reason = "CloningFailed";
+    let pve = |e| StepError::from_pve(reason, e);
+    let guests = hv.guests().await.map_err(pve)?;
+    if let Some(existing) = guests.iter().find(|g| g.vmid == loc.vmid) {
+        let found = VmLocation {
+            node: existing.node.clone(),
+            vmid: loc.vmid,
+        };
+        let Some(config) = hv.vm_config(&found.node, found.vmid).await.map_err(pve)? else {
+            return Ok(Step::wait(
+                Phase::Clone(loc),
+                TASK_POLL,
+                "VM listed but its config is not readable yet",
+            ));
+        };
+        if config.lock() == Some("clone") {
+            return Ok(Step::wait(
+                Phase::Clone(loc),
+                TASK_POLL,
+                format!(
+                    "VMID {} is being cloned; waiting to see whose clone it is",
+                    found.vmid
+                ),
+            ));
+        }
+        if desired::is_owned_by(&config, input.uid) {
+            reservations.release(input.uid);
+            return Ok(Step::to(Phase::Configure(found.clone(), None)).with_event(
+                "Adopted",
+                format!(
+                    "adopted VM {} on node {} created earlier for this machine",
+                    found.vmid, found.node
+                ),
+            ));
+        }
+        reservations.release(input.uid);
+        return Ok(Step::to(Phase::AllocateVmid { node: loc.node }).with_event(
+            "VMIDTaken",
+            format!(
+                "VMID {} is used by a VM this machine did not create; choosing another",
+                loc.vmid
+            ),
+        ));
+    }
+    let (template_node, template_vmid) = find_template(input.spec, &guests)?;
+    let linked = input.spec.clone_mode == Some(CloneMode::Linked);
+    let request = CloneRequest {
+        newid: loc.vmid,
+        name: Some(input.name.to_owned()),
+        target: (template_node != loc.node).then(|| loc.node.clone()),
+        full: Some(!linked),
+        storage: if linked { None } else { input.spec.storage.clone() },
+        format: None,
+        pool: input.spec.pool.clone(),
+        description: Some(desired::owner_description(input.uid, input.namespace, input.name)),
+        snapname: None,
+    };
+    match hv.clone_vm(&template_node, template_vmid, &request).await {
+        Ok(upid) => Ok(Step::wait(
+            Phase::WaitClone(loc, upid.clone()),
+            TASK_POLL,
+            format!("clone task {upid} running"),
+        )
+        .with_event(
+            "CloneStarted",
+            format!(
+                "cloning template {template_vmid} on {template_node} to VMID {}",
+                request.newid
+            ),
+        )),
+        Err(e) if e.class() == ErrorClass::AlreadyExists => {
+            reservations.release(input.uid);
+            Ok(Step::to(Phase::AllocateVmid { node: loc.node }))
+        }
+        Err(e) => Err(pve(e)),
+    }
+}
+
+async fn configure<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: VmLocation,
+    bootstrap: Option<&BootstrapData>,
+) -> Result<Step, StepError> {
+    let reason = "ConfigurationFailed";
+    let pve = |e| StepError::from_pve(reason, e);
+    let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
+        return Ok(vanished(loc));
+    };
+    if let Some(lock) = config.lock() {
+        return Ok(Step::wait(
+            Phase::Configure(loc, None),
+            TASK_POLL,
+            format!("VM is locked ({lock})"),
+        ));
+    }
+    if !desired::is_owned_by(&config, input.uid) {
+        return Err(permanent(
+            reason,
+            format!(
+                "VM {} on {} does not carry this machine's owner marker; refusing to modify it",
+                loc.vmid, loc.node
+            ),
+        ));
+    }
+    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+    let spec_error = |e: desired::SpecError| permanent(reason, e.0);
+    let running = |upid: Option<Upid>, what: &str| match upid {
+        Some(upid) => Step::wait(
+            Phase::Configure(loc.clone(), Some(upid)),
+            TASK_POLL,
+            what.to_owned(),
+        ),
+        None => Step::to(Phase::Configure(loc.clone(), None)),
+    };
+    match desired::next_configure_action(input.spec, input.uid, &config, &seed_volid).map_err(spec_error)? {
+        ConfigureAction::Apply(update) => {
+            let upid = hv
+                .update_config(&loc.node, loc.vmid, &update)
+                .await
+                .map_err(pve)?;
+            Ok(running(upid, "config update running"))
+        }
+        ConfigureAction::Resize { disk, size } => {
+            let upid = hv
+                .resize_disk(&loc.node, loc.vmid, &disk, SizeChange::To(size))
+                .await
+                .map_err(pve)?;
+            Ok(running(upid, "disk resize running"))
+        }
+        ConfigureAction::Seed => {
+            if hv.volume_exists(&loc.node, &seed_volid).await.map_err(pve)? {
+                let upid = hv
+                    .update_config(&loc.node, loc.vmid, &desired::attach_seed(&seed_volid))
+                    .await
+                    .map_err(pve)?;
+                return Ok(running(upid, "attaching the bootstrap seed"));
+            }
+            let bootstrap = bootstrap.ok_or(StepError::NeedBootstrapData)?;
+            let instance_id = config
+                .smbios_uuid()
+                .ok_or_else(|| permanent(reason, "the cloned VM has no smbios1 uuid"))?;
+            let seed =
+                desired::seed(bootstrap, input.name, instance_id, input.spec, &config).map_err(spec_error)?;
+            let iso = seed
+                .to_iso()
+                .map_err(|e| permanent(reason, format!("cannot build the seed ISO: {e}")))?;
+            let upid = hv
+                .upload_iso(
+                    &loc.node,
+                    input.seed_storage,
+                    &desired::seed_file_name(input.uid),
+                    iso,
+                )
+                .await
+                .map_err(|e| StepError::from_pve("BootstrapDeliveryFailed", e))?;
+            Ok(running(Some(upid), "uploading the bootstrap seed"))
+        }
+        ConfigureAction::Done => {
+            Ok(Step::to(Phase::PowerOn(loc, None)).with_event("Configured", "VM configured"))
+        }
+    }
+}
+
+async fn wait_guest<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: VmLocation,
+) -> Result<Step, StepError> {
+    let reason = "GuestNotReady";
+    let pve = |e| StepError::from_pve(reason, e);
+    let skip_agent = input
+        .spec
+        .readiness_checks
+        .as_ref()
+        .and_then(|r| r.skip_guest_agent)
+        .unwrap_or(false);
+    let ips = if skip_agent {
+        desired::static_addresses(input.spec)
+    } else {
+        match hv.guest_addresses(&loc.node, loc.vmid).await.map_err(pve)? {
+            None => {
+                return Ok(Step::wait(
+                    Phase::WaitGuest(loc),
+                    GUEST_POLL,
+                    "waiting for the QEMU guest agent",
+                ));
+            }
+            Some(ips) => ips,
+        }
+    };
+    let addresses = desired::machine_addresses(input.name, &ips);
+    if !skip_agent && addresses.len() < 2 {
+        return Ok(Step::wait(
+            Phase::WaitGuest(loc),
+            GUEST_POLL,
+            "waiting for the guest to report an IP address",
+        ));
+    }
+    let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
+        return Ok(vanished(loc));
+    };
+    let provider_id = desired::provider_id(&config)
+        .ok_or_else(|| permanent(reason, "the VM has no smbios1 uuid to derive the providerID from"))?;
+    // The seed has served its purpose: eject and delete it (best effort; deletion retries it).
+    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+    if desired::seed_attached(&config, &seed_volid)
+        && let Err(e) = hv
+            .update_config(&loc.node, loc.vmid, &desired::eject_seed())
+            .await
+    {
+        tracing::warn!(error = %e, vmid = loc.vmid, "cannot eject the seed ISO");
+    }
+    if let Err(e) = hv.delete_volume(&loc.node, &seed_volid).await
+        && !e.is_not_found()
+    {
+        tracing::warn!(error = %e, vmid = loc.vmid, "cannot delete the seed ISO");
+    }
+    Ok(Step {
+        requeue: RESYNC,
+        provisioned: Some(ProvisionedVm {
+            provider_id,
+            addresses,
+        }),
+        ..Step::to(Phase::Provisioned(loc))
+    }
+    .with_event("Provisioned", "VM running and reachable"))
+}
+
+/// What a deletion step decided.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DeleteStep {
+    /// Nothing of this machine is left on Proxmox: remove the finalizer.
+    Gone {
+        /// Why it counts as gone (for the Event).
+        note: String,
+    },
+    /// Deletion continues: persist `state`/`task` and look again after `requeue`.
+    InProgress {
+        /// `PoweringOff` or `Deleting`.
+        state: ProvisioningState,
+        /// The task in flight.
+        task: Option<Upid>,
+        /// When to look again.
+        requeue: Duration,
+        /// What happens.
+        message: String,
+    },
+}
+
+/// Performs the next deletion step for a machine whose status is `status`.
+///
+/// Stops the VM (awaiting the task), deletes it with purge (awaiting the task), then deletes
+/// the seed ISO. A VM that is already gone counts as deleted; a VM without this owner's marker
+/// is never touched.
+pub async fn delete_step<H: Hypervisor>(
+    hv: &H,
+    uid: &str,
+    seed_storage: &str,
+    status: Option<&ProxmoxMachineStatus>,
+    reservations: &VmidReservations,
+) -> Result<DeleteStep, StepError> {
+    let reason = "DeletionFailed";
+    let pve = |e| StepError::from_pve(reason, e);
+    let provisioning = status.and_then(|s| s.provisioning.as_ref());
+    if let Some(p) = provisioning.filter(|p| {
+        matches!(
+            p.state,
+            ProvisioningState::PoweringOff | ProvisioningState::Deleting
+        )
+    }) && let Some(raw) = &p.task_id
+        && let Ok(upid) = raw.parse::<Upid>()
+    {
+        match hv.task(&upid).await {
+            Ok(TaskOutcome::Running) => {
+                return Ok(DeleteStep::InProgress {
+                    state: p.state,
+                    task: Some(upid),
+                    requeue: TASK_POLL,
+                    message: format!("task {} running", raw),
+                });
+            }
+            Ok(TaskOutcome::Failed(text)) => {
+                tracing::warn!(task = %raw, exitstatus = %text, "deletion task failed; retrying");
+            }
+            Ok(_) => {}
+            Err(e) if e.is_not_found() || e.status() == Some(400) => {}
+            Err(e) => return Err(pve(e)),
+        }
+    }
+    let node = status.and_then(|s| s.node.clone());
+    let cleanup_seed = async |note: String| -> Result<DeleteStep, StepError> {
+        if let Some(node) = &node {
+            match hv
+                .delete_volume(node, &desired::seed_volid(seed_storage, uid))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(StepError::from_pve(reason, e)),
+            }
+        }
+        reservations.release(uid);
+        Ok(DeleteStep::Gone { note })
+    };
+    let Some(vmid) = status.and_then(|s| s.vmid) else {
+        return cleanup_seed("no VM was created".to_owned()).await;
+    };
+    let guests = hv.guests().await.map_err(pve)?;
+    let Some(guest) = guests.iter().find(|g| g.vmid == vmid) else {
+        return cleanup_seed(format!("VM {vmid} is gone")).await;
+    };
+    let Some(config) = hv.vm_config(&guest.node, vmid).await.map_err(pve)? else {
+        return cleanup_seed(format!("VM {vmid} is gone")).await;
+    };
+    if config.lock() == Some("clone") {
+        return Ok(DeleteStep::InProgress {
+            state: ProvisioningState::Deleting,
+            task: None,
+            requeue: TASK_POLL,
+            message: format!("VMID {vmid} is being cloned; waiting before deleting it"),
+        });
+    }
+    if !desired::is_owned_by(&config, uid) {
+        return cleanup_seed(format!(
+            "VM {vmid} on {} was not created for this machine; left untouched",
+            guest.node
+        ))
+        .await;
+    }
+    match hv.vm_running(&guest.node, vmid).await.map_err(pve)? {
+        None => cleanup_seed(format!("VM {vmid} is gone")).await,
+        Some(true) => {
+            let upid = hv.stop_vm(&guest.node, vmid).await.map_err(pve)?;
+            Ok(DeleteStep::InProgress {
+                state: ProvisioningState::PoweringOff,
+                task: Some(upid),
+                requeue: TASK_POLL,
+                message: format!("stopping VM {vmid}"),
+            })
+        }
+        Some(false) => match hv.delete_vm(&guest.node, vmid).await {
+            Ok(upid) => Ok(DeleteStep::InProgress {
+                state: ProvisioningState::Deleting,
+                task: Some(upid),
+                requeue: TASK_POLL,
+                message: format!("deleting VM {vmid}"),
+            }),
+            Err(e) if e.is_not_found() => cleanup_seed(format!("VM {vmid} is gone")).await,
+            Err(e) => Err(pve(e)),
+        },
+    }
+}

@@ -1,0 +1,554 @@
+//! Tests of the provisioning and deletion steps against the in-memory [`FakePve`].
+
+use banlieue_api::common::{Cpu, Disk, ProvisioningState, ProvisioningStatus};
+use banlieue_api::infrastructure::{
+    ProxmoxMachineSpec, ProxmoxMachineStatus, ProxmoxTemplateSource, VmidRange,
+};
+use banlieue_capi::bootstrap::{BootstrapData, BootstrapFormat};
+use banlieue_cloudinit::SeedFiles;
+use pretty_assertions::assert_eq;
+use rstest::rstest;
+
+use crate::desired;
+use crate::fake::{FakePve, FakeVm, api_error};
+use crate::phase::{Phase, VmLocation};
+use crate::provision::{
+    DeleteStep, MachineInput, Step, StepError, VmidReservations, delete_step, provision_step,
+};
+
+const UID: &str = "0b7c6a52-1d2e-4f00-9a8b-77c6d5e4f301";
+const USER_DATA: &[u8] = b"#cloud-config\nwrite_files:\n- path: /etc/x\n  content: \"\xe2\x9c\x93 bytes\"\n";
+
+fn spec() -> ProxmoxMachineSpec {
+    ProxmoxMachineSpec {
+        provider_id: None,
+        provider_ref: None,
+        source: ProxmoxTemplateSource {
+            vmid: Some(9000),
+            ..ProxmoxTemplateSource::default()
+        },
+        target_node: None,
+        allowed_nodes: vec![],
+        storage: None,
+        clone_mode: None,
+        pool: None,
+        cpu: Cpu::cores(2),
+        memory_mib: 4096,
+        disks: vec![Disk {
+            name: "scsi0".into(),
+            size_gib: 20,
+            storage: None,
+        }],
+        networks: vec![],
+        tags: vec!["k8s".into()],
+        vmid_range: None,
+        readiness_checks: None,
+    }
+}
+
+fn bootstrap() -> BootstrapData {
+    BootstrapData {
+        format: BootstrapFormat::CloudConfig,
+        value: USER_DATA.to_vec(),
+    }
+}
+
+fn input<'a>(spec: &'a ProxmoxMachineSpec, fd: Option<&'a str>) -> MachineInput<'a> {
+    MachineInput {
+        uid: UID,
+        namespace: "ns",
+        name: "m1",
+        spec,
+        failure_domain: fd,
+        cluster_allowed_nodes: &[],
+        cluster_vmid_range: None,
+        seed_storage: "local",
+    }
+}
+
+/// Runs steps from `phase` until `stop` holds or 60 steps pass; returns the steps taken.
+async fn drive(
+    hv: &FakePve,
+    input: &MachineInput<'_>,
+    mut phase: Phase,
+    reservations: &VmidReservations,
+    stop: impl Fn(&Phase) -> bool,
+) -> Result<Vec<Step>, StepError> {
+    let mut steps = Vec::new();
+    for _ in 0..60 {
+        if stop(&phase) {
+            return Ok(steps);
+        }
+        let step = provision_step(hv, input, phase, Some(&bootstrap()), reservations).await?;
+        phase = step.phase.clone();
+        steps.push(step);
+    }
+    panic!("no convergence; last phase {phase:?}");
+}
+
+fn provisioned(p: &Phase) -> bool {
+    matches!(p, Phase::Provisioned(_))
+}
+
+#[tokio::test]
+async fn provisions_a_machine_end_to_end() {
+    let hv = FakePve::new(3);
+    hv.set_task_polls(1);
+    let spec = spec();
+    let input = input(&spec, Some("pve2"));
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+
+    let vms = hv.vms();
+    assert_eq!(vms.len(), 1, "exactly one VM");
+    let (vmid, vm) = vms.into_iter().next().unwrap();
+    assert_eq!(vm.node, "pve2", "placed in the Machine's failure domain");
+    assert!(vm.running);
+    assert_eq!(vm.config["cores"], "2");
+    assert_eq!(vm.config["memory"], "4096");
+    assert_eq!(vm.config["scsi0"], "local-lvm:base-9000-disk-0,size=20G");
+    assert!(desired::is_owned_by(
+        &banlieue_pve_client::VmConfig(vm.config.clone()),
+        UID
+    ));
+    assert!(vm.config["tags"].split(';').any(|t| t == "k8s"));
+    assert_eq!(
+        vm.config["ide2"], "none,media=cdrom",
+        "seed ejected after provisioning"
+    );
+    assert!(hv.volumes().is_empty(), "seed ISO deleted after provisioning");
+
+    let last = steps.last().unwrap();
+    let done = last.provisioned.as_ref().expect("the last step reports the VM");
+    assert_eq!(
+        done.provider_id,
+        format!("proxmox://0000aaaa-0000-0000-0000-{vmid:012}")
+    );
+    assert_eq!(done.addresses[0].address, "m1");
+    assert!(done.addresses.iter().all(|a| a.address != "127.0.0.1"));
+    assert_eq!(
+        last.phase,
+        Phase::Provisioned(VmLocation {
+            node: "pve2".into(),
+            vmid
+        })
+    );
+    let events: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| s.event.as_ref().map(|e| e.0))
+        .collect();
+    assert_eq!(
+        events,
+        ["CloneStarted", "Cloned", "Configured", "PoweredOn", "Provisioned"]
+    );
+}
+
+#[tokio::test]
+async fn the_seed_carries_the_bootstrap_data_byte_for_byte() {
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let input = input(&spec, None);
+    // Stop right after the upload task is recorded, before the seed is deleted.
+    drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        |p| matches!(p, Phase::PowerOn(..)),
+    )
+    .await
+    .unwrap();
+    let volumes = hv.volumes();
+    let iso = &volumes[&("pve1".to_owned(), desired::seed_volid("local", UID))];
+    let files = SeedFiles::from_iso(iso).unwrap();
+    assert_eq!(files.user_data.as_deref(), Some(USER_DATA));
+    let meta = files.meta_data.unwrap();
+    assert!(meta.contains("local-hostname: m1"), "{meta}");
+    assert!(meta.contains("instance-id: 0000AAAA-0000-0000-0000-"), "{meta}");
+    let network = files.network_config.unwrap();
+    assert!(network.contains("macaddress: bc:24:11:"), "{network}");
+    let vm = hv.vms().into_values().next().unwrap();
+    assert_eq!(
+        vm.config["ide2"],
+        format!("{},media=cdrom", desired::seed_volid("local", UID))
+    );
+}
+
+#[tokio::test]
+async fn a_crash_between_clone_start_and_status_write_adopts_the_vm() {
+    let hv = FakePve::new(2);
+    hv.set_task_polls(3);
+    let spec = spec();
+    let input = input(&spec, None);
+    let reservations = VmidReservations::default();
+    // Persisted state before the crash: VMID chosen, clone not recorded.
+    let steps = drive(&hv, &input, Phase::SelectNode, &reservations, |p| {
+        matches!(p, Phase::Clone(_))
+    })
+    .await
+    .unwrap();
+    let persisted = steps.last().unwrap().phase.clone();
+    let started = provision_step(&hv, &input, persisted.clone(), Some(&bootstrap()), &reservations)
+        .await
+        .unwrap();
+    assert!(matches!(started.phase, Phase::WaitClone(..)));
+    // Crash: the WaitClone phase is never written. A new process (fresh reservations) resumes.
+    let fresh = VmidReservations::default();
+    let waiting = provision_step(&hv, &input, persisted.clone(), Some(&bootstrap()), &fresh)
+        .await
+        .unwrap();
+    assert_eq!(waiting.phase, persisted, "waits while the clone lock is held");
+    assert!(waiting.waiting.unwrap().contains("being cloned"));
+    hv.finish_all_tasks();
+    let adopted = provision_step(&hv, &input, persisted, Some(&bootstrap()), &fresh)
+        .await
+        .unwrap();
+    assert!(
+        matches!(adopted.phase, Phase::Configure(_, None)),
+        "{:?}",
+        adopted.phase
+    );
+    assert_eq!(adopted.event.as_ref().unwrap().0, "Adopted");
+    drive(&hv, &input, adopted.phase, &fresh, provisioned)
+        .await
+        .unwrap();
+    assert_eq!(hv.vms().len(), 1, "never two VMs for one machine");
+    assert_eq!(hv.calls().iter().filter(|c| *c == "clone_vm").count(), 1);
+}
+
+#[tokio::test]
+async fn a_foreign_vm_at_the_chosen_vmid_is_left_alone_and_another_vmid_is_used() {
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let input = input(&spec, None);
+    let foreign = FakeVm {
+        node: "pve1".into(),
+        config: [("name".to_owned(), "someone-else".to_owned())].into(),
+        running: true,
+        agent_ips: None,
+    };
+    hv.insert_vm(150, foreign.clone());
+    let loc = VmLocation {
+        node: "pve1".into(),
+        vmid: 150,
+    };
+    let step = provision_step(
+        &hv,
+        &input,
+        Phase::Clone(loc),
+        Some(&bootstrap()),
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(step.phase, Phase::AllocateVmid { node: "pve1".into() });
+    assert_eq!(step.event.unwrap().0, "VMIDTaken");
+    drive(&hv, &input, step.phase, &VmidReservations::default(), provisioned)
+        .await
+        .unwrap();
+    assert_eq!(hv.vm(150), Some(foreign), "the foreign VM is untouched");
+    assert_eq!(hv.vms().len(), 2);
+}
+
+#[tokio::test]
+async fn concurrent_machines_get_distinct_vmids_from_reservations() {
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let reservations = VmidReservations::default();
+    let a = MachineInput {
+        uid: "uid-a",
+        ..input(&spec, None)
+    };
+    let b = MachineInput {
+        uid: "uid-b",
+        ..input(&spec, None)
+    };
+    let node = || Phase::AllocateVmid { node: "pve1".into() };
+    let pa = provision_step(&hv, &a, node(), None, &reservations)
+        .await
+        .unwrap()
+        .phase;
+    let pb = provision_step(&hv, &b, node(), None, &reservations)
+        .await
+        .unwrap()
+        .phase;
+    let (Phase::Clone(la), Phase::Clone(lb)) = (pa, pb) else {
+        panic!("both allocate")
+    };
+    assert_ne!(la.vmid, lb.vmid);
+}
+
+#[tokio::test]
+async fn vmid_range_is_honoured_and_exhaustion_is_permanent() {
+    let hv = FakePve::new(1);
+    let mut spec = spec();
+    spec.vmid_range = Some(VmidRange {
+        start: 9000,
+        end: 9001,
+    });
+    let input = input(&spec, None);
+    let reservations = VmidReservations::default();
+    let step = provision_step(
+        &hv,
+        &input,
+        Phase::AllocateVmid { node: "pve1".into() },
+        None,
+        &reservations,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        step.phase,
+        Phase::Clone(VmLocation {
+            node: "pve1".into(),
+            vmid: 9001
+        })
+    );
+    let other = MachineInput {
+        uid: "other",
+        ..input
+    };
+    let err = provision_step(
+        &hv,
+        &other,
+        Phase::AllocateVmid { node: "pve1".into() },
+        None,
+        &reservations,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), "VMIDRangeExhausted");
+}
+
+#[rstest]
+#[case::unknown_vmid(ProxmoxTemplateSource { vmid: Some(9999), ..Default::default() }, "TemplateNotFound", "vmid 9999")]
+#[case::unknown_name(ProxmoxTemplateSource { name: Some("debian".into()), ..Default::default() }, "TemplateNotFound", "name \"debian\"")]
+#[case::missing_tag(ProxmoxTemplateSource { tags: vec!["ubuntu".into(), "gpu".into()], ..Default::default() }, "TemplateNotFound", "tags ubuntu,gpu")]
+#[tokio::test]
+async fn a_bad_template_is_a_clear_permanent_error_and_no_vm(
+    #[case] source: ProxmoxTemplateSource,
+    #[case] reason: &str,
+    #[case] text: &str,
+) {
+    let hv = FakePve::new(1);
+    let mut spec = spec();
+    spec.source = source;
+    let input = input(&spec, None);
+    let err = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), reason);
+    assert!(err.to_string().contains(text), "{err}");
+    assert!(matches!(err, StepError::Permanent { .. }));
+    assert!(hv.vms().is_empty());
+}
+
+#[tokio::test]
+async fn a_template_found_by_name_and_tags_is_cloned() {
+    let hv = FakePve::new(1);
+    let mut spec = spec();
+    spec.source = ProxmoxTemplateSource {
+        name: Some("ubuntu-2404-template".into()),
+        tags: vec!["ubuntu".into()],
+        ..Default::default()
+    };
+    let input = input(&spec, None);
+    drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    assert_eq!(hv.vms().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_clone_task_reports_the_pve_error() {
+    let hv = FakePve::new(1);
+    hv.fail_next_task("clone_vm", "storage 'fast' does not exist on node pve1");
+    let spec = spec();
+    let input = input(&spec, None);
+    let err = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), "CloningFailed");
+    assert!(err.to_string().contains("storage 'fast' does not exist"), "{err}");
+}
+
+#[rstest]
+#[case::nodes("nodes")]
+#[case::guests("guests")]
+#[case::clone("clone_vm")]
+#[case::config("update_config")]
+#[case::start("start_vm")]
+#[tokio::test]
+async fn transient_faults_at_each_step_retry_to_success_without_duplicates(#[case] op: &'static str) {
+    let hv = FakePve::new(2);
+    hv.fail_next(op, api_error(503, "service unavailable"));
+    let spec = spec();
+    let input = input(&spec, None);
+    let reservations = VmidReservations::default();
+    let mut phase = Phase::SelectNode;
+    let mut transient = 0;
+    for _ in 0..60 {
+        if provisioned(&phase) {
+            break;
+        }
+        match provision_step(&hv, &input, phase.clone(), Some(&bootstrap()), &reservations).await {
+            Ok(step) => phase = step.phase,
+            Err(StepError::Transient { .. }) => transient += 1,
+            Err(e) => panic!("unexpected {e}"),
+        }
+    }
+    assert!(provisioned(&phase), "{phase:?}");
+    assert_eq!(transient, 1, "the injected fault surfaced once as transient");
+    assert_eq!(hv.vms().len(), 1);
+}
+
+#[tokio::test]
+async fn a_vm_that_vanishes_during_configuration_is_recloned_at_the_same_vmid() {
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let input = input(&spec, None);
+    let reservations = VmidReservations::default();
+    let steps = drive(&hv, &input, Phase::SelectNode, &reservations, |p| {
+        matches!(p, Phase::Configure(..))
+    })
+    .await
+    .unwrap();
+    let Phase::Configure(loc, _) = steps.last().unwrap().phase.clone() else {
+        unreachable!()
+    };
+    hv.remove_vm(loc.vmid);
+    let step = provision_step(
+        &hv,
+        &input,
+        Phase::Configure(loc.clone(), None),
+        Some(&bootstrap()),
+        &reservations,
+    )
+    .await
+    .unwrap();
+    assert_eq!(step.phase, Phase::Clone(loc));
+    assert_eq!(step.event.unwrap().0, "VMVanished");
+}
+
+fn status_at(phase: &Phase) -> ProxmoxMachineStatus {
+    let mut status = ProxmoxMachineStatus::default();
+    phase.write(&mut status);
+    status
+}
+
+async fn delete_all(hv: &FakePve, mut status: ProxmoxMachineStatus) -> (String, Vec<ProvisioningState>) {
+    let reservations = VmidReservations::default();
+    let mut states = Vec::new();
+    for _ in 0..20 {
+        match delete_step(hv, UID, "local", Some(&status), &reservations)
+            .await
+            .unwrap()
+        {
+            DeleteStep::Gone { note } => return (note, states),
+            DeleteStep::InProgress { state, task, .. } => {
+                states.push(state);
+                status.provisioning = Some(ProvisioningStatus {
+                    state,
+                    task_id: task.map(|t| t.to_string()),
+                    ..ProvisioningStatus::default()
+                });
+            }
+        }
+    }
+    panic!("deletion did not finish");
+}
+
+#[tokio::test]
+async fn deletion_stops_then_deletes_then_removes_the_seed() {
+    let hv = FakePve::new(1);
+    hv.set_task_polls(1);
+    let spec = spec();
+    let input = input(&spec, None);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        |p| matches!(p, Phase::WaitGuest(_)),
+    )
+    .await
+    .unwrap();
+    let phase = steps.last().unwrap().phase.clone();
+    assert!(hv.vms().values().all(|vm| vm.running));
+    assert_eq!(
+        hv.volumes().len(),
+        1,
+        "seed still present before provisioning finished"
+    );
+    let (note, states) = delete_all(&hv, status_at(&phase)).await;
+    assert!(note.contains("is gone"), "{note}");
+    assert_eq!(
+        states,
+        [
+            ProvisioningState::PoweringOff,
+            ProvisioningState::PoweringOff,
+            ProvisioningState::Deleting,
+            ProvisioningState::Deleting
+        ]
+    );
+    assert!(hv.vms().is_empty());
+    assert!(hv.volumes().is_empty());
+}
+
+#[tokio::test]
+async fn deleting_a_machine_whose_vm_is_already_gone_or_never_existed_succeeds() {
+    let hv = FakePve::new(1);
+    let (note, states) = delete_all(&hv, ProxmoxMachineStatus::default()).await;
+    assert_eq!((note.as_str(), states.len()), ("no VM was created", 0));
+    let gone = status_at(&Phase::Provisioned(VmLocation {
+        node: "pve1".into(),
+        vmid: 321,
+    }));
+    let (note, _) = delete_all(&hv, gone).await;
+    assert!(note.contains("321 is gone"), "{note}");
+}
+
+#[tokio::test]
+async fn deletion_never_touches_a_vm_it_did_not_create() {
+    let hv = FakePve::new(1);
+    let foreign = FakeVm {
+        node: "pve1".into(),
+        config: [("name".to_owned(), "db".to_owned())].into(),
+        running: true,
+        agent_ips: None,
+    };
+    hv.insert_vm(200, foreign.clone());
+    let status = status_at(&Phase::Clone(VmLocation {
+        node: "pve1".into(),
+        vmid: 200,
+    }));
+    let (note, states) = delete_all(&hv, status).await;
+    assert!(note.contains("left untouched"), "{note}");
+    assert!(states.is_empty());
+    assert_eq!(hv.vm(200), Some(foreign));
+}

@@ -244,14 +244,16 @@ pub(crate) async fn serve(shared: Arc<Shared>, req: http::Request<Incoming>) -> 
         }
     }
     let result = api(&shared, req, &method, &rel, user, task_failure).await;
-    Ok(match result {
+    let resp = match result {
         Ok(Handled::Data(v)) => respond(Ok(v)),
         Ok(Handled::Unauthorized(reason)) => {
             tokio::time::sleep(shared.cfg.auth_failure_delay).await;
             unauthorized(reason)
         }
         Err(e) => respond(Err(e)),
-    })
+    };
+    tracing::debug!(method = %method, path = %rel, status = resp.status().as_u16(), "request");
+    Ok(resp)
 }
 
 enum Handled {
@@ -333,6 +335,7 @@ async fn api(
     }
     let request = Request {
         template: endpoint.template.to_owned(),
+        path: rel.to_owned(),
         method: method.as_str().to_owned(),
         params,
         user,

@@ -190,6 +190,7 @@ struct Task {
 #[derive(Debug)]
 pub(crate) struct Request {
     pub template: String,
+    pub path: String,
     pub method: String,
     pub params: BTreeMap<String, Value>,
     pub user: String,
@@ -696,7 +697,7 @@ impl State {
             ("DELETE", "/pools") | ("DELETE", "/pools/{poolid}") => self.pool_delete(req),
             (m, _) => Err(ApiError::new(
                 501,
-                format!("Method '{m} {}' not implemented", req.template),
+                format!("Method '{m} {}' not implemented", req.path),
             )),
         }
     }

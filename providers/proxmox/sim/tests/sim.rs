@@ -79,6 +79,9 @@ async fn schema_violations_get_exact_pve_answers() {
 
     let r = get(&mut p, "/nodes/pve1/nosuch").await;
     assert_error(&r, 501, "Method 'GET /nodes/pve1/nosuch' not implemented");
+    // Declared in the schema but not simulated: the same answer, with the concrete path.
+    let r = get(&mut p, "/nodes/pve1/lxc").await;
+    assert_error(&r, 501, "Method 'GET /nodes/pve1/lxc' not implemented");
     let r = p.call(Method::PUT, "/version", &[]).await.unwrap();
     assert_error(&r, 501, "Method 'PUT /version' not implemented");
 

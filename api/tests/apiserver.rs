@@ -1,0 +1,100 @@
+//! The validation table (`tests/validation/*.yaml`) against a real kube-apiserver: install every
+//! CRD from `config/crd/`, create each case's object (after its `old_object` for update cases)
+//! and assert the apiserver's accept/reject and that its message contains the case's `message`.
+//!
+//! Needs the control plane binaries built by `tests/controlplane/build.sh` (or
+//! `BANLIEUE_TEST_KUBECONFIG` pointing at a cluster).
+
+use std::path::Path;
+
+use banlieue_api::{crds, validation};
+use banlieue_testenv::TestEnv;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::Value;
+
+fn api_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) => status.message.clone(),
+        other => format!("{other:#}"),
+    }
+}
+
+#[tokio::test]
+async fn table_holds_against_the_real_apiserver() -> anyhow::Result<()> {
+    let env = TestEnv::shared().await?;
+    let files: Vec<_> = crds::all()
+        .iter()
+        .map(|crd| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../config/crd")
+                .join(crds::file_name(crd))
+        })
+        .collect();
+    env.install_crd_files(&files).await?;
+    let ns = env.namespace("api-validation").await?;
+    let client = env.client().await?;
+
+    let cases = validation::load()?;
+    let mut failures = Vec::new();
+    for (i, case) in cases.iter().enumerate() {
+        let id = format!("{}: {}", case.kind, case.name);
+        let crd = crds::by_kind(&case.kind).ok_or_else(|| anyhow::anyhow!("{id}: unknown kind"))?;
+        let gvk = GroupVersionKind::gvk(&crd.spec.group, &crd.spec.versions[0].name, &case.kind);
+        let resource = ApiResource::from_gvk_with_plural(&gvk, &crd.spec.names.plural);
+        let api: Api<DynamicObject> = if crd.spec.scope == "Namespaced" {
+            Api::namespaced_with(client.clone(), ns.name(), &resource)
+        } else {
+            Api::all_with(client.clone(), &resource)
+        };
+        let name = format!("case-{i}");
+        let with_name = |v: &Value| -> anyhow::Result<DynamicObject> {
+            let mut v = v.clone();
+            v["metadata"]["name"] = Value::from(name.as_str());
+            Ok(serde_json::from_value(v)?)
+        };
+        let result = match &case.old_object {
+            None => {
+                api.create(&PostParams::default(), &with_name(&case.object)?)
+                    .await
+            }
+            Some(old) => {
+                let created = match api.create(&PostParams::default(), &with_name(old)?).await {
+                    Ok(created) => created,
+                    Err(e) => {
+                        failures.push(format!(
+                            "{id}: the object to update is rejected: {}",
+                            api_error(&e)
+                        ));
+                        continue;
+                    }
+                };
+                let mut new = with_name(&case.object)?;
+                new.metadata.resource_version = created.metadata.resource_version.clone();
+                api.replace(&name, &PostParams::default(), &new).await
+            }
+        };
+        match (case.valid, result) {
+            (true, Err(e)) => failures.push(format!("{id}: expected valid, got {}", api_error(&e))),
+            (false, Ok(_)) => failures.push(format!("{id}: expected rejection, got acceptance")),
+            (false, Err(e)) => {
+                let message = api_error(&e);
+                let expected = case.message.as_deref().unwrap_or_default();
+                if !message.contains(expected) {
+                    failures.push(format!(
+                        "{id}: expected a message containing {expected:?}, got {message:?}"
+                    ));
+                }
+            }
+            (true, Ok(_)) => {}
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+    Ok(())
+}

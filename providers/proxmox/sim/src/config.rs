@@ -190,11 +190,83 @@ impl SimConfig {
         cfg
     }
 
+    /// Checks that nodes, storages, pools and templates fit together.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.nodes.is_empty() {
+            return Err("at least one node is required".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for n in &self.nodes {
+            if !seen.insert(n) {
+                return Err(format!("node '{n}' is listed twice"));
+            }
+        }
+        let mut vmids = std::collections::BTreeSet::new();
+        for t in &self.templates {
+            if !self.nodes.contains(&t.node) {
+                return Err(format!("template {} is on unknown node '{}'", t.vmid, t.node));
+            }
+            if !(100..=999_999_999).contains(&t.vmid) || !vmids.insert(t.vmid) {
+                return Err(format!("template vmid {} is out of range or duplicated", t.vmid));
+            }
+            if let Some(p) = &t.pool
+                && !self.pools.contains(p)
+            {
+                return Err(format!("template {} is in unknown pool '{p}'", t.vmid));
+            }
+        }
+        if self.address_pool_prefix > 32 {
+            return Err(format!(
+                "address pool prefix /{} is not an IPv4 prefix",
+                self.address_pool_prefix
+            ));
+        }
+        Ok(())
+    }
+
     /// How long a task of type `kind` runs.
     pub fn duration_for(&self, kind: &str) -> Duration {
         self.task_durations
             .get(kind)
             .copied()
             .unwrap_or(self.task_duration)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validation_catches_inconsistent_configs() {
+        assert_eq!(SimConfig::default().validate(), Ok(()));
+        let cfg = SimConfig {
+            nodes: vec!["a".into()],
+            ..SimConfig::fast()
+        };
+        assert_eq!(
+            cfg.validate(),
+            Err("template 9000 is on unknown node 'pve1'".into())
+        );
+        let cfg = SimConfig {
+            nodes: vec![],
+            ..SimConfig::fast()
+        };
+        assert!(cfg.validate().is_err());
+        let mut cfg = SimConfig::fast();
+        cfg.templates.push(TemplateSpec::ubuntu("pve2"));
+        assert!(cfg.validate().unwrap_err().contains("duplicated"));
+    }
+
+    #[test]
+    fn fast_has_no_delays() {
+        let cfg = SimConfig::fast();
+        assert_eq!(cfg.duration_for("qmclone"), Duration::ZERO);
+        assert_eq!(cfg.agent_delay, Duration::ZERO);
+        assert_eq!(
+            SimConfig::default().duration_for("qmclone"),
+            Duration::from_secs(3)
+        );
+        assert_eq!(SimConfig::default().duration_for("other"), Duration::from_secs(1));
     }
 }

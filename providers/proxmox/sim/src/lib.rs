@@ -48,6 +48,9 @@ use server::Shared;
 /// Errors starting the simulator.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// The configuration is inconsistent.
+    #[error("invalid simulator configuration: {0}")]
+    Config(String),
     /// The API schema could not be loaded.
     #[error("loading the PVE API schema")]
     Schema(#[source] Arc<schema::SchemaError>),
@@ -92,6 +95,7 @@ impl std::fmt::Debug for SimHandle {
 
 /// Starts the simulator on `127.0.0.1:{config.port}` (HTTPS).
 pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
+    config.validate().map_err(SimError::Config)?;
     let schema = match &config.schema_path {
         Some(p) => Arc::new(schema::ApiSchema::load(p).map_err(|e| SimError::Schema(Arc::new(e)))?),
         None => schema::shared_default().map_err(SimError::Schema)?,

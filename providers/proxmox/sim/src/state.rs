@@ -597,7 +597,7 @@ impl State {
         log: Vec<String>,
     ) -> String {
         let now = Instant::now();
-        self.next_pid += 1;
+        self.next_pid = self.next_pid.wrapping_add(1);
         let pid = self.next_pid;
         let pstart = (now.duration_since(self.boot).as_millis() / 10) as u32 + 100_000;
         let starttime = unix_now();

@@ -471,7 +471,8 @@ impl Client {
             {
                 Ok(t) => break t,
                 Err(err) if err.is_transient() && attempt < self.inner.retry.max_retries => {
-                    tokio::time::sleep(self.inner.retry.backoff(attempt, &mut rand::rng())).await;
+                    let delay = self.inner.retry.backoff(attempt, &mut rand::rng());
+                    tokio::time::sleep(delay).await;
                     attempt += 1;
                 }
                 Err(err) => return Err(err),
@@ -840,6 +841,23 @@ mod tests {
             path_segment("UPID:pve1:0000:0000:0000:qmstart:100:root@pam!t:"),
             "UPID:pve1:0000:0000:0000:qmstart:100:root@pam!t:"
         );
+    }
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn client_futures_are_send() {
+        let c = Client::builder("https://h")
+            .password("root@pam", "pw")
+            .build()
+            .unwrap();
+        assert_send(&c.version());
+        assert_send(&c.clone_vm("pve1", 9000, &crate::CloneRequest::default()));
+        assert_send(&c.upload("pve1", "local", crate::UploadContent::Iso, "a.iso", Vec::new()));
+        let upid: crate::Upid = "UPID:pve1:00000001:00000002:00000003:qmstart:100:root@pam:"
+            .parse()
+            .unwrap();
+        assert_send(&c.wait_task(&upid, Duration::ZERO, Duration::ZERO));
     }
 
     #[test]

@@ -763,6 +763,10 @@ fn seed_iso_with_writer(user: &str, meta: &str, network: Option<&str>) -> Vec<u8
 }
 
 fn seed_iso_with_genisoimage(user: &str, meta: &str, network: &str) -> Option<Vec<u8>> {
+    genisoimage(user, meta, network, &["-joliet", "-rock"])
+}
+
+fn genisoimage(user: &str, meta: &str, network: &str, flags: &[&str]) -> Option<Vec<u8>> {
     let dir = tempfile::tempdir().ok()?;
     for (name, text) in [
         ("user-data", user),
@@ -775,15 +779,9 @@ fn seed_iso_with_genisoimage(user: &str, meta: &str, network: &str) -> Option<Ve
     let status = std::process::Command::new("genisoimage")
         .args(["-quiet", "-output"])
         .arg(&out)
-        .args([
-            "-volid",
-            "cidata",
-            "-joliet",
-            "-rock",
-            "user-data",
-            "meta-data",
-            "network-config",
-        ])
+        .args(["-volid", "cidata"])
+        .args(flags)
+        .args(["user-data", "meta-data", "network-config"])
         .current_dir(dir.path())
         .status()
         .ok()?;
@@ -1134,4 +1132,88 @@ async fn served_leaf(addr: std::net::SocketAddr) -> Vec<u8> {
         .await
         .unwrap();
     record.0.lock().unwrap().clone()
+}
+
+#[test]
+fn iso_reader_handles_rock_ridge_only_images() {
+    let user = "#cloud-config\n";
+    let Some(iso) = genisoimage(user, "instance-id: rr\n", "version: 2\n", &["-rock"]) else {
+        eprintln!("genisoimage not installed (apt-get install -y genisoimage); skipping");
+        return;
+    };
+    let image = banlieue_pve_sim::iso::read_image(&iso).expect("readable");
+    assert_eq!(image.volume_id, "cidata");
+    let names: Vec<&String> = image.files.keys().collect();
+    assert_eq!(names, ["meta-data", "network-config", "user-data"]);
+    assert_eq!(image.files["user-data"], user.as_bytes());
+}
+
+#[tokio::test]
+async fn malformed_requests_do_not_break_the_server() {
+    let (sim, mut p) = sim().await;
+    let junk: Vec<(Method, &str, &str, Option<(&str, &[u8])>)> = vec![
+        (Method::GET, "/nodes/%ff%fe/status", "", None),
+        (Method::GET, "/cluster/resources", "type=%zz&&=", None),
+        (
+            Method::POST,
+            "/nodes/pve1/qemu/9000/clone",
+            "",
+            Some(("application/json", b"{not json")),
+        ),
+        (
+            Method::POST,
+            "/nodes/pve1/qemu/9000/clone",
+            "",
+            Some(("application/json", b"[1,2]")),
+        ),
+        (
+            Method::POST,
+            "/nodes/pve1/storage/local/upload",
+            "",
+            Some(("multipart/form-data", b"--x\r\n")),
+        ),
+        (
+            Method::POST,
+            "/nodes/pve1/storage/local/upload",
+            "",
+            Some(("multipart/form-data; boundary=x", b"--x\r\ngarbage")),
+        ),
+        (
+            Method::PUT,
+            "/nodes/pve1/qemu/9000/config",
+            "",
+            Some(("application/x-www-form-urlencoded", b"net0=%ff&tags=\xff")),
+        ),
+        (
+            Method::PUT,
+            "/nodes/pve1/qemu/9000/resize",
+            "",
+            Some(("application/x-www-form-urlencoded", b"disk=scsi0&size=-1G")),
+        ),
+        (Method::GET, "/nodes/pve1/tasks/UPID:x/log", "start=-1", None),
+        (
+            Method::GET,
+            "/nodes/pve1/storage/local/content/%3A%3A%3A",
+            "",
+            None,
+        ),
+    ];
+    for (method, path, query, body) in junk {
+        let body = body.map(|(ct, b)| (ct.to_owned(), Bytes::copy_from_slice(b)));
+        let r = p
+            .send(method.clone(), path, query, body, &[])
+            .await
+            .expect("an answer, not a dropped connection");
+        assert!((400..=501).contains(&r.status), "{method} {path}: {r:?}");
+        assert!(
+            r.body["message"].as_str().is_some_and(|m| m.ends_with('\n')),
+            "{method} {path}: {r:?}"
+        );
+    }
+    assert_eq!(get(&mut p, "/version").await.status, 200);
+    assert!(
+        sim.vms().iter().all(|v| v.vmid == 9000),
+        "no junk request changed state"
+    );
+    sim.shutdown().await;
 }

@@ -27,7 +27,10 @@ pub(crate) struct Binaries {
 impl Binaries {
     /// Finds the binaries, failing with a hint to run the build script if one is missing.
     pub(crate) fn locate(controller_manager: bool) -> Result<Self> {
-        let dir = bin_dir();
+        Self::locate_in(&bin_dir(), controller_manager)
+    }
+
+    fn locate_in(dir: &Path, controller_manager: bool) -> Result<Self> {
         let find = |name: &str| -> Result<PathBuf> {
             let path = dir.join(name);
             if path.is_file() {
@@ -48,5 +51,40 @@ impl Binaries {
                 None
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_binaries_are_reported_with_their_path() {
+        let dir = std::env::temp_dir().join(format!("banlieue-testenv-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let err = Binaries::locate_in(&dir, true).unwrap_err();
+        assert!(
+            matches!(&err, Error::MissingBinary { name, path } if name == "etcd" && path == &dir.join("etcd"))
+        );
+        for name in ["etcd", "kube-apiserver"] {
+            std::fs::write(dir.join(name), "").unwrap();
+        }
+        let err = Binaries::locate_in(&dir, true).unwrap_err();
+        assert!(err.to_string().contains("kube-controller-manager"), "{err}");
+        let found = Binaries::locate_in(&dir, false).unwrap();
+        assert!(found.kube_controller_manager.is_none());
+        assert!(found.kube_apiserver.ends_with("kube-apiserver"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn default_directory_is_in_the_workspace() {
+        if std::env::var_os(BIN_DIR_ENV_VAR).is_none() {
+            assert!(
+                bin_dir().ends_with("tests/support/../controlplane/bin"),
+                "{}",
+                bin_dir().display()
+            );
+        }
     }
 }

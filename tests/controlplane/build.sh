@@ -62,6 +62,15 @@ build_group() {
     fi
     local started=$SECONDS
     rm -f "$bin/.stamp-$group"
+    if [ "${#targets[@]}" -gt 1 ]; then
+        # Compile every package of the group in one go invocation first (parallel across all of
+        # them, nothing linked); the per-binary steps below then only link.
+        local pkgs=()
+        for t in "${targets[@]}"; do pkgs+=("${t#* }"); done
+        log "$group: compiling ${#pkgs[@]} programs"
+        (cd "$dir" && go build -ldflags "$ldflags" "${pkgs[@]}")
+        log "$group: compiled in $((SECONDS - started))s"
+    fi
     for t in "${targets[@]}"; do
         out="${t%% *}"
         local pkg="${t#* }" t0=$SECONDS

@@ -11,6 +11,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
 type Form<'a> = &'a [(&'a str, &'a str)];
+type RawBody = (&'static str, &'static [u8]);
 type FormVec = Vec<(&'static str, &'static str)>;
 
 async fn sim_with(edit: impl FnOnce(&mut SimConfig)) -> (SimHandle, Probe) {
@@ -1151,7 +1152,7 @@ fn iso_reader_handles_rock_ridge_only_images() {
 #[tokio::test]
 async fn malformed_requests_do_not_break_the_server() {
     let (sim, mut p) = sim().await;
-    let junk: Vec<(Method, &str, &str, Option<(&str, &[u8])>)> = vec![
+    let junk: Vec<(Method, &str, &str, Option<RawBody>)> = vec![
         (Method::GET, "/nodes/%ff%fe/status", "", None),
         (Method::GET, "/cluster/resources", "type=%zz&&=", None),
         (

@@ -391,6 +391,12 @@ async fn volume_ids_and_upids_are_path_encoded() {
             .unwrap(),
         None
     );
+    let seen = &mock.requests()[0];
+    assert!(
+        seen.body.is_empty() && seen.headers.get("content-length").is_none(),
+        "DELETE carries no body"
+    );
+    assert!(seen.headers.get("transfer-encoding").is_none());
     assert_eq!(
         mock.requests()[0].uri,
         "/api2/json/nodes/pve1/storage/local/content/local:iso%2Fseed-web-1.iso"

@@ -44,6 +44,44 @@ fn table_covers_every_kind() {
     );
 }
 
+/// Every CEL rule of every CRD is exercised: some invalid case expects (part of) its message.
+#[test]
+fn every_cel_rule_has_an_invalid_case() {
+    fn messages(schema: &Value, out: &mut std::collections::BTreeSet<String>) {
+        if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+            out.extend(
+                rules
+                    .iter()
+                    .filter_map(|r| r["message"].as_str().map(str::to_owned)),
+            );
+        }
+        match schema {
+            Value::Object(map) => map.values().for_each(|v| messages(v, out)),
+            Value::Array(items) => items.iter().for_each(|v| messages(v, out)),
+            _ => {}
+        }
+    }
+    let mut all = std::collections::BTreeSet::new();
+    for crd in crds::all() {
+        messages(&crds::schema_of(&crd.spec.names.kind).expect("schema"), &mut all);
+    }
+    let cases = validation::load().expect("table loads");
+    let expected: Vec<&str> = cases
+        .iter()
+        .filter(|c| !c.valid)
+        .filter_map(|c| c.message.as_deref())
+        .collect();
+    let untested: Vec<&String> = all
+        .iter()
+        .filter(|m| !expected.iter().any(|e| m.contains(e)))
+        .collect();
+    assert!(
+        untested.is_empty(),
+        "CEL rules without an invalid case: {untested:#?}"
+    );
+    assert!(all.len() >= 30, "found only {} distinct rule messages", all.len());
+}
+
 #[test]
 fn table_holds_in_process() {
     let cases = validation::load().expect("table loads");

@@ -8,6 +8,7 @@
 #   --core-only   only etcd, kube-apiserver, kube-controller-manager
 #                 (same as BANLIEUE_CONTROLPLANE_CORE_ONLY=1)
 #   --force       rebuild even if up to date
+# Also copies CAPI's CRDs (core, kubeadm bootstrap, kubeadm control plane) to bin/capi-crds/.
 # Environment: GOMODCACHE / GOCACHE / GOFLAGS are honoured; GOTOOLCHAIN defaults to "local".
 set -euo pipefail
 
@@ -113,6 +114,13 @@ build_group capi "$here/capi" \
     "clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl" \
     -- "-s -w -X $cv.gitVersion=$capi_version -X $cv.gitMajor=1 -X $cv.gitMinor=$capi_minor \
 -X $cv.gitTreeState=clean -X $cv.buildDate=1970-01-01T00:00:00Z"
+
+# CAPI's CRDs, as shipped in the same release, for tests that run the CAPI managers.
+capi_dir="$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)"
+mkdir -p "$bin/capi-crds"
+install -m 0644 "$capi_dir"/core/config/crd/bases/*.yaml "$capi_dir"/bootstrap/kubeadm/config/crd/bases/*.yaml \
+    "$capi_dir"/controlplane/kubeadm/config/crd/bases/*.yaml "$bin/capi-crds/"
+log "capi: $(ls "$bin/capi-crds" | wc -l) CRDs of $capi_version in $bin/capi-crds"
 
 # --- vcsim: govmomi's vSphere simulator -------------------------------------------------------------
 build_group vcsim "$here/vcsim" "vcsim ." -- "-s -w"

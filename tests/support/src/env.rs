@@ -546,6 +546,23 @@ impl TestEnv {
         self.install_crds(&crate::crds::crds_from_files(paths)?).await
     }
 
+    /// The cluster CA certificate (PEM) of a control plane this crate started.
+    pub fn ca_pem(&self) -> Result<String> {
+        let local = self.local.as_ref().ok_or(Error::Unsupported {
+            operation: "reading the cluster CA",
+        })?;
+        Ok(local.ca.cert_pem())
+    }
+
+    /// Issues a TLS serving certificate signed by the cluster CA (e.g. for a webhook server a test
+    /// runs), valid for the given addresses and DNS names. See [`TestEnv::ca_pem`].
+    pub fn serving_certificate(&self, ips: &[IpAddr], dns_names: &[&str]) -> Result<crate::CertAndKey> {
+        let local = self.local.as_ref().ok_or(Error::Unsupported {
+            operation: "issuing a certificate",
+        })?;
+        local.ca.issue_serving(ips, dns_names)
+    }
+
     /// Mints a kubeconfig for a user authenticated by a client certificate signed by this control
     /// plane's CA: Kubernetes sees user `user` in `groups`, with no permissions until a test binds
     /// a role. Not possible against an existing cluster ([`Error::Unsupported`]).
@@ -781,8 +798,9 @@ fn random_loopback_ip() -> Ipv4Addr {
     Ipv4Addr::new(127, a.clamp(1, 254), b, c.clamp(2, 254))
 }
 
-/// A port that was free on `ip` a moment ago (the kernel picks it).
-fn free_port(ip: Ipv4Addr) -> Result<u16> {
+/// A TCP port that was free on `ip` a moment ago (the kernel picks it), for helper processes a
+/// test starts. Prefer a random loopback address of your own over 127.0.0.1 where the helper allows.
+pub fn free_port(ip: Ipv4Addr) -> Result<u16> {
     let listener =
         TcpListener::bind((ip, 0)).map_err(|e| Error::io("binding a free port on", ip.to_string(), e))?;
     let port = listener

@@ -32,10 +32,12 @@ pub use binaries::{BIN_DIR_ENV_VAR, bin_dir};
 pub use crds::{FIELD_MANAGER, crds_from_files, crds_from_yaml, install_crds};
 pub use env::{
     EXTERNAL_KUBECONFIG_ENV_VAR, NAMESPACE_LABEL, START_TIMEOUT_ENV_VAR, TestEnv, TestEnvBuilder,
-    TestNamespace,
+    TestNamespace, free_port,
 };
 pub use error::{Error, Result};
 pub use kubeconfig::{CONNECT_TIMEOUT, KUBECTL_ENV_VAR, KubeconfigFile, READ_TIMEOUT, WRITE_TIMEOUT};
+pub use pki::CertAndKey;
+pub use process::ManagedProcess;
 pub use workdir::KEEP_ENV_VAR;
 
 /// Runs a command to completion, killing it after `timeout`; returns its output. Use it for

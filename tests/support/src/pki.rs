@@ -11,9 +11,11 @@ use crate::error::{Error, Result};
 
 /// A certificate and its private key, both PEM encoded.
 #[derive(Clone)]
-pub(crate) struct CertAndKey {
-    pub(crate) cert_pem: String,
-    pub(crate) key_pem: String,
+pub struct CertAndKey {
+    /// The certificate (PEM).
+    pub cert_pem: String,
+    /// Its private key (PKCS#8 PEM).
+    pub key_pem: String,
 }
 
 impl std::fmt::Debug for CertAndKey {

@@ -54,18 +54,21 @@ pub(crate) fn which(name: &str) -> Option<PathBuf> {
         .find(|candidate| candidate.is_file())
 }
 
-/// A control-plane process, killed (SIGKILL) and reaped on drop.
+/// A child process tied to the test binary: killed (SIGKILL) and reaped on drop, and killed by the
+/// kernel if the test binary dies first. Use it for any helper a test runs next to the control
+/// plane (a CAPI manager, a controller under test, a simulator).
 #[derive(Debug)]
-pub(crate) struct ManagedProcess {
+pub struct ManagedProcess {
     name: String,
     log: PathBuf,
     child: Child,
 }
 
 impl ManagedProcess {
-    /// Starts `program args…` with stdout and stderr appended to `log`, tied to this process's
-    /// lifetime by a parent-death signal.
-    pub(crate) fn start(name: &str, program: &Path, args: &[String], log: &Path) -> Result<Self> {
+    /// Starts `program args…` with stdout and stderr written to the file `log` (created or
+    /// truncated), tied to the test binary's lifetime by a parent-death signal. `name` is used in
+    /// messages.
+    pub fn start(name: &str, program: &Path, args: &[String], log: &Path) -> Result<Self> {
         let setpriv = which("setpriv").ok_or(Error::MissingProgram {
             name: "setpriv",
             hint: "Debian package util-linux",
@@ -110,7 +113,7 @@ impl ManagedProcess {
     }
 
     /// Fails with [`Error::ProcessExited`] (including the end of the log) if the process is gone.
-    pub(crate) fn check_running(&mut self) -> Result<()> {
+    pub fn check_running(&mut self) -> Result<()> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(self.exited(status.to_string())),
@@ -128,17 +131,22 @@ impl ManagedProcess {
     }
 
     /// The process id (of `setpriv`, which has exec'd into the component).
-    pub(crate) fn id(&self) -> u32 {
+    pub fn id(&self) -> u32 {
         self.child.id()
     }
 
     /// The process's log file.
-    pub(crate) fn log(&self) -> &Path {
+    pub fn log(&self) -> &Path {
         &self.log
     }
 
+    /// The last `lines` lines of the process's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        log_tail(&self.log, lines)
+    }
+
     /// Kills the process and waits (bounded) for it to be reaped.
-    pub(crate) fn stop(&mut self) {
+    pub fn stop(&mut self) {
         if let Ok(Some(_)) = self.child.try_wait() {
             return;
         }

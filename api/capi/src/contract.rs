@@ -28,6 +28,12 @@ pub const CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// Label present (any value, usually `""`) on control-plane Machines and their infra objects.
 pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// Label CAPI sets on Machines (and their infra objects) created for a MachineDeployment.
+pub const MACHINE_DEPLOYMENT_NAME_LABEL: &str = "cluster.x-k8s.io/deployment-name";
+/// Label CAPI sets on Machines (and their infra objects) created by a MachineSet.
+pub const MACHINE_SET_NAME_LABEL: &str = "cluster.x-k8s.io/set-name";
+/// Label on control-plane Machines naming their control plane object (e.g. the KubeadmControlPlane).
+pub const MACHINE_CONTROL_PLANE_NAME_LABEL: &str = "cluster.x-k8s.io/control-plane-name";
 /// Annotation that pauses reconciliation of one object (any value counts).
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// Annotation CAPI sets on an object cloned from a template: the template's name.
@@ -432,6 +438,9 @@ mod tests {
         for key in [
             CLUSTER_NAME_LABEL,
             CONTROL_PLANE_LABEL,
+            MACHINE_DEPLOYMENT_NAME_LABEL,
+            MACHINE_SET_NAME_LABEL,
+            MACHINE_CONTROL_PLANE_NAME_LABEL,
             PAUSED_ANNOTATION,
             CLONED_FROM_NAME_ANNOTATION,
             CLONED_FROM_GROUP_KIND_ANNOTATION,

@@ -7,13 +7,12 @@
 //! points those fields at [`Condition`] instead.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A CAPI v1beta1 condition (`sigs.k8s.io/cluster-api/api/core/v1beta1.Condition`), as found in
 /// `status.deprecated.v1beta1.conditions`. Read it only for compatibility; v1beta2 consumers use
 /// `status.conditions`.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Condition {
     /// type of condition in CamelCase or in foo.example.com/CamelCase.
     #[serde(rename = "type")]

@@ -21,6 +21,26 @@ async fn sim_vm_lifecycle() {
 }
 
 #[tokio::test]
+async fn sim_vm_lifecycle_with_default_timings() {
+    // Default task durations (clone 3 s, start 1 s, …), guest agent after 5 s, resources lag:
+    // the scenario must cope by polling tasks, never by assuming instant completion.
+    let mut config = SimConfig::default();
+    config.auth_failure_delay = Duration::ZERO;
+    config.agent_delay = Duration::from_secs(2);
+    let t = target::sim_target_with(config).await;
+    let started = std::time::Instant::now();
+    scenarios::vm_lifecycle(&t).await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "tasks really took their time"
+    );
+    assert!(
+        t.attempts("GET", "/agent/network-get-interfaces") >= 2,
+        "the agent was polled until it answered"
+    );
+}
+
+#[tokio::test]
 async fn sim_clone_holds_the_clone_lock_while_running() {
     let mut config = SimConfig::fast();
     config

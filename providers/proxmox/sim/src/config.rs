@@ -127,6 +127,9 @@ pub struct SimConfig {
     pub upload_limit: usize,
     /// Finished tasks kept for status/log queries (oldest are forgotten).
     pub max_finished_tasks: usize,
+    /// Check every successful response against the schema's declared `returns`; mismatches are
+    /// logged and collected ([`crate::SimHandle::returns_violations`]).
+    pub check_returns: bool,
 }
 
 impl Default for SimConfig {
@@ -172,6 +175,7 @@ impl Default for SimConfig {
             body_limit: 512 * 1024,
             upload_limit: 64 * 1024 * 1024,
             max_finished_tasks: 10_000,
+            check_returns: true,
         }
     }
 }

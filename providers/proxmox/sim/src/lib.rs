@@ -283,6 +283,11 @@ impl SimHandle {
     pub fn seed(&self, vmid: u32) -> Option<SeedData> {
         self.shared.state().seed(vmid)
     }
+    /// Responses so far that did not match the declared `returns` (`METHOD /path: problem`).
+    /// Empty unless the simulator has a bug; contract tests can assert on it.
+    pub fn returns_violations(&self) -> Vec<String> {
+        server::lock(&self.shared.violations).clone()
+    }
     /// Stops accepting connections, closes open ones and waits for the server task.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);

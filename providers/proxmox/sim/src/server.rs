@@ -46,9 +46,11 @@ pub(crate) struct Shared {
     pub password: String,
     tickets: Mutex<HashMap<String, Ticket>>,
     rng: Mutex<ChaCha8Rng>,
+    /// Responses that did not match the declared `returns` (when `check_returns` is on).
+    pub violations: Mutex<Vec<String>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -72,6 +74,7 @@ impl Shared {
             faults: FaultInjector::new(cfg.seed),
             tickets: Mutex::new(HashMap::new()),
             rng: Mutex::new(rng),
+            violations: Mutex::new(Vec::new()),
             schema,
             cfg,
         }
@@ -342,8 +345,22 @@ async fn api(
         task_failure,
         upload,
     };
-    shared.state().handle(&request).map(Handled::Data)
+    let data = shared.state().handle(&request)?;
+    if shared.cfg.check_returns {
+        let problems = crate::schema::check_returns(endpoint.returns(), &data);
+        if !problems.is_empty() {
+            tracing::warn!(method = %method, path = %rel, ?problems, "response does not match declared returns");
+            let mut list = lock(&shared.violations);
+            if list.len() < MAX_VIOLATIONS {
+                list.extend(problems.into_iter().map(|p| format!("{method} {rel}: {p}")));
+            }
+        }
+    }
+    Ok(Handled::Data(data))
 }
+
+/// At most this many `returns` violations are kept for inspection.
+const MAX_VIOLATIONS: usize = 1000;
 
 fn login(shared: &Shared, method: &Method, params: &BTreeMap<String, Value>) -> Result<Handled, ApiError> {
     if *method == Method::GET {

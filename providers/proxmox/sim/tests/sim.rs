@@ -22,6 +22,12 @@ async fn sim_with(edit: impl FnOnce(&mut SimConfig)) -> (SimHandle, Probe) {
     (sim, probe)
 }
 
+/// Every test ends here: the server-side `returns` check must have found nothing.
+async fn finish(sim: SimHandle) {
+    assert_eq!(sim.returns_violations(), Vec::<String>::new());
+    sim.shutdown().await;
+}
+
 async fn sim() -> (SimHandle, Probe) {
     sim_with(|_| {}).await
 }
@@ -143,7 +149,7 @@ async fn schema_violations_get_exact_pve_answers() {
     // Nothing reached the state for rejected requests: only the JSON clone exists.
     let ids: Vec<u32> = sim.vms().iter().map(|v| v.vmid).collect();
     assert_eq!(ids, [150, 9000]);
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -173,7 +179,7 @@ async fn transport_rules() {
         .await
         .unwrap();
     assert_eq!(r.data().as_array().map(Vec::len), Some(3));
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 // ---------- authentication ----------
@@ -206,7 +212,7 @@ async fn authentication_failures_are_401_with_reason_and_delay() {
 
     let r = anon.login(&sim.username(), "wrong").await.unwrap();
     assert_eq!((r.status, r.reason.as_str()), (401, "authentication failure"));
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -250,7 +256,7 @@ async fn ticket_auth_requires_csrf_on_writes_and_expires() {
         get(&mut Probe::for_sim(&sim).unwrap(), "/version").await.status,
         200
     );
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -261,7 +267,7 @@ async fn tickets_last_the_configured_lifetime() {
     assert_eq!(get(&mut p, "/version").await.status, 200);
     tokio::time::sleep(Duration::from_millis(250)).await;
     assert_eq!(get(&mut p, "/version").await.status, 401);
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 // ---------- Perl typing and declared returns ----------
@@ -305,7 +311,7 @@ async fn perl_typed_responses() {
         .map(|v| &v["template"])
         .collect();
     assert_eq!(templates, [&json!(0), &json!(1)], "always 0/1 in resources");
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -413,7 +419,12 @@ async fn responses_match_declared_returns() {
         let problems = check_returns(endpoint.returns(), r.data());
         assert!(problems.is_empty(), "{method} {path}: {problems:?}\n{}", r.data());
     }
-    sim.shutdown().await;
+    assert_eq!(
+        sim.returns_violations(),
+        Vec::<String>::new(),
+        "the server-side check agrees"
+    );
+    finish(sim).await;
 }
 
 // ---------- clone, tasks, lifecycle ----------
@@ -498,7 +509,7 @@ async fn clone_shows_only_the_lock_until_done_then_new_identity() {
     // Cloning onto an existing id fails.
     let r = post(&mut p, "/nodes/pve1/qemu/9000/clone", &[("newid", "101")]).await;
     assert_error(&r, 500, "VM 101 already exists on node 'pve1'");
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -533,7 +544,7 @@ async fn resources_lag_for_new_vms() {
         (later["status"].as_str(), later["name"].as_str()),
         (Some("stopped"), Some("web1"))
     );
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -588,7 +599,7 @@ async fn task_failures() {
     let r = get(&mut p, "/nodes/pve9/qemu").await;
     assert_eq!(r.status, 500);
     assert!(r.reason.starts_with("hostname lookup 'pve9' failed"), "{r:?}");
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -690,7 +701,7 @@ async fn config_update_semantics() {
         get(&mut p, "/nodes/pve1/qemu/101/config").await.data()["memory"],
         "4096"
     );
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 // ---------- guest agent ----------
@@ -737,7 +748,7 @@ async fn guest_agent_reports_an_address_after_the_delay() {
     );
     let (_, ip, prefix) = addr(&get(&mut p, "/nodes/pve1/qemu/102/agent/network-get-interfaces").await);
     assert_eq!((ip.as_str(), prefix), ("192.168.7.5", 24), "static ipconfig0");
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 // ---------- seed ISO ----------
@@ -885,7 +896,7 @@ async fn seed_round_trip(iso: Vec<u8>, user: &str, meta: &str, network: Option<&
         .unwrap()
         .is_empty()
     );
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -957,7 +968,7 @@ async fn upload_rules() {
         .await
         .unwrap();
     assert_eq!(r.status, 500, "{r:?}");
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 // ---------- faults ----------
@@ -975,7 +986,7 @@ async fn fault_pattern(seed: u64) -> Vec<u16> {
     for _ in 0..60 {
         out.push(get(&mut p, "/nodes/pve1/status").await.status);
     }
-    sim.shutdown().await;
+    finish(sim).await;
     out
 }
 
@@ -1061,7 +1072,7 @@ async fn fault_effects() {
         401,
         "admin needs the token"
     );
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 #[tokio::test]
@@ -1077,7 +1088,7 @@ async fn certificate_fingerprint_matches_served_certificate() {
     // Fetch the served certificate with a verifier that records it.
     let served = served_leaf(sim.addr()).await;
     assert_eq!(banlieue_pve_sim::fingerprint(&served), fp);
-    sim.shutdown().await;
+    finish(sim).await;
 }
 
 async fn served_leaf(addr: std::net::SocketAddr) -> Vec<u8> {
@@ -1216,5 +1227,5 @@ async fn malformed_requests_do_not_break_the_server() {
         sim.vms().iter().all(|v| v.vmid == 9000),
         "no junk request changed state"
     );
-    sim.shutdown().await;
+    finish(sim).await;
 }

@@ -64,6 +64,7 @@ struct State {
     failures: HashMap<&'static str, Vec<PveError>>,
     task_failures: HashMap<&'static str, String>,
     calls: Vec<String>,
+    uploads: Vec<(String, String, Vec<u8>)>,
 }
 
 /// The fake Proxmox VE cluster. Cheap to clone (shared state).
@@ -174,6 +175,11 @@ impl FakePve {
     /// The volumes, keyed by `(node, volid)`.
     pub fn volumes(&self) -> BTreeMap<(String, String), Vec<u8>> {
         self.lock().volumes.clone()
+    }
+
+    /// Every completed upload, `(node, volid, bytes)`, including since-deleted volumes.
+    pub fn uploads(&self) -> Vec<(String, String, Vec<u8>)> {
+        self.lock().uploads.clone()
     }
 
     /// The Hypervisor calls made so far (method names, in order).
@@ -292,6 +298,7 @@ fn finish(s: &mut State, upid: &str) {
             s.vms.remove(&vmid);
         }
         Effect::Upload { node, volid, data } => {
+            s.uploads.push((node.clone(), volid.clone(), data.clone()));
             s.volumes.insert((node, volid), data);
         }
         Effect::None => {}

@@ -7,9 +7,13 @@
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
 //! - [`fake`]: an in-memory hypervisor double for tests.
 
+pub mod credentials;
 pub mod desired;
+pub mod error;
 pub mod fake;
 pub mod hypervisor;
+pub mod machine_controller;
+pub mod metrics;
 pub mod phase;
 pub mod placement;
 pub mod provision;

@@ -1,0 +1,575 @@
+//! The ProxmoxMachine reconciler (CAPI InfraMachine contract).
+//!
+//! Order of one reconcile (CAPD's, see `CAPI-CONTRACT.md`): read the object fresh from the
+//! apiserver → no owner Machine: nothing → fetch the Machine and the Cluster → `Paused`
+//! condition, stop if paused (deletion included) → deletion → finalizer → wait for the
+//! Cluster's infrastructure → wait for `dataSecretName` → one provisioning step
+//! ([`crate::provision`]) → `spec.providerID` once provisioned → status by server-side apply on
+//! `/status` with one field manager, only when it changed → an Event per transition.
+//!
+//! The object is read with a GET rather than from the watch cache so that a step never runs on
+//! a status older than the one the previous step wrote (the cache may lag behind our own write;
+//! running the VMID allocation twice on a stale status could clone twice).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use banlieue_api::common::Initialization;
+use banlieue_api::condition::{self, ConditionStatus};
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
+use banlieue_capi::bootstrap::BootstrapData;
+use banlieue_capi::contract;
+use banlieue_capi::{Cluster, Machine};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, instrument, warn};
+
+use crate::credentials::{Connector, read_connection};
+use crate::error::{Error, Result};
+use crate::phase::Phase;
+use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
+
+/// Finalizer of ProxmoxMachines (and ProxmoxClusters).
+pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
+/// Field manager of every write of this provider.
+pub const FIELD_MANAGER: &str = "banlieue-proxmox";
+/// Requeue while waiting on something CAPI does (cluster infrastructure, bootstrap data).
+pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
+
+/// Shared state of the ProxmoxMachine controller.
+pub struct MachineContext<C: Connector> {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Builds hypervisor handles from ProxmoxCluster settings.
+    pub connector: C,
+    /// In-process VMID reservations.
+    pub reservations: VmidReservations,
+    /// Storage (content `iso`) for seed ISOs.
+    pub seed_storage: String,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// Consecutive transient failures per object UID (for backoff).
+    failures: Mutex<HashMap<String, u32>>,
+    /// Counters for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+}
+
+impl<C: Connector> MachineContext<C> {
+    /// A context reporting Events as `reporter`.
+    pub fn new(client: kube::Client, connector: C, seed_storage: impl Into<String>, reporter: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: reporter.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            client,
+            connector,
+            reservations: VmidReservations::default(),
+            seed_storage: seed_storage.into(),
+            recorder,
+            failures: Mutex::new(HashMap::new()),
+            metrics: crate::metrics::Metrics::default(),
+        }
+    }
+
+    fn backoff(&self, uid: &str) -> Duration {
+        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(uid.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n).min(8)).min(Duration::from_secs(300))
+    }
+
+    fn reset_backoff(&self, uid: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Builds the `Ready` condition.
+fn ready(
+    status: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) -> condition::Condition {
+    condition::new_condition(condition::READY, status, reason, message, generation, now())
+}
+
+/// Sets the `Paused` condition per the contract.
+fn set_paused(status: &mut ProxmoxMachineStatus, cluster: Option<&Cluster>, pm: &ProxmoxMachine) {
+    let (flag, reason, message) = contract::paused_condition_fields(cluster, &pm.metadata, "ProxmoxMachine");
+    let flag = if flag == "True" {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    condition::set(
+        &mut status.conditions,
+        condition::new_condition(
+            condition::PAUSED,
+            flag,
+            reason,
+            message,
+            pm.metadata.generation,
+            now(),
+        ),
+    );
+}
+
+/// Applies `new` to `/status` if it differs from the object's; returns whether it wrote.
+async fn write_status(
+    api: &Api<ProxmoxMachine>,
+    pm: &ProxmoxMachine,
+    new: &ProxmoxMachineStatus,
+) -> Result<bool> {
+    let old = pm.status.clone().unwrap_or_default();
+    if old == *new {
+        return Ok(false);
+    }
+    let patch = serde_json::json!({
+        "apiVersion": ProxmoxMachine::api_version(&()),
+        "kind": ProxmoxMachine::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &pm.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube("writing ProxmoxMachine status", e))?;
+    Ok(true)
+}
+
+async fn patch_finalizers(api: &Api<ProxmoxMachine>, pm: &ProxmoxMachine, add: bool) -> Result<()> {
+    let mut finalizers = pm.finalizers().to_vec();
+    if add {
+        finalizers.push(FINALIZER.to_owned());
+    } else {
+        finalizers.retain(|f| f != FINALIZER);
+    }
+    // Guarded by resourceVersion: a concurrent change makes this fail and the reconcile retries.
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": pm.resource_version()}
+    });
+    api.patch(&pm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube("updating ProxmoxMachine finalizers", e))?;
+    Ok(())
+}
+
+async fn publish(recorder: &Recorder, pm: &ProxmoxMachine, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &pm.object_ref(&())).await {
+        warn!(error = %e, "cannot publish event");
+    }
+}
+
+/// Reconciles one ProxmoxMachine.
+#[instrument(skip_all, fields(namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
+pub async fn reconcile<C: Connector>(
+    obj: Arc<ProxmoxMachine>,
+    ctx: Arc<MachineContext<C>>,
+) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let res = reconcile_inner(&obj, &ctx).await;
+    ctx.metrics.record(
+        "proxmoxmachine",
+        started.elapsed(),
+        res.as_ref().err().map(Error::metric_label),
+    );
+    match &res {
+        Ok(_) => ctx.reset_backoff(obj.uid().as_deref().unwrap_or_default()),
+        Err(e) => warn!(error = %e, "reconcile failed"),
+    }
+    res
+}
+
+/// The error policy: back off exponentially per object (1 s … 5 min).
+pub fn error_policy<C: Connector>(
+    obj: Arc<ProxmoxMachine>,
+    _err: &Error,
+    ctx: Arc<MachineContext<C>>,
+) -> Action {
+    Action::requeue(ctx.backoff(obj.uid().as_deref().unwrap_or_default()))
+}
+
+async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContext<C>) -> Result<Action> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let api: Api<ProxmoxMachine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(pm) = api
+        .get_opt(&obj.name_any())
+        .await
+        .map_err(|e| Error::kube("reading ProxmoxMachine", e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let uid = pm.uid().unwrap_or_default();
+    let deleting = pm.meta().deletion_timestamp.is_some();
+    let has_finalizer = pm.finalizers().iter().any(|f| f == FINALIZER);
+    if deleting && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+
+    // Owner Machine: until CAPI links it, do nothing (not an error).
+    let machine = match contract::owner_machine(&pm.metadata) {
+        Some(owner) => Api::<Machine>::namespaced(ctx.client.clone(), &namespace)
+            .get_opt(&owner.name)
+            .await
+            .map_err(|e| Error::kube("reading the owner Machine", e))?,
+        None => None,
+    };
+    if machine.is_none() && !deleting {
+        return Ok(Action::await_change());
+    }
+    let cluster_name = machine
+        .as_ref()
+        .map(|m| m.spec.cluster_name.clone())
+        .or_else(|| contract::cluster_name(&pm.metadata).map(str::to_owned));
+    let cluster = match &cluster_name {
+        Some(name) => Api::<Cluster>::namespaced(ctx.client.clone(), &namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube("reading the Cluster", e))?,
+        None => None,
+    };
+    let mut status = pm.status.clone().unwrap_or_default();
+    let generation = pm.metadata.generation;
+    status.observed_generation = generation;
+    set_paused(&mut status, cluster.as_ref(), &pm);
+    if contract::is_paused(cluster.as_ref(), &pm.metadata) {
+        // Paused: neither provision nor delete (clusterctl move deletes paused source objects).
+        write_status(&api, &pm, &status).await?;
+        return Ok(Action::await_change());
+    }
+    let Some(cluster) = cluster else {
+        if deleting && pm.status.as_ref().and_then(|s| s.vmid).is_none() {
+            patch_finalizers(&api, &pm, false).await?;
+            return Ok(Action::await_change());
+        }
+        let name = cluster_name.unwrap_or_default();
+        condition::set(
+            &mut status.conditions,
+            ready(
+                ConditionStatus::False,
+                "WaitingForCluster",
+                format!("Cluster {name:?} not found"),
+                generation,
+            ),
+        );
+        write_status(&api, &pm, &status).await?;
+        return Ok(Action::requeue(WAIT_REQUEUE));
+    };
+
+    let pxc = proxmox_cluster(ctx, &cluster).await?;
+    if deleting {
+        return delete(ctx, &api, &pm, status, pxc.as_ref()).await;
+    }
+    if !has_finalizer {
+        patch_finalizers(&api, &pm, true).await?;
+    }
+    if !contract::is_infrastructure_provisioned(&cluster) || pxc.is_none() {
+        condition::set(
+            &mut status.conditions,
+            ready(
+                ConditionStatus::False,
+                "WaitingForClusterInfrastructure",
+                "the Cluster's infrastructure is not provisioned yet",
+                generation,
+            ),
+        );
+        write_status(&api, &pm, &status).await?;
+        return Ok(Action::requeue(WAIT_REQUEUE));
+    }
+    let (machine, pxc) = (machine.expect("checked above"), pxc.expect("checked above"));
+    let Some(secret_name) = contract::bootstrap_data_secret_name(&machine).map(str::to_owned) else {
+        condition::set(
+            &mut status.conditions,
+            ready(
+                ConditionStatus::False,
+                "WaitingForBootstrapData",
+                "the Machine's spec.bootstrap.dataSecretName is not set yet",
+                generation,
+            ),
+        );
+        write_status(&api, &pm, &status).await?;
+        return Ok(Action::requeue(WAIT_REQUEUE));
+    };
+
+    let phase = match Phase::read(pm.status.as_ref()) {
+        Ok(phase) => phase,
+        Err(e) => {
+            condition::set(
+                &mut status.conditions,
+                ready(
+                    ConditionStatus::False,
+                    "InconsistentStatus",
+                    e.to_string(),
+                    generation,
+                ),
+            );
+            write_status(&api, &pm, &status).await?;
+            return Ok(Action::requeue(provision::PERMANENT_RETRY));
+        }
+    };
+    let hv = match hypervisor(ctx, &pxc).await {
+        Ok(hv) => hv,
+        Err(Error::Credentials(message)) => {
+            condition::set(
+                &mut status.conditions,
+                ready(
+                    ConditionStatus::False,
+                    "ProxmoxCredentialsInvalid",
+                    message,
+                    generation,
+                ),
+            );
+            write_status(&api, &pm, &status).await?;
+            return Ok(Action::requeue(provision::PERMANENT_RETRY));
+        }
+        Err(e) => return Err(e),
+    };
+    let bootstrap = if phase.needs_bootstrap_data() {
+        let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+            .get(&secret_name)
+            .await
+            .map_err(|e| Error::kube(format!("reading bootstrap Secret {secret_name}"), e))?;
+        match BootstrapData::from_secret(&secret) {
+            Ok(data) => Some(data),
+            Err(e) => {
+                condition::set(
+                    &mut status.conditions,
+                    ready(
+                        ConditionStatus::False,
+                        "BootstrapDataInvalid",
+                        e.to_string(),
+                        generation,
+                    ),
+                );
+                write_status(&api, &pm, &status).await?;
+                return Ok(Action::requeue(provision::PERMANENT_RETRY));
+            }
+        }
+    } else {
+        None
+    };
+    let input = MachineInput {
+        uid: &uid,
+        namespace: &namespace,
+        name: &pm.name_any(),
+        spec: &pm.spec,
+        failure_domain: machine.spec.failure_domain.as_deref(),
+        cluster_allowed_nodes: &pxc.spec.allowed_nodes,
+        cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
+        seed_storage: &ctx.seed_storage,
+    };
+    match provision::provision_step(&hv, &input, phase, bootstrap.as_ref(), &ctx.reservations).await {
+        Ok(step) => {
+            step.phase.write(&mut status);
+            if let Some(p) = status.provisioning.as_mut() {
+                p.message.clone_from(&step.waiting);
+            }
+            if let Some(loc) = step.phase.location() {
+                status.failure_domain = Some(loc.node.clone());
+            }
+            if let Some(done) = &step.provisioned {
+                if pm.spec.provider_id.as_deref() != Some(done.provider_id.as_str()) {
+                    let patch = serde_json::json!({"spec": {"providerID": done.provider_id}});
+                    api.patch(&pm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(|e| Error::kube("setting spec.providerID", e))?;
+                }
+                status.addresses.clone_from(&done.addresses);
+                status.initialization = Initialization::provisioned(true);
+                status.power_state = Some(banlieue_api::common::PowerState::On);
+            }
+            let provisioned = matches!(step.phase, Phase::Provisioned(_));
+            let (flag, message) = if provisioned {
+                (ConditionStatus::True, String::new())
+            } else {
+                (ConditionStatus::False, step.waiting.clone().unwrap_or_default())
+            };
+            condition::set(
+                &mut status.conditions,
+                ready(flag, step.phase.reason(), message, generation),
+            );
+            write_status(&api, &pm, &status).await?;
+            if let Some((reason, note)) = step.event {
+                info!(reason, %note, "transition");
+                publish(&ctx.recorder, &pm, EventType::Normal, reason, note).await;
+            }
+            Ok(if provisioned && step.requeue >= provision::RESYNC {
+                Action::requeue(step.requeue)
+            } else {
+                Action::requeue(step.requeue.max(Duration::from_millis(50)))
+            })
+        }
+        Err(StepError::Permanent { reason, message }) => {
+            let changed = condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::False, reason, message.clone(), generation),
+            );
+            write_status(&api, &pm, &status).await?;
+            if changed {
+                publish(&ctx.recorder, &pm, EventType::Warning, reason, message).await;
+            }
+            Ok(Action::requeue(provision::PERMANENT_RETRY))
+        }
+        Err(e) => {
+            condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::False, e.reason(), e.to_string(), generation),
+            );
+            write_status(&api, &pm, &status).await?;
+            Err(e.into())
+        }
+    }
+}
+
+async fn proxmox_cluster<C: Connector>(
+    ctx: &MachineContext<C>,
+    cluster: &Cluster,
+) -> Result<Option<ProxmoxCluster>> {
+    let Some(infra) = cluster
+        .spec
+        .infrastructure_ref
+        .as_ref()
+        .filter(|r| r.kind == "ProxmoxCluster")
+    else {
+        return Ok(None);
+    };
+    let namespace = cluster.namespace().unwrap_or_default();
+    Api::<ProxmoxCluster>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&infra.name)
+        .await
+        .map_err(|e| Error::kube("reading the ProxmoxCluster", e))
+}
+
+async fn hypervisor<C: Connector>(ctx: &MachineContext<C>, pxc: &ProxmoxCluster) -> Result<C::Hv> {
+    let connection = read_connection(&ctx.client, pxc).await?;
+    let key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
+    ctx.connector.connect(&key, &connection)
+}
+
+async fn delete<C: Connector>(
+    ctx: &MachineContext<C>,
+    api: &Api<ProxmoxMachine>,
+    pm: &ProxmoxMachine,
+    mut status: ProxmoxMachineStatus,
+    pxc: Option<&ProxmoxCluster>,
+) -> Result<Action> {
+    let uid = pm.uid().unwrap_or_default();
+    let generation = pm.metadata.generation;
+    let Some(pxc) = pxc else {
+        if pm.status.as_ref().and_then(|s| s.vmid).is_none() {
+            patch_finalizers(api, pm, false).await?;
+            return Ok(Action::await_change());
+        }
+        condition::set(
+            &mut status.conditions,
+            ready(
+                ConditionStatus::False,
+                "DeletionFailed",
+                "the ProxmoxCluster is gone: cannot reach Proxmox to delete the VM",
+                generation,
+            ),
+        );
+        write_status(api, pm, &status).await?;
+        return Ok(Action::requeue(provision::PERMANENT_RETRY));
+    };
+    let hv = hypervisor(ctx, pxc).await?;
+    match provision::delete_step(
+        &hv,
+        &uid,
+        &ctx.seed_storage,
+        pm.status.as_ref(),
+        &ctx.reservations,
+    )
+    .await?
+    {
+        DeleteStep::Gone { note } => {
+            publish(&ctx.recorder, pm, EventType::Normal, "Deleted", note).await;
+            patch_finalizers(api, pm, false).await?;
+            Ok(Action::await_change())
+        }
+        DeleteStep::InProgress {
+            state,
+            task,
+            requeue,
+            message,
+        } => {
+            let provisioning = status.provisioning.get_or_insert_with(Default::default);
+            let task_id = task.map(|t| t.to_string());
+            if provisioning.task_id != task_id {
+                provisioning.task_started_at = None;
+            }
+            provisioning.state = state;
+            provisioning.task_id = task_id;
+            provisioning.message = Some(message.clone());
+            condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::False, "Deleting", message, generation),
+            );
+            write_status(api, pm, &status).await?;
+            Ok(Action::requeue(requeue))
+        }
+    }
+}
+
+/// Maps a Machine to the ProxmoxMachine it references.
+fn machine_to_infra(machine: Machine) -> Option<ObjectRef<ProxmoxMachine>> {
+    let r = &machine.spec.infrastructure_ref;
+    (r.kind == "ProxmoxMachine" && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
+        .then(|| ObjectRef::new(&r.name).within(&machine.namespace().unwrap_or_default()))
+}
+
+/// The ProxmoxMachine controller as a stream to drive; ends on `shutdown`.
+pub async fn run<C: Connector>(
+    ctx: Arc<MachineContext<C>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let (proxmox_machines, machines): (Api<ProxmoxMachine>, Api<Machine>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    Controller::new(proxmox_machines, watcher::Config::default())
+        .watches(machines, watcher::Config::default(), machine_to_infra)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,497 @@
+//! Scenario tests: the ProxmoxMachine controller runs against the real control plane harness
+//! (etcd + kube-apiserver + kube-controller-manager) with CAPI's CRDs, driven by CAPI-shaped
+//! Cluster/Machine objects the way CAPI's controllers would write them. Proxmox is the
+//! in-memory `FakePve` (the wire-level simulator is exercised by the client's own tests).
+//!
+//! Run: `cargo test -p banlieue-proxmox --test scenarios` (needs `tests/controlplane/build.sh`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use banlieue_api::common::{ApiEndpoint, Cpu, SecretReference};
+use banlieue_api::infrastructure::{
+    ProxmoxCluster, ProxmoxClusterSpec, ProxmoxMachine, ProxmoxMachineSpec, ProxmoxTemplateSource,
+};
+use banlieue_capi::contract::{CLUSTER_NAME_LABEL, ContractRef, PAUSED_ANNOTATION};
+use banlieue_capi::generated::cluster::ClusterSpec;
+use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
+use banlieue_capi::{Cluster, Machine};
+use banlieue_cloudinit::SeedFiles;
+use banlieue_proxmox::credentials::FakeConnector;
+use banlieue_proxmox::desired;
+use banlieue_proxmox::fake::FakePve;
+use banlieue_proxmox::machine_controller::{self, FINALIZER, MachineContext};
+use banlieue_testenv::{TestEnv, crds_from_files};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+
+const USER_DATA: &[u8] = b"#cloud-config\nruncmd:\n- [sh, -c, 'echo \xc3\xa9t\xc3\xa9 > /tmp/x']\n";
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+async fn env() -> Result<&'static TestEnv> {
+    let shared = "/work/shared/capi/v1.14/crds";
+    let capi = crds_from_files([
+        format!("{shared}/cluster.x-k8s.io_clusters.yaml"),
+        format!("{shared}/cluster.x-k8s.io_machines.yaml"),
+    ])?;
+    let mut crds = banlieue_api::crds::all();
+    crds.extend(capi);
+    Ok(TestEnv::shared_with(|b| b.crds(crds)).await?)
+}
+
+struct Scenario {
+    client: kube::Client,
+    ns: String,
+    pve: FakePve,
+}
+
+impl Scenario {
+    async fn new(prefix: &str) -> Result<(Self, banlieue_testenv::TestNamespace)> {
+        let env = env().await?;
+        let ns = env.namespace(prefix).await?;
+        let client = env.client().await?;
+        let scenario = Self {
+            client,
+            ns: ns.name().to_owned(),
+            pve: FakePve::new(3),
+        };
+        scenario.cluster("c1").await?;
+        Ok((scenario, ns))
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Starts a controller; returns its task (abort it to "kill" the controller).
+    fn start_controller(&self) -> tokio::task::JoinHandle<()> {
+        let ctx = Arc::new(MachineContext::new(
+            self.client.clone(),
+            FakeConnector(self.pve.clone()),
+            "local",
+            "banlieue-proxmox-test",
+        ));
+        let ns = self.ns.clone();
+        tokio::spawn(async move {
+            machine_controller::run(ctx, Some(&ns), 4, std::future::pending()).await;
+        })
+    }
+
+    async fn cluster(&self, name: &str) -> Result<()> {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some("pve-credentials".into()),
+                ..Default::default()
+            },
+            string_data: Some(
+                [
+                    ("tokenID".to_owned(), "root@pam!banlieue".to_owned()),
+                    (
+                        "secret".to_owned(),
+                        "00000000-1111-2222-3333-444444444444".to_owned(),
+                    ),
+                ]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        self.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await?;
+        let pxc = ProxmoxCluster::new(
+            name,
+            ProxmoxClusterSpec {
+                control_plane_endpoint: Some(ApiEndpoint {
+                    host: "10.0.0.100".into(),
+                    port: 6443,
+                }),
+                endpoint: Some("https://pve.invalid:8006".into()),
+                credentials_ref: Some(SecretReference {
+                    name: "pve-credentials".into(),
+                    namespace: None,
+                }),
+                ..Default::default()
+            },
+        );
+        self.api::<ProxmoxCluster>()
+            .create(&PostParams::default(), &pxc)
+            .await?;
+        let cluster = Cluster::new(
+            name,
+            ClusterSpec {
+                infrastructure_ref: Some(
+                    ContractRef::new("infrastructure.banlieue.io", "ProxmoxCluster", name).into(),
+                ),
+                ..Default::default()
+            },
+        );
+        self.api::<Cluster>()
+            .create(&PostParams::default(), &cluster)
+            .await?;
+        let status = serde_json::json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+        self.api::<Cluster>()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await?;
+        Ok(())
+    }
+
+    /// Creates bootstrap Secret, Machine and its ProxmoxMachine (owned by the Machine), as
+    /// CAPI's MachineSet and bootstrap controllers would.
+    async fn machine(&self, name: &str, failure_domain: Option<&str>) -> Result<()> {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("{name}-bootstrap")),
+                ..Default::default()
+            },
+            type_: Some("cluster.x-k8s.io/secret".into()),
+            data: Some([("value".to_owned(), ByteString(USER_DATA.to_vec()))].into()),
+            ..Default::default()
+        };
+        self.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await?;
+        let mut machine = Machine::new(
+            name,
+            MachineSpec {
+                cluster_name: "c1".into(),
+                bootstrap: MachineBootstrap {
+                    data_secret_name: Some(format!("{name}-bootstrap")),
+                    ..Default::default()
+                },
+                infrastructure_ref: ContractRef::new("infrastructure.banlieue.io", "ProxmoxMachine", name)
+                    .into(),
+                failure_domain: failure_domain.map(str::to_owned),
+                ..Default::default()
+            },
+        );
+        machine.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());
+        let machine = self
+            .api::<Machine>()
+            .create(&PostParams::default(), &machine)
+            .await?;
+        let mut pm = ProxmoxMachine::new(
+            name,
+            ProxmoxMachineSpec {
+                provider_id: None,
+                provider_ref: None,
+                source: ProxmoxTemplateSource {
+                    vmid: Some(9000),
+                    ..Default::default()
+                },
+                target_node: None,
+                allowed_nodes: vec![],
+                storage: None,
+                clone_mode: None,
+                pool: None,
+                cpu: Cpu::cores(2),
+                memory_mib: 2048,
+                disks: vec![],
+                networks: vec![],
+                tags: vec![],
+                vmid_range: None,
+                readiness_checks: None,
+            },
+        );
+        pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());
+        pm.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            name: name.into(),
+            uid: machine.uid().context("machine uid")?,
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        self.api::<ProxmoxMachine>()
+            .create(&PostParams::default(), &pm)
+            .await?;
+        Ok(())
+    }
+
+    async fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&ProxmoxMachine) -> bool,
+    ) -> Result<ProxmoxMachine> {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            if let Some(pm) = self.api::<ProxmoxMachine>().get_opt(name).await?
+                && check(&pm)
+            {
+                return Ok(pm);
+            }
+            if tokio::time::Instant::now() > deadline {
+                let pm = self.api::<ProxmoxMachine>().get_opt(name).await?;
+                bail!(
+                    "timed out waiting for {name} to be {what}: {:#?}",
+                    pm.map(|p| p.status)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn wait_gone(&self, name: &str) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        while self.api::<ProxmoxMachine>().get_opt(name).await?.is_some() {
+            if tokio::time::Instant::now() > deadline {
+                bail!("{name} was not deleted");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+}
+
+fn provisioned(pm: &ProxmoxMachine) -> bool {
+    pm.status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        .unwrap_or(false)
+        && pm.spec.provider_id.is_some()
+}
+
+fn condition<'a>(pm: &'a ProxmoxMachine, type_: &str) -> Option<&'a banlieue_api::condition::Condition> {
+    pm.status
+        .as_ref()
+        .and_then(|s| banlieue_api::condition::find(&s.conditions, type_))
+}
+
+#[tokio::test]
+async fn provisions_and_deletes_a_machine_like_capi_expects() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-e2e").await?;
+    let controller = s.start_controller();
+    s.machine("m1", Some("pve2")).await?;
+    let pm = s.wait_for("m1", "provisioned", provisioned).await?;
+
+    let vms = s.pve.vms();
+    assert_eq!(vms.len(), 1, "exactly one VM");
+    let (vmid, vm) = vms.into_iter().next().context("vm")?;
+    assert_eq!(vm.node, "pve2", "placed in the Machine's failure domain");
+    let status = pm.status.clone().context("status")?;
+    assert_eq!(status.failure_domain.as_deref(), Some("pve2"));
+    assert_eq!(status.vmid, Some(vmid));
+    assert_eq!(
+        pm.spec.provider_id.as_deref(),
+        Some(format!("proxmox://0000aaaa-0000-0000-0000-{vmid:012}").as_str())
+    );
+    assert!(status.addresses.iter().any(|a| a.address == "m1"));
+    assert_eq!(condition(&pm, "Ready").map(|c| c.status.as_str()), Some("True"));
+    let paused = condition(&pm, "Paused").context("Paused condition")?;
+    assert_eq!(
+        (paused.status.as_str(), paused.reason.as_str()),
+        ("False", "NotPaused")
+    );
+    assert!(pm.finalizers().iter().any(|f| f == FINALIZER));
+
+    // The bootstrap data arrived byte for byte in the seed ISO.
+    let uploads = s.pve.uploads();
+    assert_eq!(uploads.len(), 1);
+    let files = SeedFiles::from_iso(&uploads[0].2)?;
+    assert_eq!(files.user_data.as_deref(), Some(USER_DATA));
+    assert_eq!(
+        uploads[0].1,
+        desired::seed_volid("local", &pm.uid().unwrap_or_default())
+    );
+
+    // Converged: a reconcile triggered by a Machine change writes nothing.
+    let rv = pm.resource_version();
+    let label = serde_json::json!({"metadata": {"labels": {"touched": "yes"}}});
+    s.api::<Machine>()
+        .patch("m1", &PatchParams::default(), &Patch::Merge(&label))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = s.api::<ProxmoxMachine>().get("m1").await?;
+    assert_eq!(again.resource_version(), rv, "no write when nothing changed");
+
+    s.api::<ProxmoxMachine>()
+        .delete("m1", &DeleteParams::default())
+        .await?;
+    s.wait_gone("m1").await?;
+    assert!(s.pve.vms().is_empty(), "the VM is deleted with the machine");
+    assert!(s.pve.volumes().is_empty(), "no seed ISO left behind");
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_machine_without_owner_is_left_alone() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-orphan").await?;
+    let controller = s.start_controller();
+    s.machine("m1", None).await?;
+    // A second ProxmoxMachine that no Machine owns (CAPI has not linked it yet).
+    let mut orphan = s.api::<ProxmoxMachine>().get("m1").await?;
+    orphan.metadata = kube::api::ObjectMeta {
+        name: Some("orphan".into()),
+        ..Default::default()
+    };
+    orphan.status = None;
+    s.api::<ProxmoxMachine>()
+        .create(&PostParams::default(), &orphan)
+        .await?;
+    s.wait_for("m1", "provisioned", provisioned).await?;
+    let orphan = s.api::<ProxmoxMachine>().get("orphan").await?;
+    assert!(orphan.status.is_none(), "no status on an unowned machine");
+    assert!(
+        orphan.finalizers().is_empty(),
+        "no finalizer on an unowned machine"
+    );
+    assert_eq!(s.pve.vms().len(), 1);
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn pause_stops_provisioning_and_deletion() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-pause").await?;
+    let controller = s.start_controller();
+    s.machine("m1", None).await?;
+    s.wait_for("m1", "provisioned", provisioned).await?;
+    let pause = serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: ""}}});
+    s.api::<ProxmoxMachine>()
+        .patch("m1", &PatchParams::default(), &Patch::Merge(&pause))
+        .await?;
+    let pm = s
+        .wait_for("m1", "paused", |pm| {
+            condition(pm, "Paused").is_some_and(|c| c.status == "True")
+        })
+        .await?;
+    assert_eq!(
+        condition(&pm, "Paused").map(|c| c.reason.as_str()),
+        Some("Paused")
+    );
+    // clusterctl move deletes paused objects: the VM must survive.
+    s.api::<ProxmoxMachine>()
+        .delete("m1", &DeleteParams::default())
+        .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(s.pve.vms().len(), 1, "a paused machine's VM is not deleted");
+    assert!(s.api::<ProxmoxMachine>().get_opt("m1").await?.is_some());
+    let unpause = serde_json::json!({"metadata": {"annotations": {PAUSED_ANNOTATION: null}}});
+    s.api::<ProxmoxMachine>()
+        .patch("m1", &PatchParams::default(), &Patch::Merge(&unpause))
+        .await?;
+    s.wait_gone("m1").await?;
+    assert!(s.pve.vms().is_empty());
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_bad_template_gives_a_clear_condition_and_no_vm() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-badtpl").await?;
+    let controller = s.start_controller();
+    let bad = serde_json::json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1",
+        "kind": "ProxmoxMachine",
+        "metadata": {"name": "m2", "labels": {CLUSTER_NAME_LABEL: "c1"}},
+        "spec": {"source": {"name": "no-such-template"}, "cpu": {"cores": 1}, "memoryMiB": 1024}
+    });
+    s.machine_from_json("m2", bad).await?;
+    let pm = s
+        .wait_for("m2", "failed", |pm| {
+            condition(pm, "Ready").is_some_and(|c| c.reason == "TemplateNotFound")
+        })
+        .await?;
+    let ready = condition(&pm, "Ready").context("Ready")?;
+    assert!(ready.message.contains("no-such-template"), "{}", ready.message);
+    assert!(s.pve.vms().is_empty(), "no VM for a bad template");
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn killing_the_controller_at_any_point_leaves_exactly_one_vm() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-kill").await?;
+    s.pve.set_task_polls(2);
+    s.machine("m1", None).await?;
+    let mut kills = 0;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let controller = s.start_controller();
+        // Let it run a little, then kill it mid-flight.
+        tokio::time::sleep(Duration::from_millis(150 + 70 * kills)).await;
+        controller.abort();
+        let _ = controller.await;
+        kills += 1;
+        assert!(s.pve.vms().len() <= 1, "never two VMs (after {kills} kills)");
+        let pm = s.api::<ProxmoxMachine>().get("m1").await?;
+        if provisioned(&pm) || tokio::time::Instant::now() > deadline {
+            break;
+        }
+    }
+    assert!(
+        kills >= 3,
+        "the controller was killed mid-provisioning ({kills} times)"
+    );
+    let controller = s.start_controller();
+    s.wait_for("m1", "provisioned", provisioned).await?;
+    assert_eq!(s.pve.vms().len(), 1, "exactly one VM after {kills} kills");
+    s.api::<ProxmoxMachine>()
+        .delete("m1", &DeleteParams::default())
+        .await?;
+    s.wait_gone("m1").await?;
+    assert!(s.pve.vms().is_empty(), "nothing orphaned");
+    controller.abort();
+    Ok(())
+}
+
+impl Scenario {
+    /// Like [`Scenario::machine`] with a ProxmoxMachine given as JSON.
+    async fn machine_from_json(&self, name: &str, pm: serde_json::Value) -> Result<()> {
+        self.machine_objects(name).await?;
+        let machine = self.api::<Machine>().get(name).await?;
+        let mut pm: ProxmoxMachine = serde_json::from_value(pm)?;
+        pm.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            name: name.into(),
+            uid: machine.uid().context("machine uid")?,
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        self.api::<ProxmoxMachine>()
+            .create(&PostParams::default(), &pm)
+            .await?;
+        Ok(())
+    }
+
+    async fn machine_objects(&self, name: &str) -> Result<()> {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(format!("{name}-bootstrap")),
+                ..Default::default()
+            },
+            data: Some([("value".to_owned(), ByteString(USER_DATA.to_vec()))].into()),
+            ..Default::default()
+        };
+        self.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await?;
+        let machine = Machine::new(
+            name,
+            MachineSpec {
+                cluster_name: "c1".into(),
+                bootstrap: MachineBootstrap {
+                    data_secret_name: Some(format!("{name}-bootstrap")),
+                    ..Default::default()
+                },
+                infrastructure_ref: ContractRef::new("infrastructure.banlieue.io", "ProxmoxMachine", name)
+                    .into(),
+                ..Default::default()
+            },
+        );
+        self.api::<Machine>()
+            .create(&PostParams::default(), &machine)
+            .await?;
+        Ok(())
+    }
+}

@@ -24,9 +24,11 @@ async fn sim_vm_lifecycle() {
 async fn sim_vm_lifecycle_with_default_timings() {
     // Default task durations (clone 3 s, start 1 s, …), guest agent after 5 s, resources lag:
     // the scenario must cope by polling tasks, never by assuming instant completion.
-    let mut config = SimConfig::default();
-    config.auth_failure_delay = Duration::ZERO;
-    config.agent_delay = Duration::from_secs(2);
+    let config = SimConfig {
+        auth_failure_delay: Duration::ZERO,
+        agent_delay: Duration::from_secs(2),
+        ..SimConfig::default()
+    };
     let t = target::sim_target_with(config).await;
     let started = std::time::Instant::now();
     scenarios::vm_lifecycle(&t).await;

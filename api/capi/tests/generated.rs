@@ -221,3 +221,110 @@ fn hand_written_clusterctl_metadata_matches_capis_crd() {
         property_names(&schema["properties"]["releaseSeries"]["items"])
     );
 }
+
+/// Group, version, kind, plural and scope of a generated root kind.
+fn resource_identity<K>() -> (String, String, String, String, bool)
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let namespaced = std::any::type_name::<K::Scope>().ends_with("NamespaceResourceScope");
+    (
+        K::group(&()).into(),
+        K::version(&()).into(),
+        K::kind(&()).into(),
+        K::plural(&()).into(),
+        namespaced,
+    )
+}
+
+#[test]
+fn generated_kinds_match_their_crds() {
+    use banlieue_capi::*;
+    let cases = [
+        (resource_identity::<Cluster>(), "cluster.x-k8s.io_clusters.yaml"),
+        (
+            resource_identity::<ClusterClass>(),
+            "cluster.x-k8s.io_clusterclasses.yaml",
+        ),
+        (resource_identity::<Machine>(), "cluster.x-k8s.io_machines.yaml"),
+        (
+            resource_identity::<MachineSet>(),
+            "cluster.x-k8s.io_machinesets.yaml",
+        ),
+        (
+            resource_identity::<MachineDeployment>(),
+            "cluster.x-k8s.io_machinedeployments.yaml",
+        ),
+        (
+            resource_identity::<MachineHealthCheck>(),
+            "cluster.x-k8s.io_machinehealthchecks.yaml",
+        ),
+        (
+            resource_identity::<MachinePool>(),
+            "cluster.x-k8s.io_machinepools.yaml",
+        ),
+        (
+            resource_identity::<KubeadmConfig>(),
+            "bootstrap.cluster.x-k8s.io_kubeadmconfigs.yaml",
+        ),
+        (
+            resource_identity::<KubeadmConfigTemplate>(),
+            "bootstrap.cluster.x-k8s.io_kubeadmconfigtemplates.yaml",
+        ),
+        (
+            resource_identity::<KubeadmControlPlane>(),
+            "controlplane.cluster.x-k8s.io_kubeadmcontrolplanes.yaml",
+        ),
+        (
+            resource_identity::<KubeadmControlPlaneTemplate>(),
+            "controlplane.cluster.x-k8s.io_kubeadmcontrolplanetemplates.yaml",
+        ),
+        (
+            resource_identity::<IpAddressClaim>(),
+            "ipam.cluster.x-k8s.io_ipaddressclaims.yaml",
+        ),
+        (
+            resource_identity::<IpAddress>(),
+            "ipam.cluster.x-k8s.io_ipaddresses.yaml",
+        ),
+        (
+            resource_identity::<ClusterResourceSet>(),
+            "addons.cluster.x-k8s.io_clusterresourcesets.yaml",
+        ),
+        (
+            resource_identity::<ClusterResourceSetBinding>(),
+            "addons.cluster.x-k8s.io_clusterresourcesetbindings.yaml",
+        ),
+    ];
+    let generated = rust_files(&generated_dir());
+    assert_eq!(cases.len(), generated.len() - 1, "one case per generated kind");
+    for ((group, version, kind, plural, namespaced), file) in cases {
+        let path = shared_dir().join("capi/v1.14/crds").join(file);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let crd: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        let spec = &crd["spec"];
+        assert_eq!(spec["group"].as_str(), Some(group.as_str()), "{file}");
+        assert_eq!(spec["names"]["kind"].as_str(), Some(kind.as_str()), "{file}");
+        assert_eq!(spec["names"]["plural"].as_str(), Some(plural.as_str()), "{file}");
+        assert_eq!(
+            spec["scope"].as_str() == Some("Namespaced"),
+            namespaced,
+            "{file}: scope"
+        );
+        let versions = spec["versions"].as_sequence().unwrap();
+        let ours = versions
+            .iter()
+            .find(|v| v["name"].as_str() == Some(version.as_str()));
+        let ours = ours.unwrap_or_else(|| panic!("{file}: {version} not in the CRD"));
+        assert_eq!(
+            ours["served"].as_bool(),
+            Some(true),
+            "{file}: {version} must be served"
+        );
+        assert_eq!(
+            ours["storage"].as_bool(),
+            Some(true),
+            "{file}: {version} should be the storage version"
+        );
+    }
+}

@@ -1278,7 +1278,7 @@ impl State {
     fn power(&mut self, req: &Request, kind: &str) -> ApiResult {
         let vmid = self.vm_on_node(req)?;
         let node = req.req("node")?;
-        if req.flag("skiplock") != Some(true) && kind != "qmstop" {
+        if req.flag("skiplock") != Some(true) {
             self.check_unlocked(vmid)?;
         }
         let action = match kind {

@@ -47,7 +47,7 @@ async fn sim_clone_holds_the_clone_lock_while_running() {
     let mut config = SimConfig::fast();
     config
         .task_durations
-        .insert("qmclone".into(), Duration::from_millis(500));
+        .insert("qmclone".into(), Duration::from_secs(2));
     let t = target::sim_target_with(config).await;
     let c = &t.client;
     let newid = c.next_id().await.unwrap();

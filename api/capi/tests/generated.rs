@@ -328,3 +328,40 @@ fn generated_kinds_match_their_crds() {
         );
     }
 }
+
+#[test]
+fn generator_refuses_a_different_kopium_version() {
+    // A fake kopium first on PATH: the script must stop before writing anything.
+    let bin = tempfile::tempdir().unwrap();
+    let fake = bin.path().join("kopium");
+    std::fs::write(&fake, "#!/bin/sh\necho 'kopium 0.23.0'\n").unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = tempfile::tempdir().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let result = Command::new("bash")
+        .arg(crate_dir().join("generate.sh"))
+        .arg(out.path())
+        .env("PATH", path)
+        .env("BANLIEUE_SHARED", shared_dir())
+        .output()
+        .unwrap();
+    assert!(!result.status.success(), "generate.sh accepted kopium 0.23.0");
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains("kopium 0.23.0 found") && stderr.contains("--version 0.24.1"),
+        "unexpected message: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(out.path()).unwrap().count(),
+        0,
+        "nothing may be written"
+    );
+}

@@ -35,8 +35,8 @@
 //! Objects carry no namespace: a runner puts namespaced kinds in its own namespace.
 //!
 //! Runners: `api/tests/validation.rs` runs the table in-process ([`check_structural`] plus the
-//! CEL rules through `kube-cel`); the real-apiserver runner creates each object and asserts the
-//! apiserver's accept/reject and that its error message contains `message`.
+//! CEL rules through `kube-cel`); `api/tests/apiserver.rs` creates each object on a real
+//! kube-apiserver and asserts its accept/reject and that its error message contains `message`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

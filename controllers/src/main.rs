@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 /// banlieue: hypervisor-neutral virtual machines and Cluster API infrastructure providers.
 #[derive(Debug, Parser)]
-#[command(name = "banlieue", version, about)]
+#[command(name = "banlieue", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

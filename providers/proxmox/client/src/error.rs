@@ -154,6 +154,12 @@ pub enum ErrorClass {
 }
 
 impl ErrorClass {
+    /// True when waiting (requeue with backoff) may resolve it without a change of the request:
+    /// `Transient`, `Locked`, `AgentNotRunning`. Controllers wait for a spec change otherwise.
+    pub fn is_temporary(self) -> bool {
+        matches!(self, Self::Transient | Self::Locked | Self::AgentNotRunning)
+    }
+
     /// A short stable label for metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -395,6 +401,32 @@ mod tests {
             exitstatus: exitstatus.into(),
         };
         assert_eq!(err.class(), expected);
+    }
+
+    #[test]
+    fn temporary_classes() {
+        let temporary: Vec<_> = [
+            ErrorClass::NotFound,
+            ErrorClass::AlreadyExists,
+            ErrorClass::Locked,
+            ErrorClass::AgentNotRunning,
+            ErrorClass::Transient,
+            ErrorClass::Auth,
+            ErrorClass::Invalid,
+            ErrorClass::TaskFailed,
+            ErrorClass::Other,
+        ]
+        .into_iter()
+        .filter(|c| c.is_temporary())
+        .collect();
+        assert_eq!(
+            temporary,
+            vec![
+                ErrorClass::Locked,
+                ErrorClass::AgentNotRunning,
+                ErrorClass::Transient
+            ]
+        );
     }
 
     #[test]

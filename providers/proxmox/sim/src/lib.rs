@@ -120,7 +120,8 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
     let addr = listener
         .local_addr()
         .map_err(|source| SimError::Bind { port, source })?;
-    let shared = Arc::new(Shared::new(Arc::new(config), schema));
+    let fingerprint = fingerprint(&certs.leaf_der);
+    let shared = Arc::new(Shared::new(Arc::new(config), schema, fingerprint.clone()));
     let (stop, mut stopped) = watch::channel(false);
     let serving = shared.clone();
     let task = tokio::spawn(async move {
@@ -152,7 +153,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
         shared,
         addr,
         ca_pem: certs.ca_pem,
-        fingerprint: fingerprint(&certs.leaf_der),
+        fingerprint,
         stop,
         task,
     })

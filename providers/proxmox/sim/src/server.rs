@@ -55,7 +55,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn new(cfg: Arc<SimConfig>, schema: Arc<ApiSchema>) -> Self {
+    pub(crate) fn new(cfg: Arc<SimConfig>, schema: Arc<ApiSchema>, fingerprint: String) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xa11c_e5ed);
         let token_secret = cfg.token_secret.clone().unwrap_or_else(|| {
             uuid::Builder::from_random_bytes(rng.random())
@@ -70,7 +70,7 @@ impl Shared {
             token_id: format!("{}!{}", cfg.username, cfg.token_name),
             token_secret,
             password,
-            state: Mutex::new(State::new(cfg.clone(), schema.clone())),
+            state: Mutex::new(State::new(cfg.clone(), schema.clone(), fingerprint)),
             faults: FaultInjector::new(cfg.seed),
             tickets: Mutex::new(HashMap::new()),
             rng: Mutex::new(rng),

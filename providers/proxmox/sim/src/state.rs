@@ -318,10 +318,11 @@ pub(crate) struct State {
     next_pid: u32,
     next_ip: u32,
     boot: Instant,
+    fingerprint: String,
 }
 
 impl State {
-    pub(crate) fn new(cfg: Arc<SimConfig>, schema: Arc<ApiSchema>) -> Self {
+    pub(crate) fn new(cfg: Arc<SimConfig>, schema: Arc<ApiSchema>, fingerprint: String) -> Self {
         let now = Instant::now();
         let mut state = Self {
             rng: ChaCha8Rng::seed_from_u64(cfg.seed ^ 0x5157_a7e5),
@@ -336,6 +337,7 @@ impl State {
             next_pid: 0x1000 + (cfg.seed % 0x1000) as u32,
             next_ip: u32::from(cfg.address_pool_start),
             boot: now,
+            fingerprint,
             cfg,
         };
         for node in state.cfg.nodes.clone() {
@@ -731,7 +733,7 @@ impl State {
                     json!({"node": n, "id": format!("node/{n}"), "type": "node", "status": "online",
                         "cpu": 0.03, "maxcpu": 16, "mem": 8u64 << 30, "maxmem": 64u64 << 30,
                         "disk": 10u64 << 30, "maxdisk": 100u64 << 30, "uptime": uptime, "level": "",
-                        "ssl_fingerprint": ""})
+                        "ssl_fingerprint": self.fingerprint})
                 })
                 .collect(),
         )

@@ -1088,6 +1088,18 @@ async fn certificate_fingerprint_matches_served_certificate() {
     // Fetch the served certificate with a verifier that records it.
     let served = served_leaf(sim.addr()).await;
     assert_eq!(banlieue_pve_sim::fingerprint(&served), fp);
+    // /nodes reports it too, as PVE does.
+    let mut p = Probe::for_sim(&sim).unwrap();
+    let nodes = get(&mut p, "/nodes").await;
+    assert!(
+        nodes
+            .data()
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|n| n["ssl_fingerprint"] == fp.as_str()),
+        "{nodes:?}"
+    );
     finish(sim).await;
 }
 

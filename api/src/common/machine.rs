@@ -249,3 +249,93 @@ pub struct ReadinessChecks {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_cloud_init: Option<bool>,
 }
+
+impl ProvisioningState {
+    /// The wire form, also usable as a condition reason (`Cloning`, `WaitingForGuest`…).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "Pending",
+            Self::Cloning => "Cloning",
+            Self::Configuring => "Configuring",
+            Self::PoweringOn => "PoweringOn",
+            Self::WaitingForGuest => "WaitingForGuest",
+            Self::Ready => "Ready",
+            Self::PoweringOff => "PoweringOff",
+            Self::Deleting => "Deleting",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+impl std::fmt::Display for ProvisioningState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PowerState {
+    /// The wire form: `On` or `Off`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::On => "On",
+            Self::Off => "Off",
+        }
+    }
+}
+
+impl std::fmt::Display for PowerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_forms_match_serde() {
+        use ProvisioningState::*;
+        for state in [
+            Pending,
+            Cloning,
+            Configuring,
+            PoweringOn,
+            WaitingForGuest,
+            Ready,
+            PoweringOff,
+            Deleting,
+            Failed,
+        ] {
+            assert_eq!(serde_json::to_value(state).expect("serializes"), state.as_str());
+            assert_eq!(state.to_string(), state.as_str());
+        }
+        for power in [PowerState::On, PowerState::Off] {
+            assert_eq!(
+                serde_json::to_value(power).expect("serializes"),
+                power.to_string()
+            );
+        }
+    }
+
+    #[test]
+    fn vcpus_multiply_cores_and_sockets() {
+        assert_eq!(Cpu::cores(4).vcpus(), 4);
+        assert_eq!(
+            Cpu {
+                cores: 4,
+                sockets: Some(2)
+            }
+            .vcpus(),
+            8
+        );
+        assert_eq!(
+            Cpu {
+                cores: u32::MAX,
+                sockets: Some(2)
+            }
+            .vcpus(),
+            u32::MAX
+        );
+    }
+}

@@ -51,6 +51,18 @@ pub enum Error {
         /// The version as given.
         release: String,
     },
+    /// An `IPAddress` written by an IPAM provider does not hold a usable address.
+    #[error("IPAddress {name:?}: {field} {value:?} is {reason}")]
+    InvalidIpAddress {
+        /// Name of the IPAddress.
+        name: String,
+        /// The offending field (`spec.address`, `spec.prefix` or `spec.gateway`).
+        field: &'static str,
+        /// The value as found.
+        value: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 impl Error {
@@ -63,6 +75,7 @@ impl Error {
             Error::UnknownBootstrapFormat { .. } => "unknown_bootstrap_format",
             Error::InvalidReleaseVersion { .. } => "invalid_release_version",
             Error::NoReleaseSeries { .. } => "no_release_series",
+            Error::InvalidIpAddress { .. } => "invalid_ip_address",
         }
     }
 }

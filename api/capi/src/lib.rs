@@ -6,6 +6,7 @@
 //! - [`contract`]: label/annotation keys, pause rule, owner lookup, contract-label parsing and
 //!   `{apiGroup, kind, name}` references of the v1beta2 provider contract.
 //! - [`bootstrap`]: the bootstrap data Secret.
+//! - [`ipam`]: creating `IPAddressClaim`s and reading the `IPAddress` an IPAM provider allocated.
 //! - [`clusterctl`]: the provider `metadata.yaml` (`Metadata`, hand-written: kopium cannot
 //!   generate spec-less kinds).
 //! - [`v1beta1`]: the old condition shape still found under `status.deprecated.v1beta1`.
@@ -17,6 +18,7 @@ pub mod clusterctl;
 pub mod contract;
 mod error;
 pub mod generated;
+pub mod ipam;
 pub mod v1beta1;
 
 pub use error::{Error, Result};

@@ -150,6 +150,7 @@ fn ip_address_claim_round_trips() {
         .and_then(|s| s.address_ref.as_ref())
         .map(|r| r.name.as_str());
     assert_eq!(address, Some("prod-md-0-7b9c4-x2x8q-net0-inet"));
+    assert_eq!(banlieue_capi::ipam::allocated_address_name(&claim), address);
     assert!(
         banlieue_capi::contract::owner_machine(&claim.metadata).is_none(),
         "owned by the InfraMachine"
@@ -161,6 +162,9 @@ fn ip_address_round_trips() {
     let ip: IpAddress = round_trip("ip_address.yaml");
     assert_eq!((ip.spec.address.as_str(), ip.spec.prefix), ("192.0.2.31", 24));
     assert_eq!(ip.spec.gateway.as_deref(), Some("192.0.2.1"));
+    let allocation = banlieue_capi::ipam::parse_allocation(&ip).unwrap();
+    assert_eq!(allocation.prefix, 24);
+    assert!(allocation.address.is_ipv4() && allocation.gateway.is_some_and(|g| g.is_ipv4()));
 }
 
 #[test]

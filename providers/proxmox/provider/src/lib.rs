@@ -7,11 +7,13 @@
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
 //! - [`fake`]: an in-memory hypervisor double for tests.
 
+pub mod cluster_controller;
 pub mod credentials;
 pub mod desired;
 pub mod error;
 pub mod fake;
 pub mod hypervisor;
+pub mod leader;
 pub mod machine_controller;
 pub mod metrics;
 pub mod phase;

@@ -18,9 +18,11 @@ use banlieue_capi::generated::cluster::ClusterSpec;
 use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
 use banlieue_capi::{Cluster, Machine};
 use banlieue_cloudinit::SeedFiles;
+use banlieue_proxmox::cluster_controller::{self, ClusterContext};
 use banlieue_proxmox::credentials::FakeConnector;
 use banlieue_proxmox::desired;
 use banlieue_proxmox::fake::FakePve;
+use banlieue_proxmox::leader::LeaderElector;
 use banlieue_proxmox::machine_controller::{self, FINALIZER, MachineContext};
 use banlieue_testenv::{TestEnv, crds_from_files};
 use k8s_openapi::ByteString;
@@ -494,4 +496,191 @@ impl Scenario {
             .await?;
         Ok(())
     }
+}
+
+impl Scenario {
+    fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
+        let ctx = Arc::new(ClusterContext {
+            client: self.client.clone(),
+            connector: FakeConnector(self.pve.clone()),
+            metrics: Default::default(),
+        });
+        let ns = self.ns.clone();
+        tokio::spawn(async move {
+            cluster_controller::run(ctx, Some(&ns), 2, std::future::pending()).await;
+        })
+    }
+
+    /// A Cluster and its ProxmoxCluster (owned by it, as CAPI sets it), using `secret`.
+    async fn owned_cluster(&self, name: &str, secret: &str) -> Result<()> {
+        let cluster = Cluster::new(
+            name,
+            ClusterSpec {
+                infrastructure_ref: Some(
+                    ContractRef::new("infrastructure.banlieue.io", "ProxmoxCluster", name).into(),
+                ),
+                ..Default::default()
+            },
+        );
+        let cluster = self
+            .api::<Cluster>()
+            .create(&PostParams::default(), &cluster)
+            .await?;
+        let mut pxc = ProxmoxCluster::new(
+            name,
+            ProxmoxClusterSpec {
+                control_plane_endpoint: Some(ApiEndpoint {
+                    host: "10.0.0.100".into(),
+                    port: 6443,
+                }),
+                endpoint: Some("https://pve.invalid:8006".into()),
+                credentials_ref: Some(SecretReference {
+                    name: secret.into(),
+                    namespace: None,
+                }),
+                allowed_nodes: vec!["pve3".into(), "pve1".into()],
+                ..Default::default()
+            },
+        );
+        pxc.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Cluster".into(),
+            name: name.into(),
+            uid: cluster.uid().context("cluster uid")?,
+            ..Default::default()
+        }]);
+        self.api::<ProxmoxCluster>()
+            .create(&PostParams::default(), &pxc)
+            .await?;
+        Ok(())
+    }
+
+    async fn wait_cluster(
+        &self,
+        name: &str,
+        check: impl Fn(&ProxmoxCluster) -> bool,
+    ) -> Result<ProxmoxCluster> {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let pxc = self.api::<ProxmoxCluster>().get(name).await?;
+            if check(&pxc) {
+                return Ok(pxc);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("timed out waiting for ProxmoxCluster {name}: {:#?}", pxc.status);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn cluster_condition<'a>(
+    pxc: &'a ProxmoxCluster,
+    type_: &str,
+) -> Option<&'a banlieue_api::condition::Condition> {
+    pxc.status
+        .as_ref()
+        .and_then(|s| banlieue_api::condition::find(&s.conditions, type_))
+}
+
+#[tokio::test]
+async fn proxmox_cluster_checks_connectivity_and_publishes_failure_domains() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxc-ok").await?;
+    s.owned_cluster("c2", "pve-credentials").await?;
+    let controller = s.start_cluster_controller();
+    let pxc = s
+        .wait_cluster("c2", |p| {
+            p.status
+                .as_ref()
+                .is_some_and(|st| st.initialization.as_ref().and_then(|i| i.provisioned) == Some(true))
+        })
+        .await?;
+    let status = pxc.status.clone().context("status")?;
+    let names: Vec<&str> = status.failure_domains.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["pve1", "pve3"], "allowed nodes, sorted");
+    assert_eq!(
+        cluster_condition(&pxc, "Ready").map(|c| c.status.as_str()),
+        Some("True")
+    );
+    assert_eq!(
+        cluster_condition(&pxc, "ProxmoxConnected").map(|c| c.status.as_str()),
+        Some("True")
+    );
+    assert!(pxc.finalizers().iter().any(|f| f == FINALIZER));
+    // Status as CAPI reads it: failureDomains a list, no nulls.
+    let raw = serde_json::to_value(&status)?;
+    assert!(raw["failureDomains"].is_array());
+    assert!(!raw.to_string().contains("null"), "{raw}");
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn proxmox_cluster_reports_bad_credentials_and_auth_failures() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxc-bad").await?;
+    let incomplete = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("incomplete".into()),
+            ..Default::default()
+        },
+        string_data: Some([("tokenID".to_owned(), "root@pam!x".to_owned())].into()),
+        ..Default::default()
+    };
+    s.api::<Secret>()
+        .create(&PostParams::default(), &incomplete)
+        .await?;
+    s.owned_cluster("c3", "incomplete").await?;
+    s.pve.fail_next(
+        "version",
+        banlieue_proxmox::fake::api_error(401, "authentication failure"),
+    );
+    s.owned_cluster("c4", "pve-credentials").await?;
+    let controller = s.start_cluster_controller();
+    let connected_false =
+        |p: &ProxmoxCluster| cluster_condition(p, "ProxmoxConnected").is_some_and(|c| c.status == "False");
+    let c3 = s.wait_cluster("c3", connected_false).await?;
+    let c = cluster_condition(&c3, "ProxmoxConnected").context("condition")?;
+    assert_eq!(c.reason, "CredentialsInvalid");
+    assert!(c.message.contains("secret"), "{}", c.message);
+    assert_eq!(
+        cluster_condition(&c3, "Ready").map(|c| c.status.as_str()),
+        Some("False")
+    );
+    let c4 = s
+        .wait_cluster("c4", |p| cluster_condition(p, "ProxmoxConnected").is_some())
+        .await?;
+    // The injected 401 hits whichever cluster is checked first; c4 either failed with it or
+    // (if c3's check came first) connected.
+    let reason = cluster_condition(&c4, "ProxmoxConnected").map(|c| c.reason.clone());
+    assert!(
+        matches!(reason.as_deref(), Some("AuthenticationFailed" | "Connected")),
+        "{reason:?}"
+    );
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn leader_election_has_one_holder_and_hands_over() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-leader").await?;
+    let mut a = LeaderElector::new(s.client.clone(), &s.ns, "lease", "a");
+    let mut b = LeaderElector::new(s.client.clone(), &s.ns, "lease", "b");
+    a.lease_duration = Duration::from_secs(2);
+    b.lease_duration = Duration::from_secs(2);
+    assert!(a.try_acquire_or_renew().await?);
+    assert!(!b.try_acquire_or_renew().await?, "a holds the lease");
+    assert!(a.try_acquire_or_renew().await?, "a renews");
+    // a stops renewing: b takes over after expiry.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(b.try_acquire_or_renew().await?, "expired lease taken over");
+    assert!(!a.try_acquire_or_renew().await?);
+    b.release().await?;
+    assert!(a.try_acquire_or_renew().await?, "released lease taken at once");
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(s.client.clone(), &s.ns)
+        .get("lease")
+        .await?;
+    let spec = lease.spec.context("spec")?;
+    assert_eq!(spec.holder_identity.as_deref(), Some("a"));
+    assert_eq!(spec.lease_transitions, Some(2));
+    Ok(())
 }

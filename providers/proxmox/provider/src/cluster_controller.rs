@@ -1,0 +1,429 @@
+//! The ProxmoxCluster reconciler (CAPI InfraCluster contract).
+//!
+//! Reads the credentials Secret, checks connectivity (`GET /version`) and permissions (node and
+//! guest listing), reports them in the `ProxmoxConnected` condition, publishes one failure
+//! domain per allowed node (every online node when `spec.allowedNodes` is empty), handles
+//! `spec.controlPlaneEndpoint` (a user value is never overwritten; when unset, the Cluster's is
+//! mirrored once it exists) and sets `status.initialization.provisioned` and `Ready`.
+//!
+//! Only ProxmoxClusters owned by a CAPI Cluster are reconciled (the finalizer is added once the
+//! owner exists); objects with `cluster.x-k8s.io/managed-by` are skipped entirely.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_api::common::{ApiEndpoint, FailureDomain, Initialization};
+use banlieue_api::condition::{self, ConditionStatus};
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterStatus};
+use banlieue_capi::Cluster;
+use banlieue_capi::contract;
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{instrument, warn};
+
+use crate::credentials::{Connector, read_connection};
+use crate::error::{Error, Result};
+use crate::hypervisor::{Hypervisor, NodeLoad};
+use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
+
+/// Condition type: Proxmox VE answers with these credentials and they may list nodes and guests.
+pub const PROXMOX_CONNECTED: &str = "ProxmoxConnected";
+/// Resync period (refreshes connectivity and failure domains).
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Shared state of the ProxmoxCluster controller.
+pub struct ClusterContext<C: Connector> {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Builds hypervisor handles.
+    pub connector: C,
+    /// Counters for `/metrics`.
+    pub metrics: crate::metrics::Metrics,
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn cond(
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) -> condition::Condition {
+    condition::new_condition(type_, status, reason, message, generation, now())
+}
+
+/// The failure domains for `allowed` nodes (all online nodes when empty), sorted by name, and
+/// the allowed nodes that are not online.
+pub fn failure_domains(allowed: &[String], nodes: &[NodeLoad]) -> (Vec<FailureDomain>, Vec<String>) {
+    let online = |name: &str| nodes.iter().any(|n| n.name == name && n.online);
+    let mut names: Vec<String> = if allowed.is_empty() {
+        nodes
+            .iter()
+            .filter(|n| n.online)
+            .map(|n| n.name.clone())
+            .collect()
+    } else {
+        allowed.iter().filter(|n| online(n)).cloned().collect()
+    };
+    names.sort();
+    names.dedup();
+    let missing = allowed.iter().filter(|n| !online(n)).cloned().collect();
+    let domains = names
+        .into_iter()
+        .map(|name| FailureDomain {
+            name,
+            control_plane: Some(true),
+            attributes: None,
+        })
+        .collect();
+    (domains, missing)
+}
+
+/// The endpoint to set on the ProxmoxCluster: `None` when the user set one (never overwritten)
+/// or when the Cluster has none yet.
+pub fn endpoint_to_mirror(pxc: &ProxmoxCluster, cluster: &Cluster) -> Option<ApiEndpoint> {
+    if pxc.spec.control_plane_endpoint.is_some() {
+        return None;
+    }
+    let ep = cluster.spec.control_plane_endpoint.as_ref()?;
+    let host = ep.host.clone().filter(|h| !h.is_empty())?;
+    let port = ep.port.filter(|p| (1..=65535).contains(p))?;
+    Some(ApiEndpoint { host, port })
+}
+
+/// Reconciles one ProxmoxCluster.
+#[instrument(skip_all, fields(namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
+pub async fn reconcile<C: Connector>(
+    obj: Arc<ProxmoxCluster>,
+    ctx: Arc<ClusterContext<C>>,
+) -> Result<Action> {
+    let started = std::time::Instant::now();
+    let res = reconcile_inner(&obj, &ctx).await;
+    ctx.metrics.record(
+        "proxmoxcluster",
+        started.elapsed(),
+        res.as_ref().err().map(Error::metric_label),
+    );
+    if let Err(e) = &res {
+        warn!(error = %e, "reconcile failed");
+    }
+    res
+}
+
+/// Error policy: retry after 30 s.
+pub fn error_policy<C: Connector>(
+    _obj: Arc<ProxmoxCluster>,
+    _err: &Error,
+    _ctx: Arc<ClusterContext<C>>,
+) -> Action {
+    Action::requeue(Duration::from_secs(30))
+}
+
+async fn write_status(
+    api: &Api<ProxmoxCluster>,
+    pxc: &ProxmoxCluster,
+    new: &ProxmoxClusterStatus,
+) -> Result<()> {
+    if pxc.status.as_ref() == Some(new) || (pxc.status.is_none() && *new == ProxmoxClusterStatus::default()) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": ProxmoxCluster::api_version(&()),
+        "kind": ProxmoxCluster::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &pxc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube("writing ProxmoxCluster status", e))?;
+    Ok(())
+}
+
+async fn set_finalizer(api: &Api<ProxmoxCluster>, pxc: &ProxmoxCluster, present: bool) -> Result<()> {
+    let mut finalizers = pxc.finalizers().to_vec();
+    if present {
+        finalizers.push(FINALIZER.to_owned());
+    } else {
+        finalizers.retain(|f| f != FINALIZER);
+    }
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": pxc.resource_version()}});
+    api.patch(&pxc.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube("updating ProxmoxCluster finalizers", e))?;
+    Ok(())
+}
+
+async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContext<C>) -> Result<Action> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let api: Api<ProxmoxCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(pxc) = api
+        .get_opt(&obj.name_any())
+        .await
+        .map_err(|e| Error::kube("reading ProxmoxCluster", e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    if contract::is_externally_managed(&pxc.metadata) {
+        return Ok(Action::await_change());
+    }
+    let has_finalizer = pxc.finalizers().iter().any(|f| f == FINALIZER);
+    let deleting = pxc.meta().deletion_timestamp.is_some();
+    let Some(owner) = contract::owner_cluster(&pxc.metadata) else {
+        if deleting && has_finalizer {
+            set_finalizer(&api, &pxc, false).await?;
+        }
+        return Ok(Action::await_change());
+    };
+    let cluster = Api::<Cluster>::namespaced(ctx.client.clone(), &namespace)
+        .get_opt(&owner.name)
+        .await
+        .map_err(|e| Error::kube("reading the owner Cluster", e))?;
+    let generation = pxc.metadata.generation;
+    let mut status = pxc.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let (flag, reason, message) =
+        contract::paused_condition_fields(cluster.as_ref(), &pxc.metadata, "ProxmoxCluster");
+    let flag = if flag == "True" {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    condition::set(
+        &mut status.conditions,
+        cond(condition::PAUSED, flag, reason, message, generation),
+    );
+    if contract::is_paused(cluster.as_ref(), &pxc.metadata) {
+        write_status(&api, &pxc, &status).await?;
+        return Ok(Action::await_change());
+    }
+    if deleting {
+        // The ProxmoxCluster owns nothing on Proxmox: machines are deleted first by CAPI.
+        if has_finalizer {
+            set_finalizer(&api, &pxc, false).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        set_finalizer(&api, &pxc, true).await?;
+    }
+    if let Some(cluster) = &cluster
+        && let Some(endpoint) = endpoint_to_mirror(&pxc, cluster)
+    {
+        let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": endpoint}});
+        api.patch(&pxc.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("mirroring the Cluster's controlPlaneEndpoint", e))?;
+    }
+    let has_endpoint = pxc.spec.control_plane_endpoint.is_some()
+        || cluster
+            .as_ref()
+            .is_some_and(|c| endpoint_to_mirror(&pxc, c).is_some());
+
+    let connected = match read_connection(&ctx.client, &pxc).await {
+        Err(Error::Credentials(message)) => Err(("CredentialsInvalid", message)),
+        Err(e) => return Err(e),
+        Ok(connection) => {
+            let key = format!("{namespace}/{}", pxc.name_any());
+            match ctx.connector.connect(&key, &connection) {
+                Err(e) => Err(("CredentialsInvalid", e.to_string())),
+                Ok(hv) => check(&hv).await,
+            }
+        }
+    };
+    let (ready_reason, ready_message, provisioned) = match connected {
+        Ok(nodes) => {
+            let (domains, missing) = failure_domains(&pxc.spec.allowed_nodes, &nodes);
+            let message = if missing.is_empty() {
+                String::new()
+            } else {
+                format!("allowed nodes not online: {}", missing.join(", "))
+            };
+            condition::set(
+                &mut status.conditions,
+                cond(
+                    PROXMOX_CONNECTED,
+                    ConditionStatus::True,
+                    "Connected",
+                    message,
+                    generation,
+                ),
+            );
+            let any = !domains.is_empty();
+            status.failure_domains = domains;
+            match (any, has_endpoint) {
+                (false, _) => (
+                    "NoOnlineNode",
+                    "no allowed Proxmox node is online".to_owned(),
+                    false,
+                ),
+                (true, false) => (
+                    "WaitingForControlPlaneEndpoint",
+                    "set spec.controlPlaneEndpoint on the ProxmoxCluster or the Cluster".to_owned(),
+                    false,
+                ),
+                (true, true) => ("Provisioned", String::new(), true),
+            }
+        }
+        Err((reason, message)) => {
+            condition::set(
+                &mut status.conditions,
+                cond(
+                    PROXMOX_CONNECTED,
+                    ConditionStatus::False,
+                    reason,
+                    message.clone(),
+                    generation,
+                ),
+            );
+            (reason, message, false)
+        }
+    };
+    // Once provisioned, CAPI never looks back: keep `provisioned` true through outages.
+    if provisioned || Initialization::is_provisioned(status.initialization.as_ref()) {
+        status.initialization = Initialization::provisioned(true);
+    }
+    condition::set(
+        &mut status.conditions,
+        cond(
+            condition::READY,
+            ConditionStatus::from(provisioned),
+            ready_reason,
+            ready_message,
+            generation,
+        ),
+    );
+    write_status(&api, &pxc, &status).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Connectivity and permission check: version, nodes, guests.
+async fn check<H: Hypervisor>(hv: &H) -> std::result::Result<Vec<NodeLoad>, (&'static str, String)> {
+    let classify = |e: crate::hypervisor::PveError| match e.class() {
+        banlieue_pve_client::ErrorClass::Auth if e.status() == Some(403) => {
+            ("PermissionDenied", e.to_string())
+        }
+        banlieue_pve_client::ErrorClass::Auth => ("AuthenticationFailed", e.to_string()),
+        _ => ("Unreachable", e.to_string()),
+    };
+    hv.version().await.map_err(classify)?;
+    let nodes = hv.nodes().await.map_err(classify)?;
+    hv.guests().await.map_err(classify)?;
+    Ok(nodes)
+}
+
+fn cluster_to_infra(cluster: Cluster) -> Option<ObjectRef<ProxmoxCluster>> {
+    let r = cluster.spec.infrastructure_ref.as_ref()?;
+    (r.kind == "ProxmoxCluster" && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
+        .then(|| ObjectRef::new(&r.name).within(&cluster.namespace().unwrap_or_default()))
+}
+
+/// Runs the ProxmoxCluster controller until `shutdown`.
+pub async fn run<C: Connector>(
+    ctx: Arc<ClusterContext<C>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let (pxcs, clusters): (Api<ProxmoxCluster>, Api<Cluster>) = match namespace {
+        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
+    Controller::new(pxcs, watcher::Config::default())
+        .watches(clusters, watcher::Config::default(), cluster_to_infra)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_capi::generated::cluster::{ClusterControlPlaneEndpoint, ClusterSpec};
+    use rstest::rstest;
+
+    fn nodes() -> Vec<NodeLoad> {
+        ["pve2", "pve1", "pve3"]
+            .iter()
+            .map(|n| NodeLoad {
+                name: n.to_string(),
+                online: *n != "pve3",
+                free_memory: 0,
+            })
+            .collect()
+    }
+
+    #[rstest]
+    #[case::all_online_sorted(&[], &["pve1", "pve2"], &[])]
+    #[case::allowed_only(&["pve2"], &["pve2"], &[])]
+    #[case::offline_allowed_reported(&["pve3", "pve1"], &["pve1"], &["pve3"])]
+    #[case::unknown_allowed_reported(&["pve9"], &[], &["pve9"])]
+    fn failure_domains_come_from_online_allowed_nodes(
+        #[case] allowed: &[&str],
+        #[case] want: &[&str],
+        #[case] missing: &[&str],
+    ) {
+        let allowed: Vec<String> = allowed.iter().map(|s| s.to_string()).collect();
+        let (domains, got_missing) = failure_domains(&allowed, &nodes());
+        let names: Vec<&str> = domains.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, want);
+        assert!(domains.iter().all(|d| d.control_plane == Some(true)));
+        assert_eq!(got_missing, missing);
+    }
+
+    fn cluster(host: Option<&str>, port: Option<i32>) -> Cluster {
+        Cluster::new(
+            "c1",
+            ClusterSpec {
+                control_plane_endpoint: Some(ClusterControlPlaneEndpoint {
+                    host: host.map(str::to_owned),
+                    port,
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_user_endpoint_is_never_overwritten_and_the_clusters_is_mirrored_only_when_complete() {
+        let mut pxc = ProxmoxCluster::new("c1", Default::default());
+        assert_eq!(
+            endpoint_to_mirror(&pxc, &cluster(Some("10.0.0.1"), Some(6443))),
+            Some(ApiEndpoint {
+                host: "10.0.0.1".into(),
+                port: 6443
+            })
+        );
+        assert_eq!(endpoint_to_mirror(&pxc, &cluster(Some(""), Some(6443))), None);
+        assert_eq!(endpoint_to_mirror(&pxc, &cluster(Some("h"), None)), None);
+        assert_eq!(
+            endpoint_to_mirror(&pxc, &Cluster::new("c1", Default::default())),
+            None
+        );
+        pxc.spec.control_plane_endpoint = Some(ApiEndpoint {
+            host: "user".into(),
+            port: 443,
+        });
+        assert_eq!(
+            endpoint_to_mirror(&pxc, &cluster(Some("10.0.0.1"), Some(6443))),
+            None
+        );
+    }
+}

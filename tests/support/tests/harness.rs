@@ -207,6 +207,13 @@ spec:
     Ok(())
 }
 
+fn value_of_k(cm: ConfigMap) -> String {
+    let name = cm.name_any();
+    cm.data
+        .and_then(|mut d| d.remove("k"))
+        .unwrap_or_else(|| format!("<no k in {name}>"))
+}
+
 #[tokio::test]
 async fn watches_see_added_modified_deleted() -> Result<()> {
     let env = env_with_widgets().await?;
@@ -222,7 +229,11 @@ async fn watches_see_added_modified_deleted() -> Result<()> {
         .resource_version
         .unwrap_or_default();
     let mut events = config_maps
-        .watch(&WatchParams::default().timeout(60), &version)
+        // Only our object: the root-CA publisher adds `kube-root-ca.crt` to new namespaces.
+        .watch(
+            &WatchParams::default().fields("metadata.name=watched").timeout(60),
+            &version,
+        )
         .await?
         .boxed();
     config_maps
@@ -240,9 +251,9 @@ async fn watches_see_added_modified_deleted() -> Result<()> {
             .context("no watch event in time")??
             .context("watch ended early")?;
         match event {
-            WatchEvent::Added(cm) => seen.push(("ADDED", cm.data.unwrap_or_default()["k"].clone())),
-            WatchEvent::Modified(cm) => seen.push(("MODIFIED", cm.data.unwrap_or_default()["k"].clone())),
-            WatchEvent::Deleted(cm) => seen.push(("DELETED", cm.data.unwrap_or_default()["k"].clone())),
+            WatchEvent::Added(cm) => seen.push(("ADDED", value_of_k(cm))),
+            WatchEvent::Modified(cm) => seen.push(("MODIFIED", value_of_k(cm))),
+            WatchEvent::Deleted(cm) => seen.push(("DELETED", value_of_k(cm))),
             WatchEvent::Bookmark(_) => {}
             WatchEvent::Error(e) => bail!("watch error: {e:?}"),
         }

@@ -912,10 +912,8 @@ async fn seed_iso_round_trip_genisoimage() {
     let user = "#cloud-config\nusers:\n  - name: capi\n";
     let meta = "instance-id: i-102\nlocal-hostname: web2\n";
     let net = "version: 2\nethernets:\n  eth0:\n    addresses: [10.0.0.5/24]\n";
-    let Some(iso) = seed_iso_with_genisoimage(user, meta, net) else {
-        eprintln!("genisoimage not installed (apt-get install -y genisoimage); skipping");
-        return;
-    };
+    let iso = seed_iso_with_genisoimage(user, meta, net)
+        .expect("genisoimage failed or is missing: apt-get install -y genisoimage (as .ci/run does)");
     seed_round_trip(iso, user, meta, Some(net)).await;
 }
 
@@ -1161,10 +1159,8 @@ async fn served_leaf(addr: std::net::SocketAddr) -> Vec<u8> {
 #[test]
 fn iso_reader_handles_rock_ridge_only_images() {
     let user = "#cloud-config\n";
-    let Some(iso) = genisoimage(user, "instance-id: rr\n", "version: 2\n", &["-rock"]) else {
-        eprintln!("genisoimage not installed (apt-get install -y genisoimage); skipping");
-        return;
-    };
+    let iso = genisoimage(user, "instance-id: rr\n", "version: 2\n", &["-rock"])
+        .expect("genisoimage failed or is missing: apt-get install -y genisoimage (as .ci/run does)");
     let image = banlieue_pve_sim::iso::read_image(&iso).expect("readable");
     assert_eq!(image.volume_id, "cidata");
     let names: Vec<&String> = image.files.keys().collect();

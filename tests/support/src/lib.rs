@@ -4,7 +4,7 @@
 //! `tests/controlplane/README.md`). [`TestEnv`] starts them on a random loopback address with
 //! fresh certificates, RBAC authorization and a service-account signing key, waits until
 //! `/readyz` is ok and the controllers run, installs CRDs, and tears everything down on drop.
-//! No process outlives the test binary: see [`process`](crate::process) docs.
+//! No process outlives the test binary, even on panic: see [`ManagedProcess`].
 //!
 //! ```no_run
 //! # async fn example() -> banlieue_testenv::Result<()> {

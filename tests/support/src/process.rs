@@ -57,6 +57,11 @@ pub(crate) fn which(name: &str) -> Option<PathBuf> {
 /// A child process tied to the test binary: killed (SIGKILL) and reaped on drop, and killed by the
 /// kernel if the test binary dies first. Use it for any helper a test runs next to the control
 /// plane (a CAPI manager, a controller under test, a simulator).
+///
+/// It runs under `setpriv --pdeathsig KILL` (util-linux), forked by one dedicated thread that
+/// lives as long as the test binary (the parent-death signal fires when the forking *thread*
+/// exits, and test threads and tokio workers come and go): when the binary exits, panics or is
+/// killed, the kernel kills the child, even if this value was leaked or sits in a static.
 #[derive(Debug)]
 pub struct ManagedProcess {
     name: String,

@@ -1,0 +1,168 @@
+//! The provisioning and deletion steps with the real Proxmox client against the wire-level
+//! simulator (`banlieue-pve-sim`): what the reconciler does, minus Kubernetes.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use banlieue_api::common::{Cpu, Disk, ProvisioningStatus};
+use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, ProxmoxTemplateSource};
+use banlieue_capi::bootstrap::{BootstrapData, BootstrapFormat};
+use banlieue_proxmox::phase::Phase;
+use banlieue_proxmox::provision::{
+    DeleteStep, MachineInput, StepError, VmidReservations, delete_step, provision_step,
+};
+use banlieue_pve_client::{Client, TlsVerification};
+use banlieue_pve_sim::{SimConfig, SimHandle};
+
+const UID: &str = "4f1c2d3e-0000-4000-8000-00000000abcd";
+const USER_DATA: &str = "#cloud-config\nruncmd:\n- [sh, -c, 'echo ✓ > /tmp/x']\n";
+
+fn spec() -> ProxmoxMachineSpec {
+    ProxmoxMachineSpec {
+        provider_id: None,
+        provider_ref: None,
+        source: ProxmoxTemplateSource {
+            name: Some("ubuntu-2404-template".into()),
+            ..Default::default()
+        },
+        target_node: None,
+        allowed_nodes: vec![],
+        storage: None,
+        clone_mode: None,
+        pool: None,
+        cpu: Cpu::cores(2),
+        memory_mib: 4096,
+        disks: vec![Disk {
+            name: "scsi0".into(),
+            size_gib: 16,
+            storage: None,
+        }],
+        networks: vec![],
+        tags: vec!["k8s".into()],
+        vmid_range: None,
+        readiness_checks: None,
+    }
+}
+
+fn input<'a>(spec: &'a ProxmoxMachineSpec, uid: &'a str) -> MachineInput<'a> {
+    MachineInput {
+        uid,
+        namespace: "ns",
+        name: "m1",
+        spec,
+        failure_domain: Some("pve1"),
+        cluster_allowed_nodes: &[],
+        cluster_vmid_range: None,
+        seed_storage: "local",
+    }
+}
+
+async fn sim() -> Result<(SimHandle, Client)> {
+    let sim = banlieue_pve_sim::start(SimConfig::fast()).await?;
+    let client = Client::builder(sim.url())
+        .token(sim.token_id(), sim.token_secret())
+        .tls(TlsVerification::CaBundle(sim.ca_pem()))
+        .timeout(Duration::from_secs(10))
+        .build()?;
+    Ok((sim, client))
+}
+
+/// Runs steps until `stop(phase)`; transient errors are retried.
+async fn drive(
+    client: &Client,
+    input: &MachineInput<'_>,
+    mut phase: Phase,
+    stop: impl Fn(&Phase) -> bool,
+) -> Result<Phase> {
+    let bootstrap = BootstrapData {
+        format: BootstrapFormat::CloudConfig,
+        value: USER_DATA.as_bytes().to_vec(),
+    };
+    let reservations = VmidReservations::default();
+    for _ in 0..200 {
+        if stop(&phase) {
+            return Ok(phase);
+        }
+        match provision_step(client, input, phase.clone(), Some(&bootstrap), &reservations).await {
+            Ok(step) => phase = step.phase,
+            Err(StepError::Transient { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => bail!("step from {phase:?} failed: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    bail!("no convergence, last phase {phase:?}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisions_and_deletes_through_the_wire() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    // Up to the start: the seed ISO is attached and carries the bootstrap data.
+    let phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::PowerOn(..))
+    })
+    .await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let seed = sim.seed(vmid).context("seed attached")?;
+    assert_eq!(seed.user_data.as_deref(), Some(USER_DATA));
+    assert!(seed.meta_data.unwrap_or_default().contains("m1"));
+    let phase = drive(&client, &input, phase, |p| matches!(p, Phase::Provisioned(_))).await?;
+    let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
+    assert_eq!(vms.len(), 1);
+    let vm = &vms[0];
+    assert!(vm.running);
+    assert_eq!(vm.node, "pve1");
+    assert_eq!(vm.config.get("cores").map(String::as_str), Some("2"));
+    assert!(
+        vm.config
+            .get("tags")
+            .is_some_and(|t| t.contains(&format!("banlieue-uid-{UID}")))
+    );
+
+    let mut status = ProxmoxMachineStatus::default();
+    phase.write(&mut status);
+    let reservations = VmidReservations::default();
+    for _ in 0..100 {
+        match delete_step(&client, UID, "local", Some(&status), &reservations).await? {
+            DeleteStep::Gone { .. } => break,
+            DeleteStep::InProgress { state, task, .. } => {
+                status.provisioning = Some(ProvisioningStatus {
+                    state,
+                    task_id: task.map(|t| t.to_string()),
+                    ..Default::default()
+                });
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    assert!(sim.vms().iter().all(|v| v.template), "the VM is deleted");
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_after_clone_start_adopts_the_vm() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    let persisted = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Clone(_))
+    })
+    .await?;
+    let started = provision_step(
+        &client,
+        &input,
+        persisted.clone(),
+        None,
+        &VmidReservations::default(),
+    )
+    .await?;
+    assert!(matches!(started.phase, Phase::WaitClone(..)));
+    // The WaitClone phase is lost (crash before the status write): resume from `persisted`.
+    drive(&client, &input, persisted, |p| matches!(p, Phase::Provisioned(_))).await?;
+    let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
+    assert_eq!(vms.len(), 1, "adopted, not cloned twice");
+    sim.shutdown().await;
+    Ok(())
+}

@@ -309,7 +309,6 @@ impl TestEnv {
         let serving_key = workdir.write("pki/apiserver.key", &serving.key_pem)?;
         let sa_private = workdir.write("pki/sa.key", &sa_key.private_pem)?;
         let sa_public = workdir.write("pki/sa.pub", &sa_key.public_pem)?;
-        debug_assert!(pki.is_dir());
 
         let logs = workdir.subdir("logs")?;
         let etcd_data = workdir.path().join("etcd");

@@ -1,6 +1,19 @@
 //! The banlieue controller: standalone VirtualMachines over any provider.
 //!
-//! For now this crate holds the `banlieue` CLI's library side: rendering the CRDs.
+//! A user creates a hypervisor-neutral `VirtualMachine`; this controller creates and patches
+//! the matching infrastructure machine (e.g. a `ProxmoxMachine`) through a data-driven
+//! [`registry`], the provider acts on it and writes its status, and the controller mirrors
+//! that status up to the VirtualMachine ([`mirror`]). Every arrow is a Kubernetes API call.
+//!
+//! Modules: [`registry`] (backend → kind table), [`build`] (pure: provider choice, class and
+//! image resolution, the desired machine), [`mirror`] (pure: machine status → VirtualMachine
+//! status), [`controller`] (the kube-runtime reconciler). The crate also renders the CRDs for
+//! the `banlieue crds` subcommand.
+
+pub mod build;
+pub mod controller;
+pub mod mirror;
+pub mod registry;
 
 /// Errors of the banlieue CLI.
 #[derive(Debug, thiserror::Error)]

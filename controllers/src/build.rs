@@ -1,0 +1,339 @@
+//! Pure steps of a VirtualMachine reconcile: choose the Provider, merge the class into the
+//! machine shape, resolve the image for the chosen backend, and build the infrastructure
+//! machine the controller server-side applies.
+//!
+//! Nothing here performs I/O; every function is a function of its arguments, so the unit
+//! tests below cover the decisions and the reconciler only fetches and writes.
+
+use std::collections::BTreeMap;
+
+use banlieue_api::banlieue::{Backend, Provider, VirtualMachine, VirtualMachineClass, VirtualMachineImage};
+use banlieue_api::common::{Cpu, Disk, NetworkInterface};
+use banlieue_api::condition;
+use kube::core::{Selector, SelectorExt};
+use kube::{Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use crate::registry::{self, BackendEntry};
+
+/// Field manager of every write the controller makes (server-side apply).
+pub const FIELD_MANAGER: &str = "banlieue-controller";
+/// Label on an infrastructure machine naming the VirtualMachine that drives it.
+pub const VIRTUAL_MACHINE_LABEL: &str = "banlieue.io/virtual-machine";
+/// Label on an infrastructure machine naming the Provider it was placed on.
+pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
+/// `app.kubernetes.io/managed-by` value on infrastructure machines the controller creates.
+pub const MANAGED_BY: &str = "banlieue-controller";
+
+/// A VirtualMachine that cannot be realised as written: the user (or operator) must change
+/// something. Each variant is a condition reason; the message says what to do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    /// `spec.providerRef` (or the Provider recorded in `status.provider`) does not exist.
+    #[error("Provider {0} not found: create it, or point spec.providerRef at an existing Provider")]
+    ProviderNotFound(String),
+    /// `spec.placement.providerSelector` matches no usable Provider.
+    #[error(
+        "no Provider matches spec.placement.providerSelector with room left, access from this namespace and an image for its backend: label a Provider or change the selector"
+    )]
+    NoProviderMatches,
+    /// The selector cannot be parsed as a label selector.
+    #[error("spec.placement.providerSelector is not a valid label selector: {0}")]
+    BadSelector(String),
+    /// The Provider's namespaceSelector excludes this VirtualMachine's namespace.
+    #[error("Provider {0} does not admit VirtualMachines from this namespace (its spec.namespaceSelector)")]
+    NamespaceNotAllowed(String),
+    /// No registry entry for the Provider's backend.
+    #[error("backend {0} of the Provider is not supported by this controller version")]
+    UnsupportedBackend(&'static str),
+    /// `spec.classRef` names a missing VirtualMachineClass.
+    #[error("VirtualMachineClass {0} not found: create it or fix spec.classRef")]
+    ClassNotFound(String),
+    /// `spec.imageRef` names a missing VirtualMachineImage.
+    #[error("VirtualMachineImage {0} not found: create it or fix spec.imageRef")]
+    ImageNotFound(String),
+    /// Neither the image nor `spec.source` has a template for the chosen backend.
+    #[error(
+        "no image source for backend {backend} (Provider {provider}): add a {backend} entry to the image's spec.sources or to spec.source"
+    )]
+    NoSourceForBackend {
+        /// Wire form of the backend.
+        backend: &'static str,
+        /// The chosen Provider.
+        provider: String,
+    },
+    /// Neither the VirtualMachine nor its class gives CPU and memory.
+    #[error("no CPU or memory size: set spec.cpu and spec.memoryMiB, or spec.classRef")]
+    NoSize,
+}
+
+impl Invalid {
+    /// The condition reason (CamelCase) for this problem.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::ProviderNotFound(_) => "ProviderNotFound",
+            Self::NoProviderMatches => "NoProviderMatches",
+            Self::BadSelector(_) => "InvalidProviderSelector",
+            Self::NamespaceNotAllowed(_) => "NamespaceNotAllowed",
+            Self::UnsupportedBackend(_) => "UnsupportedBackend",
+            Self::ClassNotFound(_) => "ClassNotFound",
+            Self::ImageNotFound(_) => "ImageNotFound",
+            Self::NoSourceForBackend { .. } => "NoImageSourceForBackend",
+            Self::NoSize => "NoSize",
+        }
+    }
+}
+
+fn selector(
+    sel: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+) -> Result<Selector, Invalid> {
+    Selector::try_from(sel.clone()).map_err(|e| Invalid::BadSelector(e.to_string()))
+}
+
+fn admits_namespace(
+    provider: &Provider,
+    namespace_labels: &BTreeMap<String, String>,
+) -> Result<bool, Invalid> {
+    match &provider.spec.namespace_selector {
+        None => Ok(true),
+        Some(sel) => Ok(selector(sel)?.matches(namespace_labels)),
+    }
+}
+
+/// Free VM slots of a Provider: `None` when it declares no VM capacity (unlimited).
+fn free_slots(provider: &Provider) -> Option<u32> {
+    let cap = provider.spec.capacity.as_ref()?.virtual_machines?;
+    let used = provider
+        .status
+        .as_ref()
+        .and_then(|s| s.allocated.as_ref())
+        .and_then(|a| a.virtual_machines)
+        .unwrap_or(0);
+    Some(cap.saturating_sub(used))
+}
+
+fn provider_ready(provider: &Provider) -> bool {
+    provider
+        .status
+        .as_ref()
+        .is_some_and(|s| condition::is_true(&s.conditions, condition::READY))
+}
+
+/// Chooses the Provider of `vm` among `providers` (every Provider of the cluster).
+///
+/// * A VM that already has `status.provider` stays there (a VM is never moved silently).
+/// * Otherwise `spec.providerRef` names it.
+/// * Otherwise `spec.placement.providerSelector` selects candidates by label; candidates must
+///   admit the namespace, have a registered backend, free declared capacity and a source for
+///   their backend (`has_source`). The pick is deterministic: Ready Providers first, then the
+///   most free VM slots (undeclared capacity counts as unlimited), then the name.
+pub fn choose_provider<'a>(
+    vm: &VirtualMachine,
+    providers: &'a [Provider],
+    namespace_labels: &BTreeMap<String, String>,
+    has_source: impl Fn(&Provider) -> bool,
+) -> Result<&'a Provider, Invalid> {
+    let named = vm
+        .status
+        .as_ref()
+        .and_then(|s| s.provider.clone())
+        .or_else(|| vm.spec.provider_ref.as_ref().map(|r| r.name.clone()));
+    if let Some(name) = named {
+        let provider = providers
+            .iter()
+            .find(|p| p.name_any() == name)
+            .ok_or(Invalid::ProviderNotFound(name.clone()))?;
+        if !admits_namespace(provider, namespace_labels)? {
+            return Err(Invalid::NamespaceNotAllowed(name));
+        }
+        return Ok(provider);
+    }
+    let Some(sel) = vm
+        .spec
+        .placement
+        .as_ref()
+        .and_then(|p| p.provider_selector.as_ref())
+    else {
+        // The CRD requires one of the two; an object bypassing validation lands here.
+        return Err(Invalid::NoProviderMatches);
+    };
+    let sel = selector(sel)?;
+    let mut candidates = Vec::new();
+    for p in providers {
+        if sel.matches(p.labels())
+            && admits_namespace(p, namespace_labels)?
+            && registry::lookup(p.spec.backend).is_some()
+            && free_slots(p) != Some(0)
+            && has_source(p)
+        {
+            candidates.push(p);
+        }
+    }
+    candidates.sort_by(|a, b| {
+        provider_ready(b)
+            .cmp(&provider_ready(a))
+            .then_with(|| {
+                free_slots(b)
+                    .unwrap_or(u32::MAX)
+                    .cmp(&free_slots(a).unwrap_or(u32::MAX))
+            })
+            .then_with(|| a.name_any().cmp(&b.name_any()))
+    });
+    candidates.first().copied().ok_or(Invalid::NoProviderMatches)
+}
+
+/// The image source (the machine's `spec.source`) of `vm` on `provider`: from `spec.source`,
+/// or the first entry of the VirtualMachineImage for the backend whose `provider` (if any)
+/// names `provider`. `None` when there is none for this backend.
+pub fn image_source(
+    vm: &VirtualMachine,
+    provider: &Provider,
+    image: Option<&VirtualMachineImage>,
+) -> Option<Value> {
+    let entry = registry::lookup(provider.spec.backend)?;
+    if let Some(source) = &vm.spec.source {
+        return serde_json::to_value(source).ok()?.get(entry.image_key).cloned();
+    }
+    let provider_name = provider.name_any();
+    image?.spec.sources.iter().find_map(|s| {
+        if s.provider.as_ref().is_some_and(|p| *p != provider_name) {
+            return None;
+        }
+        serde_json::to_value(s).ok()?.get(entry.image_key).cloned()
+    })
+}
+
+/// CPU, memory and disks of `vm` after merging its class: the VM's own `cpu`, `memoryMiB` and
+/// same-named disks win; the class's disks come first (in class order), then the VM's others.
+pub fn sizing(
+    vm: &VirtualMachine,
+    class: Option<&VirtualMachineClass>,
+) -> Result<(Cpu, u64, Vec<Disk>), Invalid> {
+    let cpu = vm
+        .spec
+        .cpu
+        .clone()
+        .or_else(|| class.map(|c| c.spec.cpu.clone()))
+        .ok_or(Invalid::NoSize)?;
+    let memory = vm
+        .spec
+        .memory_mib
+        .or_else(|| class.map(|c| c.spec.memory_mib))
+        .ok_or(Invalid::NoSize)?;
+    let mut disks: Vec<Disk> = class
+        .map(|c| {
+            c.spec
+                .disks
+                .iter()
+                .map(|d| Disk {
+                    name: d.name.clone(),
+                    size_gib: d.size_gib,
+                    storage: d.storage.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    for disk in &vm.spec.disks {
+        match disks.iter_mut().find(|d| d.name == disk.name) {
+            Some(existing) => *existing = disk.clone(),
+            None => disks.push(disk.clone()),
+        }
+    }
+    Ok((cpu, memory, disks))
+}
+
+fn to_value<T: serde::Serialize>(v: &T) -> Value {
+    // The banlieue-api types serialize infallibly (plain structs, string-keyed maps).
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// The infrastructure machine that realises `vm` on `provider`, as the object the controller
+/// server-side applies: `apiVersion`, `kind`, `metadata` (same name and namespace as the VM,
+/// labels, an ownerReference with `controller: true`) and `spec` (only the fields the
+/// controller owns; never `providerID`, which the provider sets).
+pub fn desired_machine(
+    vm: &VirtualMachine,
+    provider: &Provider,
+    class: Option<&VirtualMachineClass>,
+    image: Option<&VirtualMachineImage>,
+) -> Result<Value, Invalid> {
+    let entry: &BackendEntry = registry::lookup(provider.spec.backend)
+        .ok_or(Invalid::UnsupportedBackend(provider.spec.backend.as_str()))?;
+    let provider_name = provider.name_any();
+    let source = image_source(vm, provider, image).ok_or_else(|| Invalid::NoSourceForBackend {
+        backend: provider.spec.backend.as_str(),
+        provider: provider_name.clone(),
+    })?;
+    let (cpu, memory, disks) = sizing(vm, class)?;
+    let defaults = provider
+        .spec
+        .defaults
+        .as_ref()
+        .map(to_value)
+        .unwrap_or(Value::Null);
+
+    let mut spec = Map::new();
+    spec.insert("providerRef".into(), json!({ "name": provider_name }));
+    spec.insert("source".into(), source);
+    spec.insert("cpu".into(), to_value(&cpu));
+    spec.insert("memoryMiB".into(), json!(memory));
+    if !disks.is_empty() {
+        spec.insert("disks".into(), to_value(&disks));
+    }
+    let networks = if vm.spec.networks.is_empty() {
+        defaults
+            .get("network")
+            .and_then(Value::as_str)
+            .map(|n| vec![NetworkInterface::dhcp(entry.default_interface, n)])
+            .unwrap_or_default()
+    } else {
+        vm.spec.networks.clone()
+    };
+    if !networks.is_empty() {
+        spec.insert("networks".into(), to_value(&networks));
+    }
+    for (from, to) in entry.defaults {
+        if let Some(v) = defaults.get(*from).filter(|v| !v.is_null()) {
+            spec.insert((*to).into(), v.clone());
+        }
+    }
+    if let (Some(field), Some(node)) = (
+        entry.node_field,
+        vm.spec.placement.as_ref().and_then(|p| p.node.as_ref()),
+    ) {
+        spec.insert(field.into(), json!(node));
+    }
+
+    let vm_name = vm.name_any();
+    Ok(json!({
+        "apiVersion": entry.api_version(),
+        "kind": entry.kind,
+        "metadata": {
+            "name": vm_name,
+            "namespace": vm.namespace(),
+            "labels": {
+                VIRTUAL_MACHINE_LABEL: vm_name,
+                PROVIDER_LABEL: provider_name,
+                "app.kubernetes.io/managed-by": MANAGED_BY,
+            },
+            "ownerReferences": [{
+                "apiVersion": VirtualMachine::api_version(&()),
+                "kind": VirtualMachine::kind(&()),
+                "name": vm_name,
+                "uid": vm.uid(),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": Value::Object(spec),
+    }))
+}
+
+/// The backend of a Provider as its registry entry, or why it cannot be used.
+pub fn entry_for(backend: Backend) -> Result<&'static BackendEntry, Invalid> {
+    registry::lookup(backend).ok_or(Invalid::UnsupportedBackend(backend.as_str()))
+}
+
+#[cfg(test)]
+#[path = "build_tests.rs"]
+mod tests;

@@ -1,0 +1,223 @@
+use pretty_assertions::assert_eq;
+use rstest::rstest;
+
+use super::*;
+
+fn vm(spec: Value) -> VirtualMachine {
+    serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+        "metadata": {"name": "web", "namespace": "apps", "uid": "uid-1", "generation": 2},
+        "spec": spec,
+    }))
+    .expect("valid VirtualMachine")
+}
+
+fn provider(name: &str, backend: &str, labels: Value, extra: Value) -> Provider {
+    let mut spec = json!({"backend": backend, "endpoint": "https://pve.example:8006"});
+    if let Value::Object(extra) = extra {
+        spec.as_object_mut().expect("object").extend(extra);
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+        "metadata": {"name": name, "labels": labels}, "spec": spec,
+    }))
+    .expect("valid Provider")
+}
+
+fn class() -> VirtualMachineClass {
+    serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachineClass",
+        "metadata": {"name": "small"},
+        "spec": {"cpu": {"cores": 2}, "memoryMiB": 2048,
+                 "disks": [{"name": "root", "sizeGiB": 20}, {"name": "data", "sizeGiB": 5, "storage": "slow"}]},
+    }))
+    .expect("valid class")
+}
+
+fn image() -> VirtualMachineImage {
+    serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachineImage",
+        "metadata": {"name": "ubuntu"},
+        "spec": {"sources": [
+            {"provider": "pve-b", "proxmox": {"vmid": 9001}},
+            {"proxmox": {"vmid": 9000}},
+            {"libvirt": {"volume": "ubuntu.qcow2", "pool": "images"}},
+        ]},
+    }))
+    .expect("valid image")
+}
+
+fn no_labels() -> BTreeMap<String, String> {
+    BTreeMap::new()
+}
+
+#[test]
+fn builds_a_proxmox_machine_with_neutral_fields_verbatim() {
+    let networks = json!([{"name": "net0", "network": "vmbr0", "vlan": 10,
+        "ipv4": {"mode": "Static", "addresses": ["192.0.2.10/24"], "gateway": "192.0.2.1"}}]);
+    let v = vm(json!({
+        "providerRef": {"name": "pve-a"}, "source": {"proxmox": {"vmid": 100}},
+        "cpu": {"cores": 4, "sockets": 2}, "memoryMiB": 4096,
+        "disks": [{"name": "scsi0", "sizeGiB": 32}], "networks": networks.clone(),
+        "placement": {"node": "pve1"},
+    }));
+    let p = provider(
+        "pve-a",
+        "proxmox",
+        json!({}),
+        json!({"defaults": {"storage": "local-lvm", "network": "vmbr9"}}),
+    );
+    let m = desired_machine(&v, &p, None, None).expect("builds");
+    assert_eq!(
+        m,
+        json!({
+            "apiVersion": "infrastructure.banlieue.io/v1alpha1",
+            "kind": "ProxmoxMachine",
+            "metadata": {
+                "name": "web", "namespace": "apps",
+                "labels": {"banlieue.io/virtual-machine": "web", "banlieue.io/provider": "pve-a",
+                           "app.kubernetes.io/managed-by": "banlieue-controller"},
+                "ownerReferences": [{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                    "name": "web", "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}],
+            },
+            "spec": {
+                "providerRef": {"name": "pve-a"}, "source": {"vmid": 100},
+                "cpu": {"cores": 4, "sockets": 2}, "memoryMiB": 4096,
+                "disks": [{"name": "scsi0", "sizeGiB": 32}], "networks": networks,
+                "storage": "local-lvm", "targetNode": "pve1",
+            },
+        })
+    );
+    // The result is a valid ProxmoxMachine.
+    let typed: banlieue_api::infrastructure::ProxmoxMachine = serde_json::from_value(m).expect("typed");
+    assert_eq!(typed.spec.memory_mib, 4096);
+    assert_eq!(typed.spec.provider_id, None);
+}
+
+#[rstest]
+#[case::proxmox("proxmox", "ProxmoxMachine", "storage", json!({"vmid": 9000}))]
+#[case::libvirt("libvirt", "LibvirtMachine", "storagePool", json!({"volume": "ubuntu.qcow2", "pool": "images"}))]
+fn same_vm_maps_onto_each_backend(
+    #[case] backend: &str,
+    #[case] kind: &str,
+    #[case] storage_field: &str,
+    #[case] source: Value,
+) {
+    let v = vm(
+        json!({"providerRef": {"name": "p"}, "classRef": {"name": "small"}, "imageRef": {"name": "ubuntu"}}),
+    );
+    let p = provider(
+        "p",
+        backend,
+        json!({}),
+        json!({"defaults": {"storage": "fast", "network": "lan"}}),
+    );
+    let m = desired_machine(&v, &p, Some(&class()), Some(&image())).expect("builds");
+    assert_eq!(m["kind"], kind);
+    assert_eq!(m["spec"]["source"], source);
+    assert_eq!(m["spec"][storage_field], "fast");
+    assert_eq!(m["spec"]["cpu"], json!({"cores": 2}));
+    assert_eq!(m["spec"]["memoryMiB"], 2048);
+    assert_eq!(m["spec"]["networks"], json!([{"name": "net0", "network": "lan"}]));
+}
+
+#[test]
+fn image_entry_restricted_to_a_provider_wins_only_there() {
+    let v = vm(json!({"providerRef": {"name": "pve-b"}, "imageRef": {"name": "ubuntu"}}));
+    let b = provider("pve-b", "proxmox", json!({}), json!({}));
+    let a = provider("pve-a", "proxmox", json!({}), json!({}));
+    assert_eq!(image_source(&v, &b, Some(&image())), Some(json!({"vmid": 9001})));
+    assert_eq!(image_source(&v, &a, Some(&image())), Some(json!({"vmid": 9000})));
+}
+
+#[test]
+fn missing_backend_source_is_invalid_with_an_actionable_message() {
+    let v = vm(
+        json!({"providerRef": {"name": "vc"}, "imageRef": {"name": "ubuntu"}, "cpu": {"cores": 1}, "memoryMiB": 512}),
+    );
+    let p = provider("vc", "vsphere", json!({}), json!({}));
+    let err = desired_machine(&v, &p, None, Some(&image())).expect_err("no vsphere source");
+    assert_eq!(err.reason(), "NoImageSourceForBackend");
+    assert!(err.to_string().contains("add a vsphere entry"), "{err}");
+}
+
+#[test]
+fn vm_size_overrides_class_and_disks_merge_by_name() {
+    let v = vm(json!({"classRef": {"name": "small"}, "memoryMiB": 8192,
+        "disks": [{"name": "root", "sizeGiB": 40}, {"name": "extra", "sizeGiB": 1}]}));
+    let (cpu, mem, disks) = sizing(&v, Some(&class())).expect("sized");
+    assert_eq!(cpu, Cpu::cores(2));
+    assert_eq!(mem, 8192);
+    let got: Vec<(&str, u64)> = disks.iter().map(|d| (d.name.as_str(), d.size_gib)).collect();
+    assert_eq!(got, vec![("root", 40), ("data", 5), ("extra", 1)]);
+    assert_eq!(disks[1].storage.as_deref(), Some("slow"));
+    assert_eq!(sizing(&vm(json!({"memoryMiB": 512})), None), Err(Invalid::NoSize));
+}
+
+#[rstest]
+#[case::by_ref(json!({"providerRef": {"name": "b"}}), None, Ok("b"))]
+#[case::ref_missing(json!({"providerRef": {"name": "zzz"}}), None, Err("ProviderNotFound"))]
+#[case::selector_prefers_ready(json!({"placement": {"providerSelector": {"matchLabels": {"zone": "a"}}}}), None, Ok("c"))]
+#[case::selector_none(json!({"placement": {"providerSelector": {"matchLabels": {"zone": "q"}}}}), None, Err("NoProviderMatches"))]
+#[case::sticky(json!({"placement": {"providerSelector": {"matchLabels": {"zone": "a"}}}}), Some("a"), Ok("a"))]
+#[case::sticky_gone(json!({"placement": {"providerSelector": {"matchLabels": {"zone": "a"}}}}), Some("gone"), Err("ProviderNotFound"))]
+#[case::expression(json!({"placement": {"providerSelector": {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}}}), None, Ok("b"))]
+fn provider_choice(
+    #[case] spec: Value,
+    #[case] recorded: Option<&str>,
+    #[case] expected: Result<&str, &str>,
+) {
+    let mut v = vm(spec);
+    if let Some(r) = recorded {
+        v.status = Some(banlieue_api::banlieue::VirtualMachineStatus {
+            provider: Some(r.into()),
+            ..Default::default()
+        });
+    }
+    let mut ready = provider("c", "proxmox", json!({"zone": "a"}), json!({}));
+    ready.status = serde_json::from_value(json!({"conditions": [{"type": "Ready", "status": "True",
+        "reason": "Connected", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+    .expect("status");
+    let providers = vec![
+        provider("a", "proxmox", json!({"zone": "a"}), json!({})),
+        provider("b", "libvirt", json!({"zone": "b"}), json!({})),
+        ready,
+    ];
+    let got = choose_provider(&v, &providers, &no_labels(), |_| true).map(|p| p.name_any());
+    assert_eq!(got.as_deref().map_err(|e| e.reason()), expected);
+}
+
+#[test]
+fn selector_skips_full_providers_and_those_without_a_source_then_sorts_by_room_and_name() {
+    let v = vm(json!({"placement": {"providerSelector": {}}}));
+    let cap = |n: u32| json!({"capacity": {"virtualMachines": n}});
+    let mut full = provider("a-full", "proxmox", json!({}), cap(1));
+    full.status = serde_json::from_value(json!({"allocated": {"virtualMachines": 1}})).expect("status");
+    let providers = vec![
+        full,
+        provider("b-small", "proxmox", json!({}), cap(5)),
+        provider("c-none", "vsphere", json!({}), json!({})),
+        provider("d-big", "proxmox", json!({}), cap(50)),
+        provider("e-big", "proxmox", json!({}), cap(50)),
+    ];
+    let pick = choose_provider(&v, &providers, &no_labels(), |p| {
+        p.spec.backend == Backend::Proxmox
+    })
+    .expect("one fits");
+    assert_eq!(pick.name_any(), "d-big");
+}
+
+#[test]
+fn namespace_selector_is_honoured() {
+    let v = vm(json!({"providerRef": {"name": "team"}}));
+    let providers = vec![provider(
+        "team",
+        "proxmox",
+        json!({}),
+        json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}),
+    )];
+    let err = choose_provider(&v, &providers, &no_labels(), |_| true).expect_err("not admitted");
+    assert_eq!(err.reason(), "NamespaceNotAllowed");
+    let labels = BTreeMap::from([("team".to_owned(), "x".to_owned())]);
+    assert!(choose_provider(&v, &providers, &labels, |_| true).is_ok());
+}

@@ -1,0 +1,1 @@
+//! The VirtualMachine reconciler (placeholder, filled in below).

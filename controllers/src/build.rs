@@ -62,6 +62,17 @@ pub enum Invalid {
         /// The chosen Provider.
         provider: String,
     },
+    /// An infrastructure machine of the VirtualMachine's name exists but is not controlled by
+    /// it (created by hand, by CAPI, or by an earlier VirtualMachine of the same name).
+    #[error(
+        "{kind} {name} already exists and is not controlled by this VirtualMachine: delete it or rename the VirtualMachine"
+    )]
+    MachineConflict {
+        /// Kind of the infrastructure machine.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
     /// Neither the VirtualMachine nor its class gives CPU and memory.
     #[error("no CPU or memory size: set spec.cpu and spec.memoryMiB, or spec.classRef")]
     NoSize,
@@ -79,6 +90,7 @@ impl Invalid {
             Self::ClassNotFound(_) => "ClassNotFound",
             Self::ImageNotFound(_) => "ImageNotFound",
             Self::NoSourceForBackend { .. } => "NoImageSourceForBackend",
+            Self::MachineConflict { .. } => "InfrastructureMachineConflict",
             Self::NoSize => "NoSize",
         }
     }
@@ -332,6 +344,33 @@ pub fn desired_machine(
 /// The backend of a Provider as its registry entry, or why it cannot be used.
 pub fn entry_for(backend: Backend) -> Result<&'static BackendEntry, Invalid> {
     registry::lookup(backend).ok_or(Invalid::UnsupportedBackend(backend.as_str()))
+}
+
+/// Whether `existing` already holds everything in `desired`: every key of an object in
+/// `desired` has an equal value in `existing` (which may have more keys, e.g. apiserver
+/// defaults, the provider's `providerID`, or its status), arrays element by element and of equal
+/// length. When it does, a server-side apply would change nothing and is not sent.
+pub fn contains(existing: &Value, desired: &Value) -> bool {
+    match (existing, desired) {
+        (Value::Object(e), Value::Object(d)) => d
+            .iter()
+            .all(|(k, dv)| e.get(k).is_some_and(|ev| contains(ev, dv))),
+        (Value::Array(e), Value::Array(d)) => {
+            e.len() == d.len() && e.iter().zip(d).all(|(ev, dv)| contains(ev, dv))
+        }
+        (Value::Number(e), Value::Number(d)) => e.as_f64() == d.as_f64(),
+        _ => existing == desired,
+    }
+}
+
+/// Whether the object with these `ownerReferences` (JSON) is controlled by the object with `uid`.
+pub fn controlled_by(owner_references: Option<&Value>, uid: &str) -> bool {
+    owner_references.and_then(Value::as_array).is_some_and(|refs| {
+        refs.iter().any(|r| {
+            r.get("uid").and_then(Value::as_str) == Some(uid)
+                && r.get("controller") == Some(&Value::Bool(true))
+        })
+    })
 }
 
 #[cfg(test)]

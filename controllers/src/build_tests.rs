@@ -221,3 +221,23 @@ fn namespace_selector_is_honoured() {
     let labels = BTreeMap::from([("team".to_owned(), "x".to_owned())]);
     assert!(choose_provider(&v, &providers, &labels, |_| true).is_ok());
 }
+
+#[rstest]
+#[case::equal(json!({"a": 1}), json!({"a": 1}), true)]
+#[case::server_added_keys(json!({"a": {"b": 1, "c": 2}, "status": {}}), json!({"a": {"b": 1}}), true)]
+#[case::changed_value(json!({"a": {"b": 1}}), json!({"a": {"b": 2}}), false)]
+#[case::missing_key(json!({}), json!({"a": 1}), false)]
+#[case::array_element_defaults(json!({"l": [{"n": "x", "d": 1}]}), json!({"l": [{"n": "x"}]}), true)]
+#[case::array_shrunk(json!({"l": [1, 2]}), json!({"l": [1]}), false)]
+#[case::int_float(json!({"m": 4096}), json!({"m": 4096.0}), true)]
+fn contains_table(#[case] existing: Value, #[case] desired: Value, #[case] expected: bool) {
+    assert_eq!(contains(&existing, &desired), expected);
+}
+
+#[test]
+fn controller_owner_is_recognised_by_uid_and_flag() {
+    let refs = json!([{"uid": "u1", "controller": true}, {"uid": "u2"}]);
+    assert!(controlled_by(Some(&refs), "u1"));
+    assert!(!controlled_by(Some(&refs), "u2"));
+    assert!(!controlled_by(None, "u1"));
+}

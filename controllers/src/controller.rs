@@ -1,1 +1,382 @@
-//! The VirtualMachine reconciler (placeholder, filled in below).
+//! The VirtualMachine reconciler.
+//!
+//! Per reconcile: fetch (Providers from a watch cache; class, image, namespace and the
+//! infrastructure machine by GET) → choose and build (pure, [`crate::build`]) → server-side
+//! apply the machine with field manager [`FIELD_MANAGER`] only when it lacks something the
+//! controller owns → mirror its status ([`crate::mirror`]) and server-side apply the
+//! VirtualMachine's `/status` only when it changed.
+//!
+//! Deletion uses no finalizer: the machine carries an ownerReference with `controller: true`
+//! and `blockOwnerDeletion: true`, so the garbage collector deletes it after the
+//! VirtualMachine (and, with foreground deletion, the VirtualMachine waits for it).
+//!
+//! Triggers: VirtualMachine changes, changes of any registered infrastructure machine kind
+//! (metadata watch, mapped to the controlling VirtualMachine, so a provider status write shows
+//! within one watch round-trip), and any change of a Provider, VirtualMachineClass or
+//! VirtualMachineImage (re-reconciles every VirtualMachine; these objects change rarely).
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use banlieue_api::banlieue::{
+    Provider, VirtualMachine, VirtualMachineClass, VirtualMachineImage, VirtualMachineStatus,
+};
+use banlieue_api::common::ContractReference;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tracing::{info, instrument, warn};
+
+use crate::build::{self, FIELD_MANAGER, Invalid};
+use crate::mirror::{self, MachineView, MirrorInput};
+use crate::registry::{self, BackendEntry};
+use crate::{Error, Result};
+
+/// Upper bound of one reconcile (all its API calls together).
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Requeue after a successful reconcile: a safety resync; changes arrive by watch.
+pub const RESYNC: Duration = Duration::from_secs(600);
+/// Requeue of an invalid VirtualMachine: not hot; a change of the VirtualMachine or of any
+/// Provider, class or image triggers a reconcile at once anyway.
+pub const INVALID_RETRY: Duration = Duration::from_secs(300);
+const BACKOFF_MIN: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// Shared state of the controller.
+pub struct Context {
+    client: Client,
+    providers: Store<Provider>,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    fn backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = failures.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        let exp = BACKOFF_MIN.saturating_mul(1u32 << (*n - 1).min(16));
+        exp.min(BACKOFF_MAX)
+    }
+
+    fn reset_backoff(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+fn now() -> Time {
+    Time(Timestamp::now())
+}
+
+fn key(vm: &VirtualMachine) -> String {
+    format!("{}/{}", vm.namespace().unwrap_or_default(), vm.name_any())
+}
+
+/// Reconciles one VirtualMachine (bounded by [`RECONCILE_TIMEOUT`]).
+#[instrument(skip_all, fields(namespace = vm.namespace().unwrap_or_default(), name = vm.name_any()))]
+pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
+    let action = tokio::time::timeout(RECONCILE_TIMEOUT, reconcile_inner(&vm, &ctx))
+        .await
+        .map_err(|_| Error::Timeout(RECONCILE_TIMEOUT))??;
+    ctx.reset_backoff(&key(&vm));
+    Ok(action)
+}
+
+/// Transient faults: exponential backoff per VirtualMachine (1 s doubling to 5 min). Invalid
+/// input never reaches here: it is reported as a condition by [`reconcile`].
+pub fn error_policy(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
+    let delay = ctx.backoff(&key(&vm));
+    warn!(
+        namespace = vm.namespace().unwrap_or_default(),
+        name = vm.name_any(),
+        error = %error,
+        source = ?std::error::Error::source(error).map(ToString::to_string),
+        kind = error.metric_label(),
+        retry_in_s = delay.as_secs_f64(),
+        "reconcile failed"
+    );
+    Action::requeue(delay)
+}
+
+/// What the fetch and build steps decided.
+struct Plan {
+    provider: Option<String>,
+    entry: Option<&'static BackendEntry>,
+    desired: Option<Value>,
+    invalid: Option<Invalid>,
+}
+
+async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
+    let client = &ctx.client;
+    let ns = vm.namespace().unwrap_or_default();
+    let class = match &vm.spec.class_ref {
+        Some(r) => match Api::<VirtualMachineClass>::all(client.clone())
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading VirtualMachineClass {}", r.name), e))?
+        {
+            Some(c) => Some(c),
+            None => return Ok(Plan::invalid(vm, Invalid::ClassNotFound(r.name.clone()))),
+        },
+        None => None,
+    };
+    let image = match &vm.spec.image_ref {
+        Some(r) => match Api::<VirtualMachineImage>::all(client.clone())
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading VirtualMachineImage {}", r.name), e))?
+        {
+            Some(i) => Some(i),
+            None => return Ok(Plan::invalid(vm, Invalid::ImageNotFound(r.name.clone()))),
+        },
+        None => None,
+    };
+    let providers: Vec<Provider> = ctx.providers.state().iter().map(|p| (**p).clone()).collect();
+    let namespace_labels = if providers.iter().any(|p| p.spec.namespace_selector.is_some()) {
+        Api::<Namespace>::all(client.clone())
+            .get_opt(&ns)
+            .await
+            .map_err(|e| Error::kube(format!("reading Namespace {ns}"), e))?
+            .map(|n| n.labels().clone())
+            .unwrap_or_default()
+    } else {
+        BTreeMap::new()
+    };
+    let chosen = build::choose_provider(vm, &providers, &namespace_labels, |p| {
+        build::image_source(vm, p, image.as_ref()).is_some()
+    });
+    let provider = match chosen {
+        Ok(p) => p,
+        Err(invalid) => return Ok(Plan::invalid(vm, invalid)),
+    };
+    let entry = build::entry_for(provider.spec.backend).ok();
+    Ok(
+        match build::desired_machine(vm, provider, class.as_ref(), image.as_ref()) {
+            Ok(desired) => Plan {
+                provider: Some(provider.name_any()),
+                entry,
+                desired: Some(desired),
+                invalid: None,
+            },
+            Err(invalid) => Plan {
+                provider: Some(provider.name_any()),
+                entry,
+                desired: None,
+                invalid: Some(invalid),
+            },
+        },
+    )
+}
+
+impl Plan {
+    /// An invalid plan; keeps driving the machine recorded in status (if any) for the mirror.
+    fn invalid(vm: &VirtualMachine, invalid: Invalid) -> Self {
+        let recorded = vm.status.as_ref().and_then(|s| s.infrastructure_ref.as_ref());
+        Self {
+            provider: None,
+            entry: recorded.and_then(|r| registry::by_kind(&r.kind)),
+            desired: None,
+            invalid: Some(invalid),
+        }
+    }
+}
+
+async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
+    let ns = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let uid = vm.uid().unwrap_or_default();
+    let deleting = vm.meta().deletion_timestamp.is_some();
+    let mut plan = plan(vm, ctx).await?;
+
+    // The machine: read, then apply only when it lacks what the controller owns.
+    let mut machine: Option<DynamicObject> = None;
+    if let Some(entry) = plan.entry {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &entry.api_resource());
+        machine = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::kube(format!("reading {} {ns}/{name}", entry.kind), e))?;
+        let foreign = machine.as_ref().is_some_and(|m| {
+            !build::controlled_by(
+                serde_json::to_value(&m.metadata)
+                    .ok()
+                    .and_then(|v| v.get("ownerReferences").cloned())
+                    .as_ref(),
+                &uid,
+            )
+        });
+        if foreign {
+            plan.invalid = Some(Invalid::MachineConflict {
+                kind: entry.kind,
+                name: name.clone(),
+            });
+            plan.desired = None;
+            machine = None;
+        }
+        if let (Some(desired), false) = (&plan.desired, deleting) {
+            let existing = machine.as_ref().and_then(|m| serde_json::to_value(m).ok());
+            if !existing.as_ref().is_some_and(|e| build::contains(e, desired)) {
+                let applied = api
+                    .patch(
+                        &name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(desired),
+                    )
+                    .await
+                    .map_err(|e| Error::kube(format!("applying {} {ns}/{name}", entry.kind), e))?;
+                info!(
+                    kind = entry.kind,
+                    created = existing.is_none(),
+                    "applied infrastructure machine"
+                );
+                machine = Some(applied);
+            }
+        }
+    }
+
+    // Status mirror: written only when it changed.
+    let view = machine
+        .as_ref()
+        .and_then(|m| serde_json::to_value(m).ok())
+        .map(|v| MachineView::from_object(&v));
+    let infrastructure_ref = plan
+        .entry
+        .filter(|_| machine.is_some())
+        .map(|e| ContractReference {
+            api_group: e.group().to_owned(),
+            kind: e.kind.to_owned(),
+            name: name.clone(),
+        });
+    let input = MirrorInput {
+        generation: vm.meta().generation,
+        deleting,
+        provider: plan.provider.as_deref(),
+        infrastructure_ref,
+        machine: view.as_ref(),
+        invalid: plan.invalid.as_ref(),
+    };
+    let status = mirror::mirror(vm.status.as_ref(), &input, &now());
+    if vm.status.as_ref() != Some(&status) {
+        write_status(ctx, vm, &status).await?;
+    }
+    Ok(if plan.invalid.is_some() {
+        Action::requeue(INVALID_RETRY)
+    } else {
+        Action::requeue(RESYNC)
+    })
+}
+
+async fn write_status(ctx: &Context, vm: &VirtualMachine, status: &VirtualMachineStatus) -> Result<()> {
+    let ns = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let body = json!({
+        "apiVersion": VirtualMachine::api_version(&()),
+        "kind": VirtualMachine::kind(&()),
+        "status": status,
+    });
+    Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ns)
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("writing VirtualMachine {ns}/{name} status"), e))?;
+    Ok(())
+}
+
+/// Runs the controller over `namespace` (every namespace when `None`) until `shutdown`
+/// completes. Returns once the controller has drained.
+pub async fn run(
+    client: Client,
+    namespace: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let namespace = namespace.as_deref();
+    let vms: Api<VirtualMachine> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+
+    // Provider cache (lookup) + trigger: any Provider, class or image change reconciles all.
+    let (providers, writer) = reflector::store();
+    let (tx, rx) = futures::channel::mpsc::channel::<()>(1);
+    let provider_events = reflector::reflector(
+        writer,
+        watcher(Api::<Provider>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|_| ());
+    let class_events = watcher(
+        Api::<PartialObjectMeta<VirtualMachineClass>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|_| ());
+    let image_events = watcher(
+        Api::<PartialObjectMeta<VirtualMachineImage>>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|_| ());
+    let trigger_task = tokio::spawn(async move {
+        let mut events = futures::stream::select_all([
+            provider_events.boxed(),
+            class_events.boxed(),
+            image_events.boxed(),
+        ]);
+        let mut tx = tx;
+        while events.next().await.is_some() {
+            // A full channel already holds a pending "reconcile all": dropping is fine.
+            if tx.try_send(()).is_err() && tx.is_closed() {
+                break;
+            }
+        }
+    });
+    if tokio::time::timeout(Duration::from_secs(60), providers.wait_until_ready())
+        .await
+        .is_err()
+    {
+        warn!("the Provider cache is not ready after 60 s; starting anyway (Providers may look missing)");
+    }
+
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        providers,
+        failures: Mutex::new(HashMap::new()),
+    });
+    let mut controller = Controller::new(vms, watcher::Config::default());
+    for entry in registry::REGISTRY {
+        let ar = entry.api_resource();
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        controller = controller.owns_with(api, ar, watcher::Config::default());
+    }
+    controller
+        .reconcile_all_on(rx)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(error) = result {
+                warn!(error = %error, "controller event");
+            }
+        })
+        .await;
+    trigger_task.abort();
+}

@@ -27,6 +27,37 @@ pub enum Error {
         #[source]
         source: serde_yaml::Error,
     },
+    /// A Kubernetes API call failed.
+    #[error("{context}")]
+    Kube {
+        /// What the controller was doing.
+        context: String,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A reconcile did not finish in time (a hung API call).
+    #[error("reconciling took longer than {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+impl Error {
+    /// A [`Error::Kube`] with context.
+    pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        Self::Kube {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A short, stable label for metrics and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Render { .. } => "render",
+            Self::Kube { .. } => "kube",
+            Self::Timeout(_) => "timeout",
+        }
+    }
 }
 
 /// Result with this crate's [`Error`].

@@ -18,6 +18,13 @@ enum Command {
     /// Print every banlieue CustomResourceDefinition as multi-document YAML
     /// (`banlieue crds | kubectl apply -f -`).
     Crds,
+    /// Run the banlieue controller (VirtualMachine → infrastructure machine → status) against
+    /// the cluster of the current kubeconfig / in-cluster config, until Ctrl-C or SIGTERM.
+    Controller {
+        /// Watch only this namespace (default: every namespace).
+        #[arg(long)]
+        namespace: Option<String>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -30,6 +37,43 @@ fn main() -> anyhow::Result<()> {
                 .write_all(yaml.as_bytes())
                 .context("writing CRDs to stdout")?;
         }
+        Command::Controller { namespace } => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .init();
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(async move {
+                let client = kube::Client::try_default()
+                    .await
+                    .context("connecting to Kubernetes (kubeconfig or in-cluster config)")?;
+                tracing::info!(
+                    namespace = namespace.as_deref().unwrap_or("*"),
+                    "banlieue controller starting"
+                );
+                banlieue_controllers::controller::run(client, namespace.clone(), shutdown_signal()).await;
+                tracing::info!("banlieue controller stopped");
+                anyhow::Ok(())
+            })?;
+        }
     }
     Ok(())
+}
+
+/// Completes on Ctrl-C (SIGINT) or SIGTERM.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
 }

@@ -1,0 +1,386 @@
+//! The banlieue controller against a real kube-apiserver and kube-controller-manager
+//! (`banlieue-testenv`): a test plays the provider by writing the ProxmoxMachine's status, as
+//! a provider process would, and observes what a user sees on the VirtualMachine.
+//!
+//! Run: `cargo test -p banlieue-controllers --test virtual_machines` (needs the control plane
+//! binaries in `tests/controlplane/bin`, see `tests/controlplane/README.md`).
+
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use banlieue_api::banlieue::{Provider, VirtualMachine, VirtualMachinePhase};
+use banlieue_api::condition;
+use banlieue_api::infrastructure::ProxmoxMachine;
+use banlieue_testenv::TestEnv;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn env() -> anyhow::Result<&'static TestEnv> {
+    Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
+}
+
+/// The controller, running in this process on one namespace; stops when dropped.
+struct RunningController {
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl RunningController {
+    fn start(client: Client, namespace: &str) -> Self {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(banlieue_controllers::controller::run(
+            client,
+            Some(namespace.to_owned()),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = tokio::time::timeout(WAIT, &mut self.task).await;
+    }
+}
+
+impl Drop for RunningController {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Polls `probe` every 100 ms until it returns `Some`, failing after [`WAIT`] with `what`.
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if let Some(v) = probe().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out after {WAIT:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn create_provider(client: &Client, name: &str, labels: Value) -> anyhow::Result<Provider> {
+    let provider: Provider = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"backend": "proxmox", "endpoint": "https://pve.example:8006",
+                 "credentialsRef": {"name": "pve", "namespace": "banlieue-system"},
+                 "defaults": {"storage": "local-lvm"}},
+    }))?;
+    Api::<Provider>::all(client.clone())
+        .create(&PostParams::default(), &provider)
+        .await
+        .context("creating Provider")
+}
+
+fn vm(name: &str, spec: Value) -> anyhow::Result<VirtualMachine> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+        "metadata": {"name": name}, "spec": spec,
+    }))?)
+}
+
+fn ready_reason(vm: &VirtualMachine) -> Option<(String, String)> {
+    let c = condition::find(&vm.status.as_ref()?.conditions, condition::READY)?;
+    Some((c.status.clone(), c.reason.clone()))
+}
+
+/// Writes a provider-like status (and `spec.providerID`) on a ProxmoxMachine, with the
+/// provider's own field manager, as the Proxmox provider does.
+async fn provider_reports_running(api: &Api<ProxmoxMachine>, name: &str) -> anyhow::Result<()> {
+    let pp = PatchParams::apply("fake-proxmox-provider").force();
+    api.patch(
+        name,
+        &pp,
+        &Patch::Apply(
+            json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+            "spec": {"providerID": "proxmox://test/101"}}),
+        ),
+    )
+    .await
+    .context("provider sets providerID")?;
+    api.patch_status(
+        name,
+        &pp,
+        &Patch::Apply(json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+            "status": {
+                "initialization": {"provisioned": true},
+                "addresses": [{"type": "InternalIP", "address": "192.0.2.10"}],
+                "powerState": "On", "node": "pve1", "vmid": 101,
+                "provisioning": {"state": "Ready"},
+                "conditions": [{"type": "Ready", "status": "True", "reason": "Running",
+                    "message": "the VM runs and the guest agent answers", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            }})),
+    )
+    .await
+    .context("provider writes status")?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-lifecycle").await?;
+    let client = env.client().await?;
+    let provider_name = format!("{ns}-pve");
+    create_provider(&client, &provider_name, json!({})).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+
+    let created = vms
+        .create(
+            &PostParams::default(),
+            &vm(
+                "web",
+                json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+                   "cpu": {"cores": 2}, "memoryMiB": 2048,
+                   "networks": [{"name": "net0", "network": "vmbr0"}]}),
+            )?,
+        )
+        .await?;
+
+    // 1. The ProxmoxMachine appears with the mapped spec and a controller ownerReference.
+    let pm = eventually("the ProxmoxMachine", || async {
+        Ok(machines.get_opt("web").await?)
+    })
+    .await?;
+    assert_eq!(pm.spec.memory_mib, 2048);
+    assert_eq!(pm.spec.cpu.cores, 2);
+    assert_eq!(pm.spec.source.vmid, Some(9000));
+    assert_eq!(
+        pm.spec.provider_ref.as_ref().map(|r| r.name.as_str()),
+        Some(provider_name.as_str())
+    );
+    assert_eq!(pm.spec.storage.as_deref(), Some("local-lvm"));
+    assert_eq!(pm.spec.networks[0].network, "vmbr0");
+    let owner = pm.owner_references().first().context("an ownerReference")?;
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("VirtualMachine", "web")
+    );
+    assert_eq!(Some(owner.uid.as_str()), created.metadata.uid.as_deref());
+    assert_eq!(owner.controller, Some(true));
+    assert_eq!(
+        pm.labels().get("banlieue.io/virtual-machine").map(String::as_str),
+        Some("web")
+    );
+
+    let pending = eventually("VirtualMachine phase Provisioning", || async {
+        let v = vms.get("web").await?;
+        let phase = v.status.as_ref().and_then(|s| s.phase);
+        Ok((phase == Some(VirtualMachinePhase::Provisioning)).then_some(v))
+    })
+    .await?;
+    let status = pending.status.as_ref().context("status")?;
+    assert_eq!(status.provider.as_deref(), Some(provider_name.as_str()));
+    assert_eq!(
+        status.infrastructure_ref.as_ref().map(|r| r.kind.as_str()),
+        Some("ProxmoxMachine")
+    );
+    assert_eq!(ready_reason(&pending), Some(("False".into(), "Pending".into())));
+
+    // 2. The provider reports Running; the VirtualMachine mirrors it.
+    provider_reports_running(&machines, "web").await?;
+    let running = eventually("VirtualMachine Running and Ready", || async {
+        let v = vms.get("web").await?;
+        let ok = v.status.as_ref().and_then(|s| s.phase) == Some(VirtualMachinePhase::Running)
+            && ready_reason(&v) == Some(("True".into(), "Running".into()));
+        Ok(ok.then_some(v))
+    })
+    .await?;
+    let status = running.status.as_ref().context("status")?;
+    assert_eq!(status.provider_id.as_deref(), Some("proxmox://test/101"));
+    assert_eq!(status.addresses[0].address, "192.0.2.10");
+    assert_eq!(status.node.as_deref(), Some("pve1"));
+    assert_eq!(status.observed_generation, running.metadata.generation);
+    for t in [condition::PROVISIONED, condition::INFRASTRUCTURE_READY] {
+        assert!(
+            condition::is_true(&status.conditions, t),
+            "{t} should be True: {:?}",
+            status.conditions
+        );
+    }
+
+    // 3. Memory grows: propagated, and the provider's providerID is left alone.
+    vms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"memoryMiB": 8192}})),
+    )
+    .await?;
+    let grown = eventually("memoryMiB 8192 on the ProxmoxMachine", || async {
+        let pm = machines.get("web").await?;
+        Ok((pm.spec.memory_mib == 8192).then_some(pm))
+    })
+    .await?;
+    assert_eq!(grown.spec.provider_id.as_deref(), Some("proxmox://test/101"));
+    let vm_now = eventually("observedGeneration 2", || async {
+        let v = vms.get("web").await?;
+        Ok((v.status.as_ref().and_then(|s| s.observed_generation) == Some(2)).then_some(v))
+    })
+    .await?;
+
+    // 4. A restarted controller reconciles everything again and writes nothing.
+    controller.stop().await;
+    let (vm_rv, pm_rv) = (
+        vm_now.resource_version(),
+        machines.get("web").await?.resource_version(),
+    );
+    let controller = RunningController::start(client.clone(), &ns);
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "probe",
+            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512}),
+        )?,
+    )
+    .await?;
+    eventually(
+        "the restarted controller to handle a new VirtualMachine",
+        || async { Ok(vms.get("probe").await?.status.map(|_| ())) },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        vms.get("web").await?.resource_version(),
+        vm_rv,
+        "VirtualMachine rewritten on a no-op resync"
+    );
+    assert_eq!(
+        machines.get("web").await?.resource_version(),
+        pm_rv,
+        "ProxmoxMachine rewritten on a no-op resync"
+    );
+
+    // 5. Deleting the VirtualMachine garbage-collects the ProxmoxMachine.
+    vms.delete("web", &DeleteParams::background()).await?;
+    eventually("the ProxmoxMachine to be garbage-collected", || async {
+        Ok(machines.get_opt("web").await?.is_none().then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn missing_provider_is_reported_then_resolved_when_it_appears() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-missing").await?;
+    let client = env.client().await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    let provider_name = format!("{ns}-later");
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "orphan",
+            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512}),
+        )?,
+    )
+    .await?;
+    let v = eventually("Ready=False ProviderNotFound", || async {
+        let v = vms.get("orphan").await?;
+        Ok((ready_reason(&v) == Some(("False".into(), "ProviderNotFound".into()))).then_some(v))
+    })
+    .await?;
+    let ready = condition::find(&v.status.as_ref().context("status")?.conditions, condition::READY)
+        .context("Ready")?;
+    assert!(
+        ready.message.contains(&provider_name),
+        "message names the Provider: {}",
+        ready.message
+    );
+    assert_eq!(
+        v.status.as_ref().and_then(|s| s.phase),
+        Some(VirtualMachinePhase::Pending)
+    );
+    assert!(machines.get_opt("orphan").await?.is_none());
+
+    // Creating the Provider triggers the VirtualMachine at once (not after the 5 min retry).
+    create_provider(&client, &provider_name, json!({})).await?;
+    eventually("the ProxmoxMachine once the Provider exists", || async {
+        Ok(machines.get_opt("orphan").await?)
+    })
+    .await?;
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn selector_picks_a_labelled_provider_and_missing_class_is_reported() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-select").await?;
+    let client = env.client().await?;
+    let zone = ns.to_string();
+    let name = format!("{ns}-zoned");
+    create_provider(&client, &name, json!({"banlieue.io/test-zone": zone})).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    let selector = json!({"providerSelector": {"matchLabels": {"banlieue.io/test-zone": zone}}});
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "picked",
+            json!({"placement": selector, "source": {"proxmox": {"vmid": 9000}}, "cpu": {"cores": 1}, "memoryMiB": 512}),
+        )?,
+    )
+    .await?;
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "classless",
+            json!({"placement": selector, "source": {"proxmox": {"vmid": 9000}}, "classRef": {"name": format!("{ns}-nope")}}),
+        )?,
+    )
+    .await?;
+    let pm = eventually("the selected ProxmoxMachine", || async {
+        Ok(machines.get_opt("picked").await?)
+    })
+    .await?;
+    assert_eq!(pm.spec.provider_ref.map(|r| r.name), Some(name.clone()));
+    let recorded = eventually("status.provider", || async {
+        Ok(vms.get("picked").await?.status.and_then(|s| s.provider))
+    })
+    .await?;
+    assert_eq!(recorded, name);
+    eventually("Ready=False ClassNotFound", || async {
+        let v = vms.get("classless").await?;
+        Ok((ready_reason(&v) == Some(("False".into(), "ClassNotFound".into()))).then_some(()))
+    })
+    .await?;
+    assert!(machines.get_opt("classless").await?.is_none());
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}

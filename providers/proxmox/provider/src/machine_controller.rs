@@ -134,7 +134,8 @@ fn set_paused(status: &mut ProxmoxMachineStatus, cluster: Option<&Cluster>, pm: 
 }
 
 /// Applies `new` to `/status` if it differs from the object's; returns whether it wrote.
-async fn write_status(
+async fn write_status<C: Connector>(
+    ctx: &MachineContext<C>,
     api: &Api<ProxmoxMachine>,
     pm: &ProxmoxMachine,
     new: &ProxmoxMachineStatus,
@@ -155,10 +156,16 @@ async fn write_status(
     )
     .await
     .map_err(|e| Error::kube("writing ProxmoxMachine status", e))?;
+    ctx.metrics.count_write("status");
     Ok(true)
 }
 
-async fn patch_finalizers(api: &Api<ProxmoxMachine>, pm: &ProxmoxMachine, add: bool) -> Result<()> {
+async fn patch_finalizers<C: Connector>(
+    ctx: &MachineContext<C>,
+    api: &Api<ProxmoxMachine>,
+    pm: &ProxmoxMachine,
+    add: bool,
+) -> Result<()> {
     let mut finalizers = pm.finalizers().to_vec();
     if add {
         finalizers.push(FINALIZER.to_owned());
@@ -172,6 +179,7 @@ async fn patch_finalizers(api: &Api<ProxmoxMachine>, pm: &ProxmoxMachine, add: b
     api.patch(&pm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|e| Error::kube("updating ProxmoxMachine finalizers", e))?;
+    ctx.metrics.count_write("finalizer");
     Ok(())
 }
 
@@ -262,12 +270,12 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
     set_paused(&mut status, cluster.as_ref(), &pm);
     if contract::is_paused(cluster.as_ref(), &pm.metadata) {
         // Paused: neither provision nor delete (clusterctl move deletes paused source objects).
-        write_status(&api, &pm, &status).await?;
+        write_status(ctx, &api, &pm, &status).await?;
         return Ok(Action::await_change());
     }
     let Some(cluster) = cluster else {
         if deleting && pm.status.as_ref().and_then(|s| s.vmid).is_none() {
-            patch_finalizers(&api, &pm, false).await?;
+            patch_finalizers(ctx, &api, &pm, false).await?;
             return Ok(Action::await_change());
         }
         let name = cluster_name.unwrap_or_default();
@@ -280,7 +288,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 generation,
             ),
         );
-        write_status(&api, &pm, &status).await?;
+        write_status(ctx, &api, &pm, &status).await?;
         return Ok(Action::requeue(WAIT_REQUEUE));
     };
 
@@ -289,7 +297,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         return delete(ctx, &api, &pm, status, pxc.as_ref()).await;
     }
     if !has_finalizer {
-        patch_finalizers(&api, &pm, true).await?;
+        patch_finalizers(ctx, &api, &pm, true).await?;
     }
     if !contract::is_infrastructure_provisioned(&cluster) || pxc.is_none() {
         condition::set(
@@ -301,7 +309,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 generation,
             ),
         );
-        write_status(&api, &pm, &status).await?;
+        write_status(ctx, &api, &pm, &status).await?;
         return Ok(Action::requeue(WAIT_REQUEUE));
     }
     let (machine, pxc) = (machine.expect("checked above"), pxc.expect("checked above"));
@@ -315,7 +323,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 generation,
             ),
         );
-        write_status(&api, &pm, &status).await?;
+        write_status(ctx, &api, &pm, &status).await?;
         return Ok(Action::requeue(WAIT_REQUEUE));
     };
 
@@ -331,7 +339,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                     generation,
                 ),
             );
-            write_status(&api, &pm, &status).await?;
+            write_status(ctx, &api, &pm, &status).await?;
             return Ok(Action::requeue(provision::PERMANENT_RETRY));
         }
     };
@@ -347,7 +355,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                     generation,
                 ),
             );
-            write_status(&api, &pm, &status).await?;
+            write_status(ctx, &api, &pm, &status).await?;
             return Ok(Action::requeue(provision::PERMANENT_RETRY));
         }
         Err(e) => return Err(e),
@@ -369,7 +377,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                         generation,
                     ),
                 );
-                write_status(&api, &pm, &status).await?;
+                write_status(ctx, &api, &pm, &status).await?;
                 return Ok(Action::requeue(provision::PERMANENT_RETRY));
             }
         }
@@ -401,6 +409,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                     api.patch(&pm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
                         .await
                         .map_err(|e| Error::kube("setting spec.providerID", e))?;
+                    ctx.metrics.count_write("spec");
                 }
                 status.addresses.clone_from(&done.addresses);
                 status.initialization = Initialization::provisioned(true);
@@ -416,7 +425,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 &mut status.conditions,
                 ready(flag, step.phase.reason(), message, generation),
             );
-            write_status(&api, &pm, &status).await?;
+            write_status(ctx, &api, &pm, &status).await?;
             if let Some((reason, note)) = step.event {
                 info!(reason, %note, "transition");
                 publish(&ctx.recorder, &pm, EventType::Normal, reason, note).await;
@@ -432,7 +441,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 &mut status.conditions,
                 ready(ConditionStatus::False, reason, message.clone(), generation),
             );
-            write_status(&api, &pm, &status).await?;
+            write_status(ctx, &api, &pm, &status).await?;
             if changed {
                 publish(&ctx.recorder, &pm, EventType::Warning, reason, message).await;
             }
@@ -443,7 +452,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 &mut status.conditions,
                 ready(ConditionStatus::False, e.reason(), e.to_string(), generation),
             );
-            write_status(&api, &pm, &status).await?;
+            write_status(ctx, &api, &pm, &status).await?;
             Err(e.into())
         }
     }
@@ -485,7 +494,7 @@ async fn delete<C: Connector>(
     let generation = pm.metadata.generation;
     let Some(pxc) = pxc else {
         if pm.status.as_ref().and_then(|s| s.vmid).is_none() {
-            patch_finalizers(api, pm, false).await?;
+            patch_finalizers(ctx, api, pm, false).await?;
             return Ok(Action::await_change());
         }
         condition::set(
@@ -497,7 +506,7 @@ async fn delete<C: Connector>(
                 generation,
             ),
         );
-        write_status(api, pm, &status).await?;
+        write_status(ctx, api, pm, &status).await?;
         return Ok(Action::requeue(provision::PERMANENT_RETRY));
     };
     let hv = hypervisor(ctx, pxc).await?;
@@ -512,7 +521,7 @@ async fn delete<C: Connector>(
     {
         DeleteStep::Gone { note } => {
             publish(&ctx.recorder, pm, EventType::Normal, "Deleted", note).await;
-            patch_finalizers(api, pm, false).await?;
+            patch_finalizers(ctx, api, pm, false).await?;
             Ok(Action::await_change())
         }
         DeleteStep::InProgress {
@@ -533,7 +542,7 @@ async fn delete<C: Connector>(
                 &mut status.conditions,
                 ready(ConditionStatus::False, "Deleting", message, generation),
             );
-            write_status(api, pm, &status).await?;
+            write_status(ctx, api, pm, &status).await?;
             Ok(Action::requeue(requeue))
         }
     }

@@ -19,11 +19,29 @@ struct PerController {
     sum: f64,
 }
 
-/// Reconcile counters and durations per controller.
+/// Reconcile counters and durations per controller, and Kubernetes writes per kind.
 #[derive(Debug, Default)]
-pub struct Metrics(Mutex<BTreeMap<String, PerController>>);
+pub struct Metrics(
+    Mutex<BTreeMap<String, PerController>>,
+    Mutex<BTreeMap<String, u64>>,
+);
 
 impl Metrics {
+    /// Counts one Kubernetes write (`status`, `finalizer`, `spec`).
+    pub fn count_write(&self, what: &str) {
+        *self
+            .1
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(what.to_owned())
+            .or_default() += 1;
+    }
+
+    /// Kubernetes writes so far, all kinds.
+    pub fn writes(&self) -> u64 {
+        self.1.lock().unwrap_or_else(|e| e.into_inner()).values().sum()
+    }
+
     /// Records one reconcile of `controller` that took `took`, failed with `error` (a metric label) or not.
     pub fn record(&self, controller: &str, took: Duration, error: Option<&str>) {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -102,6 +120,13 @@ impl Metrics {
                 "controller_runtime_reconcile_time_seconds_count{{controller=\"{name}\"}} {}",
                 c.count
             );
+        }
+        out.push_str(
+            "# HELP banlieue_kubernetes_writes_total Writes to the Kubernetes API by kind of write\n",
+        );
+        out.push_str("# TYPE banlieue_kubernetes_writes_total counter\n");
+        for (what, n) in self.1.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = writeln!(out, "banlieue_kubernetes_writes_total{{write=\"{what}\"}} {n}");
         }
         out
     }

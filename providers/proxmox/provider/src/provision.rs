@@ -200,6 +200,12 @@ impl VmidReservations {
         map.iter().any(|(u, v)| *v == vmid && u != uid)
     }
 
+    /// The highest VMID reserved by another machine than `uid`.
+    pub fn highest_other(&self, uid: &str) -> Option<u32> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.iter().filter(|(u, _)| *u != uid).map(|(_, v)| *v).max()
+    }
+
     /// Releases the reservation of `uid`.
     pub fn release(&self, uid: &str) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
@@ -302,7 +308,13 @@ async fn allocate_vmid<H: Hypervisor>(
                 )
             });
     }
-    let mut candidate = hv.next_vmid().await.map_err(pve)?;
+    // PVE proposes the lowest free VMID, the same for every machine allocating at once: start
+    // above the ones reserved in this process instead of probing them one by one.
+    let proposed = hv.next_vmid().await.map_err(pve)?;
+    let mut candidate = match reservations.highest_other(input.uid) {
+        Some(highest) if highest >= proposed => highest.saturating_add(1),
+        _ => proposed,
+    };
     for _ in 0..64 {
         if !reservations.held_by_other(input.uid, candidate)
             && hv.vmid_is_free(candidate).await.map_err(pve)?

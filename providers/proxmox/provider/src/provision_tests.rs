@@ -283,6 +283,11 @@ async fn concurrent_machines_get_distinct_vmids_from_reservations() {
         panic!("both allocate")
     };
     assert_ne!(la.vmid, lb.vmid);
+    assert_eq!(
+        hv.calls().iter().filter(|c| *c == "vmid_is_free").count(),
+        2,
+        "the second machine starts above the first one's reservation instead of probing it"
+    );
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use banlieue_api::condition;
 use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
+use sha2::Digest;
 
 use crate::registry::{self, BackendEntry};
 
@@ -22,6 +23,10 @@ pub const FIELD_MANAGER: &str = "banlieue-controller";
 pub const VIRTUAL_MACHINE_LABEL: &str = "banlieue.io/virtual-machine";
 /// Label on an infrastructure machine naming the Provider it was placed on.
 pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
+/// Annotation on an infrastructure machine: SHA-256 of the spec fields the controller last
+/// applied. A field the controller stops setting (e.g. a removed network) changes it, so the
+/// machine is re-applied and the server-side apply removes the field.
+pub const APPLIED_SPEC_ANNOTATION: &str = "banlieue.io/applied-spec-sha256";
 /// `app.kubernetes.io/managed-by` value on infrastructure machines the controller creates.
 pub const MANAGED_BY: &str = "banlieue-controller";
 
@@ -317,12 +322,15 @@ pub fn desired_machine(
     }
 
     let vm_name = vm.name_any();
+    let spec = Value::Object(spec);
+    let digest = sha2::Sha256::digest(spec.to_string().as_bytes());
     Ok(json!({
         "apiVersion": entry.api_version(),
         "kind": entry.kind,
         "metadata": {
             "name": vm_name,
             "namespace": vm.namespace(),
+            "annotations": { APPLIED_SPEC_ANNOTATION: hex::encode(digest) },
             "labels": {
                 VIRTUAL_MACHINE_LABEL: vm_name,
                 PROVIDER_LABEL: provider_name,
@@ -337,7 +345,7 @@ pub fn desired_machine(
                 "blockOwnerDeletion": true,
             }],
         },
-        "spec": Value::Object(spec),
+        "spec": spec,
     }))
 }
 

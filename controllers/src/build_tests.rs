@@ -67,14 +67,19 @@ fn builds_a_proxmox_machine_with_neutral_fields_verbatim() {
         json!({}),
         json!({"defaults": {"storage": "local-lvm", "network": "vmbr9"}}),
     );
-    let m = desired_machine(&v, &p, None, None).expect("builds");
+    let mut m = desired_machine(&v, &p, None, None).expect("builds");
+    let digest = m["metadata"]["annotations"]
+        .as_object_mut()
+        .and_then(|a| a.remove(APPLIED_SPEC_ANNOTATION))
+        .expect("digest annotation");
+    assert_eq!(digest.as_str().map(str::len), Some(64));
     assert_eq!(
         m,
         json!({
             "apiVersion": "infrastructure.banlieue.io/v1alpha1",
             "kind": "ProxmoxMachine",
             "metadata": {
-                "name": "web", "namespace": "apps",
+                "name": "web", "namespace": "apps", "annotations": {},
                 "labels": {"banlieue.io/virtual-machine": "web", "banlieue.io/provider": "pve-a",
                            "app.kubernetes.io/managed-by": "banlieue-controller"},
                 "ownerReferences": [{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
@@ -240,4 +245,18 @@ fn controller_owner_is_recognised_by_uid_and_flag() {
     assert!(controlled_by(Some(&refs), "u1"));
     assert!(!controlled_by(Some(&refs), "u2"));
     assert!(!controlled_by(None, "u1"));
+}
+
+#[test]
+fn removing_an_owned_field_is_seen_as_a_change() {
+    let p = provider("p", "proxmox", json!({}), json!({}));
+    let base = json!({"providerRef": {"name": "p"}, "source": {"proxmox": {"vmid": 100}}, "cpu": {"cores": 1}, "memoryMiB": 512});
+    let mut with_net = base.clone();
+    with_net["networks"] = json!([{"name": "net0", "network": "vmbr0"}]);
+    let applied = desired_machine(&vm(with_net), &p, None, None).expect("builds");
+    let without = desired_machine(&vm(base), &p, None, None).expect("builds");
+    // Same object with the network: nothing to send.
+    assert!(contains(&applied, &applied));
+    // The network was removed from the VM: the machine must be re-applied.
+    assert!(!contains(&applied, &without));
 }

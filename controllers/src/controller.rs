@@ -17,6 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,9 +52,49 @@ pub const INVALID_RETRY: Duration = Duration::from_secs(300);
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
+/// Counters of what the controller did, shared with the caller of [`run_with_metrics`]
+/// (tests, the benchmark, and later the Prometheus endpoint).
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Reconciles run (successful or not).
+    pub reconciles: AtomicU64,
+    /// Reconciles that failed with a transient error.
+    pub errors: AtomicU64,
+    /// Server-side applies of an infrastructure machine.
+    pub machine_applies: AtomicU64,
+    /// Server-side applies of a VirtualMachine's `/status`.
+    pub status_writes: AtomicU64,
+}
+
+/// A point-in-time copy of [`Metrics`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MetricsSnapshot {
+    /// See [`Metrics::reconciles`].
+    pub reconciles: u64,
+    /// See [`Metrics::errors`].
+    pub errors: u64,
+    /// See [`Metrics::machine_applies`].
+    pub machine_applies: u64,
+    /// See [`Metrics::status_writes`].
+    pub status_writes: u64,
+}
+
+impl Metrics {
+    /// The current counter values.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            reconciles: self.reconciles.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            machine_applies: self.machine_applies.load(Ordering::Relaxed),
+            status_writes: self.status_writes.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// Shared state of the controller.
 pub struct Context {
     client: Client,
+    metrics: Arc<Metrics>,
     providers: Store<Provider>,
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -86,6 +127,7 @@ fn key(vm: &VirtualMachine) -> String {
 /// Reconciles one VirtualMachine (bounded by [`RECONCILE_TIMEOUT`]).
 #[instrument(skip_all, fields(namespace = vm.namespace().unwrap_or_default(), name = vm.name_any()))]
 pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconciles.fetch_add(1, Ordering::Relaxed);
     let action = tokio::time::timeout(RECONCILE_TIMEOUT, reconcile_inner(&vm, &ctx))
         .await
         .map_err(|_| Error::Timeout(RECONCILE_TIMEOUT))??;
@@ -96,6 +138,7 @@ pub async fn reconcile(vm: Arc<VirtualMachine>, ctx: Arc<Context>) -> Result<Act
 /// Transient faults: exponential backoff per VirtualMachine (1 s doubling to 5 min). Invalid
 /// input never reaches here: it is reported as a condition by [`reconcile`].
 pub fn error_policy(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.errors.fetch_add(1, Ordering::Relaxed);
     let delay = ctx.backoff(&key(&vm));
     warn!(
         namespace = vm.namespace().unwrap_or_default(),
@@ -235,6 +278,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
                     )
                     .await
                     .map_err(|e| Error::kube(format!("applying {} {ns}/{name}", entry.kind), e))?;
+                ctx.metrics.machine_applies.fetch_add(1, Ordering::Relaxed);
                 info!(
                     kind = entry.kind,
                     created = existing.is_none(),
@@ -293,6 +337,7 @@ async fn write_status(ctx: &Context, vm: &VirtualMachine, status: &VirtualMachin
         )
         .await
         .map_err(|e| Error::kube(format!("writing VirtualMachine {ns}/{name} status"), e))?;
+    ctx.metrics.status_writes.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -302,6 +347,16 @@ pub async fn run(
     client: Client,
     namespace: Option<String>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    run_with_metrics(client, namespace, shutdown, Arc::new(Metrics::default())).await;
+}
+
+/// [`run`], counting into `metrics`.
+pub async fn run_with_metrics(
+    client: Client,
+    namespace: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    metrics: Arc<Metrics>,
 ) {
     let namespace = namespace.as_deref();
     let vms: Api<VirtualMachine> = match namespace {
@@ -356,6 +411,7 @@ pub async fn run(
 
     let ctx = Arc::new(Context {
         client: client.clone(),
+        metrics,
         providers,
         failures: Mutex::new(HashMap::new()),
     });

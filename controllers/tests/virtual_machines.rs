@@ -5,12 +5,14 @@
 //! Run: `cargo test -p banlieue-controllers --test virtual_machines` (needs the control plane
 //! binaries in `tests/controlplane/bin`, see `tests/controlplane/README.md`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use banlieue_api::banlieue::{Provider, VirtualMachine, VirtualMachinePhase};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::ProxmoxMachine;
+use banlieue_controllers::controller::{Metrics, run_with_metrics};
 use banlieue_testenv::TestEnv;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -25,6 +27,7 @@ async fn env() -> anyhow::Result<&'static TestEnv> {
 
 /// The controller, running in this process on one namespace; stops when dropped.
 struct RunningController {
+    metrics: Arc<Metrics>,
     stop: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -32,14 +35,17 @@ struct RunningController {
 impl RunningController {
     fn start(client: Client, namespace: &str) -> Self {
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(banlieue_controllers::controller::run(
+        let metrics = Arc::new(Metrics::default());
+        let task = tokio::spawn(run_with_metrics(
             client,
             Some(namespace.to_owned()),
             async move {
                 let _ = stopped.await;
             },
+            metrics.clone(),
         ));
         Self {
+            metrics,
             stop: Some(stop),
             task,
         }
@@ -233,43 +239,61 @@ async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
     })
     .await?;
     assert_eq!(grown.spec.provider_id.as_deref(), Some("proxmox://test/101"));
-    let vm_now = eventually("observedGeneration 2", || async {
+    eventually("observedGeneration 2", || async {
         let v = vms.get("web").await?;
         Ok((v.status.as_ref().and_then(|s| s.observed_generation) == Some(2)).then_some(v))
     })
     .await?;
 
-    // 4. A restarted controller reconciles everything again and writes nothing.
-    controller.stop().await;
-    let (vm_rv, pm_rv) = (
-        vm_now.resource_version(),
-        machines.get("web").await?.resource_version(),
-    );
-    let controller = RunningController::start(client.clone(), &ns);
-    vms.create(
-        &PostParams::default(),
-        &vm(
-            "probe",
-            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
-               "cpu": {"cores": 1}, "memoryMiB": 512}),
-        )?,
+    // A field the controller stops setting is removed from the machine.
+    vms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"networks": null}})),
     )
     .await?;
+    eventually("the network removed from the ProxmoxMachine", || async {
+        Ok(machines.get("web").await?.spec.networks.is_empty().then_some(()))
+    })
+    .await?;
+    let vm_now = eventually("observedGeneration 3", || async {
+        let v = vms.get("web").await?;
+        Ok((v.status.as_ref().and_then(|s| s.observed_generation) == Some(3)).then_some(v))
+    })
+    .await?;
+    let pm_now = machines.get("web").await?;
+    assert_eq!(pm_now.spec.provider_id.as_deref(), Some("proxmox://test/101"));
+    assert_eq!(
+        pm_now.status.as_ref().and_then(|s| s.vmid),
+        Some(101),
+        "provider status untouched"
+    );
+
+    // 4. A restarted controller reconciles everything again and writes nothing.
+    controller.stop().await;
+    let (vm_rv, pm_rv) = (vm_now.resource_version(), pm_now.resource_version());
+    let controller = RunningController::start(client.clone(), &ns);
     eventually(
-        "the restarted controller to handle a new VirtualMachine",
-        || async { Ok(vms.get("probe").await?.status.map(|_| ())) },
+        "the restarted controller to reconcile the VirtualMachine",
+        || async { Ok((controller.metrics.snapshot().reconciles >= 1).then_some(())) },
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let counters = controller.metrics.snapshot();
+    assert_eq!(
+        (counters.machine_applies, counters.status_writes),
+        (0, 0),
+        "writes on a no-op resync: {counters:?}"
+    );
     assert_eq!(
         vms.get("web").await?.resource_version(),
         vm_rv,
-        "VirtualMachine rewritten on a no-op resync"
+        "VirtualMachine changed on a no-op resync"
     );
     assert_eq!(
         machines.get("web").await?.resource_version(),
         pm_rv,
-        "ProxmoxMachine rewritten on a no-op resync"
+        "ProxmoxMachine changed on a no-op resync"
     );
 
     // 5. Deleting the VirtualMachine garbage-collects the ProxmoxMachine.

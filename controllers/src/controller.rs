@@ -97,6 +97,21 @@ pub struct Context {
     metrics: Arc<Metrics>,
     providers: Store<Provider>,
     failures: Mutex<HashMap<String, u32>>,
+    /// Per VirtualMachine uid, our status writes not yet seen through the watch: see
+    /// [`Written`].
+    written: Mutex<HashMap<String, Written>>,
+}
+
+/// The controller's own status writes of one VirtualMachine that its watch cache has not caught
+/// up with. A reconcile that sees one of the `stale` resourceVersions (the object as it was
+/// before one of these writes) uses `status` (the last written) as the current status instead
+/// of writing the same status again. The entry is dropped when a reconcile sees `latest` (our
+/// last write came back) or any other resourceVersion (someone else changed the object).
+#[derive(Debug)]
+struct Written {
+    stale: Vec<String>,
+    latest: String,
+    status: VirtualMachineStatus,
 }
 
 impl Context {
@@ -310,9 +325,34 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         machine: view.as_ref(),
         invalid: plan.invalid.as_ref(),
     };
-    let status = mirror::mirror(vm.status.as_ref(), &input, &now());
-    if vm.status.as_ref() != Some(&status) {
-        write_status(ctx, vm, &status).await?;
+    let rv = vm.resource_version().unwrap_or_default();
+    let current = {
+        let mut written = ctx.written.lock().unwrap_or_else(|e| e.into_inner());
+        match written.get(&uid) {
+            Some(w) if w.stale.contains(&rv) => Some(w.status.clone()),
+            Some(_) => {
+                written.remove(&uid);
+                vm.status.clone()
+            }
+            None => vm.status.clone(),
+        }
+    };
+    let status = mirror::mirror(current.as_ref(), &input, &now());
+    if current.as_ref() != Some(&status) {
+        let latest = write_status(ctx, vm, &status).await?;
+        let mut written = ctx.written.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = written.entry(uid.clone()).or_insert_with(|| Written {
+            stale: Vec::new(),
+            latest: String::new(),
+            status: status.clone(),
+        });
+        entry.stale.push(rv);
+        if !entry.latest.is_empty() {
+            let previous = std::mem::take(&mut entry.latest);
+            entry.stale.push(previous);
+        }
+        entry.latest = latest;
+        entry.status = status;
     }
     Ok(if plan.invalid.is_some() {
         Action::requeue(INVALID_RETRY)
@@ -321,7 +361,9 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
     })
 }
 
-async fn write_status(ctx: &Context, vm: &VirtualMachine, status: &VirtualMachineStatus) -> Result<()> {
+/// Server-side applies `status` on the VirtualMachine's `/status`; returns the new
+/// resourceVersion.
+async fn write_status(ctx: &Context, vm: &VirtualMachine, status: &VirtualMachineStatus) -> Result<String> {
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let body = json!({
@@ -329,7 +371,7 @@ async fn write_status(ctx: &Context, vm: &VirtualMachine, status: &VirtualMachin
         "kind": VirtualMachine::kind(&()),
         "status": status,
     });
-    Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ns)
+    let updated = Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ns)
         .patch_status(
             &name,
             &PatchParams::apply(FIELD_MANAGER).force(),
@@ -338,7 +380,7 @@ async fn write_status(ctx: &Context, vm: &VirtualMachine, status: &VirtualMachin
         .await
         .map_err(|e| Error::kube(format!("writing VirtualMachine {ns}/{name} status"), e))?;
     ctx.metrics.status_writes.fetch_add(1, Ordering::Relaxed);
-    Ok(())
+    Ok(updated.resource_version().unwrap_or_default())
 }
 
 /// Runs the controller over `namespace` (every namespace when `None`) until `shutdown`
@@ -414,6 +456,7 @@ pub async fn run_with_metrics(
         metrics,
         providers,
         failures: Mutex::new(HashMap::new()),
+        written: Mutex::new(HashMap::new()),
     });
     let mut controller = Controller::new(vms, watcher::Config::default());
     for entry in registry::REGISTRY {

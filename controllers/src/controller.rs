@@ -31,6 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -97,6 +98,7 @@ pub struct Context {
     metrics: Arc<Metrics>,
     providers: Store<Provider>,
     failures: Mutex<HashMap<String, u32>>,
+    recorder: Recorder,
     /// Per VirtualMachine uid, our status writes not yet seen through the watch: see
     /// [`Written`].
     written: Mutex<HashMap<String, Written>>,
@@ -338,6 +340,15 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         }
     };
     let status = mirror::mirror(current.as_ref(), &input, &now());
+    if let Some(invalid) = &plan.invalid {
+        let before = current
+            .as_ref()
+            .and_then(|s| banlieue_api::condition::find(&s.conditions, banlieue_api::condition::READY))
+            .map(|c| c.reason.as_str());
+        if before != Some(invalid.reason()) {
+            warn_event(ctx, vm, invalid).await;
+        }
+    }
     if current.as_ref() != Some(&status) {
         let latest = write_status(ctx, vm, &status).await?;
         let mut written = ctx.written.lock().unwrap_or_else(|e| e.into_inner());
@@ -359,6 +370,21 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
     } else {
         Action::requeue(RESYNC)
     })
+}
+
+/// Publishes a Warning Event for newly detected invalid input (once per new reason, not per
+/// retry). Failing to publish is logged, never fatal.
+async fn warn_event(ctx: &Context, vm: &VirtualMachine, invalid: &Invalid) {
+    let event = Event {
+        type_: EventType::Warning,
+        reason: invalid.reason().to_owned(),
+        note: Some(invalid.to_string()),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &vm.object_ref(&())).await {
+        warn!(error = %e, "cannot publish event");
+    }
 }
 
 /// Server-side applies `status` on the VirtualMachine's `/status`; returns the new
@@ -457,6 +483,13 @@ pub async fn run_with_metrics(
         providers,
         failures: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
     });
     let mut controller = Controller::new(vms, watcher::Config::default());
     for entry in registry::REGISTRY {

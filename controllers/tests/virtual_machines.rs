@@ -344,6 +344,21 @@ async fn missing_provider_is_reported_then_resolved_when_it_appears() -> anyhow:
         Some(VirtualMachinePhase::Pending)
     );
     assert!(machines.get_opt("orphan").await?.is_none());
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let warning = eventually("a ProviderNotFound Warning event", || async {
+        Ok(events
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("ProviderNotFound")))
+    })
+    .await?;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        warning.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("orphan")
+    );
 
     // Creating the Provider triggers the VirtualMachine at once (not after the 5 min retry).
     create_provider(&client, &provider_name, json!({})).await?;

@@ -226,6 +226,34 @@ async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
         );
     }
 
+    // What a user sees with kubectl: `wait --for=condition=Ready` returns, `get bvm` has columns.
+    let wait = banlieue_testenv::run_with_timeout(
+        env.kubectl().args([
+            "wait",
+            "--for=condition=Ready",
+            "virtualmachine/web",
+            "-n",
+            &ns,
+            "--timeout=20s",
+        ]),
+        WAIT,
+    )?;
+    assert!(
+        wait.status.success(),
+        "kubectl wait: {}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    let get = banlieue_testenv::run_with_timeout(env.kubectl().args(["get", "bvm", "web", "-n", &ns]), WAIT)?;
+    let table = String::from_utf8_lossy(&get.stdout);
+    let mut lines = table.lines();
+    let (header, row) = (lines.next().unwrap_or_default(), lines.next().unwrap_or_default());
+    for column in ["PHASE", "POWER", "PROVIDER", "NODE", "IP"] {
+        assert!(header.contains(column), "column {column} in {header:?}");
+    }
+    for value in ["Running", "On", provider_name.as_str(), "pve1", "192.0.2.10"] {
+        assert!(row.contains(value), "{value} in {row:?}");
+    }
+
     // 3. Memory grows: propagated, and the provider's providerID is left alone.
     vms.patch(
         "web",
@@ -421,5 +449,27 @@ async fn selector_picks_a_labelled_provider_and_missing_class_is_reported() -> a
     Api::<Provider>::all(client)
         .delete(&name, &DeleteParams::default())
         .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn invalid_virtual_machine_is_rejected_by_the_apiserver_with_the_cel_message() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-invalid").await?;
+    let vms: Api<VirtualMachine> = Api::namespaced(env.client().await?, &ns);
+    let both = vm(
+        "both",
+        json!({"providerRef": {"name": "a"}, "placement": {"providerSelector": {}},
+               "source": {"proxmox": {"vmid": 9000}}, "cpu": {"cores": 1}, "memoryMiB": 512}),
+    )?;
+    let err = vms
+        .create(&PostParams::default(), &both)
+        .await
+        .expect_err("rejected");
+    assert!(
+        err.to_string()
+            .contains("set exactly one of spec.providerRef or spec.placement.providerSelector"),
+        "{err}"
+    );
     Ok(())
 }

@@ -208,3 +208,30 @@ async fn main() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_consistent_and_default_to_json_logs_without_leader_election() {
+        Args::command().debug_assert();
+        let args = Args::try_parse_from(["banlieue-proxmox"]).unwrap();
+        assert!(!args.leader_elect);
+        assert!(matches!(args.log_format, LogFormat::Json));
+        assert_eq!(args.concurrency, 10);
+        let args = Args::try_parse_from([
+            "banlieue-proxmox",
+            "--namespace",
+            "capi",
+            "--leader-elect",
+            "--log-format",
+            "text",
+        ])
+        .unwrap();
+        assert_eq!(args.namespace.as_deref(), Some("capi"));
+        assert!(args.leader_elect);
+        assert!(Args::try_parse_from(["banlieue-proxmox", "--log-format", "xml"]).is_err());
+    }
+}

@@ -570,8 +570,26 @@ pub async fn run<C: Connector>(
         ),
         None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    Controller::new(proxmox_machines, watcher::Config::default())
+    let clusters: Api<Cluster> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let controller = Controller::new(proxmox_machines, watcher::Config::default());
+    let store = controller.store();
+    // A Cluster change (pause, infrastructure provisioned) concerns every ProxmoxMachine
+    // labelled with its name.
+    let cluster_to_machines = move |cluster: Cluster| {
+        let (name, ns) = (cluster.name_any(), cluster.namespace());
+        store
+            .state()
+            .into_iter()
+            .filter(|pm| pm.namespace() == ns && contract::cluster_name(&pm.metadata) == Some(name.as_str()))
+            .map(|pm| ObjectRef::from_obj(&*pm))
+            .collect::<Vec<_>>()
+    };
+    controller
         .watches(machines, watcher::Config::default(), machine_to_infra)
+        .watches(clusters, watcher::Config::default(), cluster_to_machines)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

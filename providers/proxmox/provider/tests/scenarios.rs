@@ -684,3 +684,29 @@ async fn leader_election_has_one_holder_and_hands_over() -> Result<()> {
     assert_eq!(spec.lease_transitions, Some(2));
     Ok(())
 }
+
+#[tokio::test]
+async fn pausing_the_cluster_is_reported_on_a_provisioned_machine_at_once() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-cpause").await?;
+    let controller = s.start_controller();
+    s.machine("m1", None).await?;
+    s.wait_for("m1", "provisioned", provisioned).await?;
+    let pause = serde_json::json!({"spec": {"paused": true}});
+    s.api::<Cluster>()
+        .patch("c1", &PatchParams::default(), &Patch::Merge(&pause))
+        .await?;
+    let started = tokio::time::Instant::now();
+    let pm = s
+        .wait_for("m1", "paused", |pm| {
+            condition(pm, "Paused").is_some_and(|c| c.status == "True")
+        })
+        .await?;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "noticed through the Cluster watch, not the 10 min resync"
+    );
+    let message = &condition(&pm, "Paused").context("Paused")?.message;
+    assert!(message.contains("Cluster spec.paused"), "{message}");
+    controller.abort();
+    Ok(())
+}

@@ -12,6 +12,7 @@
 
 pub mod build;
 pub mod controller;
+pub mod http;
 pub mod mirror;
 pub mod registry;
 

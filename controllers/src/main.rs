@@ -24,6 +24,9 @@ enum Command {
         /// Watch only this namespace (default: every namespace).
         #[arg(long)]
         namespace: Option<String>,
+        /// Address of the `/metrics`, `/healthz` and `/readyz` endpoint.
+        #[arg(long, default_value = "0.0.0.0:8080")]
+        metrics_addr: std::net::SocketAddr,
     },
 }
 
@@ -37,7 +40,10 @@ fn main() -> anyhow::Result<()> {
                 .write_all(yaml.as_bytes())
                 .context("writing CRDs to stdout")?;
         }
-        Command::Controller { namespace } => {
+        Command::Controller {
+            namespace,
+            metrics_addr,
+        } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
                     tracing_subscriber::EnvFilter::try_from_default_env()
@@ -53,7 +59,27 @@ fn main() -> anyhow::Result<()> {
                     namespace = namespace.as_deref().unwrap_or("*"),
                     "banlieue controller starting"
                 );
-                banlieue_controllers::controller::run(client, namespace.clone(), shutdown_signal()).await;
+                let listener = banlieue_controllers::http::bind(metrics_addr)
+                    .await
+                    .with_context(|| format!("binding the metrics endpoint {metrics_addr}"))?;
+                let metrics = std::sync::Arc::new(banlieue_controllers::controller::Metrics::default());
+                let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
+                let http = tokio::spawn(banlieue_controllers::http::serve(
+                    listener,
+                    metrics.clone(),
+                    async move {
+                        let _ = http_stopped.await;
+                    },
+                ));
+                banlieue_controllers::controller::run_with_metrics(
+                    client,
+                    namespace.clone(),
+                    shutdown_signal(),
+                    metrics,
+                )
+                .await;
+                let _ = stop_http.send(());
+                let _ = http.await;
                 tracing::info!("banlieue controller stopped");
                 anyhow::Ok(())
             })?;

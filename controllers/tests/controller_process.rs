@@ -24,6 +24,21 @@ impl Drop for Child {
     }
 }
 
+/// A minimal HTTP/1.1 GET (5 s timeouts); returns the raw response.
+fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).context("connecting to the metrics endpoint")?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out)?;
+    Ok(out)
+}
+
 #[tokio::test]
 async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -> anyhow::Result<()> {
     let env = TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?;
@@ -39,9 +54,11 @@ async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -
         .create(&PostParams::default(), &provider)
         .await?;
 
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let metrics_addr = format!("127.0.0.1:{port}");
     let mut child = Child(
         Command::new(env!("CARGO_BIN_EXE_banlieue"))
-            .args(["controller", "--namespace", &ns])
+            .args(["controller", "--namespace", &ns, "--metrics-addr", &metrics_addr])
             .env("KUBECONFIG", env.admin().path())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -79,6 +96,17 @@ async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(pm.spec.memory_mib, 1024);
+    let metrics = http_get(&metrics_addr, "/metrics")?;
+    assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
+    assert!(
+        metrics.contains("banlieue_controller_writes_total{target=\"infrastructure_machine\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .contains("controller_runtime_reconcile_total{controller=\"virtualmachine\",result=\"success\"}")
+    );
+    assert!(http_get(&metrics_addr, "/healthz")?.starts_with("HTTP/1.1 200"));
 
     let status = Command::new("kill")
         .args(["-TERM", &child.0.id().to_string()])

@@ -96,12 +96,18 @@ async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert_eq!(pm.spec.memory_mib, 1024);
-    let metrics = http_get(&metrics_addr, "/metrics")?;
+    // The counter moves just after the apply returns: poll briefly.
+    let wanted = "banlieue_controller_writes_total{target=\"infrastructure_machine\"} 1\n";
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let metrics = loop {
+        let metrics = http_get(&metrics_addr, "/metrics")?;
+        if metrics.contains(wanted) || Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
-    assert!(
-        metrics.contains("banlieue_controller_writes_total{target=\"infrastructure_machine\"} 1\n"),
-        "{metrics}"
-    );
+    assert!(metrics.contains(wanted), "{metrics}");
     assert!(
         metrics
             .contains("controller_runtime_reconcile_total{controller=\"virtualmachine\",result=\"success\"}")

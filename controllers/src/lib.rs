@@ -13,6 +13,7 @@
 pub mod build;
 pub mod controller;
 pub mod http;
+pub mod leader;
 pub mod mirror;
 pub mod registry;
 

@@ -27,6 +27,12 @@ enum Command {
         /// Address of the `/metrics`, `/healthz` and `/readyz` endpoint.
         #[arg(long, default_value = "0.0.0.0:8080")]
         metrics_addr: std::net::SocketAddr,
+        /// Reconcile only while holding the Lease `banlieue-controller` (for several replicas).
+        #[arg(long)]
+        leader_elect: bool,
+        /// Namespace of the leader-election Lease (default: `$POD_NAMESPACE`, else `default`).
+        #[arg(long)]
+        leader_election_namespace: Option<String>,
     },
 }
 
@@ -43,6 +49,8 @@ fn main() -> anyhow::Result<()> {
         Command::Controller {
             namespace,
             metrics_addr,
+            leader_elect,
+            leader_election_namespace,
         } => {
             tracing_subscriber::fmt()
                 .with_env_filter(
@@ -71,15 +79,55 @@ fn main() -> anyhow::Result<()> {
                         let _ = http_stopped.await;
                     },
                 ));
+                let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>> =
+                    if leader_elect {
+                        let lease_ns = leader_election_namespace
+                            .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                            .unwrap_or_else(|| "default".to_owned());
+                        let identity = std::env::var("POD_NAME")
+                            .unwrap_or_else(|_| format!("banlieue-controller-{}", std::process::id()));
+                        let cfg = banlieue_controllers::leader::LeaseConfig::new(
+                            "banlieue-controller",
+                            lease_ns,
+                            identity,
+                        );
+                        tokio::select! {
+                            () = banlieue_controllers::leader::acquire(&client, &cfg) => {}
+                            () = shutdown_signal() => {
+                                let _ = stop_http.send(());
+                                return anyhow::Ok(());
+                            }
+                        }
+                        // The renewal loop runs as its own task (the shutdown future must be Sync).
+                        let (client, lost) = (client.clone(), lost.clone());
+                        let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
+                        tokio::spawn(async move {
+                            banlieue_controllers::leader::hold(&client, &cfg).await;
+                            lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                            let _ = lost_tx.send(());
+                        });
+                        Box::pin(async move {
+                            tokio::select! {
+                                _ = lost_rx => {}
+                                () = shutdown_signal() => {}
+                            }
+                        })
+                    } else {
+                        Box::pin(shutdown_signal())
+                    };
                 banlieue_controllers::controller::run_with_metrics(
                     client,
                     namespace.clone(),
-                    shutdown_signal(),
+                    shutdown,
                     metrics,
                 )
                 .await;
                 let _ = stop_http.send(());
                 let _ = http.await;
+                if lost.load(std::sync::atomic::Ordering::SeqCst) {
+                    anyhow::bail!("leadership lost: exiting so that a fresh process competes again");
+                }
                 tracing::info!("banlieue controller stopped");
                 anyhow::Ok(())
             })?;

@@ -59,6 +59,7 @@ async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -
     let mut child = Child(
         Command::new(env!("CARGO_BIN_EXE_banlieue"))
             .args(["controller", "--namespace", &ns, "--metrics-addr", &metrics_addr])
+            .args(["--leader-elect", "--leader-election-namespace", &ns])
             .env("KUBECONFIG", env.admin().path())
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -113,6 +114,12 @@ async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -
             .contains("controller_runtime_reconcile_total{controller=\"virtualmachine\",result=\"success\"}")
     );
     assert!(http_get(&metrics_addr, "/healthz")?.starts_with("HTTP/1.1 200"));
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns)
+        .get("banlieue-controller")
+        .await
+        .context("the leader-election Lease")?;
+    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+    assert!(holder.starts_with("banlieue-controller-"), "holder {holder:?}");
 
     let status = Command::new("kill")
         .args(["-TERM", &child.0.id().to_string()])

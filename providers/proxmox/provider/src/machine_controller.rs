@@ -265,7 +265,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         None => None,
     };
     let mut status = pm.status.clone().unwrap_or_default();
-    let generation = pm.metadata.generation;
+    let mut generation = pm.metadata.generation;
     status.observed_generation = generation;
     set_paused(&mut status, cluster.as_ref(), &pm);
     if contract::is_paused(cluster.as_ref(), &pm.metadata) {
@@ -406,10 +406,18 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
             if let Some(done) = &step.provisioned {
                 if pm.spec.provider_id.as_deref() != Some(done.provider_id.as_str()) {
                     let patch = serde_json::json!({"spec": {"providerID": done.provider_id}});
-                    api.patch(&pm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                    let patched = api
+                        .patch(&pm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
                         .await
                         .map_err(|e| Error::kube("setting spec.providerID", e))?;
                     ctx.metrics.count_write("spec");
+                    // The spec change bumped the generation: describe the new one, or the next
+                    // reconcile would write the status again just for observedGeneration.
+                    generation = patched.metadata.generation;
+                    status.observed_generation = generation;
+                    for c in &mut status.conditions {
+                        c.observed_generation = generation;
+                    }
                 }
                 status.addresses.clone_from(&done.addresses);
                 status.initialization = Initialization::provisioned(true);

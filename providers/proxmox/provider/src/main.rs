@@ -14,6 +14,7 @@ use banlieue_proxmox::cluster_controller::{self, ClusterContext};
 use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::leader::LeaderElector;
 use banlieue_proxmox::machine_controller::{self, MachineContext};
+use banlieue_proxmox::template_controller::{self, TemplateContext};
 use clap::{Parser, ValueEnum};
 use futures::FutureExt;
 use http_body_util::Full;
@@ -190,9 +191,13 @@ async fn main() -> anyhow::Result<()> {
     };
     let stop = shutdown.clone();
     let namespace = args.namespace.as_deref();
-    let controllers = futures::future::join(
+    let templates = Arc::new(TemplateContext {
+        client: client.clone(),
+    });
+    let controllers = futures::future::join3(
         machine_controller::run(shared.machine.clone(), namespace, args.concurrency, stop.clone()),
-        cluster_controller::run(shared.cluster.clone(), namespace, args.concurrency, stop),
+        cluster_controller::run(shared.cluster.clone(), namespace, args.concurrency, stop.clone()),
+        template_controller::run(templates, namespace, stop),
     );
     tokio::select! {
         _ = controllers => tracing::info!("controllers stopped"),

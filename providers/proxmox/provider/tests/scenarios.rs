@@ -710,3 +710,44 @@ async fn pausing_the_cluster_is_reported_on_a_provisioned_machine_at_once() -> R
     controller.abort();
     Ok(())
 }
+
+#[tokio::test]
+async fn machine_templates_publish_their_capacity() -> Result<()> {
+    use banlieue_api::infrastructure::{ProxmoxMachineTemplate, ProxmoxMachineTemplateSpec};
+    use banlieue_proxmox::template_controller::{self, TemplateContext};
+    let (s, _ns) = Scenario::new("pxmt").await?;
+    let template: ProxmoxMachineTemplate = serde_json::from_value(serde_json::json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1",
+        "kind": "ProxmoxMachineTemplate",
+        "metadata": {"name": "workers"},
+        "spec": {"template": {"spec": {
+            "source": {"vmid": 9000}, "cpu": {"cores": 2, "sockets": 2}, "memoryMiB": 3072
+        }}}
+    }))?;
+    let _: &ProxmoxMachineTemplateSpec = &template.spec;
+    s.api::<ProxmoxMachineTemplate>()
+        .create(&PostParams::default(), &template)
+        .await?;
+    let ctx = Arc::new(TemplateContext {
+        client: s.client.clone(),
+    });
+    let ns = s.ns.clone();
+    let controller = tokio::spawn(async move {
+        template_controller::run(ctx, Some(&ns), std::future::pending()).await;
+    });
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let t = s.api::<ProxmoxMachineTemplate>().get("workers").await?;
+        if let Some(status) = t.status {
+            assert_eq!(status.capacity["cpu"].0, "4");
+            assert_eq!(status.capacity["memory"].0, "3072Mi");
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("no capacity published");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    controller.abort();
+    Ok(())
+}

@@ -138,6 +138,34 @@ pub async fn try_acquire_or_renew(client: &Client, cfg: &LeaseConfig) -> Result<
     }
 }
 
+/// Gives the Lease up if this candidate holds it (on a clean shutdown), so a standby takes over
+/// at once instead of after the lease duration. Best effort: a failure only delays the standby.
+pub async fn release(client: &Client, cfg: &LeaseConfig) -> Result<()> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), &cfg.namespace);
+    let context = || format!("releasing Lease {}/{}", cfg.namespace, cfg.name);
+    let Some(mut lease) = api
+        .get_opt(&cfg.name)
+        .await
+        .map_err(|e| Error::kube(context(), e))?
+    else {
+        return Ok(());
+    };
+    let Some(spec) = lease
+        .spec
+        .as_mut()
+        .filter(|s| s.holder_identity.as_deref() == Some(cfg.identity.as_str()))
+    else {
+        return Ok(());
+    };
+    spec.holder_identity = None;
+    spec.renew_time = None;
+    api.replace(&cfg.name, &PostParams::default(), &lease)
+        .await
+        .map_err(|e| Error::kube(context(), e))?;
+    info!(lease = cfg.name, "released the Lease");
+    Ok(())
+}
+
 /// Waits until this candidate holds the Lease (retrying every `renew_every`).
 pub async fn acquire(client: &Client, cfg: &LeaseConfig) {
     loop {

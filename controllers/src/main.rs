@@ -80,6 +80,8 @@ fn main() -> anyhow::Result<()> {
                     },
                 ));
                 let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let client_for_release = client.clone();
+                let mut lease = None;
                 let shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>> =
                     if leader_elect {
                         let lease_ns = leader_election_namespace
@@ -92,6 +94,7 @@ fn main() -> anyhow::Result<()> {
                             lease_ns,
                             identity,
                         );
+                        lease = Some(cfg.clone());
                         tokio::select! {
                             () = banlieue_controllers::leader::acquire(&client, &cfg) => {}
                             () = shutdown_signal() => {
@@ -125,6 +128,12 @@ fn main() -> anyhow::Result<()> {
                 .await;
                 let _ = stop_http.send(());
                 let _ = http.await;
+                if let Some(cfg) = &lease
+                    && !lost.load(std::sync::atomic::Ordering::SeqCst)
+                    && let Err(e) = banlieue_controllers::leader::release(&client_for_release, cfg).await
+                {
+                    tracing::warn!(error = %e, "cannot release the Lease (a standby takes over after it expires)");
+                }
                 if lost.load(std::sync::atomic::Ordering::SeqCst) {
                     anyhow::bail!("leadership lost: exiting so that a fresh process competes again");
                 }

@@ -137,6 +137,14 @@ async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert!(exit.success(), "the controller exits 0 on SIGTERM, got {exit}");
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns)
+        .get("banlieue-controller")
+        .await?;
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        None,
+        "a clean shutdown releases the Lease"
+    );
     Api::<Provider>::all(client)
         .delete(&provider_name, &DeleteParams::default())
         .await?;

@@ -33,5 +33,16 @@ async fn one_leader_at_a_time_and_takeover_after_expiry() -> anyhow::Result<()> 
         "b takes the expired Lease"
     );
     assert!(!try_acquire_or_renew(&client, &a).await?, "a no longer holds it");
+    // A clean shutdown releases the Lease: a takes it at once, without waiting for expiry.
+    banlieue_controllers::leader::release(&client, &a).await?; // not the holder: no-op
+    assert!(
+        !try_acquire_or_renew(&client, &a).await?,
+        "releasing someone else's Lease does nothing"
+    );
+    banlieue_controllers::leader::release(&client, &b).await?;
+    assert!(
+        try_acquire_or_renew(&client, &a).await?,
+        "a takes the released Lease immediately"
+    );
     Ok(())
 }

@@ -40,6 +40,9 @@ struct Args {
     /// Start, print the summary and stop again (a smoke test of the environment).
     #[arg(long)]
     once: bool,
+    /// Do not start the controllers (the Proxmox provider and the banlieue controller).
+    #[arg(long)]
+    no_controllers: bool,
 }
 
 #[tokio::main]
@@ -93,6 +96,15 @@ async fn main() -> anyhow::Result<()> {
 
     write_kubeconfig(env.admin().path(), &args.kubeconfig)?;
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig)?;
+    let mut controllers = Vec::new();
+    if !args.no_controllers {
+        let logs = kubeconfig.parent().unwrap_or(Path::new(".")).join("logs");
+        std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+        for (name, args) in CONTROLLERS {
+            step(&format!("starting {name} (log: {}/{name}.log)", logs.display()));
+            controllers.push(start_controller(name, args, &kubeconfig, &logs)?);
+        }
+    }
     println!();
     println!(
         "banlieue local environment is up ({:.1}s).",
@@ -108,18 +120,70 @@ async fn main() -> anyhow::Result<()> {
     println!();
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  kubectl get providers.banlieue.io");
+    println!("  kubectl apply -f tests/devenv/examples/vm-on-sim.yaml && kubectl get bvm,pxmachine -w");
     println!("  kubectl explain virtualmachines.spec");
     println!();
     if args.once {
-        sim.shutdown().await;
-        return Ok(());
+        // Long enough for a controller with a bad flag or no API access to fail.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    } else {
+        println!("Press Ctrl-C to stop everything.");
+        tokio::signal::ctrl_c().await?;
+        step("stopping");
     }
-    println!("Press Ctrl-C to stop everything.");
-    tokio::signal::ctrl_c().await?;
-    step("stopping");
+    for controller in &mut controllers {
+        controller.check_running().context("a controller stopped early")?;
+        controller.stop();
+    }
     sim.shutdown().await;
     drop(env);
     Ok(())
+}
+
+/// The controllers the environment runs, by binary name (built next to `banlieue-dev`) and flags.
+const CONTROLLERS: [(&str, &[&str]); 2] = [
+    (
+        "banlieue-proxmox",
+        &[
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--log-format=text",
+        ],
+    ),
+    ("banlieue", &["controller", "--metrics-addr=127.0.0.1:0"]),
+];
+
+/// Starts a controller binary from the folder of this executable with `KUBECONFIG` set; it dies
+/// with this process.
+fn start_controller(
+    name: &str,
+    args: &[&str],
+    kubeconfig: &Path,
+    logs: &Path,
+) -> anyhow::Result<banlieue_testenv::ManagedProcess> {
+    let dir = std::env::current_exe()?
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let binary = dir.join(name);
+    anyhow::ensure!(
+        binary.is_file(),
+        "{} is missing: build it with `cargo build -p banlieue-controllers -p banlieue-proxmox` \
+         (tests/dev.sh does), or pass --no-controllers",
+        binary.display()
+    );
+    let mut argv = vec![
+        format!("KUBECONFIG={}", kubeconfig.display()),
+        binary.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let process = banlieue_testenv::ManagedProcess::start(
+        name,
+        Path::new("/usr/bin/env"),
+        &argv,
+        &logs.join(format!("{name}.log")),
+    )?;
+    Ok(process)
 }
 
 fn capi_crd_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {

@@ -1,5 +1,7 @@
 //! The README's "run it" command works: `banlieue-dev --once` brings the whole local
-//! environment up (control plane, CRDs, simulator, Provider) and prints how to use it.
+//! environment up (control plane, CRDs, simulator, Provider, the Proxmox provider and the banlieue
+//! controller, which must still run after two seconds) and prints how to use it. The controller
+//! binaries are built next to `banlieue-dev` by `cargo test --workspace` (or `tests/dev.sh`).
 
 use std::process::Command;
 
@@ -32,6 +34,19 @@ fn banlieue_dev_once_starts_everything_and_prints_the_kubeconfig() {
         stderr.contains("CAPI CRDs"),
         "CAPI's CRDs were not installed:\n{stderr}"
     );
+    for controller in ["banlieue-proxmox", "banlieue"] {
+        assert!(
+            stderr.contains(&format!("starting {controller}")),
+            "{controller} was not started:\n{stderr}"
+        );
+        assert!(
+            dir.path()
+                .join("logs")
+                .join(format!("{controller}.log"))
+                .is_file(),
+            "no log for {controller}"
+        );
+    }
     let written = std::fs::read_to_string(&kubeconfig).unwrap();
     assert!(written.contains("server: https://127."), "{written}");
 }

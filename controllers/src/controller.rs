@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -65,6 +65,8 @@ pub struct Metrics {
     pub machine_applies: AtomicU64,
     /// Server-side applies of a VirtualMachine's `/status`.
     pub status_writes: AtomicU64,
+    /// The controller is running (its Provider cache is filled): `/readyz` answers 200.
+    pub ready: AtomicBool,
 }
 
 /// A point-in-time copy of [`Metrics`].
@@ -491,6 +493,7 @@ pub async fn run_with_metrics(
             },
         ),
     });
+    ctx.metrics.ready.store(true, Ordering::Relaxed);
     let mut controller = Controller::new(vms, watcher::Config::default());
     for entry in registry::REGISTRY {
         let ar = entry.api_resource();

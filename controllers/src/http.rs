@@ -76,7 +76,15 @@ fn respond(req: &Request<hyper::body::Incoming>, metrics: &Metrics) -> Response<
             render(&metrics.snapshot()),
             "text/plain; version=0.0.4",
         ),
-        "/healthz" | "/readyz" => (StatusCode::OK, "ok\n".to_owned(), "text/plain"),
+        "/healthz" => (StatusCode::OK, "ok\n".to_owned(), "text/plain"),
+        "/readyz" if metrics.ready.load(std::sync::atomic::Ordering::Relaxed) => {
+            (StatusCode::OK, "ok\n".to_owned(), "text/plain")
+        }
+        "/readyz" => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "starting\n".to_owned(),
+            "text/plain",
+        ),
         _ => (StatusCode::NOT_FOUND, "not found\n".to_owned(), "text/plain"),
     };
     let mut resp = Response::new(Full::new(Bytes::from(body)));
@@ -149,5 +157,36 @@ mod tests {
         );
         assert!(text.contains("banlieue_controller_writes_total{target=\"infrastructure_machine\"} 4\n"));
         assert!(text.contains("banlieue_controller_writes_total{target=\"virtualmachine_status\"} 7\n"));
+    }
+
+    #[tokio::test]
+    async fn readyz_answers_503_until_the_controller_runs() {
+        let listener = bind("127.0.0.1:0".parse().expect("addr")).await.expect("binds");
+        let addr = listener.local_addr().expect("bound");
+        let metrics = Arc::new(Metrics::default());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, metrics.clone(), async move {
+            let _ = stopped.await;
+        }));
+        let status = |path: &'static str| async move {
+            tokio::task::spawn_blocking(move || {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(addr).expect("connects");
+                s.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+                write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").expect("writes");
+                let mut out = String::new();
+                s.read_to_string(&mut out).expect("reads");
+                out.split(' ').nth(1).unwrap_or_default().to_owned()
+            })
+            .await
+            .expect("joins")
+        };
+        assert_eq!(status("/readyz").await, "503");
+        assert_eq!(status("/healthz").await, "200");
+        assert_eq!(status("/nope").await, "404");
+        metrics.ready.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(status("/readyz").await, "200");
+        let _ = stop.send(());
+        server.await.expect("server stops");
     }
 }

@@ -15,13 +15,66 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use banlieue_api::banlieue::{Provider, VirtualMachine, VirtualMachinePhase};
 use banlieue_api::infrastructure::ProxmoxMachine;
-use banlieue_controllers::controller::{Metrics, run_with_metrics};
+use banlieue_controllers::controller::MetricsSnapshot;
 use banlieue_testenv::TestEnv;
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
+
+/// Kills the controller process on drop.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A minimal HTTP/1.1 GET with 5 s timeouts; the raw response.
+fn get(addr: &str, path: &str) -> anyhow::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// Reads the controller's counters from its `/metrics` endpoint.
+fn scrape(addr: &str) -> anyhow::Result<MetricsSnapshot> {
+    let text = get(addr, "/metrics")?;
+    let value = |prefix: &str| -> anyhow::Result<u64> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .ok_or_else(|| anyhow::anyhow!("no {prefix} in /metrics"))?;
+        Ok(line.rsplit(' ').next().unwrap_or_default().parse()?)
+    };
+    let success =
+        value("controller_runtime_reconcile_total{controller=\"virtualmachine\",result=\"success\"}")?;
+    let errors = value("controller_runtime_reconcile_errors_total{controller=\"virtualmachine\"}")?;
+    Ok(MetricsSnapshot {
+        reconciles: success + errors,
+        errors,
+        machine_applies: value("banlieue_controller_writes_total{target=\"infrastructure_machine\"}")?,
+        status_writes: value("banlieue_controller_writes_total{target=\"virtualmachine_status\"}")?,
+    })
+}
+
+/// Peak resident set size (`VmHWM`) of a process, in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
 
 type Stamps = Arc<Mutex<HashMap<String, Instant>>>;
 
@@ -71,16 +124,27 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
         .create(&PostParams::default(), &provider)
         .await?;
 
-    let metrics = Arc::new(Metrics::default());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(run_with_metrics(
-        client.clone(),
-        Some(ns.clone()),
-        async move {
-            let _ = stopped.await;
-        },
-        metrics.clone(),
-    ));
+    // The controller runs as its own process (release-like conditions: it shares nothing with
+    // the test but the API server), so its peak RSS can be measured.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let metrics_addr = format!("127.0.0.1:{port}");
+    let controller = Child(
+        std::process::Command::new(env!("CARGO_BIN_EXE_banlieue"))
+            .args(["controller", "--namespace", &ns, "--metrics-addr", &metrics_addr])
+            .env("KUBECONFIG", env.admin().path())
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()?,
+    );
+    let ready_deadline = Instant::now() + Duration::from_secs(60);
+    while !get(&metrics_addr, "/readyz").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+        if Instant::now() > ready_deadline {
+            bail!("the controller is not ready after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let written: Stamps = Arc::default();
     let provider_task = tokio::spawn(fake_provider(client.clone(), ns.clone(), written.clone()));
 
@@ -135,7 +199,8 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
     let wall = start.elapsed();
     // Let the controller settle, then count: no write may follow the last mirror.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let counters = metrics.snapshot();
+    let counters = scrape(&metrics_addr)?;
+    let peak_rss_kib = peak_rss_kib(controller.0.id());
 
     let mut latencies: Vec<Duration> = {
         let (written, running) = (written.lock().expect("lock"), running.lock().expect("lock"));
@@ -146,13 +211,14 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
     };
     latencies.sort();
     println!(
-        "bench: N={n} created in {created:?}, all Running in {wall:?}; per VM: {:.2} machine applies, {:.2} status writes (minimum 1 + 2), {:.2} reconciles, {} errors; provider write → VM status p50 {:?} p99 {:?}",
+        "bench: N={n} created in {created:?}, all Running in {wall:?}; per VM: {:.2} machine applies, {:.2} status writes (minimum 1 + 2), {:.2} reconciles, {} errors; provider write → VM status p50 {:?} p99 {:?}; controller peak RSS {} MiB",
         counters.machine_applies as f64 / n as f64,
         counters.status_writes as f64 / n as f64,
         counters.reconciles as f64 / n as f64,
         counters.errors,
         percentile(&latencies, 0.5),
         percentile(&latencies, 0.99),
+        peak_rss_kib.map_or_else(|| "?".to_owned(), |k| format!("{:.1}", k as f64 / 1024.0)),
     );
     assert_eq!(latencies.len(), n);
     assert_eq!(counters.machine_applies, n as u64, "one machine apply per VM");
@@ -162,8 +228,7 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
         "two status writes per VM (Provisioning, Running)"
     );
 
-    let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(30), controller).await;
+    drop(controller);
     provider_task.abort();
     observer.abort();
     Ok(())

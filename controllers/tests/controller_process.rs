@@ -114,6 +114,7 @@ async fn controller_subcommand_drives_a_virtual_machine_and_stops_on_sigterm() -
             .contains("controller_runtime_reconcile_total{controller=\"virtualmachine\",result=\"success\"}")
     );
     assert!(http_get(&metrics_addr, "/healthz")?.starts_with("HTTP/1.1 200"));
+    assert!(http_get(&metrics_addr, "/readyz")?.starts_with("HTTP/1.1 200"));
     let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &ns)
         .get("banlieue-controller")
         .await

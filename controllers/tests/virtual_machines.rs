@@ -473,3 +473,53 @@ async fn invalid_virtual_machine_is_rejected_by_the_apiserver_with_the_cel_messa
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn a_machine_owned_by_someone_else_is_never_touched() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-conflict").await?;
+    let client = env.client().await?;
+    let provider_name = format!("{ns}-pve");
+    create_provider(&client, &provider_name, json!({})).await?;
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    // A ProxmoxMachine as CAPI would create it (owned by a Machine), with the VM's name.
+    let capi_owned: ProxmoxMachine = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+        "metadata": {"name": "taken", "ownerReferences": [{"apiVersion": "cluster.x-k8s.io/v1beta2",
+            "kind": "Machine", "name": "m", "uid": "00000000-0000-0000-0000-000000000001", "controller": true}]},
+        "spec": {"source": {"vmid": 100}, "cpu": {"cores": 8}, "memoryMiB": 16384},
+    }))?;
+    let before = machines.create(&PostParams::default(), &capi_owned).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "taken",
+            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512}),
+        )?,
+    )
+    .await?;
+    eventually("Ready=False InfrastructureMachineConflict", || async {
+        let v = vms.get("taken").await?;
+        Ok(
+            (ready_reason(&v) == Some(("False".into(), "InfrastructureMachineConflict".into())))
+                .then_some(()),
+        )
+    })
+    .await?;
+    let after = machines.get("taken").await?;
+    assert_eq!(
+        after.resource_version(),
+        before.resource_version(),
+        "the CAPI-owned machine was modified"
+    );
+    assert_eq!(after.spec.memory_mib, 16384);
+    assert_eq!(controller.metrics.snapshot().machine_applies, 0);
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}

@@ -8,10 +8,19 @@ async fn kubectl_explains_and_lists_banlieue_kinds() -> anyhow::Result<()> {
     let env = TestEnv::shared().await?;
     env.install_crds(&banlieue_api::crds::all()).await?;
 
-    let explain = env
-        .kubectl()
-        .args(["explain", "virtualmachines.spec.memoryMiB"])
-        .output()?;
+    // The apiserver publishes a new CRD's OpenAPI schema a moment after it is Established; until
+    // then `kubectl explain` cannot find the resource. Wait for it (bounded), then assert.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let explain = loop {
+        let explain = env
+            .kubectl()
+            .args(["explain", "virtualmachines.spec.memoryMiB"])
+            .output()?;
+        if explain.status.success() || std::time::Instant::now() > deadline {
+            break explain;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
     let text = String::from_utf8_lossy(&explain.stdout);
     assert!(
         explain.status.success(),

@@ -134,32 +134,23 @@ fn none_if_not_found<T>(res: Result<T, PveError>) -> Result<Option<T>, PveError>
     }
 }
 
-/// Runs one client call on a blocking-pool thread.
-///
-/// Workaround: the futures of `banlieue_pve_client::Client` are not `Send` yet (the ticket
-/// login keeps a `ThreadRng` across an `.await`), and kube-runtime needs `Send` reconcilers.
-/// The call is built and driven on a blocking thread with the runtime's handle, so only its
-/// inputs and output cross threads. Remove once the client's futures are `Send`.
-async fn offload<T, F, Fut>(client: &Client, call: F) -> Result<T, PveError>
+/// Runs one client call on its own clone of the client, so the call's future owns everything it
+/// borrows (the client's futures are `Send`, as kube-runtime reconcilers need).
+async fn with_client<T, F, Fut>(client: &Client, call: F) -> Result<T, PveError>
 where
-    F: FnOnce(Client) -> Fut + Send + 'static,
+    F: FnOnce(Client) -> Fut,
     Fut: Future<Output = Result<T, PveError>>,
-    T: Send + 'static,
 {
-    let client = client.clone();
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || handle.block_on(call(client)))
-        .await
-        .map_err(|e| PveError::Config(format!("Proxmox client worker failed: {e}")))?
+    call(client.clone()).await
 }
 
 impl Hypervisor for Client {
     async fn version(&self) -> Result<String, PveError> {
-        offload(self, |c| async move { Ok(c.version().await?.version) }).await
+        with_client(self, |c| async move { Ok(c.version().await?.version) }).await
     }
 
     async fn nodes(&self) -> Result<Vec<NodeLoad>, PveError> {
-        let nodes = offload(self, |c| async move { c.nodes().await }).await?;
+        let nodes = with_client(self, |c| async move { c.nodes().await }).await?;
         Ok(nodes
             .into_iter()
             .map(|n| NodeLoad {
@@ -171,7 +162,7 @@ impl Hypervisor for Client {
     }
 
     async fn guests(&self) -> Result<Vec<Guest>, PveError> {
-        let resources = offload(self, |c| async move {
+        let resources = with_client(self, |c| async move {
             c.cluster_resources(Some(ResourceType::Vm)).await
         })
         .await?;
@@ -195,16 +186,16 @@ impl Hypervisor for Client {
     }
 
     async fn next_vmid(&self) -> Result<u32, PveError> {
-        offload(self, |c| async move { c.next_id().await }).await
+        with_client(self, |c| async move { c.next_id().await }).await
     }
 
     async fn vmid_is_free(&self, vmid: u32) -> Result<bool, PveError> {
-        offload(self, move |c| async move { c.is_vmid_free(vmid).await }).await
+        with_client(self, move |c| async move { c.is_vmid_free(vmid).await }).await
     }
 
     async fn vm_config(&self, node: &str, vmid: u32) -> Result<Option<VmConfig>, PveError> {
         let node = node.to_owned();
-        offload(self, move |c| async move {
+        with_client(self, move |c| async move {
             none_if_not_found(c.vm_config(&node, vmid).await)
         })
         .await
@@ -212,7 +203,7 @@ impl Hypervisor for Client {
 
     async fn vm_running(&self, node: &str, vmid: u32) -> Result<Option<bool>, PveError> {
         let node = node.to_owned();
-        let status = offload(self, move |c| async move {
+        let status = with_client(self, move |c| async move {
             none_if_not_found(c.vm_status(&node, vmid).await)
         })
         .await?;
@@ -221,7 +212,7 @@ impl Hypervisor for Client {
 
     async fn clone_vm(&self, node: &str, source: u32, request: &CloneRequest) -> Result<Upid, PveError> {
         let (node, request) = (node.to_owned(), request.clone());
-        offload(
+        with_client(
             self,
             move |c| async move { c.clone_vm(&node, source, &request).await },
         )
@@ -230,7 +221,7 @@ impl Hypervisor for Client {
 
     async fn task(&self, upid: &Upid) -> Result<TaskOutcome, PveError> {
         let upid = upid.clone();
-        offload(
+        with_client(
             self,
             move |c| async move { Ok(c.task_status(&upid).await?.outcome()) },
         )
@@ -244,7 +235,7 @@ impl Hypervisor for Client {
         update: &ConfigUpdate,
     ) -> Result<Option<Upid>, PveError> {
         let (node, update) = (node.to_owned(), update.clone());
-        offload(self, move |c| async move {
+        with_client(self, move |c| async move {
             c.update_vm_config_async(&node, vmid, &update).await
         })
         .await
@@ -258,7 +249,7 @@ impl Hypervisor for Client {
         size: SizeChange,
     ) -> Result<Option<Upid>, PveError> {
         let (node, disk) = (node.to_owned(), disk.to_owned());
-        offload(self, move |c| async move {
+        with_client(self, move |c| async move {
             c.resize_disk(&node, vmid, &disk, size).await
         })
         .await
@@ -272,7 +263,7 @@ impl Hypervisor for Client {
         data: Vec<u8>,
     ) -> Result<Upid, PveError> {
         let (node, storage, file_name) = (node.to_owned(), storage.to_owned(), file_name.to_owned());
-        offload(self, move |c| async move {
+        with_client(self, move |c| async move {
             c.upload(&node, &storage, UploadContent::Iso, &file_name, data)
                 .await
         })
@@ -284,7 +275,7 @@ impl Hypervisor for Client {
             return Ok(false);
         };
         let (node, storage) = (node.to_owned(), storage.to_owned());
-        let content = offload(self, move |c| async move {
+        let content = with_client(self, move |c| async move {
             none_if_not_found(c.storage_content(&node, &storage, Some("iso")).await)
         })
         .await?;
@@ -294,7 +285,7 @@ impl Hypervisor for Client {
     async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {
         let storage = volid.split_once(':').map_or(volid, |(s, _)| s).to_owned();
         let (node, volid) = (node.to_owned(), volid.to_owned());
-        offload(self, move |c| async move {
+        with_client(self, move |c| async move {
             c.delete_volume(&node, &storage, &volid).await
         })
         .await
@@ -302,12 +293,12 @@ impl Hypervisor for Client {
 
     async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
         let node = node.to_owned();
-        offload(self, move |c| async move { c.start_vm(&node, vmid).await }).await
+        with_client(self, move |c| async move { c.start_vm(&node, vmid).await }).await
     }
 
     async fn stop_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
         let node = node.to_owned();
-        offload(self, move |c| async move { c.stop_vm(&node, vmid).await }).await
+        with_client(self, move |c| async move { c.stop_vm(&node, vmid).await }).await
     }
 
     async fn delete_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
@@ -316,12 +307,12 @@ impl Hypervisor for Client {
             purge: true,
             destroy_unreferenced_disks: true,
         };
-        offload(self, move |c| async move { c.delete_vm(&node, vmid, opts).await }).await
+        with_client(self, move |c| async move { c.delete_vm(&node, vmid, opts).await }).await
     }
 
     async fn guest_addresses(&self, node: &str, vmid: u32) -> Result<Option<Vec<IpAddr>>, PveError> {
         let node = node.to_owned();
-        let res = offload(self, move |c| async move {
+        let res = with_client(self, move |c| async move {
             Ok(c.agent_network_interfaces(&node, vmid).await)
         })
         .await?;

@@ -19,6 +19,7 @@ pub mod common;
 pub mod condition;
 pub mod crds;
 pub mod infrastructure;
+pub mod standalone;
 pub mod validation;
 
 /// API group of the hypervisor-neutral kinds.

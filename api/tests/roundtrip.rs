@@ -87,6 +87,7 @@ fn worker_machine() -> ProxmoxMachine {
                 end: 1999,
             }),
             readiness_checks: None,
+            power_state: None,
         },
     );
     m.meta_mut().namespace = Some("prod".into());

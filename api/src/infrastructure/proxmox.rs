@@ -283,6 +283,11 @@ pub struct ProxmoxMachineSpec {
     /// Guest readiness checks; skip them for guests without qemu-guest-agent or cloud-init.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness_checks: Option<ReadinessChecks>,
+    /// Desired power state: `On` (default when unset) or `Off`. Set by the banlieue controller
+    /// from a VirtualMachine's `spec.powerState`; unset for machines of CAPI Machines. The
+    /// provider powers a provisioned machine on or off to match and reports `status.powerState`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub power_state: Option<PowerState>,
 }
 
 /// Observed state of a ProxmoxMachine.

@@ -232,6 +232,7 @@ async fn main() -> Result<()> {
                 tags: vec![],
                 vmid_range: None,
                 readiness_checks: None,
+                power_state: None,
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

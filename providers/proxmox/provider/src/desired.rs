@@ -440,6 +440,7 @@ mod tests {
             tags: vec![],
             vmid_range: None,
             readiness_checks: None,
+            power_state: None,
         }
     }
 

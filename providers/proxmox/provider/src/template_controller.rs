@@ -112,6 +112,7 @@ mod tests {
             tags: vec![],
             vmid_range: None,
             readiness_checks: None,
+            power_state: None,
         };
         let status = capacity(&spec);
         assert_eq!(status.capacity["cpu"].0, "8");

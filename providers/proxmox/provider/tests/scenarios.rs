@@ -199,6 +199,7 @@ impl Scenario {
                 tags: vec![],
                 vmid_range: None,
                 readiness_checks: None,
+                power_state: None,
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

@@ -41,6 +41,7 @@ fn spec() -> ProxmoxMachineSpec {
         tags: vec!["k8s".into()],
         vmid_range: None,
         readiness_checks: None,
+        power_state: None,
     }
 }
 

@@ -15,6 +15,7 @@ pub mod controller;
 pub mod http;
 pub mod leader;
 pub mod mirror;
+pub mod rbac;
 pub mod registry;
 
 /// Errors of the banlieue CLI.

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod phase;
 pub mod placement;
 pub mod provision;
+pub mod rbac;
 pub mod template_controller;
 
 #[cfg(test)]

@@ -1,0 +1,304 @@
+//! A clusterctl local repository: `<dir>/<provider label>/<version>/{components, metadata.yaml,
+//! cluster-template*.yaml}` plus a `clusterctl.yaml` whose `providers:` entries point at it.
+//!
+//! For the test harness (and air-gapped trials) it can also hold Cluster API's core, kubeadm
+//! bootstrap and kubeadm control-plane providers, built from CAPI's CRDs only: a Namespace per
+//! provider, its CRDs, and for the core provider the aggregating manager ClusterRole. Their
+//! managers are not deployed by these components (no images here); the tests run them as
+//! processes when they need them.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::{Error, PROXMOX_PROVIDER, PROXMOX_PROVIDER_LABEL, Result, VERSION, components, metadata, yaml};
+
+/// The Cluster API release whose CRDs `tests/controlplane/build.sh` copies to `bin/capi-crds`.
+pub const CAPI_VERSION: &str = "v1.14.2";
+
+/// One provider entry of `clusterctl.yaml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderEntry {
+    /// clusterctl name (`cluster-api`, `kubeadm`, `banlieue-proxmox`).
+    pub name: String,
+    /// `CoreProvider`, `BootstrapProvider`, `ControlPlaneProvider`, `InfrastructureProvider`.
+    pub type_: String,
+    /// The components file.
+    pub components: PathBuf,
+}
+
+impl ProviderEntry {
+    fn yaml(&self) -> Value {
+        json!({
+            "name": self.name,
+            "type": self.type_,
+            "url": format!("file://{}", self.components.display()),
+        })
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
+    }
+    std::fs::write(path, text).map_err(|e| Error::io("writing", path, e))
+}
+
+/// The cluster templates (`cluster-template.yaml`, `cluster-template-<flavor>.yaml`) in `dir`,
+/// sorted by file name.
+pub fn template_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io("reading", dir, e))? {
+        let path = entry.map_err(|e| Error::io("reading", dir, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if name.starts_with("cluster-template") && name.ends_with(".yaml") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Writes `infrastructure-banlieue-proxmox/<VERSION>/` under `dir`; returns its entry.
+pub fn write_proxmox(dir: &Path, templates: &Path) -> Result<ProviderEntry> {
+    let version_dir = dir.join(PROXMOX_PROVIDER_LABEL).join(VERSION);
+    let components_file = version_dir.join("infrastructure-components.yaml");
+    write(&components_file, &crate::artifacts::proxmox_components_yaml()?)?;
+    write(&version_dir.join("metadata.yaml"), &metadata::metadata_yaml()?)?;
+    let found = template_files(templates)?;
+    if found.is_empty() {
+        return Err(Error::Invalid(format!(
+            "no cluster-template*.yaml in {}",
+            templates.display()
+        )));
+    }
+    for template in found {
+        let text = std::fs::read_to_string(&template).map_err(|e| Error::io("reading", &template, e))?;
+        let name = template.file_name().unwrap_or_default();
+        write(&version_dir.join(name), &text)?;
+    }
+    Ok(ProviderEntry {
+        name: PROXMOX_PROVIDER.into(),
+        type_: "InfrastructureProvider".into(),
+        components: components_file,
+    })
+}
+
+/// One of CAPI's providers in a local repository.
+struct CapiProvider {
+    name: &'static str,
+    type_: &'static str,
+    label: &'static str,
+    file: &'static str,
+    namespace: &'static str,
+    /// CRD group; `None`: every group not taken by another provider (the core provider).
+    group: Option<&'static str>,
+}
+
+const CAPI_PROVIDERS: [CapiProvider; 3] = [
+    CapiProvider {
+        name: "cluster-api",
+        type_: "CoreProvider",
+        label: "cluster-api",
+        file: "core-components.yaml",
+        namespace: "capi-system",
+        group: None,
+    },
+    CapiProvider {
+        name: "kubeadm",
+        type_: "BootstrapProvider",
+        label: "bootstrap-kubeadm",
+        file: "bootstrap-components.yaml",
+        namespace: "capi-kubeadm-bootstrap-system",
+        group: Some("bootstrap.cluster.x-k8s.io"),
+    },
+    CapiProvider {
+        name: "kubeadm",
+        type_: "ControlPlaneProvider",
+        label: "control-plane-kubeadm",
+        file: "control-plane-components.yaml",
+        namespace: "capi-kubeadm-control-plane-system",
+        group: Some("controlplane.cluster.x-k8s.io"),
+    },
+];
+
+/// clusterctl installs its own inventory CRDs; a components file must not carry them.
+const CLUSTERCTL_GROUP: &str = "clusterctl.cluster.x-k8s.io";
+
+/// Reads every CRD document of the `*.yaml` files in `crd_dir`.
+fn read_crds(crd_dir: &Path) -> Result<Vec<Value>> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(crd_dir)
+        .map_err(|e| Error::io("reading", crd_dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let mut crds = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).map_err(|e| Error::io("reading", &file, e))?;
+        for doc in yaml::parse(&text, &file.display().to_string())? {
+            if doc["kind"] == "CustomResourceDefinition" {
+                crds.push(doc);
+            }
+        }
+    }
+    Ok(crds)
+}
+
+/// Writes CAPI's core, kubeadm bootstrap and kubeadm control-plane providers at `capi_version`
+/// from the CRDs in `crd_dir` (e.g. `tests/controlplane/bin/capi-crds`); returns their entries.
+pub fn write_capi(dir: &Path, crd_dir: &Path, capi_version: &str) -> Result<Vec<ProviderEntry>> {
+    let crds = read_crds(crd_dir)?;
+    let (major, minor) = major_minor(capi_version)?;
+    let capi_metadata =
+        banlieue_capi::clusterctl::Metadata::new(vec![banlieue_capi::clusterctl::ReleaseSeries {
+            major,
+            minor,
+            contract: metadata::CONTRACT.to_owned(),
+        }]);
+    let metadata_text = serde_yaml::to_string(&capi_metadata).map_err(|source| Error::Yaml {
+        what: "CAPI metadata.yaml".into(),
+        source,
+    })?;
+    let mut entries = Vec::new();
+    for CapiProvider {
+        name,
+        type_,
+        label,
+        file,
+        namespace,
+        group,
+    } in CAPI_PROVIDERS
+    {
+        let mut docs =
+            vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})];
+        let mine = |crd: &&Value| {
+            let g = crd["spec"]["group"].as_str().unwrap_or_default();
+            match group {
+                None => g != CLUSTERCTL_GROUP && !CAPI_PROVIDERS.iter().any(|p| p.group == Some(g)),
+                Some(other) => g == other,
+            }
+        };
+        let selected: Vec<Value> = crds.iter().filter(mine).cloned().collect();
+        if selected.is_empty() {
+            return Err(Error::Invalid(format!(
+                "no {name} {type_} CRDs in {}",
+                crd_dir.display()
+            )));
+        }
+        docs.extend(selected);
+        if type_ == "CoreProvider" {
+            docs.push(json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "capi-aggregated-manager-role"},
+                "aggregationRule": {"clusterRoleSelectors": [
+                    {"matchLabels": {components::AGGREGATE_TO_MANAGER: "true"}}
+                ]},
+                "rules": [],
+            }));
+        }
+        let header = format!(
+            "Cluster API {capi_version} {type_} `{name}` for a test or air-gapped management cluster:\n\
+             its Namespace and CRDs only (no manager Deployment); generated by banlieue-clusterctl."
+        );
+        let version_dir = dir.join(label).join(capi_version);
+        let components_file = version_dir.join(file);
+        write(&components_file, &yaml::render(&header, &docs)?)?;
+        write(&version_dir.join("metadata.yaml"), &metadata_text)?;
+        entries.push(ProviderEntry {
+            name: name.into(),
+            type_: type_.into(),
+            components: components_file,
+        });
+    }
+    Ok(entries)
+}
+
+fn major_minor(version: &str) -> Result<(i32, i32)> {
+    let core = version.trim_start_matches('v');
+    let mut parts = core.split('.').map(|p| p.parse::<i32>().ok());
+    match (parts.next().flatten(), parts.next().flatten()) {
+        (Some(major), Some(minor)) => Ok((major, minor)),
+        _ => Err(Error::Invalid(format!("not a version: {version}"))),
+    }
+}
+
+/// Writes `<dir>/clusterctl.yaml` with the `providers:` entries; returns its path.
+pub fn write_config(dir: &Path, entries: &[ProviderEntry]) -> Result<PathBuf> {
+    let config = json!({
+        "providers": entries.iter().map(ProviderEntry::yaml).collect::<Vec<_>>(),
+    });
+    let body = serde_yaml::to_string(&config).map_err(|source| Error::Yaml {
+        what: "clusterctl.yaml".into(),
+        source,
+    })?;
+    let path = dir.join("clusterctl.yaml");
+    write(
+        &path,
+        &format!("# Local clusterctl repository written by banlieue-clusterctl; use with --config.\n{body}"),
+    )?;
+    Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_the_proxmox_layout_and_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+        let entry = write_proxmox(dir.path(), &templates).unwrap();
+        let version_dir = dir.path().join("infrastructure-banlieue-proxmox").join(VERSION);
+        for file in [
+            "infrastructure-components.yaml",
+            "metadata.yaml",
+            "cluster-template.yaml",
+        ] {
+            assert!(version_dir.join(file).is_file(), "{file}");
+        }
+        let config = write_config(dir.path(), &[entry]).unwrap();
+        let parsed: serde_yaml::Value =
+            serde_yaml::from_str(&std::fs::read_to_string(config).unwrap()).unwrap();
+        assert_eq!(parsed["providers"][0]["name"].as_str(), Some("banlieue-proxmox"));
+        assert_eq!(
+            parsed["providers"][0]["type"].as_str(),
+            Some("InfrastructureProvider")
+        );
+        let url = parsed["providers"][0]["url"].as_str().unwrap();
+        assert!(
+            url.starts_with("file:///") && url.ends_with("/infrastructure-components.yaml"),
+            "{url}"
+        );
+    }
+
+    #[test]
+    fn splits_capi_crds_by_provider() {
+        let dir = tempfile::tempdir().unwrap();
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/capi/v1.14/crds");
+        if !crds.is_dir() {
+            eprintln!("skipped: {} missing", crds.display());
+            return;
+        }
+        let entries = write_capi(dir.path(), &crds, CAPI_VERSION).unwrap();
+        assert_eq!(entries.len(), 3);
+        let control_plane = std::fs::read_to_string(&entries[2].components).unwrap();
+        let docs = yaml::parse(&control_plane, "cp").unwrap();
+        assert!(
+            docs.iter()
+                .skip(1)
+                .all(|d| d["spec"]["group"] == "controlplane.cluster.x-k8s.io")
+        );
+        assert_eq!(docs[0]["metadata"]["name"], "capi-kubeadm-control-plane-system");
+        let core = yaml::parse(&std::fs::read_to_string(&entries[0].components).unwrap(), "core").unwrap();
+        assert!(
+            core.iter()
+                .any(|d| d["metadata"]["name"] == "clusters.cluster.x-k8s.io")
+        );
+        assert!(
+            !core
+                .iter()
+                .any(|d| d["spec"]["group"] == "bootstrap.cluster.x-k8s.io")
+        );
+    }
+}

@@ -1,0 +1,99 @@
+//! The committed clusterctl artifacts are exactly what the generator makes, agree with the CRDs'
+//! contract labels, and the provider Deployment only passes flags the real binary has.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use banlieue_capi::clusterctl::Metadata;
+use banlieue_clusterctl::{VERSION, artifacts, components, yaml};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A binary of the workspace, built next to this test's executable (`target/<profile>/`).
+fn workspace_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: build it first (`cargo build -p banlieue-proxmox -p banlieue-controllers`)",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn committed_artifacts_match_the_generator() {
+    if std::env::var_os("BANLIEUE_UPDATE_CLUSTERCTL").is_some() {
+        artifacts::write_all(&root()).unwrap();
+    }
+    let drifted = artifacts::drifted(&root()).unwrap();
+    assert!(
+        drifted.is_empty(),
+        "generated clusterctl artifacts drifted: {drifted:?}; run `cargo run -p banlieue-clusterctl -- write` \
+         (or set BANLIEUE_UPDATE_CLUSTERCTL=1) and commit the result"
+    );
+}
+
+#[test]
+fn metadata_agrees_with_the_crd_contract_labels() {
+    let text = std::fs::read_to_string(root().join("metadata.yaml")).unwrap();
+    let metadata: Metadata = serde_yaml::from_str(&text).unwrap();
+    let series = metadata.series_for(VERSION).expect("this release has a series");
+    let contract_label = format!("cluster.x-k8s.io/{}", series.contract);
+    let components = std::fs::read_to_string(root().join(artifacts::PROXMOX_COMPONENTS_PATH)).unwrap();
+    let crds: Vec<_> = yaml::parse(&components, "components")
+        .unwrap()
+        .into_iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect();
+    assert_eq!(crds.len(), 4);
+    for crd in crds {
+        let name = crd["metadata"]["name"].as_str().unwrap().to_owned();
+        let label = crd["metadata"]["labels"][&contract_label]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name} has no {contract_label} label: the CRD does not implement the contract of metadata.yaml"));
+        let served: Vec<&str> = crd["spec"]["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|v| v["served"] == true)
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        let labelled: Vec<&str> = label.split('_').collect();
+        assert_eq!(
+            labelled, served,
+            "{name}: {contract_label} must list the served versions"
+        );
+    }
+}
+
+#[test]
+fn deployment_flags_are_flags_of_the_real_binary() {
+    let output = Command::new(workspace_binary("banlieue-proxmox"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for arg in components::proxmox_args() {
+        let flag = arg.split('=').next().unwrap();
+        assert!(
+            help.contains(&format!("{flag} "))
+                || help.contains(&format!("{flag}\n"))
+                || help.contains(&format!("{flag} <")),
+            "the Deployment passes {flag}, which `banlieue-proxmox --help` does not list:\n{help}"
+        );
+    }
+    let output = Command::new(workspace_binary("banlieue"))
+        .args(["controller", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(output.stdout).unwrap();
+    for arg in components::core_args().iter().skip(1) {
+        let flag = arg.split('=').next().unwrap();
+        assert!(help.contains(flag), "the core Deployment passes {flag}:\n{help}");
+    }
+}

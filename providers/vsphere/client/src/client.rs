@@ -1,0 +1,440 @@
+//! The SOAP transport: one POST per call to `<server>/sdk`, the session cookie, re-login.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
+use http::{HeaderValue, Method, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::{Mutex, OnceCell};
+use tracing::debug;
+
+use crate::error::{Error, Result};
+use crate::secret::Secret;
+use crate::tls::{HttpsConnector, TlsHandshakeError, TlsVerification, client_config};
+use crate::vim::{MoRef, ServiceContent};
+use crate::xml::{self, Element};
+
+/// The `SOAPAction` vim25 version sent with every call.
+pub const VIM_VERSION: &str = "urn:vim25/8.0.1.0";
+const SESSION_COOKIE: &str = "vmware_soap_session";
+
+/// Builds a [`Client`].
+#[derive(Clone)]
+pub struct ClientBuilder {
+    server: String,
+    username: String,
+    password: Secret,
+    tls: TlsVerification,
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("server", &self.server)
+            .field("username", &self.username)
+            .field("tls", &self.tls)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientBuilder {
+    /// A builder for `server`: a host name, `host:port`, or an `https://` URL (the `/sdk` path
+    /// is added when missing).
+    pub fn new(server: impl Into<String>, username: impl Into<String>, password: impl Into<Secret>) -> Self {
+        Self {
+            server: server.into(),
+            username: username.into(),
+            password: password.into(),
+            tls: TlsVerification::default(),
+            timeout: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// How vCenter's certificate is verified (default: web PKI).
+    pub fn tls(mut self, tls: TlsVerification) -> Self {
+        self.tls = tls;
+        self
+    }
+
+    /// Timeout of one call, from sending to the end of the answer (default 60 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Timeout of TCP connect plus TLS handshake (default 10 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Builds the client. No request is sent until the first call.
+    pub fn build(self) -> Result<Client> {
+        let endpoint = sdk_url(&self.server)?;
+        let tls = client_config(&self.tls)?;
+        let connector = HttpsConnector {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            connect_timeout: self.connect_timeout,
+        };
+        let http = HyperClient::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Ok(Client {
+            inner: Arc::new(Inner {
+                http,
+                endpoint,
+                username: self.username,
+                password: self.password,
+                timeout: self.timeout,
+                session: Mutex::new(None),
+                content: OnceCell::new(),
+            }),
+        })
+    }
+}
+
+/// `https://host[:port]/sdk` from what a user writes in `spec.server`.
+pub fn sdk_url(server: &str) -> Result<http::Uri> {
+    let server = server.trim().trim_end_matches('/');
+    if server.is_empty() || server.ends_with(':') {
+        return Err(Error::Config(format!("server {server:?} has no host")));
+    }
+    let with_scheme = if server.contains("://") {
+        server.to_owned()
+    } else {
+        format!("https://{server}")
+    };
+    if !with_scheme.starts_with("https://") {
+        return Err(Error::Config(format!(
+            "server {server:?}: only https:// is supported"
+        )));
+    }
+    let full = if with_scheme.ends_with("/sdk") {
+        with_scheme
+    } else {
+        format!("{with_scheme}/sdk")
+    };
+    let uri: http::Uri = full
+        .parse()
+        .map_err(|e| Error::Config(format!("server {server:?}: {e}")))?;
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(Error::Config(format!("server {server:?} has no host")));
+    }
+    Ok(uri)
+}
+
+/// A vSphere SOAP client. Cheap to clone; clones share the session.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: HyperClient<HttpsConnector, Full<Bytes>>,
+    endpoint: http::Uri,
+    username: String,
+    password: Secret,
+    timeout: Duration,
+    /// The session cookie (`vmware_soap_session="…"`), `None` before login.
+    session: Mutex<Option<Secret>>,
+    content: OnceCell<ServiceContent>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("endpoint", &self.inner.endpoint)
+            .field("username", &self.inner.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Wraps a method body in a SOAP envelope.
+pub fn envelope(method: &str, body: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\
+<soapenv:Envelope xmlns:soapenv=\"http://schemas.xmlsoap.org/soap/envelope/\" \
+xmlns:xsd=\"http://www.w3.org/2001/XMLSchema\" xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\">\
+<soapenv:Body><{method} xmlns=\"urn:vim25\">{body}</{method}></soapenv:Body></soapenv:Envelope>"
+    )
+}
+
+/// Extracts the fault type and message of a SOAP fault body.
+pub fn fault_of(body: &Element) -> Option<(String, String)> {
+    let fault = body.child("Fault")?;
+    let message = fault
+        .child_text("faultstring")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    let detail = fault.child("detail").and_then(|d| d.children.first());
+    let kind = detail
+        .map(|d| {
+            d.xsi_type()
+                .map(str::to_owned)
+                .unwrap_or_else(|| d.local_name().trim_end_matches("Fault").to_owned())
+        })
+        .unwrap_or_else(|| "SoapFault".to_owned());
+    Some((kind, message))
+}
+
+impl Client {
+    /// The server's ServiceContent (fetched once, without a session).
+    pub async fn service_content(&self) -> Result<&ServiceContent> {
+        self.inner
+            .content
+            .get_or_try_init(|| async {
+                let body = "<_this type=\"ServiceInstance\">ServiceInstance</_this>";
+                let resp = self.post("RetrieveServiceContent", body, None).await?;
+                let rv = resp.child("returnval").ok_or_else(|| Error::Decode {
+                    method: "RetrieveServiceContent".into(),
+                    message: "no returnval".into(),
+                })?;
+                ServiceContent::from_xml(rv).map_err(|message| Error::Decode {
+                    method: "RetrieveServiceContent".into(),
+                    message,
+                })
+            })
+            .await
+    }
+
+    /// Logs in now (normally done lazily by the first call), replacing any session.
+    pub async fn login(&self) -> Result<()> {
+        let mut guard = self.inner.session.lock().await;
+        *guard = None;
+        self.login_locked(&mut guard).await
+    }
+
+    async fn login_locked(&self, guard: &mut Option<Secret>) -> Result<()> {
+        let sm = self.service_content().await?.session_manager.clone();
+        let body = format!(
+            "{}<userName>{}</userName><password>{}</password>",
+            sm.to_xml("_this"),
+            xml::escape(&self.inner.username),
+            xml::escape(self.inner.password.expose())
+        );
+        let (_, cookie) = self.post_raw("Login", &body, None).await?;
+        let cookie = cookie.ok_or_else(|| Error::Decode {
+            method: "Login".into(),
+            message: format!("no {SESSION_COOKIE} cookie in the answer"),
+        })?;
+        debug!(user = %self.inner.username, "logged in to vCenter");
+        *guard = Some(cookie);
+        Ok(())
+    }
+
+    /// Ends the session (best effort).
+    pub async fn logout(&self) -> Result<()> {
+        let sm = self.service_content().await?.session_manager.clone();
+        let cookie = self.inner.session.lock().await.take();
+        if let Some(cookie) = cookie {
+            self.post("Logout", &sm.to_xml("_this"), Some(&cookie)).await?;
+        }
+        Ok(())
+    }
+
+    /// Calls a vim25 method with an authenticated session; logs in first if needed and once
+    /// more when the server says the session is gone (`NotAuthenticated`). Returns the
+    /// `<methodResponse>` element.
+    pub async fn call(&self, method: &str, body: &str) -> Result<Element> {
+        let cookie = {
+            let mut guard = self.inner.session.lock().await;
+            if guard.is_none() {
+                self.login_locked(&mut guard).await?;
+            }
+            guard.clone()
+        };
+        match self.post(method, body, cookie.as_ref()).await {
+            Err(e) if e.fault() == Some("NotAuthenticated") => {
+                debug!(method, "session expired; logging in again");
+                let cookie = {
+                    let mut guard = self.inner.session.lock().await;
+                    // Another call may have logged in meanwhile.
+                    if *guard == cookie {
+                        self.login_locked(&mut guard).await?;
+                    }
+                    guard.clone()
+                };
+                self.post(method, body, cookie.as_ref()).await
+            }
+            other => other,
+        }
+    }
+
+    async fn post(&self, method: &str, body: &str, cookie: Option<&Secret>) -> Result<Element> {
+        self.post_raw(method, body, cookie).await.map(|(el, _)| el)
+    }
+
+    /// One POST; returns the response element and a new session cookie if the server set one.
+    async fn post_raw(
+        &self,
+        method: &str,
+        body: &str,
+        cookie: Option<&Secret>,
+    ) -> Result<(Element, Option<Secret>)> {
+        let payload = envelope(method, body);
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(self.inner.endpoint.clone())
+            .header(CONTENT_TYPE, "text/xml; charset=utf-8")
+            .header("SOAPAction", VIM_VERSION);
+        if let Some(cookie) = cookie {
+            let mut value = HeaderValue::from_str(cookie.expose()).map_err(|e| Error::Decode {
+                method: method.into(),
+                message: format!("session cookie: {e}"),
+            })?;
+            value.set_sensitive(true);
+            req = req.header(COOKIE, value);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(payload)))
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let timeout = self.inner.timeout;
+        let exchange = async {
+            let resp = self
+                .inner
+                .http
+                .request(req)
+                .await
+                .map_err(|e| classify(method, e))?;
+            let status = resp.status();
+            let new_cookie = resp
+                .headers()
+                .get_all(SET_COOKIE)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .filter_map(|v| v.split(';').next())
+                .find(|pair| pair.trim_start().starts_with(SESSION_COOKIE))
+                .map(|pair| Secret::new(pair.trim()));
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Error::Transport {
+                    method: method.into(),
+                    source: Box::new(e),
+                })?
+                .to_bytes();
+            Ok::<_, Error>((status, new_cookie, bytes))
+        };
+        let (status, new_cookie, bytes) =
+            tokio::time::timeout(timeout, exchange)
+                .await
+                .map_err(|_| Error::Timeout {
+                    method: method.into(),
+                    timeout,
+                })??;
+        let text = String::from_utf8_lossy(&bytes);
+        let doc = xml::parse(&text);
+        let body = doc.as_ref().ok().and_then(|root| root.child("Body")).cloned();
+        if let Some((fault, message)) = body.as_ref().and_then(fault_of) {
+            return Err(Error::Fault {
+                method: method.into(),
+                fault,
+                message,
+            });
+        }
+        if !status.is_success() {
+            return Err(Error::Http {
+                method: method.into(),
+                status: status.as_u16(),
+                body: text.chars().take(300).collect(),
+            });
+        }
+        let body = body.ok_or_else(|| Error::Decode {
+            method: method.into(),
+            message: match doc {
+                Err(e) => e.to_string(),
+                Ok(_) => "no SOAP Body".into(),
+            },
+        })?;
+        let resp = body.children.into_iter().next().ok_or_else(|| Error::Decode {
+            method: method.into(),
+            message: "empty SOAP Body".into(),
+        })?;
+        Ok((resp, new_cookie))
+    }
+
+    /// The managed object reference of the property collector etc. are in
+    /// [`Client::service_content`]; this is a shortcut for the root folder.
+    pub async fn root_folder(&self) -> Result<MoRef> {
+        Ok(self.service_content().await?.root_folder.clone())
+    }
+}
+
+fn classify(method: &str, e: hyper_util::client::legacy::Error) -> Error {
+    let method = method.to_owned();
+    if e.is_connect() {
+        let mut src: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = src {
+            if s.downcast_ref::<TlsHandshakeError>().is_some() {
+                return Error::Tls {
+                    method,
+                    source: Box::new(e),
+                };
+            }
+            src = s.source();
+        }
+        return Error::Connect {
+            method,
+            source: Box::new(e),
+        };
+    }
+    Error::Transport {
+        method,
+        source: Box::new(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdk_urls() {
+        assert_eq!(
+            sdk_url("vc.example").unwrap().to_string(),
+            "https://vc.example/sdk"
+        );
+        assert_eq!(
+            sdk_url("https://127.0.0.1:8989/sdk").unwrap().to_string(),
+            "https://127.0.0.1:8989/sdk"
+        );
+        assert_eq!(sdk_url("vc:443/").unwrap().to_string(), "https://vc:443/sdk");
+        assert!(sdk_url("http://vc.example").is_err());
+        assert!(sdk_url("https://").is_err());
+        assert!(sdk_url(" ").is_err());
+    }
+
+    #[test]
+    fn reads_a_fault() {
+        let doc = r#"<soapenv:Envelope xmlns:soapenv="s" xmlns:xsi="x"><soapenv:Body><soapenv:Fault>
+<faultcode>ServerFaultCode</faultcode><faultstring>The session is not authenticated.</faultstring>
+<detail><NotAuthenticatedFault xmlns="urn:vim25" xsi:type="NotAuthenticated"><object type="Folder">group-d1</object>
+</NotAuthenticatedFault></detail></soapenv:Fault></soapenv:Body></soapenv:Envelope>"#;
+        let body = xml::parse(doc).unwrap().child("Body").cloned().unwrap();
+        assert_eq!(
+            fault_of(&body),
+            Some((
+                "NotAuthenticated".into(),
+                "The session is not authenticated.".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn envelope_is_well_formed() {
+        let e = envelope("Login", "<userName>a&amp;b</userName>");
+        let root = xml::parse(&e).unwrap();
+        assert_eq!(root.path(&["Body", "Login", "userName"]).unwrap().text, "a&b");
+    }
+}

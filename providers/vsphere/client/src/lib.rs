@@ -1,0 +1,20 @@
+//! banlieue-vsphere-client: a thin async client for the vSphere SOAP API (vim25), covering the
+//! calls a Cluster API provider needs. See the crate README for why it is not `vim_rs`.
+//!
+//! - [`client`]: transport, session cookie, re-login on `NotAuthenticated`, timeouts.
+//! - [`vim`]: typed calls (find, clone, reconfigure, power, destroy, tasks, properties).
+//! - [`tls`]: web PKI, CA bundle, SHA-256 thumbprint pinning, explicit insecure.
+//! - [`xml`]: the XML subset SOAP uses.
+
+pub mod client;
+pub mod error;
+pub mod secret;
+pub mod tls;
+pub mod vim;
+pub mod xml;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{Error, ErrorClass, Result};
+pub use secret::Secret;
+pub use tls::{TlsVerification, thumbprint_of};
+pub use vim::{CloneSpec, ConfigSpec, MoRef, TaskInfo, TaskState, VmInfo, VmPowerState};

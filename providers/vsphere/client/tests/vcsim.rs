@@ -1,0 +1,216 @@
+//! The client against a real vcsim process (govmomi's vSphere simulator) on loopback, over TLS
+//! verified with a CA bundle or a pinned thumbprint.
+
+#[path = "support/vcsim.rs"]
+mod vcsim_support;
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use banlieue_vsphere_client::vim::ConfigSpec;
+use banlieue_vsphere_client::{
+    Client, ClientBuilder, CloneSpec, ErrorClass, MoRef, TlsVerification, VmPowerState,
+};
+use base64::Engine as _;
+use vcsim_support::{PASSWORD, USER, Vcsim};
+
+const POLL: Duration = Duration::from_millis(100);
+const TASK_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn client(sim: &Vcsim) -> Result<Client> {
+    Ok(ClientBuilder::new(&sim.url, USER, PASSWORD)
+        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
+        .timeout(Duration::from_secs(30))
+        .build()?)
+}
+
+async fn find(c: &Client, path: &str) -> Result<MoRef> {
+    c.find_by_inventory_path(path)
+        .await?
+        .with_context(|| format!("{path} not found"))
+}
+
+/// Powers off the model's VM `DC0_C0_RP0_VM0` and marks it as a template.
+async fn make_template(c: &Client) -> Result<MoRef> {
+    let vm = find(c, "/DC0/vm/DC0_C0_RP0_VM0").await?;
+    let info = c.vm_info(&vm).await?.context("template VM vanished")?;
+    if info.power_state == Some(VmPowerState::PoweredOn) {
+        let task = c.power_off(&vm).await?;
+        c.wait_task(&task, POLL, TASK_TIMEOUT).await?;
+    }
+    c.mark_as_template(&vm).await?;
+    Ok(vm)
+}
+
+#[tokio::test]
+async fn logs_in_with_a_ca_bundle_and_finds_the_inventory() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let c = client(&sim)?;
+    let content = c.service_content().await?;
+    ensure!(content.api_type == "VirtualCenter", "{content:?}");
+    c.login().await?;
+    let dc = find(&c, "/DC0").await?;
+    ensure!(dc.kind == "Datacenter", "{dc}");
+    ensure!(find(&c, "DC0/vm").await?.kind == "Folder");
+    ensure!(find(&c, "/DC0/host/DC0_C0/Resources").await?.kind == "ResourcePool");
+    ensure!(find(&c, "/DC0/datastore/LocalDS_0").await?.kind == "Datastore");
+    ensure!(find(&c, "/DC0/vm/DC0_C0_RP0_VM0").await?.kind == "VirtualMachine");
+    ensure!(
+        c.find_by_inventory_path("/DC0/vm/no-such-template")
+            .await?
+            .is_none()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn tls_is_verified_by_thumbprint_and_rejected_otherwise() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let pinned = ClientBuilder::new(&sim.host, USER, PASSWORD)
+        .tls(TlsVerification::Thumbprint(sim.thumbprint.clone()))
+        .build()?;
+    pinned.login().await?;
+
+    let wrong = ClientBuilder::new(&sim.host, USER, PASSWORD)
+        .tls(TlsVerification::Thumbprint("00".repeat(32)))
+        .build()?;
+    let err = wrong.login().await.expect_err("a wrong thumbprint was accepted");
+    ensure!(err.class() == ErrorClass::Tls, "{err:?}");
+
+    // The default (web PKI roots) does not trust a private CA.
+    let default = ClientBuilder::new(&sim.host, USER, PASSWORD).build()?;
+    let err = default.login().await.expect_err("an untrusted CA was accepted");
+    ensure!(err.class() == ErrorClass::Tls, "{err:?}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_an_auth_error_without_the_password() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let c = ClientBuilder::new(&sim.url, USER, "not-the-password")
+        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
+        .build()?;
+    let err = c
+        .find_by_inventory_path("/DC0")
+        .await
+        .expect_err("bad password accepted");
+    ensure!(err.class() == ErrorClass::Auth, "{err:?}");
+    ensure!(err.fault() == Some("InvalidLogin"), "{err:?}");
+    let shown = format!("{err} {err:?} {c:?}");
+    ensure!(!shown.contains("not-the-password"), "password leaked: {shown}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn logs_in_again_when_the_session_is_gone() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let c = client(&sim)?;
+    c.login().await?;
+    // End the session on the server but keep the cookie: the next call gets NotAuthenticated.
+    let sm = c.service_content().await?.session_manager.clone();
+    c.call("Logout", &sm.to_xml("_this")).await?;
+    let dc = c.find_by_inventory_path("/DC0").await?;
+    ensure!(dc.is_some(), "call after re-login failed");
+    Ok(())
+}
+
+#[tokio::test]
+async fn clone_configure_power_guest_ip_find_and_destroy() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let c = client(&sim)?;
+    let template = make_template(&c).await?;
+    let folder = find(&c, "/DC0/vm").await?;
+    let pool = find(&c, "/DC0/host/DC0_C0/Resources").await?;
+    let datastore = find(&c, "/DC0/datastore/LocalDS_0").await?;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let owner = "0b9f1c2e-1111-4c5d-9e8f-aa00bb11cc22";
+    let spec = CloneSpec {
+        folder: folder.clone(),
+        name: "machine-1".into(),
+        pool,
+        datastore: Some(datastore),
+        host: None,
+        linked_snapshot: None,
+        config: ConfigSpec {
+            extra_config: vec![
+                (
+                    "guestinfo.userdata".into(),
+                    b64("#cloud-config\nhostname: machine-1\n"),
+                ),
+                ("guestinfo.userdata.encoding".into(), "base64".into()),
+                ("guestinfo.metadata".into(), b64("instance-id: machine-1\n")),
+                ("guestinfo.metadata.encoding".into(), "base64".into()),
+                ("banlieue.owner-uid".into(), owner.into()),
+            ],
+            ..ConfigSpec::default()
+        },
+        power_on: false,
+    };
+    let task = c.clone_vm(&template, &spec).await?;
+    ensure!(task.kind == "Task", "{task}");
+    let vm = c
+        .wait_task(&task, POLL, TASK_TIMEOUT)
+        .await?
+        .context("clone returned no VM")?;
+    ensure!(vm.kind == "VirtualMachine", "{vm}");
+    let info = c.vm_info(&vm).await?.context("clone vanished")?;
+    ensure!(info.name == "machine-1");
+    ensure!(!info.template);
+    ensure!(
+        info.extra_config.get("guestinfo.userdata") == Some(&b64("#cloud-config\nhostname: machine-1\n"))
+    );
+    ensure!(info.extra_config.get("banlieue.owner-uid").map(String::as_str) == Some(owner));
+    let uuid = info.bios_uuid.clone().context("no BIOS UUID")?;
+
+    // A second clone with the same name fails as a task error with its fault type.
+    let dup = c.clone_vm(&template, &spec).await?;
+    let err = c
+        .wait_task(&dup, POLL, TASK_TIMEOUT)
+        .await
+        .expect_err("duplicate accepted");
+    ensure!(err.fault().is_some(), "{err:?}");
+
+    // CPU and memory.
+    let reconf = ConfigSpec {
+        num_cpus: Some(4),
+        cores_per_socket: Some(2),
+        memory_mb: Some(4096),
+        ..ConfigSpec::default()
+    };
+    c.wait_task(&c.reconfigure(&vm, &reconf).await?, POLL, TASK_TIMEOUT)
+        .await?;
+    let info = c.vm_info(&vm).await?.context("vanished")?;
+    ensure!(
+        info.num_cpu == Some(4) && info.memory_mb == Some(4096),
+        "{info:?}"
+    );
+
+    // Power on, then the guest IP (vcsim: set through extraConfig SET.guest.ipAddress).
+    c.wait_task(&c.power_on(&vm).await?, POLL, TASK_TIMEOUT).await?;
+    let set_ip = ConfigSpec {
+        extra_config: vec![("SET.guest.ipAddress".into(), "10.20.30.40".into())],
+        ..ConfigSpec::default()
+    };
+    c.wait_task(&c.reconfigure(&vm, &set_ip).await?, POLL, TASK_TIMEOUT)
+        .await?;
+    let info = c.vm_info(&vm).await?.context("vanished")?;
+    ensure!(info.power_state == Some(VmPowerState::PoweredOn), "{info:?}");
+    ensure!(info.ip_address.as_deref() == Some("10.20.30.40"), "{info:?}");
+    ensure!(info.host.is_some(), "{info:?}");
+
+    // Lookups: by BIOS UUID and by the owner marker.
+    ensure!(c.find_vm_by_bios_uuid(None, &uuid).await? == Some(vm.clone()));
+    ensure!(c.find_vms_by_extra_config("banlieue.owner-uid", owner).await? == vec![vm.clone()]);
+    ensure!(
+        c.find_vms_by_extra_config("banlieue.owner-uid", "someone-else")
+            .await?
+            .is_empty()
+    );
+
+    // Power off and destroy.
+    c.wait_task(&c.power_off(&vm).await?, POLL, TASK_TIMEOUT).await?;
+    c.wait_task(&c.destroy(&vm).await?, POLL, TASK_TIMEOUT).await?;
+    ensure!(c.vm_info(&vm).await?.is_none(), "VM still there");
+    ensure!(c.find_vm_by_bios_uuid(None, &uuid).await?.is_none());
+    Ok(())
+}

@@ -29,6 +29,10 @@ pub const PROVIDER_LABEL: &str = "banlieue.io/provider";
 pub const APPLIED_SPEC_ANNOTATION: &str = "banlieue.io/applied-spec-sha256";
 /// `app.kubernetes.io/managed-by` value on infrastructure machines the controller creates.
 pub const MANAGED_BY: &str = "banlieue-controller";
+/// The `app.kubernetes.io/managed-by` label key.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Finalizer on a VirtualMachine: held until its infrastructure machine is gone.
+pub const FINALIZER: &str = banlieue_api::standalone::VIRTUAL_MACHINE_FINALIZER;
 
 /// A VirtualMachine that cannot be realised as written: the user (or operator) must change
 /// something. Each variant is a condition reason; the message says what to do.
@@ -78,6 +82,16 @@ pub enum Invalid {
         /// Its name.
         name: String,
     },
+    /// The infra cluster object for the Provider exists but is not controlled by the Provider.
+    #[error(
+        "{kind} {name} already exists and is not controlled by the Provider: delete it so that the controller can create its own"
+    )]
+    InfraClusterConflict {
+        /// Kind of the infra cluster.
+        kind: &'static str,
+        /// Its name.
+        name: String,
+    },
     /// Neither the VirtualMachine nor its class gives CPU and memory.
     #[error("no CPU or memory size: set spec.cpu and spec.memoryMiB, or spec.classRef")]
     NoSize,
@@ -96,6 +110,7 @@ impl Invalid {
             Self::ImageNotFound(_) => "ImageNotFound",
             Self::NoSourceForBackend { .. } => "NoImageSourceForBackend",
             Self::MachineConflict { .. } => "InfrastructureMachineConflict",
+            Self::InfraClusterConflict { .. } => "InfrastructureClusterConflict",
             Self::NoSize => "NoSize",
         }
     }
@@ -320,6 +335,9 @@ pub fn desired_machine(
     ) {
         spec.insert(field.into(), json!(node));
     }
+    if let (Some(field), Some(power)) = (entry.power_state_field, vm.spec.power_state) {
+        spec.insert(field.into(), to_value(&power));
+    }
 
     let vm_name = vm.name_any();
     let spec = Value::Object(spec);
@@ -334,7 +352,7 @@ pub fn desired_machine(
             "labels": {
                 VIRTUAL_MACHINE_LABEL: vm_name,
                 PROVIDER_LABEL: provider_name,
-                "app.kubernetes.io/managed-by": MANAGED_BY,
+                MANAGED_BY_LABEL: MANAGED_BY,
             },
             "ownerReferences": [{
                 "apiVersion": VirtualMachine::api_version(&()),
@@ -346,6 +364,43 @@ pub fn desired_machine(
             }],
         },
         "spec": spec,
+    }))
+}
+
+/// Name of the infra cluster object of `provider` in every namespace (see
+/// [`banlieue_api::standalone::infra_cluster_name`]).
+pub fn infra_cluster_name(provider: &str) -> String {
+    banlieue_api::standalone::infra_cluster_name(provider)
+}
+
+/// The infra cluster object through which the provider of `provider`'s backend learns endpoint,
+/// credentials, TLS trust and nodes for machines in `namespace`, as the controller server-side
+/// applies it: named [`infra_cluster_name`], labelled, owned by the (cluster-scoped) Provider
+/// with `controller: true`, and with nothing in `spec` but `providerRef` (the provider owns
+/// everything else, including `status`).
+pub fn desired_cluster(provider: &Provider, namespace: &str) -> Result<Value, Invalid> {
+    let entry = entry_for(provider.spec.backend)?;
+    let name = provider.name_any();
+    Ok(json!({
+        "apiVersion": entry.api_version(),
+        "kind": entry.cluster_kind,
+        "metadata": {
+            "name": infra_cluster_name(&name),
+            "namespace": namespace,
+            "labels": {
+                PROVIDER_LABEL: name,
+                MANAGED_BY_LABEL: MANAGED_BY,
+            },
+            "ownerReferences": [{
+                "apiVersion": Provider::api_version(&()),
+                "kind": Provider::kind(&()),
+                "name": name,
+                "uid": provider.uid(),
+                "controller": true,
+                "blockOwnerDeletion": true,
+            }],
+        },
+        "spec": { "providerRef": { "name": name } },
     }))
 }
 

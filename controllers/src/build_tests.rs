@@ -260,3 +260,61 @@ fn removing_an_owned_field_is_seen_as_a_change() {
     // The network was removed from the VM: the machine must be re-applied.
     assert!(!contains(&applied, &without));
 }
+
+#[test]
+fn power_state_is_copied_only_when_the_vm_sets_it() {
+    let p = provider("p", "proxmox", json!({}), json!({}));
+    let base = json!({"providerRef": {"name": "p"}, "source": {"proxmox": {"vmid": 100}}, "cpu": {"cores": 1}, "memoryMiB": 512});
+    let unset = desired_machine(&vm(base.clone()), &p, None, None).expect("builds");
+    assert_eq!(
+        unset["spec"].get("powerState"),
+        None,
+        "unset: the provider's default (On)"
+    );
+    let mut off = base;
+    off["powerState"] = json!("Off");
+    let m = desired_machine(&vm(off), &p, None, None).expect("builds");
+    assert_eq!(m["spec"]["powerState"], "Off");
+    let typed: banlieue_api::infrastructure::ProxmoxMachine = serde_json::from_value(m).expect("typed");
+    assert_eq!(
+        typed.spec.power_state,
+        Some(banlieue_api::common::PowerState::Off)
+    );
+}
+
+#[rstest]
+#[case::proxmox("proxmox", "ProxmoxCluster")]
+#[case::libvirt("libvirt", "LibvirtCluster")]
+#[case::vsphere("vsphere", "VSphereCluster")]
+fn infra_cluster_per_provider_and_namespace(#[case] backend: &str, #[case] kind: &str) {
+    let mut p = provider("pve-a", backend, json!({}), json!({}));
+    p.metadata.uid = Some("provider-uid".into());
+    let c = desired_cluster(&p, "apps").expect("builds");
+    assert_eq!(
+        c,
+        json!({
+            "apiVersion": "infrastructure.banlieue.io/v1alpha1",
+            "kind": kind,
+            "metadata": {
+                "name": "banlieue-pve-a", "namespace": "apps",
+                "labels": {"banlieue.io/provider": "pve-a", "app.kubernetes.io/managed-by": "banlieue-controller"},
+                "ownerReferences": [{"apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                    "name": "pve-a", "uid": "provider-uid", "controller": true, "blockOwnerDeletion": true}],
+            },
+            "spec": {"providerRef": {"name": "pve-a"}},
+        })
+    );
+    // Long Provider names still give a valid object name.
+    let long = provider(&"p".repeat(200), backend, json!({}), json!({}));
+    let name = desired_cluster(&long, "apps").expect("builds")["metadata"]["name"].clone();
+    assert!(name.as_str().is_some_and(|n| n.len() <= 63), "{name}");
+}
+
+#[test]
+fn the_typed_proxmox_cluster_accepts_the_desired_object() {
+    let p = provider("pve-a", "proxmox", json!({}), json!({}));
+    let c = desired_cluster(&p, "apps").expect("builds");
+    let typed: banlieue_api::infrastructure::ProxmoxCluster = serde_json::from_value(c).expect("typed");
+    assert_eq!(typed.spec.provider_ref.map(|r| r.name).as_deref(), Some("pve-a"));
+    assert_eq!(typed.spec.endpoint, None);
+}

@@ -29,7 +29,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -39,6 +39,8 @@ use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
 
 use crate::build::{self, FIELD_MANAGER, Invalid};
+use crate::finalizer;
+use crate::infra_cluster::{self, Ensured, InfraClusters};
 use crate::mirror::{self, MachineView, MirrorInput};
 use crate::registry::{self, BackendEntry};
 use crate::{Error, Result};
@@ -65,6 +67,12 @@ pub struct Metrics {
     pub machine_applies: AtomicU64,
     /// Server-side applies of a VirtualMachine's `/status`.
     pub status_writes: AtomicU64,
+    /// Server-side applies of an infra cluster object (one per Provider and namespace).
+    pub cluster_applies: AtomicU64,
+    /// Finalizer patches of a VirtualMachine (add, remove).
+    pub finalizer_writes: AtomicU64,
+    /// Deletions of an infrastructure machine.
+    pub machine_deletes: AtomicU64,
     /// The controller is running (its Provider cache is filled): `/readyz` answers 200.
     pub ready: AtomicBool,
 }
@@ -80,6 +88,23 @@ pub struct MetricsSnapshot {
     pub machine_applies: u64,
     /// See [`Metrics::status_writes`].
     pub status_writes: u64,
+    /// See [`Metrics::cluster_applies`].
+    pub cluster_applies: u64,
+    /// See [`Metrics::finalizer_writes`].
+    pub finalizer_writes: u64,
+    /// See [`Metrics::machine_deletes`].
+    pub machine_deletes: u64,
+}
+
+impl MetricsSnapshot {
+    /// Every API write counted.
+    pub fn writes(&self) -> u64 {
+        self.machine_applies
+            + self.status_writes
+            + self.cluster_applies
+            + self.finalizer_writes
+            + self.machine_deletes
+    }
 }
 
 impl Metrics {
@@ -90,6 +115,9 @@ impl Metrics {
             errors: self.errors.load(Ordering::Relaxed),
             machine_applies: self.machine_applies.load(Ordering::Relaxed),
             status_writes: self.status_writes.load(Ordering::Relaxed),
+            cluster_applies: self.cluster_applies.load(Ordering::Relaxed),
+            finalizer_writes: self.finalizer_writes.load(Ordering::Relaxed),
+            machine_deletes: self.machine_deletes.load(Ordering::Relaxed),
         }
     }
 }
@@ -99,6 +127,7 @@ pub struct Context {
     client: Client,
     metrics: Arc<Metrics>,
     providers: Store<Provider>,
+    clusters: InfraClusters,
     failures: Mutex<HashMap<String, u32>>,
     recorder: Recorder,
     /// Per VirtualMachine uid, our status writes not yet seen through the watch: see
@@ -175,6 +204,8 @@ pub fn error_policy(vm: Arc<VirtualMachine>, error: &Error, ctx: Arc<Context>) -
 struct Plan {
     provider: Option<String>,
     entry: Option<&'static BackendEntry>,
+    /// The infra cluster object of the chosen Provider in this namespace.
+    cluster: Option<Value>,
     desired: Option<Value>,
     invalid: Option<Invalid>,
 }
@@ -223,22 +254,24 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
         Err(invalid) => return Ok(Plan::invalid(vm, invalid)),
     };
     let entry = build::entry_for(provider.spec.backend).ok();
-    Ok(
-        match build::desired_machine(vm, provider, class.as_ref(), image.as_ref()) {
-            Ok(desired) => Plan {
-                provider: Some(provider.name_any()),
-                entry,
-                desired: Some(desired),
-                invalid: None,
-            },
-            Err(invalid) => Plan {
-                provider: Some(provider.name_any()),
-                entry,
-                desired: None,
-                invalid: Some(invalid),
-            },
+    let built = build::desired_machine(vm, provider, class.as_ref(), image.as_ref())
+        .and_then(|machine| Ok((machine, build::desired_cluster(provider, &ns)?)));
+    Ok(match built {
+        Ok((desired, cluster)) => Plan {
+            provider: Some(provider.name_any()),
+            entry,
+            cluster: Some(cluster),
+            desired: Some(desired),
+            invalid: None,
         },
-    )
+        Err(invalid) => Plan {
+            provider: Some(provider.name_any()),
+            entry,
+            cluster: None,
+            desired: None,
+            invalid: Some(invalid),
+        },
+    })
 }
 
 impl Plan {
@@ -248,6 +281,7 @@ impl Plan {
         Self {
             provider: None,
             entry: recorded.and_then(|r| registry::by_kind(&r.kind)),
+            cluster: None,
             desired: None,
             invalid: Some(invalid),
         }
@@ -255,11 +289,33 @@ impl Plan {
 }
 
 async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
+    if vm.meta().deletion_timestamp.is_some() {
+        return cleanup(vm, ctx).await;
+    }
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
     let uid = vm.uid().unwrap_or_default();
-    let deleting = vm.meta().deletion_timestamp.is_some();
+    // resourceVersions of this VirtualMachine that our writes in this reconcile supersede.
+    let mut superseded = vec![vm.resource_version().unwrap_or_default()];
+    if let Some(rv) = add_finalizer(ctx, vm).await? {
+        superseded.push(rv);
+    }
     let mut plan = plan(vm, ctx).await?;
+
+    // The infra cluster object of the Provider in this namespace, before the machine (the
+    // provider waits for it to be provisioned).
+    if let (Some(entry), Some(cluster)) = (plan.entry, &plan.cluster) {
+        match ctx.clusters.ensure(&ctx.client, entry, cluster).await? {
+            Ensured::Unchanged => {}
+            Ensured::Applied => {
+                ctx.metrics.cluster_applies.fetch_add(1, Ordering::Relaxed);
+            }
+            Ensured::Conflict(invalid) => {
+                plan.invalid = Some(invalid);
+                plan.desired = None;
+            }
+        }
+    }
 
     // The machine: read, then apply only when it lacks what the controller owns.
     let mut machine: Option<DynamicObject> = None;
@@ -269,16 +325,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             .get_opt(&name)
             .await
             .map_err(|e| Error::kube(format!("reading {} {ns}/{name}", entry.kind), e))?;
-        let foreign = machine.as_ref().is_some_and(|m| {
-            !build::controlled_by(
-                serde_json::to_value(&m.metadata)
-                    .ok()
-                    .and_then(|v| v.get("ownerReferences").cloned())
-                    .as_ref(),
-                &uid,
-            )
-        });
-        if foreign {
+        if machine.as_ref().is_some_and(|m| !controlled(m, &uid)) {
             plan.invalid = Some(Invalid::MachineConflict {
                 kind: entry.kind,
                 name: name.clone(),
@@ -286,7 +333,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             plan.desired = None;
             machine = None;
         }
-        if let (Some(desired), false) = (&plan.desired, deleting) {
+        if let Some(desired) = &plan.desired {
             let existing = machine.as_ref().and_then(|m| serde_json::to_value(m).ok());
             if !existing.as_ref().is_some_and(|e| build::contains(e, desired)) {
                 let applied = api
@@ -308,11 +355,6 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         }
     }
 
-    // Status mirror: written only when it changed.
-    let view = machine
-        .as_ref()
-        .and_then(|m| serde_json::to_value(m).ok())
-        .map(|v| MachineView::from_object(&v));
     let infrastructure_ref = plan
         .entry
         .filter(|_| machine.is_some())
@@ -321,14 +363,142 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             kind: e.kind.to_owned(),
             name: name.clone(),
         });
+    let view = machine
+        .as_ref()
+        .and_then(|m| serde_json::to_value(m).ok())
+        .map(|v| MachineView::from_object(&v));
     let input = MirrorInput {
         generation: vm.meta().generation,
-        deleting,
+        deleting: false,
         provider: plan.provider.as_deref(),
         infrastructure_ref,
         machine: view.as_ref(),
         invalid: plan.invalid.as_ref(),
     };
+    update_status(ctx, vm, &input, superseded).await?;
+    Ok(if plan.invalid.is_some() {
+        Action::requeue(INVALID_RETRY)
+    } else {
+        Action::requeue(RESYNC)
+    })
+}
+
+/// Whether the machine is controlled by the VirtualMachine with `uid`.
+fn controlled(machine: &DynamicObject, uid: &str) -> bool {
+    build::controlled_by(
+        serde_json::to_value(&machine.metadata)
+            .ok()
+            .and_then(|v| v.get("ownerReferences").cloned())
+            .as_ref(),
+        uid,
+    )
+}
+
+/// Adds the finalizer when missing; returns the new resourceVersion when it wrote.
+async fn add_finalizer(ctx: &Context, vm: &VirtualMachine) -> Result<Option<String>> {
+    let Some(patch) = finalizer::add_patch(vm.finalizers()) else {
+        return Ok(None);
+    };
+    patch_finalizers(ctx, vm, patch, "adding").await.map(Some)
+}
+
+async fn patch_finalizers(ctx: &Context, vm: &VirtualMachine, patch: Value, what: &str) -> Result<String> {
+    let ns = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let patch = serde_json::from_value(patch).map_err(|e| Error::Patch {
+        context: format!("{what} the finalizer of VirtualMachine {ns}/{name}"),
+        source: e,
+    })?;
+    let updated = Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ns)
+        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| Error::kube(format!("{what} the finalizer of VirtualMachine {ns}/{name}"), e))?;
+    ctx.metrics.finalizer_writes.fetch_add(1, Ordering::Relaxed);
+    Ok(updated.resource_version().unwrap_or_default())
+}
+
+/// Deletion: delete the infrastructure machine the VirtualMachine controls (whatever its kind:
+/// the Provider may be gone), show the provider's progress while it deletes the hypervisor VM,
+/// and remove the finalizer once the machine is gone.
+async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
+    if !finalizer::has(vm.finalizers()) {
+        return Ok(Action::await_change());
+    }
+    let ns = vm.namespace().unwrap_or_default();
+    let name = vm.name_any();
+    let uid = vm.uid().unwrap_or_default();
+    let mut remaining: Option<(&'static BackendEntry, DynamicObject)> = None;
+    for entry in registry::REGISTRY {
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &entry.api_resource());
+        let Some(machine) = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| Error::kube(format!("reading {} {ns}/{name}", entry.kind), e))?
+        else {
+            continue;
+        };
+        if !controlled(&machine, &uid) {
+            continue;
+        }
+        if machine.metadata.deletion_timestamp.is_some() {
+            remaining = Some((entry, machine));
+            break;
+        }
+        let params = DeleteParams {
+            preconditions: machine.metadata.uid.clone().map(|uid| Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::background()
+        };
+        let deleted = api
+            .delete(&name, &params)
+            .await
+            .map_err(|e| Error::kube(format!("deleting {} {ns}/{name}", entry.kind), e))?;
+        ctx.metrics.machine_deletes.fetch_add(1, Ordering::Relaxed);
+        info!(kind = entry.kind, "deleting infrastructure machine");
+        if let Some(still_there) = deleted.left() {
+            remaining = Some((entry, still_there));
+        }
+        break;
+    }
+    let Some((entry, machine)) = remaining else {
+        if let Some(patch) = finalizer::remove_patch(vm.finalizers()) {
+            patch_finalizers(ctx, vm, patch, "removing").await?;
+            info!("infrastructure machine gone; finalizer removed");
+        }
+        return Ok(Action::await_change());
+    };
+    let view = serde_json::to_value(&machine)
+        .ok()
+        .map(|v| MachineView::from_object(&v));
+    let input = MirrorInput {
+        generation: vm.meta().generation,
+        deleting: true,
+        provider: None,
+        infrastructure_ref: Some(ContractReference {
+            api_group: entry.group().to_owned(),
+            kind: entry.kind.to_owned(),
+            name,
+        }),
+        machine: view.as_ref(),
+        invalid: None,
+    };
+    update_status(ctx, vm, &input, vec![vm.resource_version().unwrap_or_default()]).await?;
+    // The machine's own events (status writes, its disappearance) trigger the next reconcile.
+    Ok(Action::requeue(RESYNC))
+}
+
+/// Mirrors `input` into the VirtualMachine's status and writes it when it changed; publishes a
+/// Warning Event for newly detected invalid input. `superseded` are resourceVersions of the
+/// VirtualMachine this reconcile saw or replaced.
+async fn update_status(
+    ctx: &Context,
+    vm: &VirtualMachine,
+    input: &MirrorInput<'_>,
+    superseded: Vec<String>,
+) -> Result<()> {
+    let uid = vm.uid().unwrap_or_default();
     let rv = vm.resource_version().unwrap_or_default();
     let current = {
         let mut written = ctx.written.lock().unwrap_or_else(|e| e.into_inner());
@@ -341,8 +511,8 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             None => vm.status.clone(),
         }
     };
-    let status = mirror::mirror(current.as_ref(), &input, &now());
-    if let Some(invalid) = &plan.invalid {
+    let status = mirror::mirror(current.as_ref(), input, &now());
+    if let Some(invalid) = input.invalid {
         let before = current
             .as_ref()
             .and_then(|s| banlieue_api::condition::find(&s.conditions, banlieue_api::condition::READY))
@@ -354,12 +524,12 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
     if current.as_ref() != Some(&status) {
         let latest = write_status(ctx, vm, &status).await?;
         let mut written = ctx.written.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = written.entry(uid.clone()).or_insert_with(|| Written {
+        let entry = written.entry(uid).or_insert_with(|| Written {
             stale: Vec::new(),
             latest: String::new(),
             status: status.clone(),
         });
-        entry.stale.push(rv);
+        entry.stale.extend(superseded);
         if !entry.latest.is_empty() {
             let previous = std::mem::take(&mut entry.latest);
             entry.stale.push(previous);
@@ -367,11 +537,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         entry.latest = latest;
         entry.status = status;
     }
-    Ok(if plan.invalid.is_some() {
-        Action::requeue(INVALID_RETRY)
-    } else {
-        Action::requeue(RESYNC)
-    })
+    Ok(())
 }
 
 /// Publishes a Warning Event for newly detected invalid input (once per new reason, not per
@@ -458,12 +624,51 @@ pub async fn run_with_metrics(
     .default_backoff()
     .touched_objects()
     .map(|_| ());
+    // Infra cluster objects the controller manages: a cache per cluster kind, and their
+    // deletion (by hand, or by the garbage collector after a Provider was recreated; rare)
+    // reconciles every VirtualMachine, so those of that Provider apply it again.
+    let mut cluster_stores = Vec::new();
+    let mut cluster_deletions = Vec::new();
+    for entry in registry::REGISTRY {
+        let ar = entry.cluster_api_resource();
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let writer = reflector::store::Writer::new(ar.clone());
+        let store = writer.as_reader();
+        cluster_stores.push((entry.cluster_kind, store));
+        let deleted = reflector::reflector(
+            writer,
+            watcher(
+                api,
+                watcher::Config::default().labels(&infra_cluster::managed_selector()),
+            ),
+        )
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event {
+                Ok(watcher::Event::Delete(_)) => Some(()),
+                Ok(_) => None,
+                Err(e) => {
+                    warn!(error = %e, "watching infra cluster objects");
+                    None
+                }
+            }
+        });
+        cluster_deletions.push(deleted.boxed());
+    }
+
     let trigger_task = tokio::spawn(async move {
-        let mut events = futures::stream::select_all([
-            provider_events.boxed(),
-            class_events.boxed(),
-            image_events.boxed(),
-        ]);
+        let mut events = futures::stream::select_all(
+            [
+                provider_events.boxed(),
+                class_events.boxed(),
+                image_events.boxed(),
+            ]
+            .into_iter()
+            .chain(cluster_deletions),
+        );
         let mut tx = tx;
         while events.next().await.is_some() {
             // A full channel already holds a pending "reconcile all": dropping is fine.
@@ -483,6 +688,7 @@ pub async fn run_with_metrics(
         client: client.clone(),
         metrics,
         providers,
+        clusters: InfraClusters::new(cluster_stores),
         failures: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
         recorder: Recorder::new(

@@ -66,6 +66,21 @@ pub fn render(m: &MetricsSnapshot) -> String {
         "banlieue_controller_writes_total{{target=\"virtualmachine_status\"}} {}",
         m.status_writes
     );
+    let _ = writeln!(
+        out,
+        "banlieue_controller_writes_total{{target=\"infrastructure_cluster\"}} {}",
+        m.cluster_applies
+    );
+    let _ = writeln!(
+        out,
+        "banlieue_controller_writes_total{{target=\"virtualmachine_finalizer\"}} {}",
+        m.finalizer_writes
+    );
+    let _ = writeln!(
+        out,
+        "banlieue_controller_writes_total{{target=\"infrastructure_machine_delete\"}} {}",
+        m.machine_deletes
+    );
     out
 }
 
@@ -145,6 +160,9 @@ mod tests {
             errors: 3,
             machine_applies: 4,
             status_writes: 7,
+            cluster_applies: 1,
+            finalizer_writes: 5,
+            machine_deletes: 2,
         });
         assert!(text.contains(
             "controller_runtime_reconcile_total{controller=\"virtualmachine\",result=\"success\"} 7\n"
@@ -157,6 +175,11 @@ mod tests {
         );
         assert!(text.contains("banlieue_controller_writes_total{target=\"infrastructure_machine\"} 4\n"));
         assert!(text.contains("banlieue_controller_writes_total{target=\"virtualmachine_status\"} 7\n"));
+        assert!(text.contains("banlieue_controller_writes_total{target=\"infrastructure_cluster\"} 1\n"));
+        assert!(text.contains("banlieue_controller_writes_total{target=\"virtualmachine_finalizer\"} 5\n"));
+        assert!(
+            text.contains("banlieue_controller_writes_total{target=\"infrastructure_machine_delete\"} 2\n")
+        );
     }
 
     #[tokio::test]

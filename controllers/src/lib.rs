@@ -6,13 +6,17 @@
 //! that status up to the VirtualMachine ([`mirror`]). Every arrow is a Kubernetes API call.
 //!
 //! Modules: [`registry`] (backend → kind table), [`build`] (pure: provider choice, class and
-//! image resolution, the desired machine), [`mirror`] (pure: machine status → VirtualMachine
-//! status), [`controller`] (the kube-runtime reconciler). The crate also renders the CRDs for
+//! image resolution, the desired machine and infra cluster), [`mirror`] (pure: machine status
+//! → VirtualMachine status), [`finalizer`] (the VirtualMachine finalizer's patches),
+//! [`infra_cluster`] (the infra cluster object per Provider and namespace), [`controller`] (the
+//! kube-runtime reconciler). The crate also renders the CRDs for
 //! the `banlieue crds` subcommand.
 
 pub mod build;
 pub mod controller;
+pub mod finalizer;
 pub mod http;
+pub mod infra_cluster;
 pub mod leader;
 pub mod mirror;
 pub mod rbac;
@@ -39,6 +43,15 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A patch the controller built is not a valid JSON patch (a bug).
+    #[error("building the patch for {context}")]
+    Patch {
+        /// What the patch was for.
+        context: String,
+        /// The deserializer's error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// A reconcile did not finish in time (a hung API call).
     #[error("reconciling took longer than {0:?}")]
     Timeout(std::time::Duration),
@@ -58,6 +71,7 @@ impl Error {
         match self {
             Self::Render { .. } => "render",
             Self::Kube { .. } => "kube",
+            Self::Patch { .. } => "patch",
             Self::Timeout(_) => "timeout",
         }
     }

@@ -62,6 +62,9 @@ pub struct MachineStatusView {
 /// What the mirror reads of an infrastructure machine.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct MachineView {
+    /// The machine has a deletion timestamp (the provider is deleting the hypervisor VM).
+    #[serde(skip)]
+    pub deleting: bool,
     /// The spec part.
     #[serde(default)]
     pub spec: MachineSpecView,
@@ -82,7 +85,15 @@ impl MachineView {
             .get("status")
             .and_then(|s| serde_json::from_value(s.clone()).ok())
             .unwrap_or_default();
-        Self { spec, status }
+        let deleting = obj
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some_and(|t| !t.is_null());
+        Self {
+            deleting,
+            spec,
+            status,
+        }
     }
 
     fn provisioned(&self) -> bool {
@@ -182,7 +193,7 @@ pub fn mirror(
             condition::READY,
             ConditionStatus::False,
             DELETING,
-            "the VirtualMachine is being deleted",
+            &deletion_message(machine, infra_ready),
         );
     } else {
         match (machine, infra_ready) {
@@ -225,6 +236,21 @@ pub fn mirror(
     status.node = machine.and_then(|m| m.status.node.clone());
     status.failure_domain = machine.and_then(|m| m.status.failure_domain.clone());
     status
+}
+
+/// The `Ready` message while the VirtualMachine is being deleted: the provider's own message
+/// once it reports the deletion (its `Ready` is not `True` on a machine being deleted).
+fn deletion_message(machine: Option<&MachineView>, infra_ready: Option<&Condition>) -> String {
+    match (machine, infra_ready) {
+        (None, _) => "the infrastructure machine is gone".to_owned(),
+        (Some(m), Some(c)) if m.deleting && c.status != "True" && !c.message.is_empty() => {
+            format!("{}: {}", c.reason, c.message)
+        }
+        (Some(m), _) if m.deleting => {
+            "waiting for the provider to delete the infrastructure machine".to_owned()
+        }
+        (Some(_), _) => "deleting the infrastructure machine".to_owned(),
+    }
 }
 
 fn parse_status(s: &str) -> ConditionStatus {

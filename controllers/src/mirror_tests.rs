@@ -174,3 +174,39 @@ fn deletion_shows_in_phase_and_ready() {
     assert_eq!(s.phase, Some(VirtualMachinePhase::Deleting));
     assert_eq!(cond(&s, "Ready"), ("False", "Deleting"));
 }
+
+#[rstest]
+#[case::not_yet_deleted(json!({"status": {"conditions": [ready_cond("True", "Ready")]}}),
+    "deleting the infrastructure machine")]
+#[case::provider_not_reporting(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+    "status": {"conditions": [ready_cond("True", "Ready")]}}),
+    "waiting for the provider to delete the infrastructure machine")]
+#[case::provider_progress(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+    "status": {"conditions": [ready_cond("False", "Deleting")]}}),
+    "Deleting: Deleting msg")]
+fn deletion_shows_the_providers_progress(#[case] obj: Value, #[case] message: &str) {
+    let view = machine(obj);
+    let input = MirrorInput {
+        deleting: true,
+        machine: Some(&view),
+        ..Default::default()
+    };
+    let s = mirror(None, &input, &at(1));
+    let ready = condition::find(&s.conditions, "Ready").expect("Ready");
+    assert_eq!(
+        (ready.reason.as_str(), ready.message.as_str()),
+        ("Deleting", message)
+    );
+    let gone = mirror(
+        Some(&s),
+        &MirrorInput {
+            deleting: true,
+            ..Default::default()
+        },
+        &at(2),
+    );
+    assert_eq!(
+        condition::find(&gone.conditions, "Ready").map(|c| c.message.as_str()),
+        Some("the infrastructure machine is gone")
+    );
+}

@@ -66,6 +66,7 @@ fn scrape(addr: &str) -> anyhow::Result<MetricsSnapshot> {
         errors,
         machine_applies: value("banlieue_controller_writes_total{target=\"infrastructure_machine\"}")?,
         status_writes: value("banlieue_controller_writes_total{target=\"virtualmachine_status\"}")?,
+        ..MetricsSnapshot::default()
     })
 }
 

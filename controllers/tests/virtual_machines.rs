@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 use banlieue_api::banlieue::{Provider, VirtualMachine, VirtualMachinePhase};
+use banlieue_api::common::PowerState;
 use banlieue_api::condition;
-use banlieue_api::infrastructure::ProxmoxMachine;
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
 use banlieue_controllers::controller::{Metrics, run_with_metrics};
 use banlieue_testenv::TestEnv;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -141,6 +142,30 @@ async fn provider_reports_running(api: &Api<ProxmoxMachine>, name: &str) -> anyh
     Ok(())
 }
 
+/// A finalizer standing for the provider's own (which holds the machine until the hypervisor VM
+/// is gone).
+const FAKE_PROVIDER_FINALIZER: &str = "test.banlieue.io/fake-provider";
+
+/// The provider's deletion progress, as the Proxmox provider reports it.
+async fn provider_reports_deleting(
+    api: &Api<ProxmoxMachine>,
+    name: &str,
+    message: &str,
+) -> anyhow::Result<()> {
+    api.patch_status(
+        name,
+        &PatchParams::apply("fake-proxmox-provider").force(),
+        &Patch::Apply(
+            json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+            "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Deleting",
+                "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+        ),
+    )
+    .await
+    .context("provider reports deletion progress")?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
     let env = env().await?;
@@ -188,6 +213,34 @@ async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
     assert_eq!(
         pm.labels().get("banlieue.io/virtual-machine").map(String::as_str),
         Some("web")
+    );
+    assert!(
+        vms.get("web")
+            .await?
+            .finalizers()
+            .contains(&"banlieue.io/virtual-machine".to_owned()),
+        "the VirtualMachine carries the controller's finalizer"
+    );
+    // The infra cluster object of the Provider in this namespace, owned by the Provider.
+    let clusters: Api<ProxmoxCluster> = Api::namespaced(client.clone(), &ns);
+    let pxc = clusters
+        .get(&format!("banlieue-{provider_name}"))
+        .await
+        .context("the ProxmoxCluster of the Provider")?;
+    assert_eq!(
+        pxc.spec.provider_ref.as_ref().map(|r| r.name.as_str()),
+        Some(provider_name.as_str())
+    );
+    let owner = pxc.owner_references().first().context("an ownerReference")?;
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("Provider", provider_name.as_str(), Some(true))
+    );
+    assert_eq!(
+        pxc.labels()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("banlieue-controller")
     );
 
     let pending = eventually("VirtualMachine phase Provisioning", || async {
@@ -308,11 +361,7 @@ async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
     .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let counters = controller.metrics.snapshot();
-    assert_eq!(
-        (counters.machine_applies, counters.status_writes),
-        (0, 0),
-        "writes on a no-op resync: {counters:?}"
-    );
+    assert_eq!(counters.writes(), 0, "writes on a no-op resync: {counters:?}");
     assert_eq!(
         vms.get("web").await?.resource_version(),
         vm_rv,
@@ -324,12 +373,61 @@ async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
         "ProxmoxMachine changed on a no-op resync"
     );
 
-    // 5. Deleting the VirtualMachine garbage-collects the ProxmoxMachine.
-    vms.delete("web", &DeleteParams::background()).await?;
-    eventually("the ProxmoxMachine to be garbage-collected", || async {
-        Ok(machines.get_opt("web").await?.is_none().then_some(()))
+    // 5. Power: the VirtualMachine's powerState reaches the machine.
+    vms.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"powerState": "Off"}})),
+    )
+    .await?;
+    eventually("powerState Off on the ProxmoxMachine", || async {
+        let pm = machines.get("web").await?;
+        Ok((pm.spec.power_state == Some(PowerState::Off)).then_some(()))
     })
     .await?;
+
+    // 6. Deletion: the controller deletes the machine and keeps its finalizer (showing the
+    // provider's progress) until the provider's own finalizer lets the machine go.
+    machines
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [FAKE_PROVIDER_FINALIZER]}})),
+        )
+        .await?;
+    vms.delete("web", &DeleteParams::background()).await?;
+    eventually("the ProxmoxMachine being deleted", || async {
+        let pm = machines.get("web").await?;
+        Ok(pm.metadata.deletion_timestamp.is_some().then_some(()))
+    })
+    .await?;
+    provider_reports_deleting(&machines, "web", "stopping VM 101").await?;
+    let deleting = eventually("VirtualMachine Deleting with the provider's message", || async {
+        let v = vms.get("web").await?;
+        let message = v
+            .status
+            .as_ref()
+            .and_then(|s| condition::find(&s.conditions, condition::READY))
+            .map(|c| c.message.clone());
+        Ok((message.as_deref() == Some("Deleting: stopping VM 101")).then_some(v))
+    })
+    .await?;
+    assert_eq!(
+        deleting.status.as_ref().and_then(|s| s.phase),
+        Some(VirtualMachinePhase::Deleting)
+    );
+    machines
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+    eventually("the VirtualMachine gone after its machine", || async {
+        Ok(vms.get_opt("web").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert!(machines.get_opt("web").await?.is_none());
     controller.stop().await;
     Api::<Provider>::all(client)
         .delete(&provider_name, &DeleteParams::default())
@@ -517,6 +615,106 @@ async fn a_machine_owned_by_someone_else_is_never_touched() -> anyhow::Result<()
     );
     assert_eq!(after.spec.memory_mib, 16384);
     assert_eq!(controller.metrics.snapshot().machine_applies, 0);
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn one_infra_cluster_per_provider_and_namespace_and_it_comes_back_when_deleted() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-infra-cluster").await?;
+    let client = env.client().await?;
+    let provider_name = format!("{ns}-pve");
+    create_provider(&client, &provider_name, json!({})).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    let clusters: Api<ProxmoxCluster> = Api::namespaced(client.clone(), &ns);
+    for name in ["a", "b", "c"] {
+        vms.create(
+            &PostParams::default(),
+            &vm(
+                name,
+                json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+                   "cpu": {"cores": 1}, "memoryMiB": 512}),
+            )?,
+        )
+        .await?;
+    }
+    for name in ["a", "b", "c"] {
+        eventually("the ProxmoxMachine", || async {
+            Ok(machines.get_opt(name).await?)
+        })
+        .await?;
+    }
+    let listed = clusters.list(&Default::default()).await?.items;
+    assert_eq!(listed.len(), 1, "one ProxmoxCluster for three VirtualMachines");
+    assert_eq!(controller.metrics.snapshot().cluster_applies, 1);
+    let cluster_name = format!("banlieue-{provider_name}");
+    assert_eq!(listed[0].name_any(), cluster_name);
+
+    // Deleted by hand: applied again at once (not at the next resync).
+    clusters
+        .delete(&cluster_name, &DeleteParams::background())
+        .await?;
+    let old_uid = listed[0].metadata.uid.clone();
+    eventually("the ProxmoxCluster re-created", || async {
+        let c = clusters.get_opt(&cluster_name).await?;
+        Ok(c.filter(|c| c.metadata.uid != old_uid).map(|_| ()))
+    })
+    .await?;
+    assert_eq!(clusters.list(&Default::default()).await?.items.len(), 1);
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_infra_cluster_not_controlled_by_the_provider_is_never_touched() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-cluster-conflict").await?;
+    let client = env.client().await?;
+    let provider_name = format!("{ns}-pve");
+    create_provider(&client, &provider_name, json!({})).await?;
+    let clusters: Api<ProxmoxCluster> = Api::namespaced(client.clone(), &ns);
+    let cluster_name = format!("banlieue-{provider_name}");
+    let by_hand: ProxmoxCluster = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
+        "metadata": {"name": cluster_name},
+        "spec": {"endpoint": "https://other.example:8006", "credentialsRef": {"name": "x"}},
+    }))?;
+    let before = clusters.create(&PostParams::default(), &by_hand).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "blocked",
+            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512}),
+        )?,
+    )
+    .await?;
+    eventually("Ready=False InfrastructureClusterConflict", || async {
+        let v = vms.get("blocked").await?;
+        Ok(
+            (ready_reason(&v) == Some(("False".into(), "InfrastructureClusterConflict".into())))
+                .then_some(()),
+        )
+    })
+    .await?;
+    assert_eq!(
+        clusters.get(&cluster_name).await?.resource_version(),
+        before.resource_version(),
+        "the hand-made ProxmoxCluster was modified"
+    );
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    assert!(machines.get_opt("blocked").await?.is_none());
     controller.stop().await;
     Api::<Provider>::all(client)
         .delete(&provider_name, &DeleteParams::default())

@@ -1,0 +1,95 @@
+//! The VirtualMachine finalizer [`FINALIZER`] (`banlieue.io/virtual-machine`): added before
+//! the first infrastructure object is created, removed once the infrastructure machine is gone.
+//!
+//! The patches are JSON patches guarded by a `test` of the current list, so the controller
+//! never drops or duplicates someone else's finalizer when the list changed since it was read
+//! (the apiserver answers 422 and the reconcile retries on the fresh object).
+
+use serde_json::{Value, json};
+
+pub use crate::build::FINALIZER;
+
+/// Whether `finalizers` holds the controller's finalizer.
+pub fn has(finalizers: &[String]) -> bool {
+    finalizers.iter().any(|f| f == FINALIZER)
+}
+
+/// The JSON patch that adds [`FINALIZER`] to an object whose list is `finalizers`, or `None`
+/// when it is already there.
+pub fn add_patch(finalizers: &[String]) -> Option<Value> {
+    if has(finalizers) {
+        return None;
+    }
+    Some(if finalizers.is_empty() {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ])
+    } else {
+        json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ])
+    })
+}
+
+/// The JSON patch that removes [`FINALIZER`] from an object whose list is `finalizers`, or
+/// `None` when it is not there.
+pub fn remove_patch(finalizers: &[String]) -> Option<Value> {
+    let index = finalizers.iter().position(|f| f == FINALIZER)?;
+    Some(json!([
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": FINALIZER},
+        {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+    ]))
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    fn list(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn adds_to_an_empty_or_missing_list() {
+        assert_eq!(
+            add_patch(&[]),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": null},
+                {"op": "add", "path": "/metadata/finalizers", "value": ["banlieue.io/virtual-machine"]},
+            ]))
+        );
+    }
+
+    #[test]
+    fn appends_after_others_and_guards_their_list() {
+        assert_eq!(
+            add_patch(&list(&["other.io/x"])),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers", "value": ["other.io/x"]},
+                {"op": "add", "path": "/metadata/finalizers/-", "value": "banlieue.io/virtual-machine"},
+            ]))
+        );
+    }
+
+    #[test]
+    fn present_means_nothing_to_add_and_absent_nothing_to_remove() {
+        assert_eq!(add_patch(&list(&["a", FINALIZER])), None);
+        assert_eq!(remove_patch(&list(&["a"])), None);
+        assert_eq!(remove_patch(&[]), None);
+    }
+
+    #[test]
+    fn removes_only_its_own_entry() {
+        assert_eq!(
+            remove_patch(&list(&["a", FINALIZER, "b"])),
+            Some(json!([
+                {"op": "test", "path": "/metadata/finalizers/1", "value": "banlieue.io/virtual-machine"},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ]))
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The infra cluster object per (Provider, namespace): how a provider gets endpoint,
+//! credentials, TLS trust and nodes for VirtualMachine-owned machines "the same way CAPI does"
+//! (one code path in the provider for CAPI-owned and VirtualMachine-owned machines).
+//!
+//! [`InfraClusters::ensure`] server-side applies [`crate::build::desired_cluster`] only when
+//! the object lacks something the controller owns. It looks first in a watch cache of the
+//! objects the controller manages (label `app.kubernetes.io/managed-by=banlieue-controller`),
+//! then, under a per-object lock, with a GET: many VirtualMachines created at once in one
+//! namespace lead to one apply, not one per VirtualMachine.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use crate::build::{self, FIELD_MANAGER, Invalid};
+use crate::registry::BackendEntry;
+use crate::{Error, Result};
+
+/// Label selector of the infra cluster objects the controller manages.
+pub fn managed_selector() -> String {
+    format!("{}={}", build::MANAGED_BY_LABEL, build::MANAGED_BY)
+}
+
+/// What [`InfraClusters::ensure`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ensured {
+    /// The object already held everything the controller owns: nothing was sent.
+    Unchanged,
+    /// The object was created or patched (one server-side apply).
+    Applied,
+    /// An object of that name exists and is not controlled by the Provider (made by hand, by
+    /// CAPI, or for an earlier Provider of the same name): never touched.
+    Conflict(Invalid),
+}
+
+/// Watch caches of the managed infra cluster objects (one per registered cluster kind) and the
+/// per-object locks.
+pub struct InfraClusters {
+    stores: Vec<(&'static str, Store<DynamicObject>)>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl InfraClusters {
+    /// The caches, by cluster kind (filled by reflectors the caller runs).
+    pub fn new(stores: Vec<(&'static str, Store<DynamicObject>)>) -> Self {
+        Self {
+            stores,
+            locks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn cached(&self, entry: &BackendEntry, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
+        let (_, store) = self.stores.iter().find(|(k, _)| *k == entry.cluster_kind)?;
+        store.get(&ObjectRef::new_with(name, entry.cluster_api_resource()).within(namespace))
+    }
+
+    /// Makes sure the infra cluster object `desired` (built by
+    /// [`crate::build::desired_cluster`]) exists with the controller's fields.
+    pub async fn ensure(&self, client: &Client, entry: &BackendEntry, desired: &Value) -> Result<Ensured> {
+        let meta = &desired["metadata"];
+        let namespace = meta["namespace"].as_str().unwrap_or_default();
+        let name = meta["name"].as_str().unwrap_or_default();
+        let owner_uid = meta["ownerReferences"][0]["uid"].as_str().unwrap_or_default();
+        let holds = |obj: &DynamicObject| -> Option<Ensured> {
+            let value = serde_json::to_value(obj).ok()?;
+            if !build::controlled_by(value["metadata"].get("ownerReferences"), owner_uid) {
+                return Some(Ensured::Conflict(Invalid::InfraClusterConflict {
+                    kind: entry.cluster_kind,
+                    name: name.to_owned(),
+                }));
+            }
+            build::contains(&value, desired).then_some(Ensured::Unchanged)
+        };
+        if let Some(found) = self.cached(entry, namespace, name).and_then(|o| holds(&o)) {
+            return Ok(found);
+        }
+        let key = format!("{}/{namespace}/{name}", entry.cluster_kind);
+        let lock = self
+            .locks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(key)
+            .or_default()
+            .clone();
+        let _held = lock.lock().await;
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(client.clone(), namespace, &entry.cluster_api_resource());
+        let existing = api
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube(format!("reading {} {namespace}/{name}", entry.cluster_kind), e))?;
+        if let Some(found) = existing.as_ref().and_then(holds) {
+            return Ok(found);
+        }
+        let applied = api
+            .patch(
+                name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(desired),
+            )
+            .await
+            .map_err(|e| Error::kube(format!("applying {} {namespace}/{name}", entry.cluster_kind), e))?;
+        tracing::info!(
+            kind = entry.cluster_kind,
+            namespace,
+            name = applied.name_any(),
+            created = existing.is_none(),
+            "applied infra cluster"
+        );
+        Ok(Ensured::Applied)
+    }
+}

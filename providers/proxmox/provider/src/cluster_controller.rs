@@ -6,21 +6,29 @@
 //! `spec.controlPlaneEndpoint` (a user value is never overwritten; when unset, the Cluster's is
 //! mirrored once it exists) and sets `status.initialization.provisioned` and `Ready`.
 //!
-//! Only ProxmoxClusters owned by a CAPI Cluster are reconciled (the finalizer is added once the
-//! owner exists); objects with `cluster.x-k8s.io/managed-by` are skipped entirely.
+//! Only ProxmoxClusters owned by a CAPI Cluster, or by a banlieue `Provider` (standalone mode,
+//! see [`banlieue_api::standalone`]), are reconciled (the finalizer is added once the owner
+//! exists); objects with `cluster.x-k8s.io/managed-by` are skipped entirely. A standalone
+//! cluster has no CAPI Cluster: it is paused only by its annotation, needs no
+//! `controlPlaneEndpoint`, and takes endpoint, credentials, TLS and nodes from the Provider its
+//! `spec.providerRef` names (see [`crate::credentials::connection_source`]). Every transition
+//! of the `ProxmoxConnected`, `Ready` and `Paused` conditions is also a Kubernetes Event.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use banlieue_api::banlieue::Provider;
 use banlieue_api::common::{ApiEndpoint, FailureDomain, Initialization};
 use banlieue_api::condition::{self, ConditionStatus};
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterStatus};
+use banlieue_api::standalone;
 use banlieue_capi::Cluster;
 use banlieue_capi::contract;
 use futures::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -44,6 +52,77 @@ pub struct ClusterContext<C: Connector> {
     pub connector: C,
     /// Counters for `/metrics`.
     pub metrics: crate::metrics::Metrics,
+    /// Event recorder (an Event per condition transition).
+    pub recorder: Recorder,
+}
+
+impl<C: Connector> ClusterContext<C> {
+    /// A context reporting Events as `reporter`.
+    pub fn new(client: kube::Client, connector: C, reporter: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: reporter.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            client,
+            connector,
+            metrics: crate::metrics::Metrics::default(),
+            recorder,
+        }
+    }
+}
+
+/// Who owns a ProxmoxCluster, and so which mode it is reconciled in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterOwner {
+    /// A CAPI `Cluster` (the InfraCluster contract).
+    Cluster(String),
+    /// A banlieue `Provider` (standalone mode: the infra cluster the banlieue controller creates
+    /// per Provider and namespace; no CAPI Cluster exists).
+    Provider(String),
+}
+
+/// The owner that puts a ProxmoxCluster under this controller: a CAPI Cluster, else a banlieue
+/// Provider; `None` = not reconciled (no finalizer, no status).
+pub fn cluster_owner(meta: &ObjectMeta) -> Option<ClusterOwner> {
+    if let Some(o) = contract::owner_cluster(meta) {
+        return Some(ClusterOwner::Cluster(o.name.clone()));
+    }
+    contract::find_owner(meta, standalone::OWNER_GROUP, standalone::PROVIDER_KIND)
+        .map(|o| ClusterOwner::Provider(o.name.clone()))
+}
+
+/// The Events to publish for condition changes between `old` and `new`: one per condition of
+/// `types` whose status or reason changed (`Normal` when it became True, else `Warning`).
+pub fn transition_events(
+    old: &[condition::Condition],
+    new: &[condition::Condition],
+    types: &[&str],
+) -> Vec<(EventType, String, String)> {
+    types
+        .iter()
+        .filter_map(|t| {
+            let after = condition::find(new, t)?;
+            let before = condition::find(old, t);
+            if before.is_some_and(|b| b.status == after.status && b.reason == after.reason) {
+                return None;
+            }
+            let type_ = if after.status == "True" {
+                EventType::Normal
+            } else {
+                EventType::Warning
+            };
+            let note = if after.message.is_empty() {
+                format!("{t} is {}", after.status)
+            } else {
+                format!("{t} is {}: {}", after.status, after.message)
+            };
+            Some((type_, after.reason.clone(), note))
+        })
+        .collect()
 }
 
 fn now() -> Time {
@@ -127,7 +206,10 @@ pub fn error_policy<C: Connector>(
     Action::requeue(Duration::from_secs(30))
 }
 
-async fn write_status(
+/// Applies `new` to `/status` when it changed, then publishes an Event per condition
+/// transition.
+async fn write_status<C: Connector>(
+    ctx: &ClusterContext<C>,
     api: &Api<ProxmoxCluster>,
     pxc: &ProxmoxCluster,
     new: &ProxmoxClusterStatus,
@@ -135,6 +217,16 @@ async fn write_status(
     if pxc.status.as_ref() == Some(new) || (pxc.status.is_none() && *new == ProxmoxClusterStatus::default()) {
         return Ok(());
     }
+    let old = pxc
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let events = transition_events(
+        old,
+        &new.conditions,
+        &[PROXMOX_CONNECTED, condition::READY, condition::PAUSED],
+    );
     let patch = serde_json::json!({
         "apiVersion": ProxmoxCluster::api_version(&()),
         "kind": ProxmoxCluster::kind(&()),
@@ -147,6 +239,19 @@ async fn write_status(
     )
     .await
     .map_err(|e| Error::kube("writing ProxmoxCluster status", e))?;
+    ctx.metrics.count_write("status");
+    for (type_, reason, note) in events {
+        let event = Event {
+            type_,
+            reason,
+            note: Some(note),
+            action: "Reconcile".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &pxc.object_ref(&())).await {
+            warn!(error = %e, "cannot publish event");
+        }
+    }
     Ok(())
 }
 
@@ -179,16 +284,20 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
     }
     let has_finalizer = pxc.finalizers().iter().any(|f| f == FINALIZER);
     let deleting = pxc.meta().deletion_timestamp.is_some();
-    let Some(owner) = contract::owner_cluster(&pxc.metadata) else {
+    let Some(owner) = cluster_owner(&pxc.metadata) else {
         if deleting && has_finalizer {
             set_finalizer(&api, &pxc, false).await?;
         }
         return Ok(Action::await_change());
     };
-    let cluster = Api::<Cluster>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(&owner.name)
-        .await
-        .map_err(|e| Error::kube("reading the owner Cluster", e))?;
+    let cluster = match &owner {
+        ClusterOwner::Cluster(name) => Api::<Cluster>::namespaced(ctx.client.clone(), &namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube("reading the owner Cluster", e))?,
+        ClusterOwner::Provider(_) => None,
+    };
+    let standalone = matches!(owner, ClusterOwner::Provider(_));
     let generation = pxc.metadata.generation;
     let mut status = pxc.status.clone().unwrap_or_default();
     status.observed_generation = generation;
@@ -204,11 +313,12 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
         cond(condition::PAUSED, flag, reason, message, generation),
     );
     if contract::is_paused(cluster.as_ref(), &pxc.metadata) {
-        write_status(&api, &pxc, &status).await?;
+        write_status(ctx, &api, &pxc, &status).await?;
         return Ok(Action::await_change());
     }
     if deleting {
-        // The ProxmoxCluster owns nothing on Proxmox: machines are deleted first by CAPI.
+        // The ProxmoxCluster owns nothing on Proxmox: machines are deleted first (by CAPI, or
+        // by the banlieue controller with their VirtualMachines).
         if has_finalizer {
             set_finalizer(&api, &pxc, false).await?;
         }
@@ -225,25 +335,28 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
             .await
             .map_err(|e| Error::kube("mirroring the Cluster's controlPlaneEndpoint", e))?;
     }
-    let has_endpoint = pxc.spec.control_plane_endpoint.is_some()
+    // A standalone cluster hosts VirtualMachines, not a Kubernetes control plane.
+    let has_endpoint = standalone
+        || pxc.spec.control_plane_endpoint.is_some()
         || cluster
             .as_ref()
             .is_some_and(|c| endpoint_to_mirror(&pxc, c).is_some());
 
     let connected = match read_connection(&ctx.client, &pxc).await {
         Err(Error::Credentials(message)) => Err(("CredentialsInvalid", message)),
+        Err(Error::Provider { reason, message }) => Err((reason, message)),
         Err(e) => return Err(e),
         Ok(connection) => {
             let key = format!("{namespace}/{}", pxc.name_any());
             match ctx.connector.connect(&key, &connection) {
                 Err(e) => Err(("CredentialsInvalid", e.to_string())),
-                Ok(hv) => check(&hv).await,
+                Ok(hv) => check(&hv).await.map(|nodes| (nodes, connection.allowed_nodes)),
             }
         }
     };
     let (ready_reason, ready_message, provisioned) = match connected {
-        Ok(nodes) => {
-            let (domains, missing) = failure_domains(&pxc.spec.allowed_nodes, &nodes);
+        Ok((nodes, allowed_nodes)) => {
+            let (domains, missing) = failure_domains(&allowed_nodes, &nodes);
             let message = if missing.is_empty() {
                 String::new()
             } else {
@@ -303,7 +416,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
             generation,
         ),
     );
-    write_status(&api, &pxc, &status).await?;
+    write_status(ctx, &api, &pxc, &status).await?;
     Ok(Action::requeue(RESYNC))
 }
 
@@ -340,8 +453,22 @@ pub async fn run<C: Connector>(
         Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
         None => (Api::all(client.clone()), Api::all(client)),
     };
-    Controller::new(pxcs, watcher::Config::default())
+    let providers: Api<Provider> = Api::all(ctx.client.clone());
+    let controller = Controller::new(pxcs, watcher::Config::default());
+    let store = controller.store();
+    // A Provider change (endpoint, credentials, nodes) concerns every ProxmoxCluster naming it.
+    let provider_to_infra = move |provider: Provider| {
+        let name = provider.name_any();
+        store
+            .state()
+            .into_iter()
+            .filter(|c| c.spec.provider_ref.as_ref().is_some_and(|p| p.name == name))
+            .map(|c| ObjectRef::from_obj(&*c))
+            .collect::<Vec<_>>()
+    };
+    controller
         .watches(clusters, watcher::Config::default(), cluster_to_infra)
+        .watches(providers, watcher::Config::default(), provider_to_infra)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -424,6 +551,93 @@ mod tests {
         assert_eq!(
             endpoint_to_mirror(&pxc, &cluster(Some("10.0.0.1"), Some(6443))),
             None
+        );
+    }
+
+    fn owned_by(api_version: &str, kind: &str) -> ObjectMeta {
+        ObjectMeta {
+            owner_references: Some(vec![
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    name: "o".into(),
+                    uid: "u".into(),
+                    controller: Some(true),
+                    block_owner_deletion: None,
+                },
+            ]),
+            ..Default::default()
+        }
+    }
+
+    #[rstest]
+    #[case::capi("cluster.x-k8s.io/v1beta2", "Cluster", Some(ClusterOwner::Cluster("o".into())))]
+    #[case::provider("banlieue.io/v1alpha1", "Provider", Some(ClusterOwner::Provider("o".into())))]
+    #[case::clusterctl_provider("clusterctl.cluster.x-k8s.io/v1alpha3", "Provider", None)]
+    #[case::other("example.com/v1", "Cluster", None)]
+    fn a_capi_cluster_or_a_banlieue_provider_puts_the_cluster_under_control(
+        #[case] api_version: &str,
+        #[case] kind: &str,
+        #[case] want: Option<ClusterOwner>,
+    ) {
+        assert_eq!(cluster_owner(&owned_by(api_version, kind)), want);
+        assert_eq!(cluster_owner(&ObjectMeta::default()), None);
+    }
+
+    fn c(type_: &str, status: ConditionStatus, reason: &str, message: &str) -> condition::Condition {
+        cond(type_, status, reason, message, Some(1))
+    }
+
+    #[test]
+    fn events_are_published_for_status_or_reason_transitions_only() {
+        let old = vec![
+            c(
+                "Ready",
+                ConditionStatus::False,
+                "WaitingForControlPlaneEndpoint",
+                "",
+            ),
+            c(PROXMOX_CONNECTED, ConditionStatus::True, "Connected", ""),
+        ];
+        // First observation of each condition: an Event each.
+        let first = transition_events(&[], &old, &["Ready", PROXMOX_CONNECTED]);
+        assert_eq!(first.len(), 2);
+        // Same status and reason, new message: no Event.
+        let same = vec![
+            c(
+                "Ready",
+                ConditionStatus::False,
+                "WaitingForControlPlaneEndpoint",
+                "other text",
+            ),
+            c(PROXMOX_CONNECTED, ConditionStatus::True, "Connected", ""),
+        ];
+        assert!(transition_events(&old, &same, &["Ready", PROXMOX_CONNECTED]).is_empty());
+        // Ready flips to True (Normal); connectivity lost with a reason (Warning).
+        let new = vec![
+            c("Ready", ConditionStatus::True, "Provisioned", ""),
+            c(
+                PROXMOX_CONNECTED,
+                ConditionStatus::False,
+                "AuthenticationFailed",
+                "401 no ticket",
+            ),
+        ];
+        let events = transition_events(&old, &new, &["Ready", PROXMOX_CONNECTED]);
+        assert_eq!(
+            events,
+            vec![
+                (
+                    EventType::Normal,
+                    "Provisioned".to_owned(),
+                    "Ready is True".to_owned()
+                ),
+                (
+                    EventType::Warning,
+                    "AuthenticationFailed".to_owned(),
+                    "ProxmoxConnected is False: 401 no ticket".to_owned()
+                ),
+            ]
         );
     }
 }

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use banlieue_api::common::CaBundleKind;
+use banlieue_api::banlieue::{Backend, Provider};
+use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
 use banlieue_api::infrastructure::ProxmoxCluster;
 use banlieue_pve_client::{Auth, Client, TlsVerification};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -37,6 +38,9 @@ pub struct Connection {
     pub tls: TlsVerification,
     /// Changes whenever a referenced Secret/ConfigMap or the settings change (cache key).
     pub version: String,
+    /// Nodes machines may use: the ProxmoxCluster's `allowedNodes`, else its Provider's
+    /// `nodes`; empty = every online node.
+    pub allowed_nodes: Vec<String>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -58,16 +62,67 @@ fn secret_text(secret: &Secret, key: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// Reads the connection settings of a ProxmoxCluster (`spec.endpoint`, `spec.credentialsRef`,
-/// `spec.tls`). `spec.providerRef` (a banlieue Provider) is not supported yet.
-pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) -> Result<Connection> {
+/// Where a ProxmoxCluster's connection settings come from: its own spec, or the banlieue
+/// `Provider` its `spec.providerRef` names (standalone mode).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConnectionSource {
+    /// `https://host:8006`.
+    pub endpoint: String,
+    /// The credentials Secret, with its namespace resolved.
+    pub credentials: SecretReference,
+    /// TLS trust, CA bundle namespace resolved.
+    pub tls: Option<TlsTrust>,
+    /// Nodes machines may use (each a failure domain); empty = every online node.
+    pub allowed_nodes: Vec<String>,
+}
+
+/// The connection source of `cluster` given the Provider its `spec.providerRef` names (if
+/// any; `None` when it does not exist). Pure.
+pub fn connection_source(cluster: &ProxmoxCluster, provider: Option<&Provider>) -> Result<ConnectionSource> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     let spec = &cluster.spec;
-    if spec.provider_ref.is_some() {
-        return Err(Error::Credentials(format!(
-            "ProxmoxCluster {namespace}/{name}: spec.providerRef is not supported by this provider version; set spec.endpoint and spec.credentialsRef"
-        )));
+    if let Some(pref) = &spec.provider_ref {
+        let provider = provider.ok_or_else(|| Error::Provider {
+            reason: "ProviderNotFound",
+            message: format!("Provider {:?} (spec.providerRef) not found", pref.name),
+        })?;
+        if provider.spec.backend != Backend::Proxmox {
+            return Err(Error::Provider {
+                reason: "ProviderBackendMismatch",
+                message: format!(
+                    "Provider {:?} has backend {}, a ProxmoxCluster needs a proxmox Provider",
+                    pref.name,
+                    provider.spec.backend.as_str()
+                ),
+            });
+        }
+        let cref = provider.spec.credentials_ref.clone().ok_or_else(|| {
+            Error::Credentials(format!("Provider {:?} has no spec.credentialsRef", pref.name))
+        })?;
+        // A Provider is cluster-scoped: its references carry their namespace (a CEL rule
+        // enforces it); fall back to the ProxmoxCluster's namespace regardless.
+        let credentials = SecretReference {
+            namespace: Some(cref.namespace.unwrap_or_else(|| namespace.clone())),
+            name: cref.name,
+        };
+        let mut tls = provider.spec.tls.clone();
+        if let Some(ca) = tls.as_mut().and_then(|t| t.ca_bundle_ref.as_mut())
+            && ca.namespace.is_none()
+        {
+            ca.namespace = Some(namespace.clone());
+        }
+        let allowed_nodes = if spec.allowed_nodes.is_empty() {
+            provider.spec.nodes.clone()
+        } else {
+            spec.allowed_nodes.clone()
+        };
+        return Ok(ConnectionSource {
+            endpoint: provider.spec.endpoint.clone(),
+            credentials,
+            tls,
+            allowed_nodes,
+        });
     }
     let endpoint = spec.endpoint.clone().ok_or_else(|| {
         Error::Credentials(format!("ProxmoxCluster {namespace}/{name} has no spec.endpoint"))
@@ -77,6 +132,37 @@ pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) ->
             "ProxmoxCluster {namespace}/{name} has no spec.credentialsRef"
         ))
     })?;
+    let mut tls = spec.tls.clone();
+    if let Some(ca) = tls.as_mut().and_then(|t| t.ca_bundle_ref.as_mut())
+        && ca.namespace.is_none()
+    {
+        ca.namespace = Some(namespace.clone());
+    }
+    Ok(ConnectionSource {
+        endpoint,
+        credentials: SecretReference {
+            name: cref.name.clone(),
+            namespace: Some(cref.namespace.clone().unwrap_or_else(|| namespace.clone())),
+        },
+        tls,
+        allowed_nodes: spec.allowed_nodes.clone(),
+    })
+}
+
+/// Reads the connection settings of a ProxmoxCluster: `spec.endpoint`, `spec.credentialsRef`,
+/// `spec.tls`, or those of the cluster-scoped banlieue `Provider` named by `spec.providerRef`.
+pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) -> Result<Connection> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let provider = match &cluster.spec.provider_ref {
+        Some(p) => Api::<Provider>::all(client.clone())
+            .get_opt(&p.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading Provider {}", p.name), e))?,
+        None => None,
+    };
+    let source = connection_source(cluster, provider.as_ref())?;
+    let endpoint = source.endpoint.clone();
+    let cref = &source.credentials;
     let secret_ns = cref.namespace.clone().unwrap_or_else(|| namespace.clone());
     let secret = Api::<Secret>::namespaced(client.clone(), &secret_ns)
         .get_opt(&cref.name)
@@ -109,7 +195,7 @@ pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) ->
         secret.metadata.uid.as_deref().unwrap_or(""),
         secret.resource_version().unwrap_or_default()
     );
-    let tls = match &spec.tls {
+    let tls = match &source.tls {
         None => TlsVerification::WebPki,
         Some(t) if t.insecure_skip_verify == Some(true) => TlsVerification::InsecureSkipVerify,
         Some(t) if t.sha256_fingerprint.is_some() => {
@@ -157,11 +243,15 @@ pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) ->
         },
     };
     version.push_str(&format!("|{tls:?}").chars().take(64).collect::<String>());
+    if let Some(p) = &provider {
+        version.push_str(&format!("|{}", p.resource_version().unwrap_or_default()));
+    }
     Ok(Connection {
         endpoint,
         auth,
         tls,
         version,
+        allowed_nodes: source.allowed_nodes,
     })
 }
 
@@ -211,5 +301,97 @@ impl Connector for FakeConnector {
 
     fn connect(&self, _key: &str, _connection: &Connection) -> Result<crate::fake::FakePve> {
         Ok(self.0.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::banlieue::ProviderSpec;
+    use banlieue_api::common::ProviderReference;
+    use banlieue_api::infrastructure::ProxmoxClusterSpec;
+    use pretty_assertions::assert_eq;
+
+    fn standalone(allowed: &[&str]) -> ProxmoxCluster {
+        let mut c = ProxmoxCluster::new(
+            "banlieue-pve-a",
+            ProxmoxClusterSpec {
+                provider_ref: Some(ProviderReference { name: "pve-a".into() }),
+                allowed_nodes: allowed.iter().map(|n| n.to_string()).collect(),
+                ..Default::default()
+            },
+        );
+        c.metadata.namespace = Some("team-a".into());
+        c
+    }
+
+    fn provider(backend: Backend) -> Provider {
+        Provider::new(
+            "pve-a",
+            ProviderSpec {
+                backend,
+                endpoint: "https://pve.example.com:8006".into(),
+                credentials_ref: Some(SecretReference {
+                    name: "pve-a".into(),
+                    namespace: Some("banlieue-system".into()),
+                }),
+                tls: Some(TlsTrust {
+                    sha256_fingerprint: Some("AB".repeat(32)),
+                    ..Default::default()
+                }),
+                nodes: vec!["pve1".into(), "pve2".into()],
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_standalone_cluster_takes_everything_from_its_provider() {
+        let source = connection_source(&standalone(&[]), Some(&provider(Backend::Proxmox))).unwrap();
+        assert_eq!(source.endpoint, "https://pve.example.com:8006");
+        assert_eq!(
+            source.credentials,
+            SecretReference {
+                name: "pve-a".into(),
+                namespace: Some("banlieue-system".into())
+            }
+        );
+        assert!(source.tls.is_some_and(|t| t.sha256_fingerprint.is_some()));
+        assert_eq!(source.allowed_nodes, vec!["pve1", "pve2"]);
+        // The cluster's own allowedNodes narrow the Provider's nodes.
+        let narrowed = connection_source(&standalone(&["pve2"]), Some(&provider(Backend::Proxmox))).unwrap();
+        assert_eq!(narrowed.allowed_nodes, vec!["pve2"]);
+    }
+
+    #[test]
+    fn a_provider_of_another_backend_or_none_is_reported_with_a_reason() {
+        let reason = |p: Option<&Provider>| match connection_source(&standalone(&[]), p) {
+            Err(Error::Provider { reason, message }) => (reason, message),
+            other => panic!("unexpected {other:?}"),
+        };
+        let (r, m) = reason(Some(&provider(Backend::Vsphere)));
+        assert_eq!(r, "ProviderBackendMismatch");
+        assert!(m.contains("vsphere"), "{m}");
+        assert_eq!(reason(None).0, "ProviderNotFound");
+    }
+
+    #[test]
+    fn an_own_endpoint_cluster_resolves_its_secret_namespace() {
+        let mut c = ProxmoxCluster::new(
+            "c1",
+            ProxmoxClusterSpec {
+                endpoint: Some("https://pve:8006".into()),
+                credentials_ref: Some(SecretReference {
+                    name: "creds".into(),
+                    namespace: None,
+                }),
+                allowed_nodes: vec!["pve3".into()],
+                ..Default::default()
+            },
+        );
+        c.metadata.namespace = Some("ns".into());
+        let source = connection_source(&c, None).unwrap();
+        assert_eq!(source.credentials.namespace.as_deref(), Some("ns"));
+        assert_eq!(source.allowed_nodes, vec!["pve3"]);
     }
 }

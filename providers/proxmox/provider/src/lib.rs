@@ -16,6 +16,7 @@ pub mod hypervisor;
 pub mod leader;
 pub mod machine_controller;
 pub mod metrics;
+pub mod owner;
 pub mod phase;
 pub mod placement;
 pub mod provision;

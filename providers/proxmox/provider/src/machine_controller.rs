@@ -18,7 +18,7 @@ use std::time::Duration;
 use banlieue_api::common::Initialization;
 use banlieue_api::condition::{self, ConditionStatus};
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
-use banlieue_capi::bootstrap::BootstrapData;
+use banlieue_capi::bootstrap::{BOOTSTRAP_VALUE_KEY, BootstrapData, BootstrapFormat};
 use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
 use futures::StreamExt;
@@ -34,6 +34,7 @@ use tracing::{info, instrument, warn};
 
 use crate::credentials::{Connector, read_connection};
 use crate::error::{Error, Result};
+use crate::owner::{self, BootstrapSource, InfraCluster, OwnerView};
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 
@@ -112,10 +113,10 @@ fn ready(
     condition::new_condition(condition::READY, status, reason, message, generation, now())
 }
 
-/// Sets the `Paused` condition per the contract.
-fn set_paused(status: &mut ProxmoxMachineStatus, cluster: Option<&Cluster>, pm: &ProxmoxMachine) {
-    let (flag, reason, message) = contract::paused_condition_fields(cluster, &pm.metadata, "ProxmoxMachine");
-    let flag = if flag == "True" {
+/// Sets the `Paused` condition per the contract (from the owner view).
+fn set_paused(status: &mut ProxmoxMachineStatus, view: &OwnerView, pm: &ProxmoxMachine) {
+    let (flag, reason, message) = &view.paused_condition;
+    let flag = if *flag == "True" {
         ConditionStatus::True
     } else {
         ConditionStatus::False
@@ -126,11 +127,61 @@ fn set_paused(status: &mut ProxmoxMachineStatus, cluster: Option<&Cluster>, pm: 
             condition::PAUSED,
             flag,
             reason,
-            message,
+            message.clone(),
             pm.metadata.generation,
             now(),
         ),
     );
+}
+
+/// Reads the user data the owner view points at: a CAPI bootstrap Secret (`value` + `format`),
+/// a VirtualMachine's user-data Secret key (cloud-config), or nothing (an empty `user-data`).
+async fn read_bootstrap<C: Connector>(
+    ctx: &MachineContext<C>,
+    namespace: &str,
+    source: &BootstrapSource,
+) -> Result<Option<BootstrapData>> {
+    let (name, key) = match source {
+        BootstrapSource::Pending => return Ok(None),
+        BootstrapSource::Empty => {
+            return Ok(Some(BootstrapData {
+                format: BootstrapFormat::CloudConfig,
+                value: Vec::new(),
+            }));
+        }
+        BootstrapSource::Secret { name, key } => (name, key),
+    };
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("reading bootstrap Secret {name}"), e))?
+        .ok_or_else(|| Error::Missing {
+            kind: "Secret",
+            namespace: namespace.to_owned(),
+            name: name.clone(),
+        })?;
+    if key == BOOTSTRAP_VALUE_KEY {
+        return BootstrapData::from_secret(&secret)
+            .map(Some)
+            .map_err(|e| Error::Bootstrap(e.to_string()));
+    }
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|v| v.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|v| v.clone().into_bytes())
+        })
+        .ok_or_else(|| Error::Bootstrap(format!("Secret {namespace}/{name} has no key {key:?}")))?;
+    Ok(Some(BootstrapData {
+        format: BootstrapFormat::CloudConfig,
+        value,
+    }))
 }
 
 /// Applies `new` to `/status` if it differs from the object's; returns whether it wrote.
@@ -242,78 +293,81 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         return Ok(Action::await_change());
     }
 
-    // Owner Machine: until CAPI links it, do nothing (not an error).
-    let machine = match contract::owner_machine(&pm.metadata) {
-        Some(owner) => Api::<Machine>::namespaced(ctx.client.clone(), &namespace)
-            .get_opt(&owner.name)
-            .await
-            .map_err(|e| Error::kube("reading the owner Machine", e))?,
-        None => None,
+    // The controlling owner (a CAPI Machine or a banlieue VirtualMachine), resolved into one
+    // view; everything after this is the same for both. No such owner: leave the object alone.
+    let Some(owner) = owner::controlling_owner(&pm.metadata) else {
+        return Ok(Action::await_change());
     };
-    if machine.is_none() && !deleting {
+    let view = owner::resolve(&ctx.client, &pm, owner).await?;
+    if !view.owner_exists && !deleting {
+        // CAPI has not created (or has deleted) the Machine; a deleted VirtualMachine's machine
+        // is deleted by the garbage collector. Nothing to do until then.
         return Ok(Action::await_change());
     }
-    let cluster_name = machine
-        .as_ref()
-        .map(|m| m.spec.cluster_name.clone())
-        .or_else(|| contract::cluster_name(&pm.metadata).map(str::to_owned));
-    let cluster = match &cluster_name {
-        Some(name) => Api::<Cluster>::namespaced(ctx.client.clone(), &namespace)
-            .get_opt(name)
-            .await
-            .map_err(|e| Error::kube("reading the Cluster", e))?,
-        None => None,
-    };
     let mut status = pm.status.clone().unwrap_or_default();
     let mut generation = pm.metadata.generation;
     status.observed_generation = generation;
-    set_paused(&mut status, cluster.as_ref(), &pm);
-    if contract::is_paused(cluster.as_ref(), &pm.metadata) {
+    set_paused(&mut status, &view, &pm);
+    if view.paused.is_some() {
         // Paused: neither provision nor delete (clusterctl move deletes paused source objects).
         write_status(ctx, &api, &pm, &status).await?;
         return Ok(Action::await_change());
     }
-    let Some(cluster) = cluster else {
-        if deleting && pm.status.as_ref().and_then(|s| s.vmid).is_none() {
-            patch_finalizers(ctx, &api, &pm, false).await?;
-            return Ok(Action::await_change());
+    let pxc = match &view.infra_cluster {
+        InfraCluster::Missing(message) => {
+            if deleting && pm.status.as_ref().and_then(|s| s.vmid).is_none() {
+                patch_finalizers(ctx, &api, &pm, false).await?;
+                return Ok(Action::await_change());
+            }
+            if deleting {
+                return delete(ctx, &api, &pm, status, None).await;
+            }
+            condition::set(
+                &mut status.conditions,
+                ready(
+                    ConditionStatus::False,
+                    "WaitingForCluster",
+                    message.clone(),
+                    generation,
+                ),
+            );
+            write_status(ctx, &api, &pm, &status).await?;
+            return Ok(Action::requeue(WAIT_REQUEUE));
         }
-        let name = cluster_name.unwrap_or_default();
-        condition::set(
-            &mut status.conditions,
-            ready(
-                ConditionStatus::False,
-                "WaitingForCluster",
-                format!("Cluster {name:?} not found"),
-                generation,
-            ),
-        );
-        write_status(ctx, &api, &pm, &status).await?;
-        return Ok(Action::requeue(WAIT_REQUEUE));
+        InfraCluster::NotProvisioned(pxc) | InfraCluster::Ready(pxc) => pxc.as_ref().clone(),
     };
-
-    let pxc = proxmox_cluster(ctx, &cluster).await?;
     if deleting {
-        return delete(ctx, &api, &pm, status, pxc.as_ref()).await;
+        return delete(ctx, &api, &pm, status, Some(&pxc)).await;
     }
     if !has_finalizer {
         patch_finalizers(ctx, &api, &pm, true).await?;
     }
-    if !contract::is_infrastructure_provisioned(&cluster) || pxc.is_none() {
+    if matches!(view.infra_cluster, InfraCluster::NotProvisioned(_)) {
+        let message = match &view.owner {
+            owner::Owner::Machine(_) => "the Cluster's infrastructure is not provisioned yet".to_owned(),
+            owner::Owner::VirtualMachine(_) => format!(
+                "ProxmoxCluster {} (of Provider {}) is not provisioned yet",
+                pxc.name_any(),
+                pm.spec
+                    .provider_ref
+                    .as_ref()
+                    .map(|p| p.name.as_str())
+                    .unwrap_or_default()
+            ),
+        };
         condition::set(
             &mut status.conditions,
             ready(
                 ConditionStatus::False,
                 "WaitingForClusterInfrastructure",
-                "the Cluster's infrastructure is not provisioned yet",
+                message,
                 generation,
             ),
         );
         write_status(ctx, &api, &pm, &status).await?;
         return Ok(Action::requeue(WAIT_REQUEUE));
     }
-    let (machine, pxc) = (machine.expect("checked above"), pxc.expect("checked above"));
-    let Some(secret_name) = contract::bootstrap_data_secret_name(&machine).map(str::to_owned) else {
+    if view.bootstrap == BootstrapSource::Pending {
         condition::set(
             &mut status.conditions,
             ready(
@@ -325,7 +379,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         );
         write_status(ctx, &api, &pm, &status).await?;
         return Ok(Action::requeue(WAIT_REQUEUE));
-    };
+    }
 
     let phase = match Phase::read(pm.status.as_ref()) {
         Ok(phase) => phase,
@@ -343,17 +397,20 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
             return Ok(Action::requeue(provision::PERMANENT_RETRY));
         }
     };
-    let hv = match hypervisor(ctx, &pxc).await {
-        Ok(hv) => hv,
-        Err(Error::Credentials(message)) => {
+    let (hv, allowed_nodes) = match hypervisor(ctx, &pxc).await {
+        Ok(found) => found,
+        Err(e @ (Error::Credentials(_) | Error::Provider { .. })) => {
+            let reason = match &e {
+                Error::Provider { reason, .. } => reason,
+                _ => "ProxmoxCredentialsInvalid",
+            };
+            let message = match e {
+                Error::Provider { message, .. } | Error::Credentials(message) => message,
+                _ => String::new(),
+            };
             condition::set(
                 &mut status.conditions,
-                ready(
-                    ConditionStatus::False,
-                    "ProxmoxCredentialsInvalid",
-                    message,
-                    generation,
-                ),
+                ready(ConditionStatus::False, reason, message, generation),
             );
             write_status(ctx, &api, &pm, &status).await?;
             return Ok(Action::requeue(provision::PERMANENT_RETRY));
@@ -361,25 +418,39 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         Err(e) => return Err(e),
     };
     let bootstrap = if phase.needs_bootstrap_data() {
-        let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
-            .get(&secret_name)
-            .await
-            .map_err(|e| Error::kube(format!("reading bootstrap Secret {secret_name}"), e))?;
-        match BootstrapData::from_secret(&secret) {
-            Ok(data) => Some(data),
-            Err(e) => {
+        match read_bootstrap(ctx, &namespace, &view.bootstrap).await {
+            Ok(data) => data,
+            Err(Error::Missing {
+                kind,
+                namespace,
+                name,
+            }) => {
+                condition::set(
+                    &mut status.conditions,
+                    ready(
+                        ConditionStatus::False,
+                        "WaitingForBootstrapData",
+                        format!("{kind} {namespace}/{name} not found"),
+                        generation,
+                    ),
+                );
+                write_status(ctx, &api, &pm, &status).await?;
+                return Ok(Action::requeue(WAIT_REQUEUE));
+            }
+            Err(Error::Bootstrap(message)) => {
                 condition::set(
                     &mut status.conditions,
                     ready(
                         ConditionStatus::False,
                         "BootstrapDataInvalid",
-                        e.to_string(),
+                        message,
                         generation,
                     ),
                 );
                 write_status(ctx, &api, &pm, &status).await?;
                 return Ok(Action::requeue(provision::PERMANENT_RETRY));
             }
+            Err(e) => return Err(e),
         }
     } else {
         None
@@ -389,8 +460,8 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         namespace: &namespace,
         name: &pm.name_any(),
         spec: &pm.spec,
-        failure_domain: machine.spec.failure_domain.as_deref(),
-        cluster_allowed_nodes: &pxc.spec.allowed_nodes,
+        failure_domain: view.failure_domain.as_deref(),
+        cluster_allowed_nodes: &allowed_nodes,
         cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
         seed_storage: &ctx.seed_storage,
     };
@@ -466,29 +537,17 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
     }
 }
 
-async fn proxmox_cluster<C: Connector>(
+/// A hypervisor handle for the ProxmoxCluster, and the nodes machines may use.
+async fn hypervisor<C: Connector>(
     ctx: &MachineContext<C>,
-    cluster: &Cluster,
-) -> Result<Option<ProxmoxCluster>> {
-    let Some(infra) = cluster
-        .spec
-        .infrastructure_ref
-        .as_ref()
-        .filter(|r| r.kind == "ProxmoxCluster")
-    else {
-        return Ok(None);
-    };
-    let namespace = cluster.namespace().unwrap_or_default();
-    Api::<ProxmoxCluster>::namespaced(ctx.client.clone(), &namespace)
-        .get_opt(&infra.name)
-        .await
-        .map_err(|e| Error::kube("reading the ProxmoxCluster", e))
-}
-
-async fn hypervisor<C: Connector>(ctx: &MachineContext<C>, pxc: &ProxmoxCluster) -> Result<C::Hv> {
+    pxc: &ProxmoxCluster,
+) -> Result<(C::Hv, Vec<String>)> {
     let connection = read_connection(&ctx.client, pxc).await?;
     let key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
-    ctx.connector.connect(&key, &connection)
+    Ok((
+        ctx.connector.connect(&key, &connection)?,
+        connection.allowed_nodes,
+    ))
 }
 
 async fn delete<C: Connector>(
@@ -517,7 +576,7 @@ async fn delete<C: Connector>(
         write_status(ctx, api, pm, &status).await?;
         return Ok(Action::requeue(provision::PERMANENT_RETRY));
     };
-    let hv = hypervisor(ctx, pxc).await?;
+    let (hv, _) = hypervisor(ctx, pxc).await?;
     match provision::delete_step(
         &hv,
         &uid,
@@ -582,8 +641,13 @@ pub async fn run<C: Connector>(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    let pxcs: Api<ProxmoxCluster> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let controller = Controller::new(proxmox_machines, watcher::Config::default());
     let store = controller.store();
+    let pxc_store = store.clone();
     // A Cluster change (pause, infrastructure provisioned) concerns every ProxmoxMachine
     // labelled with its name.
     let cluster_to_machines = move |cluster: Cluster| {
@@ -595,9 +659,23 @@ pub async fn run<C: Connector>(
             .map(|pm| ObjectRef::from_obj(&*pm))
             .collect::<Vec<_>>()
     };
+    // A standalone ProxmoxCluster change (provisioned, credentials) concerns every machine whose
+    // `spec.providerRef` names its Provider.
+    let standalone_cluster_to_machines = move |pxc: ProxmoxCluster| {
+        let (name, ns) = (pxc.name_any(), pxc.namespace());
+        pxc_store
+            .state()
+            .into_iter()
+            .filter(|pm| {
+                pm.namespace() == ns && owner::standalone_cluster_name(pm).as_deref() == Some(name.as_str())
+            })
+            .map(|pm| ObjectRef::from_obj(&*pm))
+            .collect::<Vec<_>>()
+    };
     controller
         .watches(machines, watcher::Config::default(), machine_to_infra)
         .watches(clusters, watcher::Config::default(), cluster_to_machines)
+        .watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

@@ -149,11 +149,11 @@ async fn main() -> anyhow::Result<()> {
             args.seed_storage.clone(),
             "banlieue-proxmox",
         )),
-        cluster: Arc::new(ClusterContext {
-            client: client.clone(),
-            connector: ClientConnector::default(),
-            metrics: Default::default(),
-        }),
+        cluster: Arc::new(ClusterContext::new(
+            client.clone(),
+            ClientConnector::default(),
+            "banlieue-proxmox",
+        )),
     });
     for addr in [args.metrics_bind_address, args.health_probe_bind_address] {
         let shared = shared.clone();

@@ -501,11 +501,11 @@ impl Scenario {
 
 impl Scenario {
     fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
-        let ctx = Arc::new(ClusterContext {
-            client: self.client.clone(),
-            connector: FakeConnector(self.pve.clone()),
-            metrics: Default::default(),
-        });
+        let ctx = Arc::new(ClusterContext::new(
+            self.client.clone(),
+            FakeConnector(self.pve.clone()),
+            "banlieue-proxmox-test",
+        ));
         let ns = self.ns.clone();
         tokio::spawn(async move {
             cluster_controller::run(ctx, Some(&ns), 2, std::future::pending()).await;

@@ -44,14 +44,17 @@ fn write(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| Error::io("writing", path, e))
 }
 
-/// The cluster templates (`cluster-template.yaml`, `cluster-template-<flavor>.yaml`) in `dir`,
-/// sorted by file name.
+/// The cluster templates (`cluster-template.yaml`, `cluster-template-<flavor>.yaml`) and
+/// ClusterClass files (`clusterclass-<name>.yaml`, which clusterctl adds to a generated cluster
+/// whose class is missing) in `dir`, sorted by file name.
 pub fn template_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io("reading", dir, e))? {
         let path = entry.map_err(|e| Error::io("reading", dir, e))?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-        if name.starts_with("cluster-template") && name.ends_with(".yaml") {
+        if (name.starts_with("cluster-template") || name.starts_with("clusterclass-"))
+            && name.ends_with(".yaml")
+        {
             files.push(path);
         }
     }

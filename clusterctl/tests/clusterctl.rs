@@ -1,0 +1,480 @@
+//! The real clusterctl (v1.14.2, built by `tests/controlplane/build.sh`) against the harness
+//! control plane: `clusterctl init` installs CAPI's core/kubeadm providers and banlieue-proxmox
+//! from a local repository written by `banlieue-clusterctl`, and `clusterctl generate cluster`
+//! renders every flavor from the documented variables into objects the apiserver accepts.
+//!
+//! The provider's Deployment gets no pods: the harness has no kubelet (and no scheduler), which is
+//! expected; the objects and their labels are what clusterctl is responsible for.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use banlieue_clusterctl::repository::{self, CAPI_VERSION};
+use banlieue_clusterctl::{PROXMOX_NAMESPACE, PROXMOX_PROVIDER_LABEL, VERSION, components};
+use banlieue_testenv::{TestEnv, bin_dir, crds_from_yaml};
+
+/// Variables clusterctl sets itself from `generate cluster`'s arguments.
+const CLUSTERCTL_SET: [&str; 5] = [
+    "CLUSTER_NAME",
+    "NAMESPACE",
+    "KUBERNETES_VERSION",
+    "CONTROL_PLANE_MACHINE_COUNT",
+    "WORKER_MACHINE_COUNT",
+];
+const FLAVORS: [&str; 3] = ["", "ipam", "clusterclass"];
+
+/// cert-manager's Issuer and Certificate kinds, schema-less: clusterctl skips installing
+/// cert-manager when it can create its test Issuer and Certificate.
+const CERT_MANAGER_CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: issuers.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: certificates.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+async fn env() -> Result<&'static TestEnv> {
+    let crds = crds_from_yaml(CERT_MANAGER_CRDS, "cert-manager CRDs")?;
+    Ok(TestEnv::shared_with(|b| b.crds(crds)).await?)
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// What `clusterctl init` left behind, shared by the tests of this binary.
+struct Initialized {
+    config: PathBuf,
+    home: PathBuf,
+    init_output: String,
+}
+
+static INIT: OnceLock<Result<Initialized, String>> = OnceLock::new();
+
+/// A clusterctl command with a private HOME, no version check and nothing else from the
+/// environment but PATH.
+fn clusterctl(home: &Path) -> Command {
+    let mut cmd = Command::new(bin_dir().join("clusterctl"));
+    cmd.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true");
+    cmd
+}
+
+fn run(cmd: &mut Command, what: &str) -> Result<Output> {
+    let output = banlieue_testenv::run_with_timeout(cmd, Duration::from_secs(300))
+        .with_context(|| format!("running {what}"))?;
+    ensure!(
+        output.status.success(),
+        "{what} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(output)
+}
+
+/// Writes the local repository (CAPI from `bin/capi-crds`, banlieue-proxmox from this tree) and
+/// runs `clusterctl init` once.
+fn init(env: &TestEnv) -> Result<Initialized> {
+    let dir = env.workdir().join("clusterctl");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home)?;
+    let repo = dir.join("repository");
+    let mut entries = repository::write_capi(&repo, &bin_dir().join("capi-crds"), CAPI_VERSION)?;
+    entries.push(repository::write_proxmox(&repo, &root().join("templates"))?);
+    let config = repository::write_config(&repo, &entries)?;
+    let output = run(
+        clusterctl(&home)
+            .args(["init", "--config"])
+            .arg(&config)
+            .arg("--kubeconfig")
+            .arg(env.admin().path())
+            .args([
+                &format!("--core=cluster-api:{CAPI_VERSION}"),
+                &format!("--bootstrap=kubeadm:{CAPI_VERSION}"),
+                &format!("--control-plane=kubeadm:{CAPI_VERSION}"),
+                &format!("--infrastructure=banlieue-proxmox:{VERSION}"),
+                "-v3",
+            ])
+            .env("PROXMOX_TOKEN", "capi@pve!capi")
+            .env("PROXMOX_SECRET", "8e1f1c0a-0000-4000-8000-000000000001"),
+        "clusterctl init",
+    )?;
+    Ok(Initialized {
+        config,
+        home,
+        init_output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    })
+}
+
+async fn initialized() -> Result<(&'static TestEnv, &'static Initialized)> {
+    let env = env().await?;
+    let init = INIT.get_or_init(|| init(env).map_err(|e| format!("{e:#}")));
+    match init {
+        Ok(i) => Ok((env, i)),
+        Err(e) => bail!("clusterctl init failed: {e}"),
+    }
+}
+
+fn kubectl_json(env: &TestEnv, args: &[&str]) -> Result<serde_json::Value> {
+    let output = run(
+        env.kubectl().args(args).args(["-o", "json"]),
+        &format!("kubectl {args:?}"),
+    )?;
+    Ok(serde_json::from_slice(&output.stdout)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_init_installs_the_provider_with_its_labels() -> Result<()> {
+    let (env, init) = initialized().await?;
+    assert!(
+        init.init_output.contains("Skipping installing cert-manager"),
+        "{}",
+        init.init_output
+    );
+    assert!(
+        init.init_output.contains(&format!(
+            "Installing provider=\"infrastructure-banlieue-proxmox\" version=\"{VERSION}\" targetNamespace=\"{PROXMOX_NAMESPACE}\""
+        )) || init.init_output.contains("infrastructure-banlieue-proxmox"),
+        "{}",
+        init.init_output
+    );
+
+    // clusterctl's inventory knows the provider, its version and namespace.
+    let inventory = kubectl_json(env, &["get", "providers.clusterctl.cluster.x-k8s.io", "-A"])?;
+    let entries: Vec<(String, String, String)> = inventory["items"]
+        .as_array()
+        .context("items")?
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                p["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(),
+                p["version"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        entries.contains(&(
+            PROXMOX_PROVIDER_LABEL.into(),
+            PROXMOX_NAMESPACE.into(),
+            VERSION.into()
+        )),
+        "{entries:?}"
+    );
+    for capi in ["cluster-api", "bootstrap-kubeadm", "control-plane-kubeadm"] {
+        assert!(
+            entries.iter().any(|(n, _, v)| n == capi && v == CAPI_VERSION),
+            "{capi}: {entries:?}"
+        );
+    }
+
+    // Every object of the components file is in the cluster, labelled for clusterctl.
+    let selector = format!("cluster.x-k8s.io/provider={PROXMOX_PROVIDER_LABEL}");
+    for doc in components::proxmox_components() {
+        let kind = doc["kind"].as_str().context("kind")?.to_lowercase();
+        let name = doc["metadata"]["name"].as_str().context("name")?;
+        let mut args = vec!["get", kind.as_str(), name];
+        if let Some(ns) = doc["metadata"]["namespace"].as_str() {
+            args.extend(["-n", ns]);
+        }
+        let live = kubectl_json(env, &args)?;
+        assert_eq!(
+            live["metadata"]["labels"]["cluster.x-k8s.io/provider"], PROXMOX_PROVIDER_LABEL,
+            "{kind} {name}"
+        );
+    }
+    let labelled = kubectl_json(env, &["get", "crd", "-l", &selector])?;
+    assert_eq!(labelled["items"].as_array().map(Vec::len), Some(4));
+
+    // Variables were substituted (token from the environment, defaults for the rest).
+    let secret = kubectl_json(
+        env,
+        &[
+            "get",
+            "secret",
+            components::PROXMOX_CREDENTIALS_SECRET,
+            "-n",
+            PROXMOX_NAMESPACE,
+        ],
+    )?;
+    let token = secret["data"]["tokenID"].as_str().context("tokenID")?;
+    assert_eq!(token, "Y2FwaUBwdmUhY2FwaQ==", "base64 of capi@pve!capi");
+    let deployment = kubectl_json(
+        env,
+        &[
+            "get",
+            "deployment",
+            components::PROXMOX_DEPLOYMENT,
+            "-n",
+            PROXMOX_NAMESPACE,
+        ],
+    )?;
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], components::proxmox_image());
+    assert!(
+        container["args"]
+            .as_array()
+            .context("args")?
+            .iter()
+            .any(|a| a == "--concurrency=10"),
+        "{container}"
+    );
+
+    // CAPI's aggregated manager role picked up the provider's rules (kube-controller-manager's
+    // clusterrole-aggregation controller).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let role = kubectl_json(env, &["get", "clusterrole", "capi-aggregated-manager-role"])?;
+        let text = role["rules"].to_string();
+        if text.contains("proxmoxmachines") {
+            break;
+        }
+        ensure!(tokio::time::Instant::now() < deadline, "not aggregated: {role}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(())
+}
+
+/// A README row: default (`None` = required) and flavors.
+type Documented = (Option<String>, Vec<String>);
+
+/// Rows of the README's "Template variables" table: name → (default, flavors).
+fn documented_variables() -> Result<BTreeMap<String, Documented>> {
+    let readme = std::fs::read_to_string(root().join("clusterctl/README.md"))?;
+    let section = readme
+        .split("## Template variables")
+        .nth(1)
+        .context("README has a Template variables section")?;
+    let section = section.split("\n## ").next().unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for line in section.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.trim_matches('|').split('|').map(str::trim).collect();
+        ensure!(cells.len() == 4, "bad row: {line}");
+        let name = cells[0].trim_matches('`').to_owned();
+        let default = (cells[1] != "(required)").then(|| cells[1].trim_matches('`').to_owned());
+        let flavors = cells[2].split(',').map(|f| f.trim().to_owned()).collect();
+        out.insert(name, (default, flavors));
+    }
+    ensure!(!out.is_empty(), "no variables parsed");
+    Ok(out)
+}
+
+/// The README's variables of a flavor (`""` = default) or of the ClusterClass file (`"class"`).
+fn documented_for(flavor: &str) -> Result<BTreeMap<String, Option<String>>> {
+    let name = if flavor.is_empty() { "default" } else { flavor };
+    Ok(documented_variables()?
+        .into_iter()
+        .filter(|(_, (_, flavors))| {
+            flavors
+                .iter()
+                .any(|f| f == name || (f == "all" && name != "class"))
+        })
+        .map(|(var, (default, _))| (var, default))
+        .collect())
+}
+
+/// `${VAR}` / `${VAR:=default}` occurrences of a template: name → default.
+fn variables_in(text: &str) -> Result<BTreeMap<String, Option<String>>> {
+    let mut out = BTreeMap::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let end = after.find('}').context("unterminated ${")?;
+        let (name, default) = match after[..end].split_once(":=") {
+            Some((n, d)) => (n, Some(d.to_owned())),
+            None => (&after[..end], None),
+        };
+        if let Some(previous) = out.insert(name.to_owned(), default.clone()) {
+            ensure!(
+                previous == default,
+                "{name} has two defaults: {previous:?} and {default:?}"
+            );
+        }
+        rest = &after[end..];
+    }
+    Ok(out)
+}
+
+fn generate(init: &Initialized, env: &TestEnv, flavor: &str, extra: &[&str]) -> Command {
+    let mut cmd = clusterctl(&init.home);
+    cmd.args(["generate", "cluster", "c1", "--config"])
+        .arg(&init.config)
+        .arg("--kubeconfig")
+        .arg(env.admin().path())
+        .arg(format!("--infrastructure=banlieue-proxmox:{VERSION}"))
+        .args(extra);
+    if !flavor.is_empty() {
+        cmd.arg(format!("--flavor={flavor}"));
+    }
+    cmd
+}
+
+fn names(m: &BTreeMap<String, Option<String>>) -> BTreeSet<String> {
+    m.keys().cloned().collect()
+}
+
+#[test]
+fn the_clusterclass_file_uses_exactly_the_documented_class_variables() -> Result<()> {
+    let text = std::fs::read_to_string(root().join("templates/clusterclass-banlieue-proxmox.yaml"))?;
+    let mut used = variables_in(&text)?;
+    for var in CLUSTERCTL_SET {
+        used.remove(var);
+    }
+    assert_eq!(
+        used,
+        documented_for("class")?,
+        "clusterclass file (left) vs README rows tagged `class`"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_variables_matches_the_readme() -> Result<()> {
+    let (env, init) = initialized().await?;
+    for flavor in FLAVORS {
+        let output = run(
+            &mut generate(init, env, flavor, &["--list-variables"]),
+            "list-variables",
+        )?;
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut listed = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.trim().strip_prefix("- ") else {
+                continue;
+            };
+            let mut parts = rest.splitn(2, char::is_whitespace);
+            let name = parts.next().unwrap_or_default().to_owned();
+            let default = parts
+                .next()
+                .map(str::trim)
+                .and_then(|d| d.strip_prefix("(defaults to \""))
+                .and_then(|d| d.strip_suffix("\")"))
+                .map(str::to_owned);
+            listed.insert(name, default);
+        }
+        for var in CLUSTERCTL_SET {
+            listed.remove(var);
+        }
+        let documented = documented_for(flavor)?;
+        assert_eq!(
+            names(&listed),
+            names(&documented),
+            "flavor {flavor:?}: clusterctl lists (left) vs README (right)\n{text}"
+        );
+        for (var, default) in &documented {
+            assert_eq!(
+                listed.get(var).cloned().flatten().as_ref(),
+                default.as_ref(),
+                "flavor {flavor:?}: default of {var}\n{text}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_flavor_renders_from_documented_variables_and_is_accepted() -> Result<()> {
+    let (env, init) = initialized().await?;
+    for flavor in FLAVORS {
+        let ns = env.namespace("generate").await?;
+        let mut cmd = generate(
+            init,
+            env,
+            flavor,
+            &[
+                "--kubernetes-version=v1.33.1",
+                "--control-plane-machine-count=3",
+                "--worker-machine-count=2",
+                &format!("--target-namespace={}", ns.name()),
+            ],
+        );
+        // Only the required variables of the README, with example values (for the clusterclass
+        // flavor also those of the class file clusterctl adds).
+        let mut documented = documented_for(flavor)?;
+        if flavor == "clusterclass" {
+            documented.extend(documented_for("class")?);
+        }
+        for (var, default) in documented {
+            if default.is_some() {
+                continue;
+            }
+            let value = match var.as_str() {
+                "PROXMOX_URL" => "https://pve.example.com:8006",
+                "PROXMOX_TEMPLATE_VMID" => "9000",
+                "CONTROL_PLANE_ENDPOINT_IP" => "192.0.2.10",
+                "IP_POOL_NAME" => "workers",
+                other => bail!("no example value for required variable {other}"),
+            };
+            cmd.env(var, value);
+        }
+        let output = run(&mut cmd, &format!("generate cluster (flavor {flavor:?})"))?;
+        let rendered = String::from_utf8(output.stdout)?;
+        assert!(!rendered.contains("${"), "unsubstituted variable:\n{rendered}");
+        let file = env.workdir().join(format!(
+            "cluster-{}.yaml",
+            if flavor.is_empty() { "default" } else { flavor }
+        ));
+        std::fs::write(&file, &rendered)?;
+        let output = run(
+            env.kubectl()
+                .args([
+                    "apply",
+                    "--server-side",
+                    "--dry-run=server",
+                    "-n",
+                    ns.name(),
+                    "-f",
+                ])
+                .arg(&file),
+            &format!("server-side dry-run of flavor {flavor:?}"),
+        )?;
+        let applied = String::from_utf8_lossy(&output.stdout);
+        let mut kinds = vec![
+            "cluster.cluster.x-k8s.io/c1",
+            "proxmoxmachinetemplate.infrastructure.banlieue.io",
+        ];
+        kinds.push(match flavor {
+            "clusterclass" => "clusterclass.cluster.x-k8s.io/banlieue-proxmox",
+            _ => "kubeadmcontrolplane.controlplane.cluster.x-k8s.io/c1-control-plane",
+        });
+        for kind in kinds {
+            assert!(
+                applied.contains(kind),
+                "flavor {flavor:?}: {kind} missing in\n{applied}"
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,373 @@
+//! The LibvirtCluster reconciler (CAPI InfraCluster contract, and standalone infra clusters of
+//! banlieue Providers).
+//!
+//! Reconciled when its controlling owner is a CAPI `Cluster` or a banlieue `Provider`
+//! (standalone; the banlieue controller creates those). Resolves the hosts ([`crate::hosts`]),
+//! checks each one answers (`LibvirtConnected`), publishes one failure domain per reachable host,
+//! mirrors the Cluster's `controlPlaneEndpoint` when the user set none (CAPI only), and sets
+//! `status.initialization.provisioned` and `Ready`. Objects with `cluster.x-k8s.io/managed-by`
+//! are skipped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_api::common::{ApiEndpoint, FailureDomain, Initialization};
+use banlieue_api::condition::{self, ConditionStatus};
+use banlieue_api::infrastructure::{LibvirtCluster, LibvirtClusterStatus};
+use banlieue_api::standalone;
+use banlieue_capi::Cluster;
+use banlieue_capi::contract;
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{instrument, warn};
+
+use crate::error::{Error, Result};
+use crate::hosts::{self, Connector};
+use crate::hypervisor::Hypervisor;
+use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
+
+/// Condition type: every host answers.
+pub const LIBVIRT_CONNECTED: &str = "LibvirtConnected";
+/// Resync period.
+pub const RESYNC: Duration = Duration::from_secs(300);
+
+/// Shared state of the LibvirtCluster controller.
+pub struct ClusterContext<C: Connector> {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Opens libvirt connections.
+    pub connector: C,
+}
+
+fn cond(
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    g: Option<i64>,
+) -> condition::Condition {
+    condition::new_condition(
+        type_,
+        status,
+        reason,
+        message,
+        g,
+        Time(k8s_openapi::jiff::Timestamp::now()),
+    )
+}
+
+/// The controlling owner of an infra cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClusterOwner {
+    /// A CAPI Cluster.
+    Cluster(String),
+    /// A banlieue Provider (standalone).
+    Provider(String),
+}
+
+/// The owner this controller acts for, if any.
+pub fn cluster_owner(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<ClusterOwner> {
+    if let Some(o) = contract::owner_cluster(meta) {
+        return Some(ClusterOwner::Cluster(o.name.clone()));
+    }
+    meta.owner_references
+        .as_deref()?
+        .iter()
+        .find(|o| {
+            o.controller == Some(true)
+                && contract::group_of(&o.api_version) == standalone::OWNER_GROUP
+                && o.kind == standalone::PROVIDER_KIND
+        })
+        .map(|o| ClusterOwner::Provider(o.name.clone()))
+}
+
+/// The endpoint to mirror from the Cluster: `None` when the user set one or the Cluster has
+/// none (complete) yet.
+pub fn endpoint_to_mirror(lvc: &LibvirtCluster, cluster: &Cluster) -> Option<ApiEndpoint> {
+    if lvc.spec.control_plane_endpoint.is_some() {
+        return None;
+    }
+    let ep = cluster.spec.control_plane_endpoint.as_ref()?;
+    let host = ep.host.clone().filter(|h| !h.is_empty())?;
+    let port = ep.port.filter(|p| (1..=65535).contains(p))?;
+    Some(ApiEndpoint { host, port })
+}
+
+/// Reconciles one LibvirtCluster.
+#[instrument(skip_all, fields(namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
+pub async fn reconcile<C: Connector>(
+    obj: Arc<LibvirtCluster>,
+    ctx: Arc<ClusterContext<C>>,
+) -> Result<Action> {
+    let res = reconcile_inner(&obj, &ctx).await;
+    if let Err(e) = &res {
+        warn!(error = %e, "reconcile failed");
+    }
+    res
+}
+
+/// Error policy: retry after 30 s.
+pub fn error_policy<C: Connector>(_: Arc<LibvirtCluster>, _: &Error, _: Arc<ClusterContext<C>>) -> Action {
+    Action::requeue(Duration::from_secs(30))
+}
+
+async fn write_status(
+    api: &Api<LibvirtCluster>,
+    lvc: &LibvirtCluster,
+    new: &LibvirtClusterStatus,
+) -> Result<()> {
+    if lvc.status.clone().unwrap_or_default() == *new {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": LibvirtCluster::api_version(&()),
+        "kind": LibvirtCluster::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &lvc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube("writing LibvirtCluster status", e))?;
+    Ok(())
+}
+
+async fn set_finalizer(api: &Api<LibvirtCluster>, lvc: &LibvirtCluster, present: bool) -> Result<()> {
+    let mut finalizers = lvc.finalizers().to_vec();
+    if present {
+        finalizers.push(FINALIZER.to_owned());
+    } else {
+        finalizers.retain(|f| f != FINALIZER);
+    }
+    let patch = serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": lvc.resource_version()}});
+    api.patch(&lvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube("updating LibvirtCluster finalizers", e))?;
+    Ok(())
+}
+
+async fn reconcile_inner<C: Connector>(obj: &LibvirtCluster, ctx: &ClusterContext<C>) -> Result<Action> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let api: Api<LibvirtCluster> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(lvc) = api
+        .get_opt(&obj.name_any())
+        .await
+        .map_err(|e| Error::kube("reading LibvirtCluster", e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    if contract::is_externally_managed(&lvc.metadata) {
+        return Ok(Action::await_change());
+    }
+    let has_finalizer = lvc.finalizers().iter().any(|f| f == FINALIZER);
+    let deleting = lvc.meta().deletion_timestamp.is_some();
+    let Some(owner) = cluster_owner(&lvc.metadata) else {
+        if deleting && has_finalizer {
+            set_finalizer(&api, &lvc, false).await?;
+        }
+        return Ok(Action::await_change());
+    };
+    let cluster = match &owner {
+        ClusterOwner::Cluster(name) => Api::<Cluster>::namespaced(ctx.client.clone(), &namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| Error::kube("reading the owner Cluster", e))?,
+        ClusterOwner::Provider(_) => None,
+    };
+    let generation = lvc.metadata.generation;
+    let mut status = lvc.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let (flag, reason, message) =
+        contract::paused_condition_fields(cluster.as_ref(), &lvc.metadata, "LibvirtCluster");
+    condition::set(
+        &mut status.conditions,
+        cond(
+            condition::PAUSED,
+            if flag == "True" {
+                ConditionStatus::True
+            } else {
+                ConditionStatus::False
+            },
+            reason,
+            message,
+            generation,
+        ),
+    );
+    if contract::is_paused(cluster.as_ref(), &lvc.metadata) {
+        write_status(&api, &lvc, &status).await?;
+        return Ok(Action::await_change());
+    }
+    if deleting {
+        // The cluster owns nothing on libvirt: machines are deleted first.
+        if has_finalizer {
+            set_finalizer(&api, &lvc, false).await?;
+        }
+        return Ok(Action::await_change());
+    }
+    if !has_finalizer {
+        set_finalizer(&api, &lvc, true).await?;
+    }
+    if let Some(c) = &cluster
+        && let Some(endpoint) = endpoint_to_mirror(&lvc, c)
+    {
+        let patch = serde_json::json!({"spec": {"controlPlaneEndpoint": endpoint}});
+        api.patch(&lvc.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::kube("mirroring the Cluster's controlPlaneEndpoint", e))?;
+    }
+    // Standalone clusters have no workload API server.
+    let needs_endpoint = matches!(owner, ClusterOwner::Cluster(_));
+    let has_endpoint = lvc.spec.control_plane_endpoint.is_some()
+        || cluster
+            .as_ref()
+            .is_some_and(|c| endpoint_to_mirror(&lvc, c).is_some());
+
+    let (ready_reason, ready_message, provisioned) = match hosts::resolve(&ctx.client, &lvc).await? {
+        Err(e) => {
+            condition::set(
+                &mut status.conditions,
+                cond(
+                    LIBVIRT_CONNECTED,
+                    ConditionStatus::False,
+                    e.reason,
+                    e.message.clone(),
+                    generation,
+                ),
+            );
+            (e.reason, e.message, false)
+        }
+        Ok(specs) => {
+            let mut up = Vec::new();
+            let mut down = Vec::new();
+            for h in &specs {
+                match ctx.connector.connect(&h.uri).host_info().await {
+                    Ok(_) => up.push(h.name.clone()),
+                    Err(e) => down.push(format!("{}: {}", h.name, e.message)),
+                }
+            }
+            up.sort();
+            status.failure_domains = up
+                .iter()
+                .map(|name| FailureDomain {
+                    name: name.clone(),
+                    control_plane: Some(true),
+                    attributes: None,
+                })
+                .collect();
+            let connected = down.is_empty();
+            condition::set(
+                &mut status.conditions,
+                cond(
+                    LIBVIRT_CONNECTED,
+                    ConditionStatus::from(connected),
+                    if connected { "Connected" } else { "Unreachable" },
+                    down.join("; "),
+                    generation,
+                ),
+            );
+            match (up.is_empty(), needs_endpoint && !has_endpoint) {
+                (true, _) => ("Unreachable", down.join("; "), false),
+                (false, true) => (
+                    "WaitingForControlPlaneEndpoint",
+                    "set spec.controlPlaneEndpoint on the LibvirtCluster or the Cluster".to_owned(),
+                    false,
+                ),
+                (false, false) => ("Provisioned", String::new(), true),
+            }
+        }
+    };
+    // Once provisioned, CAPI never looks back: keep it through outages.
+    if provisioned || Initialization::is_provisioned(status.initialization.as_ref()) {
+        status.initialization = Initialization::provisioned(true);
+    }
+    condition::set(
+        &mut status.conditions,
+        cond(
+            condition::READY,
+            ConditionStatus::from(provisioned),
+            ready_reason,
+            ready_message,
+            generation,
+        ),
+    );
+    write_status(&api, &lvc, &status).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+fn cluster_to_infra(cluster: Cluster) -> Option<ObjectRef<LibvirtCluster>> {
+    let r = cluster.spec.infrastructure_ref.as_ref()?;
+    (r.kind == "LibvirtCluster" && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
+        .then(|| ObjectRef::new(&r.name).within(&cluster.namespace().unwrap_or_default()))
+}
+
+/// Runs the LibvirtCluster controller until `shutdown`.
+pub async fn run<C: Connector>(
+    ctx: Arc<ClusterContext<C>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    let (lvcs, clusters): (Api<LibvirtCluster>, Api<Cluster>) = match namespace {
+        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
+        None => (Api::all(client.clone()), Api::all(client)),
+    };
+    Controller::new(lvcs, watcher::Config::default())
+        .watches(clusters, watcher::Config::default(), cluster_to_infra)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+    fn meta(api_version: &str, kind: &str, controller: bool) -> ObjectMeta {
+        ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: "o".into(),
+                uid: "u".into(),
+                controller: Some(controller),
+                block_owner_deletion: None,
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn owners_are_a_capi_cluster_or_a_controlling_provider() {
+        assert_eq!(
+            cluster_owner(&meta("cluster.x-k8s.io/v1beta2", "Cluster", true)),
+            Some(ClusterOwner::Cluster("o".into()))
+        );
+        assert_eq!(
+            cluster_owner(&meta("banlieue.io/v1alpha1", "Provider", true)),
+            Some(ClusterOwner::Provider("o".into()))
+        );
+        assert_eq!(
+            cluster_owner(&meta("banlieue.io/v1alpha1", "Provider", false)),
+            None
+        );
+        assert_eq!(cluster_owner(&meta("example.com/v1", "Provider", true)), None);
+        assert_eq!(cluster_owner(&ObjectMeta::default()), None);
+    }
+}

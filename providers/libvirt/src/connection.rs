@@ -1,0 +1,408 @@
+//! The real [`Hypervisor`]: the crates.io `virt` crate (C bindings to libvirt), one
+//! `virConnect` per URI shared by all reconciles, every call on tokio's blocking pool with a
+//! timeout.
+//!
+//! libvirt's default error handler prints every error to stderr; it is replaced by a no-op
+//! once per process ([`virt::error::clear_error_callback`]). A connection that libvirt reports
+//! dead is reopened on the next call.
+//!
+//! `test:///default` cannot store volume contents (`virStorageVolUpload` is not implemented
+//! there); for that driver only, uploaded bytes are kept in this connection's memory so tests
+//! can read them back with [`VirtHypervisor::uploaded`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use virt::connect::Connect;
+use virt::domain::{Domain, DomainState};
+use virt::enumutil::Enum;
+use virt::error::ErrorNumber;
+use virt::storage_pool::StoragePool;
+use virt::storage_vol::StorageVol;
+use virt::stream::Stream;
+
+use crate::hypervisor::{
+    DomainInfo, ErrorKind, GuestAddress, HostInfo, HvError, HvResult, Hypervisor, RunState, VolumeInfo,
+};
+use crate::xml;
+
+/// Longest time one libvirt call may take before the reconcile gives up on it.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+static QUIET: Once = Once::new();
+
+/// Volume contents kept for the `test` driver, by (pool, volume).
+type Uploads = HashMap<(String, String), Vec<u8>>;
+
+fn classify(operation: &str, e: &virt::error::Error) -> HvError {
+    let kind = match e.code() {
+        Enum::Known(
+            ErrorNumber::NoDomain
+            | ErrorNumber::NoStorageVolume
+            | ErrorNumber::NoStoragePool
+            | ErrorNumber::NoNetwork
+            | ErrorNumber::NoDomainMetadata,
+        ) => ErrorKind::NotFound,
+        Enum::Known(ErrorNumber::DomExist | ErrorNumber::StorageVolExist) => ErrorKind::Exists,
+        Enum::Known(ErrorNumber::NoSupport) => ErrorKind::Unsupported,
+        Enum::Known(
+            ErrorNumber::NoConnect
+            | ErrorNumber::InvalidConn
+            | ErrorNumber::Rpc
+            | ErrorNumber::OperationTimeout
+            | ErrorNumber::SystemError,
+        ) => ErrorKind::Transient,
+        _ => ErrorKind::Other,
+    };
+    HvError::new(kind, operation, e.message())
+}
+
+/// A libvirt connection to one host.
+pub struct VirtHypervisor {
+    uri: String,
+    conn: Arc<Mutex<Option<Arc<Connect>>>>,
+    test_driver: bool,
+    uploads: Arc<Mutex<Uploads>>,
+}
+
+impl std::fmt::Debug for VirtHypervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VirtHypervisor").field("uri", &self.uri).finish()
+    }
+}
+
+impl VirtHypervisor {
+    /// A handle for `uri`; the connection is opened on first use.
+    pub fn new(uri: impl Into<String>) -> Self {
+        QUIET.call_once(virt::error::clear_error_callback);
+        let uri = uri.into();
+        Self {
+            test_driver: uri.starts_with("test://") || uri.starts_with("test+"),
+            uri,
+            conn: Arc::default(),
+            uploads: Arc::default(),
+        }
+    }
+
+    /// The URI.
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// Bytes uploaded to a volume on the `test` driver (which cannot store them).
+    pub fn uploaded(&self, pool: &str, name: &str) -> Option<Vec<u8>> {
+        self.uploads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(pool.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// The open connection, (re)opened when absent or dead. Blocking.
+    fn connection(uri: &str, slot: &Mutex<Option<Arc<Connect>>>) -> HvResult<Arc<Connect>> {
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(conn) = slot.as_ref()
+            && conn.is_alive().unwrap_or(false)
+        {
+            return Ok(conn.clone());
+        }
+        let conn = Connect::open(Some(uri)).map_err(|e| {
+            let mut err = classify(&format!("connecting to {uri}"), &e);
+            // A failed open (daemon down, refused) is worth retrying.
+            err.kind = ErrorKind::Transient;
+            err
+        })?;
+        let conn = Arc::new(conn);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Runs `f` on the blocking pool with the connection, bounded by [`CALL_TIMEOUT`].
+    async fn call<T, F>(&self, operation: &str, f: F) -> HvResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connect) -> HvResult<T> + Send + 'static,
+    {
+        let uri = self.uri.clone();
+        let slot = self.conn.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let conn = Self::connection(&uri, &slot)?;
+            f(&conn)
+        });
+        match tokio::time::timeout(CALL_TIMEOUT, task).await {
+            Err(_) => Err(HvError::new(
+                ErrorKind::Transient,
+                operation,
+                format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
+            )),
+            Ok(Err(join)) => Err(HvError::new(ErrorKind::Other, operation, join.to_string())),
+            Ok(Ok(out)) => out,
+        }
+    }
+}
+
+fn domain_info(d: &Domain) -> Result<DomainInfo, virt::error::Error> {
+    let (state, _) = d.state()?;
+    let state = match state {
+        Enum::Known(DomainState::Shutoff) => RunState::ShutOff,
+        Enum::Known(DomainState::Shutdown) => RunState::ShuttingDown,
+        Enum::Known(DomainState::Crashed) => RunState::Crashed,
+        _ => RunState::Running,
+    };
+    let desc = d.xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE)?;
+    Ok(DomainInfo {
+        name: d.name()?,
+        uuid: d.uuid_string()?.to_ascii_lowercase(),
+        state,
+        owner: xml::owner_from_xml(&desc),
+        macs: xml::macs_from_xml(&desc),
+    })
+}
+
+fn lookup_uuid(conn: &Connect, uuid: &str, op: &str) -> HvResult<Domain> {
+    conn.lookup_domain_by_uuid_string(uuid)
+        .map_err(|e| classify(op, &e))
+}
+
+fn pool(conn: &Connect, name: &str) -> HvResult<StoragePool> {
+    conn.lookup_storage_pool_by_name(name)
+        .map_err(|e| classify(&format!("storage pool {name}"), &e))
+}
+
+fn volume_info(v: &StorageVol) -> Result<VolumeInfo, virt::error::Error> {
+    let info = v.info()?;
+    let desc = v.xml_desc(0)?;
+    Ok(VolumeInfo {
+        name: v.name()?,
+        path: v.path()?,
+        capacity: info.capacity,
+        format: xml::volume_format(&desc),
+    })
+}
+
+fn not_found_is_none<T>(r: HvResult<T>) -> HvResult<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl Hypervisor for VirtHypervisor {
+    async fn host_info(&self) -> HvResult<HostInfo> {
+        self.call("host info", |c| {
+            let hostname = c.hostname().map_err(|e| classify("hostname", &e))?;
+            let v = c.lib_version().map_err(|e| classify("version", &e))?;
+            Ok(HostInfo {
+                hostname,
+                version: format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000),
+            })
+        })
+        .await
+    }
+
+    async fn domain_by_uuid(&self, uuid: &str) -> HvResult<Option<DomainInfo>> {
+        let uuid = uuid.to_owned();
+        self.call("looking up domain", move |c| {
+            let op = format!("domain {uuid}");
+            not_found_is_none(
+                lookup_uuid(c, &uuid, &op).and_then(|d| domain_info(&d).map_err(|e| classify(&op, &e))),
+            )
+        })
+        .await
+    }
+
+    async fn domain_by_name(&self, name: &str) -> HvResult<Option<DomainInfo>> {
+        let name = name.to_owned();
+        self.call("looking up domain", move |c| {
+            let op = format!("domain {name}");
+            not_found_is_none(
+                c.lookup_domain_by_name(&name)
+                    .and_then(|d| domain_info(&d))
+                    .map_err(|e| classify(&op, &e)),
+            )
+        })
+        .await
+    }
+
+    async fn define_domain(&self, xml: &str) -> HvResult<DomainInfo> {
+        let xml = xml.to_owned();
+        self.call("defining domain", move |c| {
+            c.define_domain_xml(&xml)
+                .and_then(|d| domain_info(&d))
+                .map_err(|e| classify("defining domain", &e))
+        })
+        .await
+    }
+
+    async fn start_domain(&self, uuid: &str) -> HvResult<()> {
+        let uuid = uuid.to_owned();
+        self.call("starting domain", move |c| {
+            let d = lookup_uuid(c, &uuid, "starting domain")?;
+            if d.is_active().unwrap_or(false) {
+                return Ok(());
+            }
+            d.create().map_err(|e| classify("starting domain", &e))
+        })
+        .await
+    }
+
+    async fn shutdown_domain(&self, uuid: &str) -> HvResult<()> {
+        let uuid = uuid.to_owned();
+        self.call("shutting down domain", move |c| {
+            let d = lookup_uuid(c, &uuid, "shutting down domain")?;
+            if !d.is_active().unwrap_or(true) {
+                return Ok(());
+            }
+            d.shutdown().map_err(|e| classify("shutting down domain", &e))
+        })
+        .await
+    }
+
+    async fn destroy_domain(&self, uuid: &str) -> HvResult<()> {
+        let uuid = uuid.to_owned();
+        self.call("destroying domain", move |c| {
+            let d = lookup_uuid(c, &uuid, "destroying domain")?;
+            if !d.is_active().unwrap_or(true) {
+                return Ok(());
+            }
+            d.destroy().map_err(|e| classify("destroying domain", &e))
+        })
+        .await
+    }
+
+    async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
+        let uuid = uuid.to_owned();
+        self.call("undefining domain", move |c| {
+            let d = lookup_uuid(c, &uuid, "undefining domain")?;
+            // UEFI domains need the NVRAM flag; the test driver rejects it: retry without.
+            match d.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM) {
+                Ok(()) => Ok(()),
+                Err(_) => d.undefine().map_err(|e| classify("undefining domain", &e)),
+            }
+        })
+        .await
+    }
+
+    async fn domain_addresses(&self, uuid: &str) -> HvResult<Vec<GuestAddress>> {
+        let uuid = uuid.to_owned();
+        self.call("reading domain addresses", move |c| {
+            let d = lookup_uuid(c, &uuid, "reading domain addresses")?;
+            let ifaces = d
+                .interface_addresses(virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, 0)
+                .map_err(|e| classify("reading DHCP leases", &e))?;
+            Ok(ifaces
+                .into_iter()
+                .flat_map(|i| {
+                    let mac = i.hwaddr.clone().unwrap_or_default().to_ascii_lowercase();
+                    i.addrs.into_iter().map(move |a| GuestAddress {
+                        mac: mac.clone(),
+                        ip: a.addr,
+                    })
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn volume(&self, pool_name: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
+        let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
+        self.call("looking up volume", move |c| {
+            let p = pool(c, &pool_name)?;
+            // A volume created by someone else appears only after a refresh of a dir pool.
+            let op = format!("volume {pool_name}/{name}");
+            let found = match p.lookup_storage_vol_by_name(&name) {
+                Ok(v) => Ok(v),
+                Err(_) => {
+                    let _ = p.refresh(0);
+                    p.lookup_storage_vol_by_name(&name)
+                }
+            };
+            not_found_is_none(found.and_then(|v| volume_info(&v)).map_err(|e| classify(&op, &e)))
+        })
+        .await
+    }
+
+    async fn create_volume(&self, pool_name: &str, xml: &str) -> HvResult<VolumeInfo> {
+        let (pool_name, xml) = (pool_name.to_owned(), xml.to_owned());
+        self.call("creating volume", move |c| {
+            let p = pool(c, &pool_name)?;
+            StorageVol::create_xml(&p, &xml, 0)
+                .and_then(|v| volume_info(&v))
+                .map_err(|e| classify(&format!("creating volume in {pool_name}"), &e))
+        })
+        .await
+    }
+
+    async fn upload_volume(&self, pool_name: &str, name: &str, data: Vec<u8>) -> HvResult<()> {
+        if self.test_driver {
+            self.uploads
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((pool_name.to_owned(), name.to_owned()), data);
+            return Ok(());
+        }
+        let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
+        self.call("uploading volume", move |c| {
+            let op = format!("uploading {pool_name}/{name}");
+            let p = pool(c, &pool_name)?;
+            let v = p
+                .lookup_storage_vol_by_name(&name)
+                .map_err(|e| classify(&op, &e))?;
+            let stream = Stream::new(c, 0).map_err(|e| classify(&op, &e))?;
+            v.upload(&stream, 0, data.len() as u64, 0)
+                .map_err(|e| classify(&op, &e))?;
+            let mut sent = 0;
+            while sent < data.len() {
+                let n = stream.send(&data[sent..]).map_err(|e| classify(&op, &e))?;
+                if n <= 0 {
+                    let _ = stream.abort();
+                    return Err(HvError::new(ErrorKind::Transient, op, "stream closed"));
+                }
+                sent += n as usize;
+            }
+            stream.finish().map_err(|e| classify(&op, &e))
+        })
+        .await
+    }
+
+    async fn delete_volume(&self, pool_name: &str, name: &str) -> HvResult<()> {
+        self.uploads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(pool_name.to_owned(), name.to_owned()));
+        let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
+        self.call("deleting volume", move |c| {
+            let op = format!("deleting {pool_name}/{name}");
+            let p = pool(c, &pool_name)?;
+            match p.lookup_storage_vol_by_name(&name) {
+                Ok(v) => v.delete(0).map_err(|e| classify(&op, &e)),
+                Err(e) => match classify(&op, &e) {
+                    e if e.is_not_found() => Ok(()),
+                    e => Err(e),
+                },
+            }
+        })
+        .await
+    }
+}
+
+/// Hands out one [`VirtHypervisor`] per URI (a `test:///default` connection keeps its state
+/// only while it stays open, so the handle must be shared).
+#[derive(Default, Clone)]
+pub struct VirtConnector {
+    hosts: Arc<Mutex<HashMap<String, Arc<VirtHypervisor>>>>,
+}
+
+impl VirtConnector {
+    /// The handle for `uri`.
+    pub fn get(&self, uri: &str) -> Arc<VirtHypervisor> {
+        self.hosts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(uri.to_owned())
+            .or_insert_with(|| Arc::new(VirtHypervisor::new(uri)))
+            .clone()
+    }
+}

@@ -1,0 +1,23 @@
+//! banlieue-libvirt: the Cluster API v1beta2 infrastructure provider for libvirt.
+//!
+//! - [`xml`]: pure domain and volume XML generation, ownership metadata.
+//! - [`hypervisor`]: the small trait the reconcilers use to reach one libvirt host.
+//! - [`connection`] (feature `libvirt`): the real implementation over the `virt` crate.
+//! - [`desired`], [`phase`], [`provision`]: names and configuration, the persisted state
+//!   machine, and provisioning / deletion against hosts.
+//! - [`owner`], [`hosts`]: the machine's owner view (CAPI Machine or VirtualMachine) and the
+//!   LibvirtCluster's hosts.
+//! - [`machine_controller`], [`cluster_controller`]: the kube-runtime controllers.
+
+pub mod cluster_controller;
+#[cfg(feature = "libvirt")]
+pub mod connection;
+pub mod desired;
+pub mod error;
+pub mod hosts;
+pub mod hypervisor;
+pub mod machine_controller;
+pub mod owner;
+pub mod phase;
+pub mod provision;
+pub mod xml;

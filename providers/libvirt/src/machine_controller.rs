@@ -1,0 +1,576 @@
+//! The LibvirtMachine reconciler (CAPI InfraMachine contract, and standalone machines of
+//! banlieue VirtualMachines).
+//!
+//! One reconcile: read the object fresh (GET, never a stale cache entry) → controlling owner
+//! (none of ours: left alone) → owner view ([`crate::owner`]) → `Paused` condition, stop if
+//! paused (deletion included) → deletion → finalizer → wait for the infra cluster and the
+//! bootstrap data → provisioning ([`crate::provision`]) → `spec.providerID` → status by
+//! server-side apply on `/status` (only when changed) → Events.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use banlieue_api::banlieue::VirtualMachine;
+use banlieue_api::common::Initialization;
+use banlieue_api::condition::{self, ConditionStatus};
+use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine, LibvirtMachineStatus};
+use banlieue_capi::contract;
+use banlieue_capi::{Cluster, Machine};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, instrument, warn};
+
+use crate::desired::Settings;
+use crate::error::{Error, Result};
+use crate::hosts::{self, Connector};
+use crate::owner::{self, BootstrapSource, InfraCluster};
+use crate::phase::Phase;
+use crate::provision::{self, MachineInput, StepError};
+use crate::xml::Owner;
+
+/// Finalizer of LibvirtMachines and LibvirtClusters.
+pub const FINALIZER: &str = "infrastructure.banlieue.io/libvirt";
+/// Field manager of every write of this provider.
+pub const FIELD_MANAGER: &str = "banlieue-libvirt";
+/// Requeue while waiting for something another controller does.
+pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
+
+/// Shared state of the LibvirtMachine controller.
+pub struct MachineContext<C: Connector> {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// Opens libvirt connections.
+    pub connector: C,
+    /// Provider-wide settings (domain type, serial logs, kernel boot).
+    pub settings: Settings,
+    /// Event recorder.
+    pub recorder: Recorder,
+    failures: Mutex<HashMap<String, u32>>,
+    /// Kubernetes writes by kind (`status`, `spec`, `finalizer`), for benchmarks and metrics.
+    pub writes: Mutex<HashMap<&'static str, u64>>,
+}
+
+impl<C: Connector> MachineContext<C> {
+    /// A context reporting Events as `reporter`.
+    pub fn new(client: kube::Client, connector: C, settings: Settings, reporter: &str) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: reporter.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            client,
+            connector,
+            settings,
+            recorder,
+            failures: Mutex::default(),
+            writes: Mutex::default(),
+        }
+    }
+
+    fn count_write(&self, kind: &'static str) {
+        *self
+            .writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(kind)
+            .or_default() += 1;
+    }
+
+    /// Total Kubernetes writes so far.
+    pub fn total_writes(&self) -> u64 {
+        self.writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .sum()
+    }
+
+    fn backoff(&self, uid: &str) -> Duration {
+        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(uid.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n).min(8)).min(Duration::from_secs(300))
+    }
+
+    fn reset_backoff(&self, uid: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn ready(
+    status: ConditionStatus,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) -> condition::Condition {
+    condition::new_condition(condition::READY, status, reason, message, generation, now())
+}
+
+async fn write_status<C: Connector>(
+    ctx: &MachineContext<C>,
+    api: &Api<LibvirtMachine>,
+    lm: &LibvirtMachine,
+    new: &LibvirtMachineStatus,
+) -> Result<()> {
+    if lm.status.clone().unwrap_or_default() == *new {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": LibvirtMachine::api_version(&()),
+        "kind": LibvirtMachine::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &lm.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube("writing LibvirtMachine status", e))?;
+    ctx.count_write("status");
+    Ok(())
+}
+
+async fn patch_finalizers<C: Connector>(
+    ctx: &MachineContext<C>,
+    api: &Api<LibvirtMachine>,
+    lm: &LibvirtMachine,
+    add: bool,
+) -> Result<()> {
+    let mut finalizers = lm.finalizers().to_vec();
+    if add {
+        finalizers.push(FINALIZER.to_owned());
+    } else {
+        finalizers.retain(|f| f != FINALIZER);
+    }
+    // Guarded by resourceVersion: a concurrent change fails the patch and the reconcile retries.
+    let patch = serde_json::json!({
+        "metadata": {"finalizers": finalizers, "resourceVersion": lm.resource_version()}
+    });
+    api.patch(&lm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube("updating LibvirtMachine finalizers", e))?;
+    ctx.count_write("finalizer");
+    Ok(())
+}
+
+async fn publish(recorder: &Recorder, lm: &LibvirtMachine, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&event, &lm.object_ref(&())).await {
+        warn!(error = %e, "cannot publish event");
+    }
+}
+
+/// Reconciles one LibvirtMachine.
+#[instrument(skip_all, fields(namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
+pub async fn reconcile<C: Connector>(
+    obj: Arc<LibvirtMachine>,
+    ctx: Arc<MachineContext<C>>,
+) -> Result<Action> {
+    let res = reconcile_inner(&obj, &ctx).await;
+    match &res {
+        Ok(_) => ctx.reset_backoff(obj.uid().as_deref().unwrap_or_default()),
+        Err(e) => warn!(error = %e, "reconcile failed"),
+    }
+    res
+}
+
+/// Error policy: exponential backoff per object (1 s … 5 min).
+pub fn error_policy<C: Connector>(
+    obj: Arc<LibvirtMachine>,
+    _err: &Error,
+    ctx: Arc<MachineContext<C>>,
+) -> Action {
+    Action::requeue(ctx.backoff(obj.uid().as_deref().unwrap_or_default()))
+}
+
+/// The domain uuid of a machine: the one recorded in status, else its UID.
+fn domain_uuid(lm: &LibvirtMachine) -> String {
+    lm.status
+        .as_ref()
+        .and_then(|s| s.domain_uuid.clone())
+        .unwrap_or_else(|| lm.uid().unwrap_or_default())
+}
+
+async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContext<C>) -> Result<Action> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let api: Api<LibvirtMachine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(lm) = api
+        .get_opt(&obj.name_any())
+        .await
+        .map_err(|e| Error::kube("reading LibvirtMachine", e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let deleting = lm.meta().deletion_timestamp.is_some();
+    let has_finalizer = lm.finalizers().iter().any(|f| f == FINALIZER);
+    if deleting && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+    let Some(owner_ref) = owner::controlling_owner(&lm.metadata) else {
+        // Not ours to act on (no finalizer, no writes).
+        return Ok(Action::await_change());
+    };
+    let view = owner::resolve(&ctx.client, &lm, owner_ref).await?;
+    let generation = lm.metadata.generation;
+    let mut status = lm.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    let (flag, reason, message) = view.paused_condition.clone();
+    condition::set(
+        &mut status.conditions,
+        condition::new_condition(
+            condition::PAUSED,
+            if flag == "True" {
+                ConditionStatus::True
+            } else {
+                ConditionStatus::False
+            },
+            reason,
+            message,
+            generation,
+            now(),
+        ),
+    );
+    if view.paused.is_some() {
+        write_status(ctx, &api, &lm, &status).await?;
+        return Ok(Action::await_change());
+    }
+    let me = Owner {
+        uid: lm.uid().unwrap_or_default(),
+        namespace: namespace.clone(),
+        name: lm.name_any(),
+    };
+    if deleting {
+        return delete(ctx, &api, &lm, status, &view.infra_cluster, &me).await;
+    }
+    if !has_finalizer {
+        patch_finalizers(ctx, &api, &lm, true).await?;
+    }
+    let wait = |status: &mut LibvirtMachineStatus, reason: &str, message: String| {
+        condition::set(
+            &mut status.conditions,
+            ready(ConditionStatus::False, reason, message, generation),
+        );
+    };
+    let lvc = match &view.infra_cluster {
+        InfraCluster::Ready(c) => c.clone(),
+        InfraCluster::NotProvisioned(_) => {
+            wait(
+                &mut status,
+                "WaitingForClusterInfrastructure",
+                "the LibvirtCluster is not provisioned yet".into(),
+            );
+            write_status(ctx, &api, &lm, &status).await?;
+            return Ok(Action::requeue(WAIT_REQUEUE));
+        }
+        InfraCluster::Missing(message) => {
+            wait(&mut status, "WaitingForCluster", message.clone());
+            write_status(ctx, &api, &lm, &status).await?;
+            return Ok(Action::requeue(WAIT_REQUEUE));
+        }
+    };
+    if view.bootstrap == BootstrapSource::Pending {
+        wait(
+            &mut status,
+            "WaitingForBootstrapData",
+            "the owner's bootstrap data Secret is not set yet".into(),
+        );
+        write_status(ctx, &api, &lm, &status).await?;
+        return Ok(Action::requeue(WAIT_REQUEUE));
+    }
+    let phase = match Phase::read(lm.status.as_ref()) {
+        Ok(p) => p,
+        Err(e) => {
+            wait(&mut status, "InconsistentStatus", e.to_string());
+            write_status(ctx, &api, &lm, &status).await?;
+            return Ok(Action::requeue(provision::PERMANENT_RETRY));
+        }
+    };
+    let host_specs = match hosts::resolve(&ctx.client, &lvc).await? {
+        Ok(h) => h,
+        Err(e) => {
+            wait(&mut status, e.reason, e.message);
+            write_status(ctx, &api, &lm, &status).await?;
+            return Ok(Action::requeue(WAIT_REQUEUE));
+        }
+    };
+    let user_data = if phase.needs_bootstrap_data() {
+        match &view.bootstrap {
+            BootstrapSource::Secret { name, key } => {
+                let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
+                    .get_opt(name)
+                    .await
+                    .map_err(|e| Error::kube(format!("reading bootstrap Secret {name}"), e))?;
+                match secret.and_then(|s| s.data).and_then(|mut d| d.remove(key)) {
+                    Some(bytes) => Some(bytes.0),
+                    None => {
+                        wait(
+                            &mut status,
+                            "BootstrapDataInvalid",
+                            format!("Secret {name:?} has no key {key:?} (or does not exist)"),
+                        );
+                        write_status(ctx, &api, &lm, &status).await?;
+                        return Ok(Action::requeue(WAIT_REQUEUE));
+                    }
+                }
+            }
+            _ => Some(Vec::new()),
+        }
+    } else {
+        None
+    };
+    let hosts = hosts::connect_all(&ctx.connector, &host_specs);
+    let uuid = domain_uuid(&lm);
+    let input = MachineInput {
+        owner: &me,
+        spec: &lm.spec,
+        uuid: &uuid,
+        failure_domain: view.failure_domain.as_deref(),
+        settings: &ctx.settings,
+        power: lm.spec.power_state.unwrap_or_default(),
+    };
+    match provision::provision(&hosts, &input, phase, user_data.as_deref()).await {
+        Ok(step) => {
+            let mut generation = generation;
+            if let Some(p) = &step.phase {
+                p.write(&mut status);
+                status.failure_domain = p.host().map(str::to_owned);
+            }
+            if let Some(p) = status.provisioning.as_mut() {
+                p.message.clone_from(&step.waiting);
+            }
+            if let Some(done) = &step.provisioned {
+                if lm.spec.provider_id.as_deref() != Some(done.provider_id.as_str()) {
+                    let patch = serde_json::json!({"spec": {"providerID": done.provider_id}});
+                    let patched = api
+                        .patch(&lm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .map_err(|e| Error::kube("setting spec.providerID", e))?;
+                    ctx.count_write("spec");
+                    generation = patched.metadata.generation;
+                    status.observed_generation = generation;
+                    for c in &mut status.conditions {
+                        c.observed_generation = generation;
+                    }
+                }
+                if !done.addresses.is_empty() {
+                    status.addresses.clone_from(&done.addresses);
+                }
+                status.initialization = Initialization::provisioned(true);
+                status.power_state = Some(done.power_state);
+            }
+            let provisioned = step.provisioned.is_some();
+            let reason = step.phase.as_ref().map_or("Unknown", Phase::reason);
+            let message = step.waiting.clone().unwrap_or_default();
+            condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::from(provisioned), reason, message, generation),
+            );
+            write_status(ctx, &api, &lm, &status).await?;
+            for (reason, note) in step.events {
+                info!(reason, %note, "transition");
+                publish(&ctx.recorder, &lm, EventType::Normal, reason, note).await;
+            }
+            Ok(Action::requeue(step.requeue.max(Duration::from_millis(50))))
+        }
+        Err(StepError::Permanent { reason, message }) => {
+            let changed = condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::False, reason, message.clone(), generation),
+            );
+            write_status(ctx, &api, &lm, &status).await?;
+            if changed {
+                publish(&ctx.recorder, &lm, EventType::Warning, reason, message).await;
+            }
+            Ok(Action::requeue(provision::PERMANENT_RETRY))
+        }
+        Err(e) => {
+            condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::False, e.reason(), e.to_string(), generation),
+            );
+            write_status(ctx, &api, &lm, &status).await?;
+            Err(e.into())
+        }
+    }
+}
+
+async fn delete<C: Connector>(
+    ctx: &MachineContext<C>,
+    api: &Api<LibvirtMachine>,
+    lm: &LibvirtMachine,
+    mut status: LibvirtMachineStatus,
+    infra: &InfraCluster,
+    me: &Owner,
+) -> Result<Action> {
+    let generation = lm.metadata.generation;
+    // Never placed: nothing exists on any host.
+    let Some(host) = lm.status.as_ref().and_then(|s| s.node.clone()) else {
+        patch_finalizers(ctx, api, lm, false).await?;
+        return Ok(Action::await_change());
+    };
+    let specs = match infra.object() {
+        Some(lvc) => hosts::resolve(&ctx.client, lvc).await?,
+        None => Err(hosts::HostsError {
+            reason: "DeletionFailed",
+            message: "the LibvirtCluster is gone: cannot reach the libvirt host to delete the domain".into(),
+        }),
+    };
+    let spec = match specs {
+        Ok(specs) => specs.into_iter().find(|h| h.name == host),
+        Err(e) => {
+            condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::False, "DeletionFailed", e.message, generation),
+            );
+            write_status(ctx, api, lm, &status).await?;
+            return Ok(Action::requeue(provision::PERMANENT_RETRY));
+        }
+    };
+    let Some(spec) = spec else {
+        condition::set(
+            &mut status.conditions,
+            ready(
+                ConditionStatus::False,
+                "DeletionFailed",
+                format!("host {host:?} is no longer a failure domain of the LibvirtCluster"),
+                generation,
+            ),
+        );
+        write_status(ctx, api, lm, &status).await?;
+        return Ok(Action::requeue(provision::PERMANENT_RETRY));
+    };
+    let hv = ctx.connector.connect(&spec.uri);
+    match provision::delete(&*hv, me, &lm.spec, &domain_uuid(lm)).await {
+        Ok(note) => {
+            publish(&ctx.recorder, lm, EventType::Normal, "Deleted", note).await;
+            patch_finalizers(ctx, api, lm, false).await?;
+            Ok(Action::await_change())
+        }
+        Err(e) => {
+            let p = status.provisioning.get_or_insert_with(Default::default);
+            p.state = banlieue_api::common::ProvisioningState::Deleting;
+            p.message = Some(e.to_string());
+            condition::set(
+                &mut status.conditions,
+                ready(ConditionStatus::False, "Deleting", e.to_string(), generation),
+            );
+            write_status(ctx, api, lm, &status).await?;
+            Err(e.into())
+        }
+    }
+}
+
+fn machine_to_infra(machine: Machine) -> Option<ObjectRef<LibvirtMachine>> {
+    let r = &machine.spec.infrastructure_ref;
+    (r.kind == "LibvirtMachine" && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
+        .then(|| ObjectRef::new(&r.name).within(&machine.namespace().unwrap_or_default()))
+}
+
+/// Runs the LibvirtMachine controller until `shutdown`.
+pub async fn run<C: Connector>(
+    ctx: Arc<MachineContext<C>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let client = ctx.client.clone();
+    fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let controller = Controller::new(
+        api::<LibvirtMachine>(&client, namespace),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    let store2 = store.clone();
+    // A Cluster change (pause, infrastructure) concerns its labelled machines; an infra
+    // cluster change (provisioned) concerns every machine of its namespace.
+    let cluster_to_machines = move |cluster: Cluster| {
+        let (name, ns) = (cluster.name_any(), cluster.namespace());
+        store
+            .state()
+            .into_iter()
+            .filter(|m| m.namespace() == ns && contract::cluster_name(&m.metadata) == Some(name.as_str()))
+            .map(|m| ObjectRef::from_obj(&*m))
+            .collect::<Vec<_>>()
+    };
+    let lvc_to_machines = move |lvc: LibvirtCluster| {
+        let ns = lvc.namespace();
+        store2
+            .state()
+            .into_iter()
+            .filter(|m| m.namespace() == ns)
+            .map(|m| ObjectRef::from_obj(&*m))
+            .collect::<Vec<_>>()
+    };
+    let vm_to_machine = |vm: VirtualMachine| {
+        let ns = vm.namespace().unwrap_or_default();
+        vm.status
+            .as_ref()
+            .and_then(|s| s.infrastructure_ref.as_ref())
+            .filter(|r| r.kind == "LibvirtMachine")
+            .map(|r| ObjectRef::new(&r.name).within(&ns))
+    };
+    controller
+        .watches(
+            api::<Machine>(&client, namespace),
+            watcher::Config::default(),
+            machine_to_infra,
+        )
+        .watches(
+            api::<Cluster>(&client, namespace),
+            watcher::Config::default(),
+            cluster_to_machines,
+        )
+        .watches(
+            api::<LibvirtCluster>(&client, namespace),
+            watcher::Config::default(),
+            lvc_to_machines,
+        )
+        .watches(
+            api::<VirtualMachine>(&client, namespace),
+            watcher::Config::default(),
+            vm_to_machine,
+        )
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,440 @@
+//! Provisioning and deletion against [`Hypervisor`]s.
+//!
+//! libvirt calls return when the work is done (no long-running tasks), so one reconcile runs
+//! consecutive phases until one has to wait (for a DHCP lease) or fails; each phase is
+//! idempotent and looks before it creates. The caller persists the returned phase.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_api::common::{MachineAddress, PowerState};
+use banlieue_api::infrastructure::LibvirtMachineSpec;
+
+use crate::desired::{self, GIB, Settings};
+use crate::hypervisor::{ErrorKind, HvError, Hypervisor, RunState};
+use crate::phase::Phase;
+use crate::xml::{self, Owner};
+
+/// Requeue while waiting for the guest's lease.
+pub const GUEST_POLL: Duration = Duration::from_secs(5);
+/// Resync of a provisioned machine (detects a vanished domain).
+pub const RESYNC: Duration = Duration::from_secs(300);
+/// Retry after a permanent error (the user may have fixed the input meanwhile).
+pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+
+/// A failed step.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// Needs a change of input (spec, base volume, host); retried slowly.
+    #[error("{message}")]
+    Permanent {
+        /// Condition reason.
+        reason: &'static str,
+        /// Actionable message.
+        message: String,
+    },
+    /// A libvirt call failed; retried with backoff.
+    #[error("{reason}: {source}")]
+    Transient {
+        /// Condition reason.
+        reason: &'static str,
+        /// The libvirt error.
+        #[source]
+        source: HvError,
+    },
+}
+
+impl StepError {
+    /// Condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Permanent { reason, .. } | Self::Transient { reason, .. } => reason,
+        }
+    }
+
+    /// Metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Permanent { .. } => "permanent",
+            Self::Transient { .. } => "libvirt",
+        }
+    }
+
+    fn permanent(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::Permanent {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Wraps a libvirt error: "invalid input" kinds become permanent failures of `phase`.
+fn hv_error(phase: &Phase, e: HvError) -> StepError {
+    match e.kind {
+        ErrorKind::Transient | ErrorKind::NotFound | ErrorKind::Exists => StepError::Transient {
+            reason: phase.failure_reason(),
+            source: e,
+        },
+        ErrorKind::Other | ErrorKind::Unsupported => StepError::Permanent {
+            reason: phase.failure_reason(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// A host a machine may be placed on: its failure-domain name and a handle.
+pub struct Host<H> {
+    /// Failure domain name.
+    pub name: String,
+    /// The libvirt connection.
+    pub hv: Arc<H>,
+}
+
+/// What a provisioning step needs to know about the machine.
+pub struct MachineInput<'a> {
+    /// The LibvirtMachine (uid, namespace, name).
+    pub owner: &'a Owner,
+    /// Its spec.
+    pub spec: &'a LibvirtMachineSpec,
+    /// Domain uuid to define (`status.domainUUID`, else the machine's UID).
+    pub uuid: &'a str,
+    /// Failure domain asked for by the owner (Machine or VirtualMachine).
+    pub failure_domain: Option<&'a str>,
+    /// Provider-wide settings.
+    pub settings: &'a Settings,
+    /// Desired power state once provisioned (`spec.powerState`, `On` when unset).
+    pub power: PowerState,
+}
+
+/// Result of provisioning.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// The phase reached.
+    pub phase: Option<Phase>,
+    /// What it waits for, when waiting.
+    pub waiting: Option<String>,
+    /// Events to publish (reason, note), in order.
+    pub events: Vec<(&'static str, String)>,
+    /// Set when provisioned.
+    pub provisioned: Option<Done>,
+    /// When to reconcile again.
+    pub requeue: Duration,
+}
+
+/// Outputs of a provisioned machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// `libvirt://<host>/<uuid>`.
+    pub provider_id: String,
+    /// Addresses.
+    pub addresses: Vec<MachineAddress>,
+    /// Observed power state.
+    pub power_state: PowerState,
+}
+
+fn host<'h, H>(hosts: &'h [Host<H>], name: &str) -> Result<&'h Host<H>, StepError> {
+    hosts.iter().find(|h| h.name == name).ok_or_else(|| {
+        StepError::permanent(
+            "HostNotFound",
+            format!(
+                "host {name:?} is not a failure domain of the LibvirtCluster (known: {})",
+                hosts
+                    .iter()
+                    .map(|h| h.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    })
+}
+
+/// Runs provisioning phases from `phase` until one waits or fails. `user_data` must be given
+/// when `phase.needs_bootstrap_data()`.
+pub async fn provision<H: Hypervisor>(
+    hosts: &[Host<H>],
+    input: &MachineInput<'_>,
+    mut phase: Phase,
+    user_data: Option<&[u8]>,
+) -> Result<Step, StepError> {
+    let mut step = Step::default();
+    let domain = desired::domain_name(&input.owner.namespace, &input.owner.name);
+    loop {
+        let next = match &phase {
+            Phase::SelectHost => {
+                let chosen =
+                    match input.failure_domain {
+                        Some(fd) => host(hosts, fd)?.name.clone(),
+                        None => hosts.iter().map(|h| h.name.clone()).min().ok_or_else(|| {
+                            StepError::permanent("NoHost", "the LibvirtCluster has no host")
+                        })?,
+                    };
+                Phase::Volumes { host: chosen }
+            }
+            Phase::Volumes { host: name } => {
+                let hv = &host(hosts, name)?.hv;
+                create_volumes(&**hv, input, &domain, &phase, user_data).await?;
+                step.events.push((
+                    "VolumesCreated",
+                    format!("disk and seed volumes of {domain} on {name}"),
+                ));
+                Phase::Define { host: name.clone() }
+            }
+            Phase::Define { host: name } => {
+                let hv = &host(hosts, name)?.hv;
+                let uuid = define(&**hv, input, &domain, &phase).await?;
+                step.events
+                    .push(("DomainDefined", format!("domain {domain} ({uuid}) on {name}")));
+                Phase::PowerOn {
+                    host: name.clone(),
+                    uuid,
+                }
+            }
+            Phase::PowerOn { host: name, uuid } => {
+                let hv = &host(hosts, name)?.hv;
+                hv.start_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                step.events
+                    .push(("PoweredOn", format!("domain {domain} started")));
+                Phase::WaitGuest {
+                    host: name.clone(),
+                    uuid: uuid.clone(),
+                }
+            }
+            Phase::WaitGuest { host: name, uuid } | Phase::Provisioned { host: name, uuid } => {
+                let hv = &host(hosts, name)?.hv;
+                let Some(d) = hv.domain_by_uuid(uuid).await.map_err(|e| hv_error(&phase, e))? else {
+                    return Err(StepError::permanent(
+                        "DomainNotFound",
+                        format!("domain {uuid} vanished from host {name}; delete the machine to replace it"),
+                    ));
+                };
+                let skip_address = input
+                    .spec
+                    .readiness_checks
+                    .as_ref()
+                    .and_then(|r| r.skip_guest_agent)
+                    .unwrap_or(false);
+                let leases = if d.state == RunState::Running && !skip_address {
+                    hv.domain_addresses(uuid).await.map_err(|e| hv_error(&phase, e))?
+                } else {
+                    Vec::new()
+                };
+                let addresses = desired::addresses(&leases, &d.macs, &input.owner.name);
+                let was_provisioned = matches!(phase, Phase::Provisioned { .. });
+                if addresses.is_empty() && !skip_address && !was_provisioned {
+                    step.waiting = Some(if d.state == RunState::Running {
+                        "waiting for the guest's DHCP lease".into()
+                    } else {
+                        format!("domain is {:?}", d.state)
+                    });
+                    step.requeue = GUEST_POLL;
+                    step.phase = Some(phase);
+                    return Ok(step);
+                }
+                if !was_provisioned {
+                    step.events
+                        .push(("Provisioned", format!("domain {domain} is up")));
+                }
+                step.requeue = RESYNC;
+                let mut power_state = match d.state {
+                    RunState::ShutOff | RunState::Crashed => PowerState::Off,
+                    RunState::Running | RunState::ShuttingDown => PowerState::On,
+                };
+                match (input.power, d.state) {
+                    (PowerState::Off, RunState::Running) => {
+                        hv.shutdown_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                        step.events
+                            .push(("PoweringOff", format!("ACPI shutdown of {domain} requested")));
+                        step.waiting = Some("waiting for the guest to power off".into());
+                        step.requeue = GUEST_POLL;
+                    }
+                    (PowerState::Off, RunState::ShuttingDown) => {
+                        step.waiting = Some("waiting for the guest to power off".into());
+                        step.requeue = GUEST_POLL;
+                    }
+                    (PowerState::On, RunState::ShutOff | RunState::Crashed) => {
+                        hv.start_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                        step.events
+                            .push(("PoweredOn", format!("domain {domain} started")));
+                        power_state = PowerState::On;
+                    }
+                    _ => {}
+                }
+                step.provisioned = Some(Done {
+                    provider_id: desired::provider_id(name, uuid),
+                    addresses,
+                    power_state,
+                });
+                step.phase = Some(Phase::Provisioned {
+                    host: name.clone(),
+                    uuid: uuid.clone(),
+                });
+                return Ok(step);
+            }
+        };
+        phase = next;
+    }
+}
+
+async fn create_volumes<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    domain: &str,
+    phase: &Phase,
+    user_data: Option<&[u8]>,
+) -> Result<(), StepError> {
+    let src = &input.spec.source;
+    let base = hv
+        .volume(&src.pool, &src.volume)
+        .await
+        .map_err(|e| hv_error(phase, e))?
+        .ok_or_else(|| {
+            StepError::permanent(
+                "BaseVolumeNotFound",
+                format!(
+                    "base volume {:?} not found in storage pool {:?}: upload it or fix spec.source",
+                    src.volume, src.pool
+                ),
+            )
+        })?;
+    for v in desired::disk_volumes(input.spec, domain) {
+        if hv
+            .volume(&v.pool, &v.name)
+            .await
+            .map_err(|e| hv_error(phase, e))?
+            .is_some()
+        {
+            continue;
+        }
+        let xml = if v.boot {
+            let wanted = v.capacity_gib.map_or(0, |g| g.saturating_mul(GIB));
+            if wanted != 0 && wanted < base.capacity {
+                return Err(StepError::permanent(
+                    "DiskTooSmall",
+                    format!(
+                        "boot disk of {} GiB is smaller than the base volume ({} bytes): the disk may grow but never shrink",
+                        wanted / GIB,
+                        base.capacity
+                    ),
+                ));
+            }
+            xml::overlay_volume_xml(&v.name, wanted.max(base.capacity), &base.path, &base.format)
+        } else {
+            xml::plain_volume_xml(&v.name, v.capacity_gib.unwrap_or(1).saturating_mul(GIB), "qcow2")
+        };
+        hv.create_volume(&v.pool, &xml)
+            .await
+            .map_err(|e| hv_error(phase, e))?;
+    }
+    let iso = desired::seed(input.owner, user_data.unwrap_or_default())
+        .to_iso()
+        .map_err(|e| StepError::permanent("BootstrapDataInvalid", e.to_string()))?;
+    let (pool, name) = desired::seed_volume(input.spec, domain);
+    let size = iso.len() as u64;
+    match hv.volume(&pool, &name).await.map_err(|e| hv_error(phase, e))? {
+        Some(v) if v.capacity == size => {}
+        Some(_) => {
+            // The bootstrap data changed size since a crash: recreate.
+            hv.delete_volume(&pool, &name)
+                .await
+                .map_err(|e| hv_error(phase, e))?;
+            hv.create_volume(&pool, &xml::plain_volume_xml(&name, size, "raw"))
+                .await
+                .map_err(|e| hv_error(phase, e))?;
+        }
+        None => {
+            hv.create_volume(&pool, &xml::plain_volume_xml(&name, size, "raw"))
+                .await
+                .map_err(|e| hv_error(phase, e))?;
+        }
+    }
+    // Always (re)write the content: a crash may have left the volume empty.
+    hv.upload_volume(&pool, &name, iso)
+        .await
+        .map_err(|e| hv_error(phase, e))
+}
+
+/// Defines the domain or adopts ours; returns its uuid.
+async fn define<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    domain: &str,
+    phase: &Phase,
+) -> Result<String, StepError> {
+    let ours = |owner: &Option<Owner>| owner.as_ref().is_some_and(|o| o.uid == input.owner.uid);
+    if let Some(d) = hv
+        .domain_by_uuid(input.uuid)
+        .await
+        .map_err(|e| hv_error(phase, e))?
+    {
+        if ours(&d.owner) {
+            return Ok(d.uuid);
+        }
+        return Err(StepError::permanent(
+            "DomainConflict",
+            format!(
+                "domain {} with uuid {} exists and does not belong to this machine; it is left alone",
+                d.name, d.uuid
+            ),
+        ));
+    }
+    if let Some(d) = hv.domain_by_name(domain).await.map_err(|e| hv_error(phase, e))? {
+        if ours(&d.owner) {
+            return Ok(d.uuid);
+        }
+        return Err(StepError::permanent(
+            "DomainNameConflict",
+            format!("a domain named {domain} exists and does not belong to this machine; it is left alone"),
+        ));
+    }
+    let config = desired::domain_config(input.spec, input.owner, input.uuid, input.settings);
+    let d = hv
+        .define_domain(&xml::domain_xml(&config))
+        .await
+        .map_err(|e| hv_error(phase, e))?;
+    Ok(d.uuid)
+}
+
+/// Deletes the machine's domain (only if it is ours) and its volumes. Returns a note for the
+/// `Deleted` event. Idempotent: what is already gone is skipped.
+pub async fn delete<H: Hypervisor>(
+    hv: &H,
+    owner: &Owner,
+    spec: &LibvirtMachineSpec,
+    uuid: &str,
+) -> Result<String, StepError> {
+    let err = |e: HvError| StepError::Transient {
+        reason: "DeletionFailed",
+        source: e,
+    };
+    let domain = desired::domain_name(&owner.namespace, &owner.name);
+    let mut found = hv.domain_by_uuid(uuid).await.map_err(err)?;
+    if found.is_none() {
+        found = hv.domain_by_name(&domain).await.map_err(err)?;
+    }
+    let mut note = format!("domain {domain} was already gone");
+    if let Some(d) = found {
+        if d.owner.as_ref().is_some_and(|o| o.uid == owner.uid) {
+            if d.state != RunState::ShutOff {
+                hv.destroy_domain(&d.uuid).await.map_err(err)?;
+            }
+            hv.undefine_domain(&d.uuid).await.map_err(err)?;
+            note = format!("domain {domain} ({}) destroyed and undefined", d.uuid);
+        } else {
+            note = format!("domain {} is not ours and was left alone", d.name);
+        }
+    }
+    let mut volumes: Vec<(String, String)> = desired::disk_volumes(spec, &domain)
+        .into_iter()
+        .map(|v| (v.pool, v.name))
+        .collect();
+    volumes.push(desired::seed_volume(spec, &domain));
+    for (pool, name) in &volumes {
+        match hv.delete_volume(pool, name).await {
+            Ok(()) => {}
+            // A pool that vanished has no volumes to delete.
+            Err(e) if e.is_not_found() => {}
+            Err(e) => return Err(err(e)),
+        }
+    }
+    Ok(format!("{note}; {} volumes deleted", volumes.len()))
+}

@@ -1,0 +1,558 @@
+//! Pure generation of libvirt domain and storage volume XML, and reading back the ownership
+//! metadata banlieue puts into every domain it defines.
+//!
+//! The domain XML always carries: `<uuid>` = the SMBIOS system uuid (stable, what the guest reads
+//! from `/sys/class/dmi/id/product_uuid`), `<features><acpi/></features>` (QEMU ≥ 8 with
+//! libvirt 9.0 refuses a domain without it; ACPI is also how `shutdown` reaches the guest), a
+//! serial console (`pty`, logged to a file when [`DomainConfig::serial_log`] is set), the
+//! `org.qemu.guest_agent.0` virtio channel, and a `<metadata>` element in banlieue's namespace
+//! naming the owner object (UID, namespace, name) for crash adoption.
+
+use std::fmt::Write as _;
+
+/// XML namespace of banlieue's domain metadata.
+pub const METADATA_NS: &str = "https://banlieue.io/libvirt/v1alpha1";
+/// Prefix used for the metadata element.
+pub const METADATA_PREFIX: &str = "banlieue";
+
+/// libvirt domain type: `kvm` (hardware acceleration) or `qemu` (TCG emulation, e.g. in nested
+/// environments without VT-x).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DomainType {
+    /// Hardware virtualization.
+    #[default]
+    Kvm,
+    /// Software emulation (TCG).
+    Qemu,
+}
+
+impl DomainType {
+    /// The `type` attribute of `<domain>`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Kvm => "kvm",
+            Self::Qemu => "qemu",
+        }
+    }
+}
+
+impl std::str::FromStr for DomainType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "kvm" => Ok(Self::Kvm),
+            "qemu" => Ok(Self::Qemu),
+            other => Err(format!("domain type {other:?}: expected kvm or qemu")),
+        }
+    }
+}
+
+/// Who a domain belongs to (stored in its `<metadata>`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// UID of the LibvirtMachine.
+    pub uid: String,
+    /// Namespace of the LibvirtMachine.
+    pub namespace: String,
+    /// Name of the LibvirtMachine.
+    pub name: String,
+}
+
+/// A disk of a domain: a volume in a storage pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskConfig {
+    /// Storage pool.
+    pub pool: String,
+    /// Volume name in the pool.
+    pub volume: String,
+    /// Guest device name (`vda`, `vdb`, …; `sda` for the cdrom).
+    pub target: String,
+    /// A read-only SATA cdrom (the NoCloud seed) instead of a virtio disk.
+    pub cdrom: bool,
+    /// Volume format (`qcow2`, `raw`).
+    pub format: String,
+}
+
+/// A network interface of a domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NicConfig {
+    /// What it attaches to.
+    pub source: NicSource,
+    /// MAC address (always set: generated deterministically when the spec has none, so the
+    /// guest's network-config can match it).
+    pub mac: String,
+    /// Device model, `virtio` by default.
+    pub model: String,
+    /// MTU, when set.
+    pub mtu: Option<u32>,
+    /// 802.1Q VLAN tag (only honoured by Open vSwitch bridges and some network types).
+    pub vlan: Option<u16>,
+}
+
+/// Where a NIC attaches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NicSource {
+    /// A libvirt network by name.
+    Network(String),
+    /// A host bridge by name.
+    Bridge(String),
+}
+
+/// Firmware of a domain.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FirmwareConfig {
+    /// SeaBIOS.
+    #[default]
+    Bios,
+    /// OVMF, selected by libvirt's firmware auto-selection.
+    Uefi,
+}
+
+/// Direct kernel boot (used by tests with a tiny kernel + initramfs guest).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelBoot {
+    /// Path of the kernel on the libvirt host.
+    pub kernel: String,
+    /// Path of the initramfs on the libvirt host.
+    pub initrd: String,
+    /// Kernel command line.
+    pub cmdline: String,
+}
+
+/// Everything the domain XML is generated from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DomainConfig {
+    /// Domain name (unique per host).
+    pub name: String,
+    /// Domain uuid, also the SMBIOS system uuid.
+    pub uuid: String,
+    /// `kvm` or `qemu`.
+    pub domain_type: DomainType,
+    /// Virtual CPU sockets.
+    pub sockets: u32,
+    /// Cores per socket.
+    pub cores: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// Disks, boot disk first.
+    pub disks: Vec<DiskConfig>,
+    /// NICs, in order.
+    pub nics: Vec<NicConfig>,
+    /// Firmware.
+    pub firmware: FirmwareConfig,
+    /// Direct kernel boot instead of booting the first disk.
+    pub kernel_boot: Option<KernelBoot>,
+    /// File the serial console is also logged to.
+    pub serial_log: Option<String>,
+    /// The owner, stored in `<metadata>`.
+    pub owner: Owner,
+}
+
+/// Escapes text for XML content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Reverses [`escape`] (and the numeric entities libvirt may emit).
+pub fn unescape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(i) = rest.find('&') {
+        out.push_str(&rest[..i]);
+        rest = &rest[i..];
+        let Some(end) = rest.find(';') else { break };
+        let entity = &rest[1..end];
+        let decoded = match entity {
+            "amp" => Some('&'),
+            "lt" => Some('<'),
+            "gt" => Some('>'),
+            "quot" => Some('"'),
+            "apos" => Some('\''),
+            e if e.starts_with("#x") => u32::from_str_radix(&e[2..], 16).ok().and_then(char::from_u32),
+            e if e.starts_with('#') => e[1..].parse().ok().and_then(char::from_u32),
+            _ => None,
+        };
+        match decoded {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[end + 1..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `<metadata>` child element (without the surrounding `<metadata>`), as passed to
+/// `virDomainSetMetadata` and as found inside the domain XML.
+pub fn owner_element(owner: &Owner) -> String {
+    format!(
+        "<{p}:owner xmlns:{p}=\"{ns}\" uid=\"{}\" namespace=\"{}\" name=\"{}\"/>",
+        escape(&owner.uid),
+        escape(&owner.namespace),
+        escape(&owner.name),
+        p = METADATA_PREFIX,
+        ns = METADATA_NS,
+    )
+}
+
+/// Value of attribute `name` in the start tag `tag` (e.g. `<banlieue:owner uid="…"`).
+fn attribute(tag: &str, name: &str) -> Option<String> {
+    let needle = format!(" {name}=");
+    let start = tag.find(&needle)? + needle.len();
+    let quote = tag[start..].chars().next()?;
+    if quote != '"' && quote != '\'' {
+        return None;
+    }
+    let value = &tag[start + 1..];
+    let end = value.find(quote)?;
+    Some(unescape(&value[..end]))
+}
+
+/// The owner recorded in a domain's XML (or in the element returned by `virDomainGetMetadata`),
+/// if banlieue defined it. Tolerates any prefix libvirt chose for our namespace.
+pub fn owner_from_xml(xml: &str) -> Option<Owner> {
+    let ns_pos = xml.find(METADATA_NS)?;
+    let tag_start = xml[..ns_pos].rfind('<')?;
+    let tag_end = ns_pos + xml[ns_pos..].find('>')?;
+    let tag = &xml[tag_start..tag_end];
+    Some(Owner {
+        uid: attribute(tag, "uid")?,
+        namespace: attribute(tag, "namespace")?,
+        name: attribute(tag, "name")?,
+    })
+}
+
+/// The first `<mac address='…'/>` values of a domain XML, in order.
+pub fn macs_from_xml(xml: &str) -> Vec<String> {
+    let mut macs = Vec::new();
+    let mut rest = xml;
+    while let Some(i) = rest.find("<mac ") {
+        rest = &rest[i..];
+        let end = rest.find('>').unwrap_or(rest.len());
+        if let Some(mac) = attribute(&rest[..end], "address") {
+            macs.push(mac.to_ascii_lowercase());
+        }
+        rest = &rest[end..];
+    }
+    macs
+}
+
+/// Renders the domain XML.
+pub fn domain_xml(c: &DomainConfig) -> String {
+    let mut x = String::new();
+    let vcpus = c.sockets.max(1) * c.cores.max(1);
+    let memory_kib = c.memory_mib.saturating_mul(1024);
+    let _ = writeln!(x, "<domain type='{}'>", c.domain_type.as_str());
+    let _ = writeln!(x, "  <name>{}</name>", escape(&c.name));
+    let _ = writeln!(x, "  <uuid>{}</uuid>", escape(&c.uuid));
+    let _ = writeln!(x, "  <metadata>\n    {}\n  </metadata>", owner_element(&c.owner));
+    let _ = writeln!(x, "  <memory unit='KiB'>{memory_kib}</memory>");
+    let _ = writeln!(x, "  <currentMemory unit='KiB'>{memory_kib}</currentMemory>");
+    let _ = writeln!(x, "  <vcpu placement='static'>{vcpus}</vcpu>");
+    let _ = writeln!(
+        x,
+        "  <sysinfo type='smbios'>\n    <system>\n      <entry name='manufacturer'>banlieue</entry>\n      <entry name='product'>libvirt</entry>\n      <entry name='uuid'>{}</entry>\n    </system>\n  </sysinfo>",
+        escape(&c.uuid)
+    );
+    match c.firmware {
+        FirmwareConfig::Bios => x.push_str("  <os>\n"),
+        FirmwareConfig::Uefi => x.push_str("  <os firmware='efi'>\n"),
+    }
+    x.push_str("    <type arch='x86_64' machine='pc'>hvm</type>\n");
+    match &c.kernel_boot {
+        Some(k) => {
+            let _ = writeln!(x, "    <kernel>{}</kernel>", escape(&k.kernel));
+            let _ = writeln!(x, "    <initrd>{}</initrd>", escape(&k.initrd));
+            let _ = writeln!(x, "    <cmdline>{}</cmdline>", escape(&k.cmdline));
+        }
+        None => x.push_str("    <boot dev='hd'/>\n"),
+    }
+    x.push_str("    <smbios mode='sysinfo'/>\n  </os>\n");
+    x.push_str("  <features>\n    <acpi/>\n    <apic/>\n  </features>\n");
+    let _ = writeln!(
+        x,
+        "  <cpu mode='{}'>\n    <topology sockets='{}' dies='1' cores='{}' threads='1'/>\n  </cpu>",
+        match c.domain_type {
+            DomainType::Kvm => "host-passthrough",
+            DomainType::Qemu => "custom",
+        },
+        c.sockets.max(1),
+        c.cores.max(1)
+    );
+    x.push_str("  <clock offset='utc'/>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
+    x.push_str("  <devices>\n");
+    for d in &c.disks {
+        let (device, bus) = if d.cdrom {
+            ("cdrom", "sata")
+        } else {
+            ("disk", "virtio")
+        };
+        let _ = writeln!(x, "    <disk type='volume' device='{device}'>");
+        let _ = writeln!(x, "      <driver name='qemu' type='{}'/>", escape(&d.format));
+        let _ = writeln!(
+            x,
+            "      <source pool='{}' volume='{}'/>",
+            escape(&d.pool),
+            escape(&d.volume)
+        );
+        let _ = writeln!(x, "      <target dev='{}' bus='{bus}'/>", escape(&d.target));
+        if d.cdrom {
+            x.push_str("      <readonly/>\n");
+        }
+        x.push_str("    </disk>\n");
+    }
+    for n in &c.nics {
+        let (kind, attr, name) = match &n.source {
+            NicSource::Network(name) => ("network", "network", name),
+            NicSource::Bridge(name) => ("bridge", "bridge", name),
+        };
+        let _ = writeln!(x, "    <interface type='{kind}'>");
+        let _ = writeln!(x, "      <mac address='{}'/>", escape(&n.mac));
+        let _ = writeln!(x, "      <source {attr}='{}'/>", escape(name));
+        if let Some(tag) = n.vlan {
+            let _ = writeln!(x, "      <vlan>\n        <tag id='{tag}'/>\n      </vlan>");
+        }
+        let _ = writeln!(x, "      <model type='{}'/>", escape(&n.model));
+        if let Some(mtu) = n.mtu {
+            let _ = writeln!(x, "      <mtu size='{mtu}'/>");
+        }
+        x.push_str("    </interface>\n");
+    }
+    x.push_str("    <serial type='pty'>\n");
+    if let Some(log) = &c.serial_log {
+        let _ = writeln!(x, "      <log file='{}' append='off'/>", escape(log));
+    }
+    x.push_str("      <target port='0'/>\n    </serial>\n");
+    x.push_str("    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>\n");
+    x.push_str("    <channel type='unix'>\n      <target type='virtio' name='org.qemu.guest_agent.0'/>\n    </channel>\n");
+    x.push_str("    <memballoon model='virtio'/>\n    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
+    x.push_str("  </devices>\n</domain>\n");
+    x
+}
+
+/// A qcow2 volume of `capacity_gib` backed by `backing_path` (a copy-on-write overlay).
+pub fn overlay_volume_xml(
+    name: &str,
+    capacity_bytes: u64,
+    backing_path: &str,
+    backing_format: &str,
+) -> String {
+    format!(
+        "<volume>\n  <name>{}</name>\n  <capacity unit='bytes'>{capacity_bytes}</capacity>\n  <target>\n    <format type='qcow2'/>\n    <compat>1.1</compat>\n  </target>\n  <backingStore>\n    <path>{}</path>\n    <format type='{}'/>\n  </backingStore>\n</volume>\n",
+        escape(name),
+        escape(backing_path),
+        escape(backing_format)
+    )
+}
+
+/// An empty volume of `capacity_bytes` in `format` (`qcow2` data disks, `raw` seed images).
+pub fn plain_volume_xml(name: &str, capacity_bytes: u64, format: &str) -> String {
+    format!(
+        "<volume>\n  <name>{}</name>\n  <capacity unit='bytes'>{capacity_bytes}</capacity>\n  <target>\n    <format type='{}'/>\n  </target>\n</volume>\n",
+        escape(name),
+        escape(format)
+    )
+}
+
+/// The `<format type='…'/>` of a volume's XML (`raw` when absent).
+pub fn volume_format(volume_xml: &str) -> String {
+    let Some(target) = volume_xml.find("<target>") else {
+        return "raw".into();
+    };
+    let rest = &volume_xml[target..];
+    rest.find("<format ")
+        .and_then(|i| {
+            let end = rest[i..].find('>')? + i;
+            attribute(&rest[i..end], "type")
+        })
+        .unwrap_or_else(|| "raw".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn config() -> DomainConfig {
+        DomainConfig {
+            name: "default_web-1".into(),
+            uuid: "6f1b0b7e-1c7e-4a55-9d53-1f1f2a3b4c5d".into(),
+            domain_type: DomainType::Qemu,
+            sockets: 2,
+            cores: 2,
+            memory_mib: 2048,
+            disks: vec![
+                DiskConfig {
+                    pool: "default".into(),
+                    volume: "default_web-1-root.qcow2".into(),
+                    target: "vda".into(),
+                    cdrom: false,
+                    format: "qcow2".into(),
+                },
+                DiskConfig {
+                    pool: "default".into(),
+                    volume: "default_web-1-seed.iso".into(),
+                    target: "sda".into(),
+                    cdrom: true,
+                    format: "raw".into(),
+                },
+            ],
+            nics: vec![
+                NicConfig {
+                    source: NicSource::Network("lab".into()),
+                    mac: "52:54:00:aa:bb:cc".into(),
+                    model: "virtio".into(),
+                    mtu: Some(1400),
+                    vlan: None,
+                },
+                NicConfig {
+                    source: NicSource::Bridge("br0".into()),
+                    mac: "52:54:00:aa:bb:cd".into(),
+                    model: "e1000".into(),
+                    mtu: None,
+                    vlan: Some(42),
+                },
+            ],
+            firmware: FirmwareConfig::Bios,
+            kernel_boot: None,
+            serial_log: Some("/var/log/libvirt/qemu/x.serial".into()),
+            owner: Owner {
+                uid: "uid-1".into(),
+                namespace: "default".into(),
+                name: "web-1 <&'\">".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn domain_xml_has_every_required_element() {
+        let xml = domain_xml(&config());
+        for needle in [
+            "<domain type='qemu'>",
+            "<name>default_web-1</name>",
+            "<uuid>6f1b0b7e-1c7e-4a55-9d53-1f1f2a3b4c5d</uuid>",
+            "<entry name='uuid'>6f1b0b7e-1c7e-4a55-9d53-1f1f2a3b4c5d</entry>",
+            "<smbios mode='sysinfo'/>",
+            "<memory unit='KiB'>2097152</memory>",
+            "<vcpu placement='static'>4</vcpu>",
+            "<topology sockets='2' dies='1' cores='2' threads='1'/>",
+            "<acpi/>",
+            "<boot dev='hd'/>",
+            "<source pool='default' volume='default_web-1-root.qcow2'/>",
+            "<target dev='vda' bus='virtio'/>",
+            "<target dev='sda' bus='sata'/>",
+            "<readonly/>",
+            "<source network='lab'/>",
+            "<source bridge='br0'/>",
+            "<mac address='52:54:00:aa:bb:cc'/>",
+            "<model type='e1000'/>",
+            "<mtu size='1400'/>",
+            "<tag id='42'/>",
+            "<log file='/var/log/libvirt/qemu/x.serial' append='off'/>",
+            "<target type='serial' port='0'/>",
+            "name='org.qemu.guest_agent.0'",
+        ] {
+            assert!(xml.contains(needle), "missing {needle} in\n{xml}");
+        }
+        // cdrom after the boot disk, and exactly one of each
+        assert!(xml.find("bus='virtio'").unwrap() < xml.find("bus='sata'").unwrap());
+        assert_eq!(xml.matches("<interface ").count(), 2);
+        assert_eq!(xml.matches("<disk ").count(), 2);
+    }
+
+    #[test]
+    fn domain_type_kvm_uses_host_passthrough_and_uefi_sets_firmware() {
+        let mut c = config();
+        c.domain_type = DomainType::Kvm;
+        c.firmware = FirmwareConfig::Uefi;
+        let xml = domain_xml(&c);
+        assert!(xml.starts_with("<domain type='kvm'>"));
+        assert!(xml.contains("<cpu mode='host-passthrough'>"));
+        assert!(xml.contains("<os firmware='efi'>"));
+    }
+
+    #[test]
+    fn kernel_boot_replaces_the_boot_device() {
+        let mut c = config();
+        c.kernel_boot = Some(KernelBoot {
+            kernel: "/k".into(),
+            initrd: "/i".into(),
+            cmdline: "console=ttyS0 a&b".into(),
+        });
+        let xml = domain_xml(&c);
+        assert!(!xml.contains("<boot dev="));
+        assert!(xml.contains("<kernel>/k</kernel>"));
+        assert!(xml.contains("<cmdline>console=ttyS0 a&amp;b</cmdline>"));
+    }
+
+    #[test]
+    fn owner_round_trips_through_the_domain_xml_with_special_characters() {
+        let c = config();
+        let xml = domain_xml(&c);
+        assert_eq!(owner_from_xml(&xml), Some(c.owner.clone()));
+        // libvirt rewrites the element with its own prefix and quoting
+        let rewritten = "<metadata><lv:owner xmlns:lv=\"https://banlieue.io/libvirt/v1alpha1\" uid='u&amp;1' namespace='ns' name='n'/></metadata>";
+        assert_eq!(
+            owner_from_xml(rewritten),
+            Some(Owner {
+                uid: "u&1".into(),
+                namespace: "ns".into(),
+                name: "n".into()
+            })
+        );
+        assert_eq!(owner_from_xml("<domain><name>x</name></domain>"), None);
+    }
+
+    #[test]
+    fn escape_and_unescape_are_inverse() {
+        for s in ["plain", "a<b>&c'd\"e", "&&;;", "é ü"] {
+            assert_eq!(unescape(&escape(s)), s);
+        }
+        assert_eq!(unescape("&#65;&#x42;&bogus;"), "AB&bogus;");
+    }
+
+    #[test]
+    fn macs_are_read_in_order() {
+        assert_eq!(
+            macs_from_xml(&domain_xml(&config())),
+            vec!["52:54:00:aa:bb:cc", "52:54:00:aa:bb:cd"]
+        );
+    }
+
+    #[test]
+    fn volume_xml_overlay_and_plain() {
+        let overlay = overlay_volume_xml("r.qcow2", 10 << 30, "/pool/base.qcow2", "qcow2");
+        assert!(overlay.contains("<capacity unit='bytes'>10737418240</capacity>"));
+        assert!(overlay.contains("<backingStore>\n    <path>/pool/base.qcow2</path>"));
+        assert!(overlay.contains("<compat>1.1</compat>"));
+        assert_eq!(volume_format(&overlay), "qcow2");
+        let plain = plain_volume_xml("s.iso", 4096, "raw");
+        assert!(!plain.contains("backingStore"));
+        assert_eq!(volume_format(&plain), "raw");
+        assert_eq!(volume_format("<volume/>"), "raw");
+    }
+
+    #[test]
+    fn domain_type_parses() {
+        assert_eq!("kvm".parse::<DomainType>(), Ok(DomainType::Kvm));
+        assert_eq!("qemu".parse::<DomainType>(), Ok(DomainType::Qemu));
+        assert!("xen".parse::<DomainType>().is_err());
+    }
+}

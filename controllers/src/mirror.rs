@@ -244,7 +244,11 @@ fn deletion_message(machine: Option<&MachineView>, infra_ready: Option<&Conditio
     match (machine, infra_ready) {
         (None, _) => "the infrastructure machine is gone".to_owned(),
         (Some(m), Some(c)) if m.deleting && c.status != "True" && !c.message.is_empty() => {
-            format!("{}: {}", c.reason, c.message)
+            if c.reason == DELETING {
+                c.message.clone()
+            } else {
+                format!("{}: {}", c.reason, c.message)
+            }
         }
         (Some(m), _) if m.deleting => {
             "waiting for the provider to delete the infrastructure machine".to_owned()

@@ -183,7 +183,10 @@ fn deletion_shows_in_phase_and_ready() {
     "waiting for the provider to delete the infrastructure machine")]
 #[case::provider_progress(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
     "status": {"conditions": [ready_cond("False", "Deleting")]}}),
-    "Deleting: Deleting msg")]
+    "Deleting msg")]
+#[case::provider_problem(json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"},
+    "status": {"conditions": [ready_cond("False", "DeletionFailed")]}}),
+    "DeletionFailed: DeletionFailed msg")]
 fn deletion_shows_the_providers_progress(#[case] obj: Value, #[case] message: &str) {
     let view = machine(obj);
     let input = MirrorInput {

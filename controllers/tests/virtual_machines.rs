@@ -409,7 +409,7 @@ async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
             .as_ref()
             .and_then(|s| condition::find(&s.conditions, condition::READY))
             .map(|c| c.message.clone());
-        Ok((message.as_deref() == Some("Deleting: stopping VM 101")).then_some(v))
+        Ok((message.as_deref() == Some("stopping VM 101")).then_some(v))
     })
     .await?;
     assert_eq!(

@@ -1,0 +1,269 @@
+//! The whole banlieue stack on this machine, as a library: the `banlieue-dev` binary (the
+//! README's `tests/dev.sh`) and the end-to-end tests (`tests/e2e.rs`) start it the same way.
+//!
+//! [`Stack::start`] starts a private etcd + kube-apiserver + kube-controller-manager (built by
+//! `tests/controlplane/build.sh`), installs banlieue's CRDs (and CAPI's when a folder is given),
+//! starts the Proxmox VE simulator on loopback and registers it as the cluster-scoped `Provider`
+//! [`PROVIDER_NAME`] with a credentials Secret in [`SYSTEM_NAMESPACE`]. [`start_controller`]
+//! runs one of the [`CONTROLLERS`] from its own binary, as its own process, sharing nothing with
+//! the caller but the API server.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use banlieue_testenv::{ManagedProcess, TestEnv};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{Api, Patch, PatchParams};
+
+/// Field manager of the objects the environment applies.
+pub const FIELD_MANAGER: &str = "banlieue-dev";
+/// Namespace of the simulator's credentials Secret.
+pub const SYSTEM_NAMESPACE: &str = "banlieue-system";
+/// Name of the Provider (and of its Secret) registered for the simulator.
+pub const PROVIDER_NAME: &str = "pve-sim";
+
+/// The Proxmox provider's binary.
+pub const PROXMOX_PROVIDER: &str = "banlieue-proxmox";
+/// The banlieue CLI, whose `controller` subcommand is the banlieue controller.
+pub const BANLIEUE: &str = "banlieue";
+
+/// The controllers the environment runs, by binary name and flags (metrics on ephemeral ports).
+pub const CONTROLLERS: [(&str, &[&str]); 2] = [
+    (
+        PROXMOX_PROVIDER,
+        &[
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--log-format=text",
+        ],
+    ),
+    (BANLIEUE, &["controller", "--metrics-addr=127.0.0.1:0"]),
+];
+
+/// What to start.
+#[derive(Clone, Debug)]
+pub struct StackConfig {
+    /// The simulator's configuration.
+    pub sim: banlieue_pve_sim::SimConfig,
+    /// Folder of CAPI's CRDs to install as well (`None` or a missing folder: skipped).
+    pub capi_crds: Option<PathBuf>,
+}
+
+/// A running control plane with banlieue's CRDs and the simulator registered as a Provider.
+pub struct Stack {
+    /// The control plane.
+    pub env: TestEnv,
+    /// The Proxmox VE simulator.
+    pub sim: banlieue_pve_sim::SimHandle,
+}
+
+impl Stack {
+    /// Starts everything, reporting each step to `progress`.
+    pub async fn start(config: StackConfig, progress: impl Fn(&str)) -> anyhow::Result<Self> {
+        progress("starting etcd, kube-apiserver and kube-controller-manager");
+        let env = TestEnv::builder()
+            .allow_external(false)
+            .start()
+            .await
+            .context("starting the control plane (did `tests/controlplane/build.sh` run?)")?;
+        progress(&format!(
+            "control plane ready at {} in {:.1}s",
+            env.server(),
+            env.started_in().as_secs_f64()
+        ));
+
+        progress("installing banlieue CRDs");
+        env.install_crds(&banlieue_api::crds::all()).await?;
+        if let Some(dir) = &config.capi_crds {
+            let capi = capi_crd_files(dir)?;
+            if capi.is_empty() {
+                progress(&format!("no CAPI CRDs under {} - skipped", dir.display()));
+            } else {
+                progress(&format!(
+                    "installing {} CAPI CRDs from {}",
+                    capi.len(),
+                    dir.display()
+                ));
+                env.install_crd_files(&capi).await?;
+            }
+        }
+
+        progress("starting the Proxmox VE simulator");
+        let sim = banlieue_pve_sim::start(config.sim)
+            .await
+            .context("starting the Proxmox VE simulator")?;
+        progress(&format!("registering the simulator as Provider {PROVIDER_NAME}"));
+        register_simulator(&env, &sim).await?;
+        Ok(Self { env, sim })
+    }
+
+    /// Stops the simulator, then the control plane.
+    pub async fn stop(self) {
+        self.sim.shutdown().await;
+        drop(self.env);
+    }
+}
+
+/// The simulator configuration of the dev environment: `nodes` nodes named `pve1…`, every task
+/// taking `task`, guest agents answering `agent` after a VM starts.
+pub fn sim_config(nodes: usize, task: Duration, agent: Duration) -> banlieue_pve_sim::SimConfig {
+    banlieue_pve_sim::SimConfig {
+        nodes: (1..=nodes).map(|n| format!("pve{n}")).collect(),
+        task_duration: task,
+        agent_delay: agent,
+        ..banlieue_pve_sim::SimConfig::default()
+    }
+}
+
+/// Folder of the controller binaries when running from `target/<profile>/` (the binary itself)
+/// or `target/<profile>/deps/` (a test).
+pub fn binary_dir() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    Ok(dir)
+}
+
+/// Starts controller `name` (one of [`CONTROLLERS`]) from `bin_dir` with `args`, `KUBECONFIG`
+/// set (the rest of the environment, e.g. `RUST_LOG`, is inherited) and its output in
+/// `logs/<name>.log`. It dies with this process (and on drop).
+pub fn start_controller(
+    bin_dir: &Path,
+    name: &str,
+    args: &[&str],
+    kubeconfig: &Path,
+    logs: &Path,
+) -> anyhow::Result<ManagedProcess> {
+    let binary = bin_dir.join(name);
+    anyhow::ensure!(
+        binary.is_file(),
+        "{} is missing: build it with `cargo build -p banlieue-controllers -p banlieue-proxmox` \
+         (tests/dev.sh does), or pass --no-controllers",
+        binary.display()
+    );
+    let mut argv = vec![
+        format!("KUBECONFIG={}", kubeconfig.display()),
+        binary.display().to_string(),
+    ];
+    argv.extend(args.iter().map(|a| (*a).to_owned()));
+    std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
+    Ok(ManagedProcess::start(
+        name,
+        Path::new("/usr/bin/env"),
+        &argv,
+        &logs.join(format!("{name}.log")),
+    )?)
+}
+
+/// The flags of controller `name` in [`CONTROLLERS`].
+pub fn controller_args(name: &str) -> &'static [&'static str] {
+    CONTROLLERS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, a)| *a)
+        .unwrap_or(&[])
+}
+
+/// The CRD files (`*.yaml`) of a folder, sorted; empty when the folder does not exist.
+pub fn capi_crd_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Registers the simulator as the Provider [`PROVIDER_NAME`]: see [`register_simulator_as`].
+pub async fn register_simulator(env: &TestEnv, sim: &banlieue_pve_sim::SimHandle) -> anyhow::Result<()> {
+    register_simulator_as(&env.client().await?, sim, PROVIDER_NAME).await
+}
+
+/// Registers the simulator as the cluster-scoped Provider `name`: the Namespace
+/// [`SYSTEM_NAMESPACE`], the credentials Secret `name` in it and the Provider (TLS pinned by
+/// fingerprint, defaults for storage, network and pool, the simulator's nodes). Idempotent
+/// (server-side apply).
+pub async fn register_simulator_as(
+    client: &kube::Client,
+    sim: &banlieue_pve_sim::SimHandle,
+    name: &str,
+) -> anyhow::Result<()> {
+    let apply = PatchParams::apply(FIELD_MANAGER).force();
+    let namespace: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SYSTEM_NAMESPACE}
+    }))?;
+    Api::<Namespace>::all(client.clone())
+        .patch(SYSTEM_NAMESPACE, &apply, &Patch::Apply(&namespace))
+        .await?;
+
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name, "namespace": SYSTEM_NAMESPACE},
+        "stringData": {"tokenID": sim.token_id(), "secret": sim.token_secret()}
+    }))?;
+    Api::<Secret>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .patch(name, &apply, &Patch::Apply(&secret))
+        .await
+        .context("applying the simulator's credentials Secret")?;
+
+    let provider: banlieue_api::banlieue::Provider = serde_json::from_value(serde_json::json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+        "metadata": {"name": name, "labels": {"banlieue.io/simulated": "true"}},
+        "spec": {
+            "backend": "proxmox",
+            "endpoint": sim.url(),
+            "credentialsRef": {"name": name, "namespace": SYSTEM_NAMESPACE},
+            "tls": {"sha256Fingerprint": sim.fingerprint_sha256()},
+            "defaults": {"storage": "local-lvm", "network": "vmbr0", "resourcePool": "banlieue"},
+            "nodes": sim.config().nodes,
+        }
+    }))
+    .context("building the Provider object")?;
+    Api::<banlieue_api::banlieue::Provider>::all(client.clone())
+        .patch(name, &apply, &Patch::Apply(&provider))
+        .await
+        .context("applying the simulator's Provider")?;
+    Ok(())
+}
+
+/// Stops a controller the way a kubelet does: SIGTERM, up to `grace` for it to exit, then
+/// SIGKILL. Returns whether it exited by itself within `grace`.
+pub fn terminate(process: &mut ManagedProcess, grace: Duration) -> bool {
+    if process.check_running().is_err() {
+        return true;
+    }
+    // The process id is the controller's own (setpriv and env exec into it).
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &process.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    let deadline = std::time::Instant::now() + grace;
+    let mut exited = false;
+    while sent && std::time::Instant::now() < deadline {
+        if process.check_running().is_err() {
+            exited = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    process.stop();
+    exited
+}
+
+/// Copies the admin kubeconfig to `to` (creating its folder).
+pub fn write_kubeconfig(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::copy(from, to).with_context(|| format!("writing {}", to.display()))?;
+    Ok(())
+}

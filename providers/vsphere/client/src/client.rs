@@ -232,6 +232,15 @@ impl Client {
         Ok(())
     }
 
+    /// Logs in unless a session exists (checks credentials and TLS without another call).
+    pub async fn login_if_needed(&self) -> Result<()> {
+        let mut guard = self.inner.session.lock().await;
+        if guard.is_none() {
+            self.login_locked(&mut guard).await?;
+        }
+        Ok(())
+    }
+
     /// Ends the session (best effort).
     pub async fn logout(&self) -> Result<()> {
         let sm = self.service_content().await?.session_manager.clone();

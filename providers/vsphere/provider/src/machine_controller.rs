@@ -1,0 +1,498 @@
+//! The VSphereMachine reconciler (CAPI InfraMachine contract, and standalone machines of banlieue
+//! VirtualMachines).
+//!
+//! One reconcile: read the object fresh → no controlling Machine/VirtualMachine: nothing →
+//! owner view ([`crate::owner`]) → `Paused` condition, stop if paused → deletion (power off,
+//! destroy, finalizer) → finalizer → wait for the infra cluster → one provisioning step
+//! ([`crate::provision`]) → `spec.providerID` once provisioned → status by server-side apply on
+//! `/status`, only when it changed → an Event per transition.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_api::common::{Initialization, PowerState};
+use banlieue_api::condition::{self, ConditionStatus};
+use banlieue_api::infrastructure::{VSphereMachine, VSphereMachineStatus};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, instrument, warn};
+
+use crate::connection::{self, ClientCache};
+use crate::error::{Error, Result};
+use crate::owner::{self, Bootstrap, OwnerView};
+use crate::phase::{Phase, task_ref, vm_ref};
+use crate::provision::{self, DeleteStep, MachineInput, StepError};
+
+/// Finalizer of VSphereMachines and VSphereClusters.
+pub const FINALIZER: &str = "infrastructure.banlieue.io/vsphere";
+/// Field manager of every write of this provider.
+pub const FIELD_MANAGER: &str = "banlieue-vsphere";
+/// Requeue while waiting for something another controller does.
+pub const WAIT_REQUEUE: Duration = Duration::from_secs(10);
+
+/// Shared state of the controllers.
+pub struct Context {
+    /// Kubernetes client.
+    pub kube: kube::Client,
+    /// vSphere clients per endpoint.
+    pub clients: ClientCache,
+    /// Event recorder.
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context reporting Events as `reporter`.
+    pub fn new(kube: kube::Client, reporter: &str) -> Self {
+        let recorder = Recorder::new(
+            kube.clone(),
+            Reporter {
+                controller: reporter.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Self {
+            kube,
+            clients: ClientCache::default(),
+            recorder,
+        }
+    }
+}
+
+pub(crate) fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn set(
+    conds: &mut Vec<condition::Condition>,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) {
+    let status = if ok {
+        ConditionStatus::True
+    } else {
+        ConditionStatus::False
+    };
+    let message = message.into();
+    // Keep the condition (and its lastTransitionTime) when nothing but time would change.
+    if let Some(c) = condition::find(conds, type_)
+        && c.status == status.as_str()
+        && c.reason == reason
+        && c.message == message
+        && c.observed_generation == generation
+    {
+        return;
+    }
+    condition::set(
+        conds,
+        condition::new_condition(type_, status, reason, message, generation, now()),
+    );
+}
+
+async fn write_status(
+    ctx: &Context,
+    api: &Api<VSphereMachine>,
+    vm: &VSphereMachine,
+    new: &VSphereMachineStatus,
+) -> Result<()> {
+    if vm.status.as_ref() == Some(new) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": VSphereMachine::api_version(&()),
+        "kind": VSphereMachine::kind(&()),
+        "status": new,
+    });
+    api.patch_status(
+        &vm.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube("writing VSphereMachine status", e))?;
+    let _ = ctx;
+    Ok(())
+}
+
+async fn patch_finalizers(api: &Api<VSphereMachine>, vm: &VSphereMachine, add: bool) -> Result<()> {
+    let mut finalizers = vm.finalizers().to_vec();
+    if add {
+        finalizers.push(FINALIZER.to_owned());
+    } else {
+        finalizers.retain(|f| f != FINALIZER);
+    }
+    let patch =
+        serde_json::json!({"metadata": {"finalizers": finalizers, "resourceVersion": vm.resource_version()}});
+    api.patch(&vm.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| Error::kube("updating VSphereMachine finalizers", e))?;
+    Ok(())
+}
+
+async fn publish(ctx: &Context, vm: &VSphereMachine, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(note),
+        action: "Reconcile".to_owned(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &vm.object_ref(&())).await {
+        warn!(error = %e, "cannot publish event");
+    }
+}
+
+async fn read_user_data(
+    kube: &kube::Client,
+    ns: &str,
+    source: &Bootstrap,
+) -> Result<Result<Option<Vec<u8>>, String>> {
+    match source {
+        Bootstrap::Empty => Ok(Ok(None)),
+        Bootstrap::Pending => Ok(Err("waiting for the bootstrap data Secret name".into())),
+        Bootstrap::Secret { name, key } => {
+            let secret = Api::<Secret>::namespaced(kube.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::kube("reading the bootstrap Secret", e))?;
+            Ok(
+                match secret
+                    .and_then(|s| s.data)
+                    .and_then(|d| d.get(key).map(|v| v.0.clone()))
+                {
+                    Some(data) => Ok(Some(data)),
+                    None => Err(format!("bootstrap Secret {name:?} (key {key:?}) not found")),
+                },
+            )
+        }
+    }
+}
+
+/// Reconciles one VSphereMachine.
+#[instrument(skip_all, fields(namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
+pub async fn reconcile(obj: Arc<VSphereMachine>, ctx: Arc<Context>) -> Result<Action> {
+    let ns = obj.namespace().unwrap_or_default();
+    let api: Api<VSphereMachine> = Api::namespaced(ctx.kube.clone(), &ns);
+    let Some(vm) = api
+        .get_opt(&obj.name_any())
+        .await
+        .map_err(|e| Error::kube("reading VSphereMachine", e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    let Some(owner) = owner::controlling_owner(&vm.metadata) else {
+        return Ok(Action::await_change());
+    };
+    let view = owner::resolve(&ctx.kube, &vm, owner).await?;
+    let generation = vm.metadata.generation;
+    let mut status = vm.status.clone().unwrap_or_default();
+    let (p_status, p_reason, p_message) = view.paused.clone();
+    set(
+        &mut status.conditions,
+        condition::PAUSED,
+        p_status == "True",
+        p_reason,
+        p_message,
+        generation,
+    );
+    if view.is_paused() {
+        write_status(&ctx, &api, &vm, &status).await?;
+        return Ok(Action::await_change());
+    }
+    if vm.metadata.deletion_timestamp.is_some() {
+        return delete(&ctx, &api, &vm, &view, status).await;
+    }
+    if !vm.finalizers().iter().any(|f| f == FINALIZER) {
+        patch_finalizers(&api, &vm, true).await?;
+        return Ok(Action::requeue(Duration::ZERO));
+    }
+    let result = provision(&ctx, &vm, &view, &mut status).await;
+    status.observed_generation = generation;
+    let action = match result {
+        Ok((step, requeue)) => {
+            write_status(&ctx, &api, &vm, &status).await?;
+            if let Some((reason, note)) = step {
+                publish(&ctx, &vm, EventType::Normal, reason, note).await;
+            }
+            requeue
+        }
+        Err(e) => {
+            let (reason, message, retry) = match &e {
+                StepError::Permanent { reason, message } => {
+                    (*reason, message.clone(), provision::PERMANENT_RETRY)
+                }
+                StepError::Transient { reason, source } => {
+                    (*reason, source.to_string(), Duration::from_secs(10))
+                }
+                StepError::NeedBootstrapData => ("WaitingForBootstrapData", e.to_string(), WAIT_REQUEUE),
+            };
+            let changed =
+                condition::find(&status.conditions, condition::READY).is_none_or(|c| c.reason != reason);
+            set(
+                &mut status.conditions,
+                condition::READY,
+                false,
+                reason,
+                message.clone(),
+                generation,
+            );
+            write_status(&ctx, &api, &vm, &status).await?;
+            if changed {
+                publish(&ctx, &vm, EventType::Warning, reason, message).await;
+            }
+            Action::requeue(retry)
+        }
+    };
+    Ok(action)
+}
+
+type Progress = (Option<(&'static str, String)>, Action);
+
+async fn provision(
+    ctx: &Context,
+    vm: &VSphereMachine,
+    view: &OwnerView,
+    status: &mut VSphereMachineStatus,
+) -> Result<Progress, StepError> {
+    let generation = vm.metadata.generation;
+    let (Some(cluster), None) = (&view.cluster, &view.waiting_for_cluster) else {
+        let why = view.waiting_for_cluster.clone().unwrap_or_default();
+        set(
+            &mut status.conditions,
+            condition::READY,
+            false,
+            "WaitingForClusterInfrastructure",
+            why,
+            generation,
+        );
+        return Ok((None, Action::requeue(WAIT_REQUEUE)));
+    };
+    let kube_err = |e: Error| StepError::Permanent {
+        reason: "KubernetesError",
+        message: e.to_string(),
+    };
+    let endpoint = match connection::resolve(&ctx.kube, cluster).await.map_err(kube_err)? {
+        Ok(e) => e,
+        Err(p) => {
+            return Err(StepError::Permanent {
+                reason: p.reason,
+                message: p.message,
+            });
+        }
+    };
+    let client = ctx.clients.client(&endpoint).map_err(|p| StepError::Permanent {
+        reason: p.reason,
+        message: p.message,
+    })?;
+    let phase = Phase::read(vm.status.as_ref()).map_err(|e| StepError::Permanent {
+        reason: "InconsistentStatus",
+        message: e.to_string(),
+    })?;
+    let uid = vm.uid().unwrap_or_default();
+    let name = vm.name_any();
+    let input = MachineInput {
+        uid: &uid,
+        name: &name,
+        spec: &vm.spec,
+        cluster,
+        failure_domain: view.failure_domain.as_deref(),
+    };
+    let desired_power = vm.spec.power_state.unwrap_or(PowerState::On);
+    let step = match provision::provision_step(&client, &input, phase.clone(), None, desired_power).await {
+        Err(StepError::NeedBootstrapData) => {
+            let ns = vm.namespace().unwrap_or_default();
+            match read_user_data(&ctx.kube, &ns, &view.bootstrap)
+                .await
+                .map_err(kube_err)?
+            {
+                Ok(data) => {
+                    provision::provision_step(&client, &input, phase, Some(data.as_deref()), desired_power)
+                        .await?
+                }
+                Err(why) => {
+                    set(
+                        &mut status.conditions,
+                        condition::READY,
+                        false,
+                        "WaitingForBootstrapData",
+                        why,
+                        generation,
+                    );
+                    return Ok((None, Action::requeue(WAIT_REQUEUE)));
+                }
+            }
+        }
+        other => other?,
+    };
+    step.phase.write(status);
+    if let Some(fd) = &step.failure_domain {
+        status.failure_domain = Some(fd.clone());
+    } else if status.failure_domain.is_none() {
+        status.failure_domain = view.failure_domain.clone();
+    }
+    if let Some(info) = &step.vm {
+        status.addresses = provision::addresses(&name, info);
+        status.power_state = info.power_state.map(|p| match p {
+            banlieue_vsphere_client::VmPowerState::PoweredOn => PowerState::On,
+            _ => PowerState::Off,
+        });
+        if let Some(host) = &info.host
+            && status.node.as_deref() != Some(host.value.as_str())
+        {
+            status.node = Some(host.value.clone());
+        }
+        if let Some(uuid) = &info.bios_uuid {
+            let provider_id = format!("vsphere://{uuid}");
+            if vm.spec.provider_id.as_deref() != Some(provider_id.as_str()) {
+                let api: Api<VSphereMachine> =
+                    Api::namespaced(ctx.kube.clone(), &vm.namespace().unwrap_or_default());
+                let patch = serde_json::json!({"spec": {"providerID": provider_id}});
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| kube_err(Error::kube("setting spec.providerID", e)))?;
+            }
+            status.initialization = Initialization::provisioned(true);
+        }
+    }
+    match &step.phase {
+        Phase::Provisioned(_) if step.waiting.is_none() => {
+            set(
+                &mut status.conditions,
+                condition::READY,
+                true,
+                "Provisioned",
+                "",
+                generation,
+            );
+        }
+        phase => {
+            let why = step.waiting.clone().unwrap_or_default();
+            set(
+                &mut status.conditions,
+                condition::READY,
+                false,
+                phase.reason(),
+                why,
+                generation,
+            );
+        }
+    }
+    Ok((step.event.clone(), Action::requeue(step.requeue)))
+}
+
+async fn delete(
+    ctx: &Context,
+    api: &Api<VSphereMachine>,
+    vm: &VSphereMachine,
+    view: &OwnerView,
+    mut status: VSphereMachineStatus,
+) -> Result<Action> {
+    if !vm.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let generation = vm.metadata.generation;
+    let Some(cluster) = &view.cluster else {
+        // Without its cluster there is no vCenter to clean up: release the object.
+        warn!("infra cluster gone; removing the finalizer without deleting a VM");
+        patch_finalizers(api, vm, false).await?;
+        return Ok(Action::await_change());
+    };
+    let endpoint = match connection::resolve(&ctx.kube, cluster).await? {
+        Ok(e) => e,
+        Err(p) => {
+            set(
+                &mut status.conditions,
+                condition::READY,
+                false,
+                p.reason,
+                p.message,
+                generation,
+            );
+            write_status(ctx, api, vm, &status).await?;
+            return Ok(Action::requeue(provision::PERMANENT_RETRY));
+        }
+    };
+    let client = ctx
+        .clients
+        .client(&endpoint)
+        .map_err(|p| Error::Invalid(p.to_string()))?;
+    let uid = vm.uid().unwrap_or_default();
+    let vm_ref = status.vm_ref.as_deref().map(vm_ref);
+    let task = status
+        .provisioning
+        .as_ref()
+        .and_then(|p| p.task_id.as_deref())
+        .map(task_ref);
+    match provision::delete_step(&client, &uid, vm_ref, task).await {
+        Ok(DeleteStep::Gone) => {
+            info!("VM deleted; removing the finalizer");
+            publish(
+                ctx,
+                vm,
+                EventType::Normal,
+                "Deleted",
+                "VM deleted in vCenter".into(),
+            )
+            .await;
+            patch_finalizers(api, vm, false).await?;
+            Ok(Action::await_change())
+        }
+        Ok(DeleteStep::Wait(task, what)) => {
+            let prov = status.provisioning.get_or_insert_with(Default::default);
+            prov.state = banlieue_api::common::ProvisioningState::Deleting;
+            prov.task_id = Some(task.value.clone());
+            set(
+                &mut status.conditions,
+                condition::READY,
+                false,
+                "Deleting",
+                what,
+                generation,
+            );
+            write_status(ctx, api, vm, &status).await?;
+            Ok(Action::requeue(provision::TASK_POLL))
+        }
+        Err(e) => {
+            set(
+                &mut status.conditions,
+                condition::READY,
+                false,
+                e.reason(),
+                e.to_string(),
+                generation,
+            );
+            write_status(ctx, api, vm, &status).await?;
+            Ok(Action::requeue(Duration::from_secs(10)))
+        }
+    }
+}
+
+fn error_policy(_obj: Arc<VSphereMachine>, err: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(error = %err, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the VSphereMachine controller until the stream ends, for one namespace or (`None`) all.
+pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
+    let api: Api<VSphereMachine> = match namespace {
+        Some(ns) => Api::namespaced(ctx.kube.clone(), ns),
+        None => Api::all(ctx.kube.clone()),
+    };
+    Controller::new(api, watcher::Config::default())
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                warn!(error = %e, "VSphereMachine reconcile error");
+            }
+        })
+        .await;
+}

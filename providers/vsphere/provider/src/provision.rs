@@ -1,0 +1,723 @@
+//! One provisioning or deletion step against vCenter. A step starts at most one task and
+//! returns the next [`Phase`]; tasks are polled on the next reconcile, never awaited here.
+//!
+//! Crash safety: every clone carries the machine's UID in extraConfig [`OWNER_KEY`]. Before
+//! cloning (and whenever the clone task is lost) the inventory is searched for a VM with that
+//! UID and such a VM is adopted instead of cloning again. Deletion only ever touches the VM in
+//! `status.vmRef` or one carrying our UID.
+
+use std::time::Duration;
+
+use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState};
+use banlieue_api::infrastructure::{VSphereCluster, VSphereMachineSpec};
+use banlieue_vsphere_client::vim::ConfigSpec;
+use banlieue_vsphere_client::{Client, CloneSpec, ErrorClass, MoRef, VmInfo, VmPowerState};
+use base64::Engine as _;
+
+use crate::connection::reason_of;
+use crate::phase::Phase;
+
+/// extraConfig key holding the owning VSphereMachine's UID.
+pub const OWNER_KEY: &str = "guestinfo.banlieue.owner-uid";
+/// How often a running task is polled.
+pub const TASK_POLL: Duration = Duration::from_secs(2);
+/// How often the guest is asked for its IP.
+pub const GUEST_POLL: Duration = Duration::from_secs(5);
+/// Resync of a provisioned machine.
+pub const RESYNC: Duration = Duration::from_secs(600);
+/// Retry after a permanent failure (a change of the object triggers a reconcile earlier).
+pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+
+/// Everything about the machine provisioning reads.
+#[derive(Clone, Copy, Debug)]
+pub struct MachineInput<'a> {
+    /// UID of the VSphereMachine (ownership marker).
+    pub uid: &'a str,
+    /// Name: VM name and guest hostname.
+    pub name: &'a str,
+    /// The spec.
+    pub spec: &'a VSphereMachineSpec,
+    /// The infra cluster.
+    pub cluster: &'a VSphereCluster,
+    /// Requested failure domain.
+    pub failure_domain: Option<&'a str>,
+}
+
+/// The inventory paths a machine resolves to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// Datacenter name.
+    pub datacenter: String,
+    /// Template path.
+    pub template: String,
+    /// VM folder path.
+    pub folder: String,
+    /// Resource pool path.
+    pub pool: String,
+    /// Datastore path.
+    pub datastore: Option<String>,
+    /// The failure domain used.
+    pub failure_domain: Option<String>,
+}
+
+fn under(dc: &str, kind: &str, path: &str) -> String {
+    if path.starts_with('/') {
+        path.to_owned()
+    } else {
+        format!("/{dc}/{kind}/{path}")
+    }
+}
+
+/// Resolves datacenter, template, folder, pool and datastore paths (pure).
+pub fn placement(input: &MachineInput<'_>) -> Result<Placement, StepError> {
+    let spec = input.spec;
+    let dc = spec
+        .datacenter
+        .clone()
+        .or_else(|| input.cluster.spec.datacenter.clone())
+        .ok_or_else(|| {
+            permanent(
+                "DatacenterNotSet",
+                "set spec.datacenter on the VSphereMachine or the VSphereCluster",
+            )
+        })?;
+    let fd = match input.failure_domain {
+        None => None,
+        Some(name) => Some(
+            input
+                .cluster
+                .spec
+                .failure_domains
+                .iter()
+                .find(|f| f.name == name)
+                .ok_or_else(|| {
+                    permanent(
+                        "FailureDomainNotFound",
+                        format!("failure domain {name:?} is not in the VSphereCluster's spec.failureDomains"),
+                    )
+                })?,
+        ),
+    };
+    let pool = match (fd, &spec.resource_pool) {
+        (Some(fd), _) => {
+            let cluster = under(&dc, "host", &fd.compute_cluster);
+            match &fd.resource_pool {
+                Some(p) if p.starts_with('/') => p.clone(),
+                Some(p) => format!("{cluster}/Resources/{p}"),
+                None => format!("{cluster}/Resources"),
+            }
+        }
+        (None, Some(p)) => under(&dc, "host", p),
+        (None, None) => {
+            return Err(permanent(
+                "ResourcePoolNotSet",
+                "set spec.resourcePool (e.g. cluster1/Resources) or place the machine in a failure domain",
+            ));
+        }
+    };
+    let datastore = fd
+        .and_then(|f| f.datastore.clone())
+        .or_else(|| spec.datastore.clone())
+        .map(|d| under(&dc, "datastore", &d));
+    Ok(Placement {
+        template: under(&dc, "vm", &spec.source.template),
+        folder: under(&dc, "vm", spec.folder.as_deref().unwrap_or(""))
+            .trim_end_matches('/')
+            .to_owned(),
+        pool,
+        datastore,
+        failure_domain: fd.map(|f| f.name.clone()),
+        datacenter: dc,
+    })
+}
+
+/// The guestinfo extraConfig of a clone: user data and meta-data, base64, plus our UID.
+pub fn guestinfo(input: &MachineInput<'_>, user_data: Option<&[u8]>) -> Vec<(String, String)> {
+    let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+    let meta = format!("instance-id: {}\nlocal-hostname: {}\n", input.uid, input.name);
+    let mut out = vec![
+        ("guestinfo.metadata".to_owned(), b64(meta.as_bytes())),
+        ("guestinfo.metadata.encoding".to_owned(), "base64".to_owned()),
+    ];
+    if let Some(ud) = user_data {
+        out.push(("guestinfo.userdata".to_owned(), b64(ud)));
+        out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
+    }
+    out.push((OWNER_KEY.to_owned(), input.uid.to_owned()));
+    out
+}
+
+/// CPU and memory changes needed (pure); empty when the VM matches.
+pub fn config_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> ConfigSpec {
+    let sockets = spec.cpu.sockets.unwrap_or(1);
+    let total = spec.cpu.cores.saturating_mul(sockets);
+    let mut c = ConfigSpec::default();
+    if info.num_cpu != Some(total) || info.cores_per_socket.is_some_and(|c| c != spec.cpu.cores) {
+        c.num_cpus = Some(total);
+        c.cores_per_socket = Some(spec.cpu.cores);
+    }
+    if info.memory_mb != Some(spec.memory_mib) {
+        c.memory_mb = Some(spec.memory_mib);
+    }
+    c
+}
+
+/// Addresses from the guest (pure): hostname plus every reported IP.
+pub fn addresses(name: &str, info: &VmInfo) -> Vec<MachineAddress> {
+    let mut out = vec![MachineAddress::new(MachineAddressType::Hostname, name)];
+    let mut ips: Vec<&String> = info.ip_address.iter().collect();
+    ips.extend(
+        info.guest_ips
+            .iter()
+            .filter(|ip| Some(*ip) != info.ip_address.as_ref()),
+    );
+    for ip in ips {
+        out.push(MachineAddress::new(MachineAddressType::InternalIP, ip.clone()));
+    }
+    out
+}
+
+/// What a step decided.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// Phase to persist.
+    pub phase: Phase,
+    /// When to look again.
+    pub requeue: Duration,
+    /// What the step waits for (shown in the `Ready` message).
+    pub waiting: Option<String>,
+    /// A notable transition for an Event: `(reason, message)`.
+    pub event: Option<(&'static str, String)>,
+    /// Facts once provisioned.
+    pub vm: Option<VmInfo>,
+    /// The failure domain the VM was placed in.
+    pub failure_domain: Option<String>,
+}
+
+impl Step {
+    fn to(phase: Phase) -> Self {
+        Self {
+            phase,
+            requeue: Duration::ZERO,
+            waiting: None,
+            event: None,
+            vm: None,
+            failure_domain: None,
+        }
+    }
+
+    fn wait(phase: Phase, requeue: Duration, why: impl Into<String>) -> Self {
+        Self {
+            requeue,
+            waiting: Some(why.into()),
+            ..Self::to(phase)
+        }
+    }
+
+    fn event(mut self, reason: &'static str, message: impl Into<String>) -> Self {
+        self.event = Some((reason, message.into()));
+        self
+    }
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// Will not pass without a change: reported in `Ready`, retried slowly.
+    #[error("{reason}: {message}")]
+    Permanent {
+        /// Condition reason.
+        reason: &'static str,
+        /// Actionable message.
+        message: String,
+    },
+    /// May pass: back off and retry.
+    #[error("{reason}: {source}")]
+    Transient {
+        /// Condition reason.
+        reason: &'static str,
+        /// The client error.
+        #[source]
+        source: banlieue_vsphere_client::Error,
+    },
+    /// The bootstrap data must be read first.
+    #[error("bootstrap data is needed for this step")]
+    NeedBootstrapData,
+}
+
+impl StepError {
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Permanent { reason, .. } | Self::Transient { reason, .. } => reason,
+            Self::NeedBootstrapData => "WaitingForBootstrapData",
+        }
+    }
+
+    /// Classifies a client error raised while doing `reason`.
+    pub fn from_client(reason: &'static str, err: banlieue_vsphere_client::Error) -> Self {
+        match err.class() {
+            ErrorClass::Transient => Self::Transient { reason, source: err },
+            ErrorClass::Auth | ErrorClass::Tls => Self::Permanent {
+                reason: reason_of(&err),
+                message: err.to_string(),
+            },
+            _ => Self::Permanent {
+                reason,
+                message: err.to_string(),
+            },
+        }
+    }
+}
+
+fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
+    StepError::Permanent {
+        reason,
+        message: message.into(),
+    }
+}
+
+async fn find(c: &Client, path: &str, reason: &'static str, what: &str) -> Result<MoRef, StepError> {
+    c.find_by_inventory_path(path)
+        .await
+        .map_err(|e| StepError::from_client(reason, e))?
+        .ok_or_else(|| permanent(reason, format!("{what} {path:?} not found in vCenter")))
+}
+
+async fn adoptable(c: &Client, uid: &str) -> Result<Option<MoRef>, StepError> {
+    let vms = c
+        .find_vms_by_extra_config(OWNER_KEY, uid)
+        .await
+        .map_err(|e| StepError::from_client("CloningFailed", e))?;
+    Ok(vms.into_iter().next())
+}
+
+/// One provisioning step. `user_data` is `None` until the controller read it; a step that needs
+/// it returns [`StepError::NeedBootstrapData`]. `Some(None)` means "no user data".
+pub async fn provision_step(
+    c: &Client,
+    input: &MachineInput<'_>,
+    phase: Phase,
+    user_data: Option<Option<&[u8]>>,
+    desired_power: PowerState,
+) -> Result<Step, StepError> {
+    match phase {
+        Phase::Clone => {
+            if let Some(vm) = adoptable(c, input.uid).await? {
+                return Ok(Step::to(Phase::Configure(vm.clone(), None)).event(
+                    "Adopted",
+                    format!("adopted VM {} carrying this machine's UID", vm.value),
+                ));
+            }
+            let Some(user_data) = user_data else {
+                return Err(StepError::NeedBootstrapData);
+            };
+            let p = placement(input)?;
+            let template = find(c, &p.template, "TemplateNotFound", "template").await?;
+            let folder = find(c, &p.folder, "FolderNotFound", "folder").await?;
+            let pool = find(c, &p.pool, "ResourcePoolNotFound", "resource pool").await?;
+            let datastore = match &p.datastore {
+                Some(d) => Some(find(c, d, "DatastoreNotFound", "datastore").await?),
+                None => None,
+            };
+            let linked_snapshot = match input.spec.clone_mode.unwrap_or_default() {
+                CloneMode::Full => None,
+                CloneMode::Linked => Some(
+                    c.properties(&template, &["snapshot.currentSnapshot"])
+                        .await
+                        .map_err(|e| StepError::from_client("CloningFailed", e))?
+                        .and_then(|p| p.get("snapshot.currentSnapshot").and_then(MoRef::from_xml))
+                        .ok_or_else(|| {
+                            permanent(
+                                "CloningFailed",
+                                format!("a Linked clone needs a snapshot on template {:?}", p.template),
+                            )
+                        })?,
+                ),
+            };
+            let spec = CloneSpec {
+                folder,
+                name: input.name.to_owned(),
+                pool,
+                datastore,
+                host: None,
+                linked_snapshot,
+                config: ConfigSpec {
+                    extra_config: guestinfo(input, user_data),
+                    ..ConfigSpec::default()
+                },
+                power_on: false,
+            };
+            let task = c
+                .clone_vm(&template, &spec)
+                .await
+                .map_err(|e| StepError::from_client("CloningFailed", e))?;
+            let mut step = Step::wait(
+                Phase::WaitClone(task.clone()),
+                TASK_POLL,
+                format!("clone task {} running", task.value),
+            )
+            .event(
+                "CloneStarted",
+                format!("cloning {} into {}", p.template, p.folder),
+            );
+            step.failure_domain = p.failure_domain;
+            Ok(step)
+        }
+        Phase::WaitClone(task) => match c.task_info(&task).await {
+            Err(e) => Err(StepError::from_client("CloningFailed", e)),
+            Ok(None) => Ok(Step::to(Phase::Clone)),
+            Ok(Some(info)) => match info.outcome() {
+                Ok(None) => Ok(Step::wait(
+                    Phase::WaitClone(task.clone()),
+                    TASK_POLL,
+                    format!("clone task {} {:?}", task.value, info.state),
+                )),
+                Ok(Some(Some(vm))) => Ok(Step::to(Phase::Configure(vm.clone(), None))
+                    .event("Cloned", format!("cloned VM {}", vm.value))),
+                Ok(Some(None)) => Ok(Step::to(Phase::Clone)),
+                Err(e) if e.fault() == Some("DuplicateName") => match adoptable(c, input.uid).await? {
+                    Some(vm) => Ok(Step::to(Phase::Configure(vm, None))),
+                    None => Err(permanent(
+                        "CloningFailed",
+                        format!(
+                            "a VM named {:?} that is not this machine's already exists in the folder",
+                            input.name
+                        ),
+                    )),
+                },
+                Err(e) => Err(permanent("CloningFailed", e.to_string())),
+            },
+        },
+        Phase::Configure(vm, task) => {
+            if let Some(task) = &task
+                && let Some(step) = poll(
+                    c,
+                    task,
+                    "ConfiguringFailed",
+                    Phase::Configure(vm.clone(), Some(task.clone())),
+                )
+                .await?
+            {
+                return Ok(step);
+            }
+            let info = vm_info(c, &vm, "ConfiguringFailed").await?;
+            let Some(info) = info else {
+                return Ok(Step::to(Phase::Clone).event(
+                    "VMVanished",
+                    format!("VM {} disappeared; cloning again", vm.value),
+                ));
+            };
+            let changes = config_changes(input.spec, &info);
+            if changes.is_empty() {
+                return Ok(Step::to(Phase::PowerOn(vm, None)));
+            }
+            let task = c
+                .reconfigure(&vm, &changes)
+                .await
+                .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
+            Ok(Step::wait(
+                Phase::Configure(vm, Some(task)),
+                TASK_POLL,
+                "reconfiguring CPU and memory",
+            ))
+        }
+        Phase::PowerOn(vm, task) => {
+            if let Some(task) = &task
+                && let Some(step) = poll(
+                    c,
+                    task,
+                    "PowerOnFailed",
+                    Phase::PowerOn(vm.clone(), Some(task.clone())),
+                )
+                .await?
+            {
+                return Ok(step);
+            }
+            let info = vm_info(c, &vm, "PowerOnFailed")
+                .await?
+                .ok_or_else(|| permanent("VMVanished", "the VM disappeared"))?;
+            if desired_power == PowerState::Off || info.power_state == Some(VmPowerState::PoweredOn) {
+                return Ok(Step::to(Phase::WaitGuest(vm)));
+            }
+            let task = c
+                .power_on(&vm)
+                .await
+                .map_err(|e| StepError::from_client("PowerOnFailed", e))?;
+            Ok(
+                Step::wait(Phase::PowerOn(vm, Some(task)), TASK_POLL, "powering on")
+                    .event("PoweringOn", "powering the VM on"),
+            )
+        }
+        Phase::WaitGuest(vm) => {
+            let info = vm_info(c, &vm, "WaitingForGuest")
+                .await?
+                .ok_or_else(|| permanent("VMVanished", "the VM disappeared"))?;
+            let skip = input
+                .spec
+                .readiness_checks
+                .as_ref()
+                .and_then(|r| r.skip_guest_agent)
+                == Some(true);
+            let has_ip = info.ip_address.is_some() || !info.guest_ips.is_empty();
+            if has_ip || skip || desired_power == PowerState::Off {
+                let mut step = Step::to(Phase::Provisioned(vm)).event("Provisioned", "VM is running");
+                step.requeue = RESYNC;
+                step.vm = Some(info);
+                return Ok(step);
+            }
+            Ok(Step::wait(
+                Phase::WaitGuest(vm),
+                GUEST_POLL,
+                "VMware Tools has reported no IP address yet",
+            ))
+        }
+        Phase::Provisioned(vm) => {
+            let info = vm_info(c, &vm, "VMUnreachable").await?.ok_or_else(|| {
+                permanent(
+                    "VMVanished",
+                    format!("VM {} no longer exists in vCenter", vm.value),
+                )
+            })?;
+            // Spec changes after provisioning (CPU, memory) and the power state.
+            let changes = config_changes(input.spec, &info);
+            let mut step = Step::to(Phase::Provisioned(vm.clone()));
+            step.requeue = RESYNC;
+            if !changes.is_empty() {
+                c.reconfigure(&vm, &changes)
+                    .await
+                    .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
+                step.requeue = TASK_POLL;
+                step.waiting = Some("applying CPU/memory changes".into());
+            } else if desired_power == PowerState::Off && info.power_state == Some(VmPowerState::PoweredOn) {
+                c.power_off(&vm)
+                    .await
+                    .map_err(|e| StepError::from_client("PowerOffFailed", e))?;
+                step.requeue = TASK_POLL;
+                step.waiting = Some("powering off (spec.powerState Off)".into());
+            } else if desired_power == PowerState::On && info.power_state != Some(VmPowerState::PoweredOn) {
+                c.power_on(&vm)
+                    .await
+                    .map_err(|e| StepError::from_client("PowerOnFailed", e))?;
+                step.requeue = TASK_POLL;
+                step.waiting = Some("powering on (spec.powerState On)".into());
+            }
+            step.vm = Some(info);
+            Ok(step)
+        }
+    }
+}
+
+async fn vm_info(c: &Client, vm: &MoRef, reason: &'static str) -> Result<Option<VmInfo>, StepError> {
+    c.vm_info(vm).await.map_err(|e| StepError::from_client(reason, e))
+}
+
+/// `Some(step)` while the task runs; `None` when it succeeded; an error when it failed.
+async fn poll(
+    c: &Client,
+    task: &MoRef,
+    reason: &'static str,
+    same: Phase,
+) -> Result<Option<Step>, StepError> {
+    match c
+        .task_info(task)
+        .await
+        .map_err(|e| StepError::from_client(reason, e))?
+    {
+        None => Ok(None),
+        Some(info) => match info.outcome() {
+            Ok(None) => Ok(Some(Step::wait(
+                same,
+                TASK_POLL,
+                format!("task {} running", task.value),
+            ))),
+            Ok(Some(_)) => Ok(None),
+            Err(e) => Err(permanent(reason, e.to_string())),
+        },
+    }
+}
+
+/// What deletion did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeleteStep {
+    /// A task runs (power off or destroy); persist it and look again.
+    Wait(MoRef, &'static str),
+    /// The VM is gone: remove the finalizer.
+    Gone,
+}
+
+/// One deletion step: wait for a recorded task, then power off, then destroy.
+pub async fn delete_step(
+    c: &Client,
+    uid: &str,
+    vm: Option<MoRef>,
+    task: Option<MoRef>,
+) -> Result<DeleteStep, StepError> {
+    if let Some(task) = &task
+        && let Some(info) = c
+            .task_info(task)
+            .await
+            .map_err(|e| StepError::from_client("DeletionFailed", e))?
+        && !info.done()
+    {
+        return Ok(DeleteStep::Wait(task.clone(), "waiting for the running task"));
+    }
+    let vm = match vm {
+        Some(vm) => Some(vm),
+        None => adoptable(c, uid).await?,
+    };
+    let Some(vm) = vm else {
+        return Ok(DeleteStep::Gone);
+    };
+    let Some(info) = c
+        .vm_info(&vm)
+        .await
+        .map_err(|e| StepError::from_client("DeletionFailed", e))?
+    else {
+        // status.vmRef is gone; a VM carrying our UID may still exist (e.g. a lost clone).
+        return match adoptable(c, uid).await? {
+            Some(other) if other != vm => Box::pin(delete_step(c, uid, Some(other), None)).await,
+            _ => Ok(DeleteStep::Gone),
+        };
+    };
+    if info.extra_config.get(OWNER_KEY).map(String::as_str) != Some(uid) {
+        // Not ours (vmRef reused or edited): never delete someone else's VM.
+        return Ok(DeleteStep::Gone);
+    }
+    if info.power_state == Some(VmPowerState::PoweredOn) {
+        let t = c
+            .power_off(&vm)
+            .await
+            .map_err(|e| StepError::from_client("DeletionFailed", e))?;
+        return Ok(DeleteStep::Wait(t, "powering off"));
+    }
+    let t = c
+        .destroy(&vm)
+        .await
+        .map_err(|e| StepError::from_client("DeletionFailed", e))?;
+    Ok(DeleteStep::Wait(t, "destroying"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::common::Cpu;
+    use banlieue_api::infrastructure::{VSphereClusterSpec, VSphereFailureDomain, VSphereTemplateSource};
+
+    fn spec() -> VSphereMachineSpec {
+        VSphereMachineSpec {
+            provider_id: None,
+            provider_ref: None,
+            power_state: None,
+            source: VSphereTemplateSource {
+                template: "ubuntu".into(),
+            },
+            datacenter: None,
+            datastore: Some("ds1".into()),
+            folder: Some("k8s".into()),
+            resource_pool: Some("c1/Resources".into()),
+            clone_mode: None,
+            cpu: Cpu {
+                cores: 2,
+                sockets: Some(2),
+            },
+            memory_mib: 4096,
+            disks: vec![],
+            networks: vec![],
+            readiness_checks: None,
+        }
+    }
+
+    fn cluster() -> VSphereCluster {
+        VSphereCluster::new(
+            "c",
+            VSphereClusterSpec {
+                datacenter: Some("dc1".into()),
+                failure_domains: vec![VSphereFailureDomain {
+                    name: "az1".into(),
+                    compute_cluster: "c2".into(),
+                    datastore: Some("fast".into()),
+                    ..VSphereFailureDomain::default()
+                }],
+                ..VSphereClusterSpec::default()
+            },
+        )
+    }
+
+    #[test]
+    fn placement_resolves_relative_paths_and_failure_domains() {
+        let (s, c) = (spec(), cluster());
+        let input = MachineInput {
+            uid: "u",
+            name: "m",
+            spec: &s,
+            cluster: &c,
+            failure_domain: None,
+        };
+        let p = placement(&input).unwrap();
+        assert_eq!(p.template, "/dc1/vm/ubuntu");
+        assert_eq!(p.folder, "/dc1/vm/k8s");
+        assert_eq!(p.pool, "/dc1/host/c1/Resources");
+        assert_eq!(p.datastore.as_deref(), Some("/dc1/datastore/ds1"));
+        let input = MachineInput {
+            failure_domain: Some("az1"),
+            ..input
+        };
+        let p = placement(&input).unwrap();
+        assert_eq!(p.pool, "/dc1/host/c2/Resources");
+        assert_eq!(p.datastore.as_deref(), Some("/dc1/datastore/fast"));
+        assert_eq!(p.failure_domain.as_deref(), Some("az1"));
+        let input = MachineInput {
+            failure_domain: Some("nope"),
+            ..input
+        };
+        assert_eq!(placement(&input).unwrap_err().reason(), "FailureDomainNotFound");
+    }
+
+    #[test]
+    fn config_changes_only_what_differs() {
+        let s = spec();
+        let mut info = VmInfo {
+            vm: MoRef::new("VirtualMachine", "vm-1"),
+            name: "m".into(),
+            bios_uuid: None,
+            instance_uuid: None,
+            template: false,
+            power_state: None,
+            num_cpu: Some(4),
+            cores_per_socket: Some(2),
+            memory_mb: Some(4096),
+            extra_config: Default::default(),
+            ip_address: Some("10.0.0.1".into()),
+            guest_ips: vec!["10.0.0.1".into(), "10.0.0.2".into()],
+            host: None,
+        };
+        assert!(config_changes(&s, &info).is_empty());
+        info.memory_mb = Some(1024);
+        let c = config_changes(&s, &info);
+        assert_eq!((c.num_cpus, c.memory_mb), (None, Some(4096)));
+        let addrs = addresses("m", &info);
+        assert_eq!(addrs.len(), 3, "{addrs:?}");
+    }
+
+    #[test]
+    fn guestinfo_carries_base64_data_and_the_owner() {
+        let (s, c) = (spec(), cluster());
+        let input = MachineInput {
+            uid: "u-1",
+            name: "m",
+            spec: &s,
+            cluster: &c,
+            failure_domain: None,
+        };
+        let gi = guestinfo(&input, Some(b"#cloud-config\n"));
+        let get = |k: &str| gi.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("guestinfo.userdata"), Some("I2Nsb3VkLWNvbmZpZwo="));
+        assert_eq!(get(OWNER_KEY), Some("u-1"));
+        assert!(
+            guestinfo(&input, None)
+                .iter()
+                .all(|(k, _)| k != "guestinfo.userdata")
+        );
+    }
+}

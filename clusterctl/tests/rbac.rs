@@ -1,0 +1,393 @@
+//! Least privilege, proven on the real apiserver: the real `banlieue-proxmox` binary runs as the
+//! ServiceAccount of the generated components, bound only to the generated ClusterRole and
+//! leader-election Role (`banlieue_proxmox::rbac`), and provisions a CAPI-style machine on the
+//! Proxmox VE simulator. With one needed verb removed from the ClusterRole it fails visibly: the
+//! apiserver's 403 shows in its log and the machine is not provisioned.
+//!
+//! Each case gets a private control plane, so exactly one provider process acts on its objects.
+//! Needs `tests/controlplane/build.sh` and the provider binary next to this test
+//! (`cargo build -p banlieue-proxmox`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
+use banlieue_capi::{Cluster, Machine};
+use banlieue_clusterctl::{PROXMOX_NAMESPACE, components, yaml};
+use banlieue_pve_sim::{SimConfig, SimHandle};
+use banlieue_testenv::{KubeconfigFile, ManagedProcess, TestEnv, bin_dir, crds_from_files};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const NS: &str = "workload";
+
+fn workspace_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe.parent().and_then(Path::parent).context("target dir")?;
+    let path = dir.join(name);
+    ensure!(
+        path.is_file(),
+        "{} is missing: build it first (`cargo build -p banlieue-proxmox`)",
+        path.display()
+    );
+    Ok(path)
+}
+
+async fn private_env() -> Result<TestEnv> {
+    let capi_dir = bin_dir().join("capi-crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&capi_dir)
+        .with_context(|| format!("reading {} (run tests/controlplane/build.sh)", capi_dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    files.sort();
+    let mut crds = banlieue_api::crds::all();
+    crds.extend(crds_from_files(files)?);
+    Ok(TestEnv::builder()
+        .crds(crds)
+        .allow_external(false)
+        .start()
+        .await?)
+}
+
+/// The RBAC part of the generated components (Namespace, ServiceAccount, manager ClusterRole and
+/// binding, leader-election Role and binding), optionally with `verb` removed for `resource`.
+fn rbac_documents(without: Option<(&str, &str)>) -> Vec<Value> {
+    let mut docs: Vec<Value> = components::proxmox_components()
+        .into_iter()
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("Namespace" | "ServiceAccount" | "ClusterRoleBinding" | "Role" | "RoleBinding")
+            ) || d["metadata"]["name"] == components::PROXMOX_CLUSTER_ROLE
+        })
+        .collect();
+    if let Some((resource, verb)) = without {
+        for doc in &mut docs {
+            if doc["metadata"]["name"] != components::PROXMOX_CLUSTER_ROLE {
+                continue;
+            }
+            let rules = doc["rules"].as_array().cloned().unwrap_or_default();
+            let mut out = Vec::new();
+            for rule in rules {
+                let resources: Vec<Value> = rule["resources"].as_array().cloned().unwrap_or_default();
+                if !resources.iter().any(|r| r == resource) {
+                    out.push(rule);
+                    continue;
+                }
+                let others: Vec<Value> = resources.into_iter().filter(|r| r != resource).collect();
+                if !others.is_empty() {
+                    let mut kept = rule.clone();
+                    kept["resources"] = json!(others);
+                    out.push(kept);
+                }
+                let verbs: Vec<Value> = rule["verbs"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|v| v != verb)
+                    .collect();
+                if !verbs.is_empty() {
+                    let mut reduced = rule.clone();
+                    reduced["resources"] = json!([resource]);
+                    reduced["verbs"] = json!(verbs);
+                    out.push(reduced);
+                }
+            }
+            doc["rules"] = json!(out);
+        }
+    }
+    docs
+}
+
+async fn apply_rbac(env: &TestEnv, docs: &[Value]) -> Result<KubeconfigFile> {
+    let file = env.workdir().join("rbac.yaml");
+    std::fs::write(&file, yaml::render("generated RBAC under test", docs)?)?;
+    let output = banlieue_testenv::run_with_timeout(
+        env.kubectl().args(["apply", "--server-side", "-f"]).arg(&file),
+        Duration::from_secs(60),
+    )?;
+    ensure!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(env
+        .service_account_kubeconfig(PROXMOX_NAMESPACE, components::PROXMOX_SERVICE_ACCOUNT)
+        .await?)
+}
+
+/// Credentials, a CAPI Cluster whose infrastructure is provisioned with its ProxmoxCluster on
+/// the simulator, and a Machine with its bootstrap Secret and ProxmoxMachine, as CAPI would write
+/// them.
+async fn workload(client: &kube::Client, sim: &SimHandle) -> Result<()> {
+    let pp = PostParams::default();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    secrets
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "pve"},
+                "stringData": {"tokenID": sim.token_id(), "secret": sim.token_secret()},
+            }))?,
+        )
+        .await?;
+    secrets
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "m1-bootstrap"},
+                "type": "cluster.x-k8s.io/secret",
+                "stringData": {"value": "#cloud-config\nruncmd: [[echo, hi]]\n", "format": "cloud-config"},
+            }))?,
+        )
+        .await?;
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    let cluster = clusters
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c1"},
+                "spec": {"infrastructureRef": {
+                    "apiGroup": "infrastructure.banlieue.io", "kind": "ProxmoxCluster", "name": "c1"}},
+            }))?,
+        )
+        .await?;
+    clusters
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
+        )
+        .await?;
+    Api::<ProxmoxCluster>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
+                "metadata": {"name": "c1", "ownerReferences": [{
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1",
+                    "uid": cluster.uid().context("cluster uid")?, "controller": true, "blockOwnerDeletion": true,
+                }]},
+                "spec": {
+                    "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
+                    "endpoint": sim.url(),
+                    "credentialsRef": {"name": "pve"},
+                    "tls": {"sha256Fingerprint": sim.fingerprint_sha256()},
+                },
+            }))?,
+        )
+        .await?;
+    let machine = Api::<Machine>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+                "spec": {
+                    "clusterName": "c1",
+                    "bootstrap": {"dataSecretName": "m1-bootstrap"},
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.banlieue.io", "kind": "ProxmoxMachine", "name": "m1"},
+                },
+            }))?,
+        )
+        .await?;
+    Api::<ProxmoxMachine>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+                "metadata": {
+                    "name": "m1",
+                    "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
+                    "ownerReferences": [{
+                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m1",
+                        "uid": machine.uid().context("machine uid")?,
+                        "controller": true, "blockOwnerDeletion": true,
+                    }],
+                },
+                "spec": {
+                    "source": {"vmid": 9000},
+                    "cpu": {"cores": 2},
+                    "memoryMiB": 2048,
+                },
+            }))?,
+        )
+        .await?;
+    Ok(())
+}
+
+/// Starts `banlieue-proxmox` with the ServiceAccount's kubeconfig and the Deployment's flags.
+fn start_provider(env: &TestEnv, kubeconfig: &KubeconfigFile) -> Result<ManagedProcess> {
+    let binary = workspace_binary("banlieue-proxmox")?;
+    let args = vec![
+        format!("KUBECONFIG={}", kubeconfig.path().display()),
+        format!("POD_NAMESPACE={PROXMOX_NAMESPACE}"),
+        "RUST_LOG=info".to_owned(),
+        binary.display().to_string(),
+        "--leader-elect".to_owned(),
+        "--metrics-bind-address=127.0.0.1:0".to_owned(),
+        "--health-probe-bind-address=127.0.0.1:0".to_owned(),
+        "--concurrency=4".to_owned(),
+    ];
+    Ok(ManagedProcess::start(
+        "banlieue-proxmox",
+        Path::new("/usr/bin/env"),
+        &args,
+        &env.workdir().join("logs/banlieue-proxmox.log"),
+    )?)
+}
+
+fn provisioned(pm: &ProxmoxMachine) -> bool {
+    pm.spec.provider_id.is_some()
+        && pm
+            .status
+            .as_ref()
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.provisioned)
+            == Some(true)
+}
+
+struct Case {
+    env: TestEnv,
+    sim: SimHandle,
+    provider: ManagedProcess,
+    client: kube::Client,
+}
+
+async fn start_case(without: Option<(&str, &str)>) -> Result<Case> {
+    let env = private_env().await?;
+    let client = env.client().await?;
+    let kubeconfig = apply_rbac(&env, &rbac_documents(without)).await?;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
+        )
+        .await?;
+    let sim = banlieue_pve_sim::start(SimConfig::fast()).await?;
+    workload(&client, &sim).await?;
+    let provider = start_provider(&env, &kubeconfig)?;
+    Ok(Case {
+        env,
+        sim,
+        provider,
+        client,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_provisions_a_machine_with_only_the_generated_rbac() -> Result<()> {
+    let mut case = start_case(None).await?;
+    let machines: Api<ProxmoxMachine> = Api::namespaced(case.client.clone(), NS);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let pm = loop {
+        case.provider.check_running()?;
+        let pm = machines.get("m1").await?;
+        if provisioned(&pm) {
+            break pm;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "not provisioned under the generated RBAC: {:#?}\nprovider log:\n{}",
+                pm.status,
+                case.provider.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let vms: Vec<_> = case.sim.vms().into_iter().filter(|v| !v.template).collect();
+    assert_eq!(vms.len(), 1, "exactly one VM on the simulator");
+    assert!(
+        pm.spec
+            .provider_id
+            .as_deref()
+            .is_some_and(|p| p.starts_with("proxmox://"))
+    );
+    // The cluster became ready under the same identity, and the Lease is held by the provider.
+    let clusters: Api<ProxmoxCluster> = Api::namespaced(case.client.clone(), NS);
+    loop {
+        let pxc = clusters.get("c1").await?;
+        let ready = pxc
+            .status
+            .as_ref()
+            .and_then(|s| s.initialization.as_ref())
+            .and_then(|i| i.provisioned);
+        if ready == Some(true) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "ProxmoxCluster not provisioned: {:#?}\nprovider log:\n{}",
+                pxc.status,
+                case.provider.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let lease =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(case.client.clone(), PROXMOX_NAMESPACE)
+            .get("banlieue-proxmox-leader")
+            .await?;
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some());
+    let log = std::fs::read_to_string(case.provider.log())?;
+    assert!(
+        !log.contains("forbidden") && !log.contains("Forbidden"),
+        "a request was denied under the generated RBAC:\n{log}"
+    );
+    case.provider.stop();
+    case.sim.shutdown().await;
+    drop(case.env);
+    Ok(())
+}
+
+/// Removes `verb` on `resource` from the generated ClusterRole and waits for the 403 in the
+/// provider's log; the machine must not be provisioned.
+async fn fails_without(resource: &str, verb: &str) -> Result<()> {
+    let mut case = start_case(Some((resource, verb))).await?;
+    // The apiserver's denial, as it appears (JSON-escaped) in the provider's log.
+    let denial = format!("cannot {verb} resource \\\"{resource}\\\"");
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        case.provider.check_running()?;
+        let log = std::fs::read_to_string(case.provider.log())?;
+        if log.contains(&denial) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "no 403 ({denial}) in the provider log without {verb} {resource}:\n{}",
+                case.provider.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let pm = Api::<ProxmoxMachine>::namespaced(case.client.clone(), NS)
+        .get("m1")
+        .await?;
+    assert!(
+        !provisioned(&pm),
+        "provisioned without {verb} {resource}: {:#?}",
+        pm.status
+    );
+    case.provider.stop();
+    case.sim.shutdown().await;
+    drop(case.env);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_get_on_secrets_the_provider_fails_with_403() -> Result<()> {
+    fails_without("secrets", "get").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_patch_on_machine_status_the_provider_fails_with_403() -> Result<()> {
+    fails_without("proxmoxmachines/status", "patch").await
+}

@@ -65,6 +65,7 @@ struct State {
     task_failures: HashMap<&'static str, String>,
     calls: Vec<String>,
     uploads: Vec<(String, String, Vec<u8>)>,
+    pending: Vec<(u32, String)>,
 }
 
 /// The fake Proxmox VE cluster. Cheap to clone (shared state).
@@ -130,6 +131,12 @@ impl FakePve {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cold config changes (cores, sockets, memory) written while the VM ran: real PVE would
+    /// only apply them at the next boot. `(vmid, key)`.
+    pub fn pending_changes(&self) -> Vec<(u32, String)> {
+        self.lock().pending.clone()
     }
 
     /// Tasks report `running` this many times before finishing (default 0: done at first poll).
@@ -444,7 +451,16 @@ impl Hypervisor for FakePve {
         if let Some(lock) = vm.config.get("lock") {
             return Err(api_error(500, &format!("VM is locked ({lock})")));
         }
+        let running = vm.running;
         apply_update(vm, update)?;
+        if running {
+            // Real PVE (without CPU/memory hotplug) only records these as pending changes.
+            for key in ["cores", "sockets", "memory"] {
+                if update.set.contains_key(key) {
+                    s.pending.push((vmid, key.to_owned()));
+                }
+            }
+        }
         Ok(Some(new_task(
             &mut s,
             "update_config",
@@ -534,6 +550,19 @@ impl Hypervisor for FakePve {
             "stop_vm",
             node,
             "qmstop",
+            &vmid.to_string(),
+            Effect::Stop(vmid),
+        ))
+    }
+
+    async fn shutdown_vm(&self, node: &str, vmid: u32, _timeout_secs: u32) -> Result<Upid, PveError> {
+        let mut s = self.enter("shutdown_vm")?;
+        vm_on(&mut s, node, vmid)?;
+        Ok(new_task(
+            &mut s,
+            "shutdown_vm",
+            node,
+            "qmshutdown",
             &vmid.to_string(),
             Effect::Stop(vmid),
         ))

@@ -114,6 +114,13 @@ pub trait Hypervisor: Send + Sync + 'static {
     fn start_vm(&self, node: &str, vmid: u32) -> impl Future<Output = Result<Upid, PveError>> + Send;
     /// Stops the VM hard.
     fn stop_vm(&self, node: &str, vmid: u32) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Shuts the VM down (ACPI / guest agent); PVE stops it hard after `timeout_secs`.
+    fn shutdown_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        timeout_secs: u32,
+    ) -> impl Future<Output = Result<Upid, PveError>> + Send;
     /// Deletes a stopped VM with `purge` and its unreferenced disks.
     fn delete_vm(&self, node: &str, vmid: u32) -> impl Future<Output = Result<Upid, PveError>> + Send;
     /// Addresses reported by the guest agent; `Ok(None)` while the agent does not answer.
@@ -299,6 +306,14 @@ impl Hypervisor for Client {
     async fn stop_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
         let node = node.to_owned();
         with_client(self, move |c| async move { c.stop_vm(&node, vmid).await }).await
+    }
+
+    async fn shutdown_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Result<Upid, PveError> {
+        let node = node.to_owned();
+        with_client(self, move |c| async move {
+            c.shutdown_vm(&node, vmid, Some(timeout_secs), true).await
+        })
+        .await
     }
 
     async fn delete_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {

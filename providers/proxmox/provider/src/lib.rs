@@ -22,6 +22,7 @@ pub mod placement;
 pub mod provision;
 pub mod rbac;
 pub mod template_controller;
+pub mod update;
 
 #[cfg(test)]
 mod provision_tests;

@@ -42,6 +42,9 @@ use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservatio
 pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-proxmox";
+/// Condition type: a provisioned VM matches the spec (power state, CPU, memory, disks,
+/// networks, tags); False with the action in progress (`PoweringOff`, `Reconfiguring`, …).
+pub const VM_UP_TO_DATE: &str = "VMUpToDate";
 /// Requeue while waiting on something CAPI does (cluster infrastructure, bootstrap data).
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
 
@@ -465,6 +468,9 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
         seed_storage: &ctx.seed_storage,
     };
+    // Once provisioned, day-2 problems (a failed reconfiguration) go to `VMUpToDate`; `Ready`
+    // stays True as long as the VM exists.
+    let was_provisioned = phase.is_provisioned();
     match provision::provision_step(&hv, &input, phase, bootstrap.as_ref(), &ctx.reservations).await {
         Ok(step) => {
             step.phase.write(&mut status);
@@ -492,9 +498,24 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 }
                 status.addresses.clone_from(&done.addresses);
                 status.initialization = Initialization::provisioned(true);
-                status.power_state = Some(banlieue_api::common::PowerState::On);
             }
-            let provisioned = matches!(step.phase, Phase::Provisioned(_));
+            if let Some(power) = step.power {
+                status.power_state = Some(power);
+            }
+            if let Some(up) = &step.up_to_date {
+                condition::set(
+                    &mut status.conditions,
+                    condition::new_condition(
+                        VM_UP_TO_DATE,
+                        ConditionStatus::from(up.status),
+                        up.reason,
+                        up.message.clone(),
+                        generation,
+                        now(),
+                    ),
+                );
+            }
+            let provisioned = step.phase.is_provisioned();
             let (flag, message) = if provisioned {
                 (ConditionStatus::True, String::new())
             } else {
@@ -516,10 +537,19 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
             })
         }
         Err(StepError::Permanent { reason, message }) => {
-            let changed = condition::set(
-                &mut status.conditions,
-                ready(ConditionStatus::False, reason, message.clone(), generation),
-            );
+            let condition = if was_provisioned && reason != "VMNotFound" {
+                condition::new_condition(
+                    VM_UP_TO_DATE,
+                    ConditionStatus::False,
+                    reason,
+                    message.clone(),
+                    generation,
+                    now(),
+                )
+            } else {
+                ready(ConditionStatus::False, reason, message.clone(), generation)
+            };
+            let changed = condition::set(&mut status.conditions, condition);
             write_status(ctx, &api, &pm, &status).await?;
             if changed {
                 publish(&ctx.recorder, &pm, EventType::Warning, reason, message).await;
@@ -527,10 +557,19 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
             Ok(Action::requeue(provision::PERMANENT_RETRY))
         }
         Err(e) => {
-            condition::set(
-                &mut status.conditions,
-                ready(ConditionStatus::False, e.reason(), e.to_string(), generation),
-            );
+            let condition = if was_provisioned {
+                condition::new_condition(
+                    VM_UP_TO_DATE,
+                    ConditionStatus::False,
+                    e.reason(),
+                    e.to_string(),
+                    generation,
+                    now(),
+                )
+            } else {
+                ready(ConditionStatus::False, e.reason(), e.to_string(), generation)
+            };
+            condition::set(&mut status.conditions, condition);
             write_status(ctx, &api, &pm, &status).await?;
             Err(e.into())
         }

@@ -51,6 +51,11 @@ pub enum Phase {
     WaitGuest(VmLocation),
     /// Done: providerID, addresses and `initialization.provisioned` are set.
     Provisioned(VmLocation),
+    /// Provisioned, and bringing the VM to a changed spec (power state, CPU, memory, disks;
+    /// see [`crate::update`]): `state` is what the task in flight does (`Configuring`,
+    /// `PoweringOff` or `PoweringOn`). Persisted with `initialization.provisioned: true`, which
+    /// tells it from the provisioning states of the same name.
+    Update(VmLocation, ProvisioningState, Option<Upid>),
 }
 
 /// Why a persisted status cannot be read back as a phase (hand-edited or corrupted status).
@@ -85,6 +90,25 @@ impl Phase {
             _ => None,
         };
         let need = |what: &str| InconsistentStatus(format!("state {state:?} without {what}"));
+        let provisioned = status
+            .initialization
+            .as_ref()
+            .and_then(|i| i.provisioned)
+            .unwrap_or(false);
+        if provisioned
+            && matches!(
+                state,
+                ProvisioningState::Configuring
+                    | ProvisioningState::PoweringOn
+                    | ProvisioningState::PoweringOff
+            )
+        {
+            return Ok(Self::Update(
+                location.ok_or_else(|| need("node and vmid"))?,
+                state,
+                task,
+            ));
+        }
         Ok(match state {
             ProvisioningState::Pending => match (&status.node, location) {
                 (None, _) => Self::SelectNode,
@@ -129,6 +153,7 @@ impl Phase {
             Self::PowerOn(l, t) => (ProvisioningState::PoweringOn, Some(l), t.as_ref(), None),
             Self::WaitGuest(l) => (ProvisioningState::WaitingForGuest, Some(l), None, None),
             Self::Provisioned(l) => (ProvisioningState::Ready, Some(l), None, None),
+            Self::Update(l, state, t) => (*state, Some(l), t.as_ref(), None),
         };
         status.node = location.map(|l| l.node.clone()).or(node.map(str::to_owned));
         status.vmid = location.map(|l| l.vmid);
@@ -157,13 +182,19 @@ impl Phase {
             | Self::Configure(l, _)
             | Self::PowerOn(l, _)
             | Self::WaitGuest(l)
-            | Self::Provisioned(l) => Some(l),
+            | Self::Provisioned(l)
+            | Self::Update(l, ..) => Some(l),
         }
     }
 
     /// Whether the VM may already exist on Proxmox (a clone was possibly started).
     pub fn vm_may_exist(&self) -> bool {
         self.location().is_some()
+    }
+
+    /// Whether the VM is provisioned (CAPI has what it needs; day-2 work may continue).
+    pub fn is_provisioned(&self) -> bool {
+        matches!(self, Self::Provisioned(_) | Self::Update(..))
     }
 
     /// Whether this step needs the bootstrap data (to build the seed ISO).
@@ -180,7 +211,7 @@ impl Phase {
             Self::Configure(..) => "Configuring",
             Self::PowerOn(..) => "PoweringOn",
             Self::WaitGuest(_) => "WaitingForGuest",
-            Self::Provisioned(_) => "Provisioned",
+            Self::Provisioned(_) | Self::Update(..) => "Provisioned",
         }
     }
 
@@ -194,6 +225,7 @@ impl Phase {
             Self::PowerOn(..) => "PowerOnFailed",
             Self::WaitGuest(_) => "GuestNotReady",
             Self::Provisioned(_) => "ProvisionedVMFailed",
+            Self::Update(..) => "UpdateFailed",
         }
     }
 }
@@ -236,6 +268,27 @@ mod tests {
         let json = serde_json::to_value(&status).unwrap();
         let back: ProxmoxMachineStatus = serde_json::from_value(json).unwrap();
         assert_eq!(Phase::read(Some(&back)).unwrap(), phase);
+    }
+
+    #[rstest]
+    #[case::configuring(ProvisioningState::Configuring, Some(upid()))]
+    #[case::powering_off(ProvisioningState::PoweringOff, Some(upid()))]
+    #[case::powering_on(ProvisioningState::PoweringOn, None)]
+    fn update_phases_round_trip_on_a_provisioned_machine(
+        #[case] state: ProvisioningState,
+        #[case] task: Option<Upid>,
+    ) {
+        let phase = Phase::Update(loc(), state, task);
+        let mut status = ProxmoxMachineStatus {
+            initialization: banlieue_api::common::Initialization::provisioned(true),
+            ..ProxmoxMachineStatus::default()
+        };
+        phase.write(&mut status);
+        assert_eq!(Phase::read(Some(&status)).unwrap(), phase);
+        assert!(phase.is_provisioned());
+        // The same state without `provisioned` is a provisioning step, not an update.
+        status.initialization = None;
+        assert!(!matches!(Phase::read(Some(&status)), Ok(Phase::Update(..))));
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use banlieue_api::common::{CloneMode, MachineAddress, ProvisioningState};
+use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
 use banlieue_pve_client::{CloneRequest, ErrorClass, SizeChange, TaskOutcome, Upid};
@@ -25,6 +25,7 @@ use crate::desired::{self, ConfigureAction};
 use crate::hypervisor::{Guest, Hypervisor, PveError};
 use crate::phase::{Phase, VmLocation};
 use crate::placement::{PlacementInput, choose_node};
+use crate::update::{self, UpdateAction};
 
 /// How often a running task is polled.
 pub const TASK_POLL: Duration = Duration::from_secs(2);
@@ -70,6 +71,40 @@ pub struct Step {
     pub event: Option<(&'static str, String)>,
     /// Set on the step that finishes provisioning.
     pub provisioned: Option<ProvisionedVm>,
+    /// The VM's power state, when this step observed it.
+    pub power: Option<PowerState>,
+    /// Whether a provisioned VM matches its spec (the `VMUpToDate` condition), when known.
+    pub up_to_date: Option<UpToDate>,
+}
+
+/// The `VMUpToDate` condition of a provisioned machine: does the VM match the spec (power state,
+/// CPU, memory, disks, networks, tags), and if not, what is being done about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpToDate {
+    /// True when the VM matches the spec.
+    pub status: bool,
+    /// `UpToDate`, `Reconfiguring`, `Resizing`, `PoweringOff`, `PoweringOn`, `VMLocked`.
+    pub reason: &'static str,
+    /// What happens.
+    pub message: String,
+}
+
+impl UpToDate {
+    fn yes() -> Self {
+        Self {
+            status: true,
+            reason: "UpToDate",
+            message: String::new(),
+        }
+    }
+
+    fn no(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status: false,
+            reason,
+            message: message.into(),
+        }
+    }
 }
 
 impl Step {
@@ -80,6 +115,8 @@ impl Step {
             waiting: None,
             event: None,
             provisioned: None,
+            power: None,
+            up_to_date: None,
         }
     }
 
@@ -404,10 +441,132 @@ pub async fn provision_step<H: Hypervisor>(
             }
         },
         Phase::WaitGuest(loc) => wait_guest(hv, input, loc).await,
-        Phase::Provisioned(loc) => Ok(Step {
+        Phase::Provisioned(loc) => update_step(hv, input, loc, None).await,
+        Phase::Update(loc, state, task) => update_step(hv, input, loc, Some((state, task))).await,
+    }
+}
+
+/// Brings a provisioned VM to its spec, one action at a time (see [`crate::update`]):
+/// `in_flight` is the update state and task persisted by the previous step, if any.
+async fn update_step<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: VmLocation,
+    in_flight: Option<(ProvisioningState, Option<Upid>)>,
+) -> Result<Step, StepError> {
+    let reason = "UpdateFailed";
+    let pve = |e| StepError::from_pve(reason, e);
+    let progress_reason = |state: ProvisioningState| match state {
+        ProvisioningState::PoweringOff => "PoweringOff",
+        ProvisioningState::PoweringOn => "PoweringOn",
+        _ => "Reconfiguring",
+    };
+    if let Some((state, Some(upid))) = &in_flight
+        && !task_done(hv, reason, upid).await?
+    {
+        let message = format!("task {} running", upid.task_type);
+        return Ok(Step {
+            up_to_date: Some(UpToDate::no(progress_reason(*state), message.clone())),
+            ..Step::wait(
+                Phase::Update(loc.clone(), *state, Some(upid.clone())),
+                TASK_POLL,
+                message,
+            )
+        });
+    }
+    let gone = || {
+        permanent(
+            "VMNotFound",
+            format!(
+                "VM {} no longer exists on node {}: delete this machine to replace it",
+                loc.vmid, loc.node
+            ),
+        )
+    };
+    let running = hv
+        .vm_running(&loc.node, loc.vmid)
+        .await
+        .map_err(pve)?
+        .ok_or_else(gone)?;
+    let config = hv
+        .vm_config(&loc.node, loc.vmid)
+        .await
+        .map_err(pve)?
+        .ok_or_else(gone)?;
+    let power = Some(update::observed_power(running));
+    let current = in_flight
+        .as_ref()
+        .map_or(Phase::Provisioned(loc.clone()), |(state, _)| {
+            Phase::Update(loc.clone(), *state, None)
+        });
+    if let Some(lock) = config.lock() {
+        return Ok(Step {
+            power,
+            up_to_date: Some(UpToDate::no("VMLocked", format!("VM is locked ({lock})"))),
+            ..Step::wait(current, TASK_POLL, format!("VM is locked ({lock})"))
+        });
+    }
+    if !desired::is_owned_by(&config, input.uid) {
+        return Err(permanent(
+            reason,
+            format!(
+                "VM {} on {} does not carry this machine's owner marker; refusing to modify it",
+                loc.vmid, loc.node
+            ),
+        ));
+    }
+    let action = update::next_update_action(input.spec, input.uid, &config, running)
+        .map_err(|e| permanent(reason, e.0))?;
+    let start = |state: ProvisioningState, upid: Option<Upid>, why: String| Step {
+        power,
+        up_to_date: Some(UpToDate::no(progress_reason(state), why.clone())),
+        ..Step::wait(Phase::Update(loc.clone(), state, upid), TASK_POLL, why)
+    };
+    match action {
+        UpdateAction::InSync => Ok(Step {
             requeue: RESYNC,
-            ..Step::to(Phase::Provisioned(loc))
+            power,
+            up_to_date: Some(UpToDate::yes()),
+            event: in_flight
+                .is_some()
+                .then(|| ("Updated", "VM matches the spec".to_owned())),
+            ..Step::to(Phase::Provisioned(loc.clone()))
         }),
+        UpdateAction::Resize { disk, size } => {
+            let upid = hv
+                .resize_disk(&loc.node, loc.vmid, &disk, SizeChange::To(size))
+                .await
+                .map_err(pve)?;
+            let why = format!("growing disk {disk} to {size}");
+            Ok(start(ProvisioningState::Configuring, upid, why.clone()).with_event("Resizing", why))
+        }
+        UpdateAction::Apply(update) => {
+            let keys: Vec<&str> = update
+                .set
+                .keys()
+                .map(String::as_str)
+                .chain(update.delete.iter().map(String::as_str))
+                .collect();
+            let why = format!("applying {}", keys.join(", "));
+            let upid = hv
+                .update_config(&loc.node, loc.vmid, &update)
+                .await
+                .map_err(pve)?;
+            Ok(start(ProvisioningState::Configuring, upid, why.clone()).with_event("Reconfiguring", why))
+        }
+        UpdateAction::Shutdown { why } => {
+            let upid = hv
+                .shutdown_vm(&loc.node, loc.vmid, update::SHUTDOWN_TIMEOUT_SECS)
+                .await
+                .map_err(pve)?;
+            let why = format!("shutting VM {} down {why}", loc.vmid);
+            Ok(start(ProvisioningState::PoweringOff, Some(upid), why.clone()).with_event("PoweringOff", why))
+        }
+        UpdateAction::Start => {
+            let upid = hv.start_vm(&loc.node, loc.vmid).await.map_err(pve)?;
+            let why = format!("starting VM {}", loc.vmid);
+            Ok(start(ProvisioningState::PoweringOn, Some(upid), why.clone()).with_event("PoweringOn", why))
+        }
     }
 }
 
@@ -653,6 +812,8 @@ async fn wait_guest<H: Hypervisor>(
             provider_id,
             addresses,
         }),
+        power: Some(PowerState::On),
+        up_to_date: Some(UpToDate::yes()),
         ..Step::to(Phase::Provisioned(loc))
     }
     .with_event("Provisioned", "VM running and reachable"))

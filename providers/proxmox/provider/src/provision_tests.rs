@@ -558,3 +558,187 @@ async fn deletion_never_touches_a_vm_it_did_not_create() {
     assert!(states.is_empty());
     assert_eq!(hv.vm(200), Some(foreign));
 }
+
+/// Provisions `spec` on a fresh fake and returns the fake and the provisioned phase.
+async fn provisioned_vm(spec: &ProxmoxMachineSpec) -> (FakePve, Phase) {
+    let hv = FakePve::new(1);
+    let input = input(spec, None);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    (hv, steps.last().unwrap().phase.clone())
+}
+
+/// Runs update steps until the VM is back in `Provisioned` with `VMUpToDate` True.
+async fn drive_update(hv: &FakePve, input: &MachineInput<'_>, phase: Phase) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let mut phase = phase;
+    for _ in 0..30 {
+        let step = provision_step(hv, input, phase, None, &VmidReservations::default())
+            .await
+            .unwrap();
+        phase = step.phase.clone();
+        let done =
+            matches!(phase, Phase::Provisioned(_)) && step.up_to_date.as_ref().is_some_and(|u| u.status);
+        steps.push(step);
+        if done {
+            return steps;
+        }
+    }
+    panic!("update did not converge; last phase {phase:?}");
+}
+
+fn events(steps: &[Step]) -> Vec<&str> {
+    steps
+        .iter()
+        .filter_map(|s| s.event.as_ref().map(|e| e.0))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_provisioned_vm_in_sync_costs_two_reads_and_no_change() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    let before = hv.calls().len();
+    let steps = drive_update(&hv, &input(&spec, None), phase.clone()).await;
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0].phase, phase);
+    assert_eq!(steps[0].event, None, "no Event when nothing changes");
+    assert_eq!(steps[0].power, Some(banlieue_api::common::PowerState::On));
+    assert_eq!(hv.calls()[before..], ["vm_running", "vm_config"]);
+}
+
+#[tokio::test]
+async fn power_off_and_on_follow_the_spec() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    let vmid = phase.location().unwrap().vmid;
+    let off = ProxmoxMachineSpec {
+        power_state: Some(banlieue_api::common::PowerState::Off),
+        ..spec.clone()
+    };
+    let steps = drive_update(&hv, &input(&off, None), phase.clone()).await;
+    assert!(!hv.vm(vmid).unwrap().running, "the VM is stopped");
+    assert_eq!(events(&steps), ["PoweringOff", "Updated"]);
+    assert_eq!(
+        hv.calls().iter().filter(|c| *c == "shutdown_vm").count(),
+        1,
+        "a clean shutdown"
+    );
+    assert_eq!(
+        steps.last().unwrap().power,
+        Some(banlieue_api::common::PowerState::Off)
+    );
+    // Off and in sync: nothing more happens.
+    let again = drive_update(&hv, &input(&off, None), steps.last().unwrap().phase.clone()).await;
+    assert_eq!(events(&again), Vec::<&str>::new());
+    // Back on.
+    let steps = drive_update(&hv, &input(&spec, None), phase).await;
+    assert!(hv.vm(vmid).unwrap().running);
+    assert_eq!(events(&steps), ["PoweringOn", "Updated"]);
+}
+
+#[tokio::test]
+async fn memory_and_cpu_changes_are_applied_cold_and_the_vm_restarted() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    let vmid = phase.location().unwrap().vmid;
+    hv.set_task_polls(1);
+    let bigger = ProxmoxMachineSpec {
+        cpu: Cpu::cores(4),
+        memory_mib: 8192,
+        disks: vec![Disk {
+            name: "scsi0".into(),
+            size_gib: 40,
+            storage: None,
+        }],
+        ..spec.clone()
+    };
+    let steps = drive_update(&hv, &input(&bigger, None), phase.clone()).await;
+    let vm = hv.vm(vmid).unwrap();
+    assert_eq!(vm.config["memory"], "8192");
+    assert_eq!(vm.config["cores"], "4");
+    assert_eq!(vm.config["scsi0"], "local-lvm:base-9000-disk-0,size=40G");
+    assert!(vm.running, "started again: spec.powerState is On");
+    assert!(
+        hv.pending_changes().is_empty(),
+        "no CPU/memory change was written to a running VM: {:?}",
+        hv.pending_changes()
+    );
+    assert_eq!(
+        events(&steps),
+        [
+            "Resizing",
+            "PoweringOff",
+            "Reconfiguring",
+            "PoweringOn",
+            "Updated"
+        ]
+    );
+    // Same VM, no clone.
+    assert_eq!(hv.vms().len(), 1);
+    assert_eq!(hv.calls().iter().filter(|c| *c == "clone_vm").count(), 1);
+    // While it happened, VMUpToDate said why.
+    let shutdown = steps
+        .iter()
+        .find(|s| s.event.as_ref().is_some_and(|e| e.0 == "PoweringOff"))
+        .unwrap();
+    let up = shutdown.up_to_date.as_ref().unwrap();
+    assert!(!up.status);
+    assert!(up.message.contains("memory 4096→8192"), "{}", up.message);
+}
+
+#[tokio::test]
+async fn an_update_task_in_flight_survives_a_restart() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    hv.set_task_polls(3);
+    let off = ProxmoxMachineSpec {
+        power_state: Some(banlieue_api::common::PowerState::Off),
+        ..spec.clone()
+    };
+    let first = provision_step(&hv, &input(&off, None), phase, None, &VmidReservations::default())
+        .await
+        .unwrap();
+    // Persist and read back, as a restarted controller would.
+    let mut status = ProxmoxMachineStatus {
+        initialization: banlieue_api::common::Initialization::provisioned(true),
+        ..Default::default()
+    };
+    first.phase.write(&mut status);
+    assert_eq!(
+        status.provisioning.as_ref().map(|p| p.state),
+        Some(ProvisioningState::PoweringOff)
+    );
+    let resumed = Phase::read(Some(&status)).unwrap();
+    assert_eq!(resumed, first.phase);
+    drive_update(&hv, &input(&off, None), resumed).await;
+    assert_eq!(
+        hv.calls().iter().filter(|c| *c == "shutdown_vm").count(),
+        1,
+        "not shut down twice"
+    );
+}
+
+#[tokio::test]
+async fn a_vm_deleted_behind_our_back_is_reported() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    hv.remove_vm(phase.location().unwrap().vmid);
+    let err = provision_step(
+        &hv,
+        &input(&spec, None),
+        phase,
+        None,
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), "VMNotFound");
+}

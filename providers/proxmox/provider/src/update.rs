@@ -1,0 +1,300 @@
+//! After provisioning: keeping the VM in line with the spec — power state (`spec.powerState`)
+//! and live reconfiguration of CPU, memory, disks (grow), network interfaces and tags — without
+//! re-cloning. Pure: [`next_update_action`] decides the next single action from the spec and
+//! the VM's real config and power state; [`crate::provision`] performs it.
+//!
+//! How changes reach a provisioned VM (Proxmox VE semantics):
+//! - **Disk growth** is applied online (`PUT …/resize` works on a running VM).
+//! - **Network interfaces and tags** are applied online (hot-pluggable by default).
+//! - **CPU (cores, sockets) and memory** are applied cold: on a running VM PVE would only record
+//!   them as *pending* (effective after the next boot, and invisible in `GET …/config`), so the
+//!   provider shuts the VM down (ACPI shutdown, hard stop after [`SHUTDOWN_TIMEOUT_SECS`]),
+//!   applies them and starts it again if `spec.powerState` is `On`. The `VMUpToDate` condition
+//!   says so while it happens (`PoweringOff` with the reason in its message).
+//! - **Power**: `Off` shuts the VM down the same way; `On` starts it.
+
+use banlieue_api::common::PowerState;
+use banlieue_api::infrastructure::ProxmoxMachineSpec;
+use banlieue_pve_client::{ConfigUpdate, Size, VmConfig};
+
+use crate::desired::{self, SpecError};
+
+/// Seconds PVE waits for a guest to shut down before it stops it hard (`forceStop`).
+pub const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
+
+/// Config keys PVE cannot apply to a running VM without hotplug support (cold changes).
+pub const COLD_KEYS: &[&str] = &["cores", "sockets", "memory"];
+
+/// The next action to bring a provisioned VM to its spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdateAction {
+    /// Grow `disk` to `size` (online or offline).
+    Resize {
+        /// Drive slot.
+        disk: String,
+        /// New absolute size.
+        size: Size,
+    },
+    /// Apply these config changes (live-applicable ones on a running VM; all on a stopped one).
+    Apply(ConfigUpdate),
+    /// Shut the VM down (`why` says what for: power off, or a cold change).
+    Shutdown {
+        /// Human-readable cause.
+        why: String,
+    },
+    /// Start the VM.
+    Start,
+    /// The VM matches the spec.
+    InSync,
+}
+
+/// The desired power state (`On` when unset).
+pub fn desired_power(spec: &ProxmoxMachineSpec) -> PowerState {
+    spec.power_state.unwrap_or_default()
+}
+
+/// The observed power state from PVE's `running` flag.
+pub fn observed_power(running: bool) -> PowerState {
+    if running { PowerState::On } else { PowerState::Off }
+}
+
+/// Decides the next action for a provisioned VM with config `actual`, running or not.
+pub fn next_update_action(
+    spec: &ProxmoxMachineSpec,
+    uid: &str,
+    actual: &VmConfig,
+    running: bool,
+) -> Result<UpdateAction, SpecError> {
+    let update = desired::config_update(spec, uid, actual)?;
+    let grow = desired::disk_to_grow(spec, actual)?;
+    let cold: Vec<String> = COLD_KEYS
+        .iter()
+        .filter_map(|k| {
+            update
+                .set
+                .get(*k)
+                .map(|v| format!("{k} {}→{v}", actual.get(k).unwrap_or("default")))
+        })
+        .collect();
+    if running {
+        if let Some((disk, size)) = grow {
+            return Ok(UpdateAction::Resize { disk, size });
+        }
+        if !cold.is_empty() {
+            return Ok(UpdateAction::Shutdown {
+                why: format!(
+                    "to apply {} (CPU and memory changes need the VM off)",
+                    cold.join(", ")
+                ),
+            });
+        }
+        if update != ConfigUpdate::default() {
+            return Ok(UpdateAction::Apply(update));
+        }
+        if desired_power(spec) == PowerState::Off {
+            return Ok(UpdateAction::Shutdown {
+                why: "spec.powerState is Off".to_owned(),
+            });
+        }
+        return Ok(UpdateAction::InSync);
+    }
+    if update != ConfigUpdate::default() {
+        return Ok(UpdateAction::Apply(update));
+    }
+    if let Some((disk, size)) = grow {
+        return Ok(UpdateAction::Resize { disk, size });
+    }
+    if desired_power(spec) == PowerState::On {
+        return Ok(UpdateAction::Start);
+    }
+    Ok(UpdateAction::InSync)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::common::{Cpu, Disk};
+    use banlieue_api::infrastructure::ProxmoxTemplateSource;
+    use pretty_assertions::assert_eq;
+    use rstest::rstest;
+
+    const UID: &str = "5e0c6a7b-0000-4000-8000-000000000001";
+
+    fn spec() -> ProxmoxMachineSpec {
+        ProxmoxMachineSpec {
+            provider_id: None,
+            provider_ref: None,
+            source: ProxmoxTemplateSource {
+                vmid: Some(9000),
+                ..Default::default()
+            },
+            target_node: None,
+            allowed_nodes: vec![],
+            storage: None,
+            clone_mode: None,
+            pool: None,
+            cpu: Cpu::cores(2),
+            memory_mib: 2048,
+            disks: vec![Disk {
+                name: "scsi0".into(),
+                size_gib: 16,
+                storage: None,
+            }],
+            networks: vec![],
+            tags: vec![],
+            vmid_range: None,
+            readiness_checks: None,
+            power_state: None,
+        }
+    }
+
+    /// The config of a VM provisioned from `spec()`.
+    fn in_sync() -> VmConfig {
+        VmConfig(
+            [
+                ("cores", "2"),
+                ("sockets", "1"),
+                ("memory", "2048"),
+                ("scsi0", "local-lvm:vm-105-disk-0,size=16G"),
+                ("net0", "virtio=BC:24:11:00:01:05,bridge=vmbr0"),
+                ("tags", &format!("banlieue-uid-{UID}")),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        )
+    }
+
+    #[rstest]
+    #[case::running_on(None, true)]
+    #[case::explicit_on(Some(PowerState::On), true)]
+    #[case::stopped_off(Some(PowerState::Off), false)]
+    fn a_vm_matching_its_spec_is_left_alone(#[case] power: Option<PowerState>, #[case] running: bool) {
+        let spec = ProxmoxMachineSpec {
+            power_state: power,
+            ..spec()
+        };
+        assert_eq!(
+            next_update_action(&spec, UID, &in_sync(), running).unwrap(),
+            UpdateAction::InSync
+        );
+    }
+
+    #[test]
+    fn power_off_shuts_down_and_power_on_starts() {
+        let off = ProxmoxMachineSpec {
+            power_state: Some(PowerState::Off),
+            ..spec()
+        };
+        assert_eq!(
+            next_update_action(&off, UID, &in_sync(), true).unwrap(),
+            UpdateAction::Shutdown {
+                why: "spec.powerState is Off".into()
+            }
+        );
+        assert_eq!(
+            next_update_action(&spec(), UID, &in_sync(), false).unwrap(),
+            UpdateAction::Start
+        );
+    }
+
+    #[test]
+    fn memory_and_cpu_changes_on_a_running_vm_shut_it_down_first_then_apply_then_start() {
+        let bigger = ProxmoxMachineSpec {
+            cpu: Cpu::cores(4),
+            memory_mib: 4096,
+            ..spec()
+        };
+        let action = next_update_action(&bigger, UID, &in_sync(), true).unwrap();
+        let UpdateAction::Shutdown { why } = action else {
+            panic!("expected a shutdown, got {action:?}");
+        };
+        assert!(
+            why.contains("cores 2→4") && why.contains("memory 2048→4096"),
+            "{why}"
+        );
+        // Stopped: the change is applied…
+        let UpdateAction::Apply(update) = next_update_action(&bigger, UID, &in_sync(), false).unwrap() else {
+            panic!("expected an apply");
+        };
+        assert_eq!(update.set.get("memory").map(String::as_str), Some("4096"));
+        assert_eq!(update.set.get("cores").map(String::as_str), Some("4"));
+        // …and once it is, the VM is started again (powerState On).
+        let mut applied = in_sync();
+        applied.0.insert("cores".into(), "4".into());
+        applied.0.insert("memory".into(), "4096".into());
+        assert_eq!(
+            next_update_action(&bigger, UID, &applied, false).unwrap(),
+            UpdateAction::Start
+        );
+        assert_eq!(
+            next_update_action(&bigger, UID, &applied, true).unwrap(),
+            UpdateAction::InSync
+        );
+    }
+
+    #[test]
+    fn a_memory_change_of_a_vm_that_stays_off_does_not_start_it() {
+        let spec = ProxmoxMachineSpec {
+            memory_mib: 1024,
+            power_state: Some(PowerState::Off),
+            ..spec()
+        };
+        assert!(matches!(
+            next_update_action(&spec, UID, &in_sync(), false).unwrap(),
+            UpdateAction::Apply(_)
+        ));
+        let mut applied = in_sync();
+        applied.0.insert("memory".into(), "1024".into());
+        assert_eq!(
+            next_update_action(&spec, UID, &applied, false).unwrap(),
+            UpdateAction::InSync
+        );
+    }
+
+    #[test]
+    fn a_disk_grows_online_without_a_shutdown() {
+        let spec = ProxmoxMachineSpec {
+            disks: vec![Disk {
+                name: "scsi0".into(),
+                size_gib: 32,
+                storage: None,
+            }],
+            ..spec()
+        };
+        assert_eq!(
+            next_update_action(&spec, UID, &in_sync(), true).unwrap(),
+            UpdateAction::Resize {
+                disk: "scsi0".into(),
+                size: Size(32 << 30)
+            }
+        );
+    }
+
+    #[test]
+    fn tags_are_applied_live() {
+        let spec = ProxmoxMachineSpec {
+            tags: vec!["web".into()],
+            ..spec()
+        };
+        let action = next_update_action(&spec, UID, &in_sync(), true).unwrap();
+        let UpdateAction::Apply(update) = action else {
+            panic!("expected a live apply, got {action:?}");
+        };
+        assert!(update.set.get("tags").is_some_and(|t| t.contains("web")));
+        assert!(!update.set.contains_key("memory"));
+    }
+
+    #[test]
+    fn a_disk_shrink_is_a_spec_error_not_an_action() {
+        let spec = ProxmoxMachineSpec {
+            disks: vec![Disk {
+                name: "scsi0".into(),
+                size_gib: 8,
+                storage: None,
+            }],
+            ..spec()
+        };
+        assert!(next_update_action(&spec, UID, &in_sync(), true).is_err());
+    }
+}

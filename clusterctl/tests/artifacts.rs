@@ -97,3 +97,40 @@ fn deployment_flags_are_flags_of_the_real_binary() {
         assert!(help.contains(flag), "the core Deployment passes {flag}:\n{help}");
     }
 }
+
+/// The image recipe cannot be built here (no container runtime); this pins what the generated
+/// Deployments rely on: each image's entrypoint is its binary, and it runs as the uid the
+/// Deployments' securityContext declares.
+#[test]
+fn dockerfile_matches_the_deployments() {
+    let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
+    for (target, binary) in [("proxmox", "banlieue-proxmox"), ("controller", "banlieue")] {
+        let stage = dockerfile
+            .split("\nFROM ")
+            .find(|s| {
+                s.lines()
+                    .next()
+                    .is_some_and(|l| l.ends_with(&format!(" AS {target}")))
+            })
+            .unwrap_or_else(|| panic!("no stage {target}"));
+        assert!(
+            stage.contains(&format!("ENTRYPOINT [\"/{binary}\"]")),
+            "{target}: {stage}"
+        );
+        assert!(stage.contains("USER 65532:65532"), "{target}: {stage}");
+        assert!(stage.starts_with("gcr.io/distroless/static"), "{target}: {stage}");
+        assert!(
+            dockerfile.contains(&format!("--bin {binary}")),
+            "{binary} is not built"
+        );
+    }
+    for docs in [components::proxmox_components(), components::core_components()] {
+        let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let pod = &deployment["spec"]["template"]["spec"];
+        assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+        assert!(
+            pod["containers"][0].get("command").is_none(),
+            "the image entrypoint is the binary"
+        );
+    }
+}

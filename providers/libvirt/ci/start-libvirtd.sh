@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Starts virtlogd and libvirtd for the libvirt provider's real tests (as root, no systemd), with
+# libvirtd inside the network namespace `banlieue-libvirt`: the guests' bridge and dnsmasq live
+# only there, so guest traffic never reaches the host network, while clients still reach
+# libvirtd's unix socket (unix sockets are not per network namespace). Then makes sure the
+# isolated network `banlieue-test` (no <forward>, DHCP) and the `default` dir pool exist.
+# Idempotent: a running daemon is reused.
+set -euo pipefail
+NETNS=banlieue-libvirt
+NETWORK=banlieue-test
+POOL_DIR=/var/lib/libvirt/images
+
+if ! command -v libvirtd >/dev/null; then
+    echo "libvirtd not installed (see .ci/run); skipping" >&2
+    exit 0
+fi
+pgrep -x virtlogd >/dev/null || virtlogd -d || true
+if ! virsh -c qemu:///system version >/dev/null 2>&1; then
+    ip netns list | grep -qw "$NETNS" || ip netns add "$NETNS"
+    ip netns exec "$NETNS" ip link set lo up
+    ip netns exec "$NETNS" libvirtd -d
+    for _ in $(seq 1 100); do
+        virsh -c qemu:///system version >/dev/null 2>&1 && break
+        sleep 0.2
+    done
+fi
+virsh -c qemu:///system version >/dev/null
+
+if ! virsh -c qemu:///system net-info "$NETWORK" >/dev/null 2>&1; then
+    xml=$(mktemp)
+    cat >"$xml" <<XML
+<network>
+  <name>$NETWORK</name>
+  <bridge name='virbr-banlieue' stp='off'/>
+  <ip address='10.213.0.1' netmask='255.255.255.0'>
+    <dhcp>
+      <range start='10.213.0.10' end='10.213.0.250'/>
+    </dhcp>
+  </ip>
+</network>
+XML
+    virsh -c qemu:///system net-define "$xml" >/dev/null
+    rm -f "$xml"
+fi
+virsh -c qemu:///system net-info "$NETWORK" | grep -q 'Active: *yes' ||
+    virsh -c qemu:///system net-start "$NETWORK" >/dev/null
+
+if ! virsh -c qemu:///system pool-info default >/dev/null 2>&1; then
+    mkdir -p "$POOL_DIR"
+    virsh -c qemu:///system pool-define-as default dir --target "$POOL_DIR" >/dev/null
+fi
+virsh -c qemu:///system pool-info default | grep -q 'State: *running' ||
+    virsh -c qemu:///system pool-start default >/dev/null
+echo "libvirtd running in network namespace $NETNS; network $NETWORK, pool default ($POOL_DIR)"

@@ -1,0 +1,181 @@
+//! The one slow test: a real domain on `qemu:///system` (libvirtd started by
+//! `providers/libvirt/ci/start-libvirtd.sh`, in its own network namespace, isolated network
+//! `banlieue-test`), domain type `qemu` (TCG). The guest is Debian's kernel with a busybox
+//! initramfs built by `tests/guest/build.sh`; provisioning creates the overlay boot disk and
+//! the seed volume through the real daemon, the guest gets a DHCP lease (the address the
+//! provider reports) and prints the seed's meta-data, the sha256 of its user-data and the
+//! output of the user-data script to its serial console, which libvirt logs to a file.
+//!
+//! Without a reachable daemon the test is skipped with a message, except under CI (`CI` set),
+//! where `.ci/run` starts the daemon and a skip would hide a broken set-up.
+
+#![cfg(feature = "libvirt")]
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use banlieue_api::common::{MachineAddressType, PowerState};
+use banlieue_api::infrastructure::LibvirtMachineSpec;
+use banlieue_libvirt::connection::VirtHypervisor;
+use banlieue_libvirt::desired::Settings;
+use banlieue_libvirt::hypervisor::Hypervisor;
+use banlieue_libvirt::phase::Phase;
+use banlieue_libvirt::provision::{self, Host, MachineInput};
+use banlieue_libvirt::xml::{self, DomainType, KernelBoot, Owner};
+use sha2::{Digest, Sha256};
+
+const URI: &str = "qemu:///system";
+const POOL: &str = "default";
+const NETWORK: &str = "banlieue-test";
+const BOOT_DIR: &str = "/var/lib/libvirt/boot/banlieue-test";
+const SERIAL_DIR: &str = "/var/log/libvirt/qemu";
+
+fn pseudo_uuid() -> String {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let h = format!("{:032x}", n ^ (u128::from(std::process::id()) << 64));
+    format!(
+        "{}-{}-4{}-8{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+#[tokio::test]
+async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
+    let hv = Arc::new(VirtHypervisor::new(URI));
+    if let Err(e) = hv.host_info().await {
+        if std::env::var_os("CI").is_some() {
+            panic!("libvirtd must run under CI (providers/libvirt/ci/start-libvirtd.sh): {e}");
+        }
+        eprintln!(
+            "SKIPPED: no libvirt daemon at {URI} ({e}); run providers/libvirt/ci/start-libvirtd.sh as root"
+        );
+        return;
+    }
+    let build = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/guest/build.sh"))
+        .arg(BOOT_DIR)
+        .status()
+        .expect("running tests/guest/build.sh");
+    assert!(build.success(), "building the test guest failed");
+    let base = "banlieue-test-base.qcow2";
+    if hv.volume(POOL, base).await.unwrap().is_none() {
+        hv.create_volume(POOL, &xml::plain_volume_xml(base, 64 << 20, "qcow2"))
+            .await
+            .unwrap();
+    }
+
+    let uid = pseudo_uuid();
+    let owner = Owner {
+        uid: uid.clone(),
+        namespace: "qemu-test".into(),
+        name: format!("tiny-{}", &uid[..8]),
+    };
+    let spec: LibvirtMachineSpec = serde_json::from_value(serde_json::json!({
+        "source": {"volume": base, "pool": POOL},
+        "cpu": {"cores": 1},
+        "memoryMiB": 256,
+        "disks": [{"name": "root", "sizeGiB": 1}],
+        "networks": [{"name": "eth0", "network": NETWORK}],
+    }))
+    .unwrap();
+    let settings = Settings {
+        domain_type: DomainType::Qemu,
+        serial_log_dir: Some(SERIAL_DIR.into()),
+        kernel_boot: Some(KernelBoot {
+            kernel: format!("{BOOT_DIR}/vmlinuz"),
+            initrd: format!("{BOOT_DIR}/initrd.gz"),
+            cmdline: "console=ttyS0 panic=-1".into(),
+        }),
+    };
+    let token = format!("token-{}", &uid[24..]);
+    let user_data = format!("#!/bin/sh\necho \"BANLIEUE user-data says {token}\"\n");
+    let input = MachineInput {
+        owner: &owner,
+        spec: &spec,
+        uuid: &uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+    };
+    let hosts = [Host {
+        name: "localhost".into(),
+        hv: hv.clone(),
+    }];
+
+    let started = Instant::now();
+    let mut phase = Phase::SelectHost;
+    let done = loop {
+        let data = phase.needs_bootstrap_data().then_some(user_data.as_bytes());
+        let step = provision::provision(&hosts, &input, phase.clone(), data)
+            .await
+            .expect("provisioning step");
+        phase = step.phase.clone().expect("phase");
+        if let Some(done) = step.provisioned {
+            break done;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no lease after 300 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    eprintln!("boot to lease: {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(done.provider_id, format!("libvirt://localhost/{uid}"));
+    let ip = done
+        .addresses
+        .iter()
+        .find(|a| a.type_ == MachineAddressType::InternalIP)
+        .expect("an InternalIP")
+        .address
+        .clone();
+    assert!(ip.starts_with("10.213.0."), "{ip} is not on {NETWORK}");
+
+    let domain = format!("{}_{}", owner.namespace, owner.name);
+    let log_path = format!("{SERIAL_DIR}/{domain}.serial");
+    let mut log = String::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !log.contains("BANLIEUE ready") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        log = std::fs::read_to_string(Path::new(&log_path)).unwrap_or_default();
+    }
+    let digest = hex::encode(Sha256::digest(user_data.as_bytes()));
+    let cleanup = provision::delete(&*hv, &owner, &spec, &uid).await;
+    assert!(
+        log.contains("BANLIEUE ready"),
+        "guest did not finish; serial log:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("BANLIEUE address {ip}")),
+        "serial log:\n{log}"
+    );
+    assert!(log.contains(&format!("instance-id: {uid}")), "serial log:\n{log}");
+    assert!(
+        log.contains(&format!("BANLIEUE user-data sha256 {digest}")),
+        "serial log:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("BANLIEUE user-data says {token}")),
+        "serial log:\n{log}"
+    );
+
+    let note = cleanup.expect("deletion");
+    assert!(note.contains("destroyed and undefined"), "{note}");
+    assert_eq!(hv.domain_by_uuid(&uid).await.unwrap(), None);
+    assert_eq!(
+        hv.volume(POOL, &format!("{domain}-root.qcow2")).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        hv.volume(POOL, &format!("{domain}-seed.iso")).await.unwrap(),
+        None
+    );
+    let _ = std::fs::remove_file(&log_path);
+}

@@ -4,6 +4,10 @@
 //! Proxmox VE simulator. With one needed verb removed from the ClusterRole it fails visibly: the
 //! apiserver's 403 shows in its log and the machine is not provisioned.
 //!
+//! The same for the banlieue controller (`banlieue_controllers::rbac`): it creates the
+//! ProxmoxMachine of a VirtualMachine under the generated core RBAC, and without `create` on
+//! `proxmoxmachines` it logs the 403 and creates nothing.
+//!
 //! Each case gets a private control plane, so exactly one provider process acts on its objects.
 //! Needs `tests/controlplane/build.sh` and the provider binary next to this test
 //! (`cargo build -p banlieue-proxmox`).
@@ -12,9 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
+use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
 use banlieue_capi::{Cluster, Machine};
-use banlieue_clusterctl::{PROXMOX_NAMESPACE, components, yaml};
+use banlieue_clusterctl::{CORE_NAMESPACE, PROXMOX_NAMESPACE, components, yaml};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::{KubeconfigFile, ManagedProcess, TestEnv, bin_dir, crds_from_files};
 use k8s_openapi::api::core::v1::Secret;
@@ -53,21 +58,22 @@ async fn private_env() -> Result<TestEnv> {
         .await?)
 }
 
-/// The RBAC part of the generated components (Namespace, ServiceAccount, manager ClusterRole and
-/// binding, leader-election Role and binding), optionally with `verb` removed for `resource`.
-fn rbac_documents(without: Option<(&str, &str)>) -> Vec<Value> {
-    let mut docs: Vec<Value> = components::proxmox_components()
+/// The RBAC part of generated components (Namespace, ServiceAccount, the ClusterRole
+/// `cluster_role` and its binding, leader-election Role and binding), optionally with `verb`
+/// removed for `resource` in the ClusterRole.
+fn rbac_documents(all: Vec<Value>, cluster_role: &str, without: Option<(&str, &str)>) -> Vec<Value> {
+    let mut docs: Vec<Value> = all
         .into_iter()
         .filter(|d| {
             matches!(
                 d["kind"].as_str(),
                 Some("Namespace" | "ServiceAccount" | "ClusterRoleBinding" | "Role" | "RoleBinding")
-            ) || d["metadata"]["name"] == components::PROXMOX_CLUSTER_ROLE
+            ) || d["metadata"]["name"] == cluster_role
         })
         .collect();
     if let Some((resource, verb)) = without {
         for doc in &mut docs {
-            if doc["metadata"]["name"] != components::PROXMOX_CLUSTER_ROLE {
+            if doc["metadata"]["name"] != cluster_role {
                 continue;
             }
             let rules = doc["rules"].as_array().cloned().unwrap_or_default();
@@ -104,7 +110,7 @@ fn rbac_documents(without: Option<(&str, &str)>) -> Vec<Value> {
     docs
 }
 
-async fn apply_rbac(env: &TestEnv, docs: &[Value]) -> Result<KubeconfigFile> {
+async fn apply_rbac(env: &TestEnv, docs: &[Value], namespace: &str, account: &str) -> Result<KubeconfigFile> {
     let file = env.workdir().join("rbac.yaml");
     std::fs::write(&file, yaml::render("generated RBAC under test", docs)?)?;
     let output = banlieue_testenv::run_with_timeout(
@@ -116,9 +122,7 @@ async fn apply_rbac(env: &TestEnv, docs: &[Value]) -> Result<KubeconfigFile> {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    Ok(env
-        .service_account_kubeconfig(PROXMOX_NAMESPACE, components::PROXMOX_SERVICE_ACCOUNT)
-        .await?)
+    Ok(env.service_account_kubeconfig(namespace, account).await?)
 }
 
 /// Credentials, a CAPI Cluster whose infrastructure is provisioned with its ProxmoxCluster on
@@ -264,7 +268,18 @@ struct Case {
 async fn start_case(without: Option<(&str, &str)>) -> Result<Case> {
     let env = private_env().await?;
     let client = env.client().await?;
-    let kubeconfig = apply_rbac(&env, &rbac_documents(without)).await?;
+    let docs = rbac_documents(
+        components::proxmox_components(),
+        components::PROXMOX_CLUSTER_ROLE,
+        without,
+    );
+    let kubeconfig = apply_rbac(
+        &env,
+        &docs,
+        PROXMOX_NAMESPACE,
+        components::PROXMOX_SERVICE_ACCOUNT,
+    )
+    .await?;
     Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -390,4 +405,147 @@ async fn without_get_on_secrets_the_provider_fails_with_403() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_patch_on_machine_status_the_provider_fails_with_403() -> Result<()> {
     fails_without("proxmoxmachines/status", "patch").await
+}
+
+// --- the banlieue controller under the generated core RBAC ------------------------------------
+
+/// Starts `banlieue controller` with the ServiceAccount's kubeconfig and the core Deployment's
+/// flags.
+fn start_controller(env: &TestEnv, kubeconfig: &KubeconfigFile) -> Result<ManagedProcess> {
+    let binary = workspace_binary("banlieue")?;
+    let args = vec![
+        format!("KUBECONFIG={}", kubeconfig.path().display()),
+        format!("POD_NAMESPACE={CORE_NAMESPACE}"),
+        "RUST_LOG=info".to_owned(),
+        binary.display().to_string(),
+        "controller".to_owned(),
+        "--leader-elect".to_owned(),
+        "--metrics-addr=127.0.0.1:0".to_owned(),
+    ];
+    Ok(ManagedProcess::start(
+        "banlieue",
+        Path::new("/usr/bin/env"),
+        &args,
+        &env.workdir().join("logs/banlieue.log"),
+    )?)
+}
+
+/// A Provider (no hypervisor needed: the controller never talks to one) and a VirtualMachine on
+/// it, created by the admin; then the controller under the generated core RBAC.
+async fn start_controller_case(
+    without: Option<(&str, &str)>,
+) -> Result<(TestEnv, ManagedProcess, kube::Client)> {
+    let env = private_env().await?;
+    let client = env.client().await?;
+    let docs = rbac_documents(
+        components::core_components(),
+        components::CORE_CLUSTER_ROLE,
+        without,
+    );
+    let kubeconfig = apply_rbac(&env, &docs, CORE_NAMESPACE, components::CORE_SERVICE_ACCOUNT).await?;
+    let pp = PostParams::default();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": NS}}))?)
+        .await?;
+    Api::<Provider>::all(client.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                "metadata": {"name": "pve"},
+                "spec": {
+                    "backend": "proxmox",
+                    "endpoint": "https://pve.example.invalid:8006",
+                    "credentialsRef": {"name": "pve", "namespace": CORE_NAMESPACE},
+                    "nodes": ["pve1"],
+                },
+            }))?,
+        )
+        .await?;
+    Api::<VirtualMachine>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                "metadata": {"name": "vm1"},
+                "spec": {
+                    "providerRef": {"name": "pve"},
+                    "source": {"proxmox": {"vmid": 9000}},
+                    "cpu": {"cores": 2},
+                    "memoryMiB": 2048,
+                },
+            }))?,
+        )
+        .await?;
+    let controller = start_controller(&env, &kubeconfig)?;
+    Ok((env, controller, client))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_builds_the_machine_with_only_the_generated_rbac() -> Result<()> {
+    let (env, mut controller, client) = start_controller_case(None).await?;
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), NS);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), NS);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        controller.check_running()?;
+        let machine = machines.get_opt("vm1").await?;
+        let vm = vms.get("vm1").await?;
+        // The machine exists and the VM's status names its Provider (a status patch went through).
+        let recorded = vm.status.as_ref().and_then(|s| s.provider.as_deref()) == Some("pve");
+        if machine.is_some() && recorded {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "no ProxmoxMachine / VM status under the generated RBAC: {:#?}\ncontroller log:\n{}",
+                vm.status,
+                controller.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The Lease in the controller's namespace is held.
+    let lease = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client, CORE_NAMESPACE)
+        .get("banlieue-controller")
+        .await?;
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some());
+    let log = std::fs::read_to_string(controller.log())?;
+    assert!(
+        !log.contains("forbidden") && !log.contains("Forbidden"),
+        "a request was denied under the generated RBAC:\n{log}"
+    );
+    controller.stop();
+    drop(env);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_create_on_proxmoxmachines_the_controller_fails_with_403() -> Result<()> {
+    let (env, mut controller, client) = start_controller_case(Some(("proxmoxmachines", "create"))).await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        controller.check_running()?;
+        let log = std::fs::read_to_string(controller.log())?;
+        if log
+            .lines()
+            .any(|l| l.contains("cannot create resource") && l.contains("proxmoxmachines"))
+        {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "no 403 for creating proxmoxmachines in the controller log:\n{}",
+                controller.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let machine = Api::<ProxmoxMachine>::namespaced(client, NS)
+        .get_opt("vm1")
+        .await?;
+    assert!(machine.is_none(), "created without the create verb");
+    controller.stop();
+    drop(env);
+    Ok(())
 }

@@ -466,9 +466,11 @@ pub async fn run<C: Connector>(
             .map(|c| ObjectRef::from_obj(&*c))
             .collect::<Vec<_>>()
     };
+    let mut controller = controller.watches(providers, watcher::Config::default(), provider_to_infra);
+    if crate::owner::capi_served(&ctx.client).await {
+        controller = controller.watches(clusters, watcher::Config::default(), cluster_to_infra);
+    }
     controller
-        .watches(clusters, watcher::Config::default(), cluster_to_infra)
-        .watches(providers, watcher::Config::default(), provider_to_infra)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

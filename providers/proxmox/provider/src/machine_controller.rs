@@ -711,10 +711,13 @@ pub async fn run<C: Connector>(
             .map(|pm| ObjectRef::from_obj(&*pm))
             .collect::<Vec<_>>()
     };
+    let mut controller = controller.watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines);
+    if owner::capi_served(&client).await {
+        controller = controller
+            .watches(machines, watcher::Config::default(), machine_to_infra)
+            .watches(clusters, watcher::Config::default(), cluster_to_machines);
+    }
     controller
-        .watches(machines, watcher::Config::default(), machine_to_infra)
-        .watches(clusters, watcher::Config::default(), cluster_to_machines)
-        .watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

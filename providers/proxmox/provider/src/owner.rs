@@ -233,6 +233,24 @@ pub fn standalone_cluster_name(pm: &ProxmoxMachine) -> Option<String> {
         .map(|p| standalone::infra_cluster_name(&p.name))
 }
 
+/// Whether the apiserver serves CAPI's `clusters` and `machines` (`cluster.x-k8s.io/v1beta2`).
+/// Without CAPI installed the provider runs in standalone mode only and does not watch them
+/// (install CAPI, then restart the provider to serve CAPI machines too).
+pub async fn capi_served(client: &kube::Client) -> bool {
+    match client
+        .list_api_group_resources(banlieue_capi::contract::CLUSTER_API_VERSION)
+        .await
+    {
+        Ok(list) => ["clusters", "machines"]
+            .iter()
+            .all(|r| list.resources.iter().any(|x| x.name == *r)),
+        Err(e) => {
+            tracing::info!(error = %e, "Cluster API is not installed: serving standalone machines only");
+            false
+        }
+    }
+}
+
 /// Fetches what the view of `owner` reads and builds it.
 pub async fn resolve(client: &kube::Client, pm: &ProxmoxMachine, owner: Owner) -> Result<OwnerView> {
     let namespace = pm.namespace().unwrap_or_default();

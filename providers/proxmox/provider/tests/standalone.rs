@@ -1,0 +1,555 @@
+//! Standalone mode on the real apiserver (banlieue's CRDs only: Cluster API is NOT installed)
+//! with the wire-level Proxmox VE simulator and the real client: a ProxmoxCluster owned by a
+//! banlieue `Provider` (as the banlieue controller creates it) and a ProxmoxMachine controlled
+//! by a `VirtualMachine` (created here directly; the banlieue controller does not run).
+//!
+//! Run: `cargo test -p banlieue-proxmox --test standalone` (needs `tests/controlplane/build.sh`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use banlieue_api::banlieue::{
+    Backend, ImageSource, Provider, ProviderSpec, VirtualMachine, VirtualMachineSpec,
+};
+use banlieue_api::common::{
+    Cpu, PowerState, ProviderReference, SecretKeyReference, SecretReference, TlsTrust,
+};
+use banlieue_api::infrastructure::{
+    ProxmoxCluster, ProxmoxClusterSpec, ProxmoxMachine, ProxmoxMachineSpec, ProxmoxTemplateSource,
+};
+use banlieue_api::standalone::infra_cluster_name;
+use banlieue_proxmox::cluster_controller::{self, ClusterContext};
+use banlieue_proxmox::credentials::ClientConnector;
+use banlieue_proxmox::machine_controller::{self, FINALIZER, MachineContext, VM_UP_TO_DATE};
+use banlieue_pve_sim::{SimConfig, SimHandle};
+use banlieue_testenv::TestEnv;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource, ResourceExt};
+
+const USER_DATA: &str =
+    "#cloud-config\nusers:\n- name: ops\n  ssh_authorized_keys: [ssh-ed25519 AAAA ops@example]\n";
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+async fn env() -> Result<&'static TestEnv> {
+    // Deliberately without CAPI's CRDs: standalone mode must not need them.
+    Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
+}
+
+fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Result<OwnerReference> {
+    Ok(OwnerReference {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        name: obj.meta().name.clone().context("name")?,
+        uid: obj.meta().uid.clone().context("uid")?,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+struct Standalone {
+    client: kube::Client,
+    ns: String,
+    provider: String,
+    sim: SimHandle,
+    controllers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Standalone {
+    /// The simulator, its credentials Secret, the Provider, the Provider-owned ProxmoxCluster
+    /// (what the banlieue controller would apply) and both provider controllers.
+    async fn start(prefix: &str) -> Result<(Self, banlieue_testenv::TestNamespace)> {
+        let env = env().await?;
+        let ns = env.namespace(prefix).await?;
+        let client = env.client().await?;
+        let sim = banlieue_pve_sim::start(SimConfig::fast()).await?;
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), ns.name());
+        secrets
+            .create(
+                &PostParams::default(),
+                &Secret {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some("pve-sim".into()),
+                        ..Default::default()
+                    },
+                    string_data: Some(
+                        [
+                            ("tokenID".to_owned(), sim.token_id()),
+                            ("secret".to_owned(), sim.token_secret()),
+                        ]
+                        .into(),
+                    ),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        let provider_name = format!("sim-{}", ns.name());
+        let provider = Api::<Provider>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &Provider::new(
+                    &provider_name,
+                    ProviderSpec {
+                        backend: Backend::Proxmox,
+                        endpoint: sim.url(),
+                        credentials_ref: Some(SecretReference {
+                            name: "pve-sim".into(),
+                            namespace: Some(ns.name().to_owned()),
+                        }),
+                        tls: Some(TlsTrust {
+                            sha256_fingerprint: Some(sim.fingerprint_sha256()),
+                            ..Default::default()
+                        }),
+                        nodes: vec!["pve1".into(), "pve2".into()],
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await?;
+        let mut pxc = ProxmoxCluster::new(
+            &infra_cluster_name(&provider_name),
+            ProxmoxClusterSpec {
+                provider_ref: Some(ProviderReference {
+                    name: provider_name.clone(),
+                }),
+                ..Default::default()
+            },
+        );
+        pxc.metadata.owner_references = Some(vec![owner_ref(&provider)?]);
+        Api::<ProxmoxCluster>::namespaced(client.clone(), ns.name())
+            .create(&PostParams::default(), &pxc)
+            .await?;
+        let mut s = Self {
+            client,
+            ns: ns.name().to_owned(),
+            provider: provider_name,
+            sim,
+            controllers: Vec::new(),
+        };
+        s.start_controllers();
+        Ok((s, ns))
+    }
+
+    fn start_controllers(&mut self) {
+        let machines = Arc::new(MachineContext::new(
+            self.client.clone(),
+            ClientConnector::default(),
+            "local",
+            "banlieue-proxmox-test",
+        ));
+        let clusters = Arc::new(ClusterContext::new(
+            self.client.clone(),
+            ClientConnector::default(),
+            "banlieue-proxmox-test",
+        ));
+        let (a, b) = (self.ns.clone(), self.ns.clone());
+        self.controllers.push(tokio::spawn(async move {
+            machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;
+        }));
+        self.controllers.push(tokio::spawn(async move {
+            cluster_controller::run(clusters, Some(&b), 2, std::future::pending()).await;
+        }));
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// A VirtualMachine (as a user writes it) and its ProxmoxMachine (as the banlieue
+    /// controller would create it: controlled by the VM, `spec.providerRef` set).
+    async fn virtual_machine(&self, name: &str, user_data: Option<&str>) -> Result<()> {
+        let user_data_secret_ref = match user_data {
+            Some(data) => {
+                self.api::<Secret>()
+                    .create(
+                        &PostParams::default(),
+                        &Secret {
+                            metadata: kube::api::ObjectMeta {
+                                name: Some(format!("{name}-user-data")),
+                                ..Default::default()
+                            },
+                            string_data: Some([("userdata".to_owned(), data.to_owned())].into()),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                Some(SecretKeyReference {
+                    name: format!("{name}-user-data"),
+                    key: Some("userdata".into()),
+                })
+            }
+            None => None,
+        };
+        let source = ProxmoxTemplateSource {
+            vmid: Some(9000),
+            ..Default::default()
+        };
+        let vm = self
+            .api::<VirtualMachine>()
+            .create(
+                &PostParams::default(),
+                &VirtualMachine::new(
+                    name,
+                    VirtualMachineSpec {
+                        provider_ref: Some(ProviderReference {
+                            name: self.provider.clone(),
+                        }),
+                        source: Some(ImageSource {
+                            proxmox: Some(source.clone()),
+                            ..Default::default()
+                        }),
+                        cpu: Some(Cpu::cores(2)),
+                        memory_mib: Some(2048),
+                        user_data_secret_ref,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await?;
+        let mut pm = ProxmoxMachine::new(name, machine_spec(&self.provider, source));
+        pm.metadata.owner_references = Some(vec![owner_ref(&vm)?]);
+        self.api::<ProxmoxMachine>()
+            .create(&PostParams::default(), &pm)
+            .await?;
+        Ok(())
+    }
+
+    async fn wait_for(
+        &self,
+        name: &str,
+        what: &str,
+        check: impl Fn(&ProxmoxMachine) -> bool,
+    ) -> Result<ProxmoxMachine> {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            if let Some(pm) = self.api::<ProxmoxMachine>().get_opt(name).await?
+                && check(&pm)
+            {
+                return Ok(pm);
+            }
+            if tokio::time::Instant::now() > deadline {
+                let pm = self.api::<ProxmoxMachine>().get_opt(name).await?;
+                bail!(
+                    "timed out waiting for {name} to be {what}: {:#?}",
+                    pm.map(|p| p.status)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn patch_spec(&self, name: &str, spec: serde_json::Value) -> Result<i64> {
+        let pm = self
+            .api::<ProxmoxMachine>()
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({ "spec": spec })),
+            )
+            .await?;
+        pm.metadata.generation.context("generation")
+    }
+}
+
+fn machine_spec(provider: &str, source: ProxmoxTemplateSource) -> ProxmoxMachineSpec {
+    ProxmoxMachineSpec {
+        provider_id: None,
+        provider_ref: Some(ProviderReference {
+            name: provider.to_owned(),
+        }),
+        source,
+        target_node: None,
+        allowed_nodes: vec![],
+        storage: None,
+        clone_mode: None,
+        pool: None,
+        cpu: Cpu::cores(2),
+        memory_mib: 2048,
+        disks: vec![],
+        networks: vec![],
+        tags: vec![],
+        vmid_range: None,
+        readiness_checks: None,
+        power_state: None,
+    }
+}
+
+fn condition<'a>(pm: &'a ProxmoxMachine, type_: &str) -> Option<&'a banlieue_api::condition::Condition> {
+    pm.status
+        .as_ref()
+        .and_then(|s| banlieue_api::condition::find(&s.conditions, type_))
+}
+
+fn provisioned(pm: &ProxmoxMachine) -> bool {
+    pm.status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        .unwrap_or(false)
+        && pm.spec.provider_id.is_some()
+        && pm.status.as_ref().is_some_and(|s| s.addresses.len() >= 2)
+}
+
+/// Up to date with generation `g`: the VM matches the spec the user last wrote.
+fn up_to_date(g: i64) -> impl Fn(&ProxmoxMachine) -> bool {
+    move |pm| {
+        pm.status.as_ref().and_then(|s| s.observed_generation) == Some(g)
+            && condition(pm, VM_UP_TO_DATE).is_some_and(|c| c.status == "True")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_is_provisioned_powered_resized_and_deleted_without_capi() -> Result<()> {
+    let (s, _ns) = Standalone::start("pxm-standalone").await?;
+
+    // A machine no VirtualMachine or CAPI Machine controls is left alone.
+    let mut orphan = ProxmoxMachine::new(
+        "orphan",
+        machine_spec(
+            &s.provider,
+            ProxmoxTemplateSource {
+                vmid: Some(9000),
+                ..Default::default()
+            },
+        ),
+    );
+    orphan.metadata.labels = Some([("test".to_owned(), "orphan".to_owned())].into());
+    s.api::<ProxmoxMachine>()
+        .create(&PostParams::default(), &orphan)
+        .await?;
+
+    // The Provider-owned ProxmoxCluster is provisioned from the Provider's settings.
+    let pxc_name = infra_cluster_name(&s.provider);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let pxc = loop {
+        let pxc = s.api::<ProxmoxCluster>().get(&pxc_name).await?;
+        if pxc
+            .status
+            .as_ref()
+            .and_then(|st| st.initialization.as_ref())
+            .and_then(|i| i.provisioned)
+            == Some(true)
+        {
+            break pxc;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "the standalone ProxmoxCluster was not provisioned: {:#?}",
+                pxc.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let status = pxc.status.clone().context("status")?;
+    let domains: Vec<&str> = status.failure_domains.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(
+        domains,
+        ["pve1", "pve2"],
+        "failure domains are the Provider's nodes"
+    );
+    assert!(pxc.finalizers().iter().any(|f| f == FINALIZER));
+    // An Event for the cluster's Ready transition (published right after the status write).
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(s.client.clone(), &s.ns);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while !events.list(&Default::default()).await?.items.iter().any(|e| {
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(pxc_name.as_str())
+            && e.reason.as_deref() == Some("Provisioned")
+    }) {
+        if tokio::time::Instant::now() > deadline {
+            bail!("no Provisioned Event for the ProxmoxCluster");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Provisioned with providerID and addresses; the seed carried the VM's user data.
+    s.virtual_machine("web", Some(USER_DATA)).await?;
+    let pm = s.wait_for("web", "provisioned", provisioned).await?;
+    let vmid = pm.status.as_ref().and_then(|st| st.vmid).context("vmid")?;
+    let seed = s.sim.seed(vmid).context("the VM booted with a seed")?;
+    assert_eq!(seed.user_data.as_deref(), Some(USER_DATA));
+    assert!(seed.meta_data.unwrap_or_default().contains("web"));
+    assert_eq!(
+        pm.status.as_ref().and_then(|st| st.power_state),
+        Some(PowerState::On)
+    );
+    assert!(pm.finalizers().iter().any(|f| f == FINALIZER));
+    let node = pm
+        .status
+        .as_ref()
+        .and_then(|st| st.node.clone())
+        .context("node")?;
+    assert!(
+        ["pve1", "pve2"].contains(&node.as_str()),
+        "placed on a Provider node: {node}"
+    );
+
+    // Power off.
+    let g = s
+        .patch_spec("web", serde_json::json!({"powerState": "Off"}))
+        .await?;
+    let pm = s
+        .wait_for("web", "powered off", |pm| {
+            up_to_date(g)(pm) && pm.status.as_ref().and_then(|st| st.power_state) == Some(PowerState::Off)
+        })
+        .await?;
+    assert!(
+        !s.sim.vm(vmid).context("vm")?.running,
+        "the simulator VM is stopped"
+    );
+    assert_eq!(pm.status.as_ref().and_then(|st| st.vmid), Some(vmid), "same VM");
+
+    // Memory and CPU while off: applied, the VM stays off.
+    let g = s
+        .patch_spec("web", serde_json::json!({"memoryMiB": 3072, "cpu": {"cores": 3}}))
+        .await?;
+    s.wait_for("web", "reconfigured", up_to_date(g)).await?;
+    let vm = s.sim.vm(vmid).context("vm")?;
+    assert_eq!(vm.config.get("memory").map(String::as_str), Some("3072"));
+    assert_eq!(vm.config.get("cores").map(String::as_str), Some("3"));
+    assert!(!vm.running);
+
+    // Power on and grow memory at once: applied, then started.
+    let g = s
+        .patch_spec("web", serde_json::json!({"powerState": "On", "memoryMiB": 4096}))
+        .await?;
+    s.wait_for("web", "running with 4 GiB", |pm| {
+        up_to_date(g)(pm) && pm.status.as_ref().and_then(|st| st.power_state) == Some(PowerState::On)
+    })
+    .await?;
+    let vm = s.sim.vm(vmid).context("vm")?;
+    assert_eq!(vm.config.get("memory").map(String::as_str), Some("4096"));
+    assert!(vm.running);
+    let vms: Vec<_> = s.sim.vms().into_iter().filter(|v| !v.template).collect();
+    assert_eq!(vms.len(), 1, "reconfigured in place, never re-cloned");
+
+    // The orphan was never touched.
+    let orphan = s.api::<ProxmoxMachine>().get("orphan").await?;
+    assert!(
+        orphan.status.is_none(),
+        "no status on a machine without a controlling owner"
+    );
+    assert!(orphan.finalizers().is_empty(), "no finalizer on it either");
+
+    // Delete: the VM is gone from the simulator, then the machine.
+    s.api::<ProxmoxMachine>()
+        .delete("web", &DeleteParams::default())
+        .await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while s.api::<ProxmoxMachine>().get_opt("web").await?.is_some() {
+        if tokio::time::Instant::now() > deadline {
+            bail!("web was not deleted");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(s.sim.vm(vmid).is_none(), "the VM is deleted on Proxmox");
+    assert!(s.sim.vms().iter().all(|v| v.template), "nothing orphaned");
+
+    for c in &s.controllers {
+        c.abort();
+    }
+    Api::<Provider>::all(s.client.clone())
+        .delete(&s.provider, &DeleteParams::default())
+        .await?;
+    s.sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_without_user_data_gets_meta_data_and_network_config_only() -> Result<()> {
+    let (s, _ns) = Standalone::start("pxm-nouserdata").await?;
+    s.virtual_machine("plain", None).await?;
+    let pm = s.wait_for("plain", "provisioned", provisioned).await?;
+    let vmid = pm.status.as_ref().and_then(|st| st.vmid).context("vmid")?;
+    let seed = s.sim.seed(vmid).context("seed")?;
+    assert_eq!(
+        seed.user_data.as_deref().unwrap_or_default(),
+        "",
+        "no user data (NoCloud needs the file to exist; it is empty)"
+    );
+    assert!(seed.meta_data.unwrap_or_default().contains("plain"));
+    assert!(seed.network_config.is_some());
+    for c in &s.controllers {
+        c.abort();
+    }
+    Api::<Provider>::all(s.client.clone())
+        .delete(&s.provider, &DeleteParams::default())
+        .await?;
+    s.sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_of_another_backend_is_reported_on_the_cluster() -> Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("pxm-mismatch").await?;
+    let client = env.client().await?;
+    let name = format!("lv-{}", ns.name());
+    let provider = Api::<Provider>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Provider::new(
+                &name,
+                ProviderSpec {
+                    backend: Backend::Libvirt,
+                    endpoint: "qemu+ssh://root@host.invalid/system".into(),
+                    ..Default::default()
+                },
+            ),
+        )
+        .await?;
+    let mut pxc = ProxmoxCluster::new(
+        &infra_cluster_name(&name),
+        ProxmoxClusterSpec {
+            provider_ref: Some(ProviderReference { name: name.clone() }),
+            ..Default::default()
+        },
+    );
+    pxc.metadata.owner_references = Some(vec![owner_ref(&provider)?]);
+    let pxcs: Api<ProxmoxCluster> = Api::namespaced(client.clone(), ns.name());
+    pxcs.create(&PostParams::default(), &pxc).await?;
+    let ctx = Arc::new(ClusterContext::new(
+        client.clone(),
+        ClientConnector::default(),
+        "banlieue-proxmox-test",
+    ));
+    let ns_name = ns.name().to_owned();
+    let controller = tokio::spawn(async move {
+        cluster_controller::run(ctx, Some(&ns_name), 2, std::future::pending()).await;
+    });
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let pxc = pxcs.get(&infra_cluster_name(&name)).await?;
+        let ready = pxc
+            .status
+            .as_ref()
+            .and_then(|st| banlieue_api::condition::find(&st.conditions, "Ready").cloned());
+        if let Some(ready) = ready
+            && ready.reason == "ProviderBackendMismatch"
+        {
+            assert_eq!(ready.status, "False");
+            assert!(ready.message.contains("libvirt"), "{}", ready.message);
+            assert!(
+                pxc.status
+                    .as_ref()
+                    .and_then(|st| st.initialization.as_ref())
+                    .is_none(),
+                "not provisioned"
+            );
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("no ProviderBackendMismatch condition: {:#?}", pxc.status);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    controller.abort();
+    Api::<Provider>::all(client)
+        .delete(&name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}

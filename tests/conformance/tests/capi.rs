@@ -115,8 +115,13 @@ struct Processes(Vec<ManagedProcess>);
 impl Processes {
     fn check(&mut self) -> Result<()> {
         for p in &mut self.0 {
-            p.check_running()
-                .with_context(|| format!("last lines of its log:\n{}", p.log_tail(30)))?;
+            p.check_running().with_context(|| {
+                format!(
+                    "{} stopped; last lines of its log:\n{}",
+                    p.log().display(),
+                    p.log_tail(30)
+                )
+            })?;
         }
         Ok(())
     }
@@ -409,30 +414,51 @@ fn capi_crd_files() -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn start_capi_manager(env: &TestEnv, name: &str) -> Result<ManagedProcess> {
+/// Starts one of CAPI's managers. Ports are picked free but bound by the manager a moment later
+/// (its webhook server on all addresses), so a manager that dies on start-up with
+/// `address already in use` is started again with new ports.
+async fn start_capi_manager(env: &TestEnv, name: &str) -> Result<ManagedProcess> {
     // The managers always serve their webhooks: give each a certificate from the cluster CA.
     // The webhooks are not registered with the apiserver (no Service can reach a process here);
-    // the defaults they would set are in the manifest (see `webhook_defaults`).
+    // the defaults they would set are in the manifest (see `adapt`).
     let loopback = Ipv4Addr::LOCALHOST;
     let certs = env.workdir().join(format!("{name}-certs"));
     std::fs::create_dir_all(&certs)?;
     let pair = env.serving_certificate(&[IpAddr::V4(loopback)], &["localhost"])?;
     std::fs::write(certs.join("tls.crt"), &pair.cert_pem)?;
     std::fs::write(certs.join("tls.key"), &pair.key_pem)?;
-    let args = vec![
-        format!("--kubeconfig={}", env.admin().path().display()),
-        "--leader-elect=false".to_owned(),
-        format!("--webhook-port={}", free_port(loopback)?),
-        format!("--webhook-cert-dir={}", certs.display()),
-        format!("--health-addr={loopback}:{}", free_port(loopback)?),
-        "--diagnostics-address=0".to_owned(),
-    ];
-    Ok(ManagedProcess::start(
-        name,
-        &bin_dir().join(name),
-        &args,
-        &env.workdir().join(format!("logs/{name}.log")),
-    )?)
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let args = vec![
+            format!("--kubeconfig={}", env.admin().path().display()),
+            "--leader-elect=false".to_owned(),
+            format!("--webhook-port={}", free_port(loopback)?),
+            format!("--webhook-cert-dir={}", certs.display()),
+            format!("--health-addr={loopback}:{}", free_port(loopback)?),
+            "--diagnostics-address=0".to_owned(),
+        ];
+        let mut process = ManagedProcess::start(
+            name,
+            &bin_dir().join(name),
+            &args,
+            &env.workdir().join(format!("logs/{name}-{attempt}.log")),
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if process.check_running().is_err() {
+                let tail = process.log_tail(5);
+                if attempt < 3 && tail.contains("address already in use") {
+                    break;
+                }
+                bail!("{name} stopped on start-up:\n{tail}");
+            }
+            if process.log_tail(200).contains("Serving webhook server") || Instant::now() > deadline {
+                return Ok(process);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }
 
 /// `clusterctl generate cluster` from banlieue's local repository (written by
@@ -573,7 +599,7 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         "capi-kubeadm-bootstrap-manager",
         "capi-kubeadm-control-plane-manager",
     ] {
-        procs.0.push(start_capi_manager(&mgmt, manager)?);
+        procs.0.push(start_capi_manager(&mgmt, manager).await?);
     }
     procs.0.push(ManagedProcess::start(
         "banlieue-proxmox",
@@ -907,6 +933,26 @@ async fn lifecycle(run: &mut Run, procs: &mut Processes, mgmt: &TestEnv, workloa
     );
     r?;
 
+    let t = Instant::now();
+    let r = check_owner_references(run).await;
+    run.record(
+        "contract",
+        "owner references as CAPI sets them (Machine controller ref on ProxmoxMachines, Cluster ref on the ProxmoxCluster) + provider finalizers",
+        t,
+        &r,
+    );
+    r?;
+
+    let t = Instant::now();
+    let r = check_resource_versions_stable(run, procs).await;
+    run.record(
+        "contract",
+        "converged: no ProxmoxMachine/ProxmoxCluster/Machine/Cluster write in a quiet window (CAPI e2e resourceVersion check)",
+        t,
+        &r,
+    );
+    r?;
+
     // ---- scale ----
     for replicas in [4usize, 1] {
         let t = Instant::now();
@@ -990,6 +1036,117 @@ async fn check_no_nulls(run: &Run) -> Result<String> {
     ensure!(paths.is_empty(), "null values: {paths:?}");
     Ok(format!("{count} objects"))
 }
+
+async fn check_owner_references(run: &Run) -> Result<String> {
+    let owner = |obj: &Value, kind: &str| -> Option<Value> {
+        obj["metadata"]["ownerReferences"]
+            .as_array()?
+            .iter()
+            .find(|o| o["kind"] == kind && o["apiVersion"] == "cluster.x-k8s.io/v1beta2")
+            .cloned()
+    };
+    let has_finalizer = |obj: &Value, f: &str| {
+        obj["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|x| x == f))
+    };
+    let pms = run.list(&infra("ProxmoxMachine")).await?;
+    for pm in &pms {
+        let name = &pm["metadata"]["name"];
+        let o = owner(pm, "Machine").with_context(|| format!("ProxmoxMachine {name}: no Machine owner"))?;
+        ensure!(
+            o["controller"] == true && o["blockOwnerDeletion"] == true,
+            "ProxmoxMachine {name}: Machine owner ref {o} is not controller+blockOwnerDeletion"
+        );
+        ensure!(
+            pm["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == CLUSTER,
+            "ProxmoxMachine {name}: no cluster-name label"
+        );
+        ensure!(
+            has_finalizer(pm, "infrastructure.banlieue.io/proxmox"),
+            "ProxmoxMachine {name}: no provider finalizer"
+        );
+    }
+    let pxc = run
+        .get(&infra("ProxmoxCluster"), CLUSTER)
+        .await?
+        .context("no ProxmoxCluster")?;
+    let o = owner(&pxc, "Cluster").context("ProxmoxCluster without a Cluster owner")?;
+    ensure!(
+        o["controller"] != true,
+        "ProxmoxCluster: Cluster owner ref {o} is a controller ref (CAPI sets a plain one without topology)"
+    );
+    let finalizers = pxc["metadata"]["finalizers"].clone();
+    ensure!(
+        finalizers.as_array().is_some_and(|l| !l.is_empty()),
+        "ProxmoxCluster without a finalizer"
+    );
+    Ok(format!(
+        "{} ProxmoxMachines owned by their Machine; ProxmoxCluster finalizers {finalizers}",
+        pms.len()
+    ))
+}
+
+/// Records the resourceVersion of every provider object and of CAPI's Machines and Cluster,
+/// waits a quiet window (no test action), and compares: a converged provider makes no writes.
+async fn check_resource_versions_stable(run: &Run, procs: &mut Processes) -> Result<String> {
+    async fn versions(run: &Run) -> Result<BTreeMap<String, String>> {
+        let mut out = BTreeMap::new();
+        for ar in [
+            infra("ProxmoxMachine"),
+            infra("ProxmoxCluster"),
+            capi("Machine"),
+            capi("Cluster"),
+        ] {
+            for obj in run.list(&ar).await? {
+                out.insert(
+                    format!(
+                        "{}/{}",
+                        ar.kind,
+                        obj["metadata"]["name"].as_str().unwrap_or_default()
+                    ),
+                    obj["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+            }
+        }
+        Ok(out)
+    }
+    // Converged first: CAPI's own status updates (conditions after the nodeRef) settle.
+    let mut before = versions(run).await?;
+    let mut stable_rounds = 0;
+    let mut rounds = 0;
+    while stable_rounds < 2 {
+        procs.check()?;
+        tokio::time::sleep(QUIET_WINDOW).await;
+        let now = versions(run).await?;
+        rounds += 1;
+        if now == before {
+            stable_rounds += 1;
+        } else {
+            stable_rounds = 0;
+            ensure!(
+                rounds < 12,
+                "objects still written after {rounds} windows of {}s: {:?}",
+                QUIET_WINDOW.as_secs(),
+                now.iter()
+                    .filter(|(k, v)| before.get(*k) != Some(*v))
+                    .map(|(k, _)| k)
+                    .collect::<Vec<_>>()
+            );
+        }
+        before = now;
+    }
+    Ok(format!(
+        "{} objects unchanged over 2 consecutive {}s windows",
+        before.len(),
+        QUIET_WINDOW.as_secs()
+    ))
+}
+
+const QUIET_WINDOW: Duration = Duration::from_secs(5);
 
 async fn scale(run: &Run, procs: &mut Processes, workers: &str, replicas: usize) -> Result<String> {
     let patch = json!({"spec": {"replicas": replicas}});

@@ -20,7 +20,7 @@ use std::time::Duration;
 use banlieue_api::banlieue::Provider;
 use banlieue_api::common::{ApiEndpoint, FailureDomain, Initialization};
 use banlieue_api::condition::{self, ConditionStatus};
-use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterStatus};
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterStatus, ProxmoxMachine};
 use banlieue_api::standalone;
 use banlieue_capi::Cluster;
 use banlieue_capi::contract;
@@ -317,8 +317,39 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
         return Ok(Action::await_change());
     }
     if deleting {
-        // The ProxmoxCluster owns nothing on Proxmox: machines are deleted first (by CAPI, or
-        // by the banlieue controller with their VirtualMachines).
+        // The ProxmoxCluster owns nothing on Proxmox, but its machines need its connection
+        // settings to delete their VMs. CAPI deletes machines first; a standalone cluster can go
+        // first (namespace deletion, garbage collection), so it waits for its machines.
+        if standalone && has_finalizer {
+            let pxc_name = pxc.name_any();
+            let waiting: Vec<String> = Api::<ProxmoxMachine>::namespaced(ctx.client.clone(), &namespace)
+                .list(&Default::default())
+                .await
+                .map_err(|e| Error::kube("listing ProxmoxMachines", e))?
+                .items
+                .iter()
+                .filter(|pm| crate::owner::standalone_cluster_name(pm).as_deref() == Some(pxc_name.as_str()))
+                .map(ResourceExt::name_any)
+                .collect();
+            if !waiting.is_empty() {
+                condition::set(
+                    &mut status.conditions,
+                    cond(
+                        condition::READY,
+                        ConditionStatus::False,
+                        "WaitingForMachines",
+                        format!(
+                            "deleting: waiting for {} ProxmoxMachine(s) to delete their VMs: {}",
+                            waiting.len(),
+                            waiting.join(", ")
+                        ),
+                        generation,
+                    ),
+                );
+                write_status(ctx, &api, &pxc, &status).await?;
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+        }
         if has_finalizer {
             set_finalizer(&api, &pxc, false).await?;
         }

@@ -435,14 +435,43 @@ async fn a_virtual_machine_is_provisioned_powered_resized_and_deleted_without_ca
     );
     assert!(orphan.finalizers().is_empty(), "no finalizer on it either");
 
-    // Delete: the VM is gone from the simulator, then the machine.
-    s.api::<ProxmoxMachine>()
-        .delete("web", &DeleteParams::default())
+    // The standalone ProxmoxCluster is deleted first (as in a namespace deletion): it stays
+    // until its machines are gone, since they need its settings to delete their VMs.
+    s.api::<ProxmoxCluster>()
+        .delete(&pxc_name, &DeleteParams::default())
         .await?;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while s.api::<ProxmoxMachine>().get_opt("web").await?.is_some() {
+    loop {
+        let pxc = s.api::<ProxmoxCluster>().get(&pxc_name).await?;
+        let ready = pxc
+            .status
+            .as_ref()
+            .and_then(|st| banlieue_api::condition::find(&st.conditions, "Ready").cloned());
+        if ready.as_ref().is_some_and(|r| r.reason == "WaitingForMachines") {
+            assert!(ready.is_some_and(|r| r.message.contains("web")));
+            break;
+        }
         if tokio::time::Instant::now() > deadline {
-            bail!("web was not deleted");
+            bail!(
+                "the ProxmoxCluster did not wait for its machines: {:#?}",
+                pxc.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Delete: the VM is gone from the simulator, then the machine, then the cluster.
+    for name in ["web", "orphan"] {
+        s.api::<ProxmoxMachine>()
+            .delete(name, &DeleteParams::default())
+            .await?;
+    }
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while s.api::<ProxmoxMachine>().get_opt("web").await?.is_some()
+        || s.api::<ProxmoxCluster>().get_opt(&pxc_name).await?.is_some()
+    {
+        if tokio::time::Instant::now() > deadline {
+            bail!("web or its ProxmoxCluster was not deleted");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -2,9 +2,10 @@
 //! other test's traffic is counted). N VirtualMachines (default 100, `BANLIEUE_BENCH_N`) are
 //! created at once; a fake provider answers each ProxmoxMachine with a Running status as soon as
 //! it appears. Reported: wall time until every VirtualMachine is Running, API writes per VM
-//! (asserted against the theoretical minimum: 1 machine apply + 2 status writes, Provisioning
-//! and Running), and p50/p99 latency from the provider's status write to the mirrored
-//! VirtualMachine status.
+//! (asserted against the theoretical minimum with this provider: 1 finalizer patch + 1 machine
+//! apply + 2 status writes, Provisioning and Running, plus one ProxmoxCluster apply for the
+//! namespace), and p50/p99 latency from the provider's status write to the mirrored
+//! VirtualMachine status. The benchmark with the real provider is `tests/devenv/examples/bench.rs`.
 //!
 //! `cargo test -p banlieue-controllers --release --test bench -- --nocapture`
 
@@ -66,7 +67,9 @@ fn scrape(addr: &str) -> anyhow::Result<MetricsSnapshot> {
         errors,
         machine_applies: value("banlieue_controller_writes_total{target=\"infrastructure_machine\"}")?,
         status_writes: value("banlieue_controller_writes_total{target=\"virtualmachine_status\"}")?,
-        ..MetricsSnapshot::default()
+        cluster_applies: value("banlieue_controller_writes_total{target=\"infrastructure_cluster\"}")?,
+        finalizer_writes: value("banlieue_controller_writes_total{target=\"virtualmachine_finalizer\"}")?,
+        machine_deletes: value("banlieue_controller_writes_total{target=\"infrastructure_machine_delete\"}")?,
     })
 }
 
@@ -212,7 +215,8 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
     };
     latencies.sort();
     println!(
-        "bench: N={n} created in {created:?}, all Running in {wall:?}; per VM: {:.2} machine applies, {:.2} status writes (minimum 1 + 2), {:.2} reconciles, {} errors; provider write → VM status p50 {:?} p99 {:?}; controller peak RSS {} MiB",
+        "bench: N={n} created in {created:?}, all Running in {wall:?}; per VM: {:.2} finalizer patches, {:.2} machine applies, {:.2} status writes (minimum 1 + 1 + 2), {:.2} reconciles, {} errors; provider write → VM status p50 {:?} p99 {:?}; controller peak RSS {} MiB",
+        counters.finalizer_writes as f64 / n as f64,
         counters.machine_applies as f64 / n as f64,
         counters.status_writes as f64 / n as f64,
         counters.reconciles as f64 / n as f64,
@@ -223,6 +227,11 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
     );
     assert_eq!(latencies.len(), n);
     assert_eq!(counters.machine_applies, n as u64, "one machine apply per VM");
+    assert_eq!(counters.finalizer_writes, n as u64, "one finalizer patch per VM");
+    assert_eq!(
+        counters.cluster_applies, 1,
+        "one ProxmoxCluster apply for the namespace"
+    );
     assert_eq!(
         counters.status_writes,
         2 * n as u64,

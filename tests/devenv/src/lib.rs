@@ -116,12 +116,12 @@ pub fn sim_config(nodes: usize, task: Duration, agent: Duration) -> banlieue_pve
     }
 }
 
-/// Folder of the controller binaries when running from `target/<profile>/` (the binary itself)
-/// or `target/<profile>/deps/` (a test).
+/// Folder of the controller binaries when running from `target/<profile>/` (the binary itself),
+/// `target/<profile>/deps/` (a test) or `target/<profile>/examples/` (the benchmark).
 pub fn binary_dir() -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("locating this executable")?;
     let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
-    if dir.ends_with("deps") {
+    if dir.ends_with("deps") || dir.ends_with("examples") {
         dir.pop();
     }
     Ok(dir)

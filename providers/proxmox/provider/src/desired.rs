@@ -11,6 +11,8 @@ use banlieue_cloudinit::{Ethernet, MacMatch, MetaData, NameServers, NetworkConfi
 use banlieue_pve_client::config::{is_disk_key, normalize_tags};
 use banlieue_pve_client::{ConfigUpdate, DiskSpec, NetDevice, Size, VmConfig};
 
+use crate::ipam::PoolAddresses;
+
 /// Prefix of the tag put on every VM this provider creates; the owner's UID follows.
 pub const OWNER_TAG_PREFIX: &str = "banlieue-uid-";
 /// Marker line prefix in the VM description (set at clone time, before tags can be written).
@@ -280,6 +282,7 @@ fn family_config(
     addressing: &IpAddressing,
     v6: bool,
     nic: &str,
+    pool: &PoolAddresses,
 ) -> Result<(), SpecError> {
     match addressing.mode {
         IpAddressingMode::DHCP if v6 => eth.dhcp6 = Some(true),
@@ -294,9 +297,18 @@ fn family_config(
             }
         }
         IpAddressingMode::Pool => {
-            return Err(spec_err(format!(
-                "{nic}: addresses from an IPAM pool are not supported by this provider version yet"
-            )));
+            let a = pool.get(&(nic.to_owned(), v6)).ok_or_else(|| {
+                spec_err(format!(
+                    "{nic}: no address from the IPAM pool yet (IPAddressClaim not allocated)"
+                ))
+            })?;
+            eth.addresses.push(format!("{}/{}", a.address, a.prefix));
+            if let Some(gw) = a.gateway {
+                eth.routes.push(Route {
+                    to: if v6 { "::/0" } else { "0.0.0.0/0" }.to_owned(),
+                    via: gw.to_string(),
+                });
+            }
         }
     }
     Ok(())
@@ -304,7 +316,12 @@ fn family_config(
 
 /// The `network-config` v2 for the VM: one ethernet per interface, matched by the MAC the VM
 /// really has. Without `spec.networks`, every NIC of the clone uses DHCP.
-pub fn network_config(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<NetworkConfig, SpecError> {
+/// `pool` holds the addresses allocated from IPAM pools ([`crate::ipam`]).
+pub fn network_config(
+    spec: &ProxmoxMachineSpec,
+    actual: &VmConfig,
+    pool: &PoolAddresses,
+) -> Result<NetworkConfig, SpecError> {
     let nets = actual
         .nets()
         .map_err(|e| spec_err(format!("cannot read the VM's network devices: {e}")))?;
@@ -342,9 +359,10 @@ pub fn network_config(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<Ne
             net.ipv4.as_ref().unwrap_or(&IpAddressing::default()),
             false,
             &net.name,
+            pool,
         )?;
         if let Some(v6) = &net.ipv6 {
-            family_config(&mut eth, v6, true, &net.name)?;
+            family_config(&mut eth, v6, true, &net.name, pool)?;
         }
         if !net.dns_servers.is_empty() {
             eth.nameservers = Some(NameServers {
@@ -365,6 +383,7 @@ pub fn seed(
     instance_id: &str,
     spec: &ProxmoxMachineSpec,
     actual: &VmConfig,
+    pool: &PoolAddresses,
 ) -> Result<NoCloudSeed, SpecError> {
     if bootstrap.format != BootstrapFormat::CloudConfig {
         return Err(spec_err(format!(
@@ -378,7 +397,7 @@ pub fn seed(
             instance_id: instance_id.to_owned(),
             local_hostname: hostname.to_owned(),
         },
-        network_config: Some(network_config(spec, actual)?),
+        network_config: Some(network_config(spec, actual, pool)?),
     })
 }
 
@@ -647,7 +666,15 @@ mod tests {
             dns_servers: vec!["10.0.0.53".into()],
             ..NetworkInterface::dhcp("net0", "vmbr0")
         }];
-        let seed = seed(&bootstrap, "m1", "uuid-1", &s, &clone_config()).unwrap();
+        let seed = seed(
+            &bootstrap,
+            "m1",
+            "uuid-1",
+            &s,
+            &clone_config(),
+            &Default::default(),
+        )
+        .unwrap();
         assert_eq!(seed.user_data, bootstrap.value);
         assert_eq!(seed.meta_data.instance_id, "uuid-1");
         assert_eq!(seed.meta_data.local_hostname, "m1");
@@ -669,7 +696,15 @@ mod tests {
             format: BootstrapFormat::CloudConfig,
             value: b"x".to_vec(),
         };
-        let seed = seed(&bootstrap, "m1", "i", &spec(), &clone_config()).unwrap();
+        let seed = seed(
+            &bootstrap,
+            "m1",
+            "i",
+            &spec(),
+            &clone_config(),
+            &Default::default(),
+        )
+        .unwrap();
         let net = seed.network_config.unwrap();
         assert_eq!(net.ethernets.len(), 1);
         assert_eq!(net.ethernets["net0"].dhcp4, Some(true));
@@ -681,7 +716,15 @@ mod tests {
             format: BootstrapFormat::Ignition,
             value: b"{}".to_vec(),
         };
-        let err = seed(&ignition, "m1", "i", &spec(), &clone_config()).unwrap_err();
+        let err = seed(
+            &ignition,
+            "m1",
+            "i",
+            &spec(),
+            &clone_config(),
+            &Default::default(),
+        )
+        .unwrap_err();
         assert!(err.0.contains("ignition"), "{err}");
         let mut s = spec();
         s.networks = vec![NetworkInterface {
@@ -695,8 +738,36 @@ mod tests {
             format: BootstrapFormat::CloudConfig,
             value: b"x".to_vec(),
         };
-        let err = seed(&cloud, "m1", "i", &s, &clone_config()).unwrap_err();
+        let err = seed(&cloud, "m1", "i", &s, &clone_config(), &Default::default()).unwrap_err();
         assert!(err.0.contains("IPAM"), "{err}");
+    }
+
+    #[test]
+    fn a_pool_address_is_written_as_a_static_address_with_its_gateway() {
+        let mut s = spec();
+        s.networks = vec![NetworkInterface {
+            ipv4: Some(IpAddressing {
+                mode: IpAddressingMode::Pool,
+                ..IpAddressing::default()
+            }),
+            ..NetworkInterface::dhcp("net0", "vmbr0")
+        }];
+        let mut pool = PoolAddresses::new();
+        pool.insert(
+            ("net0".to_owned(), false),
+            banlieue_capi::ipam::Allocation {
+                address: "10.10.0.5".parse().unwrap(),
+                prefix: 24,
+                gateway: Some("10.10.0.1".parse().unwrap()),
+            },
+        );
+        let yaml = network_config(&s, &clone_config(), &pool)
+            .unwrap()
+            .to_yaml()
+            .unwrap();
+        assert!(yaml.contains("10.10.0.5/24"), "{yaml}");
+        assert!(yaml.contains("via: 10.10.0.1"), "{yaml}");
+        assert!(!yaml.contains("dhcp4: true"), "{yaml}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod desired;
 pub mod error;
 pub mod fake;
 pub mod hypervisor;
+pub mod ipam;
 pub mod leader;
 pub mod machine_controller;
 pub mod metrics;

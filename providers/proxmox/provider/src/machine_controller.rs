@@ -45,6 +45,8 @@ pub const FIELD_MANAGER: &str = "banlieue-proxmox";
 /// Condition type: a provisioned VM matches the spec (power state, CPU, memory, disks,
 /// networks, tags); False with the action in progress (`PoweringOff`, `Reconfiguring`, …).
 pub const VM_UP_TO_DATE: &str = "VMUpToDate";
+/// Requeue while waiting for an IPAM provider to allocate a claimed address.
+pub const IPAM_POLL: Duration = Duration::from_secs(2);
 /// Requeue while waiting on something CAPI does (cluster infrastructure, bootstrap data).
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
 
@@ -458,6 +460,35 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
     } else {
         None
     };
+    // Addresses from IPAM pools: claims are created as soon as provisioning starts; the seed
+    // (built in Configure) waits for their allocation.
+    let mut pool_addresses = crate::ipam::PoolAddresses::new();
+    if !phase.is_provisioned() && !crate::ipam::pool_requests(&pm.spec).is_empty() {
+        let cluster_name = contract::cluster_name(&pm.metadata)
+            .map(str::to_owned)
+            .unwrap_or_else(|| pxc.name_any());
+        match crate::ipam::resolve(&ctx.client, &pm, &cluster_name).await {
+            Ok(crate::ipam::PoolState::Ready(found)) => pool_addresses = found,
+            Ok(crate::ipam::PoolState::Waiting(message)) if phase.needs_bootstrap_data() => {
+                condition::set(
+                    &mut status.conditions,
+                    ready(ConditionStatus::False, "WaitingForIPAddress", message, generation),
+                );
+                write_status(ctx, &api, &pm, &status).await?;
+                return Ok(Action::requeue(IPAM_POLL));
+            }
+            Ok(crate::ipam::PoolState::Waiting(_)) => {}
+            Err(Error::Bootstrap(message)) => {
+                condition::set(
+                    &mut status.conditions,
+                    ready(ConditionStatus::False, "IPAddressInvalid", message, generation),
+                );
+                write_status(ctx, &api, &pm, &status).await?;
+                return Ok(Action::requeue(provision::PERMANENT_RETRY));
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let input = MachineInput {
         uid: &uid,
         namespace: &namespace,
@@ -467,6 +498,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         cluster_allowed_nodes: &allowed_nodes,
         cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
         seed_storage: &ctx.seed_storage,
+        pool_addresses: &pool_addresses,
     };
     // Once provisioned, day-2 problems (a failed reconfiguration) go to `VMUpToDate`; `Ready`
     // stays True as long as the VM exists.

@@ -56,6 +56,8 @@ pub struct MachineInput<'a> {
     pub cluster_vmid_range: Option<&'a VmidRange>,
     /// Storage (content `iso`) the seed ISO is uploaded to.
     pub seed_storage: &'a str,
+    /// Addresses allocated from IPAM pools for `mode: Pool` interfaces ([`crate::ipam`]).
+    pub pool_addresses: &'a crate::ipam::PoolAddresses,
 }
 
 /// What a provisioning step decided.
@@ -730,8 +732,15 @@ async fn configure<H: Hypervisor>(
             let instance_id = config
                 .smbios_uuid()
                 .ok_or_else(|| permanent(reason, "the cloned VM has no smbios1 uuid"))?;
-            let seed =
-                desired::seed(bootstrap, input.name, instance_id, input.spec, &config).map_err(spec_error)?;
+            let seed = desired::seed(
+                bootstrap,
+                input.name,
+                instance_id,
+                input.spec,
+                &config,
+                input.pool_addresses,
+            )
+            .map_err(spec_error)?;
             let iso = seed
                 .to_iso()
                 .map_err(|e| permanent(reason, format!("cannot build the seed ISO: {e}")))?;

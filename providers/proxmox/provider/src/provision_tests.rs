@@ -16,6 +16,7 @@ use crate::provision::{
     DeleteStep, MachineInput, Step, StepError, VmidReservations, delete_step, provision_step,
 };
 
+static NO_POOL: crate::ipam::PoolAddresses = crate::ipam::PoolAddresses::new();
 const UID: &str = "0b7c6a52-1d2e-4f00-9a8b-77c6d5e4f301";
 const USER_DATA: &[u8] = b"#cloud-config\nwrite_files:\n- path: /etc/x\n  content: \"\xe2\x9c\x93 bytes\"\n";
 
@@ -64,6 +65,7 @@ fn input<'a>(spec: &'a ProxmoxMachineSpec, fd: Option<&'a str>) -> MachineInput<
         cluster_allowed_nodes: &[],
         cluster_vmid_range: None,
         seed_storage: "local",
+        pool_addresses: &NO_POOL,
     }
 }
 

@@ -39,6 +39,8 @@ async fn env() -> Result<&'static TestEnv> {
     let capi = crds_from_files([
         format!("{shared}/cluster.x-k8s.io_clusters.yaml"),
         format!("{shared}/cluster.x-k8s.io_machines.yaml"),
+        format!("{shared}/ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
+        format!("{shared}/ipam.cluster.x-k8s.io_ipaddresses.yaml"),
     ])?;
     let mut crds = banlieue_api::crds::all();
     crds.extend(capi);
@@ -749,6 +751,70 @@ async fn machine_templates_publish_their_capacity() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_address_from_an_ipam_pool_is_claimed_and_written_into_the_seed() -> Result<()> {
+    use banlieue_capi::{IpAddress, IpAddressClaim};
+    let (s, _ns) = Scenario::new("pxm-ipam").await?;
+    let controller = s.start_controller();
+    let pm = serde_json::json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1",
+        "kind": "ProxmoxMachine",
+        "metadata": {"name": "m3", "labels": {CLUSTER_NAME_LABEL: "c1"}},
+        "spec": {
+            "source": {"vmid": 9000}, "cpu": {"cores": 1}, "memoryMiB": 1024,
+            "networks": [{"name": "net0", "network": "vmbr0", "ipv4": {"mode": "Pool",
+                "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}}}]
+        }
+    });
+    s.machine_from_json("m3", pm).await?;
+    // The machine claims an address and waits for it before building the seed.
+    let waiting = s
+        .wait_for("m3", "waiting for its address", |pm| {
+            condition(pm, "Ready").is_some_and(|c| c.reason == "WaitingForIPAddress")
+        })
+        .await?;
+    assert!(s.pve.uploads().is_empty(), "no seed without the address");
+    let claim = s.api::<IpAddressClaim>().get("m3-net0-ipv4").await?;
+    assert_eq!(claim.spec.pool_ref.name, "nodes");
+    assert_eq!(claim.spec.cluster_name.as_deref(), Some("c1"));
+    assert!(
+        claim
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "ProxmoxMachine" && Some(&o.uid) == waiting.uid().as_ref()),
+        "owned by the machine"
+    );
+    // The IPAM provider answers.
+    let address = serde_json::json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddress",
+        "metadata": {"name": "m3-net0-ipv4"},
+        "spec": {"address": "10.10.0.5", "prefix": 24, "gateway": "10.10.0.1",
+                 "claimRef": {"name": "m3-net0-ipv4"},
+                 "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}}
+    });
+    let address: IpAddress = serde_json::from_value(address)?;
+    s.api::<IpAddress>()
+        .create(&PostParams::default(), &address)
+        .await?;
+    s.api::<IpAddressClaim>()
+        .patch_status(
+            "m3-net0-ipv4",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": {"addressRef": {"name": "m3-net0-ipv4"}}})),
+        )
+        .await?;
+    s.wait_for("m3", "provisioned", provisioned).await?;
+    let uploads = s.pve.uploads();
+    assert_eq!(uploads.len(), 1);
+    let files = SeedFiles::from_iso(&uploads[0].2)?;
+    let network = files.network_config.context("network-config")?;
+    assert!(network.contains("10.10.0.5/24"), "{network}");
+    assert!(network.contains("10.10.0.1"), "{network}");
     controller.abort();
     Ok(())
 }

@@ -14,6 +14,7 @@ use banlieue_proxmox::provision::{
 use banlieue_pve_client::{Client, TlsVerification};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 
+static NO_POOL: banlieue_proxmox::ipam::PoolAddresses = banlieue_proxmox::ipam::PoolAddresses::new();
 const UID: &str = "4f1c2d3e-0000-4000-8000-00000000abcd";
 const USER_DATA: &str = "#cloud-config\nruncmd:\n- [sh, -c, 'echo ✓ > /tmp/x']\n";
 
@@ -55,6 +56,7 @@ fn input<'a>(spec: &'a ProxmoxMachineSpec, uid: &'a str) -> MachineInput<'a> {
         cluster_allowed_nodes: &[],
         cluster_vmid_range: None,
         seed_storage: "local",
+        pool_addresses: &NO_POOL,
     }
 }
 

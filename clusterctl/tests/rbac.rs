@@ -549,3 +549,109 @@ async fn without_create_on_proxmoxmachines_the_controller_fails_with_403() -> Re
     drop(env);
     Ok(())
 }
+
+// --- both, standalone: VirtualMachine → controller → ProxmoxMachine → provider → pve-sim --------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_and_provider_serve_a_virtual_machine_with_only_the_generated_rbac() -> Result<()> {
+    let env = private_env().await?;
+    let client = env.client().await?;
+    let provider_docs = rbac_documents(
+        components::proxmox_components(),
+        components::PROXMOX_CLUSTER_ROLE,
+        None,
+    );
+    let provider_kubeconfig = apply_rbac(
+        &env,
+        &provider_docs,
+        PROXMOX_NAMESPACE,
+        components::PROXMOX_SERVICE_ACCOUNT,
+    )
+    .await?;
+    let core_docs = rbac_documents(components::core_components(), components::CORE_CLUSTER_ROLE, None);
+    let controller_kubeconfig =
+        apply_rbac(&env, &core_docs, CORE_NAMESPACE, components::CORE_SERVICE_ACCOUNT).await?;
+
+    let sim = banlieue_pve_sim::start(SimConfig::fast()).await?;
+    let pp = PostParams::default();
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(&pp, &serde_json::from_value(json!({"metadata": {"name": NS}}))?)
+        .await?;
+    Api::<Secret>::namespaced(client.clone(), CORE_NAMESPACE)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "pve"},
+                "stringData": {"tokenID": sim.token_id(), "secret": sim.token_secret()},
+            }))?,
+        )
+        .await?;
+    Api::<Provider>::all(client.clone())
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                "metadata": {"name": "pve"},
+                "spec": {
+                    "backend": "proxmox",
+                    "endpoint": sim.url(),
+                    "credentialsRef": {"name": "pve", "namespace": CORE_NAMESPACE},
+                    "tls": {"sha256Fingerprint": sim.fingerprint_sha256()},
+                    "nodes": ["pve1", "pve2"],
+                },
+            }))?,
+        )
+        .await?;
+    Api::<VirtualMachine>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                "metadata": {"name": "vm1"},
+                "spec": {
+                    "providerRef": {"name": "pve"},
+                    "source": {"proxmox": {"vmid": 9000}},
+                    "cpu": {"cores": 2},
+                    "memoryMiB": 2048,
+                },
+            }))?,
+        )
+        .await?;
+    let mut controller = start_controller(&env, &controller_kubeconfig)?;
+    let mut provider = start_provider(&env, &provider_kubeconfig)?;
+
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), NS);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        controller.check_running()?;
+        provider.check_running()?;
+        let pm = machines.get_opt("vm1").await?;
+        if pm.as_ref().is_some_and(provisioned) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "the VirtualMachine's machine was not provisioned under the generated RBAC: {:#?}\n\
+                 controller log:\n{}\nprovider log:\n{}",
+                pm.map(|p| p.status),
+                controller.log_tail(40),
+                provider.log_tail(40)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
+    assert_eq!(vms.len(), 1, "exactly one VM on the simulator");
+    for process in [&controller, &provider] {
+        let log = std::fs::read_to_string(process.log())?;
+        assert!(
+            !log.contains("forbidden") && !log.contains("Forbidden"),
+            "a request was denied under the generated RBAC:\n{log}"
+        );
+    }
+    controller.stop();
+    provider.stop();
+    sim.shutdown().await;
+    drop(env);
+    Ok(())
+}

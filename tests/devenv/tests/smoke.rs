@@ -50,3 +50,104 @@ fn banlieue_dev_once_starts_everything_and_prints_the_kubeconfig() {
     let written = std::fs::read_to_string(&kubeconfig).unwrap();
     assert!(written.contains("server: https://127."), "{written}");
 }
+
+/// The README's walk-through: `banlieue-dev` running, the example VirtualMachine applied with
+/// kubectl reaches Ready end to end (real provider and controller processes, simulator), the
+/// progress is printed, and Ctrl-C (SIGINT) stops every controller cleanly (SIGTERM first).
+#[test]
+fn the_example_virtual_machine_reaches_ready_and_ctrl_c_stops_everything() {
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let stderr_path = dir.path().join("stderr.log");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let mut dev = Command::new(env!("CARGO_BIN_EXE_banlieue-dev"))
+        .args(["--task-ms", "20", "--agent-ms", "200", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .current_dir(root)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let wait_for = |what: &str, limit: Duration, dev: &mut std::process::Child| {
+        let deadline = Instant::now() + limit;
+        while !stderr().contains(what) {
+            if let Some(status) = dev.try_wait().unwrap() {
+                panic!("banlieue-dev exited ({status}) before {what:?}:\n{}", stderr());
+            }
+            if Instant::now() > deadline {
+                let _ = dev.kill();
+                panic!("no {what:?} after {limit:?}:\n{}", stderr());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    wait_for("starting banlieue (log:", Duration::from_secs(180), &mut dev);
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(std::env::var("BANLIEUE_KUBECTL").unwrap_or_else(|_| "kubectl".into()))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(args)
+            .current_dir(root)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    let (ok, out) = kubectl(&["apply", "-f", "tests/devenv/examples/vm-on-sim.yaml"]);
+    assert!(ok, "kubectl apply: {out}");
+    let (ok, out) = kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "virtualmachine/hello",
+        "--timeout=120s",
+    ]);
+    if !ok {
+        let _ = dev.kill();
+        panic!("kubectl wait: {out}\n{}", stderr());
+    }
+    // The progress lines: provisioning steps, then Running with an address.
+    wait_for(
+        "VirtualMachine default/hello: Running, Ready=True",
+        Duration::from_secs(10),
+        &mut dev,
+    );
+    assert!(
+        stderr().contains("VirtualMachine default/hello: Provisioning"),
+        "{}",
+        stderr()
+    );
+
+    let status = Command::new("kill")
+        .args(["-INT", &dev.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(exit) = dev.try_wait().unwrap() {
+            break exit;
+        }
+        if Instant::now() > deadline {
+            let _ = dev.kill();
+            panic!("banlieue-dev did not stop after SIGINT:\n{}", stderr());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let text = stderr();
+    assert!(exit.success(), "banlieue-dev exit {exit}:\n{text}");
+    for controller in ["banlieue-proxmox", "banlieue"] {
+        assert!(
+            text.contains(&format!("] {controller} stopped")),
+            "{controller} did not stop on SIGTERM:\n{text}"
+        );
+    }
+}

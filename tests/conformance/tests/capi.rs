@@ -55,24 +55,21 @@ fn infra(kind: &str) -> ApiResource {
     resource("infrastructure.banlieue.io", "v1alpha1", kind)
 }
 
-/// `banlieue-proxmox`, built next to this test binary's folder (`target/debug/`).
-fn provider_binary() -> Result<PathBuf> {
-    if let Some(path) = std::env::var_os("BANLIEUE_PROXMOX_BIN") {
-        return Ok(PathBuf::from(path));
+/// Folder of `banlieue-proxmox` and `banlieue` (the controller): `$BANLIEUE_BIN_DIR`, else this
+/// test's `target/<profile>/`. Both must be built (`cargo test --workspace` builds them).
+fn controller_dir() -> Result<PathBuf> {
+    let dir = match std::env::var_os("BANLIEUE_BIN_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => banlieue_dev::binary_dir()?,
+    };
+    for name in [banlieue_dev::PROXMOX_PROVIDER, banlieue_dev::BANLIEUE] {
+        ensure!(
+            dir.join(name).is_file(),
+            "{} is missing: `cargo build -p banlieue-proxmox -p banlieue-controllers` first",
+            dir.join(name).display()
+        );
     }
-    let exe = std::env::current_exe()?;
-    let debug = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or_else(|| anyhow!("test binary without a folder"))?;
-    let binary = debug.join("banlieue-proxmox");
-    ensure!(
-        binary.is_file(),
-        "{} is missing: `cargo build -p banlieue-proxmox --bin banlieue-proxmox` first \
-         (`cargo test --workspace` builds it)",
-        binary.display()
-    );
-    Ok(binary)
+    Ok(dir)
 }
 
 fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -574,7 +571,7 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
             .insert("cluster.x-k8s.io/v1beta2".into(), "v1beta2".into());
         crd
     }));
-    let provider = provider_binary()?;
+    let controller_dir = controller_dir()?;
     let (mgmt, workload) = tokio::try_join!(
         TestEnv::builder().allow_external(false).crds(crds).start(),
         TestEnv::builder()
@@ -601,18 +598,13 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
     ] {
         procs.0.push(start_capi_manager(&mgmt, manager).await?);
     }
-    procs.0.push(ManagedProcess::start(
-        "banlieue-proxmox",
-        Path::new("/usr/bin/env"),
-        &[
-            format!("KUBECONFIG={}", mgmt.admin().path().display()),
-            "RUST_LOG=info".into(),
-            provider.display().to_string(),
-            "--metrics-bind-address=127.0.0.1:0".into(),
-            "--health-probe-bind-address=127.0.0.1:0".into(),
-            "--log-format=text".into(),
-        ],
-        &mgmt.workdir().join("logs/banlieue-proxmox.log"),
+    let logs = mgmt.workdir().join("logs");
+    procs.0.push(banlieue_dev::start_controller(
+        &controller_dir,
+        banlieue_dev::PROXMOX_PROVIDER,
+        banlieue_dev::controller_args(banlieue_dev::PROXMOX_PROVIDER),
+        mgmt.admin().path(),
+        &logs,
     )?);
     let emulator_log = mgmt.workdir().join("logs/guest-emulator.log");
     let emulator = tokio::spawn(emulate_guests(
@@ -637,7 +629,7 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         sim: sim.clone(),
         report,
     };
-    let result = lifecycle(&mut run, &mut procs, &mgmt, &workload).await;
+    let result = lifecycle(&mut run, &mut procs, &mgmt, &workload, &controller_dir).await;
     emulator.abort();
     if let Err(e) = &result {
         run.report.record(
@@ -682,7 +674,13 @@ const NOTES: &[&str] = &[
      never generates join data and workers stop at bootstrap (no VM).",
 ];
 
-async fn lifecycle(run: &mut Run, procs: &mut Processes, mgmt: &TestEnv, workload: &TestEnv) -> Result<()> {
+async fn lifecycle(
+    run: &mut Run,
+    procs: &mut Processes,
+    mgmt: &TestEnv,
+    workload: &TestEnv,
+    controller_dir: &Path,
+) -> Result<()> {
     let ns = run.ns.clone();
     let endpoint = workload
         .server()
@@ -979,6 +977,17 @@ async fn lifecycle(run: &mut Run, procs: &mut Processes, mgmt: &TestEnv, workloa
         r?;
     }
 
+    // ---- standalone VirtualMachine beside the cluster ----
+    let t = Instant::now();
+    let r = coexist(run, procs, mgmt, controller_dir).await;
+    run.record(
+        "coexistence",
+        "a standalone VirtualMachine (banlieue controller) in the same namespace: provisioned and deleted; neither side touches the other's objects",
+        t,
+        &r,
+    );
+    r?;
+
     // ---- delete ----
     let t = Instant::now();
     let r = delete_cluster(run, procs).await;
@@ -1035,6 +1044,162 @@ async fn check_no_nulls(run: &Run) -> Result<String> {
     }
     ensure!(paths.is_empty(), "null values: {paths:?}");
     Ok(format!("{count} objects"))
+}
+
+fn owner_kinds(obj: &Value) -> Vec<String> {
+    obj["metadata"]["ownerReferences"]
+        .as_array()
+        .map(|l| {
+            l.iter()
+                .filter_map(|o| o["kind"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The cluster's ProxmoxMachines and ProxmoxCluster by name → resourceVersion.
+async fn capi_side_versions(run: &Run) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for kind in ["ProxmoxMachine", "ProxmoxCluster"] {
+        for obj in run.list(&infra(kind)).await? {
+            if obj["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == CLUSTER
+                || obj["metadata"]["name"] == CLUSTER
+            {
+                out.insert(
+                    format!("{kind}/{}", obj["metadata"]["name"].as_str().unwrap_or_default()),
+                    obj["metadata"]["resourceVersion"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Issue step 7: the banlieue controller and a standalone VirtualMachine in the cluster's
+/// namespace. The VM gets its own ProxmoxMachine (controlled by the VirtualMachine, never by a
+/// Machine) and VM; the cluster's ProxmoxMachines/ProxmoxCluster are not written while it
+/// lives and dies; CAPI creates no Machine for it; the cluster's VMs stay.
+async fn coexist(run: &Run, procs: &mut Processes, mgmt: &TestEnv, controller_dir: &Path) -> Result<String> {
+    const VM: &str = "standalone";
+    banlieue_dev::register_simulator_as(&run.client, &run.sim, "pve-sim").await?;
+    procs.0.push(banlieue_dev::start_controller(
+        controller_dir,
+        banlieue_dev::BANLIEUE,
+        banlieue_dev::controller_args(banlieue_dev::BANLIEUE),
+        mgmt.admin().path(),
+        &mgmt.workdir().join("logs"),
+    )?);
+    let capi_before = capi_side_versions(run).await?;
+    let machines_before: BTreeSet<String> = run
+        .list(&capi("Machine"))
+        .await?
+        .iter()
+        .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    let cluster_vms: BTreeSet<u32> = run.vms().keys().copied().collect();
+
+    let user_data = "#cloud-config\nruncmd:\n  - [echo, standalone beside a CAPI cluster]\n";
+    let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &run.ns);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "standalone-user-data"},
+        "stringData": {"value": user_data},
+    }))?;
+    secrets.create(&PostParams::default(), &secret).await?;
+    let vm_ar = resource("banlieue.io", "v1alpha1", "VirtualMachine");
+    let vm: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+        "metadata": {"name": VM},
+        "spec": {
+            "providerRef": {"name": "pve-sim"},
+            "source": {"proxmox": {"vmid": 9000}},
+            "cpu": {"cores": 1}, "memoryMiB": 1024,
+            "networks": [{"name": "net0", "network": "vmbr0"}],
+            "userDataSecretRef": {"name": "standalone-user-data"},
+            "powerState": "On",
+        },
+    }))?;
+    run.api(&vm_ar).create(&PostParams::default(), &vm).await?;
+    let pm = poll(
+        procs,
+        "the standalone VirtualMachine Ready",
+        STEP_TIMEOUT,
+        async || {
+            let Some(vm) = run.get(&vm_ar, VM).await? else {
+                return Ok(Err("VirtualMachine gone".into()));
+            };
+            if condition_status(&vm, "Ready").as_deref() != Some("True") {
+                return Ok(Err(format!(
+                    "VirtualMachine conditions {}",
+                    vm["status"]["conditions"]
+                )));
+            }
+            let pms = run.list(&infra("ProxmoxMachine")).await?;
+            match pms
+                .into_iter()
+                .find(|pm| owner_kinds(pm).iter().any(|k| k == "VirtualMachine"))
+            {
+                Some(pm) => Ok(Ok(pm)),
+                None => Ok(Err("no ProxmoxMachine owned by the VirtualMachine".into())),
+            }
+        },
+    )
+    .await?;
+    ensure!(
+        owner_kinds(&pm) == ["VirtualMachine"],
+        "the VM's ProxmoxMachine has owners {:?}",
+        owner_kinds(&pm)
+    );
+    let vmid = pm["status"]["vmid"]
+        .as_u64()
+        .context("standalone ProxmoxMachine without vmid")? as u32;
+    let seed = run.sim.seed(vmid).and_then(|s| s.user_data).unwrap_or_default();
+    ensure!(
+        seed == user_data,
+        "standalone VM {vmid} booted with other user-data: {seed:?}"
+    );
+    let machines_now: BTreeSet<String> = run
+        .list(&capi("Machine"))
+        .await?
+        .iter()
+        .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    ensure!(
+        machines_now == machines_before,
+        "CAPI Machines changed: {machines_now:?}"
+    );
+
+    run.api(&vm_ar).delete(VM, &DeleteParams::default()).await?;
+    let pm_name = pm["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    poll(
+        procs,
+        "the standalone VirtualMachine gone",
+        STEP_TIMEOUT,
+        async || {
+            if run.get(&vm_ar, VM).await?.is_some()
+                || run.get(&infra("ProxmoxMachine"), &pm_name).await?.is_some()
+            {
+                return Ok(Err("VirtualMachine or its ProxmoxMachine still there".into()));
+            }
+            let vms: BTreeSet<u32> = run.vms().keys().copied().collect();
+            if vms != cluster_vms {
+                return Ok(Err(format!("VMs {vms:?}, the cluster's {cluster_vms:?}")));
+            }
+            Ok(Ok(()))
+        },
+    )
+    .await?;
+    let capi_after = capi_side_versions(run).await?;
+    ensure!(
+        capi_after == capi_before,
+        "the cluster's Proxmox objects were written meanwhile: before {capi_before:?} after {capi_after:?}"
+    );
+    Ok(format!(
+        "VM {vmid} provisioned with its user-data and deleted; {} cluster objects unchanged, cluster VMs {cluster_vms:?} kept",
+        capi_before.len()
+    ))
 }
 
 async fn check_owner_references(run: &Run) -> Result<String> {
@@ -1241,7 +1406,14 @@ async fn delete_cluster(run: &Run, procs: &mut Processes) -> Result<String> {
         }
         let mut left = Vec::new();
         for kind in ["ProxmoxCluster", "ProxmoxMachine", "ProxmoxMachineTemplate"] {
-            for obj in run.list(&infra(kind)).await? {
+            // The Provider-owned ProxmoxCluster of the standalone step is the banlieue
+            // controller's, not the Cluster's: it stays with its Provider.
+            for obj in run
+                .list(&infra(kind))
+                .await?
+                .into_iter()
+                .filter(|o| owner_kinds(o) != ["Provider"])
+            {
                 left.push(format!(
                     "{kind}/{} finalizers {}",
                     obj["metadata"]["name"], obj["metadata"]["finalizers"]

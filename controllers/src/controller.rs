@@ -467,6 +467,8 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             patch_finalizers(ctx, vm, patch, "removing").await?;
             info!("infrastructure machine gone; finalizer removed");
         }
+        // Nothing more will be written for this VirtualMachine.
+        ctx.written.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
         return Ok(Action::await_change());
     };
     let view = serde_json::to_value(&machine)

@@ -214,8 +214,8 @@ pub async fn reconcile(obj: Arc<VSphereMachine>, ctx: Arc<Context>) -> Result<Ac
         patch_finalizers(&api, &vm, true).await?;
         return Ok(Action::requeue(Duration::ZERO));
     }
-    let result = provision(&ctx, &vm, &view, &mut status).await;
     status.observed_generation = generation;
+    let result = provision(&ctx, &vm, &view, &mut status).await;
     let action = match result {
         Ok((step, requeue)) => {
             write_status(&ctx, &api, &vm, &status).await?;
@@ -262,7 +262,7 @@ async fn provision(
     view: &OwnerView,
     status: &mut VSphereMachineStatus,
 ) -> Result<Progress, StepError> {
-    let generation = vm.metadata.generation;
+    let mut generation = vm.metadata.generation;
     let (Some(cluster), None) = (&view.cluster, &view.waiting_for_cluster) else {
         let why = view.waiting_for_cluster.clone().unwrap_or_default();
         set(
@@ -355,9 +355,13 @@ async fn provision(
                 let api: Api<VSphereMachine> =
                     Api::namespaced(ctx.kube.clone(), &vm.namespace().unwrap_or_default());
                 let patch = serde_json::json!({"spec": {"providerID": provider_id}});
-                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                let patched = api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map_err(|e| kube_err(Error::kube("setting spec.providerID", e)))?;
+                // The status describes the spec including the providerID just written.
+                generation = patched.metadata.generation;
+                status.observed_generation = generation;
             }
             status.initialization = Initialization::provisioned(true);
         }

@@ -30,7 +30,14 @@ const TIMEOUT: Duration = Duration::from_secs(90);
 const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 
 async fn env() -> Result<&'static TestEnv> {
-    Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
+    let capi_dir = banlieue_testenv::bin_dir().join("capi-crds");
+    let capi = banlieue_testenv::crds_from_files([
+        capi_dir.join("cluster.x-k8s.io_clusters.yaml"),
+        capi_dir.join("cluster.x-k8s.io_machines.yaml"),
+    ])?;
+    let mut crds = banlieue_api::crds::all();
+    crds.extend(capi);
+    Ok(TestEnv::shared_with(|b| b.crds(crds)).await?)
 }
 
 fn sim_client(sim: &Vcsim) -> Result<Client> {
@@ -140,6 +147,11 @@ async fn scenario(sim: &Vcsim, prefix: &str, password: &str) -> Result<Scenario>
 impl Scenario {
     /// A VirtualMachine (with user data) and the VSphereMachine it owns.
     async fn machine(&self, name: &str, template: &str) -> Result<()> {
+        self.machine_with(name, template, json!({})).await
+    }
+
+    /// Like [`Scenario::machine`], with extra annotations on the VSphereMachine.
+    async fn machine_with(&self, name: &str, template: &str, annotations: serde_json::Value) -> Result<()> {
         let secrets: Api<Secret> = Api::namespaced(self.kube.clone(), &self.ns);
         secrets
             .create(
@@ -175,6 +187,7 @@ impl Scenario {
                     "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",
                     "metadata": {
                         "name": name,
+                        "annotations": annotations,
                         "ownerReferences": [{
                             "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": name,
                             "uid": bvm.uid().unwrap_or_default(), "controller": true,
@@ -393,5 +406,239 @@ async fn wrong_credentials_are_a_clear_condition() -> Result<()> {
         })
         .await?;
     ensure!(m.status.and_then(|s| s.vm_ref).is_none(), "a VM was cloned");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_vm_carrying_the_machine_uid_is_adopted_not_cloned_again() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let vc = sim_client(&sim)?;
+    make_template(&vc).await?;
+    let s = scenario(&sim, "vs-adopt", PASSWORD).await?;
+    // Paused: the controller only reports Paused, so the test can play "a previous controller
+    // started the clone and crashed before recording the task".
+    s.machine_with("db-1", TEMPLATE, json!({"cluster.x-k8s.io/paused": "true"}))
+        .await?;
+    let m = s
+        .wait_machine("db-1", "Paused", |m| {
+            m.status.as_ref().is_some_and(|st| {
+                st.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Paused" && c.status == "True")
+            })
+        })
+        .await?;
+    ensure!(
+        m.status.as_ref().and_then(|s| s.provisioning.clone()).is_none(),
+        "paused machine progressed"
+    );
+    let uid = m.uid().context("no uid")?;
+    let spec = banlieue_vsphere_client::CloneSpec {
+        folder: vc.find_by_inventory_path("/DC0/vm").await?.context("folder")?,
+        name: "db-1".into(),
+        pool: vc
+            .find_by_inventory_path("/DC0/host/DC0_C0/Resources")
+            .await?
+            .context("pool")?,
+        datastore: None,
+        host: None,
+        linked_snapshot: None,
+        config: ConfigSpec {
+            extra_config: vec![(OWNER_KEY.into(), uid.clone())],
+            ..ConfigSpec::default()
+        },
+        power_on: false,
+    };
+    let template = vc
+        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
+        .await?
+        .context("template")?;
+    let orphan = vc
+        .wait_task(
+            &vc.clone_vm(&template, &spec).await?,
+            Duration::from_millis(100),
+            TIMEOUT,
+        )
+        .await?
+        .context("clone returned nothing")?;
+
+    let patch = json!({"metadata": {"annotations": {"cluster.x-k8s.io/paused": null}}});
+    s.machines()
+        .patch(
+            "db-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    let m = s
+        .wait_machine("db-1", "WaitingForGuest", |m| {
+            state(m).as_deref() == Some("WaitingForGuest")
+        })
+        .await?;
+    ensure!(
+        m.status.as_ref().and_then(|s| s.vm_ref.as_deref()) == Some(orphan.value.as_str()),
+        "{:?}",
+        m.status
+    );
+    ensure!(
+        vc.find_vms_by_extra_config(OWNER_KEY, &uid).await? == vec![orphan.clone()],
+        "cloned twice"
+    );
+    ensure!(s.events("db-1").await?.iter().any(|e| e == "Adopted"));
+    // Adoption still applies the spec: CPU and memory of the adopted VM were reconfigured.
+    let info = vc.vm_info(&orphan).await?.context("gone")?;
+    ensure!(
+        info.num_cpu == Some(2) && info.memory_mb == Some(2048),
+        "{info:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_capi_machine_is_provisioned_in_its_failure_domain() -> Result<()> {
+    use banlieue_capi::{Cluster, Machine};
+    let sim = Vcsim::start(&[])?;
+    let vc = sim_client(&sim)?;
+    make_template(&vc).await?;
+    let env = env().await?;
+    let ns_guard = env.namespace("vs-capi").await?;
+    let ns = ns_guard.to_string();
+    let kube = env.client().await?;
+    let create = |v: serde_json::Value| serde_json::from_value::<serde_json::Value>(v);
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), &ns);
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "vc-creds"},
+                "stringData": {"username": USER, "password": PASSWORD},
+            }))?,
+        )
+        .await?;
+    secrets
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "m1-bootstrap"}, "type": "cluster.x-k8s.io/secret",
+                "stringData": {"value": "#cloud-config\nruncmd: [kubeadm join]\n"},
+            }))?,
+        )
+        .await?;
+    let clusters: Api<Cluster> = Api::namespaced(kube.clone(), &ns);
+    let cluster = clusters
+        .create(&PostParams::default(), &serde_json::from_value(create(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "metadata": {"name": "c1"},
+            "spec": {"infrastructureRef": {"apiGroup": "infrastructure.banlieue.io", "kind": "VSphereCluster", "name": "c1"}},
+        }))?)?)
+        .await?;
+    let status = json!({"status": {"initialization": {"infrastructureProvisioned": true}}});
+    clusters
+        .patch_status(
+            "c1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await?;
+    let vscs: Api<VSphereCluster> = Api::namespaced(kube.clone(), &ns);
+    vscs.create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereCluster",
+            "metadata": {"name": "c1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}, "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1",
+                "uid": cluster.uid().unwrap_or_default(), "controller": true}]},
+            "spec": {
+                "server": sim.host, "credentialsRef": {"name": "vc-creds"},
+                "tls": {"sha256Fingerprint": sim.thumbprint}, "datacenter": "DC0",
+                "failureDomains": [{"name": "az1", "computeCluster": "DC0_C0", "datastore": "LocalDS_0"}],
+            },
+        }))?)
+        .await?;
+    let machines: Api<Machine> = Api::namespaced(kube.clone(), &ns);
+    let machine = machines
+        .create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+            "spec": {
+                "clusterName": "c1", "failureDomain": "az1",
+                "bootstrap": {"dataSecretName": "m1-bootstrap"},
+                "infrastructureRef": {"apiGroup": "infrastructure.banlieue.io", "kind": "VSphereMachine", "name": "m1"},
+            },
+        }))?)
+        .await?;
+    let vsms: Api<VSphereMachine> = Api::namespaced(kube.clone(), &ns);
+    vsms.create(&PostParams::default(), &serde_json::from_value(json!({
+            "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",
+            "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}, "ownerReferences": [{
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m1",
+                "uid": machine.uid().unwrap_or_default(), "controller": true}]},
+            "spec": {"source": {"template": TEMPLATE}, "cpu": {"cores": 1}, "memoryMiB": 1024},
+        }))?)
+        .await?;
+    let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-test"));
+    let (c1, n1, n2) = (ctx.clone(), ns.clone(), ns.clone());
+    let a = tokio::spawn(async move { machine_controller::run(c1, Some(&n1)).await });
+    let b = tokio::spawn(async move { cluster_controller::run(ctx, Some(&n2)).await });
+    let s = Scenario {
+        kube: kube.clone(),
+        ns: ns.clone(),
+        _ns_guard: ns_guard,
+        provider: String::new(),
+        controllers: vec![a, b],
+    };
+
+    let m = s
+        .wait_machine("m1", "WaitingForGuest", |m| {
+            state(m).as_deref() == Some("WaitingForGuest")
+        })
+        .await?;
+    let vsc = vscs.get("c1").await?;
+    let vst = vsc.status.clone().unwrap_or_default();
+    ensure!(
+        vst.failure_domains
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect::<Vec<_>>()
+            == ["az1"],
+        "{vst:?}"
+    );
+    ensure!(
+        vst.initialization.as_ref().and_then(|i| i.provisioned) == Some(true),
+        "{vst:?}"
+    );
+    ensure!(m.status.as_ref().and_then(|s| s.failure_domain.as_deref()) == Some("az1"));
+    let vm = MoRef::new(
+        "VirtualMachine",
+        m.status
+            .as_ref()
+            .and_then(|s| s.vm_ref.clone())
+            .context("no vmRef")?,
+    );
+    let info = vc.vm_info(&vm).await?.context("no VM")?;
+    let user_data = base64::engine::general_purpose::STANDARD.decode(
+        info.extra_config
+            .get("guestinfo.userdata")
+            .context("no user data")?,
+    )?;
+    ensure!(user_data == b"#cloud-config\nruncmd: [kubeadm join]\n");
+    let set_ip = ConfigSpec {
+        extra_config: vec![("SET.guest.ipAddress".into(), "192.0.2.77".into())],
+        ..ConfigSpec::default()
+    };
+    vc.wait_task(
+        &vc.reconfigure(&vm, &set_ip).await?,
+        Duration::from_millis(100),
+        TIMEOUT,
+    )
+    .await?;
+    let m = s
+        .wait_machine("m1", "Ready", |m| ready(m).is_some_and(|r| r.0 == "True"))
+        .await?;
+    ensure!(m.spec.provider_id == info.bios_uuid.map(|u| format!("vsphere://{u}")));
+    ensure!(
+        m.status
+            .unwrap_or_default()
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Paused" && c.status == "False")
+    );
     Ok(())
 }

@@ -399,7 +399,27 @@ async fn add_finalizer(ctx: &Context, vm: &VirtualMachine) -> Result<Option<Stri
     let Some(patch) = finalizer::add_patch(vm.finalizers()) else {
         return Ok(None);
     };
-    patch_finalizers(ctx, vm, patch, "adding").await.map(Some)
+    match patch_finalizers(ctx, vm, patch, "adding").await {
+        Ok(rv) => Ok(Some(rv)),
+        // The guard failed: the list changed since the cache saw it (typically this reconcile
+        // runs on a cache entry older than our own finalizer patch). Look at the live object.
+        Err(Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 422 => {
+            let ns = vm.namespace().unwrap_or_default();
+            let name = vm.name_any();
+            let live = Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ns)
+                .get(&name)
+                .await
+                .map_err(|e| Error::kube(format!("reading VirtualMachine {ns}/{name}"), e))?;
+            match finalizer::add_patch(live.finalizers()) {
+                None => Ok(None),
+                Some(patch) => patch_finalizers(ctx, &live, patch, "adding").await.map(Some),
+            }
+        }
+        Err(e) => Err(e),
+    }
 }
 
 async fn patch_finalizers(ctx: &Context, vm: &VirtualMachine, patch: Value, what: &str) -> Result<String> {

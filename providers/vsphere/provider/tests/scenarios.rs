@@ -337,6 +337,22 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
         "{events:?}"
     );
 
+    // spec.powerState Off powers the provisioned VM off (no re-clone) and status reports it.
+    let patch = json!({"spec": {"powerState": "Off"}});
+    s.machines()
+        .patch(
+            "web-1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+    s.wait_machine("web-1", "powerState Off", |m| {
+        m.status.as_ref().and_then(|st| st.power_state) == Some(banlieue_api::common::PowerState::Off)
+    })
+    .await?;
+    let info = vc.vm_info(&vm).await?.context("VM vanished")?;
+    ensure!(info.power_state == Some(VmPowerState::PoweredOff), "{info:?}");
+
     // Deletion powers off and destroys the VM, then releases the object.
     s.machines().delete("web-1", &DeleteParams::default()).await?;
     let deadline = tokio::time::Instant::now() + TIMEOUT;

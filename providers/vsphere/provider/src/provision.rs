@@ -257,7 +257,18 @@ impl StepError {
     /// Classifies a client error raised while doing `reason`.
     pub fn from_client(reason: &'static str, err: banlieue_vsphere_client::Error) -> Self {
         match err.class() {
-            ErrorClass::Transient => Self::Transient { reason, source: err },
+            ErrorClass::Transient => {
+                let unreachable = matches!(
+                    err,
+                    banlieue_vsphere_client::Error::Connect { .. }
+                        | banlieue_vsphere_client::Error::Timeout { .. }
+                        | banlieue_vsphere_client::Error::Transport { .. }
+                );
+                Self::Transient {
+                    reason: if unreachable { "VCenterUnreachable" } else { reason },
+                    source: err,
+                }
+            }
             ErrorClass::Auth | ErrorClass::Tls => Self::Permanent {
                 reason: reason_of(&err),
                 message: err.to_string(),

@@ -658,3 +658,32 @@ async fn a_capi_machine_is_provisioned_in_its_failure_domain() -> Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn vcenter_going_away_is_a_clear_condition() -> Result<()> {
+    let mut sim = Vcsim::start(&[])?;
+    let vc = sim_client(&sim)?;
+    make_template(&vc).await?;
+    let s = scenario(&sim, "vs-outage", PASSWORD).await?;
+    s.machine("o-1", TEMPLATE).await?;
+    s.wait_machine("o-1", "WaitingForGuest", |m| {
+        state(m).as_deref() == Some("WaitingForGuest")
+    })
+    .await?;
+    // vCenter stops answering while the machine waits for its guest.
+    sim.stop();
+    let m = s
+        .wait_machine("o-1", "VCenterUnreachable", |m| {
+            ready(m).is_some_and(|r| r.1 == "VCenterUnreachable")
+        })
+        .await?;
+    let (status, _, message) = ready(&m).context("no Ready")?;
+    ensure!(
+        status == "False" && message.contains("connection failed"),
+        "{message}"
+    );
+    // The persisted progress is kept for when vCenter is back.
+    ensure!(state(&m).as_deref() == Some("WaitingForGuest"));
+    ensure!(m.status.and_then(|s| s.vm_ref).is_some());
+    Ok(())
+}

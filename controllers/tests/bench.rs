@@ -5,7 +5,7 @@
 //! (asserted against the theoretical minimum with this provider: 1 finalizer patch + 1 machine
 //! apply + 2 status writes, Provisioning and Running, plus one ProxmoxCluster apply for the
 //! namespace), and p50/p99 latency from the provider's status write to the mirrored
-//! VirtualMachine status. The benchmark with the real provider is `tests/devenv/examples/bench.rs`.
+//! VirtualMachine status. The benchmark with the real provider is `tests/devenv/examples/e2e-bench.rs`.
 //!
 //! `cargo test -p banlieue-controllers --release --test bench -- --nocapture`
 

@@ -3,8 +3,8 @@
 //! (`banlieue controller`) as their own processes, a Proxmox VE simulator with zero-delay tasks.
 //!
 //! ```sh
-//! cargo build -p banlieue-controllers -p banlieue-proxmox -p banlieue-dev --example bench
-//! target/debug/examples/bench 500            # N (default 500); BENCH_PROVIDER_CONCURRENCY=16
+//! cargo build -p banlieue-controllers -p banlieue-proxmox -p banlieue-dev --example e2e-bench
+//! target/debug/examples/e2e-bench 500            # N (default 500); BENCH_PROVIDER_CONCURRENCY=16
 //! ```
 //!
 //! Reported: wall time from the first create until every VirtualMachine is `Running` and

@@ -16,7 +16,7 @@ if ! command -v libvirtd >/dev/null; then
 fi
 pgrep -x virtlogd >/dev/null || virtlogd -d || true
 if ! virsh -c qemu:///system version >/dev/null 2>&1; then
-    ip netns list | grep -qw "$NETNS" || ip netns add "$NETNS"
+    [ -e "/run/netns/$NETNS" ] || ip netns add "$NETNS"
     ip netns exec "$NETNS" ip link set lo up
     ip netns exec "$NETNS" libvirtd -d
     for _ in $(seq 1 100); do
@@ -42,13 +42,19 @@ XML
     virsh -c qemu:///system net-define "$xml" >/dev/null
     rm -f "$xml"
 fi
-virsh -c qemu:///system net-info "$NETWORK" | grep -q 'Active: *yes' ||
+# Output captured first: `virsh … | grep -q` under pipefail fails when grep exits early and virsh
+# gets SIGPIPE, which made CI try to start an already active network.
+net_info=$(virsh -c qemu:///system net-info "$NETWORK")
+if ! grep -q 'Active: *yes' <<<"$net_info"; then
     virsh -c qemu:///system net-start "$NETWORK" >/dev/null
+fi
 
 if ! virsh -c qemu:///system pool-info default >/dev/null 2>&1; then
     mkdir -p "$POOL_DIR"
     virsh -c qemu:///system pool-define-as default dir --target "$POOL_DIR" >/dev/null
 fi
-virsh -c qemu:///system pool-info default | grep -q 'State: *running' ||
+pool_info=$(virsh -c qemu:///system pool-info default)
+if ! grep -q 'State: *running' <<<"$pool_info"; then
     virsh -c qemu:///system pool-start default >/dev/null
+fi
 echo "libvirtd running in network namespace $NETNS; network $NETWORK, pool default ($POOL_DIR)"

@@ -66,6 +66,7 @@ struct State {
     calls: Vec<String>,
     uploads: Vec<(String, String, Vec<u8>)>,
     pending: Vec<(u32, String)>,
+    yielding: bool,
 }
 
 /// The fake Proxmox VE cluster. Cheap to clone (shared state).
@@ -210,6 +211,19 @@ impl FakePve {
                 task.polls_left = 0;
             }
             finish(&mut s, &id);
+        }
+    }
+
+    /// Makes VMID calls yield to the runtime first, like a network round-trip would, so that
+    /// concurrent callers interleave.
+    pub fn set_yielding(&self, yielding: bool) {
+        self.lock().yielding = yielding;
+    }
+
+    async fn round_trip(&self) {
+        let yielding = self.lock().yielding;
+        if yielding {
+            tokio::task::yield_now().await;
         }
     }
 
@@ -366,11 +380,13 @@ impl Hypervisor for FakePve {
     }
 
     async fn next_vmid(&self) -> Result<u32, PveError> {
+        self.round_trip().await;
         let s = self.enter("next_vmid")?;
         Ok((100..).find(|id| !s.vms.contains_key(id)).unwrap_or(100))
     }
 
     async fn vmid_is_free(&self, vmid: u32) -> Result<bool, PveError> {
+        self.round_trip().await;
         Ok(!self.enter("vmid_is_free")?.vms.contains_key(&vmid))
     }
 

@@ -216,6 +216,13 @@ fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
     }
 }
 
+/// The highest VMID Proxmox accepts.
+const MAX_VMID: u32 = 999_999_999;
+
+/// VMIDs probed with PVE after the one it proposed before allocation gives up (each probe that
+/// fails is a VMID used by something PVE knows and this process did not reserve).
+const VMID_PROBES: usize = 64;
+
 /// VMIDs chosen but not yet cloned, per machine UID, so that two machines reconciled at the
 /// same time in this process do not pick the same `nextid`. (Across processes PVE's
 /// `VM N already exists` on clone resolves the race.)
@@ -233,16 +240,16 @@ impl VmidReservations {
         true
     }
 
-    /// Whether another machine than `uid` holds `vmid`.
-    pub fn held_by_other(&self, uid: &str, vmid: u32) -> bool {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.iter().any(|(u, v)| *v == vmid && u != uid)
-    }
-
-    /// The highest VMID reserved by another machine than `uid`.
-    pub fn highest_other(&self, uid: &str) -> Option<u32> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.iter().filter(|(u, _)| *u != uid).map(|(_, v)| *v).max()
+    /// Atomically moves the reservation of `uid` to the lowest VMID `>= from` that no other
+    /// machine holds, and returns it. Choosing and reserving under one lock is what keeps
+    /// hundreds of machines allocating at once from racing each other up the VMID space.
+    pub fn reserve_next(&self, uid: &str, from: u32) -> Option<u32> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(uid);
+        let held: std::collections::HashSet<u32> = map.values().copied().collect();
+        let vmid = (from..=MAX_VMID).find(|id| !held.contains(id))?;
+        map.insert(uid.to_owned(), vmid);
+        Some(vmid)
     }
 
     /// Releases the reservation of `uid`.
@@ -347,22 +354,20 @@ async fn allocate_vmid<H: Hypervisor>(
                 )
             });
     }
-    // PVE proposes the lowest free VMID, the same for every machine allocating at once: start
-    // above the ones reserved in this process instead of probing them one by one.
-    let proposed = hv.next_vmid().await.map_err(pve)?;
-    let mut candidate = match reservations.highest_other(input.uid) {
-        Some(highest) if highest >= proposed => highest.saturating_add(1),
-        _ => proposed,
-    };
-    for _ in 0..64 {
-        if !reservations.held_by_other(input.uid, candidate)
-            && hv.vmid_is_free(candidate).await.map_err(pve)?
-            && reservations.reserve(input.uid, candidate)
-        {
+    // PVE proposes the lowest free VMID, the same for every machine allocating at once: each
+    // machine reserves the next VMID no other machine in this process holds *before* asking PVE
+    // whether it is free, so concurrent allocations never probe the same VMID twice.
+    let mut from = hv.next_vmid().await.map_err(pve)?;
+    for _ in 0..VMID_PROBES {
+        let Some(candidate) = reservations.reserve_next(input.uid, from) else {
+            break;
+        };
+        if hv.vmid_is_free(candidate).await.map_err(pve)? {
             return Ok(candidate);
         }
-        candidate = candidate.saturating_add(1);
+        from = candidate.saturating_add(1);
     }
+    reservations.release(input.uid);
     Err(permanent(reason, "no free VMID found near the one PVE proposed"))
 }
 

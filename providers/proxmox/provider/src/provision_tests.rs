@@ -294,6 +294,60 @@ async fn concurrent_machines_get_distinct_vmids_from_reservations() {
 }
 
 #[tokio::test]
+async fn hundreds_of_machines_allocating_at_once_get_distinct_vmids_without_wasted_probes() {
+    let hv = FakePve::new(1);
+    hv.set_yielding(true);
+    // A foreign VM in the middle of the range the machines will take.
+    hv.insert_vm(
+        250,
+        FakeVm {
+            node: "pve1".into(),
+            config: [("name".to_owned(), "foreign".to_owned())].into(),
+            running: false,
+            agent_ips: None,
+        },
+    );
+    let spec = spec();
+    let reservations = VmidReservations::default();
+    let uids: Vec<String> = (0..400).map(|i| format!("uid-{i}")).collect();
+    let allocations = futures::future::join_all(uids.iter().map(|uid| {
+        let input = MachineInput {
+            uid,
+            ..input(&spec, None)
+        };
+        let (hv, reservations) = (&hv, &reservations);
+        async move {
+            provision_step(
+                hv,
+                &input,
+                Phase::AllocateVmid { node: "pve1".into() },
+                None,
+                reservations,
+            )
+            .await
+            .map(|step| step.phase)
+        }
+    }))
+    .await;
+    let mut vmids: Vec<u32> = allocations
+        .into_iter()
+        .map(|phase| match phase {
+            Ok(Phase::Clone(loc)) => loc.vmid,
+            other => panic!("allocation failed: {other:?}"),
+        })
+        .collect();
+    vmids.sort_unstable();
+    vmids.dedup();
+    assert_eq!(vmids.len(), 400, "every machine got its own VMID");
+    assert!(!vmids.contains(&250), "the foreign VM's VMID is skipped");
+    let probes = hv.calls().iter().filter(|c| *c == "vmid_is_free").count();
+    assert_eq!(
+        probes, 401,
+        "one probe per machine, plus one for the foreign VMID"
+    );
+}
+
+#[tokio::test]
 async fn vmid_range_is_honoured_and_exhaustion_is_permanent() {
     let hv = FakePve::new(1);
     let mut spec = spec();

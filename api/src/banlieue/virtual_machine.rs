@@ -26,6 +26,7 @@ use crate::common::{
     status = "VirtualMachineStatus",
     derive = "PartialEq",
     derive = "Default",
+    shortname = "vm",
     shortname = "bvm",
     category = "banlieue",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),

@@ -328,13 +328,13 @@ async fn create_ready_with_addresses_then_delete_leaves_no_orphans() -> anyhow::
     let get = banlieue_testenv::run_with_timeout(
         s.env
             .kubectl()
-            .args(["get", "virtualmachines", "web", "-n", &s.ns]),
+            .args(["get", "vm", "web", "-n", &s.ns]),
         Duration::from_secs(60),
     )?;
     let table = String::from_utf8_lossy(&get.stdout);
     assert!(
         get.status.success(),
-        "kubectl get virtualmachines: {}",
+        "kubectl get vm: {}",
         String::from_utf8_lossy(&get.stderr)
     );
     let mut lines = table.lines();

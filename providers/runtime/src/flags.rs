@@ -1,0 +1,121 @@
+//! The command-line flags every provider takes (flattened into each binary's own `clap` flags;
+//! names as controller-runtime managers spell them). Each is also settable through the named
+//! environment variable where one is given.
+
+use std::net::SocketAddr;
+
+use crate::leader::default_identity;
+use crate::logging::LogFormat;
+use crate::manager::{LeaseSettings, ManagerConfig};
+
+/// Flags shared by the providers.
+#[derive(clap::Args, Clone, Debug)]
+pub struct RuntimeArgs {
+    /// Only watch this namespace (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Concurrent reconciles per controller.
+    #[arg(long, env = "CONCURRENCY", default_value_t = 10)]
+    pub concurrency: u16,
+    /// Address of the Prometheus `/metrics` endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_bind_address: SocketAddr,
+    /// Address of the `/healthz` and `/readyz` endpoints.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    pub health_probe_bind_address: SocketAddr,
+    /// Elect a leader through a Lease before running the controllers.
+    #[arg(long, env = "LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Name of the leader election Lease (default: `<binary>-leader`).
+    #[arg(long)]
+    pub leader_election_id: Option<String>,
+    /// Namespace of the leader election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}
+
+impl RuntimeArgs {
+    /// The manager settings of binary `component` (e.g. `banlieue-libvirt`); the Lease is
+    /// `--leader-election-id`, else `<component>-leader`.
+    pub fn manager(&self, component: &str) -> ManagerConfig {
+        ManagerConfig {
+            metrics_addr: self.metrics_bind_address,
+            health_addr: Some(self.health_probe_bind_address).filter(|a| *a != self.metrics_bind_address),
+            leader: self.leader_elect.then(|| LeaseSettings {
+                name: self
+                    .leader_election_id
+                    .clone()
+                    .unwrap_or_else(|| format!("{component}-leader")),
+                namespace: self.leader_election_namespace.clone(),
+                identity: default_identity(component),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+    }
+
+    #[test]
+    fn defaults_are_json_logs_without_leader_election() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["x"]).expect("parses");
+        let r = cli.runtime;
+        assert!(!r.leader_elect);
+        assert_eq!(r.log_format, LogFormat::Json);
+        assert_eq!(r.concurrency, 10);
+        let m = r.manager("banlieue-x");
+        assert!(m.leader.is_none());
+        assert_eq!(m.metrics_addr.port(), 8080);
+        assert_eq!(m.health_addr.map(|a| a.port()), Some(8081));
+    }
+
+    #[test]
+    fn leader_election_names_the_lease_after_the_binary_unless_given() {
+        let cli = Cli::try_parse_from(["x", "--leader-elect", "--leader-election-namespace", "ops"])
+            .expect("parses");
+        let lease = cli.runtime.manager("banlieue-x").leader.expect("elects");
+        assert_eq!(
+            (lease.name.as_str(), lease.namespace.as_str()),
+            ("banlieue-x-leader", "ops")
+        );
+        let cli =
+            Cli::try_parse_from(["x", "--leader-elect", "--leader-election-id", "mine"]).expect("parses");
+        assert_eq!(
+            cli.runtime.manager("banlieue-x").leader.expect("elects").name,
+            "mine"
+        );
+    }
+
+    #[test]
+    fn one_address_for_both_endpoints_serves_once_and_bad_values_are_rejected() {
+        let cli = Cli::try_parse_from([
+            "x",
+            "--metrics-bind-address",
+            "127.0.0.1:9000",
+            "--health-probe-bind-address",
+            "127.0.0.1:9000",
+            "--log-format",
+            "text",
+            "--namespace",
+            "capi",
+        ])
+        .expect("parses");
+        assert_eq!(cli.runtime.namespace.as_deref(), Some("capi"));
+        assert_eq!(cli.runtime.manager("x").health_addr, None);
+        assert!(Cli::try_parse_from(["x", "--log-format", "xml"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--metrics-bind-address", "nowhere"]).is_err());
+    }
+}

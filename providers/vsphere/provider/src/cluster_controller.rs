@@ -3,14 +3,15 @@
 //! A VSphereCluster owned by a CAPI `Cluster` or (standalone) by a banlieue `Provider` gets the
 //! finalizer, a login check against vCenter, its datacenter and failure domains (compute
 //! clusters) checked, `status.failureDomains`, `status.version`, `Ready` and
-//! `status.initialization.provisioned`. Anything else is left alone.
+//! `status.initialization.provisioned`. Anything else is left alone. Deletion holds the finalizer
+//! while a VSphereMachine of the cluster remains (they need its endpoint to destroy their VMs).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use banlieue_api::common::{FailureDomain, Initialization};
 use banlieue_api::condition;
-use banlieue_api::infrastructure::{VSphereCluster, VSphereClusterStatus};
+use banlieue_api::infrastructure::{VSphereCluster, VSphereClusterStatus, VSphereMachine};
 use banlieue_api::standalone;
 use banlieue_capi::contract;
 use futures::StreamExt;
@@ -26,6 +27,8 @@ use crate::machine_controller::{Context, FIELD_MANAGER, FINALIZER, now};
 
 /// Re-check of a ready cluster (vCenter reachability, credentials).
 pub const RESYNC: Duration = Duration::from_secs(300);
+/// Re-check of a deleting cluster waiting for its machines.
+pub const MACHINE_WAIT: Duration = Duration::from_secs(5);
 
 fn owned_by_cluster_or_provider(vsc: &VSphereCluster) -> bool {
     vsc.owner_references().iter().any(|o| {
@@ -80,6 +83,22 @@ pub async fn reconcile(obj: Arc<VSphereCluster>, ctx: Arc<Context>) -> Result<Ac
     let has_finalizer = vsc.finalizers().iter().any(|f| f == FINALIZER);
     if vsc.metadata.deletion_timestamp.is_some() {
         if has_finalizer {
+            // Machines need this cluster's endpoint and credentials to destroy their VMs: hold
+            // the finalizer until none of them remains.
+            let remaining = machines_of(&ctx.kube, &vsc).await?;
+            if !remaining.is_empty() {
+                let generation = vsc.metadata.generation;
+                let mut status = vsc.status.clone().unwrap_or_default();
+                set_ready(
+                    &mut status,
+                    false,
+                    "WaitingForMachines",
+                    waiting_message(&remaining),
+                    generation,
+                );
+                write_status(&api, &vsc, &status).await?;
+                return Ok(Action::requeue(MACHINE_WAIT));
+            }
             let finalizers: Vec<String> = vsc
                 .finalizers()
                 .iter()
@@ -106,21 +125,83 @@ pub async fn reconcile(obj: Arc<VSphereCluster>, ctx: Arc<Context>) -> Result<Ac
     let mut status = vsc.status.clone().unwrap_or_default();
     status.observed_generation = generation;
     let requeue = check(&ctx, &vsc, &mut status).await?;
-    if vsc.status.as_ref() != Some(&status) {
-        let patch = serde_json::json!({
-            "apiVersion": VSphereCluster::api_version(&()),
-            "kind": VSphereCluster::kind(&()),
-            "status": status,
-        });
-        api.patch_status(
-            &vsc.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-        .map_err(|e| Error::kube("writing VSphereCluster status", e))?;
-    }
+    write_status(&api, &vsc, &status).await?;
     Ok(Action::requeue(requeue))
+}
+
+/// Status by server-side apply on `/status`, only when it changed.
+async fn write_status(
+    api: &Api<VSphereCluster>,
+    vsc: &VSphereCluster,
+    status: &VSphereClusterStatus,
+) -> Result<()> {
+    if vsc.status.as_ref() == Some(status) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({
+        "apiVersion": VSphereCluster::api_version(&()),
+        "kind": VSphereCluster::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        &vsc.name_any(),
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(|e| Error::kube("writing VSphereCluster status", e))?;
+    Ok(())
+}
+
+/// Whether `vsm` takes its vCenter from `vsc`: a standalone machine through its Provider
+/// (`banlieue-<provider>`), a CAPI machine through the cluster-name label of the CAPI Cluster
+/// owning `vsc` (pure).
+pub fn belongs_to(vsm: &VSphereMachine, vsc: &VSphereCluster) -> bool {
+    let name = vsc.name_any();
+    if let Some(p) = &vsm.spec.provider_ref {
+        return standalone::infra_cluster_name(&p.name) == name;
+    }
+    let capi_cluster = vsc.owner_references().iter().find(|o| {
+        contract::group_of(&o.api_version) == standalone::CAPI_GROUP
+            && o.kind == standalone::CAPI_CLUSTER_KIND
+    });
+    match (capi_cluster, contract::cluster_name(&vsm.metadata)) {
+        (Some(owner), Some(label)) => owner.name == label,
+        _ => false,
+    }
+}
+
+/// Names of the VSphereMachines in `vsc`'s namespace that still need it.
+async fn machines_of(kube: &kube::Client, vsc: &VSphereCluster) -> Result<Vec<String>> {
+    let machines: Api<VSphereMachine> = Api::namespaced(kube.clone(), &vsc.namespace().unwrap_or_default());
+    let mut names: Vec<String> = machines
+        .list(&Default::default())
+        .await
+        .map_err(|e| Error::kube("listing VSphereMachines", e))?
+        .items
+        .iter()
+        .filter(|m| belongs_to(m, vsc))
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The `Ready` message while deletion waits for machines (pure): how many and which (at most
+/// ten names).
+pub fn waiting_message(remaining: &[String]) -> String {
+    let shown: Vec<&str> = remaining.iter().take(10).map(String::as_str).collect();
+    let more = remaining.len().saturating_sub(shown.len());
+    let tail = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "deleting: waiting for {} VSphereMachine(s) to delete their VMs: {}{tail}",
+        remaining.len(),
+        shown.join(", ")
+    )
 }
 
 async fn check(ctx: &Context, vsc: &VSphereCluster, status: &mut VSphereClusterStatus) -> Result<Duration> {
@@ -209,19 +290,93 @@ fn error_policy(_obj: Arc<VSphereCluster>, err: &Error, _ctx: Arc<Context>) -> A
     Action::requeue(Duration::from_secs(5))
 }
 
+/// The `controller` label of this controller's metrics.
+pub const METRICS_NAME: &str = "vspherecluster";
+
 /// Runs the VSphereCluster controller until the stream ends, for one namespace or (`None`) all.
 pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
     let api: Api<VSphereCluster> = match namespace {
         Some(ns) => Api::namespaced(ctx.kube.clone(), ns),
         None => Api::all(ctx.kube.clone()),
     };
+    let concurrency = ctx.concurrency;
     Controller::new(api, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |obj, ctx: Arc<Context>| {
+                let metrics = ctx.metrics.clone();
+                async move { metrics.observe(METRICS_NAME, Error::metric_label, reconcile(obj, ctx)).await }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 warn!(error = %e, "VSphereCluster reconcile error");
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::common::ProviderReference;
+    use banlieue_api::infrastructure::{VSphereClusterSpec, VSphereMachineSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    fn machine(provider: Option<&str>, cluster_label: Option<&str>) -> VSphereMachine {
+        let spec: VSphereMachineSpec = serde_json::from_value(serde_json::json!({
+            "source": {"template": "t"}, "cpu": {"cores": 1}, "memoryMiB": 512,
+        }))
+        .unwrap();
+        let mut m = VSphereMachine::new("m", spec);
+        m.spec.provider_ref = provider.map(|p| ProviderReference { name: p.into() });
+        if let Some(l) = cluster_label {
+            m.metadata.labels = Some([("cluster.x-k8s.io/cluster-name".to_owned(), l.to_owned())].into());
+        }
+        m
+    }
+
+    fn cluster(name: &str, capi_owner: Option<&str>) -> VSphereCluster {
+        let mut c = VSphereCluster::new(name, VSphereClusterSpec::default());
+        c.metadata.owner_references = capi_owner.map(|o| {
+            vec![OwnerReference {
+                api_version: "cluster.x-k8s.io/v1beta2".into(),
+                kind: "Cluster".into(),
+                name: o.into(),
+                uid: "u".into(),
+                ..OwnerReference::default()
+            }]
+        });
+        c
+    }
+
+    #[test]
+    fn machines_belong_through_their_provider_or_capi_cluster() {
+        let standalone = cluster("banlieue-vc", None);
+        assert!(belongs_to(&machine(Some("vc"), None), &standalone));
+        assert!(!belongs_to(&machine(Some("other"), None), &standalone));
+        assert!(!belongs_to(&machine(None, Some("vc")), &standalone));
+        let capi = cluster("prod-infra", Some("prod"));
+        assert!(belongs_to(&machine(None, Some("prod")), &capi));
+        assert!(!belongs_to(&machine(None, Some("dev")), &capi));
+        assert!(!belongs_to(&machine(None, None), &capi));
+    }
+
+    #[test]
+    fn the_waiting_message_counts_and_names_the_machines() {
+        let names: Vec<String> = (0..12).map(|i| format!("m{i:02}")).collect();
+        assert_eq!(
+            waiting_message(&names[..2]),
+            "deleting: waiting for 2 VSphereMachine(s) to delete their VMs: m00, m01"
+        );
+        let long = waiting_message(&names);
+        assert!(
+            long.starts_with("deleting: waiting for 12 VSphereMachine(s)"),
+            "{long}"
+        );
+        assert!(long.ends_with("m09 and 2 more"), "{long}");
+    }
 }

@@ -5,7 +5,7 @@
 //! - [`owner`]: a machine's controlling owner (CAPI Machine or banlieue VirtualMachine).
 //! - [`phase`]: the provisioning state machine persisted in status.
 //! - [`provision`]: one provisioning or deletion step against vCenter.
-//! - [`machine_controller`], [`cluster_controller`]: the reconcilers.
+//! - [`machine_controller`], [`cluster_controller`], [`template_controller`]: the reconcilers.
 
 pub mod cluster_controller;
 pub mod connection;
@@ -14,3 +14,4 @@ pub mod machine_controller;
 pub mod owner;
 pub mod phase;
 pub mod provision;
+pub mod template_controller;

@@ -1,0 +1,328 @@
+//! Scenario tests beyond first provisioning, against a real vcsim on the real kube-apiserver of
+//! banlieue-testenv (standalone setup: Provider → VSphereCluster `banlieue-<provider>` →
+//! VirtualMachine owning the VSphereMachine): virtual hardware (CPU, memory, disks, NICs) during
+//! provisioning and as drift afterwards, VSphereMachineTemplate capacity, VSphereCluster
+//! deletion waiting for its machines, and a fault injected in the clone step.
+
+#[path = "../../client/tests/support/vcsim.rs"]
+mod vcsim_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use banlieue_api::banlieue::{Provider, VirtualMachine};
+use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine, VSphereMachineTemplate};
+use banlieue_api::standalone::infra_cluster_name;
+use banlieue_testenv::TestEnv;
+use banlieue_vsphere::machine_controller::Context;
+use banlieue_vsphere::{cluster_controller, machine_controller, template_controller};
+use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use vcsim_support::{PASSWORD, USER, Vcsim};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+const TEMPLATE: &str = "DC0_C0_RP0_VM0";
+
+async fn env() -> Result<&'static TestEnv> {
+    Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
+}
+
+fn sim_client(url: &str, ca_pem: &str) -> Result<Client> {
+    Ok(ClientBuilder::new(url, USER, PASSWORD)
+        .tls(TlsVerification::CaBundle(ca_pem.to_owned()))
+        .build()?)
+}
+
+async fn make_template(c: &Client) -> Result<()> {
+    let vm = c
+        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
+        .await?
+        .context("no model VM")?;
+    let t = c.power_off(&vm).await?;
+    c.wait_task(&t, Duration::from_millis(100), TIMEOUT).await?;
+    c.mark_as_template(&vm).await?;
+    Ok(())
+}
+
+/// A namespace with a credentials Secret, a Provider (pinned thumbprint, `endpoint`) and its
+/// standalone VSphereCluster, and the three controllers running for that namespace.
+struct Scenario {
+    kube: kube::Client,
+    ns: String,
+    _ns_guard: banlieue_testenv::TestNamespace,
+    provider: String,
+    controllers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        for c in &self.controllers {
+            c.abort();
+        }
+    }
+}
+
+async fn scenario(endpoint: &str, thumbprint: &str, prefix: &str) -> Result<Scenario> {
+    let env = env().await?;
+    let ns_guard = env.namespace(prefix).await?;
+    let ns = ns_guard.to_string();
+    let kube = env.client().await?;
+    let provider = format!("{ns}-vc");
+    Api::<Secret>::namespaced(kube.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "vc-creds"},
+                "stringData": {"username": USER, "password": PASSWORD},
+            }))?,
+        )
+        .await?;
+    let p = Api::<Provider>::all(kube.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                "metadata": {"name": provider},
+                "spec": {
+                    "backend": "vsphere",
+                    "endpoint": endpoint,
+                    "credentialsRef": {"name": "vc-creds", "namespace": ns},
+                    "tls": {"sha256Fingerprint": thumbprint},
+                },
+            }))?,
+        )
+        .await?;
+    Api::<VSphereCluster>::namespaced(kube.clone(), &ns)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereCluster",
+                "metadata": {
+                    "name": infra_cluster_name(&provider),
+                    "ownerReferences": [{
+                        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "name": provider,
+                        "uid": p.uid().unwrap_or_default(), "controller": true,
+                    }],
+                },
+                "spec": {"providerRef": {"name": provider}, "datacenter": "DC0"},
+            }))?,
+        )
+        .await?;
+    let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-test"));
+    let controllers = vec![
+        tokio::spawn({
+            let (ctx, ns) = (ctx.clone(), ns.clone());
+            async move { machine_controller::run(ctx, Some(&ns)).await }
+        }),
+        tokio::spawn({
+            let (ctx, ns) = (ctx.clone(), ns.clone());
+            async move { cluster_controller::run(ctx, Some(&ns)).await }
+        }),
+        tokio::spawn({
+            let ns = ns.clone();
+            async move { template_controller::run(ctx, Some(&ns)).await }
+        }),
+    ];
+    Ok(Scenario {
+        kube,
+        ns,
+        _ns_guard: ns_guard,
+        provider,
+        controllers,
+    })
+}
+
+impl Scenario {
+    /// A VirtualMachine and the VSphereMachine it owns, with `spec` merged into the
+    /// VSphereMachine's spec (CPU, memory, disks, networks, readiness checks …).
+    async fn machine(&self, name: &str, spec: serde_json::Value) -> Result<()> {
+        let bvm = Api::<VirtualMachine>::namespaced(self.kube.clone(), &self.ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "providerRef": {"name": self.provider},
+                        "source": {"vsphere": {"template": TEMPLATE}},
+                        "cpu": {"cores": 1},
+                        "memoryMiB": 1024,
+                    },
+                }))?,
+            )
+            .await?;
+        let mut full = json!({
+            "providerRef": {"name": self.provider},
+            "source": {"template": TEMPLATE},
+            "resourcePool": "DC0_C0/Resources",
+            "datastore": "LocalDS_0",
+            "cpu": {"cores": 1},
+            "memoryMiB": 1024,
+        });
+        for (k, v) in spec.as_object().context("spec is an object")? {
+            full[k] = v.clone();
+        }
+        self.machines()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachine",
+                    "metadata": {
+                        "name": name,
+                        "ownerReferences": [{
+                            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine", "name": name,
+                            "uid": bvm.uid().unwrap_or_default(), "controller": true,
+                        }],
+                    },
+                    "spec": full,
+                }))?,
+            )
+            .await?;
+        Ok(())
+    }
+
+    fn machines(&self) -> Api<VSphereMachine> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    fn cluster(&self) -> Api<VSphereCluster> {
+        Api::namespaced(self.kube.clone(), &self.ns)
+    }
+
+    /// Polls the machine until `done` says so.
+    async fn wait_machine(
+        &self,
+        name: &str,
+        what: &str,
+        done: impl Fn(&VSphereMachine) -> bool,
+    ) -> Result<VSphereMachine> {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let m = self.machines().get(name).await?;
+            if done(&m) {
+                return Ok(m);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("timed out waiting for {what}; last status: {:?}", m.status);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+fn vm_of(m: &VSphereMachine) -> Result<MoRef> {
+    Ok(MoRef::new(
+        "VirtualMachine",
+        m.status
+            .as_ref()
+            .and_then(|s| s.vm_ref.clone())
+            .context("no vmRef")?,
+    ))
+}
+
+#[tokio::test]
+async fn a_machine_template_publishes_its_capacity() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let s = scenario(&sim.url, &sim.thumbprint, "vs-template").await?;
+    let templates: Api<VSphereMachineTemplate> = Api::namespaced(s.kube.clone(), &s.ns);
+    templates
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereMachineTemplate",
+                "metadata": {"name": "workers"},
+                "spec": {"template": {"spec": {
+                    "source": {"template": TEMPLATE},
+                    "cpu": {"cores": 2, "sockets": 2},
+                    "memoryMiB": 6144,
+                }}},
+            }))?,
+        )
+        .await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let t = templates.get("workers").await?;
+        if let Some(status) = &t.status {
+            let cap: Vec<(String, String)> = status
+                .capacity
+                .iter()
+                .map(|(k, v)| (k.clone(), v.0.clone()))
+                .collect();
+            ensure!(
+                cap == [
+                    ("cpu".to_owned(), "4".to_owned()),
+                    ("memory".to_owned(), "6144Mi".to_owned())
+                ],
+                "{cap:?}"
+            );
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("no status.capacity on the VSphereMachineTemplate");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn cluster_deletion_waits_for_its_machines() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let vc = sim_client(&sim.url, &sim.ca_pem)?;
+    make_template(&vc).await?;
+    let s = scenario(&sim.url, &sim.thumbprint, "vs-cluster-del").await?;
+    s.machine("db-1", json!({})).await?;
+    let m = s
+        .wait_machine("db-1", "a VM", |m| {
+            m.status.as_ref().and_then(|s| s.vm_ref.as_ref()).is_some()
+        })
+        .await?;
+    let vm = vm_of(&m)?;
+    let cluster_name = infra_cluster_name(&s.provider);
+    s.cluster()
+        .delete(&cluster_name, &DeleteParams::default())
+        .await?;
+
+    // The cluster stays (finalizer held) and says what it waits for; the VM is untouched.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let c = s.cluster().get(&cluster_name).await?;
+        let cond = c
+            .status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == "Ready").cloned());
+        if let Some(cond) = cond
+            && cond.reason == "WaitingForMachines"
+        {
+            ensure!(cond.status == "False", "{cond:?}");
+            ensure!(
+                cond.message == "deleting: waiting for 1 VSphereMachine(s) to delete their VMs: db-1",
+                "{}",
+                cond.message
+            );
+            ensure!(c.metadata.deletion_timestamp.is_some());
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("VSphereCluster never waited for its machine: {:?}", c.status);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ensure!(vc.vm_info(&vm).await?.is_some(), "the VM went away early");
+
+    // Once the machine has destroyed its VM, the cluster is released.
+    s.machines().delete("db-1", &DeleteParams::default()).await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while s.cluster().get_opt(&cluster_name).await?.is_some() {
+        if tokio::time::Instant::now() > deadline {
+            bail!("VSphereCluster not released after its machine went away");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ensure!(s.machines().get_opt("db-1").await?.is_none());
+    ensure!(vc.vm_info(&vm).await?.is_none(), "VM still in vcsim");
+    Ok(())
+}

@@ -501,7 +501,7 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         pool_addresses: &pool_addresses,
     };
     // Once provisioned, day-2 problems (a failed reconfiguration) go to `VMUpToDate`; `Ready`
-    // stays True as long as the VM exists.
+    // is True while the VM exists and runs (False, `PoweredOff`, while it is off).
     let was_provisioned = phase.is_provisioned();
     match provision::provision_step(&hv, &input, phase, bootstrap.as_ref(), &ctx.reservations).await {
         Ok(step) => {
@@ -548,15 +548,23 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 );
             }
             let provisioned = step.phase.is_provisioned();
-            let (flag, message) = if provisioned {
-                (ConditionStatus::True, String::new())
-            } else {
-                (ConditionStatus::False, step.waiting.clone().unwrap_or_default())
+            // Provisioned is not Ready while the VM is powered off (crate::update::provisioned_ready).
+            let (flag, reason, message) = match step.phase.location() {
+                Some(loc) if provisioned => {
+                    let (ok, reason, message) = crate::update::provisioned_ready(
+                        loc.vmid,
+                        crate::update::desired_power(&pm.spec),
+                        status.power_state,
+                    );
+                    (ConditionStatus::from(ok), reason, message)
+                }
+                _ => (
+                    ConditionStatus::False,
+                    step.phase.reason(),
+                    step.waiting.clone().unwrap_or_default(),
+                ),
             };
-            condition::set(
-                &mut status.conditions,
-                ready(flag, step.phase.reason(), message, generation),
-            );
+            condition::set(&mut status.conditions, ready(flag, reason, message, generation));
             write_status(ctx, &api, &pm, &status).await?;
             if let Some((reason, note)) = step.event {
                 info!(reason, %note, "transition");

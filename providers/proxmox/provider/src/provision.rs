@@ -529,7 +529,42 @@ async fn update_step<H: Hypervisor>(
         up_to_date: Some(UpToDate::no(progress_reason(state), why.clone())),
         ..Step::wait(Phase::Update(loc.clone(), state, upid), TASK_POLL, why)
     };
+    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
     match action {
+        // A machine provisioned powered off still carries its seed: once the guest has booted
+        // (it reports an address), the seed is removed and the addresses refreshed.
+        UpdateAction::InSync if running && desired::seed_attached(&config, &seed_volid) => {
+            let in_sync = Step {
+                power,
+                up_to_date: Some(UpToDate::yes()),
+                ..Step::to(Phase::Provisioned(loc.clone()))
+            };
+            let Some(ips) = first_boot_addresses(hv, input, &loc).await? else {
+                return Ok(Step {
+                    requeue: GUEST_POLL,
+                    ..in_sync
+                });
+            };
+            let provider_id = desired::provider_id(&config).ok_or_else(|| {
+                permanent(reason, "the VM has no smbios1 uuid to derive the providerID from")
+            })?;
+            remove_seed(hv, input, &loc, &config).await;
+            Ok(Step {
+                requeue: RESYNC,
+                provisioned: Some(ProvisionedVm {
+                    provider_id,
+                    addresses: desired::machine_addresses(input.name, &ips),
+                }),
+                ..in_sync
+            }
+            .with_event(
+                "FirstBoot",
+                format!(
+                    "VM {} booted for the first time; bootstrap seed removed",
+                    loc.vmid
+                ),
+            ))
+        }
         UpdateAction::InSync => Ok(Step {
             requeue: RESYNC,
             power,
@@ -760,10 +795,57 @@ async fn configure<H: Hypervisor>(
                 .map_err(|e| StepError::from_pve("BootstrapDeliveryFailed", e))?;
             Ok(running(Some(upid), "uploading the bootstrap seed"))
         }
+        ConfigureAction::Done if update::desired_power(input.spec) == PowerState::Off => {
+            provisioned_powered_off(hv, input, loc, &config).await
+        }
         ConfigureAction::Done => {
             Ok(Step::to(Phase::PowerOn(loc, None)).with_event("Configured", "VM configured"))
         }
     }
+}
+
+/// A machine whose spec wants the VM `Off` when configuration is done is provisioned without
+/// booting it: the start and the wait for the guest are skipped. The providerID comes from the
+/// config (smbios1 uuid); the addresses are the hostname plus what is known without a guest
+/// (static `addresses` and IPAM pool allocations). The seed ISO stays attached, so cloud-init
+/// runs with the bootstrap data on the VM's first boot; [`update_step`] ejects and deletes it
+/// once the running guest reports an address (deletion deletes it in any case).
+async fn provisioned_powered_off<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: VmLocation,
+    config: &banlieue_pve_client::VmConfig,
+) -> Result<Step, StepError> {
+    let reason = "ConfigurationFailed";
+    let provider_id = desired::provider_id(config)
+        .ok_or_else(|| permanent(reason, "the VM has no smbios1 uuid to derive the providerID from"))?;
+    let Some(running) = hv
+        .vm_running(&loc.node, loc.vmid)
+        .await
+        .map_err(|e| StepError::from_pve(reason, e))?
+    else {
+        return Ok(vanished(loc));
+    };
+    let ips: Vec<std::net::IpAddr> = desired::static_addresses(input.spec)
+        .into_iter()
+        .chain(input.pool_addresses.values().map(|a| a.address))
+        .collect();
+    let message = format!(
+        "VM {} provisioned without booting it (spec.powerState is Off); it runs its bootstrap data on its first start",
+        loc.vmid
+    );
+    Ok(Step {
+        // Someone started it meanwhile: the update step shuts it down at once.
+        requeue: if running { Duration::ZERO } else { RESYNC },
+        provisioned: Some(ProvisionedVm {
+            provider_id,
+            addresses: desired::machine_addresses(input.name, &ips),
+        }),
+        power: Some(update::observed_power(running)),
+        up_to_date: (!running).then(UpToDate::yes),
+        ..Step::to(Phase::Provisioned(loc))
+    }
+    .with_event("Provisioned", message))
 }
 
 async fn wait_guest<H: Hypervisor>(
@@ -806,20 +888,8 @@ async fn wait_guest<H: Hypervisor>(
     };
     let provider_id = desired::provider_id(&config)
         .ok_or_else(|| permanent(reason, "the VM has no smbios1 uuid to derive the providerID from"))?;
-    // The seed has served its purpose: eject and delete it (best effort; deletion retries it).
-    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
-    if desired::seed_attached(&config, &seed_volid)
-        && let Err(e) = hv
-            .update_config(&loc.node, loc.vmid, &desired::eject_seed())
-            .await
-    {
-        tracing::warn!(error = %e, vmid = loc.vmid, "cannot eject the seed ISO");
-    }
-    if let Err(e) = hv.delete_volume(&loc.node, &seed_volid).await
-        && !e.is_not_found()
-    {
-        tracing::warn!(error = %e, vmid = loc.vmid, "cannot delete the seed ISO");
-    }
+    // The seed has served its purpose.
+    remove_seed(hv, input, &loc, &config).await;
     Ok(Step {
         requeue: RESYNC,
         provisioned: Some(ProvisionedVm {
@@ -831,6 +901,52 @@ async fn wait_guest<H: Hypervisor>(
         ..Step::to(Phase::Provisioned(loc))
     }
     .with_event("Provisioned", "VM running and reachable"))
+}
+
+/// Ejects and deletes the seed ISO (best effort; deletion retries the delete).
+async fn remove_seed<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: &VmLocation,
+    config: &banlieue_pve_client::VmConfig,
+) {
+    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+    if desired::seed_attached(config, &seed_volid)
+        && let Err(e) = hv
+            .update_config(&loc.node, loc.vmid, &desired::eject_seed())
+            .await
+    {
+        tracing::warn!(error = %e, vmid = loc.vmid, "cannot eject the seed ISO");
+    }
+    if let Err(e) = hv.delete_volume(&loc.node, &seed_volid).await
+        && !e.is_not_found()
+    {
+        tracing::warn!(error = %e, vmid = loc.vmid, "cannot delete the seed ISO");
+    }
+}
+
+/// The addresses of a running guest that booted for the first time after it was provisioned
+/// powered off: the guest agent's (`None` until it reports one), or the static ones when the
+/// spec skips the agent.
+async fn first_boot_addresses<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: &VmLocation,
+) -> Result<Option<Vec<std::net::IpAddr>>, StepError> {
+    let skip_agent = input
+        .spec
+        .readiness_checks
+        .as_ref()
+        .and_then(|r| r.skip_guest_agent)
+        .unwrap_or(false);
+    if skip_agent {
+        return Ok(Some(desired::static_addresses(input.spec)));
+    }
+    let ips = hv
+        .guest_addresses(&loc.node, loc.vmid)
+        .await
+        .map_err(|e| StepError::from_pve("GuestNotReady", e))?;
+    Ok(ips.filter(|ips| desired::machine_addresses(input.name, ips).len() >= 2))
 }
 
 /// What a deletion step decided.

@@ -798,3 +798,127 @@ async fn a_vm_deleted_behind_our_back_is_reported() {
     .unwrap_err();
     assert_eq!(err.reason(), "VMNotFound");
 }
+
+/// A spec that wants the VM off from the start, with a static address on `net0`.
+fn created_off() -> ProxmoxMachineSpec {
+    ProxmoxMachineSpec {
+        power_state: Some(banlieue_api::common::PowerState::Off),
+        networks: vec![
+            serde_json::from_value(serde_json::json!({
+                "name": "net0", "network": "vmbr0",
+                "ipv4": {"mode": "Static", "addresses": ["10.1.2.3/24"], "gateway": "10.1.2.1"}
+            }))
+            .unwrap(),
+        ],
+        ..spec()
+    }
+}
+
+#[tokio::test]
+async fn a_machine_created_powered_off_is_provisioned_without_booting() {
+    let hv = FakePve::new(1);
+    let spec = created_off();
+    let steps = drive(
+        &hv,
+        &input(&spec, None),
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let (vmid, vm) = hv.vms().into_iter().next().unwrap();
+    assert!(!vm.running, "never started");
+    let calls = hv.calls();
+    assert!(
+        !calls.iter().any(|c| c == "start_vm" || c == "guest_addresses"),
+        "no start and no wait for the guest: {calls:?}"
+    );
+    assert_eq!(events(&steps), ["CloneStarted", "Cloned", "Provisioned"]);
+    let last = steps.last().unwrap();
+    assert_eq!(last.power, Some(banlieue_api::common::PowerState::Off));
+    assert_eq!(last.up_to_date.as_ref().map(|u| u.status), Some(true));
+    let done = last.provisioned.as_ref().expect("provisioned");
+    assert_eq!(
+        done.provider_id,
+        format!("proxmox://0000aaaa-0000-0000-0000-{vmid:012}")
+    );
+    let addresses: Vec<&str> = done.addresses.iter().map(|a| a.address.as_str()).collect();
+    assert_eq!(
+        addresses,
+        ["m1", "10.1.2.3"],
+        "hostname and the static address only"
+    );
+    // The seed stays attached for the first boot.
+    let seed = desired::seed_volid("local", UID);
+    assert!(desired::seed_attached(
+        &banlieue_pve_client::VmConfig(vm.config.clone()),
+        &seed
+    ));
+    assert_eq!(hv.volumes().len(), 1, "seed ISO kept");
+    // Off and in sync: nothing happens on later reconciles.
+    let again = drive_update(&hv, &input(&spec, None), last.phase.clone()).await;
+    assert_eq!(events(&again), Vec::<&str>::new());
+    assert!(!hv.vm(vmid).unwrap().running);
+
+    // First power-on: started; once the guest reports, the seed goes and the addresses are the
+    // guest's.
+    let on = ProxmoxMachineSpec {
+        power_state: Some(banlieue_api::common::PowerState::On),
+        ..spec.clone()
+    };
+    let steps = drive_update(&hv, &input(&on, None), last.phase.clone()).await;
+    assert_eq!(events(&steps), ["PoweringOn", "FirstBoot"]);
+    let vm = hv.vm(vmid).unwrap();
+    assert!(vm.running);
+    assert_eq!(vm.config["ide2"], "none,media=cdrom", "seed ejected");
+    assert!(hv.volumes().is_empty(), "seed ISO deleted");
+    let refreshed = steps
+        .last()
+        .unwrap()
+        .provisioned
+        .as_ref()
+        .expect("addresses refreshed");
+    assert_eq!(refreshed.provider_id, done.provider_id);
+    assert!(
+        refreshed
+            .addresses
+            .iter()
+            .any(|a| a.address == format!("10.0.{}.{}", vmid / 250, vmid % 250)),
+        "{:?}",
+        refreshed.addresses
+    );
+    // Running and seedless: back to the two-read resync.
+    let before = hv.calls().len();
+    let again = drive_update(&hv, &input(&on, None), steps.last().unwrap().phase.clone()).await;
+    assert_eq!(events(&again), Vec::<&str>::new());
+    assert_eq!(hv.calls()[before..], ["vm_running", "vm_config"]);
+}
+
+#[tokio::test]
+async fn a_first_boot_waits_for_the_guest_before_removing_the_seed() {
+    let hv = FakePve::new(1);
+    let spec = created_off();
+    let steps = drive(
+        &hv,
+        &input(&spec, None),
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let phase = steps.last().unwrap().phase.clone();
+    let vmid = phase.location().unwrap().vmid;
+    hv.set_agent_ips(vmid, None);
+    let on = ProxmoxMachineSpec {
+        power_state: None,
+        ..spec.clone()
+    };
+    let steps = drive_update(&hv, &input(&on, None), phase).await;
+    assert_eq!(events(&steps), ["PoweringOn"]);
+    let last = steps.last().unwrap();
+    assert_eq!(last.provisioned, None);
+    assert_eq!(last.requeue, crate::provision::GUEST_POLL, "looks again soon");
+    assert_eq!(hv.volumes().len(), 1, "seed kept until the guest answers");
+}

@@ -163,6 +163,16 @@ impl Standalone {
     /// A VirtualMachine (as a user writes it) and its ProxmoxMachine (as the banlieue
     /// controller would create it: controlled by the VM, `spec.providerRef` set).
     async fn virtual_machine(&self, name: &str, user_data: Option<&str>) -> Result<()> {
+        self.virtual_machine_powered(name, user_data, None).await
+    }
+
+    /// [`Self::virtual_machine`] with `spec.powerState` set on both objects.
+    async fn virtual_machine_powered(
+        &self,
+        name: &str,
+        user_data: Option<&str>,
+        power_state: Option<PowerState>,
+    ) -> Result<()> {
         let user_data_secret_ref = match user_data {
             Some(data) => {
                 self.api::<Secret>()
@@ -206,12 +216,19 @@ impl Standalone {
                         cpu: Some(Cpu::cores(2)),
                         memory_mib: Some(2048),
                         user_data_secret_ref,
+                        power_state,
                         ..Default::default()
                     },
                 ),
             )
             .await?;
-        let mut pm = ProxmoxMachine::new(name, machine_spec(&self.provider, source));
+        let mut pm = ProxmoxMachine::new(
+            name,
+            ProxmoxMachineSpec {
+                power_state,
+                ..machine_spec(&self.provider, source)
+            },
+        );
         pm.metadata.owner_references = Some(vec![owner_ref(&vm)?]);
         self.api::<ProxmoxMachine>()
             .create(&PostParams::default(), &pm)
@@ -402,6 +419,17 @@ async fn a_virtual_machine_is_provisioned_powered_resized_and_deleted_without_ca
         "the simulator VM is stopped"
     );
     assert_eq!(pm.status.as_ref().and_then(|st| st.vmid), Some(vmid), "same VM");
+    // Still provisioned, but not Ready while off, and the message says why.
+    assert!(provisioned(&pm), "stays provisioned");
+    let ready = condition(&pm, "Ready").context("Ready")?;
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "PoweredOff")
+    );
+    assert_eq!(
+        ready.message,
+        format!("VM {vmid} is powered off because spec.powerState is Off; set it to On to start the VM")
+    );
 
     // Memory and CPU while off: applied, the VM stays off.
     let g = s
@@ -424,6 +452,10 @@ async fn a_virtual_machine_is_provisioned_powered_resized_and_deleted_without_ca
     let vm = s.sim.vm(vmid).context("vm")?;
     assert_eq!(vm.config.get("memory").map(String::as_str), Some("4096"));
     assert!(vm.running);
+    s.wait_for("web", "Ready again", |pm| {
+        condition(pm, "Ready").is_some_and(|c| c.status == "True" && c.reason == "Provisioned")
+    })
+    .await?;
     let vms: Vec<_> = s.sim.vms().into_iter().filter(|v| !v.template).collect();
     assert_eq!(vms.len(), 1, "reconfigured in place, never re-cloned");
 
@@ -502,6 +534,74 @@ async fn a_virtual_machine_without_user_data_gets_meta_data_and_network_config_o
     );
     assert!(seed.meta_data.unwrap_or_default().contains("plain"));
     assert!(seed.network_config.is_some());
+    for c in &s.controllers {
+        c.abort();
+    }
+    Api::<Provider>::all(s.client.clone())
+        .delete(&s.provider, &DeleteParams::default())
+        .await?;
+    s.sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_virtual_machine_created_powered_off_is_provisioned_without_booting() -> Result<()> {
+    let (s, _ns) = Standalone::start("pxm-createdoff").await?;
+    s.virtual_machine_powered("cold", Some(USER_DATA), Some(PowerState::Off))
+        .await?;
+    let pm = s
+        .wait_for("cold", "provisioned powered off", |pm| {
+            pm.spec.provider_id.is_some()
+                && pm
+                    .status
+                    .as_ref()
+                    .and_then(|st| st.initialization.as_ref())
+                    .and_then(|i| i.provisioned)
+                    == Some(true)
+        })
+        .await?;
+    let status = pm.status.clone().context("status")?;
+    let vmid = status.vmid.context("vmid")?;
+    assert_eq!(status.power_state, Some(PowerState::Off));
+    let hostname_only: Vec<&str> = status.addresses.iter().map(|a| a.address.as_str()).collect();
+    assert_eq!(
+        hostname_only,
+        ["cold"],
+        "DHCP and never booted: the hostname only"
+    );
+    let ready = condition(&pm, "Ready").context("Ready")?;
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "PoweredOff")
+    );
+    assert!(
+        ready.message.contains(&format!("VM {vmid} is powered off")),
+        "{}",
+        ready.message
+    );
+    assert!(!s.sim.vm(vmid).context("vm")?.running);
+    assert!(
+        !s.sim
+            .tasks()
+            .iter()
+            .any(|t| t.kind == "qmstart" && t.id == vmid.to_string()),
+        "the VM was never started"
+    );
+    // The seed waits attached for the first boot; starting the VM delivers the user data.
+    let g = s
+        .patch_spec("cold", serde_json::json!({"powerState": "On"}))
+        .await?;
+    let pm = s
+        .wait_for("cold", "running and Ready", |pm| {
+            up_to_date(g)(pm) && provisioned(pm) && condition(pm, "Ready").is_some_and(|c| c.status == "True")
+        })
+        .await?;
+    let seed = s.sim.seed(vmid).context("the VM booted with a seed")?;
+    assert_eq!(seed.user_data.as_deref(), Some(USER_DATA));
+    assert_eq!(
+        pm.status.as_ref().and_then(|st| st.power_state),
+        Some(PowerState::On)
+    );
     for c in &s.controllers {
         c.abort();
     }

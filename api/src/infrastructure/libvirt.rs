@@ -33,6 +33,29 @@ pub enum Firmware {
     UEFI,
 }
 
+/// One libvirt host of a LibvirtCluster: a failure domain.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtHost {
+    /// Failure-domain name (a DNS label): what `Machine.spec.failureDomain` names, the
+    /// `<host>` of the `libvirt://<host>/<domain uuid>` providerID, and `status.node`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// libvirt connection URI, e.g. `qemu+ssh://root@kvm1.example.com/system`.
+    #[schemars(
+        length(min = 7, max = 2048),
+        regex(pattern = r"^(qemu|qemu\+ssh|qemu\+libssh|qemu\+libssh2|qemu\+tls|qemu\+tcp|test)://")
+    )]
+    pub uri: String,
+    /// Secret with this host's credentials (same keys as the cluster's `credentialsRef`, which
+    /// it replaces for this host). Unset: the cluster's `credentialsRef`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_ref: Option<SecretReference>,
+    /// Whether control plane machines may be placed on this host (default `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<bool>,
+}
+
 /// A libvirt host hosting a Cluster API workload cluster.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[kube(
@@ -75,8 +98,8 @@ pub enum Firmware {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "has(self.providerRef) != has(self.uri)",
-        "message": "set either spec.providerRef (a banlieue Provider) or spec.uri"
+        "rule": "[has(self.providerRef), has(self.uri), has(self.hosts)].exists_one(x, x)",
+        "message": "set exactly one of spec.providerRef (a banlieue Provider), spec.uri (one host) or spec.hosts (several hosts, each a failure domain)"
     },
     {
         "rule": "!has(oldSelf.controlPlaneEndpoint) || (has(self.controlPlaneEndpoint) && self.controlPlaneEndpoint == oldSelf.controlPlaneEndpoint)",
@@ -91,15 +114,24 @@ pub struct LibvirtClusterSpec {
     /// exclusive with `uri`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider_ref: Option<ProviderReference>,
-    /// libvirt connection URI, e.g. `qemu+ssh://root@host.example.com/system`.
+    /// libvirt connection URI of a single host, e.g. `qemu+ssh://root@host.example.com/system`;
+    /// the failure domain is named after the URI's host part (`localhost` for local URIs).
+    /// Mutually exclusive with `hosts`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(
         length(min = 7, max = 2048),
-        regex(pattern = r"^(qemu|qemu\+ssh|qemu\+tls|qemu\+tcp|test)://")
+        regex(pattern = r"^(qemu|qemu\+ssh|qemu\+libssh|qemu\+libssh2|qemu\+tls|qemu\+tcp|test)://")
     )]
     pub uri: Option<String>,
-    /// Secret with `ssh-privatekey` and `known_hosts` (for `qemu+ssh`) or TLS client
-    /// certificates (`tls.crt`, `tls.key`, `ca.crt` for `qemu+tls`).
+    /// Several libvirt hosts, keyed by name; each is a failure domain. Mutually exclusive with
+    /// `uri`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub hosts: Vec<LibvirtHost>,
+    /// Secret (in the LibvirtCluster's namespace unless `namespace` is set) with the connection
+    /// credentials: `ssh-privatekey` and `known_hosts` for `qemu+ssh`/`qemu+libssh` URIs, or
+    /// `ca.crt`, `tls.crt`, `tls.key` for `qemu+tls` URIs. The provider writes them to 0600 files
+    /// and passes their paths as URI parameters (`keyfile`, `known_hosts`, `pkipath`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_ref: Option<SecretReference>,
 }
@@ -177,8 +209,10 @@ pub struct LibvirtClusterStatus {
     }
 ]))]
 pub struct LibvirtMachineSpec {
-    /// `libvirt://<domain uuid>` once the domain exists; must equal the workload Node's
-    /// `spec.providerID`. Set by the provider; immutable once set.
+    /// `libvirt://<host>/<domain uuid>` once the domain exists (`<host>` = the failure-domain
+    /// name of the libvirt host, `<domain uuid>` = lower-case, also the guest's SMBIOS system
+    /// uuid); must equal the workload Node's `spec.providerID`. Set by the provider; immutable
+    /// once set.
     #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 512))]
     pub provider_id: Option<String>,

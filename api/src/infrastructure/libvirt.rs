@@ -39,7 +39,10 @@ pub enum Firmware {
 pub struct LibvirtHost {
     /// Failure-domain name (a DNS label): what `Machine.spec.failureDomain` names, the
     /// `<host>` of the `libvirt://<host>/<domain uuid>` providerID, and `status.node`.
-    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
     pub name: String,
     /// libvirt connection URI, e.g. `qemu+ssh://root@kvm1.example.com/system`.
     #[schemars(

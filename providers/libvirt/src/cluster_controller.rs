@@ -316,6 +316,20 @@ pub async fn run<C: Connector>(
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    run_with_metrics(ctx, namespace, concurrency, shutdown, Default::default()).await;
+}
+
+/// The `controller` label of this controller's metrics.
+pub const METRICS_NAME: &str = "libvirtcluster";
+
+/// [`run`], recording every reconcile into `metrics`.
+pub async fn run_with_metrics<C: Connector>(
+    ctx: Arc<ClusterContext<C>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    metrics: banlieue_provider_runtime::metrics::Metrics,
+) {
     let client = ctx.client.clone();
     let (lvcs, clusters): (Api<LibvirtCluster>, Api<Cluster>) = match namespace {
         Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
@@ -325,7 +339,18 @@ pub async fn run<C: Connector>(
         .watches(clusters, watcher::Config::default(), cluster_to_infra)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            move |obj, ctx| {
+                let metrics = metrics.clone();
+                async move {
+                    metrics
+                        .observe(METRICS_NAME, Error::metric_label, reconcile(obj, ctx))
+                        .await
+                }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller event");

@@ -56,6 +56,8 @@ pub struct MachineContext<C: Connector> {
     failures: Mutex<HashMap<String, u32>>,
     /// Kubernetes writes by kind (`status`, `spec`, `finalizer`), for benchmarks and metrics.
     pub writes: Mutex<HashMap<&'static str, u64>>,
+    /// Reconcile metrics (`/metrics`); share one registry per process by replacing it.
+    pub metrics: banlieue_provider_runtime::metrics::Metrics,
 }
 
 impl<C: Connector> MachineContext<C> {
@@ -75,10 +77,12 @@ impl<C: Connector> MachineContext<C> {
             recorder,
             failures: Mutex::default(),
             writes: Mutex::default(),
+            metrics: Default::default(),
         }
     }
 
     fn count_write(&self, kind: &'static str) {
+        self.metrics.count_write(kind);
         *self
             .writes
             .lock()
@@ -566,7 +570,19 @@ pub async fn run<C: Connector>(
         )
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |obj, ctx: Arc<MachineContext<C>>| {
+                let metrics = ctx.metrics.clone();
+                async move {
+                    let reconciled = reconcile(obj, ctx);
+                    metrics
+                        .observe(METRICS_NAME, Error::metric_label, reconciled)
+                        .await
+                }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|res| async move {
             if let Err(e) = res {
                 tracing::debug!(error = %e, "controller event");
@@ -574,3 +590,6 @@ pub async fn run<C: Connector>(
         })
         .await;
 }
+
+/// The `controller` label of this controller's metrics.
+pub const METRICS_NAME: &str = "libvirtmachine";

@@ -11,6 +11,7 @@
 //! - [`shutdown`]: SIGTERM/SIGINT as a cloneable future.
 //! - [`manager`]: runs controllers behind the endpoints and (optionally) the Lease, releasing it
 //!   on a clean shutdown.
+//! - `testing` (feature `testing`): the operations check of a provider binary.
 //!
 //! Everything above is the default `runtime` feature; the hypervisor clients, which know nothing
 //! of Kubernetes, build it without default features.
@@ -29,6 +30,8 @@ pub mod manager;
 pub mod metrics;
 #[cfg(feature = "runtime")]
 pub mod shutdown;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 #[cfg(feature = "runtime")]
 pub use runtime_error::{Error, Result};

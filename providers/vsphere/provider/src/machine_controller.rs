@@ -44,6 +44,10 @@ pub struct Context {
     pub clients: ClientCache,
     /// Event recorder.
     pub recorder: Recorder,
+    /// Reconcile metrics of both controllers (`/metrics`).
+    pub metrics: banlieue_provider_runtime::metrics::Metrics,
+    /// Concurrent reconciles per controller (0: unbounded).
+    pub concurrency: u16,
 }
 
 impl Context {
@@ -60,6 +64,8 @@ impl Context {
             kube,
             clients: ClientCache::default(),
             recorder,
+            metrics: Default::default(),
+            concurrency: 0,
         }
     }
 }
@@ -484,15 +490,31 @@ fn error_policy(_obj: Arc<VSphereMachine>, err: &Error, _ctx: Arc<Context>) -> A
     Action::requeue(Duration::from_secs(5))
 }
 
+/// The `controller` label of this controller's metrics.
+pub const METRICS_NAME: &str = "vspheremachine";
+
 /// Runs the VSphereMachine controller until the stream ends, for one namespace or (`None`) all.
 pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
     let api: Api<VSphereMachine> = match namespace {
         Some(ns) => Api::namespaced(ctx.kube.clone(), ns),
         None => Api::all(ctx.kube.clone()),
     };
+    let concurrency = ctx.concurrency;
     Controller::new(api, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .shutdown_on_signal()
-        .run(reconcile, error_policy, ctx)
+        .run(
+            |obj, ctx: Arc<Context>| {
+                let metrics = ctx.metrics.clone();
+                async move {
+                    metrics
+                        .observe(METRICS_NAME, Error::metric_label, reconcile(obj, ctx))
+                        .await
+                }
+            },
+            error_policy,
+            ctx,
+        )
         .for_each(|r| async move {
             if let Err(e) = r {
                 warn!(error = %e, "VSphereMachine reconcile error");

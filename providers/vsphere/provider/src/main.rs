@@ -1,38 +1,75 @@
-//! `banlieue-vsphere`: runs the VSphereCluster and VSphereMachine controllers.
+//! `banlieue-vsphere`: the Cluster API infrastructure provider for vSphere.
+//!
+//! Runs the VSphereCluster and VSphereMachine controllers, optionally behind Lease leader
+//! election, with `/healthz` and `/readyz` on the probe address and Prometheus `/metrics` on the
+//! metrics address (both from `banlieue-provider-runtime`). Logs are JSON by default.
+//! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
+use banlieue_provider_runtime::flags::RuntimeArgs;
+use banlieue_provider_runtime::http::Probes;
+use banlieue_provider_runtime::{logging, manager, shutdown};
 use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::{cluster_controller, machine_controller};
 use clap::Parser;
 
 /// The banlieue vSphere infrastructure provider.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version, about = "Cluster API infrastructure provider for vSphere")]
 struct Args {
-    /// Log as JSON lines.
-    #[arg(long, env = "BANLIEUE_LOG_JSON")]
-    log_json: bool,
-    /// Watch only this namespace (default: all).
-    #[arg(long, env = "BANLIEUE_WATCH_NAMESPACE")]
-    namespace: Option<String>,
+    #[command(flatten)]
+    runtime: RuntimeArgs,
 }
+
+const NAME: &str = "banlieue-vsphere";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    if args.log_json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
-    } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
-    }
-    let kube = kube::Client::try_default().await?;
-    let ctx = Arc::new(Context::new(kube, "banlieue-vsphere"));
-    let ns = args.namespace.as_deref();
-    tokio::join!(
-        machine_controller::run(ctx.clone(), ns),
-        cluster_controller::run(ctx, ns)
-    );
+    logging::init(args.runtime.log_format);
+    let kube = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes")?;
+    let probes = Arc::new(Probes::default());
+    let mut ctx = Context::new(kube.clone(), NAME);
+    ctx.metrics = probes.metrics.clone();
+    ctx.concurrency = args.runtime.concurrency;
+    let ctx = Arc::new(ctx);
+    let namespace = args.runtime.namespace.as_deref();
+    let p = probes.clone();
+    manager::run(
+        kube,
+        args.runtime.manager(NAME),
+        probes,
+        shutdown::signal(),
+        // The controllers stop on SIGTERM/SIGINT themselves (kube-runtime's signal handling).
+        |_stop| async move {
+            p.set_ready(true);
+            tokio::join!(
+                machine_controller::run(ctx.clone(), namespace),
+                cluster_controller::run(ctx, namespace)
+            );
+        },
+    )
+    .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn flags_are_the_runtime_flags() {
+        Args::command().debug_assert();
+        let args = Args::try_parse_from([NAME, "--namespace", "capi", "--leader-elect"]).unwrap();
+        assert_eq!(args.runtime.namespace.as_deref(), Some("capi"));
+        assert_eq!(
+            args.runtime.manager(NAME).leader.map(|l| l.name),
+            Some("banlieue-vsphere-leader".into())
+        );
+    }
 }

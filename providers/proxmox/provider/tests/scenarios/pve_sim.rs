@@ -1,0 +1,146 @@
+//! The Proxmox provider under the shared scenario suite: the wire-level simulator
+//! (`banlieue-pve-sim`, one per scenario) reached by the real client, and the ProxmoxCluster
+//! and ProxmoxMachine controllers running in-process for the scenario's namespace.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use banlieue_proxmox::cluster_controller::{self, ClusterContext};
+use banlieue_proxmox::credentials::ClientConnector;
+use banlieue_proxmox::machine_controller::{self, MachineContext};
+use banlieue_pve_sim::{FaultRule, SimConfig, SimHandle};
+use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+
+/// Where a Proxmox VM's owner is written: a tag `banlieue-uid-<uid>`.
+const OWNER_TAG: &str = "banlieue-uid-";
+const WRONG_SECRET: &str = "00000000-dead-beef-0000-000000000000";
+
+/// pve-sim with three nodes (one failure domain each) and the template VMID 9000.
+pub struct PveSim {
+    kube: kube::Client,
+    ns: String,
+    sim: SimHandle,
+    controllers: Controllers,
+}
+
+impl ProviderUnderTest for PveSim {
+    const NAME: &'static str = "pxm";
+    const CLUSTER_KIND: &'static str = "ProxmoxCluster";
+    const MACHINE_KIND: &'static str = "ProxmoxMachine";
+    const PROVIDER_ID_PREFIX: &'static str = "proxmox://";
+    const BAD_TEMPLATE_REASON: &'static str = "TemplateNotFound";
+    const MISSING_TEMPLATE: &'static str = "no-such-template";
+    const BAD_ACCESS_REASONS: &'static [&'static str] = &["AuthenticationFailed"];
+
+    async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
+        let mut config = SimConfig::fast();
+        // The template's disks on storage every node reaches (as with Ceph or NFS), so each
+        // node (failure domain) can clone it.
+        for storage in &mut config.storages {
+            storage.shared |= storage.id == "local-lvm";
+        }
+        let sim = banlieue_pve_sim::start(config).await?;
+        Ok(Self {
+            kube,
+            ns: ns.to_owned(),
+            sim,
+            controllers: Controllers::default(),
+        })
+    }
+
+    fn failure_domains(&self) -> Vec<String> {
+        self.sim.config().nodes.clone()
+    }
+
+    async fn cluster_spec(&self, access: Access) -> Result<Value> {
+        let secret = match access {
+            Access::Valid => self.sim.token_secret(),
+            Access::Bad => WRONG_SECRET.to_owned(),
+        };
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "pve-credentials"},
+            "stringData": {"tokenID": self.sim.token_id(), "secret": secret},
+        }))?;
+        Api::<Secret>::namespaced(self.kube.clone(), &self.ns)
+            .create(&PostParams::default(), &secret)
+            .await?;
+        Ok(json!({
+            "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
+            "endpoint": self.sim.url(),
+            "credentialsRef": {"name": "pve-credentials"},
+            "tls": {"sha256Fingerprint": self.sim.fingerprint_sha256()},
+        }))
+    }
+
+    fn machine_spec(&self, template: Template) -> Value {
+        let source = match template {
+            Template::Valid => json!({"vmid": 9000}),
+            Template::Missing => json!({"name": Self::MISSING_TEMPLATE}),
+        };
+        json!({"source": source, "cpu": {"cores": 2}, "memoryMiB": 2048})
+    }
+
+    fn start(&mut self) {
+        let machines = Arc::new(MachineContext::new(
+            self.kube.clone(),
+            ClientConnector::default(),
+            "local",
+            "banlieue-proxmox-test",
+        ));
+        let clusters = Arc::new(ClusterContext::new(
+            self.kube.clone(),
+            ClientConnector::default(),
+            "banlieue-proxmox-test",
+        ));
+        let (a, b) = (self.ns.clone(), self.ns.clone());
+        self.controllers.push(tokio::spawn(async move {
+            machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;
+        }));
+        self.controllers.push(tokio::spawn(async move {
+            cluster_controller::run(clusters, Some(&b), 2, std::future::pending()).await;
+        }));
+    }
+
+    async fn stop(&mut self) {
+        self.controllers.stop().await;
+    }
+
+    async fn vms(&self, _machines: &[MachineHint]) -> Result<Vec<Vm>> {
+        Ok(self
+            .sim
+            .vms()
+            .into_iter()
+            .filter(|v| !v.template)
+            .map(|v| Vm {
+                id: v.vmid.to_string(),
+                owner_uid: v.config.get("tags").and_then(|tags| {
+                    tags.split([';', ',', ' '])
+                        .find_map(|t| t.strip_prefix(OWNER_TAG))
+                        .map(str::to_owned)
+                }),
+                failure_domain: Some(v.node.clone()),
+                user_data: self
+                    .sim
+                    .seed(v.vmid)
+                    .and_then(|s| s.user_data)
+                    .map(String::into_bytes),
+            })
+            .collect())
+    }
+
+    async fn slow_down(&self) -> Result<()> {
+        self.sim
+            .faults()
+            .add(FaultRule::latency(Duration::from_millis(40)))?;
+        Ok(())
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        vec![self.sim.token_secret(), WRONG_SECRET.to_owned()]
+    }
+}

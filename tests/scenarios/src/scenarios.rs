@@ -1,0 +1,380 @@
+//! The scenarios, each a function generic over the provider. [`crate::scenario_tests!`] makes
+//! one test of each.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use banlieue_capi::Machine;
+use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::fixture::{CLUSTER, Scenario, USER_DATA};
+use crate::object::{self, condition, fully_provisioned, paused_is, provider_id};
+use crate::provider::{Access, ProviderUnderTest, Template};
+
+/// How long "nothing happens" is watched for (after the controller has provably seen the
+/// change).
+const QUIET: Duration = Duration::from_secs(3);
+const PAUSED: &str = "cluster.x-k8s.io/paused";
+
+fn fd_at<P: ProviderUnderTest>(s: &Scenario<P>, i: usize) -> Result<String> {
+    let fds = s.provider.failure_domains();
+    ensure!(!fds.is_empty(), "the provider declares no failure domain");
+    Ok(fds[i % fds.len()].clone())
+}
+
+/// Checks the contract fields of a provisioned machine and its one VM.
+async fn check_provisioned<P: ProviderUnderTest>(
+    s: &Scenario<P>,
+    m: &Value,
+    uid: &str,
+    fd: &str,
+) -> Result<()> {
+    let name = m["metadata"]["name"].as_str().unwrap_or_default();
+    let id = provider_id(m).context("no providerID")?;
+    ensure!(
+        id.starts_with(P::PROVIDER_ID_PREFIX) && id.len() > P::PROVIDER_ID_PREFIX.len(),
+        "{name}: providerID {id:?} is not {}…",
+        P::PROVIDER_ID_PREFIX
+    );
+    ensure!(
+        object::failure_domain(m) == Some(fd),
+        "{name}: status.failureDomain {:?}, the Machine asked for {fd}",
+        object::failure_domain(m)
+    );
+    ensure!(
+        object::ready(m),
+        "{name}: Ready is not True: {:?}",
+        condition(m, "Ready")
+    );
+    ensure!(
+        paused_is(m, "False"),
+        "{name}: Paused is not False: {:?}",
+        condition(m, "Paused")
+    );
+    ensure!(
+        m["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty()),
+        "{name}: no finalizer on a machine with a VM"
+    );
+    ensure!(
+        m.pointer("/status/observedGeneration") == m.pointer("/metadata/generation"),
+        "{name}: observedGeneration {:?} != generation {:?}",
+        m.pointer("/status/observedGeneration"),
+        m.pointer("/metadata/generation")
+    );
+    let vms = s.vms_of(uid).await?;
+    ensure!(vms.len() == 1, "{name}: {} VMs carry its UID: {vms:?}", vms.len());
+    let vm = &vms[0];
+    if let Some(placed) = &vm.failure_domain {
+        ensure!(
+            placed == fd,
+            "{name}: the VM runs in {placed}, the Machine asked for {fd}"
+        );
+    }
+    ensure!(
+        vm.user_data.as_deref() == Some(USER_DATA),
+        "{name}: the guest does not see the bootstrap Secret's value: {:?}",
+        vm.user_data.as_deref().map(String::from_utf8_lossy)
+    );
+    Ok(())
+}
+
+/// Provision: a Machine in a failure domain gets exactly one VM carrying its bootstrap data,
+/// and the infra machine reports `provisioned`, a providerID, addresses, the failure domain,
+/// `Ready=True`, `Paused=False`, a finalizer and its observedGeneration. Once converged, a
+/// change to the Machine makes the provider write nothing.
+pub async fn provision<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("provision").await?;
+    s.ready_cluster().await?;
+    let fd = fd_at(&s, 0)?;
+    let uid = s.machine("m1", Some(&fd), Template::Valid).await?;
+    let m = s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    check_provisioned(&s, &m, &uid, &fd).await?;
+    ensure!(
+        s.vms().await?.len() == 1,
+        "other VMs appeared: {:?}",
+        s.vms().await?
+    );
+
+    // Converged: a reconcile triggered by the owning Machine changes nothing.
+    let rv = s
+        .machines()
+        .get("m1")
+        .await?
+        .resource_version()
+        .context("resourceVersion")?;
+    s.api::<Machine>()
+        .patch(
+            "m1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await?;
+    tokio::time::sleep(QUIET).await;
+    let after = s.machines().get("m1").await?;
+    ensure!(
+        after.resource_version().as_deref() == Some(rv.as_str()),
+        "a converged machine was written again: {:#}",
+        serde_json::to_value(&after)?["status"]
+    );
+    Ok(())
+}
+
+/// Scale 1 → 3 across the failure domains, then back to 1: each Machine gets its own VM in
+/// its failure domain; scaling down deletes exactly the removed machines' VMs.
+pub async fn scale<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("scale").await?;
+    s.ready_cluster().await?;
+    let mut machines = Vec::new();
+    for (i, name) in ["m1", "m2", "m3"].into_iter().enumerate() {
+        let fd = fd_at(&s, i)?;
+        let uid = s.machine(name, Some(&fd), Template::Valid).await?;
+        machines.push((name, uid, fd));
+        if i == 0 {
+            s.wait_machine(name, "provisioned", fully_provisioned).await?;
+        }
+    }
+    let mut ids = BTreeSet::new();
+    for (name, uid, fd) in &machines {
+        let m = s.wait_machine(name, "provisioned", fully_provisioned).await?;
+        check_provisioned(&s, &m, uid, fd).await?;
+        ids.insert(provider_id(&m).unwrap_or_default().to_owned());
+    }
+    ensure!(ids.len() == 3, "providerIDs are not distinct: {ids:?}");
+    let vms = s.vms().await?;
+    ensure!(vms.len() == 3, "{} VMs for 3 machines: {vms:?}", vms.len());
+
+    for (name, _, _) in &machines[1..] {
+        s.delete_machine(name).await?;
+    }
+    for (name, _, _) in &machines[1..] {
+        s.wait_machine_gone(name).await?;
+    }
+    let vms = s.vms().await?;
+    ensure!(
+        vms.len() == 1 && vms[0].owner_uid.as_deref() == Some(machines[0].1.as_str()),
+        "after scaling down to m1: {vms:?}"
+    );
+    Ok(())
+}
+
+/// Delete: the VM goes, then the finalizer (the object is released); a machine that never got
+/// a VM is released too.
+pub async fn delete<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("delete").await?;
+    s.ready_cluster().await?;
+    let uid = s.machine("m1", Some(&fd_at(&s, 0)?), Template::Valid).await?;
+    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    ensure!(s.vms_of(&uid).await?.len() == 1, "no VM to delete");
+    s.delete_machine("m1").await?;
+    s.wait_machine_gone("m1").await?;
+    ensure!(s.vms().await?.is_empty(), "VMs left behind: {:?}", s.vms().await?);
+
+    s.machine("m2", Some(&fd_at(&s, 0)?), Template::Missing).await?;
+    s.wait_machine("m2", "failed", |m| {
+        condition(m, "Ready").is_some_and(|c| c.reason == P::BAD_TEMPLATE_REASON)
+    })
+    .await?;
+    s.delete_machine("m2").await?;
+    s.wait_machine_gone("m2").await?;
+    ensure!(s.vms().await?.is_empty(), "VMs left behind: {:?}", s.vms().await?);
+    Ok(())
+}
+
+/// Pause: with the paused annotation the provider reports `Paused=True` and does nothing (a
+/// deletion waits, the VM stays); with `Cluster.spec.paused` a new machine gets no VM. Unpausing
+/// resumes both.
+pub async fn pause<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("pause").await?;
+    s.ready_cluster().await?;
+    let uid = s.machine("m1", Some(&fd_at(&s, 0)?), Template::Valid).await?;
+    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+
+    s.patch_machine_metadata("m1", json!({"annotations": {PAUSED: ""}}))
+        .await?;
+    s.wait_machine("m1", "Paused=True", |m| paused_is(m, "True"))
+        .await?;
+    // clusterctl move deletes paused objects: nothing may happen on the hypervisor.
+    s.delete_machine("m1").await?;
+    tokio::time::sleep(QUIET).await;
+    ensure!(
+        s.get_infra(P::MACHINE_KIND, "m1").await?.is_some(),
+        "a paused machine was released"
+    );
+    ensure!(
+        s.vms_of(&uid).await?.len() == 1,
+        "a paused machine's VM was touched"
+    );
+    s.patch_machine_metadata("m1", json!({"annotations": {PAUSED: null}}))
+        .await?;
+    s.wait_machine_gone("m1").await?;
+    ensure!(
+        s.vms_of(&uid).await?.is_empty(),
+        "the VM survived the unpaused deletion"
+    );
+
+    s.pause_cluster(true).await?;
+    let uid = s.machine("m2", Some(&fd_at(&s, 0)?), Template::Valid).await?;
+    let m = s
+        .wait_machine("m2", "Paused=True", |m| paused_is(m, "True"))
+        .await?;
+    tokio::time::sleep(QUIET).await;
+    ensure!(
+        s.vms_of(&uid).await?.is_empty(),
+        "a VM was created while the Cluster is paused"
+    );
+    let m2 = s.get_infra(P::MACHINE_KIND, "m2").await?.unwrap_or(m);
+    ensure!(
+        !object::provisioned(&m2) && provider_id(&m2).is_none(),
+        "progress while paused: {:#}",
+        m2["status"]
+    );
+    s.pause_cluster(false).await?;
+    let m2 = s.wait_machine("m2", "provisioned", fully_provisioned).await?;
+    ensure!(
+        paused_is(&m2, "False"),
+        "Paused after unpausing: {:?}",
+        condition(&m2, "Paused")
+    );
+    ensure!(s.vms_of(&uid).await?.len() == 1);
+    Ok(())
+}
+
+/// Bad template: `Ready=False` with the provider's reason and the template's name in the
+/// message; no VM.
+pub async fn bad_template<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("badtpl").await?;
+    s.ready_cluster().await?;
+    s.machine("m1", Some(&fd_at(&s, 0)?), Template::Missing).await?;
+    let m = s
+        .wait_machine("m1", P::BAD_TEMPLATE_REASON, |m| {
+            condition(m, "Ready").is_some_and(|c| c.reason == P::BAD_TEMPLATE_REASON)
+        })
+        .await?;
+    let ready = condition(&m, "Ready").context("Ready")?;
+    ensure!(ready.status == "False", "{ready:?}");
+    ensure!(
+        ready.message.contains(P::MISSING_TEMPLATE),
+        "the message does not name the template: {}",
+        ready.message
+    );
+    ensure!(!object::provisioned(&m) && provider_id(&m).is_none());
+    ensure!(
+        s.vms().await?.is_empty(),
+        "a VM for a bad template: {:?}",
+        s.vms().await?
+    );
+    Ok(())
+}
+
+/// Bad credentials: the infra cluster reports it (`Ready=False`, the provider's reason on one
+/// of its conditions) without the secret in any message or Event, is not provisioned, and a
+/// machine of that cluster gets no VM.
+pub async fn bad_credentials<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("badcreds").await?;
+    s.cluster(Access::Bad).await?;
+    s.provider.start();
+    let c = s
+        .wait_infra(P::CLUSTER_KIND, CLUSTER, "refused", |c| {
+            object::conditions(c)
+                .iter()
+                .any(|(_, c)| P::BAD_ACCESS_REASONS.contains(&c.reason.as_str()))
+        })
+        .await?;
+    let ready = condition(&c, "Ready").context("no Ready on the infra cluster")?;
+    ensure!(ready.status == "False", "{ready:?}");
+    ensure!(!object::provisioned(&c), "provisioned with bad credentials");
+    let uid = s.machine("m1", Some(&fd_at(&s, 0)?), Template::Valid).await?;
+    s.wait_machine("m1", "Ready=False", |m| {
+        condition(m, "Ready").is_some_and(|c| c.status == "False")
+    })
+    .await?;
+    ensure!(s.vms_of(&uid).await?.is_empty(), "a VM without valid credentials");
+    let c = s.get_infra(P::CLUSTER_KIND, CLUSTER).await?.unwrap_or(c);
+    let mut texts: Vec<String> = object::conditions(&c)
+        .into_iter()
+        .map(|(_, c)| c.message)
+        .collect();
+    texts.extend(s.event_texts(CLUSTER).await?);
+    texts.extend(s.event_texts("m1").await?);
+    if let Some(m) = s.get_infra(P::MACHINE_KIND, "m1").await? {
+        texts.extend(object::conditions(&m).into_iter().map(|(_, c)| c.message));
+    }
+    for secret in s.provider.secrets() {
+        ensure!(
+            !texts.iter().any(|t| t.contains(&secret)),
+            "a secret leaked into a condition or Event"
+        );
+    }
+    Ok(())
+}
+
+/// Crash/restart: the controllers are killed again and again while two machines provision
+/// (the hypervisor slowed down so kills land between steps); there is never more than one VM
+/// per machine, and after a final restart exactly one each. Deletion then leaves nothing.
+pub async fn crash_restart<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("crash").await?;
+    s.ready_cluster().await?;
+    s.provider.stop().await;
+    s.provider.slow_down().await?;
+    let a = s.machine("m1", Some(&fd_at(&s, 0)?), Template::Valid).await?;
+    let b = s.machine("m2", Some(&fd_at(&s, 1)?), Template::Valid).await?;
+    let (mut kills, mut mid_flight) = (0u32, 0u32);
+    while kills < 14 {
+        s.provider.start();
+        tokio::time::sleep(Duration::from_millis(100 + 70 * u64::from(kills))).await;
+        s.provider.stop().await;
+        kills += 1;
+        let vms = s.vms().await?;
+        for uid in [&a, &b] {
+            let n = vms.iter().filter(|v| v.owner_uid.as_ref() == Some(uid)).count();
+            ensure!(n <= 1, "{n} VMs for one machine after {kills} kills: {vms:?}");
+        }
+        // A VM still being cloned may not show its owner mark yet; it still counts.
+        ensure!(
+            vms.len() <= 2,
+            "{} VMs for 2 machines after {kills} kills: {vms:?}",
+            vms.len()
+        );
+        let mut done = true;
+        for name in ["m1", "m2"] {
+            done &= s
+                .get_infra(P::MACHINE_KIND, name)
+                .await?
+                .is_some_and(|m| fully_provisioned(&m));
+        }
+        if done {
+            break;
+        }
+        if !vms.is_empty() {
+            mid_flight += 1;
+        }
+    }
+    ensure!(
+        mid_flight >= 2,
+        "only {mid_flight} of {kills} kills landed between the first VM and the end of provisioning"
+    );
+    s.provider.start();
+    for (name, uid) in [("m1", &a), ("m2", &b)] {
+        s.wait_machine(name, "provisioned", fully_provisioned).await?;
+        let n = s.vms_of(uid).await?.len();
+        ensure!(n == 1, "{name}: {n} VMs after {kills} kills");
+    }
+    let vms = s.vms().await?;
+    ensure!(
+        vms.len() == 2 && vms.iter().all(|v| v.owner_uid.is_some()),
+        "after the last restart: {vms:?}"
+    );
+    for name in ["m1", "m2"] {
+        s.delete_machine(name).await?;
+    }
+    for name in ["m1", "m2"] {
+        s.wait_machine_gone(name).await?;
+    }
+    ensure!(s.vms().await?.is_empty(), "orphaned: {:?}", s.vms().await?);
+    Ok(())
+}

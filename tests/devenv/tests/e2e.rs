@@ -11,6 +11,8 @@
 //! Run: `cargo build -p banlieue-controllers -p banlieue-proxmox && cargo test -p banlieue-dev
 //! --test e2e` (`cargo test --workspace` builds the binaries first).
 
+mod common;
+
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -21,17 +23,11 @@ use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
 use banlieue_dev::{BANLIEUE, PROXMOX_PROVIDER};
 use banlieue_pve_sim::{SimHandle, VmInfo};
 use banlieue_testenv::{ManagedProcess, TestEnv, TestNamespace};
+use common::{WAIT, env, executable};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-
-/// Upper bound for one expected transition (debug builds on 2 shared cores).
-const WAIT: Duration = Duration::from_secs(90);
-
-async fn env() -> anyhow::Result<&'static TestEnv> {
-    Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
-}
 
 /// One scenario's world: a namespace, a simulator registered as a Provider, the two
 /// controller processes.
@@ -225,20 +221,6 @@ impl Scenario {
     }
 }
 
-/// The executable process `pid` runs once it has exec'd into `name` (it starts as `setpriv`,
-/// which execs `env`, which execs the binary); the last one seen after 10 s otherwise.
-async fn executable(pid: u32, name: &str) -> anyhow::Result<PathBuf> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .with_context(|| format!("reading /proc/{pid}/exe"))?;
-        if exe.ends_with(name) || tokio::time::Instant::now() > deadline {
-            return Ok(exe);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn create_ready_with_addresses_then_delete_leaves_no_orphans() -> anyhow::Result<()> {
     let s = Scenario::start("e2e-life").await?;
@@ -326,9 +308,7 @@ async fn create_ready_with_addresses_then_delete_leaves_no_orphans() -> anyhow::
         String::from_utf8_lossy(&wait.stderr)
     );
     let get = banlieue_testenv::run_with_timeout(
-        s.env
-            .kubectl()
-            .args(["get", "vm", "web", "-n", &s.ns]),
+        s.env.kubectl().args(["get", "vm", "web", "-n", &s.ns]),
         Duration::from_secs(60),
     )?;
     let table = String::from_utf8_lossy(&get.stdout);

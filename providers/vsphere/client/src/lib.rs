@@ -2,11 +2,13 @@
 //! calls a Cluster API provider needs. See the crate README for why it is not `vim_rs`.
 //!
 //! - [`client`]: transport, session cookie, re-login on `NotAuthenticated`, timeouts.
+//! - [`device`]: disks and NICs of a VM, network backings, `deviceChange` entries.
 //! - [`vim`]: typed calls (find, clone, reconfigure, power, destroy, tasks, properties).
 //! - [`tls`]: web PKI, CA bundle, SHA-256 thumbprint pinning, explicit insecure.
 //! - [`xml`]: the XML subset SOAP uses.
 
 pub mod client;
+pub mod device;
 pub mod error;
 pub mod secret;
 pub mod tls;
@@ -14,6 +16,7 @@ pub mod vim;
 pub mod xml;
 
 pub use client::{Client, ClientBuilder};
+pub use device::{DeviceChange, Hardware, NetworkBacking, VirtualDisk, VirtualNic};
 pub use error::{Error, ErrorClass, Result};
 pub use secret::Secret;
 pub use tls::{TlsVerification, thumbprint_of};

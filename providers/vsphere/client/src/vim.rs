@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::client::Client;
+use crate::device::{self, DeviceChange, Hardware, NetworkBacking};
 use crate::error::{Error, Result};
 use crate::xml::{self, Element};
 
@@ -188,6 +189,8 @@ pub struct VmInfo {
     pub guest_ips: Vec<String>,
     /// `runtime.host`.
     pub host: Option<MoRef>,
+    /// Disks and NICs of `config.hardware.device`.
+    pub hardware: Hardware,
 }
 
 /// The properties [`Client::vm_info`] reads.
@@ -200,6 +203,7 @@ pub const VM_PROPERTIES: &[&str] = &[
     "config.hardware.numCoresPerSocket",
     "config.hardware.memoryMB",
     "config.extraConfig",
+    "config.hardware.device",
     "runtime.powerState",
     "runtime.host",
     "guest.ipAddress",
@@ -262,6 +266,10 @@ impl VmInfo {
             ip_address: text("guest.ipAddress"),
             guest_ips: props.get("guest.net").map(guest_ips_of).unwrap_or_default(),
             host: props.get("runtime.host").and_then(MoRef::from_xml),
+            hardware: props
+                .get("config.hardware.device")
+                .map(device::hardware_of)
+                .unwrap_or_default(),
             vm,
         }
     }
@@ -270,7 +278,7 @@ impl VmInfo {
 /// One `extraConfig` entry.
 pub type OptionValue = (String, String);
 
-/// CPU, memory and extraConfig changes (a `VirtualMachineConfigSpec` subset).
+/// CPU, memory, device and extraConfig changes (a `VirtualMachineConfigSpec` subset).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConfigSpec {
     /// `annotation` (the VM's notes).
@@ -281,6 +289,8 @@ pub struct ConfigSpec {
     pub cores_per_socket: Option<u32>,
     /// Memory in MiB.
     pub memory_mb: Option<u64>,
+    /// Device changes (disk growth, NICs).
+    pub device_change: Vec<DeviceChange>,
     /// `extraConfig` entries to set (an empty value removes the key).
     pub extra_config: Vec<OptionValue>,
 }
@@ -305,6 +315,9 @@ impl ConfigSpec {
         }
         if let Some(m) = self.memory_mb {
             let _ = write!(s, "<memoryMB>{m}</memoryMB>");
+        }
+        for d in &self.device_change {
+            s.push_str(&d.to_xml());
         }
         for (k, v) in &self.extra_config {
             let _ = write!(
@@ -416,6 +429,52 @@ impl Client {
         );
         let resp = self.call("FindByUuid", &body).await?;
         Ok(resp.child("returnval").and_then(MoRef::from_xml))
+    }
+
+    /// The NIC backing for a network found by inventory path (`Network` → standard port group,
+    /// `DistributedVirtualPortgroup` → its key and switch UUID). `None` if the object is gone;
+    /// an opaque or unknown network type is an error.
+    pub async fn network_backing(&self, network: &MoRef) -> Result<Option<NetworkBacking>> {
+        match network.kind.as_str() {
+            "Network" => {
+                Ok(self
+                    .property_text(network, "name")
+                    .await?
+                    .map(|name| NetworkBacking::Standard {
+                        name,
+                        network: Some(network.clone()),
+                    }))
+            }
+            "DistributedVirtualPortgroup" => {
+                let Some(props) = self
+                    .properties(network, &["key", "config.distributedVirtualSwitch"])
+                    .await?
+                else {
+                    return Ok(None);
+                };
+                let key = props.get("key").map(|e| e.text.trim().to_owned());
+                let dvs = props
+                    .get("config.distributedVirtualSwitch")
+                    .and_then(MoRef::from_xml);
+                let (Some(portgroup_key), Some(dvs)) = (key, dvs) else {
+                    return Err(decode(
+                        "RetrievePropertiesEx",
+                        format!("port group {network} without key or switch"),
+                    ));
+                };
+                let switch_uuid = self
+                    .property_text(&dvs, "uuid")
+                    .await?
+                    .ok_or_else(|| decode("RetrievePropertiesEx", format!("switch {dvs} without uuid")))?;
+                Ok(Some(NetworkBacking::Distributed {
+                    switch_uuid,
+                    portgroup_key,
+                }))
+            }
+            other => Err(Error::Config(format!(
+                "network {network}: {other} networks are not supported (use a standard or distributed port group)"
+            ))),
+        }
     }
 
     /// `PropertyCollector.RetrievePropertiesEx` for one object. A property that is unset is
@@ -678,11 +737,31 @@ mod tests {
             num_cpus: Some(4),
             cores_per_socket: Some(2),
             memory_mb: Some(4096),
+            device_change: vec![DeviceChange::RemoveNic {
+                nic: device::VirtualNic {
+                    key: 4000,
+                    kind: "VirtualE1000".into(),
+                    backing: NetworkBacking::Other("x".into()),
+                    mac: None,
+                    address_type: None,
+                    controller_key: None,
+                    unit_number: None,
+                },
+            }],
             extra_config: vec![("k".into(), "v".into())],
         };
         let root = xml::parse(&spec.to_xml("spec")).unwrap();
         let order: Vec<&str> = root.children.iter().map(Element::local_name).collect();
-        assert_eq!(order, ["numCPUs", "numCoresPerSocket", "memoryMB", "extraConfig"]);
+        assert_eq!(
+            order,
+            [
+                "numCPUs",
+                "numCoresPerSocket",
+                "memoryMB",
+                "deviceChange",
+                "extraConfig"
+            ]
+        );
     }
 
     #[test]

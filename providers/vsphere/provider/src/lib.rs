@@ -5,6 +5,7 @@
 //! - [`owner`]: a machine's controlling owner (CAPI Machine or banlieue VirtualMachine).
 //! - [`phase`]: the provisioning state machine persisted in status.
 //! - [`provision`]: one provisioning or deletion step against vCenter.
+//! - [`update`]: CPU, memory, disks and NICs towards the spec (pure), during provisioning and as drift.
 //! - [`machine_controller`], [`cluster_controller`], [`template_controller`]: the reconcilers.
 
 pub mod cluster_controller;
@@ -15,3 +16,4 @@ pub mod owner;
 pub mod phase;
 pub mod provision;
 pub mod template_controller;
+pub mod update;

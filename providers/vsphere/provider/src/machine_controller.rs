@@ -223,10 +223,10 @@ pub async fn reconcile(obj: Arc<VSphereMachine>, ctx: Arc<Context>) -> Result<Ac
     status.observed_generation = generation;
     let result = provision(&ctx, &vm, &view, &mut status).await;
     let action = match result {
-        Ok((step, requeue)) => {
+        Ok((event, requeue)) => {
             write_status(&ctx, &api, &vm, &status).await?;
-            if let Some((reason, note)) = step {
-                publish(&ctx, &vm, EventType::Normal, reason, note).await;
+            if let Some((type_, reason, note)) = event {
+                publish(&ctx, &vm, type_, reason, note).await;
             }
             requeue
         }
@@ -260,7 +260,8 @@ pub async fn reconcile(obj: Arc<VSphereMachine>, ctx: Arc<Context>) -> Result<Ac
     Ok(action)
 }
 
-type Progress = (Option<(&'static str, String)>, Action);
+/// The Event to publish (if any) and when to look again.
+type Progress = (Option<(EventType, &'static str, String)>, Action);
 
 async fn provision(
     ctx: &Context,
@@ -372,30 +373,33 @@ async fn provision(
             status.initialization = Initialization::provisioned(true);
         }
     }
-    match &step.phase {
-        Phase::Provisioned(_) if step.waiting.is_none() => {
-            set(
-                &mut status.conditions,
-                condition::READY,
-                true,
-                "Provisioned",
-                "",
-                generation,
-            );
-        }
-        phase => {
-            let why = step.waiting.clone().unwrap_or_default();
-            set(
-                &mut status.conditions,
-                condition::READY,
-                false,
-                phase.reason(),
-                why,
-                generation,
-            );
-        }
+    let why = step.waiting.clone().unwrap_or_default();
+    let (ok, reason, message) = match (&step.phase, &step.failed) {
+        (_, Some((reason, message))) => (false, *reason, message.clone()),
+        (Phase::Provisioned(..), None) if step.waiting.is_none() => (true, "Provisioned", String::new()),
+        // A provisioned VM being brought back to its spec (drift, power state).
+        (Phase::Provisioned(..), None) => (false, "Updating", why),
+        (phase, None) => (false, phase.reason(), why),
+    };
+    let changed = condition::find(&status.conditions, condition::READY).is_none_or(|c| c.reason != reason);
+    set(
+        &mut status.conditions,
+        condition::READY,
+        ok,
+        reason,
+        message.clone(),
+        generation,
+    );
+    if let Some((reason, _)) = &step.failed {
+        return Ok((
+            changed.then_some((EventType::Warning, *reason, message)),
+            Action::requeue(step.requeue),
+        ));
     }
-    Ok((step.event.clone(), Action::requeue(step.requeue)))
+    Ok((
+        step.event.clone().map(|(r, n)| (EventType::Normal, r, n)),
+        Action::requeue(step.requeue),
+    ))
 }
 
 async fn delete(

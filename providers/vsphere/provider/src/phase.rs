@@ -3,7 +3,7 @@
 //! stopped. The `Ready` condition's reason is derived from the phase, never read back.
 //!
 //! ```text
-//! Clone → WaitClone(task) → Configure(vm, task?) → PowerOn(vm, task?) → WaitGuest(vm) → Provisioned(vm)
+//! Clone → WaitClone(task) → Configure(vm, task?) → PowerOn(vm, task?) → WaitGuest(vm) → Provisioned(vm, task?)
 //! ```
 
 use banlieue_api::common::{ProvisioningState, ProvisioningStatus};
@@ -17,14 +17,15 @@ pub enum Phase {
     Clone,
     /// The clone task runs.
     WaitClone(MoRef),
-    /// Apply CPU and memory; `Some` while the reconfigure task runs.
+    /// Bring CPU, memory, disks and NICs to the spec ([`crate::update`]); `Some` while a
+    /// reconfigure (or power-off) task runs.
     Configure(MoRef, Option<MoRef>),
     /// Power on; `Some` while the task runs.
     PowerOn(MoRef, Option<MoRef>),
     /// Wait for VMware Tools to report an IP.
     WaitGuest(MoRef),
-    /// Done.
-    Provisioned(MoRef),
+    /// Done; drift is corrected here (`Some` while a reconfigure or power task runs).
+    Provisioned(MoRef, Option<MoRef>),
 }
 
 /// A persisted status that cannot be read back.
@@ -65,7 +66,7 @@ impl Phase {
             ProvisioningState::Configuring => Self::Configure(need_vm()?, task),
             ProvisioningState::PoweringOn => Self::PowerOn(need_vm()?, task),
             ProvisioningState::WaitingForGuest => Self::WaitGuest(need_vm()?),
-            ProvisioningState::Ready => Self::Provisioned(need_vm()?),
+            ProvisioningState::Ready => Self::Provisioned(need_vm()?, task),
             other => {
                 return Err(InconsistentStatus(format!(
                     "{other:?} is not a provisioning state"
@@ -82,7 +83,7 @@ impl Phase {
             Self::Configure(v, t) => (ProvisioningState::Configuring, Some(v), t.as_ref()),
             Self::PowerOn(v, t) => (ProvisioningState::PoweringOn, Some(v), t.as_ref()),
             Self::WaitGuest(v) => (ProvisioningState::WaitingForGuest, Some(v), None),
-            Self::Provisioned(v) => (ProvisioningState::Ready, Some(v), None),
+            Self::Provisioned(v, t) => (ProvisioningState::Ready, Some(v), t.as_ref()),
         };
         status.vm_ref = vm.map(|v| v.value.clone());
         let previous = status.provisioning.take().unwrap_or_default();
@@ -108,7 +109,7 @@ impl Phase {
             Self::Configure(..) => "Configuring",
             Self::PowerOn(..) => "PoweringOn",
             Self::WaitGuest(_) => "WaitingForGuest",
-            Self::Provisioned(_) => "Provisioned",
+            Self::Provisioned(..) => "Provisioned",
         }
     }
 }
@@ -128,7 +129,8 @@ mod tests {
             Phase::Configure(vm.clone(), Some(t.clone())),
             Phase::PowerOn(vm.clone(), Some(t.clone())),
             Phase::WaitGuest(vm.clone()),
-            Phase::Provisioned(vm.clone()),
+            Phase::Provisioned(vm.clone(), None),
+            Phase::Provisioned(vm.clone(), Some(t.clone())),
         ] {
             let mut status = VSphereMachineStatus::default();
             phase.write(&mut status);

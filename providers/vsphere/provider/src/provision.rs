@@ -10,12 +10,14 @@ use std::time::Duration;
 
 use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachineSpec};
+use banlieue_vsphere_client::device::nic_type_for_model;
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, CloneSpec, ErrorClass, MoRef, VmInfo, VmPowerState};
 use base64::Engine as _;
 
 use crate::connection::reason_of;
 use crate::phase::Phase;
+use crate::update::{self, DesiredNic, UpdateAction};
 
 /// extraConfig key holding the owning VSphereMachine's UID.
 pub const OWNER_KEY: &str = "guestinfo.banlieue.owner-uid";
@@ -147,21 +149,6 @@ pub fn guestinfo(input: &MachineInput<'_>, user_data: Option<&[u8]>) -> Vec<(Str
     out
 }
 
-/// CPU and memory changes needed (pure); empty when the VM matches.
-pub fn config_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> ConfigSpec {
-    let sockets = spec.cpu.sockets.unwrap_or(1);
-    let total = spec.cpu.cores.saturating_mul(sockets);
-    let mut c = ConfigSpec::default();
-    if info.num_cpu != Some(total) || info.cores_per_socket.is_some_and(|c| c != spec.cpu.cores) {
-        c.num_cpus = Some(total);
-        c.cores_per_socket = Some(spec.cpu.cores);
-    }
-    if info.memory_mb != Some(spec.memory_mib) {
-        c.memory_mb = Some(spec.memory_mib);
-    }
-    c
-}
-
 /// Addresses from the guest (pure): hostname plus every reported IP.
 pub fn addresses(name: &str, info: &VmInfo) -> Vec<MachineAddress> {
     let mut out = vec![MachineAddress::new(MachineAddressType::Hostname, name)];
@@ -192,6 +179,9 @@ pub struct Step {
     pub vm: Option<VmInfo>,
     /// The failure domain the VM was placed in.
     pub failure_domain: Option<String>,
+    /// A task that failed: `(reason, message)` for `Ready=False` and a Warning Event; the phase
+    /// is kept without the task so that the next reconcile tries again.
+    pub failed: Option<(&'static str, String)>,
 }
 
 impl Step {
@@ -203,6 +193,7 @@ impl Step {
             event: None,
             vm: None,
             failure_domain: None,
+            failed: None,
         }
     }
 
@@ -401,16 +392,24 @@ pub async fn provision_step(
             },
         },
         Phase::Configure(vm, task) => {
-            if let Some(task) = &task
-                && let Some(step) = poll(
+            if let Some(task) = &task {
+                match poll(
                     c,
                     task,
                     "ConfiguringFailed",
                     Phase::Configure(vm.clone(), Some(task.clone())),
                 )
                 .await?
-            {
-                return Ok(step);
+                {
+                    Polled::Running(step) => return Ok(*step),
+                    Polled::Failed(reason, message) => {
+                        let mut step =
+                            Step::wait(Phase::Configure(vm, None), PERMANENT_RETRY, message.clone());
+                        step.failed = Some((reason, message));
+                        return Ok(step);
+                    }
+                    Polled::Done => {}
+                }
             }
             let info = vm_info(c, &vm, "ConfiguringFailed").await?;
             let Some(info) = info else {
@@ -419,31 +418,51 @@ pub async fn provision_step(
                     format!("VM {} disappeared; cloning again", vm.value),
                 ));
             };
-            let changes = config_changes(input.spec, &info);
-            if changes.is_empty() {
-                return Ok(Step::to(Phase::PowerOn(vm, None)));
+            let nics = desired_nics(c, input).await?;
+            match update::next_action(input.spec, &info, &nics, None) {
+                UpdateAction::InSync | UpdateAction::PowerOn => Ok(Step::to(Phase::PowerOn(vm, None))),
+                UpdateAction::Reconfigure { spec, what } => {
+                    let task = c
+                        .reconfigure(&vm, &spec)
+                        .await
+                        .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
+                    Ok(Step::wait(
+                        Phase::Configure(vm, Some(task)),
+                        TASK_POLL,
+                        format!("reconfiguring: {what}"),
+                    ))
+                }
+                UpdateAction::PowerOff { why } => {
+                    let task = c
+                        .power_off(&vm)
+                        .await
+                        .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
+                    Ok(Step::wait(
+                        Phase::Configure(vm, Some(task)),
+                        TASK_POLL,
+                        format!("powering off {why}"),
+                    ))
+                }
             }
-            let task = c
-                .reconfigure(&vm, &changes)
-                .await
-                .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
-            Ok(Step::wait(
-                Phase::Configure(vm, Some(task)),
-                TASK_POLL,
-                "reconfiguring CPU and memory",
-            ))
         }
         Phase::PowerOn(vm, task) => {
-            if let Some(task) = &task
-                && let Some(step) = poll(
+            if let Some(task) = &task {
+                match poll(
                     c,
                     task,
                     "PowerOnFailed",
                     Phase::PowerOn(vm.clone(), Some(task.clone())),
                 )
                 .await?
-            {
-                return Ok(step);
+                {
+                    Polled::Running(step) => return Ok(*step),
+                    Polled::Failed(reason, message) => {
+                        let mut step = Step::wait(Phase::PowerOn(vm, None), PERMANENT_RETRY, message.clone());
+                        step.failed = Some((reason, message));
+                        return Ok(step);
+                    }
+                    Polled::Done => {}
+                }
             }
             let info = vm_info(c, &vm, "PowerOnFailed")
                 .await?
@@ -472,7 +491,7 @@ pub async fn provision_step(
                 == Some(true);
             let has_ip = info.ip_address.is_some() || !info.guest_ips.is_empty();
             if has_ip || skip || desired_power == PowerState::Off {
-                let mut step = Step::to(Phase::Provisioned(vm)).event("Provisioned", "VM is running");
+                let mut step = Step::to(Phase::Provisioned(vm, None)).event("Provisioned", "VM is running");
                 step.requeue = RESYNC;
                 step.vm = Some(info);
                 return Ok(step);
@@ -483,67 +502,164 @@ pub async fn provision_step(
                 "VMware Tools has reported no IP address yet",
             ))
         }
-        Phase::Provisioned(vm) => {
-            let info = vm_info(c, &vm, "VMUnreachable").await?.ok_or_else(|| {
-                permanent(
-                    "VMVanished",
-                    format!("VM {} no longer exists in vCenter", vm.value),
+        Phase::Provisioned(vm, task) => {
+            if let Some(task) = &task {
+                match poll(
+                    c,
+                    task,
+                    "UpdateFailed",
+                    Phase::Provisioned(vm.clone(), Some(task.clone())),
                 )
-            })?;
-            // Spec changes after provisioning (CPU, memory) and the power state.
-            let changes = config_changes(input.spec, &info);
-            let mut step = Step::to(Phase::Provisioned(vm.clone()));
-            step.requeue = RESYNC;
-            if !changes.is_empty() {
-                c.reconfigure(&vm, &changes)
-                    .await
-                    .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
-                step.requeue = TASK_POLL;
-                step.waiting = Some("applying CPU/memory changes".into());
-            } else if desired_power == PowerState::Off && info.power_state == Some(VmPowerState::PoweredOn) {
-                c.power_off(&vm)
-                    .await
-                    .map_err(|e| StepError::from_client("PowerOffFailed", e))?;
-                step.requeue = TASK_POLL;
-                step.waiting = Some("powering off (spec.powerState Off)".into());
-            } else if desired_power == PowerState::On && info.power_state != Some(VmPowerState::PoweredOn) {
-                c.power_on(&vm)
-                    .await
-                    .map_err(|e| StepError::from_client("PowerOnFailed", e))?;
-                step.requeue = TASK_POLL;
-                step.waiting = Some("powering on (spec.powerState On)".into());
+                .await?
+                {
+                    Polled::Running(mut step) => {
+                        step.vm = Some(existing_vm(c, &vm).await?);
+                        return Ok(*step);
+                    }
+                    Polled::Failed(reason, message) => {
+                        let mut step = Step::wait(
+                            Phase::Provisioned(vm.clone(), None),
+                            PERMANENT_RETRY,
+                            message.clone(),
+                        );
+                        step.failed = Some((reason, message));
+                        step.vm = Some(existing_vm(c, &vm).await?);
+                        return Ok(step);
+                    }
+                    Polled::Done => {}
+                }
             }
+            let info = existing_vm(c, &vm).await?;
+            let nics = desired_nics(c, input).await?;
+            let (task, waiting, event) =
+                match update::next_action(input.spec, &info, &nics, Some(desired_power)) {
+                    UpdateAction::InSync => {
+                        let mut step = Step::to(Phase::Provisioned(vm, None));
+                        step.requeue = RESYNC;
+                        step.vm = Some(info);
+                        return Ok(step);
+                    }
+                    UpdateAction::Reconfigure { spec, what } => (
+                        c.reconfigure(&vm, &spec)
+                            .await
+                            .map_err(|e| StepError::from_client("UpdateFailed", e))?,
+                        format!("applying {what}"),
+                        ("Reconfiguring", what),
+                    ),
+                    UpdateAction::PowerOff { why } => (
+                        c.power_off(&vm)
+                            .await
+                            .map_err(|e| StepError::from_client("PowerOffFailed", e))?,
+                        format!("powering off {why}"),
+                        ("PoweringOff", format!("powering the VM off {why}")),
+                    ),
+                    UpdateAction::PowerOn => (
+                        c.power_on(&vm)
+                            .await
+                            .map_err(|e| StepError::from_client("PowerOnFailed", e))?,
+                        "powering on (spec.powerState On)".to_owned(),
+                        ("PoweringOn", "powering the VM on".to_owned()),
+                    ),
+                };
+            let mut step =
+                Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, waiting).event(event.0, event.1);
             step.vm = Some(info);
             Ok(step)
         }
     }
 }
 
+/// The NICs `spec.networks` asks for, each port group resolved in vCenter (empty without
+/// `spec.networks`).
+async fn desired_nics(c: &Client, input: &MachineInput<'_>) -> Result<Vec<DesiredNic>, StepError> {
+    if input.spec.networks.is_empty() {
+        return Ok(Vec::new());
+    }
+    let dc = input
+        .spec
+        .datacenter
+        .clone()
+        .or_else(|| input.cluster.spec.datacenter.clone())
+        .ok_or_else(|| {
+            permanent(
+                "DatacenterNotSet",
+                "set spec.datacenter on the VSphereMachine or the VSphereCluster",
+            )
+        })?;
+    let mut out = Vec::with_capacity(input.spec.networks.len());
+    for n in &input.spec.networks {
+        let path = under(&dc, "network", &n.network);
+        let net = find(c, &path, "NetworkNotFound", "network").await?;
+        let backing = c
+            .network_backing(&net)
+            .await
+            .map_err(|e| StepError::from_client("NetworkNotFound", e))?
+            .ok_or_else(|| {
+                permanent(
+                    "NetworkNotFound",
+                    format!("network {path:?} not found in vCenter"),
+                )
+            })?;
+        let kind = match n.model.as_deref() {
+            None => "VirtualVmxnet3",
+            Some(m) => nic_type_for_model(m).ok_or_else(|| {
+                permanent(
+                    "NetworkModelNotSupported",
+                    format!(
+                        "interface {:?}: model {m:?} is not a vSphere adapter (use vmxnet3, e1000 or e1000e)",
+                        n.name
+                    ),
+                )
+            })?,
+        };
+        out.push(DesiredNic {
+            backing,
+            mac: n.mac_address.clone(),
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// The VM's facts; its absence is `VMVanished` (a provisioned machine never clones again).
+async fn existing_vm(c: &Client, vm: &MoRef) -> Result<VmInfo, StepError> {
+    vm_info(c, vm, "VMUnreachable").await?.ok_or_else(|| {
+        permanent(
+            "VMVanished",
+            format!("VM {} no longer exists in vCenter", vm.value),
+        )
+    })
+}
+
 async fn vm_info(c: &Client, vm: &MoRef, reason: &'static str) -> Result<Option<VmInfo>, StepError> {
     c.vm_info(vm).await.map_err(|e| StepError::from_client(reason, e))
 }
 
-/// `Some(step)` while the task runs; `None` when it succeeded; an error when it failed.
-async fn poll(
-    c: &Client,
-    task: &MoRef,
-    reason: &'static str,
-    same: Phase,
-) -> Result<Option<Step>, StepError> {
+/// A recorded task, looked at.
+enum Polled {
+    /// Still running: this step waits for it.
+    Running(Box<Step>),
+    /// Succeeded (or vCenter forgot it): go on.
+    Done,
+    /// Failed: `(reason, message)`.
+    Failed(&'static str, String),
+}
+
+async fn poll(c: &Client, task: &MoRef, reason: &'static str, same: Phase) -> Result<Polled, StepError> {
     match c
         .task_info(task)
         .await
         .map_err(|e| StepError::from_client(reason, e))?
     {
-        None => Ok(None),
+        None => Ok(Polled::Done),
         Some(info) => match info.outcome() {
-            Ok(None) => Ok(Some(Step::wait(
+            Ok(None) => Ok(Polled::Running(Box::new(Step::wait(
                 same,
                 TASK_POLL,
                 format!("task {} running", task.value),
-            ))),
-            Ok(Some(_)) => Ok(None),
-            Err(e) => Err(permanent(reason, e.to_string())),
+            )))),
+            Ok(Some(_)) => Ok(Polled::Done),
+            Err(e) => Ok(Polled::Failed(reason, e.to_string())),
         },
     }
 }
@@ -702,10 +818,11 @@ mod tests {
             ip_address: Some("10.0.0.1".into()),
             guest_ips: vec!["10.0.0.1".into(), "10.0.0.2".into()],
             host: None,
+            hardware: Default::default(),
         };
-        assert!(config_changes(&s, &info).is_empty());
+        assert!(update::cold_changes(&s, &info).is_empty());
         info.memory_mb = Some(1024);
-        let c = config_changes(&s, &info);
+        let c = update::cold_changes(&s, &info);
         assert_eq!((c.num_cpus, c.memory_mb), (None, Some(4096)));
         let addrs = addresses("m", &info);
         assert_eq!(addrs.len(), 3, "{addrs:?}");

@@ -16,10 +16,13 @@ use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine, VSphereMachin
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_testenv::TestEnv;
 use banlieue_vsphere::machine_controller::Context;
+use banlieue_vsphere::provision::OWNER_KEY;
 use banlieue_vsphere::{cluster_controller, machine_controller, template_controller};
-use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{DeleteParams, PostParams};
+use banlieue_vsphere_client::{
+    Client, ClientBuilder, MoRef, NetworkBacking, TlsVerification, VmInfo, VmPowerState,
+};
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use vcsim_support::{PASSWORD, USER, Vcsim};
@@ -214,6 +217,71 @@ impl Scenario {
     }
 }
 
+fn ready(m: &VSphereMachine) -> Option<(String, String, String)> {
+    let c = m
+        .status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// `Ready=True` for the current generation.
+fn is_ready(m: &VSphereMachine) -> bool {
+    ready(m).is_some_and(|r| r.0 == "True")
+        && m.status.as_ref().and_then(|s| s.observed_generation) == m.metadata.generation
+}
+
+/// Every VM in vcsim carrying `uid` in its owner extraConfig key.
+async fn vms_owned_by(vc: &Client, uid: &str) -> Result<Vec<MoRef>> {
+    Ok(vc.find_vms_by_extra_config(OWNER_KEY, uid).await?)
+}
+
+async fn info(vc: &Client, vm: &MoRef) -> Result<VmInfo> {
+    vc.vm_info(vm).await?.context("VM not in vcsim")
+}
+
+/// Event reasons about `name`.
+async fn events(kube: &kube::Client, ns: &str, name: &str) -> Result<Vec<String>> {
+    Ok(Api::<Event>::namespaced(kube.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .filter_map(|e| e.reason)
+        .collect())
+}
+
+/// (CPUs, memory MiB, disk GiB of each disk, network of each NIC, powered on) as vcsim has it.
+type Hw = (Option<u32>, Option<u64>, Vec<u64>, Vec<String>, bool);
+
+fn hw(i: &VmInfo) -> Hw {
+    let mut nets: Vec<String> = i
+        .hardware
+        .nics
+        .iter()
+        .map(|n| match &n.backing {
+            NetworkBacking::Standard { name, .. } => name.clone(),
+            NetworkBacking::Distributed { portgroup_key, .. } => portgroup_key.clone(),
+            NetworkBacking::Other(t) => t.clone(),
+        })
+        .collect();
+    nets.sort();
+    (
+        i.num_cpu,
+        i.memory_mb,
+        i.hardware
+            .disks
+            .iter()
+            .map(|d| d.capacity_kb / (1024 * 1024))
+            .collect(),
+        nets,
+        i.power_state == Some(VmPowerState::PoweredOn),
+    )
+}
+
 fn vm_of(m: &VSphereMachine) -> Result<MoRef> {
     Ok(MoRef::new(
         "VirtualMachine",
@@ -324,5 +392,104 @@ async fn cluster_deletion_waits_for_its_machines() -> Result<()> {
     }
     ensure!(s.machines().get_opt("db-1").await?.is_none());
     ensure!(vc.vm_info(&vm).await?.is_none(), "VM still in vcsim");
+    Ok(())
+}
+
+#[tokio::test]
+async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let vc = sim_client(&sim.url, &sim.ca_pem)?;
+    make_template(&vc).await?;
+    let template = vc
+        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
+        .await?
+        .context("no template")?;
+    let t = info(&vc, &template).await?;
+    // The model template: 1 CPU, 32 MiB, one 10 GiB disk, one E1000 on the distributed port
+    // group DC0_DVPG0 (dvportgroup-12).
+    ensure!(
+        hw(&t)
+            == (
+                Some(1),
+                Some(32),
+                vec![10],
+                vec!["dvportgroup-12".to_owned()],
+                false
+            ),
+        "{:?}",
+        hw(&t)
+    );
+    let s = scenario(&sim.url, &sim.thumbprint, "vs-hardware").await?;
+    s.machine(
+        "app-1",
+        json!({
+            "cpu": {"cores": 2},
+            "memoryMiB": 2048,
+            "disks": [{"name": "root", "sizeGiB": 20}],
+            "networks": [
+                {"name": "eth0", "network": "VM Network"},
+                {"name": "eth1", "network": "DC0_DVPG0"},
+            ],
+            "readinessChecks": {"skipGuestAgent": true},
+        }),
+    )
+    .await?;
+
+    // Provisioning: CPU, memory, the boot disk grown, a NIC added on "VM Network" next to the
+    // template's (already on DC0_DVPG0), then powered on.
+    let m = s.wait_machine("app-1", "Ready", is_ready).await?;
+    let vm = vm_of(&m)?;
+    let uid = m.uid().context("no uid")?;
+    ensure!(
+        hw(&info(&vc, &vm).await?)
+            == (
+                Some(2),
+                Some(2048),
+                vec![20],
+                vec!["VM Network".to_owned(), "dvportgroup-12".to_owned()],
+                true
+            ),
+        "{:?}",
+        hw(&info(&vc, &vm).await?)
+    );
+
+    // Drift: more CPU and memory (cold: power off, reconfigure, power on), a bigger disk and
+    // one network less (hot), all on the same VM.
+    s.machines()
+        .patch(
+            "app-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {
+                "cpu": {"cores": 4},
+                "memoryMiB": 4096,
+                "disks": [{"name": "root", "sizeGiB": 30}],
+                "networks": [{"name": "eth0", "network": "VM Network"}],
+            }})),
+        )
+        .await?;
+    let want: Hw = (Some(4), Some(4096), vec![30], vec!["VM Network".to_owned()], true);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let m = s.machines().get("app-1").await?;
+        let now = hw(&info(&vc, &vm).await?);
+        if is_ready(&m) && now == want {
+            ensure!(vm_of(&m)? == vm, "the machine moved to another VM");
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("drift not corrected: vcsim {now:?}, status {:?}", m.status);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ensure!(
+        vms_owned_by(&vc, &uid).await? == [vm.clone()],
+        "a second VM appeared"
+    );
+    let reasons = events(&s.kube, &s.ns, "app-1").await?;
+    for r in ["Reconfiguring", "PoweringOff", "PoweringOn"] {
+        ensure!(reasons.iter().any(|e| e == r), "no {r} event in {reasons:?}");
+    }
+    let clones = reasons.iter().filter(|e| *e == "CloneStarted").count();
+    ensure!(clones == 1, "{clones} clones: {reasons:?}");
     Ok(())
 }

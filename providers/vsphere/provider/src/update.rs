@@ -1,0 +1,432 @@
+//! Keeping a VM's virtual hardware in line with its spec — right after the clone and, as drift,
+//! for the whole life of the machine — without ever cloning again. Pure: [`next_action`] decides
+//! one action from the spec, the VM as read and the resolved networks; [`crate::provision`]
+//! performs it, records the task and looks again on the next reconcile.
+//!
+//! - **Disks** (`spec.disks[i]` ↔ the VM's i-th disk by controller and unit): grown with a
+//!   `deviceChange` edit of `capacityInKB`, online on a running VM. Never shrunk: a size below
+//!   the VM's keeps the VM's.
+//! - **NICs** (`spec.networks`, port groups by name or path): matched to the VM's adapters by
+//!   MAC, then by network, then in key order; an unmatched adapter is moved (edit of its backing),
+//!   missing ones added (`vmxnet3` unless `model` says otherwise), extra ones removed. Applied
+//!   online. No `spec.networks`: the template's adapters are kept as they are.
+//! - **CPU and memory** are cold: a running VM is powered off, reconfigured, and powered on again
+//!   when the desired power state is `On`.
+
+use banlieue_api::common::PowerState;
+use banlieue_api::infrastructure::VSphereMachineSpec;
+use banlieue_vsphere_client::{ConfigSpec, DeviceChange, Hardware, NetworkBacking, VmInfo, VmPowerState};
+
+/// A NIC the spec asks for, with its network resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DesiredNic {
+    /// The network backing.
+    pub backing: NetworkBacking,
+    /// A fixed MAC, if the spec sets one.
+    pub mac: Option<String>,
+    /// Adapter type for a new NIC (`VirtualVmxnet3`, …).
+    pub kind: &'static str,
+}
+
+/// The next action towards the spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdateAction {
+    /// `ReconfigVM_Task` with this spec; `what` describes it.
+    Reconfigure {
+        /// The changes.
+        spec: ConfigSpec,
+        /// Human description.
+        what: String,
+    },
+    /// Power the VM off (`why`: a cold change, or `spec.powerState: Off`).
+    PowerOff {
+        /// Human description.
+        why: String,
+    },
+    /// Power the VM on.
+    PowerOn,
+    /// Nothing to do.
+    InSync,
+}
+
+/// CPU and memory changes (cold); empty when the VM matches.
+pub fn cold_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> ConfigSpec {
+    let total = spec.cpu.vcpus();
+    let mut c = ConfigSpec::default();
+    if info.num_cpu != Some(total) || info.cores_per_socket.is_some_and(|c| c != spec.cpu.cores) {
+        c.num_cpus = Some(total);
+        c.cores_per_socket = Some(spec.cpu.cores);
+    }
+    if info.memory_mb != Some(spec.memory_mib) {
+        c.memory_mb = Some(spec.memory_mib);
+    }
+    c
+}
+
+fn describe_cold(c: &ConfigSpec, info: &VmInfo) -> String {
+    let show = |v: Option<u64>| v.map_or_else(|| "unset".to_owned(), |v| v.to_string());
+    let mut parts = Vec::new();
+    if let Some(n) = c.num_cpus {
+        parts.push(format!("CPUs {}→{n}", show(info.num_cpu.map(u64::from))));
+    }
+    if let Some(m) = c.memory_mb {
+        parts.push(format!("memory {}→{m} MiB", show(info.memory_mb)));
+    }
+    parts.join(", ")
+}
+
+fn same_mac(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b)
+}
+
+/// Disk growth and NIC changes (hot); empty when the VM matches.
+pub fn device_changes(spec: &VSphereMachineSpec, hw: &Hardware, nics: &[DesiredNic]) -> Vec<DeviceChange> {
+    let mut out = Vec::new();
+    for (want, disk) in spec.disks.iter().zip(&hw.disks) {
+        let kb = want.size_gib.saturating_mul(1024 * 1024);
+        if kb > disk.capacity_kb {
+            out.push(DeviceChange::GrowDisk {
+                disk: disk.clone(),
+                capacity_kb: kb,
+            });
+        }
+    }
+    if nics.is_empty() {
+        return out;
+    }
+    // Pair desired NICs with the VM's: by MAC, then by network, then whatever is left.
+    let mut pair: Vec<Option<usize>> = vec![None; nics.len()];
+    let mut used = vec![false; hw.nics.len()];
+    let mut take = |pair: &mut Vec<Option<usize>>, matches: &dyn Fn(&DesiredNic, usize) -> bool| {
+        for (i, want) in nics.iter().enumerate() {
+            if pair[i].is_some() {
+                continue;
+            }
+            if let Some(j) = (0..hw.nics.len()).find(|&j| !used[j] && matches(want, j)) {
+                used[j] = true;
+                pair[i] = Some(j);
+            }
+        }
+    };
+    take(&mut pair, &|want, j| {
+        want.mac
+            .as_deref()
+            .zip(hw.nics[j].mac.as_deref())
+            .is_some_and(|(a, b)| same_mac(a, b))
+    });
+    take(&mut pair, &|want, j| {
+        want.mac.is_none() && want.backing.same_network(&hw.nics[j].backing)
+    });
+    take(&mut pair, &|_, _| true);
+    let mut new_key = -1;
+    for (want, paired) in nics.iter().zip(&pair) {
+        match paired {
+            Some(j) => {
+                let nic = &hw.nics[*j];
+                let mac_differs = want
+                    .mac
+                    .as_deref()
+                    .is_some_and(|m| !nic.mac.as_deref().is_some_and(|n| same_mac(m, n)));
+                if mac_differs || !want.backing.same_network(&nic.backing) {
+                    out.push(DeviceChange::EditNic {
+                        nic: nic.clone(),
+                        backing: want.backing.clone(),
+                        mac: want.mac.clone().filter(|_| mac_differs),
+                    });
+                }
+            }
+            None => {
+                out.push(DeviceChange::AddNic {
+                    key: new_key,
+                    kind: want.kind.to_owned(),
+                    backing: want.backing.clone(),
+                    mac: want.mac.clone(),
+                });
+                new_key -= 1;
+            }
+        }
+    }
+    for (j, nic) in hw.nics.iter().enumerate() {
+        if !used[j] {
+            out.push(DeviceChange::RemoveNic { nic: nic.clone() });
+        }
+    }
+    out
+}
+
+/// The next action for a VM read as `info`. `power` is the desired power state once
+/// provisioned; `None` while provisioning (the power-on step follows).
+pub fn next_action(
+    spec: &VSphereMachineSpec,
+    info: &VmInfo,
+    nics: &[DesiredNic],
+    power: Option<PowerState>,
+) -> UpdateAction {
+    let cold = cold_changes(spec, info);
+    let hot = device_changes(spec, &info.hardware, nics);
+    let describe_hot = || {
+        hot.iter()
+            .map(DeviceChange::describe)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if info.power_state == Some(VmPowerState::PoweredOn) {
+        if !hot.is_empty() {
+            return UpdateAction::Reconfigure {
+                what: describe_hot(),
+                spec: ConfigSpec {
+                    device_change: hot.clone(),
+                    ..ConfigSpec::default()
+                },
+            };
+        }
+        if !cold.is_empty() {
+            return UpdateAction::PowerOff {
+                why: format!(
+                    "to apply {} (CPU and memory changes need the VM off)",
+                    describe_cold(&cold, info)
+                ),
+            };
+        }
+        if power == Some(PowerState::Off) {
+            return UpdateAction::PowerOff {
+                why: "spec.powerState is Off".to_owned(),
+            };
+        }
+        return UpdateAction::InSync;
+    }
+    if !cold.is_empty() || !hot.is_empty() {
+        let what = [describe_cold(&cold, info), describe_hot()]
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return UpdateAction::Reconfigure {
+            spec: ConfigSpec {
+                device_change: hot,
+                ..cold
+            },
+            what,
+        };
+    }
+    if power == Some(PowerState::On) {
+        return UpdateAction::PowerOn;
+    }
+    UpdateAction::InSync
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::common::{Cpu, Disk, NetworkInterface};
+    use banlieue_api::infrastructure::VSphereTemplateSource;
+    use banlieue_vsphere_client::{MoRef, VirtualDisk, VirtualNic};
+
+    fn spec() -> VSphereMachineSpec {
+        VSphereMachineSpec {
+            provider_id: None,
+            provider_ref: None,
+            power_state: None,
+            source: VSphereTemplateSource {
+                template: "ubuntu".into(),
+            },
+            datacenter: None,
+            datastore: None,
+            folder: None,
+            resource_pool: None,
+            clone_mode: None,
+            cpu: Cpu {
+                cores: 2,
+                sockets: None,
+            },
+            memory_mib: 2048,
+            disks: vec![],
+            networks: vec![],
+            readiness_checks: None,
+        }
+    }
+
+    fn net(name: &str, id: &str) -> NetworkBacking {
+        NetworkBacking::Standard {
+            name: name.into(),
+            network: Some(MoRef::new("Network", id)),
+        }
+    }
+
+    fn nic(key: i32, backing: NetworkBacking, mac: &str) -> VirtualNic {
+        VirtualNic {
+            key,
+            kind: "VirtualE1000".into(),
+            backing,
+            mac: Some(mac.into()),
+            address_type: Some("generated".into()),
+            controller_key: Some(100),
+            unit_number: Some(7),
+        }
+    }
+
+    /// A running VM matching `spec()` with one 10 GiB disk and one NIC on `VM Network`.
+    fn vm() -> VmInfo {
+        VmInfo {
+            vm: MoRef::new("VirtualMachine", "vm-1"),
+            name: "m".into(),
+            bios_uuid: None,
+            instance_uuid: None,
+            template: false,
+            power_state: Some(VmPowerState::PoweredOn),
+            num_cpu: Some(2),
+            cores_per_socket: Some(2),
+            memory_mb: Some(2048),
+            extra_config: Default::default(),
+            ip_address: None,
+            guest_ips: vec![],
+            host: None,
+            hardware: Hardware {
+                disks: vec![VirtualDisk {
+                    key: 204,
+                    controller_key: 202,
+                    unit_number: Some(0),
+                    capacity_kb: 10 * 1024 * 1024,
+                    backing_type: "VirtualDiskFlatVer2BackingInfo".into(),
+                    file_name: "[ds] m/m.vmdk".into(),
+                    datastore: None,
+                    disk_mode: Some("persistent".into()),
+                    thin: Some(true),
+                }],
+                nics: vec![nic(4000, net("VM Network", "network-6"), "00:0c:29:00:00:01")],
+            },
+        }
+    }
+
+    fn want(backing: NetworkBacking) -> DesiredNic {
+        DesiredNic {
+            backing,
+            mac: None,
+            kind: "VirtualVmxnet3",
+        }
+    }
+
+    #[test]
+    fn a_matching_vm_is_in_sync() {
+        let nics = [want(net("VM Network", "network-6"))];
+        assert_eq!(
+            next_action(&spec(), &vm(), &nics, Some(PowerState::On)),
+            UpdateAction::InSync
+        );
+        assert_eq!(next_action(&spec(), &vm(), &[], None), UpdateAction::InSync);
+    }
+
+    #[test]
+    fn cpu_and_memory_on_a_running_vm_power_it_off_first_then_apply_then_power_on() {
+        let mut s = spec();
+        s.cpu.cores = 4;
+        s.memory_mib = 4096;
+        let UpdateAction::PowerOff { why } = next_action(&s, &vm(), &[], Some(PowerState::On)) else {
+            panic!("expected PowerOff");
+        };
+        assert_eq!(
+            why,
+            "to apply CPUs 2→4, memory 2048→4096 MiB (CPU and memory changes need the VM off)"
+        );
+        let mut off = vm();
+        off.power_state = Some(VmPowerState::PoweredOff);
+        let UpdateAction::Reconfigure { spec: c, .. } = next_action(&s, &off, &[], Some(PowerState::On))
+        else {
+            panic!("expected Reconfigure");
+        };
+        assert_eq!(
+            (c.num_cpus, c.cores_per_socket, c.memory_mb),
+            (Some(4), Some(4), Some(4096))
+        );
+        assert_eq!(
+            next_action(&spec(), &off, &[], Some(PowerState::On)),
+            UpdateAction::PowerOn
+        );
+        assert_eq!(
+            next_action(&spec(), &off, &[], Some(PowerState::Off)),
+            UpdateAction::InSync
+        );
+        assert_eq!(next_action(&spec(), &off, &[], None), UpdateAction::InSync);
+    }
+
+    #[test]
+    fn disks_grow_online_and_never_shrink() {
+        let mut s = spec();
+        s.disks = vec![Disk {
+            name: "root".into(),
+            size_gib: 20,
+            storage: None,
+        }];
+        let UpdateAction::Reconfigure { spec: c, what } = next_action(&s, &vm(), &[], Some(PowerState::On))
+        else {
+            panic!("expected Reconfigure");
+        };
+        assert_eq!(what, "grow disk 204 from 10 to 20 GiB");
+        assert!(c.num_cpus.is_none() && c.memory_mb.is_none());
+        assert!(matches!(
+            c.device_change.as_slice(),
+            [DeviceChange::GrowDisk { capacity_kb, .. }] if *capacity_kb == 20 * 1024 * 1024
+        ));
+        s.disks[0].size_gib = 5;
+        assert_eq!(
+            next_action(&s, &vm(), &[], Some(PowerState::On)),
+            UpdateAction::InSync
+        );
+    }
+
+    #[test]
+    fn nics_are_moved_added_and_removed_to_match_the_networks() {
+        let a = net("VM Network", "network-6");
+        let b = net("Storage", "network-7");
+        let hw = vm().hardware;
+        // Second network: one NIC added, the existing one kept.
+        let changes = device_changes(&spec(), &hw, &[want(a.clone()), want(b.clone())]);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(
+            matches!(&changes[0], DeviceChange::AddNic { backing, kind, key: -1, mac: None }
+            if *backing == b && kind == "VirtualVmxnet3")
+        );
+        // Only the other network: the existing NIC is moved, not replaced.
+        let changes = device_changes(&spec(), &hw, &[want(b.clone())]);
+        assert!(
+            matches!(&changes[..], [DeviceChange::EditNic { nic, backing, mac: None }]
+            if nic.key == 4000 && *backing == b)
+        );
+        // Order does not matter: an adapter already on a wanted network stays where it is.
+        let mut two = hw.clone();
+        two.nics.insert(0, nic(205, b.clone(), "00:0c:29:00:00:02"));
+        assert!(device_changes(&spec(), &two, &[want(a.clone()), want(b.clone())]).is_empty());
+        // One network left: the other adapter is removed.
+        let changes = device_changes(&spec(), &two, &[want(a)]);
+        assert!(matches!(&changes[..], [DeviceChange::RemoveNic { nic }] if nic.key == 205));
+        // A fixed MAC that differs is set on the paired adapter.
+        let fixed = DesiredNic {
+            mac: Some("00:50:56:00:00:09".into()),
+            ..want(net("VM Network", "network-6"))
+        };
+        let changes = device_changes(&spec(), &hw, &[fixed]);
+        assert!(
+            matches!(&changes[..], [DeviceChange::EditNic { mac: Some(m), .. }] if m == "00:50:56:00:00:09")
+        );
+    }
+
+    #[test]
+    fn a_stopped_vm_gets_cold_and_hot_changes_in_one_reconfigure() {
+        let mut s = spec();
+        s.memory_mib = 1024;
+        s.networks = vec![NetworkInterface::dhcp("eth0", "Storage")];
+        let mut off = vm();
+        off.power_state = Some(VmPowerState::PoweredOff);
+        let UpdateAction::Reconfigure { spec: c, what } =
+            next_action(&s, &off, &[want(net("Storage", "network-7"))], None)
+        else {
+            panic!("expected Reconfigure");
+        };
+        assert_eq!(c.memory_mb, Some(1024));
+        assert_eq!(c.device_change.len(), 1);
+        assert_eq!(
+            what,
+            "memory 2048→1024 MiB, move NIC 4000 from VM Network to Storage"
+        );
+    }
+}

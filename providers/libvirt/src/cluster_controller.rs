@@ -250,16 +250,16 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtCluster, ctx: &ClusterContex
             let mut down = Vec::new();
             for h in &specs {
                 match ctx.connector.connect(&h.uri).host_info().await {
-                    Ok(_) => up.push(h.name.clone()),
+                    Ok(_) => up.push((h.name.clone(), h.control_plane)),
                     Err(e) => down.push(format!("{}: {}", h.name, e.message)),
                 }
             }
             up.sort();
             status.failure_domains = up
                 .iter()
-                .map(|name| FailureDomain {
+                .map(|(name, control_plane)| FailureDomain {
                     name: name.clone(),
-                    control_plane: Some(true),
+                    control_plane: Some(*control_plane),
                     attributes: None,
                 })
                 .collect();

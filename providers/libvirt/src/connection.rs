@@ -157,6 +157,7 @@ fn domain_info(d: &Domain) -> Result<DomainInfo, virt::error::Error> {
         state,
         owner: xml::owner_from_xml(&desc),
         macs: xml::macs_from_xml(&desc),
+        sizing: xml::sizing_from_xml(&desc),
     })
 }
 

@@ -1,15 +1,24 @@
-//! Which libvirt hosts a LibvirtCluster stands for: one per failure domain, named after the
-//! URI's host part (`localhost` for local URIs such as `qemu:///system`).
+//! Which libvirt hosts a LibvirtCluster stands for, each a failure domain:
 //!
-//! The URI comes from `spec.uri`, or, with `spec.providerRef`, from the cluster-scoped banlieue
-//! `Provider` (`spec.endpoint`, backend `libvirt`).
+//! - `spec.hosts[]`: one host per entry, named by `name` (several failure domains);
+//! - `spec.uri`: one host named after the URI's host part (`localhost` for local URIs such as
+//!   `qemu:///system`);
+//! - `spec.providerRef`: the cluster-scoped banlieue `Provider`'s `spec.endpoint` (backend
+//!   `libvirt`) and `spec.credentialsRef`.
+//!
+//! A host's credentials (`hosts[].credentialsRef`, else the cluster's `credentialsRef`, else
+//! the Provider's) are read from their Secret and written to private files by
+//! [`crate::credentials`]; the URI the connector opens carries their paths.
 
 use std::sync::Arc;
 
 use banlieue_api::banlieue::{Backend, Provider};
+use banlieue_api::common::SecretReference;
 use banlieue_api::infrastructure::LibvirtCluster;
-use kube::Api;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, ResourceExt};
 
+use crate::credentials;
 use crate::error::{Error, Result};
 use crate::hypervisor::Hypervisor;
 use crate::provision::Host;
@@ -19,8 +28,12 @@ use crate::provision::Host;
 pub struct HostSpec {
     /// Failure domain name.
     pub name: String,
-    /// libvirt URI.
+    /// libvirt URI (after [`resolve`]: with the credential file parameters).
     pub uri: String,
+    /// Secret with the connection credentials (namespace filled in).
+    pub credentials: Option<SecretReference>,
+    /// Whether control plane machines may be placed here.
+    pub control_plane: bool,
 }
 
 /// The host part of a libvirt URI (`qemu+ssh://root@kvm1:22/system` → `kvm1`), `localhost`
@@ -50,10 +63,51 @@ pub struct HostsError {
     pub message: String,
 }
 
-/// The hosts of a LibvirtCluster given its Provider (when it has a `providerRef`). Pure.
+impl From<credentials::CredentialsError> for HostsError {
+    fn from(e: credentials::CredentialsError) -> Self {
+        Self {
+            reason: e.reason,
+            message: e.message,
+        }
+    }
+}
+
+/// A reference with its namespace defaulted to `namespace`.
+fn in_namespace(r: &SecretReference, namespace: &str) -> SecretReference {
+    SecretReference {
+        name: r.name.clone(),
+        namespace: Some(r.namespace.clone().unwrap_or_else(|| namespace.to_owned())),
+    }
+}
+
+/// The hosts of a LibvirtCluster given its Provider (when it has a `providerRef`), before
+/// credentials are applied. Pure.
 pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec<HostSpec>, HostsError> {
-    let uri = match (&lvc.spec.uri, &lvc.spec.provider_ref) {
-        (Some(uri), _) => uri.clone(),
+    let namespace = lvc.namespace().unwrap_or_default();
+    let cluster_creds = lvc
+        .spec
+        .credentials_ref
+        .as_ref()
+        .map(|r| in_namespace(r, &namespace));
+    if !lvc.spec.hosts.is_empty() {
+        return Ok(lvc
+            .spec
+            .hosts
+            .iter()
+            .map(|h| HostSpec {
+                name: h.name.clone(),
+                uri: h.uri.clone(),
+                credentials: h
+                    .credentials_ref
+                    .as_ref()
+                    .map(|r| in_namespace(r, &namespace))
+                    .or_else(|| cluster_creds.clone()),
+                control_plane: h.control_plane.unwrap_or(true),
+            })
+            .collect());
+    }
+    let (uri, credentials) = match (&lvc.spec.uri, &lvc.spec.provider_ref) {
+        (Some(uri), _) => (uri.clone(), cluster_creds),
         (None, Some(r)) => {
             let p = provider.ok_or_else(|| HostsError {
                 reason: "ProviderNotFound",
@@ -69,18 +123,27 @@ pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec
                     ),
                 });
             }
-            p.spec.endpoint.clone()
+            // A Provider is cluster-scoped: its reference names its namespace (CEL rule).
+            let creds = p
+                .spec
+                .credentials_ref
+                .as_ref()
+                .map(|r| in_namespace(r, &namespace))
+                .or(cluster_creds);
+            (p.spec.endpoint.clone(), creds)
         }
         (None, None) => {
             return Err(HostsError {
                 reason: "NoHost",
-                message: "set spec.uri or spec.providerRef".into(),
+                message: "set spec.hosts, spec.uri or spec.providerRef".into(),
             });
         }
     };
     Ok(vec![HostSpec {
         name: host_name(&uri),
         uri,
+        credentials,
+        control_plane: true,
     }])
 }
 
@@ -96,7 +159,30 @@ pub async fn resolve(
             .map_err(|e| Error::kube("reading the Provider", e))?,
         _ => None,
     };
-    Ok(hosts_of(lvc, provider.as_ref()))
+    let mut hosts = match hosts_of(lvc, provider.as_ref()) {
+        Ok(h) => h,
+        Err(e) => return Ok(Err(e)),
+    };
+    for h in &mut hosts {
+        let Some(r) = &h.credentials else { continue };
+        let ns = r.namespace.clone().unwrap_or_default();
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| Error::kube(format!("reading credentials Secret {ns}/{}", r.name), e))?;
+        let Some(secret) = secret else {
+            return Ok(Err(HostsError {
+                reason: "CredentialsNotFound",
+                message: format!("credentials Secret {ns}/{} of host {} not found", r.name, h.name),
+            }));
+        };
+        let data = secret.data.unwrap_or_default();
+        match credentials::materialize(&credentials::default_dir(), &ns, &r.name, &h.uri, &data) {
+            Ok(uri) => h.uri = uri,
+            Err(e) => return Ok(Err(e.into())),
+        }
+    }
+    Ok(Ok(hosts))
 }
 
 /// Opens hypervisor handles.
@@ -163,7 +249,9 @@ mod tests {
             hosts_of(&lvc, None).unwrap(),
             vec![HostSpec {
                 name: "localhost".into(),
-                uri: "qemu:///system".into()
+                uri: "qemu:///system".into(),
+                credentials: None,
+                control_plane: true,
             }]
         );
         lvc.spec.uri = None;
@@ -179,5 +267,42 @@ mod tests {
             "ProviderBackendMismatch"
         );
         assert_eq!(hosts_of(&lvc, None).unwrap_err().reason, "ProviderNotFound");
+    }
+
+    #[test]
+    fn spec_hosts_are_failure_domains_with_their_own_or_the_clusters_credentials() {
+        let mut lvc: LibvirtCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.banlieue.io/v1alpha1",
+            "kind": "LibvirtCluster",
+            "metadata": {"name": "c", "namespace": "ns"},
+            "spec": {
+                "credentialsRef": {"name": "shared"},
+                "hosts": [
+                    {"name": "kvm1", "uri": "qemu+ssh://root@kvm1/system"},
+                    {"name": "kvm2", "uri": "qemu+tls://kvm2/system",
+                     "credentialsRef": {"name": "own", "namespace": "infra"}, "controlPlane": false}
+                ]
+            }
+        }))
+        .unwrap();
+        let hosts = hosts_of(&lvc, None).unwrap();
+        assert_eq!(
+            hosts
+                .iter()
+                .map(|h| (
+                    h.name.as_str(),
+                    h.credentials
+                        .as_ref()
+                        .map(|c| (c.namespace.as_deref().unwrap(), c.name.as_str())),
+                    h.control_plane
+                ))
+                .collect::<Vec<_>>(),
+            vec![
+                ("kvm1", Some(("ns", "shared")), true),
+                ("kvm2", Some(("infra", "own")), false)
+            ]
+        );
+        lvc.spec.credentials_ref = None;
+        assert_eq!(hosts_of(&lvc, None).unwrap()[0].credentials, None);
     }
 }

@@ -78,6 +78,8 @@ pub struct DomainInfo {
     pub owner: Option<Owner>,
     /// MAC addresses of its interfaces, in order.
     pub macs: Vec<String>,
+    /// CPU topology and memory of its persistent definition, when readable.
+    pub sizing: Option<crate::xml::Sizing>,
 }
 
 /// A storage volume.

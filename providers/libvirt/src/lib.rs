@@ -7,11 +7,16 @@
 //!   machine, and provisioning / deletion against hosts.
 //! - [`owner`], [`hosts`]: the machine's owner view (CAPI Machine or VirtualMachine) and the
 //!   LibvirtCluster's hosts.
-//! - [`machine_controller`], [`cluster_controller`]: the kube-runtime controllers.
+//! - [`credentials`]: Secret-held SSH keys / TLS certificates as private files and URI
+//!   parameters.
+//! - [`update`]: reconfiguring a provisioned domain (CPU, memory, power state).
+//! - [`machine_controller`], [`cluster_controller`], [`template_controller`]: the kube-runtime
+//!   controllers.
 
 pub mod cluster_controller;
 #[cfg(feature = "libvirt")]
 pub mod connection;
+pub mod credentials;
 pub mod desired;
 pub mod error;
 pub mod hosts;
@@ -20,4 +25,6 @@ pub mod machine_controller;
 pub mod owner;
 pub mod phase;
 pub mod provision;
+pub mod template_controller;
+pub mod update;
 pub mod xml;

@@ -13,6 +13,7 @@ use banlieue_api::infrastructure::LibvirtMachineSpec;
 use crate::desired::{self, GIB, Settings};
 use crate::hypervisor::{ErrorKind, HvError, Hypervisor, RunState};
 use crate::phase::Phase;
+use crate::update::{self, UpdateAction};
 use crate::xml::{self, Owner};
 
 /// Requeue while waiting for the guest's lease.
@@ -239,25 +240,51 @@ pub async fn provision<H: Hypervisor>(
                     RunState::ShutOff | RunState::Crashed => PowerState::Off,
                     RunState::Running | RunState::ShuttingDown => PowerState::On,
                 };
-                match (input.power, d.state) {
-                    (PowerState::Off, RunState::Running) => {
+                if d.owner.as_ref().is_none_or(|o| o.uid != input.owner.uid) {
+                    return Err(StepError::permanent(
+                        "DomainConflict",
+                        format!(
+                            "domain {} with uuid {uuid} on host {name} does not belong to this machine; it is left alone",
+                            d.name
+                        ),
+                    ));
+                }
+                let want = update::desired_sizing(input.spec);
+                match update::next_action(&want, d.sizing.as_ref(), d.state, input.power) {
+                    UpdateAction::Shutdown { why } => {
                         hv.shutdown_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                        step.events.push((
+                            "PoweringOff",
+                            format!("ACPI shutdown of {domain} requested: {why}"),
+                        ));
+                        step.waiting = Some(format!("waiting for the guest to power off: {why}"));
+                        step.requeue = GUEST_POLL;
+                    }
+                    UpdateAction::WaitShutdown { why } => {
+                        step.waiting = Some(format!("waiting for the guest to power off: {why}"));
+                        step.requeue = GUEST_POLL;
+                    }
+                    UpdateAction::Redefine { why, start } => {
+                        let config = desired::domain_config(input.spec, input.owner, uuid, input.settings);
+                        hv.define_domain(&xml::domain_xml(&config))
+                            .await
+                            .map_err(|e| hv_error(&phase, e))?;
                         step.events
-                            .push(("PoweringOff", format!("ACPI shutdown of {domain} requested")));
-                        step.waiting = Some("waiting for the guest to power off".into());
-                        step.requeue = GUEST_POLL;
+                            .push(("Reconfigured", format!("domain {domain} redefined: {why}")));
+                        if start {
+                            hv.start_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                            step.events
+                                .push(("PoweredOn", format!("domain {domain} started")));
+                            power_state = PowerState::On;
+                        }
                     }
-                    (PowerState::Off, RunState::ShuttingDown) => {
-                        step.waiting = Some("waiting for the guest to power off".into());
-                        step.requeue = GUEST_POLL;
-                    }
-                    (PowerState::On, RunState::ShutOff | RunState::Crashed) => {
+                    UpdateAction::Start => {
                         hv.start_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
                         step.events
                             .push(("PoweredOn", format!("domain {domain} started")));
                         power_state = PowerState::On;
                     }
-                    _ => {}
+                    UpdateAction::InSync => {}
                 }
                 step.provisioned = Some(Done {
                     provider_id: desired::provider_id(name, uuid),

@@ -239,6 +239,66 @@ pub fn owner_from_xml(xml: &str) -> Option<Owner> {
     })
 }
 
+/// CPU topology and memory of a domain definition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizing {
+    /// CPU sockets.
+    pub sockets: u32,
+    /// Cores per socket.
+    pub cores: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+}
+
+fn element_text<'a>(xml: &'a str, tag: &str) -> Option<(&'a str, &'a str)> {
+    let open = format!("<{tag}");
+    let mut from = 0;
+    loop {
+        let i = from + xml[from..].find(&open)?;
+        let after = xml[i + open.len()..].chars().next()?;
+        if after == '>' || after == ' ' {
+            let head_end = i + xml[i..].find('>')?;
+            let close = head_end + xml[head_end..].find(&format!("</{tag}>"))?;
+            return Some((&xml[i..head_end], xml[head_end + 1..close].trim()));
+        }
+        from = i + open.len();
+    }
+}
+
+/// The CPU topology and memory of a domain XML (`<topology>` sockets × cores, else `<vcpu>`
+/// cores on one socket; `<memory>` in any libvirt unit). `None` when unreadable.
+pub fn sizing_from_xml(xml: &str) -> Option<Sizing> {
+    let (mem_head, mem) = element_text(xml, "memory")?;
+    let mem: u64 = mem.parse().ok()?;
+    let unit = attribute(mem_head, "unit").unwrap_or_else(|| "KiB".into());
+    let bytes = match unit.as_str() {
+        "b" | "bytes" => mem,
+        "KB" => mem.saturating_mul(1000),
+        "k" | "KiB" => mem.saturating_mul(1 << 10),
+        "MB" => mem.saturating_mul(1_000_000),
+        "M" | "MiB" => mem.saturating_mul(1 << 20),
+        "GB" => mem.saturating_mul(1_000_000_000),
+        "G" | "GiB" => mem.saturating_mul(1 << 30),
+        _ => return None,
+    };
+    let (_, vcpus) = element_text(xml, "vcpu")?;
+    let vcpus: u32 = vcpus.parse().ok()?;
+    let topology = xml.find("<topology ").and_then(|i| {
+        let end = i + xml[i..].find('>')?;
+        let tag = &xml[i..end];
+        Some((
+            attribute(tag, "sockets")?.parse::<u32>().ok()?,
+            attribute(tag, "cores")?.parse::<u32>().ok()?,
+        ))
+    });
+    let (sockets, cores) = topology.unwrap_or((1, vcpus));
+    Some(Sizing {
+        sockets,
+        cores,
+        memory_mib: bytes >> 20,
+    })
+}
+
 /// The first `<mac address='…'/>` values of a domain XML, in order.
 pub fn macs_from_xml(xml: &str) -> Vec<String> {
     let mut macs = Vec::new();
@@ -389,6 +449,29 @@ pub fn volume_format(volume_xml: &str) -> String {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn sizing_reads_back_what_domain_xml_writes_and_libvirt_units() {
+        let c = config();
+        assert_eq!(
+            sizing_from_xml(&domain_xml(&c)),
+            Some(Sizing {
+                sockets: c.sockets,
+                cores: c.cores,
+                memory_mib: c.memory_mib
+            })
+        );
+        let plain = "<domain><memory unit='GiB'>2</memory><memoryBacking/><vcpu>3</vcpu></domain>";
+        assert_eq!(
+            sizing_from_xml(plain),
+            Some(Sizing {
+                sockets: 1,
+                cores: 3,
+                memory_mib: 2048
+            })
+        );
+        assert_eq!(sizing_from_xml("<domain><vcpu>1</vcpu></domain>"), None);
+    }
 
     fn config() -> DomainConfig {
         DomainConfig {

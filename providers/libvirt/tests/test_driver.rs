@@ -253,3 +253,202 @@ async fn bad_input_is_a_permanent_error_with_an_actionable_reason() {
         "{err:?}"
     );
 }
+
+/// A second, separate in-memory hypervisor: the test driver with a custom node file (every
+/// `test:///default` connection of a process shares one state; a file gives a fresh one per
+/// connection). Same pool and network names as `test:///default`.
+fn second_host_uri(tag: &str) -> String {
+    let path = std::env::temp_dir().join(format!("banlieue-libvirt-node-{tag}-{}.xml", std::process::id()));
+    std::fs::write(
+        &path,
+        "<node>\n  <network>\n    <name>default</name>\n    <bridge name='virbr0'/>\n    <forward/>\n    \
+         <ip address='192.168.123.1' netmask='255.255.255.0'>\n      <dhcp><range start='192.168.123.2' end='192.168.123.254'/></dhcp>\n    \
+         </ip>\n  </network>\n  <pool type='dir'>\n    <name>default-pool</name>\n    <capacity unit='GiB'>100</capacity>\n    \
+         <allocation>0</allocation>\n    <available unit='GiB'>100</available>\n    <target><path>/default-pool</path></target>\n  \
+         </pool>\n</node>\n",
+    )
+    .unwrap();
+    format!("test://{}", path.display())
+}
+
+async fn with_base(hv: &VirtHypervisor) {
+    if hv.volume(POOL, "base.qcow2").await.unwrap().is_none() {
+        let _ = hv
+            .create_volume(POOL, &xml::plain_volume_xml("base.qcow2", 2 << 30, "qcow2"))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn machines_land_on_the_host_of_their_failure_domain() {
+    use banlieue_libvirt::connection::VirtConnector;
+    let connector = VirtConnector::default();
+    let uri_b = second_host_uri("fd");
+    let (a, b) = (connector.get("test:///default"), connector.get(&uri_b));
+    assert!(
+        Arc::ptr_eq(&a, &connector.get("test:///default")),
+        "one handle per URI"
+    );
+    with_base(&a).await;
+    with_base(&b).await;
+    let hosts = [
+        Host {
+            name: "kvm-a".into(),
+            hv: a.clone(),
+        },
+        Host {
+            name: "kvm-b".into(),
+            hv: b.clone(),
+        },
+    ];
+    let settings = settings();
+    let s = spec(serde_json::json!([]));
+    for (machine, fd, on, off) in [
+        ("fdb", Some("kvm-b"), &b, &a),
+        ("fda", Some("kvm-a"), &a, &b),
+        // No failure domain: the first host by name.
+        ("fdn", None, &a, &b),
+    ] {
+        let o = owner(machine);
+        let input = MachineInput {
+            owner: &o,
+            spec: &s,
+            uuid: &o.uid,
+            failure_domain: fd,
+            settings: &settings,
+            power: PowerState::On,
+        };
+        let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
+            .await
+            .unwrap();
+        let host = fd.unwrap_or("kvm-a");
+        assert_eq!(
+            step.provisioned.expect("provisioned").provider_id,
+            format!("libvirt://{host}/{}", o.uid)
+        );
+        assert!(
+            on.domain_by_uuid(&o.uid).await.unwrap().is_some(),
+            "{machine} on {host}"
+        );
+        assert!(
+            off.domain_by_uuid(&o.uid).await.unwrap().is_none(),
+            "{machine} only on {host}: the two hosts are separate hypervisors"
+        );
+        provision::delete(&**on, &o, &s, &o.uid).await.unwrap();
+    }
+}
+
+/// Drives a provisioned machine until it reports no waiting, collecting event reasons.
+async fn settle(
+    hosts: &[Host<VirtHypervisor>],
+    input: &MachineInput<'_>,
+    mut phase: Phase,
+) -> (Vec<&'static str>, provision::Step) {
+    let mut reasons = Vec::new();
+    for _ in 0..20 {
+        let step = provision::provision(hosts, input, phase.clone(), None)
+            .await
+            .unwrap();
+        reasons.extend(step.events.iter().map(|e| e.0));
+        phase = step.phase.clone().unwrap();
+        if step.waiting.is_none() {
+            return (reasons, step);
+        }
+    }
+    panic!("did not settle: {reasons:?}");
+}
+
+#[tokio::test]
+async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_recloning() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let settings = settings();
+    let o = owner("reconf");
+    let s0 = spec(serde_json::json!([{"name": "root", "sizeGiB": 4}]));
+    let input = MachineInput {
+        owner: &o,
+        spec: &s0,
+        uuid: &o.uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+    };
+    let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"ud"))
+        .await
+        .unwrap();
+    let provisioned = step.phase.clone().unwrap();
+    let root_before = hv.volume(POOL, "ns_reconf-root.qcow2").await.unwrap().unwrap();
+    let seed_before = hv.uploaded(POOL, "ns_reconf-seed.iso").unwrap();
+    let before = hv.domain_by_uuid(&o.uid).await.unwrap().unwrap();
+    assert_eq!(
+        before.sizing.map(|z| (z.sockets, z.cores, z.memory_mib)),
+        Some((1, 2, 512))
+    );
+
+    // Nothing to change: no call that changes anything, no event.
+    let (reasons, _) = settle(&hosts, &input, provisioned.clone()).await;
+    assert!(reasons.is_empty(), "{reasons:?}");
+
+    // CPU and memory: shut down, redefine, start; same domain, same volumes.
+    let mut s = s0.clone();
+    s.cpu.cores = 4;
+    s.memory_mib = 1024;
+    let input = MachineInput { spec: &s, ..input };
+    let (reasons, step) = settle(&hosts, &input, provisioned.clone()).await;
+    assert_eq!(reasons, ["PoweringOff", "Reconfigured", "PoweredOn"]);
+    assert_eq!(step.phase, Some(provisioned.clone()));
+    assert_eq!(step.provisioned.unwrap().power_state, PowerState::On);
+    let after = hv.domain_by_uuid(&o.uid).await.unwrap().unwrap();
+    assert_eq!(
+        (after.uuid.as_str(), after.name.as_str()),
+        (o.uid.as_str(), "ns_reconf")
+    );
+    assert_eq!(after.state, RunState::Running);
+    assert_eq!(after.macs, before.macs);
+    assert_eq!(
+        after.sizing.map(|z| (z.sockets, z.cores, z.memory_mib)),
+        Some((1, 4, 1024))
+    );
+    assert_eq!(
+        hv.volume(POOL, "ns_reconf-root.qcow2").await.unwrap().unwrap(),
+        root_before,
+        "the boot disk is not re-cloned"
+    );
+    assert_eq!(hv.uploaded(POOL, "ns_reconf-seed.iso").unwrap(), seed_before);
+
+    // powerState Off: ACPI shutdown, reported Off; a CPU change while off is applied without
+    // starting the domain; On starts it again.
+    let off = MachineInput {
+        power: PowerState::Off,
+        ..input
+    };
+    let (reasons, step) = settle(&hosts, &off, provisioned.clone()).await;
+    assert_eq!(reasons, ["PoweringOff"]);
+    assert_eq!(
+        hv.domain_by_uuid(&o.uid).await.unwrap().unwrap().state,
+        RunState::ShutOff
+    );
+    let (reasons, step2) = settle(&hosts, &off, step.phase.unwrap()).await;
+    assert!(reasons.is_empty(), "{reasons:?}");
+    assert_eq!(step2.provisioned.unwrap().power_state, PowerState::Off);
+    let mut s2 = s.clone();
+    s2.cpu.sockets = Some(2);
+    let off2 = MachineInput { spec: &s2, ..off };
+    let (reasons, _) = settle(&hosts, &off2, provisioned.clone()).await;
+    assert_eq!(reasons, ["Reconfigured"]);
+    let d = hv.domain_by_uuid(&o.uid).await.unwrap().unwrap();
+    assert_eq!((d.state, d.sizing.unwrap().sockets), (RunState::ShutOff, 2));
+    let on = MachineInput {
+        power: PowerState::On,
+        ..off2
+    };
+    let (reasons, step) = settle(&hosts, &on, provisioned).await;
+    assert_eq!(reasons, ["PoweredOn"]);
+    assert_eq!(step.provisioned.unwrap().power_state, PowerState::On);
+    assert_eq!(
+        hv.domain_by_uuid(&o.uid).await.unwrap().unwrap().state,
+        RunState::Running
+    );
+    provision::delete(&*hv, &o, &s2, &o.uid).await.unwrap();
+}

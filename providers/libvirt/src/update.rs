@@ -1,0 +1,190 @@
+//! After provisioning: keeping a domain in line with its LibvirtMachine — CPU topology, memory
+//! and `spec.powerState` — without ever re-cloning it. Pure: [`next_action`] decides the next
+//! single step from the spec and what libvirt reports; [`crate::provision`] performs it.
+//!
+//! Semantics (the same as the Proxmox provider's cold changes):
+//! - **CPU (sockets, cores) and memory** are applied to a shut-off domain: a running domain is
+//!   shut down by ACPI (`virDomainShutdown`), then redefined from the regenerated XML (same
+//!   name, uuid, volumes and MACs: the disks are untouched), then started again when
+//!   `spec.powerState` is `On`.
+//! - **Power**: `Off` shuts the domain down by ACPI; `On` starts a shut-off or crashed domain.
+//! - A guest that ignores ACPI stays running: the provider repeats the request on every poll
+//!   and reports that it waits (there is no forced power-off yet).
+
+use banlieue_api::common::PowerState;
+use banlieue_api::infrastructure::LibvirtMachineSpec;
+
+use crate::hypervisor::RunState;
+use crate::xml::Sizing;
+
+/// The next step to bring a provisioned domain to its spec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpdateAction {
+    /// Ask the guest to shut down (ACPI); `why` says what for.
+    Shutdown {
+        /// Human-readable cause.
+        why: String,
+    },
+    /// The guest is shutting down: wait.
+    WaitShutdown {
+        /// Human-readable cause.
+        why: String,
+    },
+    /// Redefine the (shut-off) domain from the spec, then start it if `start`.
+    Redefine {
+        /// What changes.
+        why: String,
+        /// Start it afterwards (`spec.powerState` On).
+        start: bool,
+    },
+    /// Start the domain.
+    Start,
+    /// The domain matches the spec.
+    InSync,
+}
+
+/// The sizing a spec asks for, normalised like the generated XML (at least one socket/core).
+pub fn desired_sizing(spec: &LibvirtMachineSpec) -> Sizing {
+    Sizing {
+        sockets: spec.cpu.sockets.unwrap_or(1).max(1),
+        cores: spec.cpu.cores.max(1),
+        memory_mib: spec.memory_mib,
+    }
+}
+
+/// What differs, for messages and events (`cores 2→4, memory 512→1024 MiB`); empty when in
+/// sync.
+pub fn changes(want: &Sizing, have: &Sizing) -> Vec<String> {
+    let mut out = Vec::new();
+    if want.sockets != have.sockets {
+        out.push(format!("sockets {}→{}", have.sockets, want.sockets));
+    }
+    if want.cores != have.cores {
+        out.push(format!("cores {}→{}", have.cores, want.cores));
+    }
+    if want.memory_mib != have.memory_mib {
+        out.push(format!("memory {}→{} MiB", have.memory_mib, want.memory_mib));
+    }
+    out
+}
+
+/// Decides the next step for a provisioned domain. `have` is `None` when libvirt's XML could
+/// not be read (then only the power state is reconciled).
+pub fn next_action(want: &Sizing, have: Option<&Sizing>, state: RunState, power: PowerState) -> UpdateAction {
+    let diff = have.map(|h| changes(want, h)).unwrap_or_default();
+    let off = matches!(state, RunState::ShutOff | RunState::Crashed);
+    if !diff.is_empty() {
+        let why = format!(
+            "to apply {} (CPU and memory changes need the domain off)",
+            diff.join(", ")
+        );
+        return match state {
+            RunState::Running => UpdateAction::Shutdown { why },
+            RunState::ShuttingDown => UpdateAction::WaitShutdown { why },
+            RunState::ShutOff | RunState::Crashed => UpdateAction::Redefine {
+                why: diff.join(", "),
+                start: power == PowerState::On,
+            },
+        };
+    }
+    match (power, state) {
+        (PowerState::Off, RunState::Running) => UpdateAction::Shutdown {
+            why: "spec.powerState is Off".into(),
+        },
+        (_, RunState::ShuttingDown) => UpdateAction::WaitShutdown {
+            why: "the guest is shutting down".into(),
+        },
+        (PowerState::On, _) if off => UpdateAction::Start,
+        _ => UpdateAction::InSync,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use rstest::rstest;
+
+    const SMALL: Sizing = Sizing {
+        sockets: 1,
+        cores: 2,
+        memory_mib: 512,
+    };
+    const BIG: Sizing = Sizing {
+        sockets: 1,
+        cores: 4,
+        memory_mib: 1024,
+    };
+
+    fn kind(a: &UpdateAction) -> &'static str {
+        match a {
+            UpdateAction::Shutdown { .. } => "shutdown",
+            UpdateAction::WaitShutdown { .. } => "wait",
+            UpdateAction::Redefine { start: true, .. } => "redefine+start",
+            UpdateAction::Redefine { start: false, .. } => "redefine",
+            UpdateAction::Start => "start",
+            UpdateAction::InSync => "in-sync",
+        }
+    }
+
+    #[rstest]
+    // Cold change: off first, then redefine, then start (On) or stay off (Off).
+    #[case(BIG, RunState::Running, PowerState::On, "shutdown")]
+    #[case(BIG, RunState::ShuttingDown, PowerState::On, "wait")]
+    #[case(BIG, RunState::ShutOff, PowerState::On, "redefine+start")]
+    #[case(BIG, RunState::Crashed, PowerState::On, "redefine+start")]
+    #[case(BIG, RunState::ShutOff, PowerState::Off, "redefine")]
+    #[case(BIG, RunState::Running, PowerState::Off, "shutdown")]
+    // Power only.
+    #[case(SMALL, RunState::Running, PowerState::On, "in-sync")]
+    #[case(SMALL, RunState::Running, PowerState::Off, "shutdown")]
+    #[case(SMALL, RunState::ShuttingDown, PowerState::Off, "wait")]
+    #[case(SMALL, RunState::ShutOff, PowerState::Off, "in-sync")]
+    #[case(SMALL, RunState::ShutOff, PowerState::On, "start")]
+    #[case(SMALL, RunState::Crashed, PowerState::On, "start")]
+    fn next_action_table(
+        #[case] want: Sizing,
+        #[case] state: RunState,
+        #[case] power: PowerState,
+        #[case] expected: &str,
+    ) {
+        assert_eq!(kind(&next_action(&want, Some(&SMALL), state, power)), expected);
+    }
+
+    #[test]
+    fn unreadable_sizing_reconciles_power_only() {
+        assert_eq!(
+            next_action(&BIG, None, RunState::Running, PowerState::On),
+            UpdateAction::InSync
+        );
+        assert_eq!(
+            next_action(&BIG, None, RunState::ShutOff, PowerState::On),
+            UpdateAction::Start
+        );
+    }
+
+    #[test]
+    fn messages_say_what_changes() {
+        assert_eq!(changes(&BIG, &SMALL), vec!["cores 2→4", "memory 512→1024 MiB"]);
+        match next_action(&BIG, Some(&SMALL), RunState::Running, PowerState::On) {
+            UpdateAction::Shutdown { why } => assert!(why.contains("cores 2→4"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn desired_sizing_defaults_to_one_socket() {
+        let spec: LibvirtMachineSpec = serde_json::from_value(serde_json::json!({
+            "source": {"volume": "b", "pool": "p"}, "cpu": {"cores": 3}, "memoryMiB": 256
+        }))
+        .unwrap();
+        assert_eq!(
+            desired_sizing(&spec),
+            Sizing {
+                sockets: 1,
+                cores: 3,
+                memory_mib: 256
+            }
+        );
+    }
+}

@@ -19,9 +19,9 @@
 //! Per backend: create a VirtualMachine → the infra machine created by the controller with a
 //! controlling ownerReference to it, the infra cluster `banlieue-<Provider>` owned by the
 //! Provider → the VirtualMachine `Ready`/`Running` with the providerID and the guest's address
-//! mirrored → `spec.powerState: Off` → the hypervisor VM off, the VirtualMachine `Stopped` →
-//! delete → the hypervisor VM (and its volumes) gone, the finalizer released, no infra machine
-//! left.
+//! mirrored → `spec.powerState: Off` → the hypervisor VM off, the VirtualMachine `Stopped`
+//! (vSphere: `On` again → running and `Ready`, same VM) → delete → the hypervisor VM (and its
+//! volumes) gone, the finalizer released, no infra machine left.
 //!
 //! Run: `cargo build -p banlieue-controllers -p banlieue-libvirt -p banlieue-vsphere && cargo test
 //! -p banlieue-dev --test e2e_backends`.
@@ -285,12 +285,13 @@ impl Stack {
         .await
     }
 
-    async fn power_off(&self, name: &str) -> anyhow::Result<()> {
+    /// Sets the VirtualMachine's `spec.powerState`.
+    async fn set_power(&self, name: &str, power: &str) -> anyhow::Result<()> {
         self.vms()
             .patch(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"powerState": "Off"}})),
+                &Patch::Merge(json!({"spec": {"powerState": power}})),
             )
             .await?;
         Ok(())
@@ -475,7 +476,7 @@ async fn vsphere_virtual_machine_through_the_banlieue_controller() -> anyhow::Re
     );
 
     // Power off: the vcsim VM is powered off and the VirtualMachine shows it.
-    s.power_off("web").await?;
+    s.set_power("web", "Off").await?;
     s.eventually("the vcsim VM powered off", || async {
         let power = vc.vm_info(&vm_moref).await?.and_then(|i| i.power_state);
         Ok((power == Some(VmPowerState::PoweredOff)).then_some(()))
@@ -488,6 +489,19 @@ async fn vsphere_virtual_machine_through_the_banlieue_controller() -> anyhow::Re
             .len(),
         1,
         "powered off in place, not re-cloned"
+    );
+
+    // And on again: the same vcsim VM runs, the VirtualMachine is Running and Ready.
+    s.set_power("web", "On").await?;
+    s.eventually("the vcsim VM powered on again", || async {
+        let power = vc.vm_info(&vm_moref).await?.and_then(|i| i.power_state);
+        Ok((power == Some(VmPowerState::PoweredOn)).then_some(()))
+    })
+    .await?;
+    let vm = s.wait_ready("web").await?;
+    assert_eq!(
+        vm.status.as_ref().and_then(|st| st.power_state),
+        Some(PowerState::On)
     );
 
     // Delete: the vcsim VM destroyed, the finalizer released, nothing left.
@@ -716,7 +730,7 @@ async fn libvirt_lifecycle(
     })?;
 
     // Power off: ACPI shutdown, the guest powers off, the VirtualMachine shows it.
-    s.power_off("tiny").await?;
+    s.set_power("tiny", "Off").await?;
     s.eventually("the domain shut off", || async {
         Ok((virsh(&["domstate", &uid])? == "shut off").then_some(()))
     })

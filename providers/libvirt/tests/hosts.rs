@@ -1,0 +1,305 @@
+//! LibvirtCluster hosts and credentials, and LibvirtMachineTemplate capacity, with the real
+//! controllers on the real apiserver (`banlieue-testenv`) and libvirt's test driver through the
+//! real `virt` connection:
+//!
+//! - `spec.hosts` with two separate test-driver hypervisors become two failure domains (with
+//!   their `controlPlane` flags);
+//! - a `qemu+ssh://` host's Secret is written to 0600 files and never appears in the
+//!   LibvirtCluster's status or the namespace's Events, whatever fails (missing key, missing
+//!   Secret, unreachable host);
+//! - a LibvirtMachineTemplate gets `status.capacity`, and a reconcile of an up-to-date template
+//!   writes nothing.
+//!
+//! Run: `cargo test -p banlieue-libvirt --test hosts` (needs `tests/controlplane/build.sh`).
+
+#![cfg(feature = "libvirt")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use banlieue_api::banlieue::Provider;
+use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachineTemplate};
+use banlieue_libvirt::cluster_controller::{self, ClusterContext};
+use banlieue_libvirt::connection::VirtConnector;
+use banlieue_libvirt::template_controller::{self, TemplateContext};
+use banlieue_testenv::TestEnv;
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const MARKER: &str = "PRIVATE-KEY-MATERIAL-5d1c";
+
+async fn env() -> Result<&'static TestEnv> {
+    Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        if let Some(v) = f().await? {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A Provider owning the LibvirtClusters (the cluster controller acts for Provider- or
+/// Cluster-owned infra clusters; a dangling owner would be garbage-collected).
+async fn provider(client: &kube::Client, name: &str) -> Result<Provider> {
+    let p: Provider = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+        "metadata": {"name": name},
+        "spec": {"backend": "libvirt", "endpoint": "test:///default"},
+    }))?;
+    Ok(Api::<Provider>::all(client.clone())
+        .create(&PostParams::default(), &p)
+        .await?)
+}
+
+fn owned_cluster(owner: &Provider, name: &str, spec: serde_json::Value) -> Result<LibvirtCluster> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtCluster",
+        "metadata": {"name": name, "ownerReferences": [{
+            "apiVersion": Provider::api_version(&()), "kind": "Provider",
+            "name": owner.metadata.name, "uid": owner.metadata.uid, "controller": true,
+        }]},
+        "spec": spec,
+    }))?)
+}
+
+fn start_cluster_controller(client: &kube::Client, ns: &str) -> tokio::task::JoinHandle<()> {
+    let ctx = Arc::new(ClusterContext {
+        client: client.clone(),
+        connector: VirtConnector::default(),
+    });
+    let ns = ns.to_owned();
+    tokio::spawn(async move { cluster_controller::run(ctx, Some(&ns), 2, std::future::pending()).await })
+}
+
+fn condition(lvc: &LibvirtCluster, type_: &str) -> Option<(String, String, String)> {
+    lvc.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+fn node_file(tag: &str) -> String {
+    let path = std::env::temp_dir().join(format!("banlieue-libvirt-hosts-{tag}-{}.xml", std::process::id()));
+    std::fs::write(
+        &path,
+        "<node><pool type='dir'><name>default-pool</name><capacity unit='GiB'>10</capacity>\
+         <allocation>0</allocation><available unit='GiB'>10</available>\
+         <target><path>/default-pool</path></target></pool></node>",
+    )
+    .unwrap();
+    format!("test://{}", path.display())
+}
+
+#[tokio::test]
+async fn two_hosts_are_two_failure_domains() -> Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("lv-hosts").await?;
+    let client = env.client().await?;
+    let p = provider(&client, ns.name()).await?;
+    let api = Api::<LibvirtCluster>::namespaced(client.clone(), ns.name());
+    api.create(
+        &PostParams::default(),
+        &owned_cluster(
+            &p,
+            "two",
+            json!({"hosts": [
+                {"name": "kvm-b", "uri": node_file("b"), "controlPlane": false},
+                {"name": "kvm-a", "uri": "test:///default"},
+            ]}),
+        )?,
+    )
+    .await?;
+    let task = start_cluster_controller(&client, ns.name());
+    let lvc = eventually("the LibvirtCluster to be provisioned", || async {
+        let c = api.get("two").await?;
+        Ok(condition(&c, "Ready").filter(|r| r.0 == "True").map(|_| c))
+    })
+    .await?;
+    let fds: Vec<(String, Option<bool>)> = lvc
+        .status
+        .unwrap()
+        .failure_domains
+        .into_iter()
+        .map(|f| (f.name, f.control_plane))
+        .collect();
+    assert_eq!(
+        fds,
+        vec![("kvm-a".into(), Some(true)), ("kvm-b".into(), Some(false))]
+    );
+    task.abort();
+    Ok(())
+}
+
+#[tokio::test]
+async fn ssh_credentials_reach_private_files_and_never_the_status_or_events() -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let env = env().await?;
+    let ns = env.namespace("lv-creds").await?;
+    let client = env.client().await?;
+    let p = provider(&client, ns.name()).await?;
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns.name());
+    let secret = |keys: &[&str]| Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("lab-ssh".into()),
+            ..Default::default()
+        },
+        string_data: Some(
+            keys.iter()
+                .map(|k| ((*k).to_owned(), format!("{MARKER} {k}\n")))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    secrets
+        .create(&PostParams::default(), &secret(&["ssh-privatekey"]))
+        .await?;
+    let api = Api::<LibvirtCluster>::namespaced(client.clone(), ns.name());
+    // Port 1 on loopback: the connection is refused at once.
+    api.create(
+        &PostParams::default(),
+        &owned_cluster(
+            &p,
+            "remote",
+            json!({"hosts": [{"name": "kvm1", "uri": "qemu+ssh://root@127.0.0.1:1/system",
+                              "credentialsRef": {"name": "lab-ssh"}}]}),
+        )?,
+    )
+    .await?;
+    let task = start_cluster_controller(&client, ns.name());
+    let mut seen = Vec::new();
+    let wait_reason = |reason: &'static str| {
+        let api = api.clone();
+        async move {
+            eventually(reason, || async {
+                let c = api.get("remote").await?;
+                Ok(condition(&c, "LibvirtConnected")
+                    .filter(|r| r.1 == reason)
+                    .map(|r| (r, serde_json::to_string(&c.status).unwrap())))
+            })
+            .await
+        }
+    };
+    // A missing key: named, not shown.
+    let (cond, status) = wait_reason("CredentialsInvalid").await?;
+    assert!(cond.2.contains("known_hosts"), "{}", cond.2);
+    seen.push(status);
+
+    // Complete Secret: files written 0600, URI switched to libssh, host unreachable.
+    secrets
+        .replace(
+            "lab-ssh",
+            &PostParams::default(),
+            &secret(&["ssh-privatekey", "known_hosts"]),
+        )
+        .await?;
+    let (cond, status) = wait_reason("Unreachable").await?;
+    seen.push(status);
+    let base = banlieue_libvirt::credentials::default_dir();
+    let dir = std::fs::read_dir(&base)?
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{}_lab-ssh_", ns.name()))
+        })
+        .expect("credential directory")
+        .path();
+    for f in ["id", "known_hosts"] {
+        let meta = std::fs::metadata(dir.join(f))?;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{f}");
+    }
+    assert!(
+        std::fs::read_to_string(dir.join("id"))?.contains(MARKER),
+        "the key file holds the Secret's key"
+    );
+    assert!(!cond.2.contains(MARKER));
+
+    // The Secret goes away.
+    secrets.delete("lab-ssh", &Default::default()).await?;
+    let (_, status) = wait_reason("CredentialsNotFound").await?;
+    seen.push(status);
+
+    for s in &seen {
+        assert!(!s.contains(MARKER), "status leaks the secret: {s}");
+    }
+    let events = Api::<Event>::namespaced(client.clone(), ns.name())
+        .list(&ListParams::default())
+        .await?;
+    assert!(!serde_json::to_string(&events)?.contains(MARKER));
+    task.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn templates_publish_capacity_once() -> Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("lv-tmpl").await?;
+    let client = env.client().await?;
+    let api = Api::<LibvirtMachineTemplate>::namespaced(client.clone(), ns.name());
+    let t: LibvirtMachineTemplate = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachineTemplate",
+        "metadata": {"name": "workers"},
+        "spec": {"template": {"spec": {
+            "source": {"volume": "base.qcow2", "pool": "default"},
+            "cpu": {"cores": 2, "sockets": 2}, "memoryMiB": 3072,
+        }}},
+    }))?;
+    api.create(&PostParams::default(), &t).await?;
+    let ctx = Arc::new(TemplateContext {
+        client: client.clone(),
+    });
+    let namespace = ns.name().to_owned();
+    let ctx2 = ctx.clone();
+    let task = tokio::spawn(async move {
+        template_controller::run(ctx2, Some(&namespace), std::future::pending()).await
+    });
+    let published = eventually("status.capacity", || async {
+        let t = api.get("workers").await?;
+        Ok(t.status
+            .as_ref()
+            .filter(|s| !s.capacity.is_empty())
+            .map(|s| serde_json::to_value(s).unwrap())
+            .map(|v| (v, t.clone())))
+    })
+    .await?;
+    assert_eq!(published.0, json!({"capacity": {"cpu": "4", "memory": "3072Mi"}}));
+    task.abort();
+    // An up-to-date template: reconciling it writes nothing.
+    let before = published.1.metadata.resource_version.clone();
+    template_controller::reconcile(Arc::new(published.1), ctx.clone()).await?;
+    assert_eq!(api.get("workers").await?.metadata.resource_version, before);
+    // A template without status gets one written (the same reconcile function).
+    let mut stale = api.get("workers").await?;
+    stale.status = None;
+    api.patch_status(
+        "workers",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"capacity": {"cpu": "1"}}})),
+    )
+    .await?;
+    template_controller::reconcile(Arc::new(stale), ctx).await?;
+    let fixed = api.get("workers").await?;
+    assert_eq!(
+        serde_json::to_value(fixed.status.unwrap())?,
+        json!({"capacity": {"cpu": "4", "memory": "3072Mi"}})
+    );
+    Ok(())
+}

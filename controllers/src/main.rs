@@ -2,7 +2,14 @@
 
 use std::io::Write;
 
+use std::sync::Arc;
+
 use anyhow::Context;
+use banlieue_controllers::controller::{Metrics, run_with_metrics};
+use banlieue_controllers::http::Endpoint;
+use banlieue_provider_runtime::logging::{self, LogFormat};
+use banlieue_provider_runtime::manager::{self, LeaseSettings, ManagerConfig};
+use banlieue_provider_runtime::shutdown;
 use clap::{Parser, Subcommand};
 
 /// banlieue: hypervisor-neutral virtual machines and Cluster API infrastructure providers.
@@ -52,12 +59,20 @@ fn main() -> anyhow::Result<()> {
             leader_elect,
             leader_election_namespace,
         } => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_default_env()
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .init();
+            logging::init(LogFormat::Text);
+            let leader = leader_elect.then(|| LeaseSettings {
+                name: banlieue_controllers::leader::LEASE_NAME.to_owned(),
+                namespace: leader_election_namespace
+                    .or_else(|| std::env::var("POD_NAMESPACE").ok())
+                    .unwrap_or_else(|| "default".to_owned()),
+                identity: std::env::var("POD_NAME")
+                    .unwrap_or_else(|_| format!("banlieue-controller-{}", std::process::id())),
+            });
+            let config = ManagerConfig {
+                metrics_addr,
+                health_addr: None,
+                leader,
+            };
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(async move {
                 let client = kube::Client::try_default()
@@ -67,96 +82,19 @@ fn main() -> anyhow::Result<()> {
                     namespace = namespace.as_deref().unwrap_or("*"),
                     "banlieue controller starting"
                 );
-                let listener = banlieue_controllers::http::bind(metrics_addr)
-                    .await
-                    .with_context(|| format!("binding the metrics endpoint {metrics_addr}"))?;
-                let metrics = std::sync::Arc::new(banlieue_controllers::controller::Metrics::default());
-                let (stop_http, http_stopped) = tokio::sync::oneshot::channel::<()>();
-                let http = tokio::spawn(banlieue_controllers::http::serve(
-                    listener,
-                    metrics.clone(),
-                    async move {
-                        let _ = http_stopped.await;
-                    },
-                ));
-                let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-                let client_for_release = client.clone();
-                let mut lease = None;
-                let shutdown: std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>> =
-                    if leader_elect {
-                        let lease_ns = leader_election_namespace
-                            .or_else(|| std::env::var("POD_NAMESPACE").ok())
-                            .unwrap_or_else(|| "default".to_owned());
-                        let identity = std::env::var("POD_NAME")
-                            .unwrap_or_else(|_| format!("banlieue-controller-{}", std::process::id()));
-                        let cfg = banlieue_controllers::leader::LeaseConfig::new(
-                            "banlieue-controller",
-                            lease_ns,
-                            identity,
-                        );
-                        lease = Some(cfg.clone());
-                        tokio::select! {
-                            () = banlieue_controllers::leader::acquire(&client, &cfg) => {}
-                            () = shutdown_signal() => {
-                                let _ = stop_http.send(());
-                                return anyhow::Ok(());
-                            }
-                        }
-                        // The renewal loop runs as its own task (the shutdown future must be Sync).
-                        let (client, lost) = (client.clone(), lost.clone());
-                        let (lost_tx, lost_rx) = tokio::sync::oneshot::channel::<()>();
-                        tokio::spawn(async move {
-                            banlieue_controllers::leader::hold(&client, &cfg).await;
-                            lost.store(true, std::sync::atomic::Ordering::SeqCst);
-                            let _ = lost_tx.send(());
-                        });
-                        Box::pin(async move {
-                            tokio::select! {
-                                _ = lost_rx => {}
-                                () = shutdown_signal() => {}
-                            }
-                        })
-                    } else {
-                        Box::pin(shutdown_signal())
-                    };
-                banlieue_controllers::controller::run_with_metrics(
-                    client,
-                    namespace.clone(),
-                    shutdown,
-                    metrics,
-                )
-                .await;
-                let _ = stop_http.send(());
-                let _ = http.await;
-                if let Some(cfg) = &lease
-                    && !lost.load(std::sync::atomic::Ordering::SeqCst)
-                    && let Err(e) = banlieue_controllers::leader::release(&client_for_release, cfg).await
-                {
-                    tracing::warn!(error = %e, "cannot release the Lease (a standby takes over after it expires)");
-                }
-                if lost.load(std::sync::atomic::Ordering::SeqCst) {
-                    anyhow::bail!("leadership lost: exiting so that a fresh process competes again");
-                }
+                let metrics = Arc::new(Metrics::default());
+                let endpoint = Arc::new(Endpoint(metrics.clone()));
+                manager::run(client.clone(), config, endpoint, shutdown::signal(), |stop| {
+                    run_with_metrics(client, namespace, stop, metrics)
+                })
+                .await
+                .context(
+                    "running the controller (a lost Lease exits non-zero, so a fresh process competes again)",
+                )?;
                 tracing::info!("banlieue controller stopped");
                 anyhow::Ok(())
             })?;
         }
     }
     Ok(())
-}
-
-/// Completes on Ctrl-C (SIGINT) or SIGTERM.
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
 }

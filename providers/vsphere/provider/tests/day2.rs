@@ -493,3 +493,168 @@ async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()
     ensure!(clones == 1, "{clones} clones: {reasons:?}");
     Ok(())
 }
+
+/// A TLS front for a plain-HTTP vcsim that forwards every call and drops the answer of the
+/// first `drops` calls of one SOAP method: the call takes effect in vcsim, the caller never
+/// hears back (a connection lost mid-call). vcsim's own fault-injection rules are a Go API; the
+/// vcsim binary built here has no flag for them.
+mod fault_proxy {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use anyhow::Result;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::Incoming;
+    use hyper::header::{CONTENT_LENGTH, HOST, TRANSFER_ENCODING};
+    use hyper::service::service_fn;
+    use hyper::{Request, Response};
+    use hyper_util::client::legacy::Client as HttpClient;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use tokio::net::TcpListener;
+    use tokio_rustls::TlsAcceptor;
+
+    /// The running proxy.
+    pub struct FaultProxy {
+        /// `https://127.0.0.1:<port>`.
+        pub url: String,
+        /// How many answers were dropped so far.
+        pub dropped: Arc<AtomicUsize>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    impl Drop for FaultProxy {
+        fn drop(&mut self) {
+            self.task.abort();
+        }
+    }
+
+    struct Rule {
+        upstream: String,
+        method_tag: String,
+        remaining: AtomicUsize,
+        dropped: Arc<AtomicUsize>,
+        http: HttpClient<HttpConnector, Full<Bytes>>,
+    }
+
+    /// Serves TLS with `cert_der`/`key_der` on loopback and forwards to `http://<upstream>/sdk`.
+    pub async fn start(
+        upstream: &str,
+        cert_der: &[u8],
+        key_der: &[u8],
+        method: &str,
+        drops: usize,
+    ) -> Result<FaultProxy> {
+        let config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(
+                    vec![CertificateDer::from(cert_der.to_vec())],
+                    PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key_der.to_vec())),
+                )?;
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("https://{}", listener.local_addr()?);
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let rule = Arc::new(Rule {
+            upstream: format!("http://{upstream}/sdk"),
+            method_tag: format!("<{method} "),
+            remaining: AtomicUsize::new(drops),
+            dropped: dropped.clone(),
+            http: HttpClient::builder(TokioExecutor::new()).build_http(),
+        });
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, rule) = (acceptor.clone(), rule.clone());
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let svc = service_fn(move |req| forward(rule.clone(), req));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        Ok(FaultProxy { url, dropped, task })
+    }
+
+    async fn forward(
+        rule: Arc<Rule>,
+        req: Request<Incoming>,
+    ) -> Result<Response<Full<Bytes>>, std::io::Error> {
+        let (parts, body) = req.into_parts();
+        let body = body.collect().await.map_err(std::io::Error::other)?.to_bytes();
+        let targeted = body
+            .windows(rule.method_tag.len())
+            .any(|w| w == rule.method_tag.as_bytes());
+        let mut fwd = Request::builder().method(parts.method).uri(&rule.upstream);
+        for (k, v) in &parts.headers {
+            if k != HOST {
+                fwd = fwd.header(k, v);
+            }
+        }
+        let resp = rule
+            .http
+            .request(fwd.body(Full::new(body)).map_err(std::io::Error::other)?)
+            .await
+            .map_err(std::io::Error::other)?;
+        let (rparts, rbody) = resp.into_parts();
+        let rbytes = rbody.collect().await.map_err(std::io::Error::other)?.to_bytes();
+        if targeted
+            && rule
+                .remaining
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            rule.dropped.fetch_add(1, Ordering::SeqCst);
+            // hyper closes the connection without an answer.
+            return Err(std::io::Error::other("answer dropped by the fault proxy"));
+        }
+        let mut out = Response::builder().status(rparts.status);
+        for (k, v) in &rparts.headers {
+            if k != CONTENT_LENGTH && k != TRANSFER_ENCODING {
+                out = out.header(k, v);
+            }
+        }
+        out.body(Full::new(rbytes)).map_err(std::io::Error::other)
+    }
+}
+
+#[tokio::test]
+async fn a_clone_whose_answer_is_lost_is_adopted_not_repeated() -> Result<()> {
+    // vcsim without TLS behind the fault proxy, which serves vcsim's test certificate.
+    let sim = Vcsim::start(&["-tls=false"])?;
+    let proxy = fault_proxy::start(&sim.host, &sim.cert_der, &sim.key_der, "CloneVM_Task", 1).await?;
+    let vc = sim_client(&proxy.url, &sim.ca_pem)?;
+    make_template(&vc).await?;
+    let s = scenario(&proxy.url, &sim.thumbprint, "vs-fault").await?;
+    s.machine("lost-1", json!({"readinessChecks": {"skipGuestAgent": true}}))
+        .await?;
+
+    // The clone ran in vcsim but its answer was lost: the controller reports the outage, then
+    // finds the VM by the machine's UID and adopts it instead of cloning again.
+    let m = s.wait_machine("lost-1", "Ready", is_ready).await?;
+    ensure!(
+        proxy.dropped.load(std::sync::atomic::Ordering::SeqCst) == 1,
+        "the fault was not injected"
+    );
+    let uid = m.uid().context("no uid")?;
+    let owned = vms_owned_by(&vc, &uid).await?;
+    ensure!(owned == [vm_of(&m)?], "VMs carrying the machine's UID: {owned:?}");
+    let all = vc.all_vms(&["name"]).await?;
+    let named = all
+        .iter()
+        .filter(|(_, p)| p.get("name").is_some_and(|n| n.text.trim() == "lost-1"))
+        .count();
+    ensure!(named == 1, "{named} VMs named lost-1");
+    let reasons = events(&s.kube, &s.ns, "lost-1").await?;
+    for r in ["VCenterUnreachable", "Adopted"] {
+        ensure!(reasons.iter().any(|e| e == r), "no {r} event in {reasons:?}");
+    }
+    Ok(())
+}

@@ -30,6 +30,10 @@ pub struct Vcsim {
     pub ca_pem: String,
     /// SHA-256 thumbprint of the server certificate (`AB:CD:…`).
     pub thumbprint: String,
+    /// DER of the server certificate (for a TLS front when vcsim runs with `-tls=false`).
+    pub cert_der: Vec<u8>,
+    /// PKCS#8 DER of the server certificate's key.
+    pub key_der: Vec<u8>,
     process: ManagedProcess,
     dir: PathBuf,
 }
@@ -115,6 +119,8 @@ impl Vcsim {
             host,
             ca_pem: ca_cert.pem(),
             thumbprint,
+            cert_der: leaf_cert.der().to_vec(),
+            key_der: leaf_key.serialize_der(),
             process,
             dir,
         })

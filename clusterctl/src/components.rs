@@ -10,7 +10,9 @@ use banlieue_api::crds;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde_json::{Value, json};
 
-use crate::{CORE_NAMESPACE, PROVIDER_LABEL_KEY, PROXMOX_NAMESPACE, PROXMOX_PROVIDER_LABEL, VERSION};
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use crate::{CORE_NAMESPACE, Infra, PROVIDER_LABEL_KEY, VERSION};
 
 /// Deployment name of the Proxmox provider.
 pub const PROXMOX_DEPLOYMENT: &str = "banlieue-proxmox-controller-manager";
@@ -68,8 +70,9 @@ pub fn core_args() -> Vec<String> {
         .to_vec()
 }
 
-fn is_proxmox_crd(crd: &CustomResourceDefinition) -> bool {
-    crd.spec.group == banlieue_api::INFRASTRUCTURE_GROUP && crd.spec.names.kind.starts_with("Proxmox")
+fn is_infra_crd(crd: &CustomResourceDefinition, infra: Infra) -> bool {
+    crd.spec.group == banlieue_api::INFRASTRUCTURE_GROUP
+        && crd.spec.names.kind.starts_with(infra.kind_prefix())
 }
 
 fn is_core_crd(crd: &CustomResourceDefinition) -> bool {
@@ -95,7 +98,7 @@ fn merge_labels(doc: &mut Value, labels: &Value) {
     }
 }
 
-fn rules(rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>) -> Value {
+fn rules(rules: Vec<PolicyRule>) -> Value {
     serde_json::to_value(rules).unwrap_or(Value::Null)
 }
 
@@ -111,6 +114,10 @@ struct DeploymentSpec<'a> {
     probe_port: u16,
     metrics_port: u16,
     env: Value,
+    /// `(volume, volumeMount)` pairs; none: no `volumes` key at all.
+    volumes: Vec<(Value, Value)>,
+    /// The pod's `securityContext.supplementalGroups`, if any.
+    supplemental_groups: Option<Value>,
 }
 
 fn deployment(d: DeploymentSpec<'_>) -> Value {
@@ -127,7 +134,7 @@ fn deployment(d: DeploymentSpec<'_>) -> Value {
             "periodSeconds": 10,
         })
     };
-    json!({
+    let mut value = json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": d.name, "namespace": d.namespace, "labels": selector},
@@ -168,7 +175,17 @@ fn deployment(d: DeploymentSpec<'_>) -> Value {
                 },
             },
         },
-    })
+    });
+    let pod = &mut value["spec"]["template"]["spec"];
+    if let Some(groups) = d.supplemental_groups {
+        pod["securityContext"]["supplementalGroups"] = groups;
+    }
+    if !d.volumes.is_empty() {
+        let (volumes, mounts): (Vec<Value>, Vec<Value>) = d.volumes.into_iter().unzip();
+        pod["volumes"] = json!(volumes);
+        pod["containers"][0]["volumeMounts"] = json!(mounts);
+    }
+    value
 }
 
 fn pod_env() -> Value {
@@ -221,60 +238,189 @@ fn rbac_objects(
 
 /// `infrastructure-components.yaml` of `infrastructure-banlieue-proxmox`, as documents.
 pub fn proxmox_components() -> Vec<Value> {
-    use banlieue_proxmox::rbac;
-    let labels = json!({ PROVIDER_LABEL_KEY: PROXMOX_PROVIDER_LABEL });
+    infra_components(Infra::Proxmox)
+}
+
+/// The provider's RBAC rules: (ClusterRole, leader-election Role, aggregated into CAPI's manager).
+fn infra_rules(infra: Infra) -> [Vec<PolicyRule>; 3] {
+    match infra {
+        Infra::Proxmox => {
+            use banlieue_proxmox::rbac::*;
+            [CLUSTER_RULES, LEADER_ELECTION_RULES, CAPI_AGGREGATED_RULES].map(policy_rules)
+        }
+        Infra::Libvirt => {
+            use banlieue_libvirt::rbac::*;
+            [CLUSTER_RULES, LEADER_ELECTION_RULES, CAPI_AGGREGATED_RULES].map(policy_rules)
+        }
+        Infra::Vsphere => {
+            use banlieue_vsphere::rbac::*;
+            [CLUSTER_RULES, LEADER_ELECTION_RULES, CAPI_AGGREGATED_RULES].map(policy_rules)
+        }
+    }
+}
+
+/// The ClusterRole of `infra`'s manager (`banlieue-libvirt-manager-role`).
+pub fn cluster_role(infra: Infra) -> String {
+    format!("{}-manager-role", infra.name())
+}
+
+/// The ServiceAccount of `infra`'s manager (`banlieue-libvirt-manager`).
+pub fn service_account(infra: Infra) -> String {
+    format!("{}-manager", infra.name())
+}
+
+/// The Deployment of `infra` (`banlieue-libvirt-controller-manager`).
+pub fn deployment_name(infra: Infra) -> String {
+    format!("{}-controller-manager", infra.name())
+}
+
+/// The ClusterRole aggregated into CAPI's manager role (`banlieue-libvirt-capi-aggregated-role`).
+pub fn aggregated_role(infra: Infra) -> String {
+    format!("{}-capi-aggregated-role", infra.name())
+}
+
+/// The default credentials Secret of `infra` (`banlieue-vsphere-credentials`), if the components
+/// carry one (libvirt's credentials are per host files: see the README).
+pub fn credentials_secret(infra: Infra) -> Option<String> {
+    (infra != Infra::Libvirt).then(|| format!("{}-credentials", infra.name()))
+}
+
+/// Default image of `infra` (override with `BANLIEUE_<INFRA>_IMAGE`).
+pub fn image(infra: Infra) -> String {
+    format!("ghcr.io/banlieue/{}:{VERSION}", infra.name())
+}
+
+/// The flags the Deployment of `infra` passes to its binary (each must be one of its `--help`
+/// flags; a test checks that against the binary).
+pub fn args(infra: Infra) -> Vec<String> {
+    if infra == Infra::Proxmox {
+        return proxmox_args();
+    }
+    let mut out: Vec<String> = [
+        "--leader-elect",
+        "--metrics-bind-address=0.0.0.0:8080",
+        "--health-probe-bind-address=0.0.0.0:8081",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    out.push(format!(
+        "--concurrency=${{{}_CONCURRENCY:=10}}",
+        infra.var_prefix()
+    ));
+    if infra == Infra::Libvirt {
+        out.push("--domain-type=${LIBVIRT_DOMAIN_TYPE:=kvm}".to_owned());
+    }
+    out.push("--log-format=json".to_owned());
+    out
+}
+
+/// The libvirt socket folder of the node, mounted for local URIs (`qemu:///system`).
+pub const LIBVIRT_SOCKET_DIR: &str = "/var/run/libvirt";
+
+/// `(volume, mount)` pairs and pod security additions of `infra`'s Deployment.
+fn pod_extras(infra: Infra) -> (Vec<(Value, Value)>, Option<Value>) {
+    match infra {
+        Infra::Libvirt => (
+            vec![
+                (
+                    json!({"name": "libvirt-run", "hostPath": {
+                        "path": format!("${{LIBVIRT_SOCKET_DIR:={LIBVIRT_SOCKET_DIR}}}"),
+                        "type": "DirectoryOrCreate",
+                    }}),
+                    json!({"name": "libvirt-run", "mountPath": LIBVIRT_SOCKET_DIR}),
+                ),
+                (
+                    json!({"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}}),
+                    json!({"name": "tmp", "mountPath": "/tmp"}),
+                ),
+            ],
+            Some(json!(["${LIBVIRT_SOCKET_GID:=65532}"])),
+        ),
+        _ => (Vec::new(), None),
+    }
+}
+
+/// `infrastructure-components.yaml` of `infra`, as documents.
+pub fn infra_components(infra: Infra) -> Vec<Value> {
+    let namespace = infra.namespace();
+    let labels = json!({ PROVIDER_LABEL_KEY: infra.label() });
     let mut docs = vec![json!({
         "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": PROXMOX_NAMESPACE, "labels": labels},
+        "metadata": {"name": namespace, "labels": labels},
     })];
     docs.extend(
         crds::all()
             .into_iter()
-            .filter(is_proxmox_crd)
+            .filter(|crd| is_infra_crd(crd, infra))
             .map(|crd| crd_value(crd, &labels)),
     );
+    let [cluster_rules, leader_rules, aggregated_rules] = infra_rules(infra);
+    let name = infra.name();
     docs.extend(rbac_objects(
-        PROXMOX_NAMESPACE,
+        &namespace,
         &labels,
-        PROXMOX_SERVICE_ACCOUNT,
-        PROXMOX_CLUSTER_ROLE,
-        rules(rbac::policy_rules(rbac::CLUSTER_RULES)),
-        PROXMOX_LEADER_ROLE,
-        rules(rbac::policy_rules(rbac::LEADER_ELECTION_RULES)),
+        &service_account(infra),
+        &cluster_role(infra),
+        rules(cluster_rules),
+        &format!("{name}-leader-election-role"),
+        rules(leader_rules),
     ));
     let mut aggregated_labels = labels.clone();
     aggregated_labels[AGGREGATE_TO_MANAGER] = json!("true");
     docs.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-        "metadata": {"name": PROXMOX_AGGREGATED_ROLE, "labels": aggregated_labels},
-        "rules": rules(rbac::policy_rules(rbac::CAPI_AGGREGATED_RULES)),
+        "metadata": {"name": aggregated_role(infra), "labels": aggregated_labels},
+        "rules": rules(aggregated_rules),
     }));
-    docs.push(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": PROXMOX_CREDENTIALS_SECRET, "namespace": PROXMOX_NAMESPACE, "labels": labels},
-        "type": "Opaque",
-        "stringData": {
+    let string_data = match infra {
+        Infra::Proxmox => Some(json!({
             banlieue_proxmox::credentials::TOKEN_ID_KEY: "${PROXMOX_TOKEN}",
             banlieue_proxmox::credentials::TOKEN_SECRET_KEY: "${PROXMOX_SECRET}",
-        },
-    }));
+        })),
+        Infra::Vsphere => Some(json!({
+            VSPHERE_USERNAME_KEY: "${VSPHERE_USERNAME}",
+            VSPHERE_PASSWORD_KEY: "${VSPHERE_PASSWORD}",
+        })),
+        Infra::Libvirt => None,
+    };
+    if let (Some(secret), Some(string_data)) = (credentials_secret(infra), string_data) {
+        docs.push(json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": secret, "namespace": namespace, "labels": labels},
+            "type": "Opaque",
+            "stringData": string_data,
+        }));
+    }
+    let prefix = infra.var_prefix();
     let mut env = pod_env();
     if let Some(list) = env.as_array_mut() {
-        list.push(json!({"name": "RUST_LOG", "value": "${BANLIEUE_PROXMOX_LOG_LEVEL:=info}"}));
+        list.push(json!({"name": "RUST_LOG", "value": format!("${{{prefix}_LOG_LEVEL:=info}}")}));
+        if infra == Infra::Libvirt {
+            // ssh (qemu+ssh URIs) wants a writable home; the root file system is read-only.
+            list.push(json!({"name": "HOME", "value": "/tmp"}));
+        }
     }
+    let (volumes, supplemental_groups) = pod_extras(infra);
     docs.push(deployment(DeploymentSpec {
-        name: PROXMOX_DEPLOYMENT,
-        namespace: PROXMOX_NAMESPACE,
+        name: &deployment_name(infra),
+        namespace: &namespace,
         labels: labels.clone(),
-        service_account: PROXMOX_SERVICE_ACCOUNT,
-        image: format!("${{BANLIEUE_PROXMOX_IMAGE:={}}}", proxmox_image()),
-        args: proxmox_args(),
+        service_account: &service_account(infra),
+        image: format!("${{{prefix}_IMAGE:={}}}", image(infra)),
+        args: args(infra),
         probe_port: 8081,
         metrics_port: 8080,
         env,
+        volumes,
+        supplemental_groups,
     }));
     docs
 }
+
+/// Keys of the vSphere credentials Secret (`banlieue-vsphere`'s `credentialsRef`).
+pub const VSPHERE_USERNAME_KEY: &str = "username";
+/// See [`VSPHERE_USERNAME_KEY`].
+pub const VSPHERE_PASSWORD_KEY: &str = "password";
 
 /// The banlieue core install (`kubectl apply --server-side -f banlieue-core.yaml`): the
 /// `banlieue.io` CRDs (VirtualMachine, Provider, VirtualMachineClass, VirtualMachineImage) and
@@ -318,6 +464,8 @@ pub fn core_components() -> Vec<Value> {
         probe_port: 8080,
         metrics_port: 8080,
         env,
+        volumes: Vec::new(),
+        supplemental_groups: None,
     }));
     docs
 }
@@ -328,6 +476,19 @@ mod tests {
     use k8s_openapi::api::rbac::v1::ClusterRole;
 
     use super::*;
+    use crate::PROXMOX_PROVIDER_LABEL;
+
+    /// The Deployment as a typed object, the clusterctl variable of libvirt's supplemental group
+    /// (a string until clusterctl substitutes it) replaced by its default.
+    fn typed_deployment(doc: &Value) -> Deployment {
+        let mut doc = doc.clone();
+        let groups = &mut doc["spec"]["template"]["spec"]["securityContext"]["supplementalGroups"];
+        if !groups.is_null() {
+            assert_eq!(*groups, json!(["${LIBVIRT_SOCKET_GID:=65532}"]));
+            *groups = json!([65532]);
+        }
+        serde_json::from_value(doc).unwrap()
+    }
 
     fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
         docs.iter()
@@ -356,6 +517,71 @@ mod tests {
             kinds.iter().filter(|k| **k == "CustomResourceDefinition").count(),
             4
         );
+    }
+
+    #[test]
+    fn every_provider_has_its_own_crds_rbac_and_labels() {
+        for infra in Infra::ALL {
+            let docs = infra_components(infra);
+            for doc in &docs {
+                assert_eq!(
+                    doc["metadata"]["labels"][PROVIDER_LABEL_KEY],
+                    infra.label(),
+                    "{}",
+                    crate::yaml::describe(doc)
+                );
+            }
+            let crds: Vec<&str> = docs
+                .iter()
+                .filter(|d| d["kind"] == "CustomResourceDefinition")
+                .map(|d| d["spec"]["names"]["kind"].as_str().unwrap())
+                .collect();
+            let prefix = infra.kind_prefix();
+            assert_eq!(
+                crds,
+                ["Cluster", "Machine", "ClusterTemplate", "MachineTemplate"].map(|k| format!("{prefix}{k}")),
+                "{infra:?}"
+            );
+            let namespaces: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Namespace").collect();
+            assert_eq!(namespaces.len(), 1);
+            assert_eq!(namespaces[0]["metadata"]["name"], infra.namespace());
+            let role: ClusterRole =
+                serde_json::from_value(find(&docs, "ClusterRole", &cluster_role(infra)).clone()).unwrap();
+            assert_eq!(role.rules.unwrap(), infra_rules(infra)[0]);
+            let aggregated = find(&docs, "ClusterRole", &aggregated_role(infra));
+            assert_eq!(aggregated["metadata"]["labels"][AGGREGATE_TO_MANAGER], "true");
+            let d = typed_deployment(find(&docs, "Deployment", &deployment_name(infra)));
+            let pod = d.spec.template.spec.unwrap();
+            assert_eq!(pod.service_account_name, Some(service_account(infra)));
+            let c = &pod.containers[0];
+            assert_eq!(
+                c.security_context.clone().unwrap().read_only_root_filesystem,
+                Some(true)
+            );
+            assert!(c.liveness_probe.is_some() && c.readiness_probe.is_some());
+            assert_eq!(c.args.clone().unwrap(), args(infra));
+            let secrets: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Secret").collect();
+            assert_eq!(secrets.len(), usize::from(credentials_secret(infra).is_some()));
+        }
+    }
+
+    #[test]
+    fn libvirt_mounts_the_socket_folder_and_a_writable_tmp() {
+        let docs = infra_components(Infra::Libvirt);
+        let d = typed_deployment(find(&docs, "Deployment", &deployment_name(Infra::Libvirt)));
+        let pod = d.spec.template.spec.unwrap();
+        let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+        let paths: Vec<&str> = mounts.iter().map(|m| m.mount_path.as_str()).collect();
+        assert_eq!(paths, [LIBVIRT_SOCKET_DIR, "/tmp"]);
+        let volumes = pod.volumes.unwrap();
+        assert_eq!(
+            volumes[0].host_path.as_ref().unwrap().path,
+            "${LIBVIRT_SOCKET_DIR:=/var/run/libvirt}"
+        );
+        let vsphere = infra_components(Infra::Vsphere);
+        let secret = find(&vsphere, "Secret", &credentials_secret(Infra::Vsphere).unwrap());
+        assert_eq!(secret["stringData"]["username"], "${VSPHERE_USERNAME}");
+        assert_eq!(secret["stringData"]["password"], "${VSPHERE_PASSWORD}");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! clusterctl artifacts for banlieue, generated from the Rust sources of truth (CRD types, RBAC
-//! rules in `banlieue_proxmox::rbac` and `banlieue_controllers::rbac`, the release version):
+//! rules in `banlieue_proxmox::rbac`, `banlieue_libvirt::rbac`, `banlieue_vsphere::rbac` and
+//! `banlieue_controllers::rbac`, the release version):
 //!
-//! - [`components`]: `infrastructure-components.yaml` of `infrastructure-banlieue-proxmox` and
-//!   the plain `kubectl apply` manifest of the banlieue core (VirtualMachine API + controller);
+//! - [`components`]: `infrastructure-components.yaml` of each infrastructure provider ([`Infra`])
+//!   and the plain `kubectl apply` manifest of the banlieue core (VirtualMachine API + controller);
 //! - [`metadata`]: clusterctl's `metadata.yaml` and `clusterctl-settings.json`;
 //! - [`repository`]: a clusterctl local repository (our provider, plus CAPI's core and kubeadm
 //!   providers built from CAPI's CRDs for the test harness) and its `clusterctl.yaml`;
@@ -21,6 +22,62 @@ pub const PROXMOX_PROVIDER: &str = "banlieue-proxmox";
 pub const PROXMOX_PROVIDER_LABEL: &str = "infrastructure-banlieue-proxmox";
 /// Namespace the Proxmox provider runs in.
 pub const PROXMOX_NAMESPACE: &str = "banlieue-proxmox-system";
+/// banlieue's infrastructure providers, each installed by clusterctl as
+/// `--infrastructure banlieue-<name>`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Infra {
+    /// Proxmox VE (`banlieue-proxmox`).
+    Proxmox,
+    /// libvirt (`banlieue-libvirt`).
+    Libvirt,
+    /// VMware vSphere (`banlieue-vsphere`).
+    Vsphere,
+}
+
+impl Infra {
+    /// Every provider, in release order.
+    pub const ALL: [Infra; 3] = [Infra::Proxmox, Infra::Libvirt, Infra::Vsphere];
+
+    /// Short name (`proxmox`, `libvirt`, `vsphere`): the templates' folder and image suffix.
+    pub fn short(self) -> &'static str {
+        match self {
+            Self::Proxmox => "proxmox",
+            Self::Libvirt => "libvirt",
+            Self::Vsphere => "vsphere",
+        }
+    }
+
+    /// clusterctl's provider name and the binary (`banlieue-libvirt`).
+    pub fn name(self) -> String {
+        format!("banlieue-{}", self.short())
+    }
+
+    /// The provider label value and the local-repository folder
+    /// (`infrastructure-banlieue-libvirt`).
+    pub fn label(self) -> String {
+        format!("infrastructure-banlieue-{}", self.short())
+    }
+
+    /// Namespace the provider runs in (`banlieue-libvirt-system`).
+    pub fn namespace(self) -> String {
+        format!("banlieue-{}-system", self.short())
+    }
+
+    /// Kind prefix of its `infrastructure.banlieue.io` CRDs (`Libvirt`, `VSphere`).
+    pub fn kind_prefix(self) -> &'static str {
+        match self {
+            Self::Proxmox => "Proxmox",
+            Self::Libvirt => "Libvirt",
+            Self::Vsphere => "VSphere",
+        }
+    }
+
+    /// Prefix of its clusterctl variables (`BANLIEUE_LIBVIRT`).
+    pub fn var_prefix(self) -> String {
+        format!("BANLIEUE_{}", self.short().to_uppercase())
+    }
+}
+
 /// Namespace of the banlieue controller.
 pub const CORE_NAMESPACE: &str = "banlieue-system";
 /// The release of this source tree, as clusterctl spells versions.

@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use banlieue_clusterctl::{artifacts, metadata, repository};
+use banlieue_clusterctl::{Infra, artifacts, metadata, repository};
 use clap::{Parser, Subcommand};
 
 /// The repository root (this crate lives in `clusterctl/`).
@@ -20,8 +20,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Print `infrastructure-components.yaml` of infrastructure-banlieue-proxmox.
-    Components,
+    /// Print `infrastructure-components.yaml` of an infrastructure provider.
+    Components {
+        /// The provider.
+        #[arg(long, value_enum, default_value = "proxmox")]
+        provider: ProviderArg,
+    },
     /// Print the banlieue core install manifest (VirtualMachine API + controller).
     Core,
     /// Print `metadata.yaml`.
@@ -40,7 +44,8 @@ enum Command {
     Repository {
         /// Target folder (created).
         dir: PathBuf,
-        /// Folder of the cluster templates.
+        /// Folder of the cluster templates (Proxmox's at its top level, libvirt's and vSphere's in
+        /// `libvirt/` and `vsphere/`).
         #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../templates"))]
         templates: PathBuf,
         /// Also write Cluster API's core, kubeadm bootstrap and kubeadm control-plane providers
@@ -54,11 +59,34 @@ enum Command {
     },
 }
 
+/// An infrastructure provider on the command line.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ProviderArg {
+    /// banlieue-proxmox.
+    Proxmox,
+    /// banlieue-libvirt.
+    Libvirt,
+    /// banlieue-vsphere.
+    Vsphere,
+}
+
+impl From<ProviderArg> for Infra {
+    fn from(p: ProviderArg) -> Self {
+        match p {
+            ProviderArg::Proxmox => Infra::Proxmox,
+            ProviderArg::Libvirt => Infra::Libvirt,
+            ProviderArg::Vsphere => Infra::Vsphere,
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut stdout = std::io::stdout().lock();
     match cli.command {
-        Command::Components => stdout.write_all(artifacts::proxmox_components_yaml()?.as_bytes())?,
+        Command::Components { provider } => {
+            stdout.write_all(artifacts::components_yaml(provider.into())?.as_bytes())?
+        }
         Command::Core => stdout.write_all(artifacts::core_manifest_yaml()?.as_bytes())?,
         Command::Metadata => stdout.write_all(metadata::metadata_yaml()?.as_bytes())?,
         Command::Write { root, check } => {
@@ -91,7 +119,7 @@ fn main() -> anyhow::Result<()> {
             if let Some(crds) = capi_crds {
                 entries.extend(repository::write_capi(&dir, &crds, &capi_version)?);
             }
-            entries.push(repository::write_proxmox(&dir, &templates)?);
+            entries.extend(repository::write_all_infra(&dir, &templates)?);
             let config = repository::write_config(&dir, &entries)?;
             writeln!(stdout, "{}", config.display())?;
         }

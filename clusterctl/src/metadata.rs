@@ -3,7 +3,7 @@
 use banlieue_capi::clusterctl::{Metadata, ReleaseSeries};
 use serde_json::json;
 
-use crate::{Error, PROXMOX_PROVIDER_LABEL, Result, VERSION};
+use crate::{Error, Infra, Result, VERSION};
 
 /// The CAPI contract every release series of banlieue implements.
 pub const CONTRACT: &str = "v1beta2";
@@ -33,8 +33,13 @@ pub fn metadata_yaml() -> Result<String> {
 /// `clusterctl-settings.json`: the provider's name and components file for CAPI's local
 /// repository tooling, with the version this tree will be released as.
 pub fn settings_json() -> String {
+    infra_settings_json(Infra::Proxmox)
+}
+
+/// `clusterctl-settings.json` of `infra`.
+pub fn infra_settings_json(infra: Infra) -> String {
     let value = json!({
-        "name": PROXMOX_PROVIDER_LABEL,
+        "name": infra.label(),
         "config": {
             "componentsFile": "infrastructure-components.yaml",
             "nextVersion": VERSION,
@@ -62,5 +67,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&settings_json()).unwrap();
         assert_eq!(v["name"], "infrastructure-banlieue-proxmox");
         assert_eq!(v["config"]["nextVersion"], VERSION);
+        let v: serde_json::Value = serde_json::from_str(&infra_settings_json(Infra::Vsphere)).unwrap();
+        assert_eq!(v["name"], "infrastructure-banlieue-vsphere");
     }
 }

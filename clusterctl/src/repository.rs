@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::{Error, PROXMOX_PROVIDER, PROXMOX_PROVIDER_LABEL, Result, VERSION, components, metadata, yaml};
+use crate::{Error, Infra, Result, VERSION, components, metadata, yaml};
 
 /// The Cluster API release whose CRDs `tests/controlplane/build.sh` copies to `bin/capi-crds`.
 pub const CAPI_VERSION: &str = "v1.14.2";
@@ -62,11 +62,27 @@ pub fn template_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-/// Writes `infrastructure-banlieue-proxmox/<VERSION>/` under `dir`; returns its entry.
+/// Writes `infrastructure-banlieue-proxmox/<VERSION>/` under `dir` with the templates of
+/// `templates`; returns its entry.
 pub fn write_proxmox(dir: &Path, templates: &Path) -> Result<ProviderEntry> {
-    let version_dir = dir.join(PROXMOX_PROVIDER_LABEL).join(VERSION);
+    write_infra(dir, Infra::Proxmox, templates)
+}
+
+/// The folder of `infra`'s cluster templates under the repository's `templates/` folder:
+/// Proxmox's are at its top level, the others in `templates/<short name>/`.
+pub fn templates_dir(templates_root: &Path, infra: Infra) -> PathBuf {
+    match infra {
+        Infra::Proxmox => templates_root.to_owned(),
+        other => templates_root.join(other.short()),
+    }
+}
+
+/// Writes `<provider label>/<VERSION>/` of `infra` under `dir` (components, metadata and every
+/// template file of `templates`, the provider's own template folder); returns its entry.
+pub fn write_infra(dir: &Path, infra: Infra, templates: &Path) -> Result<ProviderEntry> {
+    let version_dir = dir.join(infra.label()).join(VERSION);
     let components_file = version_dir.join("infrastructure-components.yaml");
-    write(&components_file, &crate::artifacts::proxmox_components_yaml()?)?;
+    write(&components_file, &crate::artifacts::components_yaml(infra)?)?;
     write(&version_dir.join("metadata.yaml"), &metadata::metadata_yaml()?)?;
     let found = template_files(templates)?;
     if found.is_empty() {
@@ -81,10 +97,19 @@ pub fn write_proxmox(dir: &Path, templates: &Path) -> Result<ProviderEntry> {
         write(&version_dir.join(name), &text)?;
     }
     Ok(ProviderEntry {
-        name: PROXMOX_PROVIDER.into(),
+        name: infra.name(),
         type_: "InfrastructureProvider".into(),
         components: components_file,
     })
+}
+
+/// Writes every infrastructure provider, each with its templates from `templates_root` (the
+/// repository's `templates/`); returns their entries.
+pub fn write_all_infra(dir: &Path, templates_root: &Path) -> Result<Vec<ProviderEntry>> {
+    Infra::ALL
+        .into_iter()
+        .map(|infra| write_infra(dir, infra, &templates_dir(templates_root, infra)))
+        .collect()
 }
 
 /// One of CAPI's providers in a local repository.
@@ -273,6 +298,29 @@ mod tests {
             url.starts_with("file:///") && url.ends_with("/infrastructure-components.yaml"),
             "{url}"
         );
+    }
+
+    #[test]
+    fn writes_every_provider_with_its_own_templates() {
+        let dir = tempfile::tempdir().unwrap();
+        let templates = Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+        let entries = write_all_infra(dir.path(), &templates).unwrap();
+        let names: Vec<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["banlieue-proxmox", "banlieue-libvirt", "banlieue-vsphere"]
+        );
+        for infra in Infra::ALL {
+            let version_dir = dir.path().join(infra.label()).join(VERSION);
+            let template = std::fs::read_to_string(version_dir.join("cluster-template.yaml")).unwrap();
+            assert!(
+                template.contains(&format!("kind: {}Cluster", infra.kind_prefix())),
+                "{infra:?} got another provider's template"
+            );
+            let components =
+                std::fs::read_to_string(version_dir.join("infrastructure-components.yaml")).unwrap();
+            assert!(components.contains(&format!("cluster.x-k8s.io/provider: {}", infra.label())));
+        }
     }
 
     #[test]

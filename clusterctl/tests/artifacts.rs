@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use banlieue_capi::clusterctl::Metadata;
-use banlieue_clusterctl::{VERSION, artifacts, components, yaml};
+use banlieue_clusterctl::{Infra, VERSION, artifacts, components, yaml};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -18,7 +18,7 @@ fn workspace_binary(name: &str) -> PathBuf {
     let path = dir.join(name);
     assert!(
         path.is_file(),
-        "{} is missing: build it first (`cargo build -p banlieue-proxmox -p banlieue-controllers`)",
+        "{} is missing: build it first (`cargo build -p banlieue-proxmox -p banlieue-libvirt -p banlieue-vsphere -p banlieue-controllers`)",
         path.display()
     );
     path
@@ -43,13 +43,18 @@ fn metadata_agrees_with_the_crd_contract_labels() {
     let metadata: Metadata = serde_yaml::from_str(&text).unwrap();
     let series = metadata.series_for(VERSION).expect("this release has a series");
     let contract_label = format!("cluster.x-k8s.io/{}", series.contract);
-    let components = std::fs::read_to_string(root().join(artifacts::PROXMOX_COMPONENTS_PATH)).unwrap();
-    let crds: Vec<_> = yaml::parse(&components, "components")
-        .unwrap()
-        .into_iter()
-        .filter(|d| d["kind"] == "CustomResourceDefinition")
-        .collect();
-    assert_eq!(crds.len(), 4);
+    let mut crds = Vec::new();
+    for infra in Infra::ALL {
+        let path = artifacts::components_path(infra);
+        let components = std::fs::read_to_string(root().join(&path)).unwrap();
+        let found: Vec<_> = yaml::parse(&components, &path)
+            .unwrap()
+            .into_iter()
+            .filter(|d| d["kind"] == "CustomResourceDefinition")
+            .collect();
+        assert_eq!(found.len(), 4, "{path}");
+        crds.extend(found);
+    }
     for crd in crds {
         let name = crd["metadata"]["name"].as_str().unwrap().to_owned();
         let label = crd["metadata"]["labels"][&contract_label]
@@ -72,20 +77,23 @@ fn metadata_agrees_with_the_crd_contract_labels() {
 
 #[test]
 fn deployment_flags_are_flags_of_the_real_binary() {
-    let output = Command::new(workspace_binary("banlieue-proxmox"))
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let help = String::from_utf8(output.stdout).unwrap();
-    for arg in components::proxmox_args() {
-        let flag = arg.split('=').next().unwrap();
-        assert!(
-            help.contains(&format!("{flag} "))
-                || help.contains(&format!("{flag}\n"))
-                || help.contains(&format!("{flag} <")),
-            "the Deployment passes {flag}, which `banlieue-proxmox --help` does not list:\n{help}"
-        );
+    for infra in Infra::ALL {
+        let binary = infra.name();
+        let output = Command::new(workspace_binary(&binary))
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{binary} --help");
+        let help = String::from_utf8(output.stdout).unwrap();
+        for arg in components::args(infra) {
+            let flag = arg.split('=').next().unwrap();
+            assert!(
+                help.contains(&format!("{flag} "))
+                    || help.contains(&format!("{flag}\n"))
+                    || help.contains(&format!("{flag} <")),
+                "the Deployment passes {flag}, which `{binary} --help` does not list:\n{help}"
+            );
+        }
     }
     let output = Command::new(workspace_binary("banlieue"))
         .args(["controller", "--help"])
@@ -104,7 +112,12 @@ fn deployment_flags_are_flags_of_the_real_binary() {
 #[test]
 fn dockerfile_matches_the_deployments() {
     let dockerfile = std::fs::read_to_string(root().join("Dockerfile")).unwrap();
-    for (target, binary) in [("proxmox", "banlieue-proxmox"), ("controller", "banlieue")] {
+    for (target, binary) in [
+        ("proxmox", "banlieue-proxmox"),
+        ("vsphere", "banlieue-vsphere"),
+        ("libvirt", "banlieue-libvirt"),
+        ("controller", "banlieue"),
+    ] {
         let stage = dockerfile
             .split("\nFROM ")
             .find(|s| {
@@ -118,13 +131,24 @@ fn dockerfile_matches_the_deployments() {
             "{target}: {stage}"
         );
         assert!(stage.contains("USER 65532:65532"), "{target}: {stage}");
-        assert!(stage.starts_with("gcr.io/distroless/static"), "{target}: {stage}");
+        if target == "libvirt" {
+            // libvirt's C library and ssh: debian-slim with exactly these packages.
+            assert!(
+                stage.starts_with("docker.io/library/debian:bookworm-slim"),
+                "{stage}"
+            );
+            assert!(stage.contains("libvirt0 openssh-client"), "{stage}");
+        } else {
+            assert!(stage.starts_with("gcr.io/distroless/static"), "{target}: {stage}");
+        }
         assert!(
             dockerfile.contains(&format!("--bin {binary}")),
             "{binary} is not built"
         );
     }
-    for docs in [components::proxmox_components(), components::core_components()] {
+    let mut all: Vec<Vec<serde_json::Value>> = Infra::ALL.map(components::infra_components).to_vec();
+    all.push(components::core_components());
+    for docs in all {
         let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
         let pod = &deployment["spec"]["template"]["spec"];
         assert_eq!(pod["securityContext"]["runAsUser"], 65532);

@@ -1,7 +1,8 @@
 //! The real clusterctl (v1.14.2, built by `tests/controlplane/build.sh`) against the harness
-//! control plane: `clusterctl init` installs CAPI's core/kubeadm providers and banlieue-proxmox
-//! from a local repository written by `banlieue-clusterctl`, and `clusterctl generate cluster`
-//! renders every flavor from the documented variables into objects the apiserver accepts.
+//! control plane: `clusterctl init` installs CAPI's core/kubeadm providers and banlieue-proxmox,
+//! banlieue-libvirt and banlieue-vsphere from a local repository written by
+//! `banlieue-clusterctl`, and `clusterctl generate cluster` renders every flavor of every provider
+//! from the documented variables into objects the apiserver accepts.
 //!
 //! The provider's Deployment gets no pods: the harness has no kubelet (and no scheduler), which is
 //! expected; the objects and their labels are what clusterctl is responsible for.
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_clusterctl::repository::{self, CAPI_VERSION};
-use banlieue_clusterctl::{PROXMOX_NAMESPACE, PROXMOX_PROVIDER_LABEL, VERSION, components};
+use banlieue_clusterctl::{Infra, PROXMOX_NAMESPACE, VERSION, components};
 use banlieue_testenv::{TestEnv, bin_dir, crds_from_yaml};
 
 /// Variables clusterctl sets itself from `generate cluster`'s arguments.
@@ -26,6 +27,23 @@ const CLUSTERCTL_SET: [&str; 5] = [
     "WORKER_MACHINE_COUNT",
 ];
 const FLAVORS: [&str; 3] = ["", "ipam", "clusterclass"];
+
+/// Each provider's flavors (`""` = the default `cluster-template.yaml`).
+fn flavors(infra: Infra) -> &'static [&'static str] {
+    match infra {
+        Infra::Proxmox => &FLAVORS,
+        Infra::Libvirt | Infra::Vsphere => &[""],
+    }
+}
+
+/// The README heading of a provider's template variables table.
+fn variables_heading(infra: Infra) -> &'static str {
+    match infra {
+        Infra::Proxmox => "## Template variables\n",
+        Infra::Libvirt => "## Template variables: libvirt\n",
+        Infra::Vsphere => "## Template variables: vSphere\n",
+    }
+}
 
 /// cert-manager's Issuer and Certificate kinds, schema-less: clusterctl skips installing
 /// cert-manager when it can create its test Issuer and Certificate.
@@ -108,7 +126,10 @@ fn init(env: &TestEnv) -> Result<Initialized> {
     std::fs::create_dir_all(&home)?;
     let repo = dir.join("repository");
     let mut entries = repository::write_capi(&repo, &bin_dir().join("capi-crds"), CAPI_VERSION)?;
-    entries.push(repository::write_proxmox(&repo, &root().join("templates"))?);
+    entries.extend(repository::write_all_infra(&repo, &root().join("templates"))?);
+    let infrastructure = Infra::ALL
+        .map(|infra| format!("{}:{VERSION}", infra.name()))
+        .join(",");
     let config = repository::write_config(&repo, &entries)?;
     let output = run(
         clusterctl(&home)
@@ -120,11 +141,13 @@ fn init(env: &TestEnv) -> Result<Initialized> {
                 &format!("--core=cluster-api:{CAPI_VERSION}"),
                 &format!("--bootstrap=kubeadm:{CAPI_VERSION}"),
                 &format!("--control-plane=kubeadm:{CAPI_VERSION}"),
-                &format!("--infrastructure=banlieue-proxmox:{VERSION}"),
+                &format!("--infrastructure={infrastructure}"),
                 "-v3",
             ])
             .env("PROXMOX_TOKEN", "capi@pve!capi")
-            .env("PROXMOX_SECRET", "8e1f1c0a-0000-4000-8000-000000000001"),
+            .env("PROXMOX_SECRET", "8e1f1c0a-0000-4000-8000-000000000001")
+            .env("VSPHERE_USERNAME", "capi@vsphere.local")
+            .env("VSPHERE_PASSWORD", "not-a-real-password"),
         "clusterctl init",
     )?;
     Ok(Initialized {
@@ -163,15 +186,19 @@ async fn clusterctl_init_installs_the_provider_with_its_labels() -> Result<()> {
         "{}",
         init.init_output
     );
-    assert!(
-        init.init_output.contains(&format!(
-            "Installing provider=\"infrastructure-banlieue-proxmox\" version=\"{VERSION}\" targetNamespace=\"{PROXMOX_NAMESPACE}\""
-        )) || init.init_output.contains("infrastructure-banlieue-proxmox"),
-        "{}",
-        init.init_output
-    );
+    for infra in Infra::ALL {
+        assert!(
+            init.init_output.contains(&format!(
+                "Installing provider=\"{}\" version=\"{VERSION}\" targetNamespace=\"{}\"",
+                infra.label(),
+                infra.namespace()
+            )),
+            "{}",
+            init.init_output
+        );
+    }
 
-    // clusterctl's inventory knows the provider, its version and namespace.
+    // clusterctl's inventory knows the providers, their versions and namespaces.
     let inventory = kubectl_json(env, &["get", "providers.clusterctl.cluster.x-k8s.io", "-A"])?;
     let entries: Vec<(String, String, String)> = inventory["items"]
         .as_array()
@@ -185,14 +212,12 @@ async fn clusterctl_init_installs_the_provider_with_its_labels() -> Result<()> {
             )
         })
         .collect();
-    assert!(
-        entries.contains(&(
-            PROXMOX_PROVIDER_LABEL.into(),
-            PROXMOX_NAMESPACE.into(),
-            VERSION.into()
-        )),
-        "{entries:?}"
-    );
+    for infra in Infra::ALL {
+        assert!(
+            entries.contains(&(infra.label(), infra.namespace(), VERSION.into())),
+            "{infra:?}: {entries:?}"
+        );
+    }
     for capi in ["cluster-api", "bootstrap-kubeadm", "control-plane-kubeadm"] {
         assert!(
             entries.iter().any(|(n, _, v)| n == capi && v == CAPI_VERSION),
@@ -200,23 +225,36 @@ async fn clusterctl_init_installs_the_provider_with_its_labels() -> Result<()> {
         );
     }
 
-    // Every object of the components file is in the cluster, labelled for clusterctl.
-    let selector = format!("cluster.x-k8s.io/provider={PROXMOX_PROVIDER_LABEL}");
-    for doc in components::proxmox_components() {
-        let kind = doc["kind"].as_str().context("kind")?.to_lowercase();
-        let name = doc["metadata"]["name"].as_str().context("name")?;
-        let mut args = vec!["get", kind.as_str(), name];
-        if let Some(ns) = doc["metadata"]["namespace"].as_str() {
-            args.extend(["-n", ns]);
+    // Every object of each components file is in the cluster, labelled for clusterctl, and each
+    // provider's CRDs are exactly its own four.
+    for infra in Infra::ALL {
+        let label = infra.label();
+        for doc in components::infra_components(infra) {
+            let kind = doc["kind"].as_str().context("kind")?.to_lowercase();
+            let name = doc["metadata"]["name"].as_str().context("name")?;
+            let mut args = vec!["get", kind.as_str(), name];
+            if let Some(ns) = doc["metadata"]["namespace"].as_str() {
+                args.extend(["-n", ns]);
+            }
+            let live = kubectl_json(env, &args)?;
+            assert_eq!(
+                live["metadata"]["labels"]["cluster.x-k8s.io/provider"], label,
+                "{kind} {name}"
+            );
         }
-        let live = kubectl_json(env, &args)?;
-        assert_eq!(
-            live["metadata"]["labels"]["cluster.x-k8s.io/provider"], PROXMOX_PROVIDER_LABEL,
-            "{kind} {name}"
-        );
+        let selector = format!("cluster.x-k8s.io/provider={label}");
+        let labelled = kubectl_json(env, &["get", "crd", "-l", &selector])?;
+        let kinds: BTreeSet<String> = labelled["items"]
+            .as_array()
+            .context("items")?
+            .iter()
+            .filter_map(|c| c["spec"]["names"]["kind"].as_str().map(str::to_owned))
+            .collect();
+        let want: BTreeSet<String> = ["Cluster", "Machine", "ClusterTemplate", "MachineTemplate"]
+            .map(|k| format!("{}{k}", infra.kind_prefix()))
+            .into();
+        assert_eq!(kinds, want, "{infra:?}");
     }
-    let labelled = kubectl_json(env, &["get", "crd", "-l", &selector])?;
-    assert_eq!(labelled["items"].as_array().map(Vec::len), Some(4));
 
     // Variables were substituted (token from the environment, defaults for the rest).
     let secret = kubectl_json(
@@ -252,13 +290,59 @@ async fn clusterctl_init_installs_the_provider_with_its_labels() -> Result<()> {
         "{container}"
     );
 
-    // CAPI's aggregated manager role picked up the provider's rules (kube-controller-manager's
+    let secret = kubectl_json(
+        env,
+        &[
+            "get",
+            "secret",
+            &components::credentials_secret(Infra::Vsphere).context("vSphere Secret")?,
+            "-n",
+            &Infra::Vsphere.namespace(),
+        ],
+    )?;
+    assert_eq!(
+        secret["data"]["username"].as_str(),
+        Some("Y2FwaUB2c3BoZXJlLmxvY2Fs"),
+        "base64 of capi@vsphere.local"
+    );
+    let deployment = kubectl_json(
+        env,
+        &[
+            "get",
+            "deployment",
+            &components::deployment_name(Infra::Libvirt),
+            "-n",
+            &Infra::Libvirt.namespace(),
+        ],
+    )?;
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["securityContext"]["supplementalGroups"],
+        serde_json::json!([65532])
+    );
+    assert_eq!(
+        pod["volumes"][0]["hostPath"]["path"],
+        components::LIBVIRT_SOCKET_DIR
+    );
+    assert!(
+        pod["containers"][0]["args"]
+            .as_array()
+            .context("args")?
+            .iter()
+            .any(|a| a == "--domain-type=kvm"),
+        "{pod}"
+    );
+
+    // CAPI's aggregated manager role picked up every provider's rules (kube-controller-manager's
     // clusterrole-aggregation controller).
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         let role = kubectl_json(env, &["get", "clusterrole", "capi-aggregated-manager-role"])?;
         let text = role["rules"].to_string();
-        if text.contains("proxmoxmachines") {
+        if ["proxmoxmachines", "libvirtmachines", "vspheremachines"]
+            .iter()
+            .all(|r| text.contains(r))
+        {
             break;
         }
         ensure!(tokio::time::Instant::now() < deadline, "not aggregated: {role}");
@@ -270,13 +354,14 @@ async fn clusterctl_init_installs_the_provider_with_its_labels() -> Result<()> {
 /// A README row: default (`None` = required) and flavors.
 type Documented = (Option<String>, Vec<String>);
 
-/// Rows of the README's "Template variables" table: name → (default, flavors).
-fn documented_variables() -> Result<BTreeMap<String, Documented>> {
+/// Rows of the README's template variables table of `infra`: name → (default, flavors).
+fn documented_variables(infra: Infra) -> Result<BTreeMap<String, Documented>> {
     let readme = std::fs::read_to_string(root().join("clusterctl/README.md"))?;
+    let heading = variables_heading(infra);
     let section = readme
-        .split("## Template variables")
+        .split(heading)
         .nth(1)
-        .context("README has a Template variables section")?;
+        .with_context(|| format!("README has a section {heading:?}"))?;
     let section = section.split("\n## ").next().unwrap_or_default();
     let mut out = BTreeMap::new();
     for line in section.lines().filter(|l| l.starts_with("| `")) {
@@ -292,9 +377,9 @@ fn documented_variables() -> Result<BTreeMap<String, Documented>> {
 }
 
 /// The README's variables of a flavor (`""` = default) or of the ClusterClass file (`"class"`).
-fn documented_for(flavor: &str) -> Result<BTreeMap<String, Option<String>>> {
+fn documented_for(infra: Infra, flavor: &str) -> Result<BTreeMap<String, Option<String>>> {
     let name = if flavor.is_empty() { "default" } else { flavor };
-    Ok(documented_variables()?
+    Ok(documented_variables(infra)?
         .into_iter()
         .filter(|(_, (_, flavors))| {
             flavors
@@ -327,13 +412,13 @@ fn variables_in(text: &str) -> Result<BTreeMap<String, Option<String>>> {
     Ok(out)
 }
 
-fn generate(init: &Initialized, env: &TestEnv, flavor: &str, extra: &[&str]) -> Command {
+fn generate(init: &Initialized, env: &TestEnv, infra: Infra, flavor: &str, extra: &[&str]) -> Command {
     let mut cmd = clusterctl(&init.home);
     cmd.args(["generate", "cluster", "c1", "--config"])
         .arg(&init.config)
         .arg("--kubeconfig")
         .arg(env.admin().path())
-        .arg(format!("--infrastructure=banlieue-proxmox:{VERSION}"))
+        .arg(format!("--infrastructure={}:{VERSION}", infra.name()))
         .args(extra);
     if !flavor.is_empty() {
         cmd.arg(format!("--flavor={flavor}"));
@@ -354,7 +439,7 @@ fn the_clusterclass_file_uses_exactly_the_documented_class_variables() -> Result
     }
     assert_eq!(
         used,
-        documented_for("class")?,
+        documented_for(Infra::Proxmox, "class")?,
         "clusterclass file (left) vs README rows tagged `class`"
     );
     Ok(())
@@ -363,9 +448,12 @@ fn the_clusterclass_file_uses_exactly_the_documented_class_variables() -> Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_variables_matches_the_readme() -> Result<()> {
     let (env, init) = initialized().await?;
-    for flavor in FLAVORS {
+    for (infra, flavor) in Infra::ALL
+        .into_iter()
+        .flat_map(|i| flavors(i).iter().map(move |f| (i, *f)))
+    {
         let output = run(
-            &mut generate(init, env, flavor, &["--list-variables"]),
+            &mut generate(init, env, infra, flavor, &["--list-variables"]),
             "list-variables",
         )?;
         let text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -387,17 +475,17 @@ async fn list_variables_matches_the_readme() -> Result<()> {
         for var in CLUSTERCTL_SET {
             listed.remove(var);
         }
-        let documented = documented_for(flavor)?;
+        let documented = documented_for(infra, flavor)?;
         assert_eq!(
             names(&listed),
             names(&documented),
-            "flavor {flavor:?}: clusterctl lists (left) vs README (right)\n{text}"
+            "{infra:?} flavor {flavor:?}: clusterctl lists (left) vs README (right)\n{text}"
         );
         for (var, default) in &documented {
             assert_eq!(
                 listed.get(var).cloned().flatten().as_ref(),
                 default.as_ref(),
-                "flavor {flavor:?}: default of {var}\n{text}"
+                "{infra:?} flavor {flavor:?}: default of {var}\n{text}"
             );
         }
     }
@@ -407,11 +495,15 @@ async fn list_variables_matches_the_readme() -> Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_flavor_renders_from_documented_variables_and_is_accepted() -> Result<()> {
     let (env, init) = initialized().await?;
-    for flavor in FLAVORS {
+    for (infra, flavor) in Infra::ALL
+        .into_iter()
+        .flat_map(|i| flavors(i).iter().map(move |f| (i, *f)))
+    {
         let ns = env.namespace("generate").await?;
         let mut cmd = generate(
             init,
             env,
+            infra,
             flavor,
             &[
                 "--kubernetes-version=v1.33.1",
@@ -422,9 +514,9 @@ async fn every_flavor_renders_from_documented_variables_and_is_accepted() -> Res
         );
         // Only the required variables of the README, with example values (for the clusterclass
         // flavor also those of the class file clusterctl adds).
-        let mut documented = documented_for(flavor)?;
+        let mut documented = documented_for(infra, flavor)?;
         if flavor == "clusterclass" {
-            documented.extend(documented_for("class")?);
+            documented.extend(documented_for(infra, "class")?);
         }
         for (var, default) in documented {
             if default.is_some() {
@@ -435,15 +527,25 @@ async fn every_flavor_renders_from_documented_variables_and_is_accepted() -> Res
                 "PROXMOX_TEMPLATE_VMID" => "9000",
                 "CONTROL_PLANE_ENDPOINT_IP" => "192.0.2.10",
                 "IP_POOL_NAME" => "workers",
+                "LIBVIRT_BASE_VOLUME" => "ubuntu-24.04.qcow2",
+                "VSPHERE_SERVER" => "vcenter.example.com",
+                "VSPHERE_DATACENTER" => "dc1",
+                "VSPHERE_TEMPLATE" => "ubuntu-2404-kube-v1.33",
+                "VSPHERE_RESOURCE_POOL" => "cluster1/Resources",
+                "VSPHERE_DATASTORE" => "ds1",
                 other => bail!("no example value for required variable {other}"),
             };
             cmd.env(var, value);
         }
-        let output = run(&mut cmd, &format!("generate cluster (flavor {flavor:?})"))?;
+        let output = run(
+            &mut cmd,
+            &format!("generate cluster ({infra:?}, flavor {flavor:?})"),
+        )?;
         let rendered = String::from_utf8(output.stdout)?;
         assert!(!rendered.contains("${"), "unsubstituted variable:\n{rendered}");
         let file = env.workdir().join(format!(
-            "cluster-{}.yaml",
+            "cluster-{}-{}.yaml",
+            infra.short(),
             if flavor.is_empty() { "default" } else { flavor }
         ));
         std::fs::write(&file, &rendered)?;
@@ -458,21 +560,25 @@ async fn every_flavor_renders_from_documented_variables_and_is_accepted() -> Res
                     "-f",
                 ])
                 .arg(&file),
-            &format!("server-side dry-run of flavor {flavor:?}"),
+            &format!("server-side dry-run of {infra:?} flavor {flavor:?}"),
         )?;
         let applied = String::from_utf8_lossy(&output.stdout);
+        let prefix = infra.kind_prefix().to_lowercase();
         let mut kinds = vec![
-            "cluster.cluster.x-k8s.io/c1",
-            "proxmoxmachinetemplate.infrastructure.banlieue.io",
+            "cluster.cluster.x-k8s.io/c1".to_owned(),
+            format!("{prefix}machinetemplate.infrastructure.banlieue.io"),
         ];
         kinds.push(match flavor {
-            "clusterclass" => "clusterclass.cluster.x-k8s.io/banlieue-proxmox",
-            _ => "kubeadmcontrolplane.controlplane.cluster.x-k8s.io/c1-control-plane",
+            "clusterclass" => "clusterclass.cluster.x-k8s.io/banlieue-proxmox".to_owned(),
+            _ => format!("{prefix}cluster.infrastructure.banlieue.io/c1"),
         });
+        if flavor != "clusterclass" {
+            kinds.push("kubeadmcontrolplane.controlplane.cluster.x-k8s.io/c1-control-plane".to_owned());
+        }
         for kind in kinds {
             assert!(
-                applied.contains(kind),
-                "flavor {flavor:?}: {kind} missing in\n{applied}"
+                applied.contains(&kind),
+                "{infra:?} flavor {flavor:?}: {kind} missing in\n{applied}"
             );
         }
     }

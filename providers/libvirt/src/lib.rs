@@ -25,6 +25,7 @@ pub mod machine_controller;
 pub mod owner;
 pub mod phase;
 pub mod provision;
+pub mod rbac;
 pub mod template_controller;
 pub mod update;
 pub mod xml;

@@ -15,5 +15,6 @@ pub mod machine_controller;
 pub mod owner;
 pub mod phase;
 pub mod provision;
+pub mod rbac;
 pub mod template_controller;
 pub mod update;

@@ -13,8 +13,9 @@
 //!   on a clean shutdown.
 //! - `testing` (feature `testing`): the operations check of a provider binary.
 //!
-//! Everything above is the default `runtime` feature; the hypervisor clients, which know nothing
-//! of Kubernetes, build it without default features.
+//! Everything above is the default `runtime` feature. The hypervisor clients, which know nothing
+//! of Kubernetes, use only `tls` (feature `tls`, without default features): the verifying
+//! HTTPS connector (web PKI, CA bundle, SHA-256 pinning, explicit insecure).
 
 #[cfg(feature = "runtime")]
 pub mod flags;
@@ -32,6 +33,8 @@ pub mod metrics;
 pub mod shutdown;
 #[cfg(feature = "testing")]
 pub mod testing;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 #[cfg(feature = "runtime")]
 pub use runtime_error::{Error, Result};

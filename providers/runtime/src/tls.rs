@@ -1,0 +1,324 @@
+//! The verifying HTTPS connector of the hypervisor clients (feature `tls`): how a server
+//! certificate is trusted ([`Trust`]: web PKI roots by default, a CA bundle, a pinned SHA-256 of
+//! the leaf certificate, or an explicit insecure opt-in), the rustls configuration for it, and a
+//! connector for hyper-util's client (TCP connect + handshake under one timeout).
+//!
+//! Each client keeps its own public verification enum (Proxmox calls a pin a "fingerprint",
+//! vSphere a "thumbprint") and maps it to [`Trust`].
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::{Connected, Connection};
+use hyper_util::rt::TokioIo;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::WebPkiSupportedAlgorithms;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use sha2::{Digest, Sha256};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// A boxed error, as hyper-util's connector interface wants it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// How a server certificate is trusted.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Trust {
+    /// Chain and host name against the Mozilla root store (webpki-roots).
+    #[default]
+    WebPki,
+    /// Chain and host name against the certificates of this PEM bundle only.
+    CaBundle(String),
+    /// Exactly the leaf certificate with this SHA-256 digest; chain and host name are not
+    /// checked, the handshake signatures made with its key are.
+    Pinned([u8; 32]),
+    /// Any certificate. Only for an explicit opt-in (a lab); never the default.
+    Insecure,
+}
+
+/// A TLS configuration that cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A pin is not 32 hex-encoded bytes.
+    #[error("SHA-256 {text:?}: expected 32 hex-encoded bytes (64 hex digits, `:` optional)")]
+    Pin {
+        /// The text given.
+        text: String,
+    },
+    /// The CA bundle is not PEM or holds no usable certificate.
+    #[error("CA bundle: {0}")]
+    CaBundle(String),
+    /// rustls refused the protocol versions (a build problem).
+    #[error("TLS protocol versions: {0}")]
+    Protocol(#[source] rustls::Error),
+}
+
+/// Parses a SHA-256 digest: 32 bytes as hex, with or without `:` separators or whitespace,
+/// any case (as PVE and vCenter show certificate fingerprints/thumbprints).
+pub fn parse_sha256(text: &str) -> Result<[u8; 32], ConfigError> {
+    let hex: Vec<u8> = text
+        .bytes()
+        .filter(|c| *c != b':' && !c.is_ascii_whitespace())
+        .collect();
+    let bad = || ConfigError::Pin {
+        text: text.to_owned(),
+    };
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (byte, pair) in out.iter_mut().zip(hex.chunks(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// The SHA-256 digest of a DER certificate as `AB:CD:…` (PVE's and vCenter's notation).
+pub fn sha256_of(der: &[u8]) -> String {
+    Sha256::digest(der)
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// The rustls client configuration for `trust` (ring provider, safe default protocols).
+pub fn client_config(trust: &Trust) -> Result<rustls::ClientConfig, ConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(ConfigError::Protocol)?;
+    let pinned = |pin| {
+        Arc::new(PinnedVerifier {
+            pin,
+            algs: provider.signature_verification_algorithms,
+        })
+    };
+    Ok(match trust {
+        Trust::WebPki => builder
+            .with_root_certificates(rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            })
+            .with_no_client_auth(),
+        Trust::CaBundle(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_pemfile::certs(&mut std::io::BufReader::new(pem.as_bytes())) {
+                let cert = cert.map_err(|e| ConfigError::CaBundle(e.to_string()))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| ConfigError::CaBundle(format!("certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(ConfigError::CaBundle("contains no PEM certificate".into()));
+            }
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        Trust::Pinned(pin) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(pinned(Some(*pin)))
+            .with_no_client_auth(),
+        Trust::Insecure => builder
+            .dangerous()
+            .with_custom_certificate_verifier(pinned(None))
+            .with_no_client_auth(),
+    })
+}
+
+/// Accepts the leaf whose SHA-256 is `pin` (any leaf when `None`: the insecure opt-in), and
+/// still verifies the handshake signatures against that leaf's public key.
+#[derive(Debug)]
+struct PinnedVerifier {
+    pin: Option<[u8; 32]>,
+    algs: WebPkiSupportedAlgorithms,
+}
+
+/// The server's certificate is not the pinned one.
+#[derive(Debug, thiserror::Error)]
+#[error("server certificate SHA-256 {0} does not match the pinned one")]
+pub struct PinMismatch(pub String);
+
+impl ServerCertVerifier for PinnedVerifier {
+    fn verify_server_cert(
+        &self,
+        leaf: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        match self.pin {
+            None => Ok(ServerCertVerified::assertion()),
+            Some(pin) if Sha256::digest(leaf.as_ref()).as_slice() == pin => {
+                Ok(ServerCertVerified::assertion())
+            }
+            Some(_) => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::Other(rustls::OtherError(Arc::new(PinMismatch(sha256_of(
+                    leaf.as_ref(),
+                ))))),
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algs.supported_schemes()
+    }
+}
+
+/// The TLS handshake failed (certificate rejected, protocol mismatch): not transient. Clients
+/// find it in a hyper-util error's source chain to classify the failure.
+#[derive(Debug, thiserror::Error)]
+#[error("TLS handshake failed: {0}")]
+pub struct TlsHandshakeError(pub String);
+
+/// Connects TCP (with a timeout covering the handshake too) and runs the TLS handshake.
+#[derive(Clone)]
+pub struct HttpsConnector {
+    /// The TLS configuration.
+    pub tls: tokio_rustls::TlsConnector,
+    /// Timeout of TCP connect plus handshake.
+    pub connect_timeout: Duration,
+}
+
+impl HttpsConnector {
+    /// A connector for `config` with `connect_timeout`.
+    pub fn new(config: rustls::ClientConfig, connect_timeout: Duration) -> Self {
+        Self {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            connect_timeout,
+        }
+    }
+}
+
+impl tower_service::Service<http::Uri> for HttpsConnector {
+    type Response = TlsConn;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<TlsConn, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, uri: http::Uri) -> Self::Future {
+        let tls = self.tls.clone();
+        let timeout = self.connect_timeout;
+        Box::pin(async move {
+            let host = uri.host().ok_or("URL has no host")?;
+            let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
+            let port = uri.port_u16().unwrap_or(443);
+            let connect = async {
+                let tcp = TcpStream::connect((host.as_str(), port)).await?;
+                tcp.set_nodelay(true)?;
+                let name = ServerName::try_from(host.clone())?;
+                let stream = tls
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| TlsHandshakeError(e.to_string()))?;
+                Ok::<_, BoxError>(TlsConn(TokioIo::new(stream)))
+            };
+            tokio::time::timeout(timeout, connect)
+                .await
+                .map_err(|_| format!("connecting to {host}:{port} timed out after {timeout:?}"))?
+        })
+    }
+}
+
+/// A TLS connection usable by hyper.
+pub struct TlsConn(TokioIo<TlsStream<TcpStream>>);
+
+impl Connection for TlsConn {
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
+}
+
+impl hyper::rt::Read for TlsConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl hyper::rt::Write for TlsConn {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_parse_with_and_without_colons_in_any_case() {
+        let colon = format!("AB:{}:CD", ["00"; 30].join(":"));
+        let parsed = parse_sha256(&colon).unwrap();
+        assert_eq!((parsed[0], parsed[31]), (0xAB, 0xCD));
+        assert_eq!(
+            parse_sha256(&colon.replace(':', "").to_lowercase()).unwrap(),
+            parsed
+        );
+    }
+
+    #[test]
+    fn malformed_pins_are_rejected() {
+        assert!(parse_sha256("AB:CD").is_err());
+        assert!(parse_sha256(&"ZZ".repeat(32)).is_err());
+        assert!(parse_sha256("").is_err());
+        assert!(parse_sha256(&"é".repeat(32)).is_err(), "non-ASCII, 64 bytes");
+    }
+
+    #[test]
+    fn digest_formatting_round_trips() {
+        let fp = sha256_of(b"not really a certificate");
+        assert_eq!(fp.len(), 32 * 3 - 1);
+        assert_eq!(
+            parse_sha256(&fp).unwrap().as_slice(),
+            Sha256::digest(b"not really a certificate").as_slice()
+        );
+    }
+
+    #[test]
+    fn a_bundle_without_certificates_is_an_error_and_every_mode_builds() {
+        assert!(matches!(
+            client_config(&Trust::CaBundle("no pem here".into())),
+            Err(ConfigError::CaBundle(_))
+        ));
+        client_config(&Trust::WebPki).unwrap();
+        client_config(&Trust::Insecure).unwrap();
+        client_config(&Trust::Pinned([0; 32])).unwrap();
+    }
+}

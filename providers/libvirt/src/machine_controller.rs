@@ -356,6 +356,13 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
         failure_domain: view.failure_domain.as_deref(),
         settings: &ctx.settings,
         power: lm.spec.power_state.unwrap_or_default(),
+        shutdown_requested_at: lm
+            .status
+            .as_ref()
+            .and_then(|s| s.provisioning.as_ref())
+            .filter(|p| p.task_id.as_deref() == Some(crate::update::SHUTDOWN_TASK))
+            .and_then(|p| p.task_started_at.as_ref())
+            .map(|t| t.0),
     };
     match provision::provision(&hosts, &input, phase, user_data.as_deref()).await {
         Ok(step) => {
@@ -366,6 +373,11 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
             }
             if let Some(p) = status.provisioning.as_mut() {
                 p.message.clone_from(&step.waiting);
+                // A pending ACPI shutdown is remembered (forced power-off after a timeout).
+                p.task_id = step
+                    .shutdown_requested_at
+                    .map(|_| crate::update::SHUTDOWN_TASK.to_owned());
+                p.task_started_at = step.shutdown_requested_at.map(Time);
             }
             if let Some(done) = &step.provisioned {
                 if lm.spec.provider_id.as_deref() != Some(done.provider_id.as_str()) {

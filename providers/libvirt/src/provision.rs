@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use banlieue_api::common::{MachineAddress, PowerState};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::desired::{self, GIB, Settings};
 use crate::hypervisor::{ErrorKind, HvError, Hypervisor, RunState};
@@ -105,6 +106,8 @@ pub struct MachineInput<'a> {
     pub settings: &'a Settings,
     /// Desired power state once provisioned (`spec.powerState`, `On` when unset).
     pub power: PowerState,
+    /// When the pending ACPI shutdown was first requested (from `status.provisioning`), if any.
+    pub shutdown_requested_at: Option<Timestamp>,
 }
 
 /// Result of provisioning.
@@ -120,6 +123,8 @@ pub struct Step {
     pub provisioned: Option<Done>,
     /// When to reconcile again.
     pub requeue: Duration,
+    /// Set while an ACPI shutdown is pending: when it was first requested (to persist).
+    pub shutdown_requested_at: Option<Timestamp>,
 }
 
 /// Outputs of a provisioned machine.
@@ -250,17 +255,36 @@ pub async fn provision<H: Hypervisor>(
                     ));
                 }
                 let want = update::desired_sizing(input.spec);
-                match update::next_action(&want, d.sizing.as_ref(), d.state, input.power) {
-                    UpdateAction::Shutdown { why } => {
-                        hv.shutdown_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                let now = Timestamp::now();
+                let shutdown_for = input
+                    .shutdown_requested_at
+                    .and_then(|t| now.duration_since(t).try_into().ok());
+                match update::next_action(&want, d.sizing.as_ref(), d.state, input.power, shutdown_for) {
+                    UpdateAction::PowerCut { why } => {
+                        hv.destroy_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
                         step.events.push((
-                            "PoweringOff",
-                            format!("ACPI shutdown of {domain} requested: {why}"),
+                            "PoweredOffForcibly",
+                            format!("domain {domain} powered off: {why}"),
                         ));
+                        // Next poll: the domain is off, the change proceeds.
+                        step.waiting = Some(format!("powered off: {why}"));
+                        step.requeue = Duration::from_millis(50);
+                        power_state = PowerState::Off;
+                    }
+                    UpdateAction::Shutdown { why } => {
+                        step.shutdown_requested_at = Some(input.shutdown_requested_at.unwrap_or(now));
+                        hv.shutdown_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                        if input.shutdown_requested_at.is_none() {
+                            step.events.push((
+                                "PoweringOff",
+                                format!("ACPI shutdown of {domain} requested: {why}"),
+                            ));
+                        }
                         step.waiting = Some(format!("waiting for the guest to power off: {why}"));
                         step.requeue = GUEST_POLL;
                     }
                     UpdateAction::WaitShutdown { why } => {
+                        step.shutdown_requested_at = Some(input.shutdown_requested_at.unwrap_or(now));
                         step.waiting = Some(format!("waiting for the guest to power off: {why}"));
                         step.requeue = GUEST_POLL;
                     }

@@ -8,14 +8,23 @@
 //!   name, uuid, volumes and MACs: the disks are untouched), then started again when
 //!   `spec.powerState` is `On`.
 //! - **Power**: `Off` shuts the domain down by ACPI; `On` starts a shut-off or crashed domain.
-//! - A guest that ignores ACPI stays running: the provider repeats the request on every poll
-//!   and reports that it waits (there is no forced power-off yet).
+//! - A guest that ignores ACPI for [`SHUTDOWN_TIMEOUT`] after the first request is powered off
+//!   hard (`virDomainDestroy`, a `PoweredOffForcibly` event), like Proxmox's `forceStop`. The
+//!   time of the first request is persisted in `status.provisioning` (`taskID: acpi-shutdown`,
+//!   `taskStartedAt`) so a restarted controller keeps counting.
+
+use std::time::Duration;
 
 use banlieue_api::common::PowerState;
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 
 use crate::hypervisor::RunState;
 use crate::xml::Sizing;
+
+/// How long a guest may ignore the ACPI shutdown before it is powered off hard.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(120);
+/// `status.provisioning.taskID` while an ACPI shutdown is pending.
+pub const SHUTDOWN_TASK: &str = "acpi-shutdown";
 
 /// The next step to bring a provisioned domain to its spec.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +36,11 @@ pub enum UpdateAction {
     },
     /// The guest is shutting down: wait.
     WaitShutdown {
+        /// Human-readable cause.
+        why: String,
+    },
+    /// The guest ignored the ACPI shutdown for [`SHUTDOWN_TIMEOUT`]: power it off hard.
+    PowerCut {
         /// Human-readable cause.
         why: String,
     },
@@ -69,8 +83,31 @@ pub fn changes(want: &Sizing, have: &Sizing) -> Vec<String> {
 }
 
 /// Decides the next step for a provisioned domain. `have` is `None` when libvirt's XML could
-/// not be read (then only the power state is reconciled).
-pub fn next_action(want: &Sizing, have: Option<&Sizing>, state: RunState, power: PowerState) -> UpdateAction {
+/// not be read (then only the power state is reconciled). `shutdown_for`: how long ago the
+/// pending ACPI shutdown was first requested, if one is pending.
+pub fn next_action(
+    want: &Sizing,
+    have: Option<&Sizing>,
+    state: RunState,
+    power: PowerState,
+    shutdown_for: Option<Duration>,
+) -> UpdateAction {
+    match decide(want, have, state, power) {
+        UpdateAction::Shutdown { why } | UpdateAction::WaitShutdown { why }
+            if shutdown_for.is_some_and(|d| d >= SHUTDOWN_TIMEOUT) =>
+        {
+            UpdateAction::PowerCut {
+                why: format!(
+                    "the guest ignored the ACPI shutdown for {}s ({why})",
+                    SHUTDOWN_TIMEOUT.as_secs()
+                ),
+            }
+        }
+        other => other,
+    }
+}
+
+fn decide(want: &Sizing, have: Option<&Sizing>, state: RunState, power: PowerState) -> UpdateAction {
     let diff = have.map(|h| changes(want, h)).unwrap_or_default();
     let off = matches!(state, RunState::ShutOff | RunState::Crashed);
     if !diff.is_empty() {
@@ -120,6 +157,7 @@ mod tests {
         match a {
             UpdateAction::Shutdown { .. } => "shutdown",
             UpdateAction::WaitShutdown { .. } => "wait",
+            UpdateAction::PowerCut { .. } => "power-cut",
             UpdateAction::Redefine { start: true, .. } => "redefine+start",
             UpdateAction::Redefine { start: false, .. } => "redefine",
             UpdateAction::Start => "start",
@@ -148,17 +186,20 @@ mod tests {
         #[case] power: PowerState,
         #[case] expected: &str,
     ) {
-        assert_eq!(kind(&next_action(&want, Some(&SMALL), state, power)), expected);
+        assert_eq!(
+            kind(&next_action(&want, Some(&SMALL), state, power, None)),
+            expected
+        );
     }
 
     #[test]
     fn unreadable_sizing_reconciles_power_only() {
         assert_eq!(
-            next_action(&BIG, None, RunState::Running, PowerState::On),
+            next_action(&BIG, None, RunState::Running, PowerState::On, None),
             UpdateAction::InSync
         );
         assert_eq!(
-            next_action(&BIG, None, RunState::ShutOff, PowerState::On),
+            next_action(&BIG, None, RunState::ShutOff, PowerState::On, None),
             UpdateAction::Start
         );
     }
@@ -166,10 +207,32 @@ mod tests {
     #[test]
     fn messages_say_what_changes() {
         assert_eq!(changes(&BIG, &SMALL), vec!["cores 2→4", "memory 512→1024 MiB"]);
-        match next_action(&BIG, Some(&SMALL), RunState::Running, PowerState::On) {
+        match next_action(&BIG, Some(&SMALL), RunState::Running, PowerState::On, None) {
             UpdateAction::Shutdown { why } => assert!(why.contains("cores 2→4"), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[rstest]
+    #[case(None, RunState::Running, "shutdown")]
+    #[case(Some(119), RunState::Running, "shutdown")]
+    #[case(Some(119), RunState::ShuttingDown, "wait")]
+    #[case(Some(120), RunState::Running, "power-cut")]
+    #[case(Some(600), RunState::ShuttingDown, "power-cut")]
+    #[case(Some(600), RunState::ShutOff, "in-sync")]
+    fn a_guest_ignoring_acpi_is_powered_off_after_the_timeout(
+        #[case] secs: Option<u64>,
+        #[case] state: RunState,
+        #[case] expected: &str,
+    ) {
+        let got = next_action(
+            &SMALL,
+            Some(&SMALL),
+            state,
+            PowerState::Off,
+            secs.map(Duration::from_secs),
+        );
+        assert_eq!(kind(&got), expected, "{got:?}");
     }
 
     #[test]

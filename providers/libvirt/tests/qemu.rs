@@ -104,6 +104,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         failure_domain: None,
         settings: &settings,
         power: PowerState::On,
+        shutdown_requested_at: None,
     };
     let hosts = [Host {
         name: "localhost".into(),

@@ -77,6 +77,7 @@ async fn provisions_adopts_and_deletes_on_the_test_driver() {
         failure_domain: None,
         settings: &settings,
         power: PowerState::On,
+        shutdown_requested_at: None,
     };
     let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
         .await
@@ -164,6 +165,7 @@ async fn a_foreign_domain_with_our_name_is_never_adopted_or_deleted() {
         failure_domain: Some("h1"),
         settings: &settings,
         power: PowerState::On,
+        shutdown_requested_at: None,
     };
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
@@ -198,6 +200,7 @@ async fn bad_input_is_a_permanent_error_with_an_actionable_reason() {
         failure_domain: None,
         settings: &settings,
         power: PowerState::On,
+        shutdown_requested_at: None,
     };
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
@@ -317,6 +320,7 @@ async fn machines_land_on_the_host_of_their_failure_domain() {
             failure_domain: fd,
             settings: &settings,
             power: PowerState::On,
+            shutdown_requested_at: None,
         };
         let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
             .await
@@ -373,6 +377,7 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
         failure_domain: None,
         settings: &settings,
         power: PowerState::On,
+        shutdown_requested_at: None,
     };
     let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"ud"))
         .await
@@ -451,4 +456,65 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
         RunState::Running
     );
     provision::delete(&*hv, &o, &s2, &o.uid).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_guest_ignoring_the_acpi_shutdown_is_powered_off_after_the_timeout() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let settings = settings();
+    let o = owner("acpi");
+    let s = spec(serde_json::json!([]));
+    let on = MachineInput {
+        owner: &o,
+        spec: &s,
+        uuid: &o.uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    let step = provision::provision(&hosts, &on, Phase::SelectHost, Some(b""))
+        .await
+        .unwrap();
+    let provisioned = step.phase.unwrap();
+    assert_eq!(
+        hv.domain_by_uuid(&o.uid).await.unwrap().unwrap().state,
+        RunState::Running
+    );
+    // The test driver obeys ACPI at once; a shutdown requested long ago whose guest is still
+    // running stands for a guest that ignores it.
+    let long_ago = k8s_openapi::jiff::Timestamp::now() - k8s_openapi::jiff::SignedDuration::from_secs(200);
+    let off = MachineInput {
+        power: PowerState::Off,
+        shutdown_requested_at: Some(long_ago),
+        ..on
+    };
+    let step = provision::provision(&hosts, &off, provisioned.clone(), None)
+        .await
+        .unwrap();
+    let reasons: Vec<&str> = step.events.iter().map(|e| e.0).collect();
+    assert_eq!(reasons, ["PoweredOffForcibly"]);
+    assert_eq!(step.shutdown_requested_at, None, "nothing pending any more");
+    assert_eq!(
+        hv.domain_by_uuid(&o.uid).await.unwrap().unwrap().state,
+        RunState::ShutOff
+    );
+    // A recent request is repeated (no second event) and remembered with its first time.
+    let recent = k8s_openapi::jiff::Timestamp::now();
+    provision::provision(&hosts, &on, provisioned.clone(), None)
+        .await
+        .unwrap();
+    let again = MachineInput {
+        power: PowerState::Off,
+        shutdown_requested_at: Some(recent),
+        ..on
+    };
+    let step = provision::provision(&hosts, &again, provisioned, None)
+        .await
+        .unwrap();
+    assert!(step.events.is_empty(), "{:?}", step.events);
+    assert_eq!(step.shutdown_requested_at, Some(recent));
+    provision::delete(&*hv, &o, &s, &o.uid).await.unwrap();
 }

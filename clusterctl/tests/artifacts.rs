@@ -1,6 +1,7 @@
 //! The committed clusterctl artifacts are exactly what the generator makes, agree with the CRDs'
 //! contract labels, and the provider Deployment only passes flags the real binary has.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -156,5 +157,50 @@ fn dockerfile_matches_the_deployments() {
             pod["containers"][0].get("command").is_none(),
             "the image entrypoint is the binary"
         );
+    }
+}
+
+/// `${VAR}` / `${VAR:=default}` occurrences of a text: name → default.
+fn variables_in(text: &str) -> BTreeMap<String, Option<String>> {
+    let mut out = BTreeMap::new();
+    for chunk in text.split("${").skip(1) {
+        let inner = chunk.split('}').next().unwrap_or_default();
+        let (name, default) = match inner.split_once(":=") {
+            Some((n, d)) => (n, Some(d.to_owned())),
+            None => (inner, None),
+        };
+        out.insert(name.to_owned(), default);
+    }
+    out
+}
+
+/// Every variable of each provider's components is in its README table, with its default, and
+/// the table lists nothing else.
+#[test]
+fn component_variables_match_the_readme() {
+    let readme = std::fs::read_to_string(root().join("clusterctl/README.md")).unwrap();
+    for infra in Infra::ALL {
+        let heading = match infra {
+            Infra::Proxmox => "Variables of the components (`clusterctl init`):\n",
+            Infra::Libvirt => "Variables of the libvirt components:\n",
+            Infra::Vsphere => "Variables of the vSphere components:\n",
+        };
+        let table = readme
+            .split(heading)
+            .nth(1)
+            .unwrap_or_else(|| panic!("README has no {heading:?}"));
+        let documented: BTreeMap<String, Option<String>> = table
+            .lines()
+            .skip_while(|l| !l.starts_with('|'))
+            .take_while(|l| l.starts_with('|'))
+            .filter(|l| l.starts_with("| `"))
+            .map(|l| {
+                let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+                let default = (cells[1] != "(required)").then(|| cells[1].trim_matches('`').to_owned());
+                (cells[0].trim_matches('`').to_owned(), default)
+            })
+            .collect();
+        let used = variables_in(&artifacts::components_yaml(infra).unwrap());
+        assert_eq!(used, documented, "{infra:?}: components (left) vs README (right)");
     }
 }

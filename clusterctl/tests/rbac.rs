@@ -8,9 +8,13 @@
 //! ProxmoxMachine of a VirtualMachine under the generated core RBAC, and without `create` on
 //! `proxmoxmachines` it logs the 403 and creates nothing.
 //!
+//! The same for `banlieue-libvirt` (`banlieue_libvirt::rbac`) on libvirt's test driver, with a
+//! negative case without `get` on Secrets, and for `banlieue-vsphere` (`banlieue_vsphere::rbac`)
+//! on vcsim: each provisions a CAPI-style machine as its generated ServiceAccount.
+//!
 //! Each case gets a private control plane, so exactly one provider process acts on its objects.
-//! Needs `tests/controlplane/build.sh` and the provider binary next to this test
-//! (`cargo build -p banlieue-proxmox`).
+//! Needs `tests/controlplane/build.sh` and the provider binaries next to this test
+//! (`cargo build -p banlieue-proxmox -p banlieue-libvirt -p banlieue-vsphere -p banlieue-controllers`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -19,11 +23,11 @@ use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
 use banlieue_capi::{Cluster, Machine};
-use banlieue_clusterctl::{CORE_NAMESPACE, PROXMOX_NAMESPACE, components, yaml};
+use banlieue_clusterctl::{CORE_NAMESPACE, Infra, PROXMOX_NAMESPACE, components, yaml};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::{KubeconfigFile, ManagedProcess, TestEnv, bin_dir, crds_from_files};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
@@ -652,6 +656,393 @@ async fn controller_and_provider_serve_a_virtual_machine_with_only_the_generated
     controller.stop();
     provider.stop();
     sim.shutdown().await;
+    drop(env);
+    Ok(())
+}
+
+// --- banlieue-libvirt and banlieue-vsphere under their generated RBAC ---------------------------
+
+/// The kinds of `infra`'s infrastructure cluster and machine, for dynamic API access.
+fn infra_resources(infra: Infra) -> (ApiResource, ApiResource) {
+    let resource = |kind: &str| {
+        ApiResource::from_gvk(&GroupVersionKind::gvk(
+            banlieue_api::INFRASTRUCTURE_GROUP,
+            "v1alpha1",
+            &format!("{}{kind}", infra.kind_prefix()),
+        ))
+    };
+    (resource("Cluster"), resource("Machine"))
+}
+
+/// A CAPI Cluster `c1` (infrastructure provisioned) with its infrastructure cluster (`cluster_spec`)
+/// owned by it, and a Machine `m1` with its bootstrap Secret and infrastructure machine
+/// (`machine_spec`), as CAPI would write them. Returns the infrastructure machine's UID.
+async fn capi_workload(
+    client: &kube::Client,
+    infra: Infra,
+    cluster_spec: Value,
+    machine_spec: Value,
+) -> Result<String> {
+    let pp = PostParams::default();
+    let (cluster_ar, machine_ar) = infra_resources(infra);
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "metadata": {"name": "m1-bootstrap"},
+                "type": "cluster.x-k8s.io/secret",
+                "stringData": {"value": "#cloud-config\nruncmd: [[echo, hi]]\n", "format": "cloud-config"},
+            }))?,
+        )
+        .await?;
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    let cluster = clusters
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c1"},
+                "spec": {"infrastructureRef": {
+                    "apiGroup": "infrastructure.banlieue.io", "kind": cluster_ar.kind, "name": "c1"}},
+            }))?,
+        )
+        .await?;
+    clusters
+        .patch_status(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
+        )
+        .await?;
+    Api::<DynamicObject>::namespaced_with(client.clone(), NS, &cluster_ar)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": cluster_ar.api_version, "kind": cluster_ar.kind,
+                "metadata": {"name": "c1", "ownerReferences": [{
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1",
+                    "uid": cluster.uid().context("cluster uid")?, "controller": true, "blockOwnerDeletion": true,
+                }]},
+                "spec": cluster_spec,
+            }))?,
+        )
+        .await?;
+    let machine = Api::<Machine>::namespaced(client.clone(), NS)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
+                "spec": {
+                    "clusterName": "c1",
+                    "bootstrap": {"dataSecretName": "m1-bootstrap"},
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.banlieue.io", "kind": machine_ar.kind, "name": "m1"},
+                },
+            }))?,
+        )
+        .await?;
+    let created = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machine_ar)
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": machine_ar.api_version, "kind": machine_ar.kind,
+                "metadata": {
+                    "name": "m1",
+                    "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
+                    "ownerReferences": [{
+                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m1",
+                        "uid": machine.uid().context("machine uid")?,
+                        "controller": true, "blockOwnerDeletion": true,
+                    }],
+                },
+                "spec": machine_spec,
+            }))?,
+        )
+        .await?;
+    created.uid().context("machine uid")
+}
+
+/// Starts `infra`'s binary with the ServiceAccount's kubeconfig and the Deployment's flags
+/// (addresses on loopback, `extra` appended).
+fn start_infra(
+    env: &TestEnv,
+    infra: Infra,
+    kubeconfig: &KubeconfigFile,
+    extra: &[&str],
+) -> Result<ManagedProcess> {
+    let name = infra.name();
+    let binary = workspace_binary(&name)?;
+    let mut args = vec![
+        format!("KUBECONFIG={}", kubeconfig.path().display()),
+        format!("POD_NAMESPACE={}", infra.namespace()),
+        "RUST_LOG=info".to_owned(),
+        binary.display().to_string(),
+        "--leader-elect".to_owned(),
+        "--metrics-bind-address=127.0.0.1:0".to_owned(),
+        "--health-probe-bind-address=127.0.0.1:0".to_owned(),
+        "--concurrency=2".to_owned(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    Ok(ManagedProcess::start(
+        &name,
+        Path::new("/usr/bin/env"),
+        &args,
+        &env.workdir().join(format!("logs/{name}.log")),
+    )?)
+}
+
+/// A private control plane with `infra`'s generated RBAC (optionally without `verb` on
+/// `resource`), the workload namespace, and the ServiceAccount's kubeconfig.
+async fn infra_case(
+    infra: Infra,
+    without: Option<(&str, &str)>,
+) -> Result<(TestEnv, kube::Client, KubeconfigFile)> {
+    let env = private_env().await?;
+    let client = env.client().await?;
+    let docs = rbac_documents(
+        components::infra_components(infra),
+        &components::cluster_role(infra),
+        without,
+    );
+    let kubeconfig = apply_rbac(
+        &env,
+        &docs,
+        &infra.namespace(),
+        &components::service_account(infra),
+    )
+    .await?;
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
+        )
+        .await?;
+    Ok((env, client, kubeconfig))
+}
+
+/// `spec.providerID` and `status.initialization.provisioned` of a dynamic infra object.
+fn dyn_provisioned(obj: &DynamicObject) -> (Option<String>, bool) {
+    let id = obj.data["spec"]["providerID"].as_str().map(str::to_owned);
+    let provisioned = obj.data["status"]["initialization"]["provisioned"] == true;
+    (id, provisioned)
+}
+
+/// Waits until `m1` of `infra` has a providerID and is provisioned, and its infra cluster `c1`
+/// is provisioned; fails early if the provider exits.
+async fn wait_provisioned(
+    client: &kube::Client,
+    infra: Infra,
+    provider: &mut ManagedProcess,
+) -> Result<String> {
+    let (cluster_ar, machine_ar) = infra_resources(infra);
+    let machines = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machine_ar);
+    let clusters = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &cluster_ar);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        provider.check_running()?;
+        let m = machines.get("m1").await?;
+        let c = clusters.get("c1").await?;
+        if let ((Some(id), true), (_, true)) = (dyn_provisioned(&m), dyn_provisioned(&c)) {
+            return Ok(id);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "{infra:?}: not provisioned under the generated RBAC: machine {}\ncluster {}\nprovider log:\n{}",
+                m.data["status"],
+                c.data["status"],
+                provider.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The Lease is held and no request of the provider was denied.
+async fn assert_lease_and_no_denial(
+    client: &kube::Client,
+    infra: Infra,
+    provider: &ManagedProcess,
+) -> Result<()> {
+    let lease =
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), &infra.namespace())
+            .get(&format!("{}-leader", infra.name()))
+            .await?;
+    assert!(lease.spec.and_then(|s| s.holder_identity).is_some());
+    let log = std::fs::read_to_string(provider.log())?;
+    assert!(
+        !log.contains("forbidden") && !log.contains("Forbidden"),
+        "a request of {} was denied under the generated RBAC:\n{log}",
+        infra.name()
+    );
+    Ok(())
+}
+
+/// libvirt's test driver with the `default` network and a pool holding a base volume, from a
+/// node file (`test:///<file>`
+/// is per process, so the provider's own connection sees the same pool and volume).
+fn libvirt_test_node(env: &TestEnv) -> Result<String> {
+    let file = env.workdir().join("libvirt-node.xml");
+    std::fs::write(
+        &file,
+        "<node>\n  <network>\n    <name>default</name>\n    <bridge name='virbr0'/>\n    \
+         <ip address='192.168.122.1' netmask='255.255.255.0'>\n      \
+         <dhcp><range start='192.168.122.2' end='192.168.122.254'/></dhcp>\n    </ip>\n  </network>\n  \
+         <pool type='dir'>\n    <name>default-pool</name>\n    <target><path>/default-pool</path></target>\n    \
+         <volume type='file'>\n      <name>base.qcow2</name>\n      <capacity unit='GiB'>1</capacity>\n      \
+         <target><path>/default-pool/base.qcow2</path><format type='qcow2'/></target>\n    </volume>\n  </pool>\n</node>\n",
+    )?;
+    Ok(format!("test://{}", file.display()))
+}
+
+async fn start_libvirt_case(
+    without: Option<(&str, &str)>,
+) -> Result<(TestEnv, kube::Client, ManagedProcess, String)> {
+    let (env, client, kubeconfig) = infra_case(Infra::Libvirt, without).await?;
+    let uri = libvirt_test_node(&env)?;
+    let uid = capi_workload(
+        &client,
+        Infra::Libvirt,
+        json!({"controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443}, "uri": uri}),
+        json!({"source": {"volume": "base.qcow2", "pool": "default-pool"}, "cpu": {"cores": 1}, "memoryMiB": 256}),
+    )
+    .await?;
+    let provider = start_infra(&env, Infra::Libvirt, &kubeconfig, &["--domain-type=qemu"])?;
+    Ok((env, client, provider, uid))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_libvirt_provider_provisions_a_machine_with_only_the_generated_rbac() -> Result<()> {
+    let (env, client, mut provider, uid) = start_libvirt_case(None).await?;
+    let provider_id = wait_provisioned(&client, Infra::Libvirt, &mut provider).await?;
+    assert_eq!(provider_id, format!("libvirt://localhost/{uid}"));
+    assert_lease_and_no_denial(&client, Infra::Libvirt, &provider).await?;
+    provider.stop();
+    drop(env);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_get_on_secrets_the_libvirt_provider_fails_with_403() -> Result<()> {
+    let (env, client, mut provider, _) = start_libvirt_case(Some(("secrets", "get"))).await?;
+    let denial = "cannot get resource \\\"secrets\\\"";
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        provider.check_running()?;
+        if std::fs::read_to_string(provider.log())?.contains(denial) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "no 403 ({denial}) in the provider log:\n{}",
+                provider.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, machine_ar) = infra_resources(Infra::Libvirt);
+    let m = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machine_ar)
+        .get("m1")
+        .await?;
+    assert_eq!(
+        dyn_provisioned(&m),
+        (None, false),
+        "provisioned without reading the bootstrap Secret"
+    );
+    provider.stop();
+    drop(env);
+    Ok(())
+}
+
+#[path = "../../providers/vsphere/client/tests/support/vcsim.rs"]
+mod vcsim_support;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vsphere_provider_provisions_a_machine_with_only_the_generated_rbac() -> Result<()> {
+    use banlieue_vsphere_client::vim::ConfigSpec;
+    use banlieue_vsphere_client::{ClientBuilder, MoRef, TlsVerification};
+    const TEMPLATE: &str = "DC0_C0_RP0_VM0";
+
+    let sim = vcsim_support::Vcsim::start(&[])?;
+    let vc = ClientBuilder::new(&sim.url, vcsim_support::USER, vcsim_support::PASSWORD)
+        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
+        .build()?;
+    let template = vc
+        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
+        .await?
+        .context("no model VM in vcsim")?;
+    vc.wait_task(
+        &vc.power_off(&template).await?,
+        Duration::from_millis(100),
+        TIMEOUT,
+    )
+    .await?;
+    vc.mark_as_template(&template).await?;
+
+    let (env, client, kubeconfig) = infra_case(Infra::Vsphere, None).await?;
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "vc"},
+                "stringData": {"username": vcsim_support::USER, "password": vcsim_support::PASSWORD},
+            }))?,
+        )
+        .await?;
+    capi_workload(
+        &client,
+        Infra::Vsphere,
+        json!({
+            "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
+            "server": sim.host, "credentialsRef": {"name": "vc"},
+            "tls": {"sha256Fingerprint": sim.thumbprint}, "datacenter": "DC0",
+        }),
+        json!({
+            "source": {"template": TEMPLATE}, "resourcePool": "DC0_C0/Resources", "datastore": "LocalDS_0",
+            "cpu": {"cores": 1}, "memoryMiB": 1024,
+        }),
+    )
+    .await?;
+    let mut provider = start_infra(&env, Infra::Vsphere, &kubeconfig, &[])?;
+
+    // The clone is powered on and waits for its guest; vcsim reports a guest IP once told to.
+    let (_, machine_ar) = infra_resources(Infra::Vsphere);
+    let machines = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machine_ar);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let vm_ref = loop {
+        provider.check_running()?;
+        let m = machines.get("m1").await?;
+        if let Some(r) = m.data["status"]["vmRef"].as_str() {
+            break r.to_owned();
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "no VM cloned under the generated RBAC: {}\nprovider log:\n{}",
+                m.data["status"],
+                provider.log_tail(60)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let vm = MoRef::new("VirtualMachine", vm_ref);
+    let set_ip = ConfigSpec {
+        extra_config: vec![("SET.guest.ipAddress".into(), "192.0.2.77".into())],
+        ..ConfigSpec::default()
+    };
+    vc.wait_task(
+        &vc.reconfigure(&vm, &set_ip).await?,
+        Duration::from_millis(100),
+        TIMEOUT,
+    )
+    .await?;
+    let provider_id = wait_provisioned(&client, Infra::Vsphere, &mut provider).await?;
+    let info = vc.vm_info(&vm).await?.context("the clone is in vcsim")?;
+    assert_eq!(
+        Some(provider_id),
+        info.bios_uuid.map(|u| format!("vsphere://{u}"))
+    );
+    assert_lease_and_no_denial(&client, Infra::Vsphere, &provider).await?;
+    provider.stop();
     drop(env);
     Ok(())
 }

@@ -1,12 +1,30 @@
-//! Scenario tests: the LibvirtCluster and LibvirtMachine controllers run against the real
-//! control plane harness (etcd + kube-apiserver + kube-controller-manager) and libvirt's
-//! `test:///default` driver through the real `virt` connection. The objects the banlieue
+//! Scenario tests on the real control plane harness (etcd + kube-apiserver +
+//! kube-controller-manager) and libvirt's `test:///default` driver through the real `virt`
+//! connection.
+//!
+//! The CAPI-style scenarios shared by every provider (`banlieue-scenarios`: provision, scale,
+//! delete, pause, bad template, bad access, crash/restart) run through
+//! `scenarios/test_driver.rs`. The libvirt-specific scenarios below write what the banlieue
 //! controller would create in standalone mode (a LibvirtCluster owned by a Provider, a
-//! LibvirtMachine owned by a VirtualMachine) are written the way it writes them.
+//! LibvirtMachine owned by a VirtualMachine) the way it writes them, and the Cluster's
+//! endpoint mirror.
 //!
 //! Run: `cargo test -p banlieue-libvirt --test scenarios` (needs `tests/controlplane/build.sh`).
 
 #![cfg(feature = "libvirt")]
+
+#[path = "scenarios/test_driver.rs"]
+mod test_driver;
+
+banlieue_scenarios::scenario_tests!(
+    test_driver::TestDriver: provision,
+    scale,
+    delete,
+    pause,
+    bad_template,
+    bad_credentials,
+    crash_restart,
+);
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +33,7 @@ use anyhow::{Context as _, Result, bail};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_capi::{Cluster, Machine};
+use banlieue_capi::Cluster;
 use banlieue_cloudinit::SeedFiles;
 use banlieue_libvirt::cluster_controller::{self, ClusterContext};
 use banlieue_libvirt::connection::VirtConnector;
@@ -34,14 +52,7 @@ const POOL: &str = "default-pool";
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 async fn env() -> Result<&'static TestEnv> {
-    let shared = std::env::var("BANLIEUE_SHARED")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared").to_owned());
-    let mut crds = banlieue_api::crds::all();
-    crds.extend(banlieue_testenv::crds_from_files([
-        format!("{shared}/capi/v1.14/crds/cluster.x-k8s.io_clusters.yaml"),
-        format!("{shared}/capi/v1.14/crds/cluster.x-k8s.io_machines.yaml"),
-    ])?);
-    Ok(TestEnv::shared_with(|b| b.crds(crds)).await?)
+    banlieue_scenarios::env().await
 }
 
 async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T>
@@ -370,49 +381,9 @@ async fn a_machine_without_a_controlling_owner_of_ours_is_left_alone() -> Result
 }
 
 #[tokio::test]
-async fn a_missing_base_volume_is_reported_with_an_actionable_reason() -> Result<()> {
-    let (s, _ns) = Standalone::new("lv-badinput").await?;
-    let vm: VirtualMachine = serde_json::from_value(json!({
-        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
-        "metadata": {"name": "bad"},
-        "spec": {"providerRef": {"name": s.provider}, "source": {"libvirt": {"volume": "x", "pool": POOL}},
-                 "cpu": {"cores": 1}, "memoryMiB": 256},
-    }))?;
-    let vm = s
-        .api::<VirtualMachine>()
-        .create(&PostParams::default(), &vm)
-        .await?;
-    let missing = format!("{}-missing.qcow2", s.ns);
-    let lm: LibvirtMachine = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
-        "metadata": {"name": "bad", "ownerReferences": [owner_ref(&vm)]},
-        "spec": {
-            "providerRef": {"name": s.provider},
-            "source": {"volume": missing, "pool": POOL},
-            "cpu": {"cores": 1}, "memoryMiB": 256,
-        },
-    }))?;
-    let api = s.api::<LibvirtMachine>();
-    api.create(&PostParams::default(), &lm).await?;
-    let cond = eventually("BaseVolumeNotFound", || async {
-        let lm = api.get("bad").await?;
-        Ok(lm
-            .status
-            .and_then(|st| st.conditions.into_iter().find(|c| c.type_ == "Ready"))
-            .filter(|c| c.reason == "BaseVolumeNotFound"))
-    })
-    .await?;
-    assert_eq!(cond.status, "False");
-    assert!(cond.message.contains(&missing), "{}", cond.message);
-    Ok(())
-}
-
-#[tokio::test]
-async fn a_capi_machine_is_provisioned_from_its_bootstrap_secret_and_pauses_with_its_cluster() -> Result<()> {
+async fn a_capi_cluster_endpoint_is_mirrored_to_the_libvirt_cluster() -> Result<()> {
     let (s, _ns) = Standalone::new("lv-capi").await?;
-    let hv = s.connector.get(URI);
-    // What CAPI's controllers and the user write: Cluster → LibvirtCluster (owned by the
-    // Cluster), Machine with a bootstrap Secret → LibvirtMachine (owned by the Machine).
+    // A Cluster with an endpoint and a LibvirtCluster (owned by the Cluster) without one.
     let cluster: Cluster = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
         "metadata": {"name": "c1"},
@@ -451,95 +422,5 @@ async fn a_capi_machine_is_provisioned_from_its_bootstrap_secret_and_pauses_with
         Some(("10.0.0.100".to_owned(), 6443)),
         "the Cluster's endpoint is mirrored"
     );
-    // CAPI's Cluster controller would now mark the infrastructure provisioned.
-    s.api::<Cluster>()
-        .patch_status(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
-        )
-        .await?;
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("m1-bootstrap".into()),
-            ..Default::default()
-        },
-        string_data: Some([("value".to_owned(), "#cloud-config\nhostname: m1\n".to_owned())].into()),
-        ..Default::default()
-    };
-    s.api::<Secret>().create(&PostParams::default(), &secret).await?;
-    let machine: Machine = serde_json::from_value(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-        "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-        "spec": {
-            "clusterName": "c1",
-            "bootstrap": {"dataSecretName": "m1-bootstrap"},
-            "infrastructureRef": {"apiGroup": "infrastructure.banlieue.io", "kind": "LibvirtMachine", "name": "m1"},
-            "failureDomain": "localhost",
-        },
-    }))?;
-    let machine = s
-        .api::<Machine>()
-        .create(&PostParams::default(), &machine)
-        .await?;
-    let lm: LibvirtMachine = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
-        "metadata": {"name": "m1", "ownerReferences": [owner_ref(&machine)],
-                     "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-        "spec": {"source": {"volume": "base.qcow2", "pool": POOL}, "cpu": {"cores": 1}, "memoryMiB": 256},
-    }))?;
-    let lm = s
-        .api::<LibvirtMachine>()
-        .create(&PostParams::default(), &lm)
-        .await?;
-    let uid = lm.uid().context("uid")?;
-    let lm = s.provisioned("m1").await?;
-    assert_eq!(lm.spec.provider_id, Some(format!("libvirt://localhost/{uid}")));
-    let seed = hv
-        .uploaded(POOL, &format!("{}_m1-seed.iso", s.ns))
-        .context("seed uploaded")?;
-    assert_eq!(
-        SeedFiles::from_iso(&seed)?.user_data.as_deref(),
-        Some(&b"#cloud-config\nhostname: m1\n"[..])
-    );
-
-    // Pausing the Cluster pauses the machine: the Paused condition flips, deletion waits.
-    s.api::<Cluster>()
-        .patch(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"paused": true}})),
-        )
-        .await?;
-    let api = s.api::<LibvirtMachine>();
-    // Cluster changes reach machines through the Cluster watch.
-    eventually("Paused=True", || async {
-        let lm = api.get("m1").await?;
-        let paused = lm
-            .status
-            .and_then(|st| st.conditions.into_iter().find(|c| c.type_ == "Paused"))
-            .is_some_and(|c| c.status == "True");
-        Ok(paused.then_some(()))
-    })
-    .await?;
-    api.delete("m1", &DeleteParams::default()).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        api.get_opt("m1").await?.is_some(),
-        "a paused machine is not deleted"
-    );
-    assert!(hv.domain_by_uuid(&uid).await?.is_some());
-    s.api::<Cluster>()
-        .patch(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"paused": false}})),
-        )
-        .await?;
-    eventually("m1 deleted after unpause", || async {
-        Ok(api.get_opt("m1").await?.is_none().then_some(()))
-    })
-    .await?;
-    assert_eq!(hv.domain_by_uuid(&uid).await?, None);
     Ok(())
 }

@@ -1,0 +1,236 @@
+//! The libvirt provider under the shared scenario suite: libvirt's `test:///default` driver
+//! through the real `virt` connection (its state lives as long as the connection, so one
+//! connector per scenario is kept across controller restarts), and the LibvirtCluster and
+//! LibvirtMachine controllers running in-process for the scenario's namespace.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Result;
+use banlieue_cloudinit::SeedFiles;
+use banlieue_libvirt::cluster_controller::{self, ClusterContext};
+use banlieue_libvirt::connection::{VirtConnector, VirtHypervisor};
+use banlieue_libvirt::desired::{Settings, domain_name};
+use banlieue_libvirt::hosts::Connector;
+use banlieue_libvirt::hypervisor::{DomainInfo, GuestAddress, HostInfo, HvResult, Hypervisor, VolumeInfo};
+use banlieue_libvirt::machine_controller::{self, MachineContext};
+use banlieue_libvirt::xml::{self, DomainType};
+use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
+use serde_json::{Value, json};
+
+const URI: &str = "test:///default";
+const POOL: &str = "default-pool";
+const BASE: &str = "base.qcow2";
+/// A libvirt daemon that is not there (nothing listens on port 1).
+const UNREACHABLE: &str = "qemu+tcp://127.0.0.1:1/system";
+
+/// `test:///default` with a base volume; one host, failure domain `localhost`.
+pub struct TestDriver {
+    kube: kube::Client,
+    ns: String,
+    connector: SlowConnector,
+    controllers: Controllers,
+}
+
+impl ProviderUnderTest for TestDriver {
+    const NAME: &'static str = "lv";
+    const CLUSTER_KIND: &'static str = "LibvirtCluster";
+    const MACHINE_KIND: &'static str = "LibvirtMachine";
+    const PROVIDER_ID_PREFIX: &'static str = "libvirt://localhost/";
+    const BAD_TEMPLATE_REASON: &'static str = "BaseVolumeNotFound";
+    const MISSING_TEMPLATE: &'static str = "missing-base.qcow2";
+    // libvirt credentials are SSH keys or TLS certificates for remote URIs; without a remote
+    // daemon here, bad access is a host that does not answer.
+    const BAD_ACCESS_REASONS: &'static [&'static str] = &["Unreachable"];
+
+    async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
+        let connector = SlowConnector::default();
+        let hv = connector.inner.get(URI);
+        if hv.volume(POOL, BASE).await?.is_none() {
+            hv.create_volume(POOL, &xml::plain_volume_xml(BASE, 1 << 30, "qcow2"))
+                .await?;
+        }
+        Ok(Self {
+            kube,
+            ns: ns.to_owned(),
+            connector,
+            controllers: Controllers::default(),
+        })
+    }
+
+    fn failure_domains(&self) -> Vec<String> {
+        vec!["localhost".into()]
+    }
+
+    async fn cluster_spec(&self, access: Access) -> Result<Value> {
+        let uri = match access {
+            Access::Valid => URI,
+            Access::Bad => UNREACHABLE,
+        };
+        Ok(json!({"uri": uri}))
+    }
+
+    fn machine_spec(&self, template: Template) -> Value {
+        let volume = match template {
+            Template::Valid => BASE,
+            Template::Missing => Self::MISSING_TEMPLATE,
+        };
+        json!({"source": {"volume": volume, "pool": POOL}, "cpu": {"cores": 1}, "memoryMiB": 256})
+    }
+
+    fn start(&mut self) {
+        let settings = Settings {
+            domain_type: DomainType::Qemu,
+            ..Settings::default()
+        };
+        let machines = Arc::new(MachineContext::new(
+            self.kube.clone(),
+            self.connector.clone(),
+            settings,
+            "banlieue-libvirt-test",
+        ));
+        let clusters = Arc::new(ClusterContext {
+            client: self.kube.clone(),
+            connector: self.connector.clone(),
+        });
+        let (a, b) = (self.ns.clone(), self.ns.clone());
+        self.controllers.push(tokio::spawn(async move {
+            machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;
+        }));
+        self.controllers.push(tokio::spawn(async move {
+            cluster_controller::run(clusters, Some(&b), 2, std::future::pending()).await;
+        }));
+    }
+
+    async fn stop(&mut self) {
+        self.controllers.stop().await;
+    }
+
+    async fn vms(&self, machines: &[MachineHint]) -> Result<Vec<Vm>> {
+        // Domains are found by the names and uuids the provider would give them (the test
+        // driver's own `test` domain is not ours).
+        let hv = self.connector.inner.get(URI);
+        let mut found: Vec<(DomainInfo, String)> = Vec::new();
+        for m in machines {
+            let name = domain_name(&self.ns, &m.name);
+            for d in [hv.domain_by_uuid(&m.uid).await?, hv.domain_by_name(&name).await?]
+                .into_iter()
+                .flatten()
+            {
+                if !found.iter().any(|(f, _)| f.uuid == d.uuid) {
+                    found.push((d, name.clone()));
+                }
+            }
+        }
+        Ok(found
+            .into_iter()
+            .map(|(d, name)| Vm {
+                id: d.uuid.clone(),
+                owner_uid: d.owner.as_ref().map(|o| o.uid.clone()),
+                failure_domain: Some("localhost".into()),
+                user_data: hv
+                    .uploaded(POOL, &format!("{name}-seed.iso"))
+                    .and_then(|iso| SeedFiles::from_iso(&iso).ok())
+                    .and_then(|f| f.user_data),
+            })
+            .collect())
+    }
+
+    async fn slow_down(&self) -> Result<()> {
+        self.connector.delay_ms.store(50, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// The real connector with an adjustable delay before every libvirt call (the test driver
+/// answers in microseconds; a crash test needs time between steps).
+#[derive(Clone, Default)]
+struct SlowConnector {
+    inner: VirtConnector,
+    delay_ms: Arc<AtomicU64>,
+}
+
+impl Connector for SlowConnector {
+    type Hv = SlowHypervisor;
+
+    fn connect(&self, uri: &str) -> Arc<SlowHypervisor> {
+        Arc::new(SlowHypervisor {
+            inner: self.inner.get(uri),
+            delay_ms: self.delay_ms.clone(),
+        })
+    }
+}
+
+struct SlowHypervisor {
+    inner: Arc<VirtHypervisor>,
+    delay_ms: Arc<AtomicU64>,
+}
+
+impl SlowHypervisor {
+    async fn pause(&self) {
+        let ms = self.delay_ms.load(Ordering::Relaxed);
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+    }
+}
+
+impl Hypervisor for SlowHypervisor {
+    async fn host_info(&self) -> HvResult<HostInfo> {
+        self.pause().await;
+        self.inner.host_info().await
+    }
+    async fn domain_by_uuid(&self, uuid: &str) -> HvResult<Option<DomainInfo>> {
+        self.pause().await;
+        self.inner.domain_by_uuid(uuid).await
+    }
+    async fn domain_by_name(&self, name: &str) -> HvResult<Option<DomainInfo>> {
+        self.pause().await;
+        self.inner.domain_by_name(name).await
+    }
+    async fn define_domain(&self, xml: &str) -> HvResult<DomainInfo> {
+        self.pause().await;
+        self.inner.define_domain(xml).await
+    }
+    async fn start_domain(&self, uuid: &str) -> HvResult<()> {
+        self.pause().await;
+        self.inner.start_domain(uuid).await
+    }
+    async fn shutdown_domain(&self, uuid: &str) -> HvResult<()> {
+        self.pause().await;
+        self.inner.shutdown_domain(uuid).await
+    }
+    async fn destroy_domain(&self, uuid: &str) -> HvResult<()> {
+        self.pause().await;
+        self.inner.destroy_domain(uuid).await
+    }
+    async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
+        self.pause().await;
+        self.inner.undefine_domain(uuid).await
+    }
+    async fn domain_addresses(&self, uuid: &str) -> HvResult<Vec<GuestAddress>> {
+        self.pause().await;
+        self.inner.domain_addresses(uuid).await
+    }
+    async fn volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
+        self.pause().await;
+        self.inner.volume(pool, name).await
+    }
+    async fn create_volume(&self, pool: &str, xml: &str) -> HvResult<VolumeInfo> {
+        self.pause().await;
+        self.inner.create_volume(pool, xml).await
+    }
+    async fn upload_volume(&self, pool: &str, name: &str, data: Vec<u8>) -> HvResult<()> {
+        self.pause().await;
+        self.inner.upload_volume(pool, name, data).await
+    }
+    async fn delete_volume(&self, pool: &str, name: &str) -> HvResult<()> {
+        self.pause().await;
+        self.inner.delete_volume(pool, name).await
+    }
+}

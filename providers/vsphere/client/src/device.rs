@@ -147,6 +147,16 @@ pub struct Hardware {
     pub disks: Vec<VirtualDisk>,
     /// Network adapters.
     pub nics: Vec<VirtualNic>,
+    /// `(controllerKey, unitNumber)` of every device attached to a controller unit.
+    pub used_units: Vec<(i32, i32)>,
+}
+
+impl Hardware {
+    /// The first free unit (0–15, never 7, the SCSI controller's own) on `controller`, not
+    /// in `taken` either.
+    pub fn free_unit(&self, controller: i32, taken: &[i32]) -> Option<i32> {
+        (0..16).find(|u| *u != 7 && !taken.contains(u) && !self.used_units.contains(&(controller, *u)))
+    }
 }
 
 fn int(el: &Element, name: &str) -> Option<i64> {
@@ -163,6 +173,9 @@ pub fn hardware_of(val: &Element) -> Hardware {
     for d in &val.children {
         let Some(kind) = d.xsi_type() else { continue };
         let Some(key) = small(d, "key") else { continue };
+        if let (Some(c), Some(u)) = (small(d, "controllerKey"), small(d, "unitNumber")) {
+            hw.used_units.push((c, u));
+        }
         if kind == "VirtualDisk" {
             let backing = d.child("backing");
             let capacity_kb = int(d, "capacityInKB")
@@ -250,6 +263,19 @@ pub enum DeviceChange {
         /// New capacity in KiB.
         capacity_kb: u64,
     },
+    /// Create a new thin disk.
+    AddDisk {
+        /// Temporary (negative) key, unique within one spec.
+        key: i32,
+        /// Controller to attach it to.
+        controller_key: i32,
+        /// Free unit on that controller.
+        unit_number: i32,
+        /// Capacity in KiB.
+        capacity_kb: u64,
+        /// Datastore name; `None`: the VM's folder.
+        datastore: Option<String>,
+    },
     /// Add a NIC.
     AddNic {
         /// Temporary (negative) key, unique within one spec.
@@ -331,6 +357,24 @@ impl DeviceChange {
                     capacity_kb.saturating_mul(1024)
                 );
             }
+            Self::AddDisk {
+                key,
+                controller_key,
+                unit_number,
+                capacity_kb,
+                datastore,
+            } => {
+                let file = datastore.as_deref().map(|d| format!("[{d}]")).unwrap_or_default();
+                let _ = write!(
+                    s,
+                    "<operation>add</operation><fileOperation>create</fileOperation>\
+<device xsi:type=\"VirtualDisk\"><key>{key}</key><backing xsi:type=\"VirtualDiskFlatVer2BackingInfo\">\
+<fileName>{}</fileName><diskMode>persistent</diskMode><thinProvisioned>true</thinProvisioned></backing>\
+<controllerKey>{controller_key}</controllerKey><unitNumber>{unit_number}</unitNumber>\
+<capacityInKB>{capacity_kb}</capacityInKB></device>",
+                    xml::escape(&file)
+                );
+            }
             Self::AddNic {
                 key,
                 kind,
@@ -395,6 +439,9 @@ impl DeviceChange {
                 disk.capacity_kb / (1024 * 1024),
                 capacity_kb / (1024 * 1024)
             ),
+            Self::AddDisk { capacity_kb, .. } => {
+                format!("add a {} GiB disk", capacity_kb / (1024 * 1024))
+            }
             Self::AddNic { backing, .. } => format!("add a NIC on {}", backing.describe()),
             Self::EditNic { nic, backing, .. } => format!(
                 "move NIC {} from {} to {}",
@@ -518,6 +565,32 @@ mod tests {
         assert!(
             edit.contains("<macAddress>00:0c:29:35:32:37</macAddress>"),
             "{edit}"
+        );
+        let add_disk = DeviceChange::AddDisk {
+            key: -100,
+            controller_key: 202,
+            unit_number: hw.free_unit(202, &[]).unwrap(),
+            capacity_kb: 1024 * 1024,
+            datastore: Some("LocalDS_0".into()),
+        }
+        .to_xml();
+        assert_eq!(
+            order(&add_disk),
+            ["key", "backing", "controllerKey", "unitNumber", "capacityInKB"]
+        );
+        assert!(add_disk.contains("<operation>add</operation><fileOperation>create</fileOperation>"));
+        assert!(
+            add_disk.contains("<fileName>[LocalDS_0]</fileName>"),
+            "{add_disk}"
+        );
+        assert!(
+            add_disk.contains("<unitNumber>2</unitNumber>"),
+            "units 0 and 1 are taken: {add_disk}"
+        );
+        assert_eq!(
+            hw.free_unit(202, &[2, 3, 4, 5, 6]),
+            Some(8),
+            "7 is the controller's own unit"
         );
         assert!(
             edit.contains("<deviceName>VM Network</deviceName><network type=\"Network\">network-6</network>")

@@ -5,7 +5,8 @@
 //!
 //! - **Disks** (`spec.disks[i]` ↔ the VM's i-th disk by controller and unit): grown with a
 //!   `deviceChange` edit of `capacityInKB`, online on a running VM. Never shrunk: a size below
-//!   the VM's keeps the VM's.
+//!   the VM's keeps the VM's. Disks beyond the VM's are created (thin, on the boot disk's
+//!   controller, `storage` = datastore, else the VM's folder).
 //! - **NICs** (`spec.networks`, port groups by name or path): matched to the VM's adapters by
 //!   MAC, then by network, then in key order; an unmatched adapter is moved (edit of its backing),
 //!   missing ones added (`vmxnet3` unless `model` says otherwise), extra ones removed. Applied
@@ -88,6 +89,23 @@ pub fn device_changes(spec: &VSphereMachineSpec, hw: &Hardware, nics: &[DesiredN
             out.push(DeviceChange::GrowDisk {
                 disk: disk.clone(),
                 capacity_kb: kb,
+            });
+        }
+    }
+    // Disks beyond the VM's are created, thin, on the boot disk's controller.
+    if let Some(controller) = hw.disks.first().map(|d| d.controller_key) {
+        let mut taken = Vec::new();
+        for (i, want) in spec.disks.iter().enumerate().skip(hw.disks.len()) {
+            let Some(unit) = hw.free_unit(controller, &taken) else {
+                break;
+            };
+            taken.push(unit);
+            out.push(DeviceChange::AddDisk {
+                key: -100 - i32::try_from(i).unwrap_or(0),
+                controller_key: controller,
+                unit_number: unit,
+                capacity_kb: want.size_gib.saturating_mul(1024 * 1024),
+                datastore: want.storage.clone(),
             });
         }
     }
@@ -294,6 +312,7 @@ mod tests {
                     thin: Some(true),
                 }],
                 nics: vec![nic(4000, net("VM Network", "network-6"), "00:0c:29:00:00:01")],
+                used_units: vec![(202, 0), (100, 7)],
             },
         }
     }
@@ -368,6 +387,25 @@ mod tests {
             [DeviceChange::GrowDisk { capacity_kb, .. }] if *capacity_kb == 20 * 1024 * 1024
         ));
         s.disks[0].size_gib = 5;
+        let mut hw = vm().hardware;
+        hw.used_units = vec![(202, 0), (202, 1)];
+        let mut two = s.clone();
+        two.disks.push(Disk {
+            name: "data".into(),
+            size_gib: 4,
+            storage: Some("fast".into()),
+        });
+        // A second disk is created on the boot disk's controller, in a free unit.
+        assert_eq!(
+            device_changes(&two, &hw, &[]),
+            [DeviceChange::AddDisk {
+                key: -101,
+                controller_key: 202,
+                unit_number: 2,
+                capacity_kb: 4 * 1024 * 1024,
+                datastore: Some("fast".into()),
+            }]
+        );
         assert_eq!(
             next_action(&s, &vm(), &[], Some(PowerState::On)),
             UpdateAction::InSync

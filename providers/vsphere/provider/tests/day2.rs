@@ -453,8 +453,8 @@ async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()
         hw(&info(&vc, &vm).await?)
     );
 
-    // Drift: more CPU and memory (cold: power off, reconfigure, power on), a bigger disk and
-    // one network less (hot), all on the same VM.
+    // Drift: more CPU and memory (cold: power off, reconfigure, power on), a bigger disk, a new
+    // data disk and one network less (hot), all on the same VM.
     s.machines()
         .patch(
             "app-1",
@@ -462,12 +462,18 @@ async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()
             &Patch::Merge(&json!({"spec": {
                 "cpu": {"cores": 4},
                 "memoryMiB": 4096,
-                "disks": [{"name": "root", "sizeGiB": 30}],
+                "disks": [{"name": "root", "sizeGiB": 30}, {"name": "data", "sizeGiB": 5}],
                 "networks": [{"name": "eth0", "network": "VM Network"}],
             }})),
         )
         .await?;
-    let want: Hw = (Some(4), Some(4096), vec![30], vec!["VM Network".to_owned()], true);
+    let want: Hw = (
+        Some(4),
+        Some(4096),
+        vec![30, 5],
+        vec!["VM Network".to_owned()],
+        true,
+    );
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
         let m = s.machines().get("app-1").await?;

@@ -54,6 +54,9 @@ pub struct ClusterContext<C: Connector> {
     pub metrics: crate::metrics::Metrics,
     /// Event recorder (an Event per condition transition).
     pub recorder: Recorder,
+    /// How often discovery is asked whether Cluster API got installed, while it is not
+    /// ([`crate::capi_discovery`]).
+    pub capi_discovery_interval: std::time::Duration,
 }
 
 impl<C: Connector> ClusterContext<C> {
@@ -71,6 +74,7 @@ impl<C: Connector> ClusterContext<C> {
             connector,
             metrics: crate::metrics::Metrics::default(),
             recorder,
+            capi_discovery_interval: crate::capi_discovery::CAPI_DISCOVERY_INTERVAL,
         }
     }
 }
@@ -472,12 +476,31 @@ fn cluster_to_infra(cluster: Cluster) -> Option<ObjectRef<ProxmoxCluster>> {
         .then(|| ObjectRef::new(&r.name).within(&cluster.namespace().unwrap_or_default()))
 }
 
-/// Runs the ProxmoxCluster controller until `shutdown`.
+/// Runs the ProxmoxCluster controller until `shutdown`; restarted with the Cluster watch when
+/// Cluster API gets installed meanwhile ([`crate::capi_discovery`]).
 pub async fn run<C: Connector>(
     ctx: Arc<ClusterContext<C>>,
     namespace: Option<&str>,
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    crate::capi_discovery::run_until_shutdown(
+        ctx.client.clone(),
+        "proxmoxcluster",
+        ctx.capi_discovery_interval,
+        shutdown,
+        |capi, stop| run_once(ctx.clone(), namespace, concurrency, capi, stop),
+    )
+    .await;
+}
+
+/// One run of the ProxmoxCluster controller, with the Cluster watch when `capi`.
+async fn run_once<C: Connector>(
+    ctx: Arc<ClusterContext<C>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    capi: bool,
+    shutdown: crate::capi_discovery::Stop,
 ) {
     let client = ctx.client.clone();
     let (pxcs, clusters): (Api<ProxmoxCluster>, Api<Cluster>) = match namespace {
@@ -498,7 +521,7 @@ pub async fn run<C: Connector>(
             .collect::<Vec<_>>()
     };
     let mut controller = controller.watches(providers, watcher::Config::default(), provider_to_infra);
-    if crate::owner::capi_served(&ctx.client).await {
+    if capi {
         controller = controller.watches(clusters, watcher::Config::default(), cluster_to_infra);
     }
     controller

@@ -7,6 +7,7 @@
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
 //! - [`fake`]: an in-memory hypervisor double for tests.
 
+pub mod capi_discovery;
 pub mod cluster_controller;
 pub mod credentials;
 pub mod desired;

@@ -66,6 +66,9 @@ pub struct MachineContext<C: Connector> {
     failures: Mutex<HashMap<String, u32>>,
     /// Counters for `/metrics`.
     pub metrics: crate::metrics::Metrics,
+    /// How often discovery is asked whether Cluster API got installed, while it is not
+    /// ([`crate::capi_discovery`]).
+    pub capi_discovery_interval: Duration,
 }
 
 impl<C: Connector> MachineContext<C> {
@@ -86,6 +89,7 @@ impl<C: Connector> MachineContext<C> {
             recorder,
             failures: Mutex::new(HashMap::new()),
             metrics: crate::metrics::Metrics::default(),
+            capi_discovery_interval: crate::capi_discovery::CAPI_DISCOVERY_INTERVAL,
         }
     }
 
@@ -486,7 +490,20 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
                 write_status(ctx, &api, &pm, &status).await?;
                 return Ok(Action::requeue(provision::PERMANENT_RETRY));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                // e.g. a 403 on the claims: say so instead of showing an older wait reason.
+                condition::set(
+                    &mut status.conditions,
+                    ready(
+                        ConditionStatus::False,
+                        "IPAddressClaimFailed",
+                        e.to_string(),
+                        generation,
+                    ),
+                );
+                write_status(ctx, &api, &pm, &status).await?;
+                return Err(e);
+            }
         }
     }
     let input = MachineInput {
@@ -701,12 +718,31 @@ fn machine_to_infra(machine: Machine) -> Option<ObjectRef<ProxmoxMachine>> {
         .then(|| ObjectRef::new(&r.name).within(&machine.namespace().unwrap_or_default()))
 }
 
-/// The ProxmoxMachine controller as a stream to drive; ends on `shutdown`.
+/// Runs the ProxmoxMachine controller until `shutdown`; restarted with CAPI watches when
+/// Cluster API gets installed meanwhile ([`crate::capi_discovery`]).
 pub async fn run<C: Connector>(
     ctx: Arc<MachineContext<C>>,
     namespace: Option<&str>,
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    crate::capi_discovery::run_until_shutdown(
+        ctx.client.clone(),
+        "proxmoxmachine",
+        ctx.capi_discovery_interval,
+        shutdown,
+        |capi, stop| run_once(ctx.clone(), namespace, concurrency, capi, stop),
+    )
+    .await;
+}
+
+/// One run of the ProxmoxMachine controller, with Machine and Cluster watches when `capi`.
+async fn run_once<C: Connector>(
+    ctx: Arc<MachineContext<C>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    capi: bool,
+    shutdown: crate::capi_discovery::Stop,
 ) {
     let client = ctx.client.clone();
     let (proxmox_machines, machines): (Api<ProxmoxMachine>, Api<Machine>) = match namespace {
@@ -752,7 +788,7 @@ pub async fn run<C: Connector>(
             .collect::<Vec<_>>()
     };
     let mut controller = controller.watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines);
-    if owner::capi_served(&client).await {
+    if capi {
         controller = controller
             .watches(machines, watcher::Config::default(), machine_to_infra)
             .watches(clusters, watcher::Config::default(), cluster_to_machines);

@@ -57,6 +57,24 @@ pub const CLUSTER_RULES: &[Rule] = &[
         why: "publish status.capacity of machine templates",
     },
     Rule {
+        api_groups: &["infrastructure.banlieue.io"],
+        resources: &["proxmoxmachines/finalizers"],
+        verbs: &["update"],
+        why: "IPAddressClaims are owned by their ProxmoxMachine with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin allows only to who may update the owner's finalizers",
+    },
+    Rule {
+        api_groups: &["ipam.cluster.x-k8s.io"],
+        resources: &["ipaddressclaims"],
+        verbs: &["get", "create"],
+        why: "CAPI IPAM: claim an address per `mode: Pool` interface and family, read the claim's addressRef (by name; the owner reference lets the garbage collector delete them)",
+    },
+    Rule {
+        api_groups: &["ipam.cluster.x-k8s.io"],
+        resources: &["ipaddresses"],
+        verbs: &["get"],
+        why: "CAPI IPAM: read the IPAddress a claim points at (by name, polled while waiting)",
+    },
+    Rule {
         api_groups: &["cluster.x-k8s.io"],
         resources: &["clusters", "machines"],
         verbs: &["get", "list", "watch"],
@@ -138,6 +156,22 @@ mod tests {
                 assert_eq!(rule.verbs, ["get"], "secrets are read by name only");
             }
         }
+    }
+
+    /// The verbs `crate::ipam` uses (get and create claims, get addresses) are granted.
+    #[test]
+    fn ipam_claims_and_addresses_are_granted() {
+        let granted = |resource: &str, verb: &str| {
+            CLUSTER_RULES.iter().any(|r| {
+                r.api_groups == ["ipam.cluster.x-k8s.io"]
+                    && r.resources.contains(&resource)
+                    && r.verbs.contains(&verb)
+            })
+        };
+        for verb in ["get", "create"] {
+            assert!(granted("ipaddressclaims", verb), "{verb} ipaddressclaims");
+        }
+        assert!(granted("ipaddresses", "get"));
     }
 
     #[test]

@@ -34,8 +34,64 @@ const USER_DATA: &str =
 const TIMEOUT: Duration = Duration::from_secs(90);
 
 async fn env() -> Result<&'static TestEnv> {
-    // Deliberately without CAPI's CRDs: standalone mode must not need them.
-    Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
+    // Deliberately without CAPI's core CRDs (clusters, machines): standalone mode must not need
+    // them. CAPI's IPAM CRDs are there for machines with `mode: Pool` addresses, and the
+    // OwnerReferencesPermissionEnforcement admission plugin is on, as in clusters that check
+    // who may set `blockOwnerDeletion`.
+    let shared = "/work/shared/capi/v1.14/crds";
+    let mut crds = banlieue_api::crds::all();
+    crds.extend(banlieue_testenv::crds_from_files([
+        format!("{shared}/ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
+        format!("{shared}/ipam.cluster.x-k8s.io_ipaddresses.yaml"),
+    ])?);
+    Ok(TestEnv::shared_with(|b| {
+        b.crds(crds)
+            .apiserver_arg("--enable-admission-plugins=OwnerReferencesPermissionEnforcement")
+    })
+    .await?)
+}
+
+/// A client for user `user` holding exactly the provider's ClusterRole rules
+/// ([`banlieue_proxmox::rbac::CLUSTER_RULES`]) and nothing else.
+async fn least_privilege_client(env: &TestEnv, user: &str) -> Result<kube::Client> {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, RoleRef, Subject};
+    let admin = env.client().await?;
+    let meta = kube::api::ObjectMeta {
+        name: Some(user.to_owned()),
+        ..Default::default()
+    };
+    Api::<ClusterRole>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &ClusterRole {
+                metadata: meta.clone(),
+                rules: Some(banlieue_proxmox::rbac::policy_rules(
+                    banlieue_proxmox::rbac::CLUSTER_RULES,
+                )),
+                ..Default::default()
+            },
+        )
+        .await?;
+    Api::<ClusterRoleBinding>::all(admin)
+        .create(
+            &PostParams::default(),
+            &ClusterRoleBinding {
+                metadata: meta,
+                role_ref: RoleRef {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "ClusterRole".into(),
+                    name: user.to_owned(),
+                },
+                subjects: Some(vec![Subject {
+                    kind: "User".into(),
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    name: user.to_owned(),
+                    namespace: None,
+                }]),
+            },
+        )
+        .await?;
+    Ok(env.user_kubeconfig(user, &[])?.client().await?)
 }
 
 fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Result<OwnerReference> {
@@ -51,6 +107,8 @@ fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> Result<OwnerReference> {
 
 struct Standalone {
     client: kube::Client,
+    /// The identity the provider's controllers run as (`client` unless restricted).
+    controller_client: kube::Client,
     ns: String,
     provider: String,
     sim: SimHandle,
@@ -61,6 +119,15 @@ impl Standalone {
     /// The simulator, its credentials Secret, the Provider, the Provider-owned ProxmoxCluster
     /// (what the banlieue controller would apply) and both provider controllers.
     async fn start(prefix: &str) -> Result<(Self, banlieue_testenv::TestNamespace)> {
+        Self::start_as(prefix, false).await
+    }
+
+    /// [`Self::start`]; with `least_privilege` the controllers run as a user holding only the
+    /// provider's generated ClusterRole rules.
+    async fn start_as(
+        prefix: &str,
+        least_privilege: bool,
+    ) -> Result<(Self, banlieue_testenv::TestNamespace)> {
         let env = env().await?;
         let ns = env.namespace(prefix).await?;
         let client = env.client().await?;
@@ -121,8 +188,14 @@ impl Standalone {
         Api::<ProxmoxCluster>::namespaced(client.clone(), ns.name())
             .create(&PostParams::default(), &pxc)
             .await?;
+        let controller_client = if least_privilege {
+            least_privilege_client(env, &format!("banlieue-proxmox-{}", ns.name())).await?
+        } else {
+            client.clone()
+        };
         let mut s = Self {
             client,
+            controller_client,
             ns: ns.name().to_owned(),
             provider: provider_name,
             sim,
@@ -134,13 +207,13 @@ impl Standalone {
 
     fn start_controllers(&mut self) {
         let machines = Arc::new(MachineContext::new(
-            self.client.clone(),
+            self.controller_client.clone(),
             ClientConnector::default(),
             "local",
             "banlieue-proxmox-test",
         ));
         let clusters = Arc::new(ClusterContext::new(
-            self.client.clone(),
+            self.controller_client.clone(),
             ClientConnector::default(),
             "banlieue-proxmox-test",
         ));
@@ -172,6 +245,18 @@ impl Standalone {
         name: &str,
         user_data: Option<&str>,
         power_state: Option<PowerState>,
+    ) -> Result<()> {
+        self.virtual_machine_with(name, user_data, power_state, |_| {})
+            .await
+    }
+
+    /// [`Self::virtual_machine_powered`], with `edit` applied to the ProxmoxMachine's spec.
+    async fn virtual_machine_with(
+        &self,
+        name: &str,
+        user_data: Option<&str>,
+        power_state: Option<PowerState>,
+        edit: impl FnOnce(&mut ProxmoxMachineSpec),
     ) -> Result<()> {
         let user_data_secret_ref = match user_data {
             Some(data) => {
@@ -222,13 +307,12 @@ impl Standalone {
                 ),
             )
             .await?;
-        let mut pm = ProxmoxMachine::new(
-            name,
-            ProxmoxMachineSpec {
-                power_state,
-                ..machine_spec(&self.provider, source)
-            },
-        );
+        let mut spec = ProxmoxMachineSpec {
+            power_state,
+            ..machine_spec(&self.provider, source)
+        };
+        edit(&mut spec);
+        let mut pm = ProxmoxMachine::new(name, spec);
         pm.metadata.owner_references = Some(vec![owner_ref(&vm)?]);
         self.api::<ProxmoxMachine>()
             .create(&PostParams::default(), &pm)
@@ -602,6 +686,85 @@ async fn a_virtual_machine_created_powered_off_is_provisioned_without_booting() 
         pm.status.as_ref().and_then(|st| st.power_state),
         Some(PowerState::On)
     );
+    for c in &s.controllers {
+        c.abort();
+    }
+    Api::<Provider>::all(s.client.clone())
+        .delete(&s.provider, &DeleteParams::default())
+        .await?;
+    s.sim.shutdown().await;
+    Ok(())
+}
+
+/// Least privilege for CAPI IPAM, on the real apiserver: both controllers run as a user holding
+/// only [`banlieue_proxmox::rbac::CLUSTER_RULES`] (with OwnerReferencesPermissionEnforcement on);
+/// a machine with a `mode: Pool` address claims it, waits for the (emulated) IPAM provider and
+/// is provisioned with the address in its seed. A missing verb stalls it with a 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ipam_pool_address_is_claimed_under_the_generated_rbac() -> Result<()> {
+    use banlieue_capi::{IpAddress, IpAddressClaim};
+    let (s, _ns) = Standalone::start_as("pxm-ipam-rbac", true).await?;
+    s.virtual_machine_with("addr", None, None, |spec| {
+        spec.networks = vec![
+            serde_json::from_value(serde_json::json!({
+                "name": "net0", "network": "vmbr0",
+                "ipv4": {"mode": "Pool", "poolRef": {
+                    "apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}}
+            }))
+            .expect("network"),
+        ];
+    })
+    .await?;
+    let waiting = s
+        .wait_for("addr", "waiting for its address", |pm| {
+            condition(pm, "Ready").is_some_and(|c| c.reason == "WaitingForIPAddress")
+        })
+        .await?;
+    let claim = s.api::<IpAddressClaim>().get("addr-net0-ipv4").await?;
+    assert_eq!(claim.spec.pool_ref.name, "nodes");
+    assert!(
+        claim
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == "ProxmoxMachine" && Some(&o.uid) == waiting.uid().as_ref()),
+        "owned by the machine"
+    );
+    // The IPAM provider answers (as the admin).
+    let address: IpAddress = serde_json::from_value(serde_json::json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
+        "kind": "IPAddress",
+        "metadata": {"name": "addr-net0-ipv4"},
+        "spec": {"address": "10.10.0.7", "prefix": 24, "gateway": "10.10.0.1",
+                 "claimRef": {"name": "addr-net0-ipv4"},
+                 "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}}
+    }))?;
+    s.api::<IpAddress>()
+        .create(&PostParams::default(), &address)
+        .await?;
+    s.api::<IpAddressClaim>()
+        .patch_status(
+            "addr-net0-ipv4",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"status": {"addressRef": {"name": "addr-net0-ipv4"}}})),
+        )
+        .await?;
+    let pm = s.wait_for("addr", "provisioned", provisioned).await?;
+    let vmid = pm.status.as_ref().and_then(|st| st.vmid).context("vmid")?;
+    let seed = s.sim.seed(vmid).context("seed")?;
+    let network = seed.network_config.unwrap_or_default();
+    assert!(network.contains("10.10.0.7/24"), "{network}");
+    // Deleted under the same identity.
+    s.api::<ProxmoxMachine>()
+        .delete("addr", &DeleteParams::default())
+        .await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while s.api::<ProxmoxMachine>().get_opt("addr").await?.is_some() {
+        if tokio::time::Instant::now() > deadline {
+            bail!("addr was not deleted");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(s.sim.vm(vmid).is_none(), "the VM is deleted on Proxmox");
     for c in &s.controllers {
         c.abort();
     }

@@ -4,7 +4,10 @@
 //! initramfs built by `tests/guest/build.sh`; provisioning creates the overlay boot disk and
 //! the seed volume through the real daemon, the guest gets a DHCP lease (the address the
 //! provider reports) and prints the seed's meta-data, the sha256 of its user-data and the
-//! output of the user-data script to its serial console, which libvirt logs to a file.
+//! output of the user-data script to its serial console, which libvirt logs to a file. Then the
+//! running guest is reconfigured (more cores and memory): the guest has no ACPI handling, so it
+//! is powered off hard after the shutdown timeout, redefined and started, with the same domain
+//! and boot disk.
 //!
 //! Without a reachable daemon the test is skipped with a message, except under CI (`CI` set),
 //! where `.ci/run` starts the daemon and a skip would hide a broken set-up.
@@ -20,9 +23,10 @@ use banlieue_api::common::{MachineAddressType, PowerState};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_libvirt::connection::VirtHypervisor;
 use banlieue_libvirt::desired::Settings;
-use banlieue_libvirt::hypervisor::Hypervisor;
+use banlieue_libvirt::hypervisor::{Hypervisor, RunState};
 use banlieue_libvirt::phase::Phase;
 use banlieue_libvirt::provision::{self, Host, MachineInput};
+use banlieue_libvirt::update;
 use banlieue_libvirt::xml::{self, DomainType, KernelBoot, Owner};
 use sha2::{Digest, Sha256};
 
@@ -148,7 +152,57 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         log = std::fs::read_to_string(Path::new(&log_path)).unwrap_or_default();
     }
     let digest = hex::encode(Sha256::digest(user_data.as_bytes()));
+
+    // Reconfigure the running guest (1 → 2 cores, 256 → 384 MiB): shutdown, redefine, start;
+    // the same domain and disks, never a re-clone. This busybox guest has no acpid, so it
+    // ignores the ACPI shutdown like a hung guest: the provider powers it off hard once the
+    // first request is `SHUTDOWN_TIMEOUT` old. The first request is backdated by 110 s so the
+    // test waits ~10 s of real time for that, not 120.
+    let mut bigger = spec.clone();
+    bigger.cpu.cores = 2;
+    bigger.memory_mib = 384;
+    let root = format!("{domain}-root.qcow2");
+    let root_before = hv.volume(POOL, &root).await.unwrap();
+    let mut reasons = Vec::new();
+    let first_request = k8s_openapi::jiff::Timestamp::now()
+        - k8s_openapi::jiff::SignedDuration::from_secs(update::SHUTDOWN_TIMEOUT.as_secs() as i64 - 10);
+    let mut pending = Some(first_request);
+    let started = Instant::now();
+    let reconfigured = loop {
+        let reconf = MachineInput {
+            spec: &bigger,
+            shutdown_requested_at: pending,
+            ..input
+        };
+        match provision::provision(&hosts, &reconf, phase.clone(), None).await {
+            Ok(step) => {
+                reasons.extend(step.events.iter().map(|e| e.0));
+                pending = step.shutdown_requested_at;
+                if step.waiting.is_none() {
+                    break Ok(());
+                }
+            }
+            Err(e) => break Err(e.to_string()),
+        }
+        if started.elapsed() > Duration::from_secs(200) {
+            break Err(format!("not reconfigured after 200 s: {reasons:?}"));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    eprintln!(
+        "reconfiguration (shutdown, redefine, start): {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let after = hv.domain_by_uuid(&uid).await.unwrap();
+    let root_after = hv.volume(POOL, &root).await.unwrap();
+
     let cleanup = provision::delete(&*hv, &owner, &spec, &uid).await;
+    reconfigured.expect("reconfiguration");
+    assert_eq!(reasons, ["PoweredOffForcibly", "Reconfigured", "PoweredOn"]);
+    let after = after.expect("the same domain");
+    assert_eq!(after.state, RunState::Running);
+    assert_eq!(after.sizing.map(|z| (z.cores, z.memory_mib)), Some((2, 384)));
+    assert_eq!(root_after, root_before, "the boot disk is untouched");
     assert!(
         log.contains("BANLIEUE ready"),
         "guest did not finish; serial log:\n{log}"

@@ -1,8 +1,9 @@
 //! `banlieue-libvirt`: the Cluster API infrastructure provider for libvirt.
 //!
-//! Runs the LibvirtCluster and LibvirtMachine controllers, optionally behind Lease leader
-//! election, with `/healthz` and `/readyz` on the probe address and Prometheus `/metrics` on the
-//! metrics address (both from `banlieue-provider-runtime`). Logs are JSON by default.
+//! Runs the LibvirtCluster, LibvirtMachine and LibvirtMachineTemplate controllers, optionally
+//! behind Lease leader election, with `/healthz` and `/readyz` on the probe address and
+//! Prometheus `/metrics` on the metrics address (both from `banlieue-provider-runtime`). Logs are
+//! JSON by default.
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use banlieue_libvirt::cluster_controller::{self, ClusterContext};
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::machine_controller::{self, MachineContext};
+use banlieue_libvirt::template_controller::{self, TemplateContext};
 use banlieue_libvirt::xml::{DomainType, KernelBoot};
 use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
@@ -78,6 +80,9 @@ async fn main() -> anyhow::Result<()> {
         client: client.clone(),
         connector,
     });
+    let templates = Arc::new(TemplateContext {
+        client: client.clone(),
+    });
     let (machine, metrics) = (Arc::new(machine), probes.metrics.clone());
     let (namespace, concurrency) = (args.runtime.namespace.as_deref(), args.runtime.concurrency);
     let p = probes.clone();
@@ -88,9 +93,10 @@ async fn main() -> anyhow::Result<()> {
         shutdown::signal(),
         |stop| async move {
             p.set_ready(true);
-            futures::future::join(
+            futures::future::join3(
                 machine_controller::run(machine, namespace, concurrency, stop.clone()),
-                cluster_controller::run_with_metrics(cluster, namespace, concurrency, stop, metrics),
+                cluster_controller::run_with_metrics(cluster, namespace, concurrency, stop.clone(), metrics),
+                template_controller::run(templates, namespace, stop),
             )
             .await;
         },

@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::{info, warn};
 
@@ -11,6 +12,23 @@ use crate::http::{self, Probe};
 use crate::leader::LeaderElector;
 use crate::shutdown::Shutdown;
 use crate::{Error, Result};
+
+/// How long the controllers may take to drain after the shutdown signal before the process
+/// stops anyway (controller-runtime's default `GracefulShutdownTimeout`).
+pub const GRACEFUL_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `controllers` until they return, or until [`GRACEFUL_SHUTDOWN_TIMEOUT`] after
+/// `shutdown` (a reconcile that hangs, or a controller that missed the signal).
+async fn drain(controllers: impl Future<Output = ()>, shutdown: Shutdown) {
+    let deadline = async {
+        shutdown.await;
+        tokio::time::sleep(GRACEFUL_SHUTDOWN_TIMEOUT).await;
+    };
+    tokio::select! {
+        () = controllers => info!("controllers stopped"),
+        () = deadline => warn!(timeout = ?GRACEFUL_SHUTDOWN_TIMEOUT, "controllers did not stop in time; stopping anyway"),
+    }
+}
 
 /// The Lease of a leader election.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,8 +104,7 @@ where
     Fut: Future<Output = ()>,
 {
     let Some(lease) = &config.leader else {
-        controllers(shutdown).await;
-        info!("controllers stopped");
+        drain(controllers(shutdown.clone()), shutdown).await;
         return Ok(());
     };
     let elector = LeaderElector::new(client, &lease.namespace, &lease.name, &lease.identity);
@@ -102,7 +119,7 @@ where
         () = shutdown.clone() => return Ok(()),
     }
     tokio::select! {
-        () = controllers(shutdown) => info!("controllers stopped"),
+        () = drain(controllers(shutdown.clone()), shutdown) => {}
         () = elector.hold() => return Err(Error::LostLeadership(format!("{}/{}", lease.namespace, lease.name))),
     }
     if let Err(e) = elector.release().await {

@@ -1,8 +1,9 @@
 //! `banlieue-vsphere`: the Cluster API infrastructure provider for vSphere.
 //!
-//! Runs the VSphereCluster and VSphereMachine controllers, optionally behind Lease leader
-//! election, with `/healthz` and `/readyz` on the probe address and Prometheus `/metrics` on the
-//! metrics address (both from `banlieue-provider-runtime`). Logs are JSON by default.
+//! Runs the VSphereCluster, VSphereMachine and VSphereMachineTemplate controllers, optionally
+//! behind Lease leader election, with `/healthz` and `/readyz` on the probe address and
+//! Prometheus `/metrics` on the metrics address (both from `banlieue-provider-runtime`). Logs are
+//! JSON by default.
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
 use banlieue_provider_runtime::{logging, manager, shutdown};
 use banlieue_vsphere::machine_controller::Context;
-use banlieue_vsphere::{cluster_controller, machine_controller};
+use banlieue_vsphere::{cluster_controller, machine_controller, template_controller};
 use clap::Parser;
 
 /// The banlieue vSphere infrastructure provider.
@@ -49,7 +50,8 @@ async fn main() -> anyhow::Result<()> {
             p.set_ready(true);
             tokio::join!(
                 machine_controller::run(ctx.clone(), namespace),
-                cluster_controller::run(ctx, namespace)
+                cluster_controller::run(ctx.clone(), namespace),
+                template_controller::run(ctx, namespace)
             );
         },
     )

@@ -99,7 +99,10 @@ fn node_file(tag: &str) -> String {
     let path = std::env::temp_dir().join(format!("banlieue-libvirt-hosts-{tag}-{}.xml", std::process::id()));
     std::fs::write(
         &path,
-        "<node><pool type='dir'><name>default-pool</name><capacity unit='GiB'>10</capacity>\
+        "<node><network><name>default</name><bridge name='virbr0'/><forward/>\
+         <ip address='192.168.124.1' netmask='255.255.255.0'><dhcp>\
+         <range start='192.168.124.2' end='192.168.124.254'/></dhcp></ip></network>\
+         <pool type='dir'><name>default-pool</name><capacity unit='GiB'>10</capacity>\
          <allocation>0</allocation><available unit='GiB'>10</available>\
          <target><path>/default-pool</path></target></pool></node>",
     )
@@ -301,5 +304,145 @@ async fn templates_publish_capacity_once() -> Result<()> {
         serde_json::to_value(fixed.status.unwrap())?,
         json!({"capacity": {"cpu": "4", "memory": "3072Mi"}})
     );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() -> Result<()> {
+    use banlieue_api::banlieue::VirtualMachine;
+    use banlieue_api::infrastructure::LibvirtMachine;
+    use banlieue_api::standalone::infra_cluster_name;
+    use banlieue_libvirt::desired::Settings;
+    use banlieue_libvirt::hypervisor::Hypervisor;
+    use banlieue_libvirt::machine_controller::{self, MachineContext};
+    use banlieue_libvirt::xml::{self, DomainType};
+
+    let env = env().await?;
+    let ns = env.namespace("lv-place").await?;
+    let client = env.client().await?;
+    let p = provider(&client, ns.name()).await?;
+    let uri_b = node_file("place");
+    let connector = VirtConnector::default();
+    for uri in ["test:///default", uri_b.as_str()] {
+        let hv = connector.get(uri);
+        if hv.volume("default-pool", "base.qcow2").await?.is_none() {
+            let _ = hv
+                .create_volume(
+                    "default-pool",
+                    &xml::plain_volume_xml("base.qcow2", 1 << 30, "qcow2"),
+                )
+                .await;
+        }
+    }
+    Api::<LibvirtCluster>::namespaced(client.clone(), ns.name())
+        .create(
+            &PostParams::default(),
+            &owned_cluster(
+                &p,
+                &infra_cluster_name(ns.name()),
+                json!({"hosts": [
+                    {"name": "kvm-a", "uri": "test:///default"},
+                    {"name": "kvm-b", "uri": uri_b},
+                ]}),
+            )?,
+        )
+        .await?;
+    let cctx = Arc::new(ClusterContext {
+        client: client.clone(),
+        connector: connector.clone(),
+    });
+    let mctx = Arc::new(MachineContext::new(
+        client.clone(),
+        connector.clone(),
+        Settings {
+            domain_type: DomainType::Qemu,
+            ..Settings::default()
+        },
+        "banlieue-libvirt-test",
+    ));
+    let (n1, n2) = (ns.name().to_owned(), ns.name().to_owned());
+    let tasks = [
+        tokio::spawn(
+            async move { cluster_controller::run(cctx, Some(&n1), 2, std::future::pending()).await },
+        ),
+        tokio::spawn(
+            async move { machine_controller::run(mctx, Some(&n2), 2, std::future::pending()).await },
+        ),
+    ];
+    // What the banlieue controller creates for a VirtualMachine placed in kvm-b.
+    let vm: VirtualMachine = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+        "metadata": {"name": "placed"},
+        "spec": {
+            "providerRef": {"name": ns.name()},
+            "source": {"libvirt": {"volume": "base.qcow2", "pool": "default-pool"}},
+            "cpu": {"cores": 1}, "memoryMiB": 256,
+            "placement": {"failureDomain": "kvm-b"},
+        },
+    }))?;
+    let vm = Api::<VirtualMachine>::namespaced(client.clone(), ns.name())
+        .create(&PostParams::default(), &vm)
+        .await?;
+    let lm: LibvirtMachine = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "LibvirtMachine",
+        "metadata": {"name": "placed", "ownerReferences": [{
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+            "name": "placed", "uid": vm.metadata.uid, "controller": true,
+        }]},
+        "spec": {
+            "providerRef": {"name": ns.name()},
+            "source": {"volume": "base.qcow2", "pool": "default-pool"},
+            "cpu": {"cores": 1}, "memoryMiB": 256,
+        },
+    }))?;
+    let machines = Api::<LibvirtMachine>::namespaced(client.clone(), ns.name());
+    let lm = machines.create(&PostParams::default(), &lm).await?;
+    let uid = lm.metadata.uid.clone().unwrap();
+    let lm = match eventually("the machine provisioned", || async {
+        let m = machines.get("placed").await?;
+        Ok(m.spec.provider_id.is_some().then_some(m))
+    })
+    .await
+    {
+        Ok(m) => m,
+        Err(e) => bail!("{e}: {:?}", machines.get("placed").await?.status),
+    };
+    assert_eq!(
+        lm.spec.provider_id.as_deref(),
+        Some(format!("libvirt://kvm-b/{uid}").as_str())
+    );
+    let status = lm.status.clone().unwrap();
+    assert_eq!(
+        (status.node.as_deref(), status.failure_domain.as_deref()),
+        (Some("kvm-b"), Some("kvm-b"))
+    );
+    let (a, b) = (connector.get("test:///default"), connector.get(&uri_b));
+    assert!(b.domain_by_uuid(&uid).await?.is_some(), "the domain is on kvm-b");
+    assert!(a.domain_by_uuid(&uid).await?.is_none(), "and not on kvm-a");
+
+    // More CPU and memory: the same domain on kvm-b is redefined and running again.
+    machines
+        .patch(
+            "placed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"cpu": {"cores": 2}, "memoryMiB": 512}})),
+        )
+        .await?;
+    let d = eventually("the domain reconfigured", || async {
+        Ok(b.domain_by_uuid(&uid)
+            .await?
+            .filter(|d| d.sizing.is_some_and(|z| (z.cores, z.memory_mib) == (2, 512)))
+            .filter(|d| d.state == banlieue_libvirt::hypervisor::RunState::Running))
+    })
+    .await?;
+    assert_eq!(d.uuid, uid);
+    let events = Api::<Event>::namespaced(client.clone(), ns.name())
+        .list(&ListParams::default())
+        .await?;
+    let reasons: Vec<String> = events.items.iter().filter_map(|e| e.reason.clone()).collect();
+    assert!(reasons.iter().any(|r| r == "Reconfigured"), "{reasons:?}");
+    for t in tasks {
+        t.abort();
+    }
     Ok(())
 }

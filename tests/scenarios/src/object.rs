@@ -84,6 +84,21 @@ pub fn fully_provisioned(obj: &Value) -> bool {
     provisioned(obj) && provider_id(obj).is_some() && !addresses(obj).is_empty()
 }
 
+/// `status.observedGeneration` and every condition's `observedGeneration` (where set) equal
+/// `metadata.generation`: the status describes the current spec.
+pub fn observed_current(obj: &Value) -> bool {
+    let generation = obj.pointer("/metadata/generation");
+    generation.is_some()
+        && obj.pointer("/status/observedGeneration") == generation
+        && obj
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_none_or(|cs| {
+                cs.iter()
+                    .all(|c| c.get("observedGeneration").is_none_or(|g| Some(g) == generation))
+            })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -116,6 +131,19 @@ mod tests {
             Some("NotPaused".into())
         );
         assert_eq!(conditions(&obj).len(), 2);
+    }
+
+    #[test]
+    fn observed_generation_of_status_and_conditions() {
+        let current = json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2,
+            "conditions": [{"type": "Ready", "observedGeneration": 2}, {"type": "Paused"}]}});
+        assert!(observed_current(&current));
+        let lagging = json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 2,
+            "conditions": [{"type": "Paused", "observedGeneration": 1}]}});
+        assert!(!observed_current(&lagging));
+        assert!(!observed_current(
+            &json!({"metadata": {"generation": 2}, "status": {"observedGeneration": 1}})
+        ));
     }
 
     #[test]

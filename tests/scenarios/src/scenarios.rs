@@ -69,12 +69,11 @@ async fn check_provisioned<P: ProviderUnderTest>(
     let vms = s.vms_of(uid).await?;
     ensure!(vms.len() == 1, "{name}: {} VMs carry its UID: {vms:?}", vms.len());
     let vm = &vms[0];
-    if let Some(placed) = &vm.failure_domain {
-        ensure!(
-            placed == fd,
-            "{name}: the VM runs in {placed}, the Machine asked for {fd}"
-        );
-    }
+    ensure!(
+        vm.failure_domain.as_deref() == Some(fd),
+        "{name}: the VM runs in {:?}, the Machine asked for {fd}",
+        vm.failure_domain
+    );
     ensure!(
         vm.user_data.as_deref() == Some(USER_DATA),
         "{name}: the guest does not see the bootstrap Secret's value: {:?}",
@@ -100,13 +99,12 @@ pub async fn provision<P: ProviderUnderTest>() -> Result<()> {
         s.vms().await?
     );
 
-    // Converged: a reconcile triggered by the owning Machine changes nothing.
-    let rv = s
-        .machines()
-        .get("m1")
-        .await?
-        .resource_version()
-        .context("resourceVersion")?;
+    // Converged (the status, conditions included, describes the current generation): a
+    // reconcile triggered by the owning Machine changes nothing.
+    s.wait_machine("m1", "observed at its generation", object::observed_current)
+        .await?;
+    let before = s.machines().get("m1").await?;
+    let rv = before.resource_version().context("resourceVersion")?;
     s.api::<Machine>()
         .patch(
             "m1",
@@ -118,8 +116,9 @@ pub async fn provision<P: ProviderUnderTest>() -> Result<()> {
     let after = s.machines().get("m1").await?;
     ensure!(
         after.resource_version().as_deref() == Some(rv.as_str()),
-        "a converged machine was written again: {:#}",
-        serde_json::to_value(&after)?["status"]
+        "a converged machine was written again:\nbefore: {:#}\nafter: {:#}",
+        serde_json::to_value(&before)?,
+        serde_json::to_value(&after)?
     );
     Ok(())
 }

@@ -1,0 +1,260 @@
+//! The vSphere provider under the shared scenario suite: govmomi's vcsim (one per scenario,
+//! three compute clusters, each a failure domain) reached through a byte-transparent TCP proxy
+//! that can delay every request, and the VSphereCluster and VSphereMachine controllers running
+//! in-process for the scenario's namespace. vcsim has no guest OS: [`ProviderUnderTest::boot_guests`]
+//! plays VMware Tools by reporting an IP for every powered-on VM.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
+use banlieue_vsphere::machine_controller::Context;
+use banlieue_vsphere::provision::OWNER_KEY;
+use banlieue_vsphere::{cluster_controller, machine_controller};
+use banlieue_vsphere_client::{Client, ClientBuilder, ConfigSpec, MoRef, TlsVerification, VmPowerState};
+use base64::Engine as _;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::vcsim_support::{PASSWORD, USER, Vcsim};
+
+const TEMPLATE: &str = "DC0_C0_RP0_VM0";
+const CLUSTERS: usize = 3;
+const WRONG_PASSWORD: &str = "not-the-password-7f3a";
+
+/// vcsim with clusters `DC0_C0..2` (failure domains `az0..2`) and template `DC0_C0_RP0_VM0`.
+pub struct VcSim {
+    kube: kube::Client,
+    ns: String,
+    sim: Vcsim,
+    vc: Client,
+    proxy: Proxy,
+    controllers: Controllers,
+}
+
+fn fd_name(i: usize) -> String {
+    format!("az{i}")
+}
+
+impl ProviderUnderTest for VcSim {
+    const NAME: &'static str = "vs";
+    const CLUSTER_KIND: &'static str = "VSphereCluster";
+    const MACHINE_KIND: &'static str = "VSphereMachine";
+    const PROVIDER_ID_PREFIX: &'static str = "vsphere://";
+    const BAD_TEMPLATE_REASON: &'static str = "TemplateNotFound";
+    const MISSING_TEMPLATE: &'static str = "no-such-template";
+    const BAD_ACCESS_REASONS: &'static [&'static str] = &["AuthenticationFailed"];
+
+    async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
+        let sim = Vcsim::start(&["-cluster", "3", "-host", "1", "-vm", "1", "-standalone-host", "0"])?;
+        let vc = ClientBuilder::new(&sim.url, USER, PASSWORD)
+            .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
+            .build()?;
+        let template = vc
+            .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
+            .await?
+            .context("no model VM to make the template from")?;
+        let task = vc.power_off(&template).await?;
+        vc.wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
+            .await?;
+        vc.mark_as_template(&template).await?;
+        let proxy = Proxy::start(sim.host.clone()).await?;
+        Ok(Self {
+            kube,
+            ns: ns.to_owned(),
+            sim,
+            vc,
+            proxy,
+            controllers: Controllers::default(),
+        })
+    }
+
+    fn failure_domains(&self) -> Vec<String> {
+        (0..CLUSTERS).map(fd_name).collect()
+    }
+
+    async fn cluster_spec(&self, access: Access) -> Result<Value> {
+        let password = match access {
+            Access::Valid => PASSWORD,
+            Access::Bad => WRONG_PASSWORD,
+        };
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {"name": "vc-creds"},
+            "stringData": {"username": USER, "password": password},
+        }))?;
+        Api::<Secret>::namespaced(self.kube.clone(), &self.ns)
+            .create(&PostParams::default(), &secret)
+            .await?;
+        let domains: Vec<Value> = (0..CLUSTERS)
+            .map(|i| json!({"name": fd_name(i), "computeCluster": format!("DC0_C{i}"), "datastore": "LocalDS_0"}))
+            .collect();
+        Ok(json!({
+            "server": self.proxy.addr,
+            "credentialsRef": {"name": "vc-creds"},
+            "tls": {"sha256Fingerprint": self.sim.thumbprint},
+            "datacenter": "DC0",
+            "failureDomains": domains,
+        }))
+    }
+
+    fn machine_spec(&self, template: Template) -> Value {
+        let template = match template {
+            Template::Valid => TEMPLATE,
+            Template::Missing => Self::MISSING_TEMPLATE,
+        };
+        json!({"source": {"template": template}, "cpu": {"cores": 2}, "memoryMiB": 2048})
+    }
+
+    fn start(&mut self) {
+        let ctx = Arc::new(Context::new(self.kube.clone(), "banlieue-vsphere-test"));
+        let (a, b, c) = (self.ns.clone(), self.ns.clone(), ctx.clone());
+        self.controllers.push(tokio::spawn(async move {
+            machine_controller::run(c, Some(&a)).await;
+        }));
+        self.controllers.push(tokio::spawn(async move {
+            cluster_controller::run(ctx, Some(&b)).await;
+        }));
+    }
+
+    async fn stop(&mut self) {
+        self.controllers.stop().await;
+    }
+
+    async fn vms(&self, machines: &[MachineHint]) -> Result<Vec<Vm>> {
+        let mut vms = Vec::new();
+        for m in machines {
+            for vm in self.vc.find_vms_by_extra_config(OWNER_KEY, &m.uid).await? {
+                let Some(info) = self.vc.vm_info(&vm).await? else {
+                    continue;
+                };
+                let failure_domain = self
+                    .compute_cluster(&vm)
+                    .await?
+                    .and_then(|c| (0..CLUSTERS).find(|i| c == format!("DC0_C{i}")).map(fd_name));
+                let user_data = info
+                    .extra_config
+                    .get("guestinfo.userdata")
+                    .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok());
+                vms.push(Vm {
+                    id: vm.value.clone(),
+                    owner_uid: info.extra_config.get(OWNER_KEY).cloned(),
+                    failure_domain,
+                    user_data,
+                });
+            }
+        }
+        Ok(vms)
+    }
+
+    async fn boot_guests(&self, machines: &[MachineHint]) -> Result<()> {
+        for (i, m) in machines.iter().enumerate() {
+            for vm in self.vc.find_vms_by_extra_config(OWNER_KEY, &m.uid).await? {
+                let Some(info) = self.vc.vm_info(&vm).await? else {
+                    continue;
+                };
+                if info.power_state == Some(VmPowerState::PoweredOn) && info.ip_address.is_none() {
+                    let ip = ConfigSpec {
+                        extra_config: vec![("SET.guest.ipAddress".into(), format!("192.0.2.{}", 10 + i))],
+                        ..ConfigSpec::default()
+                    };
+                    let task = self.vc.reconfigure(&vm, &ip).await?;
+                    self.vc
+                        .wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn slow_down(&self) -> Result<()> {
+        self.proxy.delay_ms.store(40, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        vec![PASSWORD.to_owned(), WRONG_PASSWORD.to_owned()]
+    }
+}
+
+impl VcSim {
+    /// The compute cluster whose resource pool holds the VM (vcsim keeps a clone on the
+    /// template's host, so the pool, not the host, tells where the VM was placed).
+    async fn compute_cluster(&self, vm: &MoRef) -> Result<Option<String>> {
+        let Some(pool) = self.vc.property_text(vm, "resourcePool").await? else {
+            return Ok(None);
+        };
+        let pool = MoRef::new("ResourcePool", pool);
+        let Some(parent) = self.vc.property_text(&pool, "parent").await? else {
+            return Ok(None);
+        };
+        Ok(self
+            .vc
+            .property_text(&MoRef::new("ClusterComputeResource", parent), "name")
+            .await?)
+    }
+}
+
+/// A TCP proxy on loopback in front of vcsim (TLS passes through untouched) that holds every
+/// client-to-server chunk for `delay_ms`.
+struct Proxy {
+    addr: String,
+    delay_ms: Arc<AtomicU64>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: String) -> Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?.to_string();
+        let delay_ms = Arc::new(AtomicU64::new(0));
+        let delay = delay_ms.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let (target, delay) = (target.clone(), delay.clone());
+                tokio::spawn(async move {
+                    let Ok(outbound) = TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let (mut from_client, mut to_client) = inbound.into_split();
+                    let (mut from_server, mut to_server) = outbound.into_split();
+                    let upstream = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n @ 1..) = from_client.read(&mut buf).await {
+                            let ms = delay.load(Ordering::Relaxed);
+                            if ms > 0 {
+                                tokio::time::sleep(Duration::from_millis(ms)).await;
+                            }
+                            if to_server.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        let _ = to_server.shutdown().await;
+                    };
+                    let downstream = async {
+                        let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
+                        let _ = to_client.shutdown().await;
+                    };
+                    tokio::join!(upstream, downstream);
+                });
+            }
+        });
+        Ok(Self {
+            addr,
+            delay_ms,
+            accept,
+        })
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}

@@ -24,6 +24,7 @@ banlieue_scenarios::scenario_tests!(
     bad_template,
     bad_credentials,
     crash_restart,
+    outage,
 );
 
 use std::sync::Arc;

@@ -67,6 +67,10 @@ pub trait ProviderUnderTest: Sized + 'static {
     /// Reasons any condition of the infra cluster may carry for [`Access::Bad`].
     const BAD_ACCESS_REASONS: &'static [&'static str];
 
+    /// A part of a machine's `Ready=False` message while the hypervisor is unreachable (the
+    /// connection error the provider surfaces).
+    const OUTAGE_MESSAGE: &'static str;
+
     /// Starts the hypervisor double for a scenario in namespace `ns` (controllers not yet).
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self>;
 
@@ -100,6 +104,10 @@ pub trait ProviderUnderTest: Sized + 'static {
     /// Makes every hypervisor call or task take long enough (tens of ms) that a controller can
     /// be killed between any two steps of provisioning.
     async fn slow_down(&self) -> Result<()>;
+
+    /// Cuts the provider's connections to the hypervisor (`down`) or restores them; the
+    /// hypervisor's state survives.
+    async fn outage(&self, down: bool) -> Result<()>;
 
     /// Values that must never appear in a condition message or Event (passwords, tokens).
     fn secrets(&self) -> Vec<String>;

@@ -379,3 +379,36 @@ pub async fn crash_restart<P: ProviderUnderTest>() -> Result<()> {
     ensure!(s.vms().await?.is_empty(), "orphaned: {:?}", s.vms().await?);
     Ok(())
 }
+
+/// Outage: the hypervisor becomes unreachable while a machine provisions (the hypervisor
+/// slowed down so the cut lands mid-way): `Ready=False` with the connection error in its
+/// message, never a second VM; once it is back the machine is provisioned with exactly one VM.
+pub async fn outage<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("outage").await?;
+    s.ready_cluster().await?;
+    s.provider.slow_down().await?;
+    let uid = s.machine("m1", Some(&fd_at(&s, 0)?), Template::Valid).await?;
+    let deadline = tokio::time::Instant::now() + crate::fixture::TIMEOUT;
+    while s.vms().await?.is_empty() {
+        ensure!(tokio::time::Instant::now() < deadline, "no VM appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    s.provider.outage(true).await?;
+    let m = s
+        .wait_machine("m1", "reporting the outage", |m| {
+            condition(m, "Ready")
+                .is_some_and(|c| c.status == "False" && c.message.contains(P::OUTAGE_MESSAGE))
+        })
+        .await?;
+    ensure!(!object::ready(&m));
+    ensure!(s.vms().await?.len() <= 1, "{:?}", s.vms().await?);
+    s.provider.outage(false).await?;
+    let m = s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    ensure!(object::ready(&m), "{:?}", condition(&m, "Ready"));
+    let vms = s.vms_of(&uid).await?;
+    ensure!(
+        vms.len() == 1 && s.vms().await?.len() == 1,
+        "after the outage: {vms:?}"
+    );
+    Ok(())
+}

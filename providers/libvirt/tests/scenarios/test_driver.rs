@@ -4,7 +4,7 @@
 //! LibvirtMachine controllers running in-process for the scenario's namespace.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::Result;
@@ -13,7 +13,9 @@ use banlieue_libvirt::cluster_controller::{self, ClusterContext};
 use banlieue_libvirt::connection::{VirtConnector, VirtHypervisor};
 use banlieue_libvirt::desired::{Settings, domain_name};
 use banlieue_libvirt::hosts::Connector;
-use banlieue_libvirt::hypervisor::{DomainInfo, GuestAddress, HostInfo, HvResult, Hypervisor, VolumeInfo};
+use banlieue_libvirt::hypervisor::{
+    DomainInfo, ErrorKind, GuestAddress, HostInfo, HvError, HvResult, Hypervisor, VolumeInfo,
+};
 use banlieue_libvirt::machine_controller::{self, MachineContext};
 use banlieue_libvirt::xml::{self, DomainType};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
@@ -43,6 +45,7 @@ impl ProviderUnderTest for TestDriver {
     // libvirt credentials are SSH keys or TLS certificates for remote URIs; without a remote
     // daemon here, bad access is a host that does not answer.
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["Unreachable"];
+    const OUTAGE_MESSAGE: &'static str = "(test outage)";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let connector = SlowConnector::default();
@@ -142,6 +145,11 @@ impl ProviderUnderTest for TestDriver {
         Ok(())
     }
 
+    async fn outage(&self, down: bool) -> Result<()> {
+        self.connector.down.store(down, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn secrets(&self) -> Vec<String> {
         Vec::new()
     }
@@ -153,6 +161,7 @@ impl ProviderUnderTest for TestDriver {
 struct SlowConnector {
     inner: VirtConnector,
     delay_ms: Arc<AtomicU64>,
+    down: Arc<AtomicBool>,
 }
 
 impl Connector for SlowConnector {
@@ -162,6 +171,7 @@ impl Connector for SlowConnector {
         Arc::new(SlowHypervisor {
             inner: self.inner.get(uri),
             delay_ms: self.delay_ms.clone(),
+            down: self.down.clone(),
         })
     }
 }
@@ -169,68 +179,78 @@ impl Connector for SlowConnector {
 struct SlowHypervisor {
     inner: Arc<VirtHypervisor>,
     delay_ms: Arc<AtomicU64>,
+    down: Arc<AtomicBool>,
 }
 
 impl SlowHypervisor {
-    async fn pause(&self) {
+    /// Waits the delay; fails as libvirt does when the daemon is gone, during an outage.
+    async fn pause(&self) -> HvResult<()> {
         let ms = self.delay_ms.load(Ordering::Relaxed);
         if ms > 0 {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
+        if self.down.load(Ordering::Relaxed) {
+            return Err(HvError::new(
+                ErrorKind::Transient,
+                "connecting",
+                "Cannot recv data: Connection reset by peer (test outage)",
+            ));
+        }
+        Ok(())
     }
 }
 
 impl Hypervisor for SlowHypervisor {
     async fn host_info(&self) -> HvResult<HostInfo> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.host_info().await
     }
     async fn domain_by_uuid(&self, uuid: &str) -> HvResult<Option<DomainInfo>> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.domain_by_uuid(uuid).await
     }
     async fn domain_by_name(&self, name: &str) -> HvResult<Option<DomainInfo>> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.domain_by_name(name).await
     }
     async fn define_domain(&self, xml: &str) -> HvResult<DomainInfo> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.define_domain(xml).await
     }
     async fn start_domain(&self, uuid: &str) -> HvResult<()> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.start_domain(uuid).await
     }
     async fn shutdown_domain(&self, uuid: &str) -> HvResult<()> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.shutdown_domain(uuid).await
     }
     async fn destroy_domain(&self, uuid: &str) -> HvResult<()> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.destroy_domain(uuid).await
     }
     async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.undefine_domain(uuid).await
     }
     async fn domain_addresses(&self, uuid: &str) -> HvResult<Vec<GuestAddress>> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.domain_addresses(uuid).await
     }
     async fn volume(&self, pool: &str, name: &str) -> HvResult<Option<VolumeInfo>> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.volume(pool, name).await
     }
     async fn create_volume(&self, pool: &str, xml: &str) -> HvResult<VolumeInfo> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.create_volume(pool, xml).await
     }
     async fn upload_volume(&self, pool: &str, name: &str, data: Vec<u8>) -> HvResult<()> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.upload_volume(pool, name, data).await
     }
     async fn delete_volume(&self, pool: &str, name: &str) -> HvResult<()> {
-        self.pause().await;
+        self.pause().await?;
         self.inner.delete_volume(pool, name).await
     }
 }

@@ -36,6 +36,7 @@ impl ProviderUnderTest for PveSim {
     const BAD_TEMPLATE_REASON: &'static str = "TemplateNotFound";
     const MISSING_TEMPLATE: &'static str = "no-such-template";
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["AuthenticationFailed"];
+    const OUTAGE_MESSAGE: &'static str = "transport error";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let mut config = SimConfig::fast();
@@ -137,6 +138,16 @@ impl ProviderUnderTest for PveSim {
         self.sim
             .faults()
             .add(FaultRule::latency(Duration::from_millis(40)))?;
+        Ok(())
+    }
+
+    async fn outage(&self, down: bool) -> Result<()> {
+        let faults = self.sim.faults();
+        if down {
+            faults.add(FaultRule::drop_connection())?;
+        } else {
+            faults.clear();
+        }
         Ok(())
     }
 

@@ -5,7 +5,7 @@
 //! plays VMware Tools by reporting an IP for every powered-on VM.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
@@ -50,6 +50,9 @@ impl ProviderUnderTest for VcSim {
     const BAD_TEMPLATE_REASON: &'static str = "TemplateNotFound";
     const MISSING_TEMPLATE: &'static str = "no-such-template";
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["AuthenticationFailed"];
+    // The proxy accepts and closes: the TLS handshake fails (reported, misleadingly, as
+    // `TLSVerificationFailed`).
+    const OUTAGE_MESSAGE: &'static str = "client error (Connect)";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let sim = Vcsim::start(&["-cluster", "3", "-host", "1", "-vm", "1", "-standalone-host", "0"])?;
@@ -178,6 +181,11 @@ impl ProviderUnderTest for VcSim {
         Ok(())
     }
 
+    async fn outage(&self, down: bool) -> Result<()> {
+        self.proxy.down.store(down, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn secrets(&self) -> Vec<String> {
         vec![PASSWORD.to_owned(), WRONG_PASSWORD.to_owned()]
     }
@@ -202,10 +210,11 @@ impl VcSim {
 }
 
 /// A TCP proxy on loopback in front of vcsim (TLS passes through untouched) that holds every
-/// client-to-server chunk for `delay_ms`.
+/// client-to-server chunk for `delay_ms`, and while `down` closes every connection.
 struct Proxy {
     addr: String,
     delay_ms: Arc<AtomicU64>,
+    down: Arc<AtomicBool>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -214,10 +223,15 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?.to_string();
         let delay_ms = Arc::new(AtomicU64::new(0));
-        let delay = delay_ms.clone();
+        let down = Arc::new(AtomicBool::new(false));
+        let (delay, cut) = (delay_ms.clone(), down.clone());
         let accept = tokio::spawn(async move {
             while let Ok((inbound, _)) = listener.accept().await {
-                let (target, delay) = (target.clone(), delay.clone());
+                if cut.load(Ordering::Relaxed) {
+                    drop(inbound);
+                    continue;
+                }
+                let (target, delay, cut) = (target.clone(), delay.clone(), cut.clone());
                 tokio::spawn(async move {
                     let Ok(outbound) = TcpStream::connect(&target).await else {
                         return;
@@ -231,7 +245,7 @@ impl Proxy {
                             if ms > 0 {
                                 tokio::time::sleep(Duration::from_millis(ms)).await;
                             }
-                            if to_server.write_all(&buf[..n]).await.is_err() {
+                            if cut.load(Ordering::Relaxed) || to_server.write_all(&buf[..n]).await.is_err() {
                                 break;
                             }
                         }
@@ -241,13 +255,18 @@ impl Proxy {
                         let _ = tokio::io::copy(&mut from_server, &mut to_client).await;
                         let _ = to_client.shutdown().await;
                     };
-                    tokio::join!(upstream, downstream);
+                    // Either side ending (or an outage) ends the connection.
+                    tokio::select! {
+                        () = upstream => {}
+                        () = downstream => {}
+                    }
                 });
             }
         });
         Ok(Self {
             addr,
             delay_ms,
+            down,
             accept,
         })
     }

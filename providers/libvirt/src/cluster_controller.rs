@@ -35,6 +35,9 @@ use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
 pub const LIBVIRT_CONNECTED: &str = "LibvirtConnected";
 /// Resync period.
 pub const RESYNC: Duration = Duration::from_secs(300);
+/// Requeue while a host is unreachable or its credentials are unusable (the Secret is not
+/// watched: a fixed Secret is picked up at the next retry).
+pub const RETRY: Duration = Duration::from_secs(10);
 
 /// Shared state of the LibvirtCluster controller.
 pub struct ClusterContext<C: Connector> {
@@ -300,7 +303,8 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtCluster, ctx: &ClusterContex
         ),
     );
     write_status(&api, &lvc, &status).await?;
-    Ok(Action::requeue(RESYNC))
+    let connected = condition::is_true(&status.conditions, LIBVIRT_CONNECTED);
+    Ok(Action::requeue(if connected { RESYNC } else { RETRY }))
 }
 
 fn cluster_to_infra(cluster: Cluster) -> Option<ObjectRef<LibvirtCluster>> {

@@ -400,7 +400,12 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
     let uid = lm.metadata.uid.clone().unwrap();
     let lm = match eventually("the machine provisioned", || async {
         let m = machines.get("placed").await?;
-        Ok(m.spec.provider_id.is_some().then_some(m))
+        // providerID (spec) is written just before the status: wait for both.
+        let done = m.spec.provider_id.is_some()
+            && m.status.as_ref().is_some_and(|s| {
+                banlieue_api::common::Initialization::is_provisioned(s.initialization.as_ref())
+            });
+        Ok(done.then_some(m))
     })
     .await
     {
@@ -436,11 +441,17 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
     })
     .await?;
     assert_eq!(d.uuid, uid);
-    let events = Api::<Event>::namespaced(client.clone(), ns.name())
-        .list(&ListParams::default())
-        .await?;
-    let reasons: Vec<String> = events.items.iter().filter_map(|e| e.reason.clone()).collect();
-    assert!(reasons.iter().any(|r| r == "Reconfigured"), "{reasons:?}");
+    // Events are published after the status write: wait for it.
+    let events = Api::<Event>::namespaced(client.clone(), ns.name());
+    eventually("a Reconfigured event", || async {
+        let list = events.list(&ListParams::default()).await?;
+        Ok(list
+            .items
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Reconfigured"))
+            .then_some(()))
+    })
+    .await?;
     for t in tasks {
         t.abort();
     }

@@ -193,6 +193,20 @@ impl ServerCertVerifier for PinnedVerifier {
 #[error("TLS handshake failed: {0}")]
 pub struct TlsHandshakeError(pub String);
 
+/// A failed handshake: [`TlsHandshakeError`] when TLS itself refused (rustls reports a
+/// certificate, protocol or alert error), the plain I/O error when the connection broke during
+/// the handshake (reset, closed by a restarting server): that one is transient.
+fn handshake_error(e: std::io::Error) -> BoxError {
+    let refused_by_tls = e
+        .get_ref()
+        .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
+    if refused_by_tls {
+        Box::new(TlsHandshakeError(e.to_string()))
+    } else {
+        Box::new(e)
+    }
+}
+
 /// Connects TCP (with a timeout covering the handshake too) and runs the TLS handshake.
 #[derive(Clone)]
 pub struct HttpsConnector {
@@ -232,10 +246,7 @@ impl tower_service::Service<http::Uri> for HttpsConnector {
                 let tcp = TcpStream::connect((host.as_str(), port)).await?;
                 tcp.set_nodelay(true)?;
                 let name = ServerName::try_from(host.clone())?;
-                let stream = tls
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| TlsHandshakeError(e.to_string()))?;
+                let stream = tls.connect(name, tcp).await.map_err(handshake_error)?;
                 Ok::<_, BoxError>(TlsConn(TokioIo::new(stream)))
             };
             tokio::time::timeout(timeout, connect)
@@ -275,6 +286,24 @@ impl hyper::rt::Write for TlsConn {
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod handshake_error_tests {
+    use super::*;
+
+    #[test]
+    fn only_a_refusal_by_tls_is_a_handshake_error() {
+        let refused = std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
+        );
+        assert!(handshake_error(refused).is::<TlsHandshakeError>());
+        let closed = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
+        assert!(!handshake_error(closed).is::<TlsHandshakeError>());
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!handshake_error(reset).is::<TlsHandshakeError>());
     }
 }
 

@@ -306,7 +306,11 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
         .run(
             |obj, ctx: Arc<Context>| {
                 let metrics = ctx.metrics.clone();
-                async move { metrics.observe(METRICS_NAME, Error::metric_label, reconcile(obj, ctx)).await }
+                async move {
+                    metrics
+                        .observe(METRICS_NAME, Error::metric_label, reconcile(obj, ctx))
+                        .await
+                }
             },
             error_policy,
             ctx,

@@ -10,15 +10,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use banlieue_api::banlieue::VirtualMachine;
 use banlieue_api::common::{Initialization, PowerState};
 use banlieue_api::condition::{self, ConditionStatus};
-use banlieue_api::infrastructure::{VSphereMachine, VSphereMachineStatus};
+use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine, VSphereMachineStatus};
+use banlieue_capi::contract;
+use banlieue_capi::{Cluster, Machine};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, instrument, warn};
@@ -497,14 +501,109 @@ fn error_policy(_obj: Arc<VSphereMachine>, err: &Error, _ctx: Arc<Context>) -> A
 /// The `controller` label of this controller's metrics.
 pub const METRICS_NAME: &str = "vspheremachine";
 
+/// The VSphereMachine a CAPI Machine's `infrastructureRef` names.
+fn machine_to_infra(machine: Machine) -> Option<ObjectRef<VSphereMachine>> {
+    let r = &machine.spec.infrastructure_ref;
+    (r.kind == "VSphereMachine" && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
+        .then(|| ObjectRef::new(&r.name).within(&machine.namespace().unwrap_or_default()))
+}
+
+/// The VSphereMachine a banlieue VirtualMachine's status names.
+fn virtual_machine_to_infra(vm: VirtualMachine) -> Option<ObjectRef<VSphereMachine>> {
+    let ns = vm.namespace().unwrap_or_default();
+    vm.status
+        .as_ref()
+        .and_then(|s| s.infrastructure_ref.as_ref())
+        .filter(|r| r.kind == "VSphereMachine")
+        .map(|r| ObjectRef::new(&r.name).within(&ns))
+}
+
+/// Whether `cluster.x-k8s.io/v1beta2` serves Machines and Clusters (standalone mode runs without
+/// Cluster API, and a watch on a kind that is not served would only fail).
+async fn capi_served(client: &kube::Client) -> bool {
+    client
+        .list_api_group_resources(banlieue_capi::contract::CLUSTER_API_VERSION)
+        .await
+        .is_ok_and(|list| {
+            ["clusters", "machines"]
+                .iter()
+                .all(|r| list.resources.iter().any(|x| x.name == *r))
+        })
+}
+
 /// Runs the VSphereMachine controller until the stream ends, for one namespace or (`None`) all.
+///
+/// Besides its own kind it watches what a reconcile reads, so that a change there is acted on at
+/// once rather than at the next requeue: the controlling CAPI Machine (bootstrap data), the
+/// CAPI Cluster (pause, infrastructure) of the labelled machines, the VSphereCluster (machines of
+/// its namespace) and the banlieue VirtualMachine. CAPI's kinds are watched only when Cluster API
+/// is installed when the controller starts.
 pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
-    let api: Api<VSphereMachine> = match namespace {
-        Some(ns) => Api::namespaced(ctx.kube.clone(), ns),
-        None => Api::all(ctx.kube.clone()),
-    };
+    fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        K::DynamicType: Default,
+    {
+        match ns {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        }
+    }
+    let client = ctx.kube.clone();
     let concurrency = ctx.concurrency;
-    Controller::new(api, watcher::Config::default())
+    let mut controller = Controller::new(
+        api::<VSphereMachine>(&client, namespace),
+        watcher::Config::default(),
+    );
+    let store = controller.store();
+    let in_namespace = {
+        let store = store.clone();
+        move |cluster: VSphereCluster| {
+            let ns = cluster.namespace();
+            store
+                .state()
+                .into_iter()
+                .filter(|m| m.namespace() == ns)
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        }
+    };
+    controller = controller
+        .watches(
+            api::<VSphereCluster>(&client, namespace),
+            watcher::Config::default(),
+            in_namespace,
+        )
+        .watches(
+            api::<VirtualMachine>(&client, namespace),
+            watcher::Config::default(),
+            virtual_machine_to_infra,
+        );
+    if capi_served(&client).await {
+        let labelled = move |cluster: Cluster| {
+            let (name, ns) = (cluster.name_any(), cluster.namespace());
+            store
+                .state()
+                .into_iter()
+                .filter(|m| m.namespace() == ns && contract::cluster_name(&m.metadata) == Some(name.as_str()))
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        };
+        controller = controller
+            .watches(
+                api::<Machine>(&client, namespace),
+                watcher::Config::default(),
+                machine_to_infra,
+            )
+            .watches(
+                api::<Cluster>(&client, namespace),
+                watcher::Config::default(),
+                labelled,
+            );
+    } else {
+        info!("Cluster API is not installed: watching VSphereMachines for standalone VirtualMachines only");
+    }
+    controller
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .shutdown_on_signal()
         .run(

@@ -21,24 +21,9 @@ banlieue_scenarios::scenario_tests!(
     bad_template,
     bad_credentials,
     crash_restart,
+    pause,
+    outage,
 );
-
-/// The shared `pause` scenario. Its second half fails today: the VSphereMachine controller
-/// does not watch Clusters, so unpausing a Cluster reaches a machine only at its next requeue.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "banlieue-vsphere: the VSphereMachine controller does not watch Clusters (unpausing the Cluster is not noticed)"]
-async fn shared_scenarios_pause() -> Result<()> {
-    banlieue_scenarios::scenarios::pause::<vcsim::VcSim>().await
-}
-
-/// The shared `outage` scenario. It fails today: a connection closed during the TLS handshake
-/// is reported as `Ready=False TLSVerificationFailed` and never retried, so the machine stays
-/// in `Cloning` after vCenter is reachable again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "banlieue-vsphere: a connection closed in the TLS handshake is TLSVerificationFailed and not retried"]
-async fn shared_scenarios_outage() -> Result<()> {
-    banlieue_scenarios::scenarios::outage::<vcsim::VcSim>().await
-}
 
 use std::sync::Arc;
 use std::time::Duration;

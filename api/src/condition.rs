@@ -16,6 +16,24 @@ pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
 /// The object is paused (Cluster `spec.paused` or the `cluster.x-k8s.io/paused` annotation).
 pub const PAUSED: &str = "Paused";
 
+/// `Ready` reason of a provisioned machine whose VM is powered off: provisioned (CAPI's
+/// `status.initialization.provisioned` stays true) but not ready.
+pub const POWERED_OFF: &str = "PoweredOff";
+
+/// The `Ready` message of a provisioned machine whose VM (`vm`, e.g. "VM 123" or "domain x") is
+/// observed powered off, by what `spec.powerState` wants (`None` = On, the default): the same
+/// words for every provider.
+pub fn powered_off_message(vm: &str, desired: Option<crate::common::PowerState>) -> String {
+    match desired.unwrap_or_default() {
+        crate::common::PowerState::Off => {
+            format!("{vm} is powered off because spec.powerState is Off; set it to On to start the VM")
+        }
+        crate::common::PowerState::On => {
+            format!("{vm} is powered off; the provider starts it because spec.powerState is On")
+        }
+    }
+}
+
 /// Status of a condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConditionStatus {
@@ -120,6 +138,13 @@ pub fn remove(conditions: &mut Vec<Condition>, type_: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn powered_off_message_says_what_to_do() {
+        use crate::common::PowerState;
+        assert!(super::powered_off_message("VM 7", Some(PowerState::Off)).contains("set it to On"));
+        assert!(super::powered_off_message("VM 7", None).contains("the provider starts it"));
+    }
+
     use k8s_openapi::jiff::Timestamp;
 
     use super::*;

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use banlieue_api::banlieue::VirtualMachine;
-use banlieue_api::common::Initialization;
+use banlieue_api::common::{Initialization, PowerState};
 use banlieue_api::condition::{self, ConditionStatus};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine, LibvirtMachineStatus};
 use banlieue_capi::contract;
@@ -400,11 +400,32 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
                 status.power_state = Some(done.power_state);
             }
             let provisioned = step.provisioned.is_some();
-            let reason = step.phase.as_ref().map_or("Unknown", Phase::reason);
-            let message = step.waiting.clone().unwrap_or_default();
+            let powered_off = step
+                .provisioned
+                .as_ref()
+                .is_some_and(|done| done.power_state == PowerState::Off);
+            // Provisioned is not Ready while the domain is off (the same semantics as every
+            // provider: `status.initialization.provisioned` stays true, `Ready` says why not).
+            let (ready_status, reason, message) = if powered_off {
+                let domain = format!(
+                    "domain {}",
+                    crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
+                );
+                (
+                    ConditionStatus::False,
+                    condition::POWERED_OFF,
+                    condition::powered_off_message(&domain, lm.spec.power_state),
+                )
+            } else {
+                (
+                    ConditionStatus::from(provisioned),
+                    step.phase.as_ref().map_or("Unknown", Phase::reason),
+                    step.waiting.clone().unwrap_or_default(),
+                )
+            };
             condition::set(
                 &mut status.conditions,
-                ready(ConditionStatus::from(provisioned), reason, message, generation),
+                ready(ready_status, reason, message, generation),
             );
             write_status(ctx, &api, &lm, &status).await?;
             for (reason, note) in step.events {

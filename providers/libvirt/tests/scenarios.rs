@@ -333,6 +333,28 @@ async fn a_standalone_machine_is_provisioned_powered_off_and_deleted() -> Result
         hv.domain_by_uuid(&uid).await?.context("domain")?.state,
         RunState::ShutOff
     );
+    // Provisioned, but not Ready while off, saying why and what to do.
+    let lm = api.get("web-1").await?;
+    let status = lm.status.context("status")?;
+    assert_eq!(status.initialization.and_then(|i| i.provisioned), Some(true));
+    let ready =
+        banlieue_api::condition::find(&status.conditions, banlieue_api::condition::READY).context("Ready")?;
+    assert_eq!(
+        (
+            ready.status.as_str(),
+            ready.reason.as_str(),
+            ready.message.as_str()
+        ),
+        (
+            "False",
+            "PoweredOff",
+            format!(
+                "domain {}_web-1 is powered off because spec.powerState is Off; set it to On to start the VM",
+                s.ns
+            )
+            .as_str()
+        )
+    );
 
     // Deletion: the domain and every volume go, then the finalizer.
     api.delete("web-1", &DeleteParams::default()).await?;

@@ -14,6 +14,7 @@
 //! - **Power**: `Off` shuts the VM down the same way; `On` starts it.
 
 use banlieue_api::common::PowerState;
+use banlieue_api::condition;
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_pve_client::{ConfigUpdate, Size, VmConfig};
 
@@ -74,13 +75,14 @@ pub fn provisioned_ready(
         (Some(PowerState::Off), PowerState::Off) => (
             false,
             POWERED_OFF,
-            format!("VM {vmid} is powered off because spec.powerState is Off; set it to On to start the VM"),
+            condition::powered_off_message(&format!("VM {vmid}"), Some(desired)),
         ),
         (Some(PowerState::Off), PowerState::On) => (
             false,
             POWERED_OFF,
             format!(
-                "VM {vmid} is powered off; the provider starts it because spec.powerState is On (see condition VMUpToDate)"
+                "{} (see condition VMUpToDate)",
+                condition::powered_off_message(&format!("VM {vmid}"), Some(desired))
             ),
         ),
         _ => (true, "Provisioned", String::new()),
@@ -88,7 +90,7 @@ pub fn provisioned_ready(
 }
 
 /// `Ready` reason of a provisioned machine whose VM is powered off.
-pub const POWERED_OFF: &str = "PoweredOff";
+pub use banlieue_api::condition::POWERED_OFF;
 
 /// Decides the next action for a provisioned VM with config `actual`, running or not.
 pub fn next_update_action(

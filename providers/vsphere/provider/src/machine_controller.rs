@@ -380,6 +380,14 @@ async fn provision(
     let why = step.waiting.clone().unwrap_or_default();
     let (ok, reason, message) = match (&step.phase, &step.failed) {
         (_, Some((reason, message))) => (false, *reason, message.clone()),
+        // Provisioned is not Ready while the VM is off (`status.initialization.provisioned`
+        // stays true), the same semantics as every provider.
+        (Phase::Provisioned(..), None)
+            if step.waiting.is_none() && status.power_state == Some(PowerState::Off) =>
+        {
+            let message = condition::powered_off_message(&format!("VM {name}"), vm.spec.power_state);
+            (false, condition::POWERED_OFF, message)
+        }
         (Phase::Provisioned(..), None) if step.waiting.is_none() => (true, "Provisioned", String::new()),
         // A provisioned VM being brought back to its spec (drift, power state).
         (Phase::Provisioned(..), None) => (false, "Updating", why),

@@ -364,6 +364,25 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
     .await?;
     let info = vc.vm_info(&vm).await?.context("VM vanished")?;
     ensure!(info.power_state == Some(VmPowerState::PoweredOff), "{info:?}");
+    // Provisioned, but not Ready while off, saying why and what to do.
+    let off = s
+        .wait_machine("web-1", "Ready=False PoweredOff", |m| {
+            m.status.as_ref().is_some_and(|st| {
+                banlieue_api::condition::find(&st.conditions, banlieue_api::condition::READY)
+                    .is_some_and(|c| c.status == "False" && c.reason == "PoweredOff")
+            })
+        })
+        .await?;
+    let st = off.status.context("status")?;
+    ensure!(st.initialization.and_then(|i| i.provisioned) == Some(true));
+    let ready =
+        banlieue_api::condition::find(&st.conditions, banlieue_api::condition::READY).context("Ready")?;
+    ensure!(
+        ready.message
+            == "VM web-1 is powered off because spec.powerState is Off; set it to On to start the VM",
+        "{}",
+        ready.message
+    );
 
     // Deletion powers off and destroys the VM, then releases the object.
     s.machines().delete("web-1", &DeleteParams::default()).await?;

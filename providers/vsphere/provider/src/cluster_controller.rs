@@ -293,8 +293,18 @@ fn error_policy(_obj: Arc<VSphereCluster>, err: &Error, _ctx: Arc<Context>) -> A
 /// The `controller` label of this controller's metrics.
 pub const METRICS_NAME: &str = "vspherecluster";
 
-/// Runs the VSphereCluster controller until the stream ends, for one namespace or (`None`) all.
+/// [`run_until`] without a shutdown signal of its own (tests stop it by aborting its task).
 pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
+    run_until(ctx, namespace, std::future::pending()).await;
+}
+
+/// Runs the VSphereCluster controller until the stream ends, for one namespace or (`None`) all.
+/// In-flight reconciles finish once `shutdown` completes.
+pub async fn run_until(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let api: Api<VSphereCluster> = match namespace {
         Some(ns) => Api::namespaced(ctx.kube.clone(), ns),
         None => Api::all(ctx.kube.clone()),
@@ -302,7 +312,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
     let concurrency = ctx.concurrency;
     Controller::new(api, watcher::Config::default())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown)
         .run(
             |obj, ctx: Arc<Context>| {
                 let metrics = ctx.metrics.clone();

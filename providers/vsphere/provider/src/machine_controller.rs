@@ -539,6 +539,11 @@ async fn capi_served(client: &kube::Client) -> bool {
         })
 }
 
+/// [`run_until`] without a shutdown signal of its own (tests stop it by aborting its task).
+pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
+    run_until(ctx, namespace, std::future::pending()).await;
+}
+
 /// Runs the VSphereMachine controller until the stream ends, for one namespace or (`None`) all.
 ///
 /// Besides its own kind it watches what a reconcile reads, so that a change there is acted on at
@@ -546,7 +551,12 @@ async fn capi_served(client: &kube::Client) -> bool {
 /// CAPI Cluster (pause, infrastructure) of the labelled machines, the VSphereCluster (machines of
 /// its namespace) and the banlieue VirtualMachine. CAPI's kinds are watched only when Cluster API
 /// is installed when the controller starts.
-pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
+/// In-flight reconciles finish once `shutdown` completes.
+pub async fn run_until(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     fn api<K>(client: &kube::Client, ns: Option<&str>) -> Api<K>
     where
         K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
@@ -613,7 +623,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
     }
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown)
         .run(
             |obj, ctx: Arc<Context>| {
                 let metrics = ctx.metrics.clone();

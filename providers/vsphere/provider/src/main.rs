@@ -45,13 +45,12 @@ async fn main() -> anyhow::Result<()> {
         args.runtime.manager(NAME),
         probes,
         shutdown::signal(),
-        // The controllers stop on SIGTERM/SIGINT themselves (kube-runtime's signal handling).
-        |_stop| async move {
+        |stop| async move {
             p.set_ready(true);
             tokio::join!(
-                machine_controller::run(ctx.clone(), namespace),
-                cluster_controller::run(ctx.clone(), namespace),
-                template_controller::run(ctx, namespace)
+                machine_controller::run_until(ctx.clone(), namespace, stop.clone()),
+                cluster_controller::run_until(ctx.clone(), namespace, stop.clone()),
+                template_controller::run_until(ctx, namespace, stop)
             );
         },
     )

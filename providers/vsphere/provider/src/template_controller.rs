@@ -61,15 +61,25 @@ fn error_policy(_obj: Arc<VSphereMachineTemplate>, err: &Error, _ctx: Arc<Contex
     Action::requeue(Duration::from_secs(30))
 }
 
+/// [`run_until`] without a shutdown signal of its own (tests stop it by aborting its task).
+pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
+    run_until(ctx, namespace, std::future::pending()).await;
+}
+
 /// Runs the VSphereMachineTemplate controller until the stream ends, for one namespace or
 /// (`None`) all.
-pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
+/// In-flight reconciles finish once `shutdown` completes.
+pub async fn run_until(
+    ctx: Arc<Context>,
+    namespace: Option<&str>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let api: Api<VSphereMachineTemplate> = match namespace {
         Some(ns) => Api::namespaced(ctx.kube.clone(), ns),
         None => Api::all(ctx.kube.clone()),
     };
     Controller::new(api, watcher::Config::default())
-        .shutdown_on_signal()
+        .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {

@@ -11,6 +11,8 @@
 //! - [`shutdown`]: SIGTERM/SIGINT as a cloneable future.
 //! - [`manager`]: runs controllers behind the endpoints and (optionally) the Lease, releasing it
 //!   on a clean shutdown.
+//! - [`rbac`]: RBAC rules as data (`Rule`), the shared leader-election rules and the
+//!   least-privilege `lint` of every binary's rule tables.
 //! - `testing` (feature `testing`): the operations check of a provider binary.
 //!
 //! Everything above is the default `runtime` feature. The hypervisor clients, which know nothing
@@ -29,6 +31,8 @@ pub mod logging;
 pub mod manager;
 #[cfg(feature = "runtime")]
 pub mod metrics;
+#[cfg(feature = "runtime")]
+pub mod rbac;
 #[cfg(feature = "runtime")]
 pub mod shutdown;
 #[cfg(feature = "testing")]

@@ -4,33 +4,7 @@
 //!
 //! Every rule says why it exists. Add a verb here only together with the code that calls it.
 
-use k8s_openapi::api::rbac::v1::PolicyRule;
-
-/// One RBAC rule and the reason the provider needs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rule {
-    /// API groups (`""` is the core group).
-    pub api_groups: &'static [&'static str],
-    /// Resources, with `/status` for the status subresource.
-    pub resources: &'static [&'static str],
-    /// Verbs.
-    pub verbs: &'static [&'static str],
-    /// What the provider does with it.
-    pub why: &'static str,
-}
-
-impl Rule {
-    /// The rule as a Kubernetes `PolicyRule`.
-    pub fn policy_rule(&self) -> PolicyRule {
-        let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        PolicyRule {
-            api_groups: Some(strings(self.api_groups)),
-            resources: Some(strings(self.resources)),
-            verbs: strings(self.verbs),
-            ..Default::default()
-        }
-    }
-}
+pub use banlieue_provider_runtime::rbac::{LEADER_ELECTION_RULES, Rule, policy_rules};
 
 /// Cluster-wide rules of the provider's ClusterRole.
 pub const CLUSTER_RULES: &[Rule] = &[
@@ -106,14 +80,6 @@ pub const CLUSTER_RULES: &[Rule] = &[
     },
 ];
 
-/// Rules of the leader-election Role, in the namespace of the Lease.
-pub const LEADER_ELECTION_RULES: &[Rule] = &[Rule {
-    api_groups: &["coordination.k8s.io"],
-    resources: &["leases"],
-    verbs: &["get", "create", "update"],
-    why: "--leader-elect: acquire, renew and release the Lease",
-}];
-
 /// Rules aggregated into Cluster API's manager ClusterRole (label
 /// `cluster.x-k8s.io/aggregate-to-manager: "true"`): CAPI's controllers read and patch
 /// infrastructure objects (owner references, labels, paused annotation) and create them from
@@ -130,32 +96,21 @@ pub const CAPI_AGGREGATED_RULES: &[Rule] = &[Rule {
     why: "Cluster API's core and topology controllers manage the provider's objects",
 }];
 
-/// The rules as Kubernetes `PolicyRule`s.
-pub fn policy_rules(rules: &[Rule]) -> Vec<PolicyRule> {
-    rules.iter().map(Rule::policy_rule).collect()
-}
-
 #[cfg(test)]
 mod tests {
+    use banlieue_provider_runtime::rbac::lint;
+
     use super::*;
 
+    /// Every rule explained, no wildcard, Secrets only read by name, and only proxmox kinds of
+    /// the infrastructure group.
     #[test]
-    fn every_rule_is_explained_and_never_a_wildcard_or_secret_listing() {
-        for rule in CLUSTER_RULES
-            .iter()
-            .chain(LEADER_ELECTION_RULES)
-            .chain(CAPI_AGGREGATED_RULES)
-        {
-            assert!(!rule.why.is_empty(), "{rule:?}");
-            assert!(
-                !rule.verbs.contains(&"*") && !rule.resources.contains(&"*"),
-                "{rule:?}"
-            );
-            assert!(!rule.verbs.is_empty() && !rule.resources.is_empty(), "{rule:?}");
-            if rule.resources.contains(&"secrets") {
-                assert_eq!(rule.verbs, ["get"], "secrets are read by name only");
-            }
-        }
+    fn rules_are_least_privilege_and_only_name_proxmox_kinds() {
+        lint(
+            &[CLUSTER_RULES, LEADER_ELECTION_RULES, CAPI_AGGREGATED_RULES],
+            Some("proxmox"),
+        )
+        .unwrap_or_else(|violations| panic!("{violations}"));
     }
 
     /// The verbs `crate::ipam` uses (get and create claims, get addresses) are granted.
@@ -172,16 +127,5 @@ mod tests {
             assert!(granted("ipaddressclaims", verb), "{verb} ipaddressclaims");
         }
         assert!(granted("ipaddresses", "get"));
-    }
-
-    #[test]
-    fn converts_to_policy_rules() {
-        let rules = policy_rules(LEADER_ELECTION_RULES);
-        assert_eq!(rules.len(), 1);
-        assert_eq!(
-            rules[0].api_groups.as_deref(),
-            Some(&["coordination.k8s.io".to_owned()][..])
-        );
-        assert_eq!(rules[0].verbs, ["get", "create", "update"]);
     }
 }

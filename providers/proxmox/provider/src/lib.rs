@@ -5,6 +5,7 @@
 //! - [`phase`]: the provisioning state machine, persisted in `ProxmoxMachine.status`.
 //! - [`placement`], [`desired`]: pure functions — node choice, desired VM config, seed content.
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
+//! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
 //! - [`fake`]: an in-memory hypervisor double for tests.
 
 pub mod capi_discovery;
@@ -23,6 +24,7 @@ pub mod phase;
 pub mod placement;
 pub mod provision;
 pub mod rbac;
+pub mod readopt;
 pub mod template_controller;
 pub mod update;
 

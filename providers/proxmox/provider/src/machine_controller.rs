@@ -34,9 +34,11 @@ use tracing::{info, instrument, warn};
 
 use crate::credentials::{Connector, read_connection};
 use crate::error::{Error, Result};
+use crate::hypervisor::Hypervisor as _;
 use crate::owner::{self, BootstrapSource, InfraCluster, OwnerView};
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
+use crate::readopt;
 
 /// Finalizer of ProxmoxMachines (and ProxmoxClusters).
 pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
@@ -299,6 +301,21 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
     let deleting = pm.meta().deletion_timestamp.is_some();
     let has_finalizer = pm.finalizers().iter().any(|f| f == FINALIZER);
     if deleting && !has_finalizer {
+        return Ok(Action::await_change());
+    }
+    if deleting && contract::is_deleted_for_move(&pm.metadata) {
+        // `clusterctl move` deletes the source objects once their copies exist on the target
+        // cluster: the VM belongs to the copy now. Release the object, never touch the VM.
+        publish(
+            &ctx.recorder,
+            &pm,
+            EventType::Normal,
+            "ReleasedForMove",
+            "clusterctl move deleted this object; its VM is kept for the copy on the target cluster"
+                .to_owned(),
+        )
+        .await;
+        patch_finalizers(ctx, &api, &pm, false).await?;
         return Ok(Action::await_change());
     }
 
@@ -673,6 +690,32 @@ async fn delete<C: Connector>(
         return Ok(Action::requeue(provision::PERMANENT_RETRY));
     };
     let (hv, _) = hypervisor(ctx, pxc).await?;
+    if pm.status.as_ref().and_then(|s| s.vmid).is_none()
+        && let Some(provider_id) = pm.spec.provider_id.as_deref()
+    {
+        // Created anew (clusterctl move, restore) and deleted before its VM was adopted: adopt
+        // it first, so that deletion deletes the VM instead of leaking it.
+        let name = pm.name_any();
+        let owner = readopt::Owner {
+            uid: &uid,
+            namespace: &pm.namespace().unwrap_or_default(),
+            name: &name,
+        };
+        match readopt::find(&hv, owner, provider_id).await? {
+            readopt::Found::Owned(loc) => {
+                Phase::Provisioned(loc).write(&mut status);
+                write_status(ctx, api, pm, &status).await?;
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            readopt::Found::Remark(loc, update) => {
+                hv.update_config(&loc.node, loc.vmid, &update)
+                    .await
+                    .map_err(|e| StepError::from_pve("DeletionFailed", e))?;
+                return Ok(Action::requeue(provision::TASK_POLL));
+            }
+            readopt::Found::Missing | readopt::Found::Foreign(..) => {}
+        }
+    }
     match provision::delete_step(
         &hv,
         &uid,

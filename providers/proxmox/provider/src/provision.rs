@@ -25,6 +25,7 @@ use crate::desired::{self, ConfigureAction};
 use crate::hypervisor::{Guest, Hypervisor, PveError};
 use crate::phase::{Phase, VmLocation};
 use crate::placement::{PlacementInput, choose_node};
+use crate::readopt::{self, Found};
 use crate::update::{self, UpdateAction};
 
 /// How often a running task is polled.
@@ -382,6 +383,9 @@ pub async fn provision_step<H: Hypervisor>(
     let reason = phase.failure_reason();
     let pve = |e| StepError::from_pve(reason, e);
     match phase {
+        Phase::SelectNode if input.spec.provider_id.is_some() => {
+            readopt_step(hv, input, input.spec.provider_id.as_deref().unwrap_or_default()).await
+        }
         Phase::SelectNode => {
             let nodes = hv.nodes().await.map_err(pve)?;
             let placement = PlacementInput {
@@ -453,6 +457,69 @@ pub async fn provision_step<H: Hypervisor>(
     }
 }
 
+/// A machine with a providerID but no VM in its status was created anew (`clusterctl move`, a
+/// restore; see [`readopt`]): its VM is found by the providerID, re-marked for this object, and
+/// adopted as provisioned. It is never cloned again.
+async fn readopt_step<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    provider_id: &str,
+) -> Result<Step, StepError> {
+    let reason = "AdoptionFailed";
+    let pve = |e| StepError::from_pve(reason, e);
+    match readopt::find(hv, input.into(), provider_id).await? {
+        Found::Missing => Err(permanent(
+            "VMNotFound",
+            format!(
+                "spec.providerID is {provider_id} but no VM on Proxmox has that SMBIOS uuid (deleted outside banlieue?): delete this machine to replace it"
+            ),
+        )),
+        Found::Foreign(_, why) => Err(permanent(reason, why)),
+        Found::Remark(loc, update) => {
+            let upid = hv
+                .update_config(&loc.node, loc.vmid, &update)
+                .await
+                .map_err(pve)?;
+            let why = format!(
+                "marking VM {} on {} as this machine's: the object was created anew (clusterctl move or a restore)",
+                loc.vmid, loc.node
+            );
+            let requeue = if upid.is_some() { TASK_POLL } else { Duration::ZERO };
+            Ok(Step::wait(Phase::SelectNode, requeue, why.clone()).with_event("Adopting", why))
+        }
+        Found::Owned(loc) => {
+            let message = format!(
+                "adopted VM {} on node {} by its providerID {provider_id}",
+                loc.vmid, loc.node
+            );
+            match hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? {
+                None => Ok(Step::wait(
+                    Phase::SelectNode,
+                    TASK_POLL,
+                    format!("VM {} disappeared while being adopted", loc.vmid),
+                )),
+                Some(true) => Ok(Step::to(Phase::WaitGuest(loc)).with_event("Adopted", message)),
+                Some(false) => {
+                    let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
+                        return Ok(Step::wait(
+                            Phase::SelectNode,
+                            TASK_POLL,
+                            format!("VM {} disappeared while being adopted", loc.vmid),
+                        ));
+                    };
+                    let step = provisioned_powered_off(hv, input, loc, &config).await?;
+                    // The update step starts it at once if the spec wants it on.
+                    Ok(Step {
+                        requeue: Duration::ZERO,
+                        ..step
+                    }
+                    .with_event("Adopted", message))
+                }
+            }
+        }
+    }
+}
+
 /// Brings a provisioned VM to its spec, one action at a time (see [`crate::update`]):
 /// `in_flight` is the update state and task persisted by the previous step, if any.
 async fn update_step<H: Hypervisor>(
@@ -514,6 +581,24 @@ async fn update_step<H: Hypervisor>(
         });
     }
     if !desired::is_owned_by(&config, input.uid) {
+        if let Some(update) = readopt::remark_provisioned(&config, input) {
+            // The object was created anew with its status (e.g. restored): re-mark the VM.
+            let upid = hv
+                .update_config(&loc.node, loc.vmid, &update)
+                .await
+                .map_err(pve)?;
+            let why = format!(
+                "marking VM {} on {} as this machine's: the object was created anew",
+                loc.vmid, loc.node
+            );
+            let requeue = if upid.is_some() { TASK_POLL } else { Duration::ZERO };
+            return Ok(Step {
+                power,
+                up_to_date: Some(UpToDate::no("Adopting", why.clone())),
+                ..Step::wait(current, requeue, why.clone())
+            }
+            .with_event("Adopting", why));
+        }
         return Err(permanent(
             reason,
             format!(

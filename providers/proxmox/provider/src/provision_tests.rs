@@ -922,3 +922,171 @@ async fn a_first_boot_waits_for_the_guest_before_removing_the_seed() {
     assert_eq!(last.requeue, crate::provision::GUEST_POLL, "looks again soon");
     assert_eq!(hv.volumes().len(), 1, "seed kept until the guest answers");
 }
+
+/// What `clusterctl move` leaves the target cluster's provider with: a ProxmoxMachine with the
+/// same name and spec (providerID included), a new UID and no status.
+const MOVED_UID: &str = "7d0c5e1a-2b3c-4d5e-8f90-a1b2c3d4e5f6";
+
+fn moved_input<'a>(spec: &'a ProxmoxMachineSpec) -> MachineInput<'a> {
+    MachineInput {
+        uid: MOVED_UID,
+        ..input(spec, None)
+    }
+}
+
+/// Provisions one machine and returns the spec as CAPI would see it afterwards (providerID set).
+async fn provisioned_machine(hv: &FakePve) -> (ProxmoxMachineSpec, Step) {
+    let spec = spec();
+    let steps = drive(
+        hv,
+        &input(&spec, None),
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let last = steps.into_iter().rev().find(|s| s.provisioned.is_some()).unwrap();
+    let mut moved = spec;
+    moved.provider_id = Some(last.provisioned.clone().unwrap().provider_id);
+    (moved, last)
+}
+
+#[tokio::test]
+async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id() {
+    let hv = FakePve::new(2);
+    hv.set_task_polls(1);
+    let (spec, before) = provisioned_machine(&hv).await;
+    let clones = || hv.calls().iter().filter(|c| *c == "clone_vm").count();
+    assert_eq!(clones(), 1);
+    let (vmid, vm) = hv.vms().into_iter().next().unwrap();
+    let calls_before = hv.calls().len();
+
+    let input = moved_input(&spec);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+
+    assert_eq!(clones(), 1, "never cloned again");
+    assert_eq!(hv.vms().len(), 1);
+    let after = hv.vms().remove(&vmid).unwrap();
+    assert!(desired::is_owned_by(
+        &banlieue_pve_client::VmConfig(after.config.clone()),
+        MOVED_UID
+    ));
+    assert!(
+        !desired::is_owned_by(&banlieue_pve_client::VmConfig(after.config.clone()), UID),
+        "the old object's marker is gone"
+    );
+    assert_eq!(after.config["smbios1"], vm.config["smbios1"]);
+    assert!(
+        after.running,
+        "the running VM was not restarted: {:?}",
+        hv.calls()
+    );
+    let calls = hv.calls()[calls_before..].to_vec();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c == "start_vm" || c == "stop_vm" || c == "delete_vm"),
+        "{calls:?}"
+    );
+    let events: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| s.event.as_ref())
+        .map(|e| e.0)
+        .collect();
+    assert_eq!(events, ["Adopting", "Adopted", "Provisioned"], "{steps:#?}");
+    let done = steps.iter().rev().find_map(|s| s.provisioned.clone()).unwrap();
+    assert_eq!(done, before.provisioned.unwrap(), "same providerID and addresses");
+    assert_eq!(steps.last().unwrap().phase.location().unwrap().vmid, vmid);
+
+    // The re-created machine owns the VM: deleting it deletes the VM.
+    let mut status = ProxmoxMachineStatus::default();
+    steps.last().unwrap().phase.write(&mut status);
+    let mut deleted = false;
+    for _ in 0..20 {
+        match delete_step(
+            &hv,
+            MOVED_UID,
+            "local",
+            Some(&status),
+            &VmidReservations::default(),
+        )
+        .await
+        .unwrap()
+        {
+            DeleteStep::Gone { .. } => {
+                deleted = true;
+                break;
+            }
+            DeleteStep::InProgress { state, task, .. } => {
+                status.provisioning = Some(ProvisioningStatus {
+                    state,
+                    task_id: task.map(|t| t.to_string()),
+                    ..ProvisioningStatus::default()
+                });
+                hv.finish_all_tasks();
+            }
+        }
+    }
+    assert!(deleted);
+    assert!(hv.vms().is_empty(), "the adopted VM was deleted");
+}
+
+#[tokio::test]
+async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused() {
+    let hv = FakePve::new(1);
+    hv.set_task_polls(1);
+    let (spec, _) = provisioned_machine(&hv).await;
+    let other = MachineInput {
+        name: "m2",
+        ..moved_input(&spec)
+    };
+    let err = provision_step(
+        &hv,
+        &other,
+        Phase::SelectNode,
+        Some(&bootstrap()),
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message } if message.contains("not created by banlieue-proxmox for ProxmoxMachine ns/m2")),
+        "{err}"
+    );
+    let vm = hv.vms().into_values().next().unwrap();
+    assert!(
+        desired::is_owned_by(&banlieue_pve_client::VmConfig(vm.config), UID),
+        "left untouched"
+    );
+    assert_eq!(hv.calls().iter().filter(|c| *c == "clone_vm").count(), 1);
+}
+
+#[tokio::test]
+async fn a_provider_id_without_a_vm_is_reported_and_never_recloned() {
+    let hv = FakePve::new(1);
+    let mut spec = spec();
+    spec.provider_id = Some("proxmox://0000aaaa-0000-0000-0000-000000000777".into());
+    let err = provision_step(
+        &hv,
+        &moved_input(&spec),
+        Phase::SelectNode,
+        Some(&bootstrap()),
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, StepError::Permanent { reason: "VMNotFound", message } if message.contains("delete this machine to replace it")),
+        "{err}"
+    );
+    assert!(!hv.calls().iter().any(|c| c == "clone_vm"));
+}

@@ -273,6 +273,28 @@ impl Hypervisor for VirtHypervisor {
         .await
     }
 
+    async fn set_domain_owner(&self, uuid: &str, owner: &xml::Owner) -> HvResult<()> {
+        let uuid = uuid.to_owned();
+        let element = xml::owner_metadata(owner);
+        self.call("re-marking domain", move |c| {
+            let op = "re-marking domain";
+            let d = lookup_uuid(c, &uuid, op)?;
+            let mut flags = virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
+            if d.is_active().map_err(|e| classify(op, &e))? {
+                flags |= virt::sys::VIR_DOMAIN_AFFECT_LIVE;
+            }
+            d.set_metadata(
+                virt::sys::VIR_DOMAIN_METADATA_ELEMENT as i32,
+                Some(&element),
+                Some(xml::METADATA_PREFIX),
+                Some(xml::METADATA_NS),
+                flags,
+            )
+            .map_err(|e| classify(op, &e))
+        })
+        .await
+    }
+
     async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
         let uuid = uuid.to_owned();
         self.call("undefining domain", move |c| {

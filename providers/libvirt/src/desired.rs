@@ -176,6 +176,18 @@ pub fn domain_config(
     }
 }
 
+/// Keeps the MAC addresses a domain already has (`current`, in interface order) for the
+/// interfaces whose MAC the spec does not set: generated MACs derive from the owner's UID, and a
+/// machine re-created with a new UID (`clusterctl move`, a restore) must not change them.
+pub fn keep_macs(config: &mut DomainConfig, spec: &LibvirtMachineSpec, current: &[String]) {
+    for (i, nic) in config.nics.iter_mut().enumerate() {
+        let explicit = spec.networks.get(i).is_some_and(|n| n.mac_address.is_some());
+        if let Some(mac) = current.get(i).filter(|_| !explicit) {
+            nic.mac = mac.to_ascii_lowercase();
+        }
+    }
+}
+
 /// The NoCloud seed: user data byte for byte, instance-id = machine UID, hostname = machine
 /// name. No network-config: guests use DHCP on their first interface.
 pub fn seed(owner: &Owner, user_data: &[u8]) -> NoCloudSeed {
@@ -315,6 +327,29 @@ mod tests {
         assert_eq!(c.nics.len(), 1);
         assert_eq!(c.nics[0].source, NicSource::Network(DEFAULT_NETWORK.into()));
         assert_eq!(c.domain_type, DomainType::Kvm);
+    }
+
+    #[test]
+    fn existing_macs_are_kept_unless_the_spec_sets_one() {
+        let mut s = spec();
+        s.networks = vec![
+            NetworkInterface::dhcp("eth0", "lab"),
+            NetworkInterface {
+                mac_address: Some("52:54:00:AB:CD:EF".into()),
+                ..NetworkInterface::dhcp("eth1", "lab")
+            },
+            NetworkInterface::dhcp("eth2", "lab"),
+        ];
+        let mut c = domain_config(&s, &owner(), "u", &Settings::default());
+        let current = ["52:54:00:00:00:01".to_owned(), "52:54:00:00:00:02".to_owned()];
+        keep_macs(&mut c, &s, &current);
+        let macs: Vec<&str> = c.nics.iter().map(|n| n.mac.as_str()).collect();
+        let generated = mac_address(&owner().uid, 2);
+        assert_eq!(
+            macs,
+            ["52:54:00:00:00:01", "52:54:00:ab:cd:ef", generated.as_str()],
+            "kept, explicit, generated for a new interface"
+        );
     }
 
     #[test]

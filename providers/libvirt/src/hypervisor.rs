@@ -129,6 +129,10 @@ pub trait Hypervisor: Send + Sync + 'static {
     fn shutdown_domain(&self, uuid: &str) -> impl Future<Output = HvResult<()>> + Send;
     /// Stops a domain at once (power cut).
     fn destroy_domain(&self, uuid: &str) -> impl Future<Output = HvResult<()>> + Send;
+    /// Replaces the banlieue owner in a domain's metadata (persistent definition, and the
+    /// running domain when it runs), nothing else: used to re-mark a domain whose object was
+    /// created anew (`clusterctl move`, a restore).
+    fn set_domain_owner(&self, uuid: &str, owner: &Owner) -> impl Future<Output = HvResult<()>> + Send;
     /// Removes a (stopped) domain's definition, NVRAM included where supported.
     fn undefine_domain(&self, uuid: &str) -> impl Future<Output = HvResult<()>> + Send;
     /// Addresses of the domain from its networks' DHCP leases.

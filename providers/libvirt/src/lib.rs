@@ -5,6 +5,7 @@
 //! - [`connection`] (feature `libvirt`): the real implementation over the `virt` crate.
 //! - [`desired`], [`phase`], [`provision`]: names and configuration, the persisted state
 //!   machine, and provisioning / deletion against hosts.
+//! - [`readopt`]: finding the domain of a machine re-created by `clusterctl move` or a restore.
 //! - [`owner`], [`hosts`]: the machine's owner view (CAPI Machine or VirtualMachine) and the
 //!   LibvirtCluster's hosts.
 //! - [`credentials`]: Secret-held SSH keys / TLS certificates as private files and URI
@@ -26,6 +27,7 @@ pub mod owner;
 pub mod phase;
 pub mod provision;
 pub mod rbac;
+pub mod readopt;
 pub mod template_controller;
 pub mod update;
 pub mod xml;

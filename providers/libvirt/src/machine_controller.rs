@@ -34,6 +34,7 @@ use crate::hosts::{self, Connector};
 use crate::owner::{self, BootstrapSource, InfraCluster};
 use crate::phase::Phase;
 use crate::provision::{self, MachineInput, StepError};
+use crate::readopt::{self, Found};
 use crate::xml::Owner;
 
 /// Finalizer of LibvirtMachines and LibvirtClusters.
@@ -235,6 +236,22 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
     if deleting && !has_finalizer {
         return Ok(Action::await_change());
     }
+    if deleting && contract::is_deleted_for_move(&lm.metadata) {
+        // `clusterctl move` deletes the source objects once their copies exist on the target
+        // cluster (the Cluster is paused meanwhile): the domain belongs to the copy now.
+        // Release the object, never touch the domain.
+        publish(
+            &ctx.recorder,
+            &lm,
+            EventType::Normal,
+            "ReleasedForMove",
+            "clusterctl move deleted this object; its domain is kept for the copy on the target cluster"
+                .to_owned(),
+        )
+        .await;
+        patch_finalizers(ctx, &api, &lm, false).await?;
+        return Ok(Action::await_change());
+    }
     let Some(owner_ref) = owner::controlling_owner(&lm.metadata) else {
         // Not ours to act on (no finalizer, no writes).
         return Ok(Action::await_change());
@@ -297,7 +314,10 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
             return Ok(Action::requeue(WAIT_REQUEUE));
         }
     };
-    if view.bootstrap == BootstrapSource::Pending {
+    // Created anew with a providerID (clusterctl move, a restore): the domain exists and is
+    // adopted, its bootstrap data is never needed again.
+    let readopting = matches!(Phase::read(lm.status.as_ref()), Ok(p) if provision::readopts(&p, &lm.spec));
+    if view.bootstrap == BootstrapSource::Pending && !readopting {
         wait(
             &mut status,
             "WaitingForBootstrapData",
@@ -322,7 +342,7 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
             return Ok(Action::requeue(WAIT_REQUEUE));
         }
     };
-    let user_data = if phase.needs_bootstrap_data() {
+    let user_data = if phase.needs_bootstrap_data() && !readopting {
         match &view.bootstrap {
             BootstrapSource::Secret { name, key } => {
                 let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
@@ -465,8 +485,24 @@ async fn delete<C: Connector>(
     me: &Owner,
 ) -> Result<Action> {
     let generation = lm.metadata.generation;
+    // Created anew (clusterctl move, a restore) and deleted before its domain was adopted: the
+    // providerID names the domain, which is adopted first so that deletion deletes it instead of
+    // leaking it.
+    let adopting = match lm.status.as_ref().and_then(|s| s.node.as_ref()) {
+        Some(_) => None,
+        None => lm
+            .spec
+            .provider_id
+            .as_deref()
+            .and_then(readopt::ProviderId::parse),
+    };
     // Never placed: nothing exists on any host.
-    let Some(host) = lm.status.as_ref().and_then(|s| s.node.clone()) else {
+    let Some(host) = lm
+        .status
+        .as_ref()
+        .and_then(|s| s.node.clone())
+        .or_else(|| adopting.as_ref().map(|p| p.host.clone()))
+    else {
         patch_finalizers(ctx, api, lm, false).await?;
         return Ok(Action::await_change());
     };
@@ -502,7 +538,42 @@ async fn delete<C: Connector>(
         return Ok(Action::requeue(provision::PERMANENT_RETRY));
     };
     let hv = ctx.connector.connect(&spec.uri);
-    match provision::delete(&*hv, me, &lm.spec, &domain_uuid(lm)).await {
+    let mut uuid = domain_uuid(lm);
+    if let Some(id) = &adopting {
+        let adopted = match readopt::find(&*hv, me, &id.uuid).await {
+            Ok(Found::Owned(d)) => Ok(Some(d)),
+            Ok(Found::Remark(d)) => readopt::remark(&*hv, d, me).await.map(Some),
+            Ok(Found::Missing | Found::Foreign(..)) => Ok(None),
+            Err(e) => Err(e),
+        };
+        match adopted {
+            Ok(Some(d)) => uuid = d.uuid,
+            Ok(None) => {
+                // Nothing of this machine's on the host: release it, touch nothing.
+                publish(
+                    &ctx.recorder,
+                    lm,
+                    EventType::Normal,
+                    "Deleted",
+                    format!(
+                        "no domain of this machine has the uuid of spec.providerID on host {host}: nothing deleted"
+                    ),
+                )
+                .await;
+                patch_finalizers(ctx, api, lm, false).await?;
+                return Ok(Action::await_change());
+            }
+            Err(e) => {
+                condition::set(
+                    &mut status.conditions,
+                    ready(ConditionStatus::False, "Deleting", e.to_string(), generation),
+                );
+                write_status(ctx, api, lm, &status).await?;
+                return Err(e.into());
+            }
+        }
+    }
+    match provision::delete(&*hv, me, &lm.spec, &uuid).await {
         Ok(note) => {
             publish(&ctx.recorder, lm, EventType::Normal, "Deleted", note).await;
             patch_finalizers(ctx, api, lm, false).await?;

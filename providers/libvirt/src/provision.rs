@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::desired::{self, GIB, Settings};
 use crate::hypervisor::{ErrorKind, HvError, Hypervisor, RunState};
 use crate::phase::Phase;
+use crate::readopt::{self, Found};
 use crate::update::{self, UpdateAction};
 use crate::xml::{self, Owner};
 
@@ -166,6 +167,10 @@ pub async fn provision<H: Hypervisor>(
     let domain = desired::domain_name(&input.owner.namespace, &input.owner.name);
     loop {
         let next = match &phase {
+            Phase::SelectHost if input.spec.provider_id.is_some() => {
+                let provider_id = input.spec.provider_id.as_deref().unwrap_or_default();
+                readopt_step(hosts, input, provider_id, &mut step).await?
+            }
             Phase::SelectHost => {
                 let chosen =
                     match input.failure_domain {
@@ -245,6 +250,19 @@ pub async fn provision<H: Hypervisor>(
                     RunState::ShutOff | RunState::Crashed => PowerState::Off,
                     RunState::Running | RunState::ShuttingDown => PowerState::On,
                 };
+                let mut d = d;
+                if d.owner.as_ref().is_none_or(|o| o.uid != input.owner.uid)
+                    && readopt::remark_provisioned(&d, input.owner, input.spec.provider_id.as_deref(), name)
+                {
+                    // The object was created anew with its status (e.g. restored): re-mark it.
+                    d = readopt::remark(&**hv, d, input.owner).await?;
+                    step.events.push((
+                        "Adopting",
+                        format!(
+                            "domain {domain} ({uuid}) on {name} marked as this machine's: the object was created anew"
+                        ),
+                    ));
+                }
                 if d.owner.as_ref().is_none_or(|o| o.uid != input.owner.uid) {
                     return Err(StepError::permanent(
                         "DomainConflict",
@@ -289,7 +307,11 @@ pub async fn provision<H: Hypervisor>(
                         step.requeue = GUEST_POLL;
                     }
                     UpdateAction::Redefine { why, start } => {
-                        let config = desired::domain_config(input.spec, input.owner, uuid, input.settings);
+                        let mut config =
+                            desired::domain_config(input.spec, input.owner, uuid, input.settings);
+                        // Generated MACs derive from the owner's UID, which changes when the
+                        // object is created anew: the domain keeps the ones it has.
+                        desired::keep_macs(&mut config, input.spec, &d.macs);
                         hv.define_domain(&xml::domain_xml(&config))
                             .await
                             .map_err(|e| hv_error(&phase, e))?;
@@ -324,6 +346,82 @@ pub async fn provision<H: Hypervisor>(
         };
         phase = next;
     }
+}
+
+/// Whether provisioning from `phase` re-adopts the domain named by `spec.providerID` (the object
+/// was created anew: `clusterctl move`, a restore) instead of creating one.
+pub fn readopts(phase: &Phase, spec: &LibvirtMachineSpec) -> bool {
+    matches!(phase, Phase::SelectHost) && spec.provider_id.is_some()
+}
+
+/// A machine with a providerID but no domain in its status was created anew (see [`readopt`]):
+/// its domain is found by the providerID, re-marked for this object and adopted; nothing is
+/// created, no bootstrap data is written, the domain is not restarted. Returns the next phase.
+async fn readopt_step<H: Hypervisor>(
+    hosts: &[Host<H>],
+    input: &MachineInput<'_>,
+    provider_id: &str,
+    step: &mut Step,
+) -> Result<Phase, StepError> {
+    let id = readopt::parse(provider_id)?;
+    let Some(h) = hosts.iter().find(|h| h.name == id.host) else {
+        return Err(StepError::permanent(
+            readopt::ADOPTION_FAILED,
+            format!(
+                "spec.providerID {provider_id} names host {:?}, which is not a failure domain of the LibvirtCluster (known: {})",
+                id.host,
+                hosts
+                    .iter()
+                    .map(|h| h.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    };
+    let d = match readopt::find(&*h.hv, input.owner, &id.uuid).await? {
+        Found::Missing => {
+            return Err(StepError::permanent(
+                readopt::VM_NOT_FOUND,
+                format!(
+                    "spec.providerID is {provider_id} but host {} has no domain with uuid {} (deleted outside banlieue?): delete this machine to replace it",
+                    id.host, id.uuid
+                ),
+            ));
+        }
+        Found::Foreign(_, why) => return Err(StepError::permanent(readopt::ADOPTION_FAILED, why)),
+        Found::Owned(d) => d,
+        Found::Remark(d) => {
+            let d = readopt::remark(&*h.hv, d, input.owner).await?;
+            step.events.push((
+                "Adopting",
+                format!(
+                    "domain {} ({}) on {} marked as this machine's: the object was created anew (clusterctl move or a restore)",
+                    d.name, d.uuid, id.host
+                ),
+            ));
+            d
+        }
+    };
+    step.events.push((
+        "Adopted",
+        format!(
+            "adopted domain {} ({}) on {} by its providerID",
+            d.name, d.uuid, id.host
+        ),
+    ));
+    // A running domain waits for its lease like a new one; any other goes straight to the
+    // provisioned checks, which bring it to spec.powerState.
+    Ok(if d.state == RunState::Running {
+        Phase::WaitGuest {
+            host: id.host,
+            uuid: d.uuid,
+        }
+    } else {
+        Phase::Provisioned {
+            host: id.host,
+            uuid: d.uuid,
+        }
+    })
 }
 
 async fn create_volumes<H: Hypervisor>(

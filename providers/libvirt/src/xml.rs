@@ -199,8 +199,8 @@ pub fn unescape(s: &str) -> String {
     out
 }
 
-/// The `<metadata>` child element (without the surrounding `<metadata>`), as passed to
-/// `virDomainSetMetadata` and as found inside the domain XML.
+/// The `<metadata>` child element (without the surrounding `<metadata>`), as found inside the
+/// domain XML ([`owner_metadata`] is the form `virDomainSetMetadata` takes).
 pub fn owner_element(owner: &Owner) -> String {
     format!(
         "<{p}:owner xmlns:{p}=\"{ns}\" uid=\"{}\" namespace=\"{}\" name=\"{}\"/>",
@@ -209,6 +209,18 @@ pub fn owner_element(owner: &Owner) -> String {
         escape(&owner.name),
         p = METADATA_PREFIX,
         ns = METADATA_NS,
+    )
+}
+
+/// The owner element as `virDomainSetMetadata` takes it: without a prefix or namespace
+/// declaration (libvirt puts it in [`METADATA_NS`] with prefix [`METADATA_PREFIX`] itself and
+/// refuses an element that declares them).
+pub fn owner_metadata(owner: &Owner) -> String {
+    format!(
+        "<owner uid=\"{}\" namespace=\"{}\" name=\"{}\"/>",
+        escape(&owner.uid),
+        escape(&owner.namespace),
+        escape(&owner.name),
     )
 }
 

@@ -518,3 +518,265 @@ async fn a_guest_ignoring_the_acpi_shutdown_is_powered_off_after_the_timeout() {
     assert_eq!(step.shutdown_requested_at, Some(recent));
     provision::delete(&*hv, &o, &s, &o.uid).await.unwrap();
 }
+
+/// Every domain on `test:///default` whose banlieue metadata names `namespace/name` (any UID),
+/// as `(uuid, owner uid)`.
+fn domains_of(namespace: &str, name: &str) -> Vec<(String, String)> {
+    let conn = virt::connect::Connect::open(Some("test:///default")).unwrap();
+    conn.list_all_domains(0)
+        .unwrap()
+        .iter()
+        .filter_map(|d| {
+            let owner = xml::owner_from_xml(&d.xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE).unwrap())?;
+            (owner.namespace == namespace && owner.name == name)
+                .then(|| (d.uuid_string().unwrap().to_ascii_lowercase(), owner.uid))
+        })
+        .collect()
+}
+
+/// What `clusterctl move` (or a restore) leaves the target cluster's provider with: the same
+/// namespace, name and spec (providerID included), a new UID and no status.
+fn moved(o: &Owner) -> Owner {
+    Owner {
+        uid: "7d0c5e1a-2b3c-4d5e-8f90-a1b2c3d4e5f6".into(),
+        ..o.clone()
+    }
+}
+
+/// Provisions `name` and returns its owner, its spec with the providerID CAPI copies, and the
+/// domain uuid.
+async fn provisioned_machine(
+    hosts: &[Host<VirtHypervisor>],
+    name: &str,
+) -> (Owner, LibvirtMachineSpec, String) {
+    let o = owner(name);
+    let settings = settings();
+    let mut s = spec(serde_json::json!([]));
+    let input = MachineInput {
+        owner: &o,
+        spec: &s,
+        uuid: &o.uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    let step = provision::provision(hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
+        .await
+        .unwrap();
+    let done = step.provisioned.expect("provisioned");
+    s.provider_id = Some(done.provider_id);
+    (o, s, step.phase.unwrap().uuid().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn a_machine_created_anew_by_clusterctl_move_adopts_its_domain_by_provider_id() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let settings = settings();
+    let (o, s, uuid) = provisioned_machine(&hosts, "mv").await;
+    let before = hv.domain_by_uuid(&uuid).await.unwrap().unwrap();
+    let root_before = hv.volume(POOL, "ns_mv-root.qcow2").await.unwrap().unwrap();
+    let seed_before = hv.uploaded(POOL, "ns_mv-seed.iso").unwrap();
+    assert_eq!(domains_of("ns", "mv"), [(uuid.clone(), o.uid.clone())]);
+
+    // The copy: new UID, providerID, no status (so no domain uuid: its own UID is the default).
+    let copy = moved(&o);
+    let input = MachineInput {
+        owner: &copy,
+        spec: &s,
+        uuid: &copy.uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    let step = provision::provision(&hosts, &input, Phase::SelectHost, None)
+        .await
+        .unwrap();
+    let reasons: Vec<&str> = step.events.iter().map(|e| e.0).collect();
+    assert_eq!(
+        reasons,
+        ["Adopting", "Adopted", "Provisioned"],
+        "{:?}",
+        step.events
+    );
+    assert_eq!(
+        step.phase,
+        Some(Phase::Provisioned {
+            host: "h1".into(),
+            uuid: uuid.clone()
+        })
+    );
+    assert_eq!(
+        step.provisioned.unwrap().provider_id,
+        s.provider_id.clone().unwrap()
+    );
+
+    assert_eq!(
+        domains_of("ns", "mv"),
+        [(uuid.clone(), copy.uid.clone())],
+        "exactly one domain, the same one, marked with the new UID"
+    );
+    assert_eq!(
+        hv.domain_by_uuid(&copy.uid).await.unwrap(),
+        None,
+        "nothing defined anew"
+    );
+    let after = hv.domain_by_uuid(&uuid).await.unwrap().unwrap();
+    assert_eq!(after.state, RunState::Running, "not restarted");
+    assert_eq!(after.macs, before.macs);
+    assert_eq!(after.sizing, before.sizing);
+    assert_eq!(
+        hv.volume(POOL, "ns_mv-root.qcow2").await.unwrap().unwrap(),
+        root_before,
+        "the boot disk is not re-cloned"
+    );
+    assert_eq!(
+        hv.uploaded(POOL, "ns_mv-seed.iso").unwrap(),
+        seed_before,
+        "bootstrap data not rewritten"
+    );
+
+    // Adopted: the next reconciles find nothing to do.
+    let again = provision::provision(&hosts, &input, step.phase.clone().unwrap(), None)
+        .await
+        .unwrap();
+    assert!(again.events.is_empty(), "{:?}", again.events);
+
+    // The old object's UID no longer owns it; the copy's does: deleting the copy deletes it.
+    let note = provision::delete(&*hv, &o, &s, &uuid).await.unwrap();
+    assert!(note.contains("not ours"), "{note}");
+    let note = provision::delete(&*hv, &copy, &s, &uuid).await.unwrap();
+    assert!(note.contains("destroyed and undefined"), "{note}");
+    assert!(domains_of("ns", "mv").is_empty());
+    assert_eq!(hv.volume(POOL, "ns_mv-root.qcow2").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_provider_id_of_a_domain_defined_for_another_machine_is_refused() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let settings = settings();
+    let (o, s, uuid) = provisioned_machine(&hosts, "mine").await;
+    // Another machine (same namespace, other name) whose spec carries m1's providerID.
+    let thief = Owner {
+        name: "thief".into(),
+        ..moved(&o)
+    };
+    let input = MachineInput {
+        owner: &thief,
+        spec: &s,
+        uuid: &thief.uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message }
+            if message.contains("LibvirtMachine ns/mine") && message.contains("refusing to adopt")),
+        "{err:?}"
+    );
+    assert_eq!(
+        domains_of("ns", "mine"),
+        [(uuid.clone(), o.uid.clone())],
+        "left untouched"
+    );
+    assert!(domains_of("ns", "thief").is_empty(), "nothing defined");
+    assert_eq!(hv.volume(POOL, "ns_thief-root.qcow2").await.unwrap(), None);
+    provision::delete(&*hv, &o, &s, &uuid).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_provider_id_without_a_domain_is_reported_and_never_redefined() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let settings = settings();
+    let o = owner("gone");
+    let mut s = spec(serde_json::json!([]));
+    s.provider_id = Some("libvirt://h1/0000aaaa-0000-4000-8000-000000000777".into());
+    let input = MachineInput {
+        owner: &o,
+        spec: &s,
+        uuid: &o.uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StepError::Permanent { reason: "VMNotFound", message }
+            if message.contains("delete this machine to replace it")),
+        "{err:?}"
+    );
+    assert!(domains_of("ns", "gone").is_empty());
+    assert_eq!(hv.volume(POOL, "ns_gone-root.qcow2").await.unwrap(), None);
+    assert_eq!(hv.uploaded(POOL, "ns_gone-seed.iso"), None);
+
+    // A providerID naming a host the LibvirtCluster does not have is refused too.
+    let mut elsewhere = s.clone();
+    elsewhere.provider_id = Some("libvirt://elsewhere/0000aaaa-0000-4000-8000-000000000777".into());
+    let input = MachineInput {
+        spec: &elsewhere,
+        ..input
+    };
+    let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message } if message.contains("elsewhere")),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_restored_provisioned_machine_remarks_its_domain_and_keeps_its_macs() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let settings = settings();
+    let (o, s, uuid) = provisioned_machine(&hosts, "rst").await;
+    let before = hv.domain_by_uuid(&uuid).await.unwrap().unwrap();
+    // Restored with its status (phase Provisioned) but a new UID, and a CPU change: the domain
+    // is re-marked, then redefined with the MACs it has (not ones derived from the new UID).
+    let copy = moved(&o);
+    let mut s2 = s.clone();
+    s2.cpu.cores = 3;
+    let input = MachineInput {
+        owner: &copy,
+        spec: &s2,
+        uuid: &uuid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    let (reasons, step) = settle(
+        &hosts,
+        &input,
+        Phase::Provisioned {
+            host: "h1".into(),
+            uuid: uuid.clone(),
+        },
+    )
+    .await;
+    assert_eq!(reasons, ["Adopting", "PoweringOff", "Reconfigured", "PoweredOn"]);
+    assert!(step.provisioned.is_some());
+    let after = hv.domain_by_uuid(&uuid).await.unwrap().unwrap();
+    assert_eq!(after.owner.as_ref(), Some(&copy));
+    assert_eq!(after.macs, before.macs);
+    assert_eq!(after.sizing.map(|z| z.cores), Some(3));
+    assert_eq!(domains_of("ns", "rst").len(), 1);
+    provision::delete(&*hv, &copy, &s2, &uuid).await.unwrap();
+    assert!(domains_of("ns", "rst").is_empty());
+}

@@ -17,7 +17,7 @@ use banlieue_libvirt::hypervisor::{
     DomainInfo, ErrorKind, GuestAddress, HostInfo, HvError, HvResult, Hypervisor, VolumeInfo,
 };
 use banlieue_libvirt::machine_controller::{self, MachineContext};
-use banlieue_libvirt::xml::{self, DomainType};
+use banlieue_libvirt::xml::{self, DomainType, Owner};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use serde_json::{Value, json};
 
@@ -228,6 +228,10 @@ impl Hypervisor for SlowHypervisor {
     async fn destroy_domain(&self, uuid: &str) -> HvResult<()> {
         self.pause().await?;
         self.inner.destroy_domain(uuid).await
+    }
+    async fn set_domain_owner(&self, uuid: &str, owner: &Owner) -> HvResult<()> {
+        self.pause().await?;
+        self.inner.set_domain_owner(uuid, owner).await
     }
     async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
         self.pause().await?;

@@ -32,6 +32,7 @@ use crate::error::{Error, Result};
 use crate::owner::{self, Bootstrap, OwnerView};
 use crate::phase::{Phase, task_ref, vm_ref};
 use crate::provision::{self, DeleteStep, MachineInput, StepError};
+use crate::readopt;
 
 /// Finalizer of VSphereMachines and VSphereClusters.
 pub const FINALIZER: &str = "infrastructure.banlieue.io/vsphere";
@@ -198,6 +199,24 @@ pub async fn reconcile(obj: Arc<VSphereMachine>, ctx: Arc<Context>) -> Result<Ac
     else {
         return Ok(Action::await_change());
     };
+    if vm.metadata.deletion_timestamp.is_some()
+        && vm.finalizers().iter().any(|f| f == FINALIZER)
+        && contract::is_deleted_for_move(&vm.metadata)
+    {
+        // `clusterctl move` deletes the source objects once their copies exist on the target
+        // cluster (the Cluster is paused meanwhile): the VM belongs to the copy now. Release the
+        // object, never touch the VM.
+        publish(
+            &ctx,
+            &vm,
+            EventType::Normal,
+            "ReleasedForMove",
+            "clusterctl move deleted this object; its VM is kept for the copy on the target cluster".into(),
+        )
+        .await;
+        patch_finalizers(&api, &vm, false).await?;
+        return Ok(Action::await_change());
+    }
     let Some(owner) = owner::controlling_owner(&vm.metadata) else {
         return Ok(Action::await_change());
     };
@@ -309,8 +328,10 @@ async fn provision(
     })?;
     let uid = vm.uid().unwrap_or_default();
     let name = vm.name_any();
+    let namespace = vm.namespace().unwrap_or_default();
     let input = MachineInput {
         uid: &uid,
+        namespace: &namespace,
         name: &name,
         spec: &vm.spec,
         cluster,
@@ -451,13 +472,37 @@ async fn delete(
         .client(&endpoint)
         .map_err(|p| Error::Invalid(p.to_string()))?;
     let uid = vm.uid().unwrap_or_default();
-    let vm_ref = status.vm_ref.as_deref().map(vm_ref);
+    let mut vm_ref = status.vm_ref.as_deref().map(vm_ref);
     let task = status
         .provisioning
         .as_ref()
         .and_then(|p| p.task_id.as_deref())
         .map(task_ref);
-    match provision::delete_step(&client, &uid, vm_ref, task).await {
+    let (namespace, name) = (vm.namespace().unwrap_or_default(), vm.name_any());
+    let owner = readopt::Owner {
+        uid: &uid,
+        namespace: &namespace,
+        name: &name,
+    };
+    let step = match (&vm_ref, task, vm.spec.provider_id.as_deref()) {
+        // Created anew (clusterctl move, a restore) and deleted before its VM was adopted: adopt
+        // it first, so that deletion deletes the VM instead of leaking it.
+        (None, None, Some(provider_id)) => match readopt::find(&client, owner, provider_id).await {
+            Ok(readopt::Found::Owned(info)) => {
+                vm_ref = Some(info.vm.clone());
+                provision::delete_step(&client, &uid, vm_ref.clone(), None).await
+            }
+            Ok(readopt::Found::Remark(info)) => readopt::remark(&client, &info.vm, owner)
+                .await
+                .map(|t| DeleteStep::Wait(t, "marking the VM as this machine's before deleting it")),
+            Ok(readopt::Found::Missing | readopt::Found::Foreign(..)) => {
+                provision::delete_step(&client, &uid, None, None).await
+            }
+            Err(e) => Err(e),
+        },
+        (_, task, _) => provision::delete_step(&client, &uid, vm_ref.clone(), task).await,
+    };
+    match step {
         Ok(DeleteStep::Gone) => {
             info!("VM deleted; removing the finalizer");
             publish(
@@ -472,6 +517,7 @@ async fn delete(
             Ok(Action::await_change())
         }
         Ok(DeleteStep::Wait(task, what)) => {
+            status.vm_ref = status.vm_ref.take().or(vm_ref.map(|v| v.value));
             let prov = status.provisioning.get_or_insert_with(Default::default);
             prov.state = banlieue_api::common::ProvisioningState::Deleting;
             prov.task_id = Some(task.value.clone());

@@ -1,7 +1,8 @@
 //! One provisioning or deletion step against vCenter. A step starts at most one task and
 //! returns the next [`Phase`]; tasks are polled on the next reconcile, never awaited here.
 //!
-//! Crash safety: every clone carries the machine's UID in extraConfig [`OWNER_KEY`]. Before
+//! Crash safety: every clone carries the machine's UID in extraConfig [`OWNER_KEY`] (and its
+//! `namespace/name` in [`OWNER_NAME_KEY`], see [`crate::readopt`]). Before
 //! cloning (and whenever the clone task is lost) the inventory is searched for a VM with that
 //! UID and such a VM is adopted instead of cloning again. Deletion only ever touches the VM in
 //! `status.vmRef` or one carrying our UID.
@@ -17,10 +18,14 @@ use base64::Engine as _;
 
 use crate::connection::reason_of;
 use crate::phase::Phase;
+use crate::readopt::{self, Found};
 use crate::update::{self, DesiredNic, UpdateAction};
 
 /// extraConfig key holding the owning VSphereMachine's UID.
 pub const OWNER_KEY: &str = "guestinfo.banlieue.owner-uid";
+/// extraConfig key holding the owning VSphereMachine's `namespace/name`: what a machine created
+/// anew by `clusterctl move` (new UID) re-adopts its VM by.
+pub const OWNER_NAME_KEY: &str = "guestinfo.banlieue.owner-name";
 /// How often a running task is polled.
 pub const TASK_POLL: Duration = Duration::from_secs(2);
 /// How often the guest is asked for its IP.
@@ -35,6 +40,8 @@ pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
 pub struct MachineInput<'a> {
     /// UID of the VSphereMachine (ownership marker).
     pub uid: &'a str,
+    /// Namespace of the VSphereMachine.
+    pub namespace: &'a str,
     /// Name: VM name and guest hostname.
     pub name: &'a str,
     /// The spec.
@@ -145,7 +152,7 @@ pub fn guestinfo(input: &MachineInput<'_>, user_data: Option<&[u8]>) -> Vec<(Str
         out.push(("guestinfo.userdata".to_owned(), b64(ud)));
         out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
     }
-    out.push((OWNER_KEY.to_owned(), input.uid.to_owned()));
+    out.extend(readopt::Owner::from(input).marker());
     out
 }
 
@@ -304,6 +311,9 @@ pub async fn provision_step(
     desired_power: PowerState,
 ) -> Result<Step, StepError> {
     match phase {
+        Phase::Clone if input.spec.provider_id.is_some() => {
+            readopt_step(c, input, input.spec.provider_id.as_deref().unwrap_or_default()).await
+        }
         Phase::Clone => {
             if let Some(vm) = adoptable(c, input.uid).await? {
                 return Ok(Step::to(Phase::Configure(vm.clone(), None)).event(
@@ -530,6 +540,23 @@ pub async fn provision_step(
                 }
             }
             let info = existing_vm(c, &vm).await?;
+            let owner = readopt::Owner::from(input);
+            if readopt::remark_provisioned(&info, owner, input.spec.provider_id.as_deref())
+                || readopt::missing_name_marker(&info, owner)
+            {
+                // Created anew with its status (e.g. restored), or cloned before the marker
+                // carried namespace/name: (re-)mark the VM, nothing else.
+                let task = readopt::remark(c, &vm, owner).await?;
+                let why = format!(
+                    "marking VM {} as this machine's ({})",
+                    vm.value,
+                    owner.name_marker()
+                );
+                let mut step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone())
+                    .event("Adopting", why);
+                step.vm = Some(info);
+                return Ok(step);
+            }
             let nics = desired_nics(c, input).await?;
             let (task, waiting, event) =
                 match update::next_action(input.spec, &info, &nics, Some(desired_power)) {
@@ -566,6 +593,38 @@ pub async fn provision_step(
             step.vm = Some(info);
             Ok(step)
         }
+    }
+}
+
+/// A machine with a providerID but no VM in its status was created anew (`clusterctl move`, a
+/// restore; see [`readopt`]): its VM is found by the providerID, re-marked for this object and
+/// adopted like a VM found after a crash (never cloned again, no new bootstrap data).
+async fn readopt_step(c: &Client, input: &MachineInput<'_>, provider_id: &str) -> Result<Step, StepError> {
+    let owner = readopt::Owner::from(input);
+    match readopt::find(c, owner, provider_id).await? {
+        Found::Missing => Err(permanent(
+            readopt::VM_NOT_FOUND,
+            format!(
+                "spec.providerID is {provider_id} but no VM in vCenter has that BIOS uuid (deleted outside banlieue?): delete this machine to replace it"
+            ),
+        )),
+        Found::Foreign(_, why) => Err(permanent(readopt::ADOPTION_FAILED, why)),
+        Found::Remark(info) => {
+            let task = readopt::remark(c, &info.vm, owner).await?;
+            let why = format!(
+                "marking VM {} as this machine's: the object was created anew (clusterctl move or a restore)",
+                info.vm.value
+            );
+            // The adoption goes on once the task is done (the next look finds the VM ours).
+            Ok(
+                Step::wait(Phase::Configure(info.vm, Some(task)), TASK_POLL, why.clone())
+                    .event("Adopting", why),
+            )
+        }
+        Found::Owned(info) => Ok(Step::to(Phase::Configure(info.vm.clone(), None)).event(
+            "Adopted",
+            format!("adopted VM {} by its providerID {provider_id}", info.vm.value),
+        )),
     }
 }
 
@@ -776,6 +835,7 @@ mod tests {
         let (s, c) = (spec(), cluster());
         let input = MachineInput {
             uid: "u",
+            namespace: "ns",
             name: "m",
             spec: &s,
             cluster: &c,
@@ -833,6 +893,7 @@ mod tests {
         let (s, c) = (spec(), cluster());
         let input = MachineInput {
             uid: "u-1",
+            namespace: "ns",
             name: "m",
             spec: &s,
             cluster: &c,
@@ -842,6 +903,7 @@ mod tests {
         let get = |k: &str| gi.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
         assert_eq!(get("guestinfo.userdata"), Some("I2Nsb3VkLWNvbmZpZwo="));
         assert_eq!(get(OWNER_KEY), Some("u-1"));
+        assert_eq!(get(OWNER_NAME_KEY), Some("ns/m"));
         assert!(
             guestinfo(&input, None)
                 .iter()

@@ -1,0 +1,260 @@
+//! A VSphereMachine created anew by `clusterctl move` (or a restore): same namespace, name and
+//! spec with its providerID, a new UID, no status. Driven step by step against a real vcsim
+//! (no Kubernetes needed): the VM is re-adopted and re-marked, never cloned again; a VM created
+//! for another machine is refused; a vanished VM is reported.
+
+#[path = "../../client/tests/support/vcsim.rs"]
+mod vcsim_support;
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail, ensure};
+use banlieue_api::common::PowerState;
+use banlieue_api::infrastructure::{VSphereCluster, VSphereClusterSpec, VSphereMachineSpec};
+use banlieue_vsphere::phase::Phase;
+use banlieue_vsphere::provision::{
+    self, DeleteStep, MachineInput, OWNER_KEY, OWNER_NAME_KEY, Step, StepError,
+};
+use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification, VmInfo, VmPowerState};
+use serde_json::json;
+use vcsim_support::{PASSWORD, USER, Vcsim};
+
+const TEMPLATE: &str = "DC0_C0_RP0_VM0";
+const TIMEOUT: Duration = Duration::from_secs(60);
+const OLD_UID: &str = "3f2c1d4e-0000-4000-8000-00000000a001";
+const NEW_UID: &str = "7d0c5e1a-2b3c-4d5e-8f90-a1b2c3d4e5f6";
+
+async fn vcenter() -> Result<(Vcsim, Client)> {
+    let sim = Vcsim::start(&[])?;
+    let c = ClientBuilder::new(&sim.url, USER, PASSWORD)
+        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
+        .build()?;
+    let vm = c
+        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
+        .await?
+        .context("no model VM")?;
+    let t = c.power_off(&vm).await?;
+    c.wait_task(&t, Duration::from_millis(50), TIMEOUT).await?;
+    c.mark_as_template(&vm).await?;
+    Ok((sim, c))
+}
+
+fn cluster() -> VSphereCluster {
+    VSphereCluster::new(
+        "c",
+        VSphereClusterSpec {
+            datacenter: Some("DC0".into()),
+            ..VSphereClusterSpec::default()
+        },
+    )
+}
+
+fn spec() -> Result<VSphereMachineSpec> {
+    Ok(serde_json::from_value(json!({
+        "source": {"template": TEMPLATE},
+        "resourcePool": "DC0_C0/Resources",
+        "datastore": "LocalDS_0",
+        "cpu": {"cores": 2},
+        "memoryMiB": 2048,
+        "readinessChecks": {"skipGuestAgent": true},
+    }))?)
+}
+
+/// Runs provisioning steps from `phase` until the machine is provisioned and settled; returns
+/// every step.
+async fn drive(
+    c: &Client,
+    input: &MachineInput<'_>,
+    mut phase: Phase,
+    user_data: &[u8],
+) -> Result<Vec<Step>> {
+    let mut steps = Vec::new();
+    for _ in 0..200 {
+        let step = provision::provision_step(c, input, phase.clone(), Some(Some(user_data)), PowerState::On)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        phase = step.phase.clone();
+        let settled = matches!(phase, Phase::Provisioned(_, None)) && step.waiting.is_none();
+        if !step.requeue.is_zero() && !settled {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        steps.push(step);
+        if settled {
+            return Ok(steps);
+        }
+    }
+    bail!("not provisioned after 200 steps: {:#?}", steps.last())
+}
+
+async fn delete(c: &Client, uid: &str, vm: Option<MoRef>) -> Result<()> {
+    let mut task = None;
+    for _ in 0..200 {
+        match provision::delete_step(c, uid, vm.clone(), task.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
+            DeleteStep::Gone => return Ok(()),
+            DeleteStep::Wait(t, _) => {
+                task = Some(t);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    bail!("deletion did not finish")
+}
+
+/// Every VM of the inventory named `name` (templates excluded).
+async fn vms_named(c: &Client, name: &str) -> Result<Vec<MoRef>> {
+    Ok(c.all_vms(&["name", "config.template"])
+        .await?
+        .into_iter()
+        .filter(|(_, p)| {
+            p.get("name").map(|n| n.text.trim()) == Some(name)
+                && p.get("config.template").map(|t| t.text.trim()) != Some("true")
+        })
+        .map(|(vm, _)| vm)
+        .collect())
+}
+
+/// Provisions machine `ns/name` with [`OLD_UID`]; returns its VM and the spec with the
+/// providerID CAPI copies.
+async fn provisioned(
+    c: &Client,
+    cluster: &VSphereCluster,
+    name: &str,
+) -> Result<(VmInfo, VSphereMachineSpec)> {
+    let mut s = spec()?;
+    let input = MachineInput {
+        uid: OLD_UID,
+        namespace: "ns",
+        name,
+        spec: &s,
+        cluster,
+        failure_domain: None,
+    };
+    let steps = drive(c, &input, Phase::Clone, b"#cloud-config\n").await?;
+    let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
+        bail!("not provisioned");
+    };
+    let info = c.vm_info(&vm).await?.context("VM gone")?;
+    ensure!(info.extra_config.get(OWNER_KEY).map(String::as_str) == Some(OLD_UID));
+    ensure!(
+        info.extra_config.get(OWNER_NAME_KEY).map(String::as_str) == Some(format!("ns/{name}").as_str()),
+        "the clone carries namespace/name: {:?}",
+        info.extra_config
+    );
+    s.provider_id = Some(format!(
+        "vsphere://{}",
+        info.bios_uuid.clone().context("no BIOS uuid")?
+    ));
+    Ok((info, s))
+}
+
+#[tokio::test]
+async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id() -> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let cluster = cluster();
+    let (before, s) = provisioned(&c, &cluster, "m1").await?;
+    ensure!(before.power_state == Some(VmPowerState::PoweredOn));
+
+    // The copy: new UID, providerID, no status (Phase::Clone). Its bootstrap data differs to
+    // show it is never delivered.
+    let copy = MachineInput {
+        uid: NEW_UID,
+        namespace: "ns",
+        name: "m1",
+        spec: &s,
+        cluster: &cluster,
+        failure_domain: None,
+    };
+    let steps = drive(&c, &copy, Phase::Clone, b"#cloud-config\nnew: data\n").await?;
+    let events: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| s.event.as_ref())
+        .map(|e| e.0)
+        .collect();
+    ensure!(events == ["Adopting", "Provisioned"], "{events:?}");
+    let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
+        bail!("not provisioned");
+    };
+    ensure!(vm == before.vm, "the same VM: {vm:?} vs {:?}", before.vm);
+    ensure!(
+        vms_named(&c, "m1").await? == vec![before.vm.clone()],
+        "exactly one VM"
+    );
+    let after = c.vm_info(&vm).await?.context("VM gone")?;
+    ensure!(after.bios_uuid == before.bios_uuid);
+    ensure!(after.extra_config.get(OWNER_KEY).map(String::as_str) == Some(NEW_UID));
+    ensure!(after.extra_config.get(OWNER_NAME_KEY).map(String::as_str) == Some("ns/m1"));
+    ensure!(
+        after.extra_config.get("guestinfo.userdata") == before.extra_config.get("guestinfo.userdata"),
+        "bootstrap data not re-delivered"
+    );
+    ensure!(
+        after.power_state == Some(VmPowerState::PoweredOn),
+        "not powered off"
+    );
+    ensure!(c.find_vms_by_extra_config(OWNER_KEY, OLD_UID).await?.is_empty());
+
+    // The old UID cannot delete it any more; the copy's deletion does.
+    delete(&c, OLD_UID, Some(vm.clone())).await?;
+    ensure!(c.vm_info(&vm).await?.is_some(), "deleted by the old object");
+    delete(&c, NEW_UID, Some(vm.clone())).await?;
+    ensure!(c.vm_info(&vm).await?.is_none(), "the adopted VM was deleted");
+    ensure!(vms_named(&c, "m1").await?.is_empty());
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused_and_a_vanished_vm_reported()
+-> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let cluster = cluster();
+    let (before, s) = provisioned(&c, &cluster, "mine").await?;
+    let thief = MachineInput {
+        uid: NEW_UID,
+        namespace: "ns",
+        name: "thief",
+        spec: &s,
+        cluster: &cluster,
+        failure_domain: None,
+    };
+    let err = provision::provision_step(&c, &thief, Phase::Clone, Some(Some(b"")), PowerState::On)
+        .await
+        .err()
+        .context("a foreign VM was adopted")?;
+    ensure!(
+        matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message }
+            if message.contains("VSphereMachine ns/mine") && message.contains("refusing to adopt")),
+        "{err}"
+    );
+    let after = c.vm_info(&before.vm).await?.context("VM gone")?;
+    ensure!(
+        after.extra_config.get(OWNER_KEY).map(String::as_str) == Some(OLD_UID),
+        "left untouched"
+    );
+    ensure!(vms_named(&c, "thief").await?.is_empty(), "nothing cloned");
+
+    // A providerID whose VM is gone: VMNotFound, never a new clone.
+    let mut gone = spec()?;
+    gone.provider_id = Some("vsphere://4218a0f3-dead-4000-8000-000000000777".into());
+    let input = MachineInput {
+        uid: NEW_UID,
+        namespace: "ns",
+        name: "gone",
+        spec: &gone,
+        cluster: &cluster,
+        failure_domain: None,
+    };
+    let err = provision::provision_step(&c, &input, Phase::Clone, Some(Some(b"")), PowerState::On)
+        .await
+        .err()
+        .context("a machine with a vanished VM provisioned")?;
+    ensure!(
+        matches!(&err, StepError::Permanent { reason: "VMNotFound", message }
+            if message.contains("delete this machine to replace it")),
+        "{err}"
+    );
+    ensure!(vms_named(&c, "gone").await?.is_empty(), "nothing cloned");
+    Ok(())
+}

@@ -57,7 +57,8 @@ pub fn file_name(crd: &CustomResourceDefinition) -> String {
     format!("{}.yaml", crd.metadata.name.as_deref().unwrap_or("unnamed"))
 }
 
-/// Renders a CRD as one YAML document (without a leading `---`).
+/// Renders a CRD as one YAML document (without a leading `---`), safe for YAML 1.1 readers
+/// such as `kubectl` and `clusterctl` ([`crate::yaml`]).
 pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_yaml::Error> {
-    serde_yaml::to_string(crd)
+    crate::yaml::to_string(crd)
 }

@@ -21,6 +21,7 @@ pub mod crds;
 pub mod infrastructure;
 pub mod standalone;
 pub mod validation;
+pub mod yaml;
 
 /// API group of the hypervisor-neutral kinds.
 pub const BANLIEUE_GROUP: &str = "banlieue.io";

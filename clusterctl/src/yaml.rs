@@ -13,7 +13,8 @@ pub fn render(header: &str, docs: &[Value]) -> Result<String> {
         out.push('\n');
     }
     for doc in docs {
-        let text = serde_yaml::to_string(doc).map_err(|source| Error::Yaml {
+        // Quoted for YAML 1.1: clusterctl reads `- On` in an enum as `true`.
+        let text = banlieue_api::yaml::to_string(doc).map_err(|source| Error::Yaml {
             what: describe(doc),
             source,
         })?;

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_clusterctl::repository::{self, CAPI_VERSION};
 use banlieue_clusterctl::{Infra, PROXMOX_NAMESPACE, VERSION, components};
-use banlieue_testenv::{TestEnv, bin_dir, crds_from_yaml};
+use banlieue_testenv::{TestEnv, bin_dir, cert_manager_stub_crds};
 
 /// Variables clusterctl sets itself from `generate cluster`'s arguments.
 const CLUSTERCTL_SET: [&str; 5] = [
@@ -45,38 +45,8 @@ fn variables_heading(infra: Infra) -> &'static str {
     }
 }
 
-/// cert-manager's Issuer and Certificate kinds, schema-less: clusterctl skips installing
-/// cert-manager when it can create its test Issuer and Certificate.
-const CERT_MANAGER_CRDS: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: issuers.cert-manager.io}
-spec:
-  group: cert-manager.io
-  scope: Namespaced
-  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: certificates.cert-manager.io}
-spec:
-  group: cert-manager.io
-  scope: Namespaced
-  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
-  versions:
-    - name: v1
-      served: true
-      storage: true
-      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
-"#;
-
 async fn env() -> Result<&'static TestEnv> {
-    let crds = crds_from_yaml(CERT_MANAGER_CRDS, "cert-manager CRDs")?;
+    let crds = cert_manager_stub_crds()?;
     Ok(TestEnv::shared_with(|b| b.crds(crds)).await?)
 }
 
@@ -170,6 +140,27 @@ async fn initialized() -> Result<(&'static TestEnv, &'static Initialized)> {
     }
 }
 
+/// Every `enum` of a schema with its path, in document order.
+fn enums(schema: &serde_json::Value, path: &str, out: &mut Vec<(String, serde_json::Value)>) {
+    match schema {
+        serde_json::Value::Object(map) => {
+            for (key, value) in map {
+                if key == "enum" {
+                    out.push((path.to_owned(), value.clone()));
+                } else {
+                    enums(value, &format!("{path}.{key}"), out);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for item in items {
+                enums(item, path, out);
+            }
+        }
+        _ => {}
+    }
+}
+
 fn kubectl_json(env: &TestEnv, args: &[&str]) -> Result<serde_json::Value> {
     let output = run(
         env.kubectl().args(args).args(["-o", "json"]),
@@ -254,6 +245,23 @@ async fn clusterctl_init_installs_the_provider_with_its_labels() -> Result<()> {
             .map(|k| format!("{}{k}", infra.kind_prefix()))
             .into();
         assert_eq!(kinds, want, "{infra:?}");
+        // clusterctl reads YAML 1.1, where a plain `On`/`Off` is a boolean: the installed schemas
+        // must still be the Rust types' (e.g. `powerState` enum `On`/`Off`, not `true`/`false`).
+        for crd in labelled["items"].as_array().context("items")? {
+            let kind = crd["spec"]["names"]["kind"].as_str().context("kind")?;
+            let live = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+            let ours = banlieue_api::crds::schema_of(kind).context("no such kind")?;
+            let (mut live_enums, mut our_enums) = (Vec::new(), Vec::new());
+            enums(live, "", &mut live_enums);
+            enums(&ours, "", &mut our_enums);
+            live_enums.sort_by(|a, b| a.0.cmp(&b.0));
+            our_enums.sort_by(|a, b| a.0.cmp(&b.0));
+            assert!(
+                !our_enums.is_empty() || !kind.ends_with("Machine"),
+                "{kind}: no enums?"
+            );
+            assert_eq!(live_enums, our_enums, "{kind}: enums as installed by clusterctl");
+        }
     }
 
     // Variables were substituted (token from the environment, defaults for the rest).

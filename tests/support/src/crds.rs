@@ -38,6 +38,41 @@ pub fn crds_from_yaml(text: &str, what: &str) -> Result<Vec<CustomResourceDefini
     Ok(crds)
 }
 
+/// cert-manager's `Issuer` and `Certificate` kinds, schema-less. `clusterctl init` installs
+/// cert-manager (downloaded from GitHub, unreachable here) unless it can create its test Issuer
+/// and Certificate; with these CRDs it can, and prints `Skipping installing cert-manager`.
+pub fn cert_manager_stub_crds() -> Result<Vec<CustomResourceDefinition>> {
+    crds_from_yaml(CERT_MANAGER_CRDS, "cert-manager stub CRDs")
+}
+
+const CERT_MANAGER_CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: issuers.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Issuer, plural: issuers, singular: issuer, listKind: IssuerList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: certificates.cert-manager.io}
+spec:
+  group: cert-manager.io
+  scope: Namespaced
+  names: {kind: Certificate, plural: certificates, singular: certificate, listKind: CertificateList}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
 /// Reads [`crds_from_yaml`] from each file, in order.
 pub fn crds_from_files<P: AsRef<Path>>(
     paths: impl IntoIterator<Item = P>,

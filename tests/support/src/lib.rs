@@ -29,7 +29,7 @@ mod process;
 mod workdir;
 
 pub use binaries::{BIN_DIR_ENV_VAR, bin_dir};
-pub use crds::{FIELD_MANAGER, crds_from_files, crds_from_yaml, install_crds};
+pub use crds::{FIELD_MANAGER, cert_manager_stub_crds, crds_from_files, crds_from_yaml, install_crds};
 pub use env::{
     EXTERNAL_KUBECONFIG_ENV_VAR, NAMESPACE_LABEL, START_TIMEOUT_ENV_VAR, TestEnv, TestEnvBuilder,
     TestNamespace, free_port,

@@ -95,6 +95,18 @@ pub enum Invalid {
     /// Neither the VirtualMachine nor its class gives CPU and memory.
     #[error("no CPU or memory size: set spec.cpu and spec.memoryMiB, or spec.classRef")]
     NoSize,
+    /// The chosen backend's infrastructure kinds are not installed in this cluster.
+    #[error(
+        "{kind} is not installed in this cluster (Provider {provider}): install its provider, e.g. clusterctl init --infrastructure banlieue-{backend}"
+    )]
+    KindNotInstalled {
+        /// The infrastructure machine kind.
+        kind: &'static str,
+        /// Wire form of the backend.
+        backend: &'static str,
+        /// The chosen Provider.
+        provider: String,
+    },
 }
 
 impl Invalid {
@@ -112,6 +124,7 @@ impl Invalid {
             Self::MachineConflict { .. } => "InfrastructureMachineConflict",
             Self::InfraClusterConflict { .. } => "InfrastructureClusterConflict",
             Self::NoSize => "NoSize",
+            Self::KindNotInstalled { .. } => "ProviderKindNotInstalled",
         }
     }
 }

@@ -25,7 +25,7 @@ use banlieue_api::banlieue::{
     Provider, VirtualMachine, VirtualMachineClass, VirtualMachineImage, VirtualMachineStatus,
 };
 use banlieue_api::common::ContractReference;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -43,6 +43,7 @@ use crate::finalizer;
 use crate::infra_cluster::{self, Ensured, InfraClusters};
 use crate::mirror::{self, MachineView, MirrorInput};
 use crate::registry::{self, BackendEntry};
+use crate::served;
 use crate::{Error, Result};
 
 /// Upper bound of one reconcile (all its API calls together).
@@ -133,6 +134,8 @@ pub struct Context {
     /// Per VirtualMachine uid, our status writes not yet seen through the watch: see
     /// [`Written`].
     written: Mutex<HashMap<String, Written>>,
+    /// The infrastructure machine kinds installed when this run started ([`served`]).
+    served: Vec<&'static str>,
 }
 
 /// The controller's own status writes of one VirtualMachine that its watch cache has not caught
@@ -301,6 +304,17 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         superseded.push(rv);
     }
     let mut plan = plan(vm, ctx).await?;
+    if let Some(entry) = plan.entry
+        && !ctx.served.contains(&entry.kind)
+    {
+        plan.invalid = Some(Invalid::KindNotInstalled {
+            kind: entry.kind,
+            backend: entry.image_key,
+            provider: plan.provider.clone().unwrap_or_default(),
+        });
+        plan.desired = None;
+        plan.cluster = None;
+    }
 
     // The infra cluster object of the Provider in this namespace, before the machine (the
     // provider waits for it to be provisioned).
@@ -319,7 +333,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
 
     // The machine: read, then apply only when it lacks what the controller owns.
     let mut machine: Option<DynamicObject> = None;
-    if let Some(entry) = plan.entry {
+    if let Some(entry) = plan.entry.filter(|e| ctx.served.contains(&e.kind)) {
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &entry.api_resource());
         machine = api
             .get_opt(&name)
@@ -450,11 +464,12 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
     let mut remaining: Option<(&'static BackendEntry, DynamicObject)> = None;
     for entry in registry::REGISTRY {
         let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &entry.api_resource());
-        let Some(machine) = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| Error::kube(format!("reading {} {ns}/{name}", entry.kind), e))?
-        else {
+        let found = match api.get_opt(&name).await {
+            // A kind that is not installed holds no machine.
+            Err(e) if served::is_kind_not_served(&e) => None,
+            found => found.map_err(|e| Error::kube(format!("reading {} {ns}/{name}", entry.kind), e))?,
+        };
+        let Some(machine) = found else {
             continue;
         };
         if !controlled(&machine, &uid) {
@@ -609,14 +624,77 @@ pub async fn run(
     run_with_metrics(client, namespace, shutdown, Arc::new(Metrics::default())).await;
 }
 
-/// [`run`], counting into `metrics`.
+/// [`run`], counting into `metrics`. Watches the infrastructure kinds that are installed, and
+/// restarts itself when that set changes ([`served`]).
 pub async fn run_with_metrics(
     client: Client,
     namespace: Option<String>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
     metrics: Arc<Metrics>,
 ) {
-    let namespace = namespace.as_deref();
+    run_with_discovery_interval(client, namespace, shutdown, metrics, served::DISCOVERY_INTERVAL).await;
+}
+
+/// [`run_with_metrics`], asking discovery for installed providers every `interval`.
+pub async fn run_with_discovery_interval(
+    client: Client,
+    namespace: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+) {
+    let shutdown = shutdown.shared();
+    loop {
+        let entries = served::served_entries(&client)
+            .await
+            .unwrap_or_else(|| registry::REGISTRY.iter().collect());
+        let kinds = served::kinds(&entries);
+        let missing: Vec<&str> = registry::REGISTRY
+            .iter()
+            .map(|e| e.kind)
+            .filter(|k| !kinds.contains(k))
+            .collect();
+        if !missing.is_empty() {
+            info!(
+                installed = ?kinds,
+                not_installed = ?missing,
+                "some providers' kinds are not installed: their VirtualMachines wait for them"
+            );
+        }
+        let (changed_tx, changed_rx) = tokio::sync::oneshot::channel::<()>();
+        let discovery = tokio::spawn({
+            let client = client.clone();
+            async move {
+                served::wait_for_change(client, kinds, interval).await;
+                let _ = changed_tx.send(());
+            }
+        });
+        let changed = changed_rx.map(|_| ());
+        let stop = futures::future::select(shutdown.clone(), changed).map(|_| ());
+        run_once(
+            client.clone(),
+            namespace.as_deref(),
+            stop,
+            metrics.clone(),
+            &entries,
+        )
+        .await;
+        discovery.abort();
+        if shutdown.peek().is_some() {
+            return;
+        }
+        info!("the installed infrastructure kinds changed: restarting the controller with their watches");
+    }
+}
+
+/// One run of the controller with watches on `entries`' kinds, until `stop`.
+async fn run_once(
+    client: Client,
+    namespace: Option<&str>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    metrics: Arc<Metrics>,
+    entries: &[&'static BackendEntry],
+) {
     let vms: Api<VirtualMachine> = match namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -651,7 +729,7 @@ pub async fn run_with_metrics(
     // reconciles every VirtualMachine, so those of that Provider apply it again.
     let mut cluster_stores = Vec::new();
     let mut cluster_deletions = Vec::new();
-    for entry in registry::REGISTRY {
+    for entry in entries {
         let ar = entry.cluster_api_resource();
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
@@ -713,6 +791,7 @@ pub async fn run_with_metrics(
         clusters: InfraClusters::new(cluster_stores),
         failures: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
+        served: served::kinds(entries),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -723,7 +802,7 @@ pub async fn run_with_metrics(
     });
     ctx.metrics.ready.store(true, Ordering::Relaxed);
     let mut controller = Controller::new(vms, watcher::Config::default());
-    for entry in registry::REGISTRY {
+    for entry in entries {
         let ar = entry.api_resource();
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),

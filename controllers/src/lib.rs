@@ -8,8 +8,8 @@
 //! Modules: [`registry`] (backend → kind table), [`build`] (pure: provider choice, class and
 //! image resolution, the desired machine and infra cluster), [`mirror`] (pure: machine status
 //! → VirtualMachine status), [`finalizer`] (the VirtualMachine finalizer's patches),
-//! [`infra_cluster`] (the infra cluster object per Provider and namespace), [`controller`] (the
-//! kube-runtime reconciler). The crate also renders the CRDs for
+//! [`infra_cluster`] (the infra cluster object per Provider and namespace), [`served`] (which
+//! providers' kinds are installed), [`controller`] (the kube-runtime reconciler). The crate also renders the CRDs for
 //! the `banlieue crds` subcommand.
 
 pub mod build;
@@ -21,6 +21,7 @@ pub mod leader;
 pub mod mirror;
 pub mod rbac;
 pub mod registry;
+pub mod served;
 
 /// Errors of the banlieue CLI.
 #[derive(Debug, thiserror::Error)]

@@ -214,7 +214,13 @@ pub fn write_capi(dir: &Path, crd_dir: &Path, capi_version: &str) -> Result<Vec<
                 crd_dir.display()
             )));
         }
-        docs.extend(selected);
+        // CAPI's release manifests label its CRDs with the contract they implement (kustomize
+        // `commonLabels`); the CRDs built from the Go module carry none. Without it CAPI finds
+        // no version of KubeadmControlPlane/KubeadmConfigTemplate for contract v1beta2.
+        docs.extend(selected.into_iter().map(|mut crd| {
+            crd["metadata"]["labels"][banlieue_capi::contract::CONTRACT_LABEL] = json!(metadata::CONTRACT);
+            crd
+        }));
         if type_ == "CoreProvider" {
             docs.push(json!({
                 "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -341,6 +347,12 @@ mod tests {
                 .all(|d| d["spec"]["group"] == "controlplane.cluster.x-k8s.io")
         );
         assert_eq!(docs[0]["metadata"]["name"], "capi-kubeadm-control-plane-system");
+        assert!(
+            docs.iter()
+                .skip(1)
+                .all(|d| d["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"] == "v1beta2"),
+            "every CAPI CRD carries the contract label its release manifests add"
+        );
         let core = yaml::parse(&std::fs::read_to_string(&entries[0].components).unwrap(), "core").unwrap();
         assert!(
             core.iter()

@@ -25,9 +25,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use banlieue_clusterctl::repository::CAPI_VERSION;
 use banlieue_conformance::report::{Outcome, Report, report_dir};
 use banlieue_pve_sim::{SimConfig, SimHandle};
-use banlieue_testenv::{ManagedProcess, TestEnv, bin_dir, crds_from_files, free_port};
+use banlieue_testenv::{ManagedProcess, TestEnv, bin_dir, cert_manager_stub_crds, free_port};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -401,14 +402,100 @@ async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBu
     }
 }
 
-fn capi_crd_files() -> Result<Vec<PathBuf>> {
-    let dir = bin_dir().join("capi-crds");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .with_context(|| format!("reading {} (run tests/controlplane/build.sh)", dir.display()))?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    files.sort();
-    Ok(files)
+/// Writes banlieue's local clusterctl repository for this management cluster: CAPI v1.14.2's
+/// core, kubeadm bootstrap and control-plane providers (their CRDs from
+/// `tests/controlplane/bin/capi-crds`, no Deployments: the managers run as processes) and
+/// banlieue-proxmox from this tree. Returns the `clusterctl.yaml` pointing at it.
+fn write_repository(env: &TestEnv) -> Result<PathBuf> {
+    let repo = env.workdir().join("clusterctl/repository");
+    let mut entries =
+        banlieue_clusterctl::repository::write_capi(&repo, &bin_dir().join("capi-crds"), CAPI_VERSION)?;
+    entries.push(banlieue_clusterctl::repository::write_proxmox(
+        &repo,
+        &workspace().join("templates"),
+    )?);
+    Ok(banlieue_clusterctl::repository::write_config(&repo, &entries)?)
+}
+
+/// clusterctl with a private HOME and no version check.
+fn clusterctl(env: &TestEnv) -> Result<std::process::Command> {
+    let home = env.workdir().join("clusterctl/home");
+    std::fs::create_dir_all(&home)?;
+    let mut cmd = std::process::Command::new(bin_dir().join("clusterctl"));
+    cmd.env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true");
+    Ok(cmd)
+}
+
+fn run_clusterctl(cmd: &mut std::process::Command, what: &str) -> Result<String> {
+    let output = banlieue_testenv::run_with_timeout(cmd, Duration::from_secs(300))
+        .with_context(|| format!("running {what}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    ensure!(
+        output.status.success(),
+        "{what} failed ({}):\n{text}",
+        output.status
+    );
+    Ok(text)
+}
+
+/// Makes `env` a management cluster the way a user does: the real `clusterctl init` with CAPI's
+/// core, kubeadm bootstrap and kubeadm control-plane providers and banlieue-proxmox from the
+/// local repository (cert-manager is skipped: the env has its stub CRDs). Waits until the
+/// installed CRDs are served. Returns the `clusterctl.yaml` of the repository.
+async fn clusterctl_init(env: &TestEnv, sim: &SimHandle) -> Result<PathBuf> {
+    let config = write_repository(env)?;
+    let output = run_clusterctl(
+        clusterctl(env)?
+            .arg("init")
+            .arg(format!("--config={}", config.display()))
+            .arg(format!("--kubeconfig={}", env.admin().path().display()))
+            .args([
+                &format!("--core=cluster-api:{CAPI_VERSION}"),
+                &format!("--bootstrap=kubeadm:{CAPI_VERSION}"),
+                &format!("--control-plane=kubeadm:{CAPI_VERSION}"),
+                &format!(
+                    "--infrastructure={}:{}",
+                    banlieue_clusterctl::PROXMOX_PROVIDER,
+                    banlieue_clusterctl::VERSION
+                ),
+            ])
+            .env("PROXMOX_TOKEN", sim.token_id())
+            .env("PROXMOX_SECRET", sim.token_secret()),
+        "clusterctl init",
+    )?;
+    ensure!(
+        output.contains("Skipping installing cert-manager"),
+        "clusterctl init did not skip cert-manager:\n{output}"
+    );
+    let client = env.client().await?;
+    let kinds = [
+        capi("Cluster"),
+        capi("Machine"),
+        resource("controlplane.cluster.x-k8s.io", "v1beta2", "KubeadmControlPlane"),
+        resource("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
+        infra("ProxmoxMachine"),
+        infra("ProxmoxCluster"),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for ar in &kinds {
+        loop {
+            let api: Api<DynamicObject> = Api::all_with(client.clone(), ar);
+            match api.list(&kube::api::ListParams::default().limit(1)).await {
+                Ok(_) => break,
+                Err(e) if Instant::now() > deadline => {
+                    bail!("{} not served after clusterctl init: {e}", ar.kind)
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+            }
+        }
+    }
+    Ok(config)
 }
 
 /// Starts one of CAPI's managers. Ports are picked free but bound by the manager a moment later
@@ -460,14 +547,14 @@ async fn start_capi_manager(env: &TestEnv, name: &str) -> Result<ManagedProcess>
 
 /// `clusterctl generate cluster` from banlieue's local repository (written by
 /// `banlieue-clusterctl`), with the simulator and the emulated workload endpoint as variables.
-fn generate_cluster(env: &TestEnv, ns: &str, sim: &SimHandle, endpoint: (&str, u16)) -> Result<String> {
-    let dir = env.workdir().join("clusterctl");
-    let templates = workspace().join("templates");
-    let entry = banlieue_clusterctl::repository::write_proxmox(&dir.join("repository"), &templates)?;
-    let config = banlieue_clusterctl::repository::write_config(&dir.join("repository"), &[entry])?;
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home)?;
-    let output = std::process::Command::new(bin_dir().join("clusterctl"))
+fn generate_cluster(
+    env: &TestEnv,
+    config: &Path,
+    ns: &str,
+    sim: &SimHandle,
+    endpoint: (&str, u16),
+) -> Result<String> {
+    let output = clusterctl(env)?
         .args(["generate", "cluster", CLUSTER, "--infrastructure"])
         .arg(format!(
             "{}:{}",
@@ -488,9 +575,6 @@ fn generate_cluster(env: &TestEnv, ns: &str, sim: &SimHandle, endpoint: (&str, u
             "--worker-machine-count",
             "2",
         ])
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
         .env("PROXMOX_URL", sim.url())
         .env("PROXMOX_TEMPLATE_VMID", TEMPLATE_VMID)
         .env("PROXMOX_CREDENTIALS_SECRET", "pve-sim")
@@ -561,22 +645,25 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
     let started = Instant::now();
 
     // ---- environment ----
-    let mut crds = banlieue_api::crds::all();
-    // CAPI's release manifests label its own CRDs with the contract (kustomize `commonLabels`);
-    // the CRD files built from the Go module carry none, so add what the release adds.
-    crds.extend(crds_from_files(capi_crd_files()?)?.into_iter().map(|mut crd| {
-        crd.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert("cluster.x-k8s.io/v1beta2".into(), "v1beta2".into());
-        crd
-    }));
+    // banlieue's own kinds (VirtualMachine, Provider, …) for the coexistence step; the
+    // infrastructure kinds and CAPI's come from `clusterctl init`, as for a user.
+    let mut crds: Vec<_> = banlieue_api::crds::all()
+        .into_iter()
+        .filter(|crd| crd.spec.group != banlieue_api::INFRASTRUCTURE_GROUP)
+        .collect();
+    crds.extend(cert_manager_stub_crds()?);
     let controller_dir = controller_dir()?;
-    let (mgmt, workload) = tokio::try_join!(
+    // The management cluster, the workload cluster's API server, and the target of `clusterctl
+    // move`.
+    let (mgmt, workload, target) = tokio::try_join!(
         TestEnv::builder().allow_external(false).crds(crds).start(),
         TestEnv::builder()
             .allow_external(false)
             .controller_manager(false)
+            .start(),
+        TestEnv::builder()
+            .allow_external(false)
+            .crds(cert_manager_stub_crds()?)
             .start(),
     )?;
     let client = mgmt.client().await?;
@@ -590,6 +677,16 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         ..SimConfig::fast()
     };
     let sim = Arc::new(banlieue_pve_sim::start(sim_config).await?);
+    let t = Instant::now();
+    let config = clusterctl_init(&mgmt, &sim)
+        .await
+        .context("clusterctl init on the management cluster")?;
+    report.record(
+        "install",
+        "clusterctl init --core cluster-api --bootstrap kubeadm --control-plane kubeadm --infrastructure banlieue-proxmox (local repository)",
+        Outcome::pass("providers in clusterctl's inventory, CRDs served"),
+        Some(t.elapsed()),
+    );
     let mut procs = Processes(Vec::new());
     for manager in [
         "capi-manager",
@@ -629,7 +726,14 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         sim: sim.clone(),
         report,
     };
-    let result = lifecycle(&mut run, &mut procs, &mgmt, &workload, &controller_dir).await;
+    let envs = Envs {
+        mgmt: &mgmt,
+        workload: &workload,
+        target: &target,
+        config: &config,
+        controller_dir: &controller_dir,
+    };
+    let result = lifecycle(&mut run, &mut procs, &envs).await;
     emulator.abort();
     if let Err(e) = &result {
         run.report.record(
@@ -662,10 +766,12 @@ const NOTES: &[&str] = &[
     "CAPI's managers run as processes with admin credentials; their webhooks serve but are not \
      registered (no Service reaches a process), so the MachineDeployment defaults its \
      defaulting webhook would add (selector and template labels, rollout strategy RollingUpdate \
-     1/0, deletion order Random) are set in the manifest. CAPI's own CRDs get the contract label \
-     `cluster.x-k8s.io/v1beta2: v1beta2` their release manifests carry.",
-    "`clusterctl init` is not run: it installs Deployments, and no kubelet runs here. The CRDs are \
-     installed directly and the controllers run as processes.",
+     1/0, deletion order Random) are set in the manifest.",
+    "Both management clusters are set up by the real `clusterctl init` from banlieue's local \
+     repository. CAPI's providers there are its CRDs only (no manager Deployments; the CRDs carry \
+     the contract label `cluster.x-k8s.io/v1beta2: v1beta2` CAPI's release manifests add); \
+     banlieue-proxmox's are its real components, whose Deployment gets no pod (no kubelet): the \
+     controllers run as processes with admin credentials instead.",
     "The workload cluster is emulated: a second harness kube-apiserver is the control-plane \
      endpoint (its admin kubeconfig is the `<cluster>-kubeconfig` Secret, so KCP uses it as \
      given); kubeadm init/join + kubelet are emulated by creating `kube-system/kubeadm-config` and \
@@ -674,13 +780,22 @@ const NOTES: &[&str] = &[
      never generates join data and workers stop at bootstrap (no VM).",
 ];
 
-async fn lifecycle(
-    run: &mut Run,
-    procs: &mut Processes,
-    mgmt: &TestEnv,
-    workload: &TestEnv,
-    controller_dir: &Path,
-) -> Result<()> {
+/// The clusters and files of the run.
+struct Envs<'a> {
+    /// The management cluster (`clusterctl init` done, managers running).
+    mgmt: &'a TestEnv,
+    /// The emulated workload cluster's API server.
+    workload: &'a TestEnv,
+    /// The second management cluster, target of `clusterctl move`.
+    target: &'a TestEnv,
+    /// `clusterctl.yaml` of the local repository.
+    config: &'a Path,
+    /// Folder of the banlieue binaries.
+    controller_dir: &'a Path,
+}
+
+async fn lifecycle(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> Result<()> {
+    let (mgmt, workload) = (envs.mgmt, envs.workload);
     let ns = run.ns.clone();
     let endpoint = workload
         .server()
@@ -691,7 +806,7 @@ async fn lifecycle(
 
     // ---- generate + apply ----
     let t = Instant::now();
-    let generated = generate_cluster(mgmt, &ns, &run.sim, (&endpoint.0, endpoint.1));
+    let generated = generate_cluster(mgmt, envs.config, &ns, &run.sim, (&endpoint.0, endpoint.1));
     let docs = generated.and_then(|text| parse_docs(&text));
     let result = docs.as_ref().map(|d| {
         let kinds: Vec<&str> = d.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -710,7 +825,9 @@ async fn lifecycle(
     let t = Instant::now();
     let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &ns);
     let creds: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "pve-sim"},
+        // In the cluster's namespace and owned by no Cluster: `clusterctl move` takes it along
+        // only with this label (see the provider README, "Moving a cluster").
+        "metadata": {"name": "pve-sim", "labels": {"clusterctl.cluster.x-k8s.io/move": ""}},
         "stringData": {"tokenID": run.sim.token_id(), "secret": run.sim.token_secret()},
     }))?;
     secrets.create(&PostParams::default(), &creds).await?;
@@ -979,7 +1096,7 @@ async fn lifecycle(
 
     // ---- standalone VirtualMachine beside the cluster ----
     let t = Instant::now();
-    let r = coexist(run, procs, mgmt, controller_dir).await;
+    let r = coexist(run, procs, mgmt, envs.controller_dir).await;
     run.record(
         "coexistence",
         "a standalone VirtualMachine (banlieue controller) in the same namespace: provisioned and deleted; neither side touches the other's objects",
@@ -988,7 +1105,18 @@ async fn lifecycle(
     );
     r?;
 
-    // ---- delete ----
+    // ---- clusterctl move ----
+    let t = Instant::now();
+    let r = move_cluster(run, procs, envs).await;
+    run.record(
+        "move",
+        "clusterctl move to a second management cluster (clusterctl init, CAPI + banlieue-proxmox running): the objects arrive, banlieue-proxmox there adopts the same VMs (VMIDs, uuids) without cloning, starting or deleting any, CAPI there reports every Machine provisioned with its providerID and nodeRef; nothing left on the source",
+        t,
+        &r,
+    );
+    r?;
+
+    // ---- delete (on the target management cluster) ----
     let t = Instant::now();
     let r = delete_cluster(run, procs).await;
     run.record(
@@ -999,12 +1127,6 @@ async fn lifecycle(
     );
     r?;
 
-    run.report.record(
-        "not runnable",
-        "clusterctl move (CAPI SelfHosted spec)",
-        Outcome::skip("needs a second management cluster set up by `clusterctl init` (Deployments, no kubelet here) and moving the emulated workload endpoint; not done"),
-        None,
-    );
     for (spec, why) in NOT_RUNNABLE {
         run.report
             .record("not runnable", *spec, Outcome::skip(*why), None);
@@ -1023,7 +1145,7 @@ const NOT_RUNNABLE: &[(&str, &str)] = &[
     ),
     (
         "ClusterctlUpgrade",
-        "needs published provider releases and `clusterctl init` of Deployments",
+        "needs an older published release of each provider to upgrade from",
     ),
     (
         "KCP scale / rollout",
@@ -1374,6 +1496,186 @@ async fn pause(run: &Run, procs: &mut Processes, paused: bool) -> Result<String>
         Ok(Ok(format!("{} objects Paused={want}", objects.len())))
     })
     .await
+}
+
+/// `(VMID, smbios1)` of every simulated VM: what must not change across a move.
+fn vm_identities(run: &Run) -> BTreeMap<u32, String> {
+    run.vms()
+        .into_iter()
+        .map(|(vmid, vm)| (vmid, vm.config.get("smbios1").cloned().unwrap_or_default()))
+        .collect()
+}
+
+/// Tasks of the simulator of these types (e.g. `qmclone`).
+fn task_count(run: &Run, kinds: &[&str]) -> usize {
+    run.sim
+        .tasks()
+        .iter()
+        .filter(|t| kinds.contains(&t.kind.as_str()))
+        .count()
+}
+
+/// CAPI's SelfHosted step: `clusterctl move` from the management cluster to `envs.target`, where
+/// `clusterctl init` ran and CAPI's managers and banlieue-proxmox run. The run continues on the
+/// target (`run.client`, `procs`).
+async fn move_cluster(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> Result<String> {
+    let all = format!("cluster.x-k8s.io/cluster-name={CLUSTER}");
+    let before_vms = vm_identities(run);
+    let lifecycle_tasks = ["qmclone", "qmstart", "qmstop", "qmshutdown", "qmdestroy"];
+    let tasks_before = task_count(run, &lifecycle_tasks);
+    let provider_ids: BTreeMap<String, Value> = run
+        .list(&capi("Machine"))
+        .await?
+        .iter()
+        .map(|m| {
+            (
+                m["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                m["spec"]["providerID"].clone(),
+            )
+        })
+        .collect();
+    ensure!(
+        !before_vms.is_empty() && before_vms.len() == provider_ids.len(),
+        "before the move: {} VMs for {} Machines",
+        before_vms.len(),
+        provider_ids.len()
+    );
+
+    // The target management cluster: `clusterctl init` (inventory, CRDs) and the controllers its
+    // Deployments would run.
+    let config = clusterctl_init(envs.target, &run.sim)
+        .await
+        .context("clusterctl init on the target management cluster")?;
+    let mut target = Vec::new();
+    for manager in [
+        "capi-manager",
+        "capi-kubeadm-bootstrap-manager",
+        "capi-kubeadm-control-plane-manager",
+    ] {
+        target.push(start_capi_manager(envs.target, manager).await?);
+    }
+    target.push(banlieue_dev::start_controller(
+        envs.controller_dir,
+        banlieue_dev::PROXMOX_PROVIDER,
+        banlieue_dev::controller_args(banlieue_dev::PROXMOX_PROVIDER),
+        envs.target.admin().path(),
+        &envs.target.workdir().join("logs"),
+    )?);
+
+    let output = run_clusterctl(
+        clusterctl(envs.mgmt)?
+            .arg("move")
+            .arg(format!("--config={}", config.display()))
+            .arg(format!("--kubeconfig={}", envs.mgmt.admin().path().display()))
+            .arg(format!(
+                "--to-kubeconfig={}",
+                envs.target.admin().path().display()
+            ))
+            .args(["--namespace", &run.ns, "-v", "1"]),
+        "clusterctl move",
+    )?;
+
+    // Nothing of the cluster is left on the source (the Provider-owned ProxmoxCluster of the
+    // standalone step is not the cluster's).
+    let mut left = Vec::new();
+    for ar in [
+        capi("Cluster"),
+        capi("Machine"),
+        infra("ProxmoxMachine"),
+        infra("ProxmoxCluster"),
+        infra("ProxmoxMachineTemplate"),
+    ] {
+        for obj in run.list(&ar).await? {
+            if owner_kinds(&obj) != ["Provider"] {
+                left.push(format!("{}/{}", ar.kind, obj["metadata"]["name"]));
+            }
+        }
+    }
+    ensure!(
+        left.is_empty(),
+        "left on the source after the move: {left:?}\n{output}"
+    );
+
+    // From here on the run is on the target.
+    procs.0 = target;
+    run.client = envs.target.client().await?;
+    let pairs = poll(
+        procs,
+        "Machines provisioned again on the target",
+        STEP_TIMEOUT,
+        async || {
+            let c = run
+                .get(&capi("Cluster"), CLUSTER)
+                .await?
+                .context("no Cluster on the target")?;
+            if c["spec"]["paused"] == true {
+                return Ok(Err("Cluster still paused".into()));
+            }
+            if condition_status(&c, "InfrastructureReady").as_deref() != Some("True") {
+                return Ok(Err(format!("Cluster conditions {}", c["status"]["conditions"])));
+            }
+            let pairs = match machines_provisioned(run, &all, provider_ids.len()).await? {
+                Ok(pairs) => pairs,
+                Err(state) => return Ok(Err(state)),
+            };
+            for (m, pm) in &pairs {
+                let name = m["metadata"]["name"].as_str().unwrap_or_default();
+                if provider_ids.get(name) != Some(&m["spec"]["providerID"]) {
+                    return Ok(Err(format!(
+                        "{name}: providerID {} changed",
+                        m["spec"]["providerID"]
+                    )));
+                }
+                if m["status"]["nodeRef"]["name"].is_null() {
+                    return Ok(Err(format!("{name}: no nodeRef yet")));
+                }
+                if condition_status(pm, "Ready").as_deref() != Some("True") {
+                    return Ok(Err(format!(
+                        "{name}: ProxmoxMachine not Ready: {}",
+                        pm["status"]["conditions"]
+                    )));
+                }
+            }
+            Ok(Ok(pairs))
+        },
+    )
+    .await?;
+
+    // The same VMs, none cloned, started, stopped or deleted, each now marked for the target's
+    // ProxmoxMachine (so that deleting it deletes the VM).
+    let after_vms = vm_identities(run);
+    ensure!(
+        after_vms == before_vms,
+        "VMs changed across the move: before {before_vms:?}, after {after_vms:?}"
+    );
+    let tasks_after = task_count(run, &lifecycle_tasks);
+    ensure!(
+        tasks_after == tasks_before,
+        "{} clone/start/stop/delete tasks ran during the move",
+        tasks_after - tasks_before
+    );
+    for (_, pm) in &pairs {
+        let vmid = pm["status"]["vmid"]
+            .as_u64()
+            .context("ProxmoxMachine without vmid")? as u32;
+        let uid = pm["metadata"]["uid"].as_str().unwrap_or_default();
+        let vm = run.sim.vm(vmid).context("VM of a moved ProxmoxMachine")?;
+        ensure!(before_vms.contains_key(&vmid), "VM {vmid} is new");
+        ensure!(vm.running, "VM {vmid} is not running");
+        let tag = format!("banlieue-uid-{uid}");
+        ensure!(
+            vm.config
+                .get("tags")
+                .is_some_and(|t| t.split([';', ',', ' ']).any(|t| t == tag)),
+            "VM {vmid} is not marked for the target's ProxmoxMachine {uid}: tags {:?}",
+            vm.config.get("tags")
+        );
+    }
+    Ok(format!(
+        "{} Machines provisioned with their nodeRef on the target; VMIDs {:?} and uuids unchanged, 0 clone/start/stop/delete tasks; VMs re-marked for the new ProxmoxMachine UIDs",
+        pairs.len(),
+        before_vms.keys().collect::<Vec<_>>()
+    ))
 }
 
 async fn delete_cluster(run: &Run, procs: &mut Processes) -> Result<String> {

@@ -607,6 +607,47 @@ async fn pausing_the_cluster_is_reported_on_a_provisioned_machine_at_once() -> R
 }
 
 #[tokio::test]
+async fn an_object_deleted_by_clusterctl_move_is_released_and_its_vm_kept() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-move").await?;
+    let controller = s.start_controller();
+    s.machine("m1", None).await?;
+    s.wait_for("m1", "provisioned", provisioned).await?;
+    let vms_before = s.pve.vms();
+    assert_eq!(vms_before.len(), 1);
+    // What clusterctl move does to the source object (the Cluster is not even paused here).
+    let annotate = serde_json::json!({"metadata": {"annotations": {
+        banlieue_capi::contract::DELETE_FOR_MOVE_ANNOTATION: ""}}});
+    let machines = s.api::<ProxmoxMachine>();
+    machines
+        .patch("m1", &PatchParams::default(), &Patch::Merge(&annotate))
+        .await?;
+    machines.delete("m1", &DeleteParams::default()).await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while machines.get_opt("m1").await?.is_some() {
+        if tokio::time::Instant::now() > deadline {
+            bail!("the provider kept its finalizer on an object deleted for move");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let vms_after = s.pve.vms();
+    assert_eq!(
+        vms_after.keys().collect::<Vec<_>>(),
+        vms_before.keys().collect::<Vec<_>>(),
+        "the VM belongs to the copy on the target cluster"
+    );
+    assert!(vms_after.values().all(|vm| vm.running));
+    let calls = s.pve.calls();
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c == "stop_vm" || c == "delete_vm" || c == "shutdown_vm"),
+        "{calls:?}"
+    );
+    controller.abort();
+    Ok(())
+}
+
+#[tokio::test]
 async fn machine_templates_publish_their_capacity() -> Result<()> {
     use banlieue_api::infrastructure::{ProxmoxMachineTemplate, ProxmoxMachineTemplateSpec};
     use banlieue_proxmox::template_controller::{self, TemplateContext};

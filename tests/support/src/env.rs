@@ -553,6 +553,15 @@ impl TestEnv {
         Ok(local.ca.cert_pem())
     }
 
+    /// The cluster CA's private key (PKCS#8 PEM), for a test that hands the CA to something that
+    /// issues certificates itself (e.g. Cluster API's `<cluster>-ca` Secret).
+    pub fn ca_key_pem(&self) -> Result<String> {
+        let local = self.local.as_ref().ok_or(Error::Unsupported {
+            operation: "reading the cluster CA key",
+        })?;
+        Ok(local.ca.key_pem())
+    }
+
     /// Issues a TLS serving certificate signed by the cluster CA (e.g. for a webhook server a test
     /// runs), valid for the given addresses and DNS names. See [`TestEnv::ca_pem`].
     pub fn serving_certificate(&self, ips: &[IpAddr], dns_names: &[&str]) -> Result<crate::CertAndKey> {

@@ -61,6 +61,11 @@ impl Ca {
         self.issuer.pem()
     }
 
+    /// The CA's private key (PKCS#8 PEM).
+    pub(crate) fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
+    }
+
     /// Issues a TLS serving certificate for the given IP addresses and DNS names.
     pub(crate) fn issue_serving(&self, ips: &[IpAddr], dns_names: &[&str]) -> Result<CertAndKey> {
         let what = "serving certificate";

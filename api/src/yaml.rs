@@ -21,11 +21,11 @@ pub fn to_string<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_yaml:
 }
 
 /// Quotes the plain scalars of a block-style YAML text (as `serde_yaml` writes it) that YAML 1.1
-/// reads as booleans: mapping values and sequence items. Lines inside block scalars (`|`, `>`)
-/// are content and stay as they are.
+/// reads as booleans: mapping keys, mapping values and sequence items. Lines inside block
+/// scalars (`|`, `>`) are content and stay as they are.
 pub fn quote_yaml11_booleans(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    // Indentation of the line that opened a block scalar; deeper lines belong to it.
+    // Column of the key (or `-`) that opened a block scalar; deeper lines belong to it.
     let mut block_scalar_parent: Option<usize> = None;
     for line in text.split_inclusive('\n') {
         let body = line.trim_end_matches('\n');
@@ -37,41 +37,52 @@ pub fn quote_yaml11_booleans(text: &str) -> String {
             }
             block_scalar_parent = None;
         }
-        let (prefix, scalar) = split_scalar(body);
-        if opens_block_scalar(scalar) {
-            block_scalar_parent = Some(indent);
+        // Skip the `- ` markers, remembering the column of the last one.
+        let mut column = indent;
+        let mut last_dash = None;
+        while body[column..].starts_with("- ") {
+            last_dash = Some(column);
+            column += 2;
+            column += body[column..].len() - body[column..].trim_start().len();
         }
-        if YAML11_BOOLEANS.contains(&scalar) {
-            out.push_str(prefix);
-            out.push('\'');
-            out.push_str(scalar);
-            out.push('\'');
-            out.push_str(&line[body.len()..]);
-        } else {
-            out.push_str(line);
-        }
+        let rest = &body[column..];
+        out.push_str(&body[..column]);
+        let value = match split_key(rest) {
+            Some((key, value)) => {
+                push_scalar(&mut out, key);
+                out.push_str(": ");
+                if opens_block_scalar(value) {
+                    block_scalar_parent = Some(column);
+                }
+                value
+            }
+            None => {
+                if opens_block_scalar(rest) {
+                    block_scalar_parent = Some(last_dash.unwrap_or(indent));
+                }
+                rest
+            }
+        };
+        push_scalar(&mut out, value);
+        out.push_str(&line[body.len()..]);
     }
     out
 }
 
-/// Splits a line into what precedes its value (indentation, `- ` markers, `key: `) and the value.
-fn split_scalar(line: &str) -> (&str, &str) {
-    let mut rest = line.trim_start();
-    while let Some(after) = rest.strip_prefix("- ") {
-        rest = after.trim_start();
+/// Appends `scalar`, quoted if YAML 1.1 would read it as a boolean.
+fn push_scalar(out: &mut String, scalar: &str) {
+    if YAML11_BOOLEANS.contains(&scalar) {
+        out.push('\'');
+        out.push_str(scalar);
+        out.push('\'');
+    } else {
+        out.push_str(scalar);
     }
-    if let Some((key, value)) = split_key(rest)
-        && !key.is_empty()
-    {
-        let start = line.len() - value.len();
-        return (&line[..start], value);
-    }
-    let start = line.len() - rest.len();
-    (&line[..start], rest)
 }
 
 /// `key: value` → `(key, value)` for a plain or quoted key; `None` when the line is no mapping
-/// entry with an inline value.
+/// entry with an inline value. (A quoted key with escaped quotes is not split: it is never a
+/// boolean word, and its value is then left as it is.)
 fn split_key(text: &str) -> Option<(&str, &str)> {
     let end_of_key = if let Some(quote @ ('\'' | '"')) = text.chars().next() {
         text[1..].find(quote)? + 2
@@ -109,7 +120,7 @@ mod tests {
         assert!(text.contains("- 'On'\n- 'Off'\n- PoweringOn\n"), "{text}");
         assert!(text.contains("power: 'Off'\n"), "{text}");
         assert!(text.contains("answer: 'yes'\n"), "{text}");
-        assert!(text.contains("y: 'n'\n"), "{text}");
+        assert!(text.contains("'y': 'n'\n"), "keys are quoted too: {text}");
         assert!(
             text.contains("- state: 'on'\n") || text.contains("state: 'on'\n"),
             "{text}"
@@ -122,6 +133,17 @@ mod tests {
         // The result still means the same to a YAML 1.2 reader.
         let back: serde_json::Value = serde_yaml::from_str(&text).unwrap();
         assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn a_block_scalar_in_a_sequence_item_ends_at_its_siblings() {
+        let doc = json!([{"text": "line one\nline two\n", "state": "On"}]);
+        let text = to_string(&doc).unwrap();
+        assert!(text.contains("state: 'On'"), "{text}");
+        let back: serde_json::Value = serde_yaml::from_str(&text).unwrap();
+        assert_eq!(back, doc);
+        let bare = "- |\n  On\n- On\n";
+        assert_eq!(quote_yaml11_booleans(bare), "- |\n  On\n- 'On'\n");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! apiserver does not serve fails forever (`404 page not found`), and kube-runtime's watches are
 //! fixed once a controller runs. So the controller watches only the [`registry`] entries whose
 //! machine and cluster kinds are served now ([`served_entries`]), and [`wait_for_change`] tells
-//! it when that set changes (a provider installed or removed), so that it restarts with the
+//! it when that set changes (a provider installed or removed; the same new answer twice in a row), so
+//! that it restarts with the
 //! right watches. Restarting lists everything again; reconciles are level-triggered, so that
 //! costs reads and no writes.
 
@@ -40,15 +41,22 @@ pub fn kinds(entries: &[&'static BackendEntry]) -> Vec<&'static str> {
     entries.iter().map(|e| e.kind).collect()
 }
 
-/// Returns once discovery reports a set of served entries different from `current` (asking
-/// every `interval`; failed discovery calls are ignored).
+/// Returns once discovery reports the same set of served entries, different from `current`,
+/// twice in a row (asking every `interval`; failed discovery calls are ignored). One odd answer
+/// (e.g. an apiserver replica that just restarted) does not restart the controller.
 pub async fn wait_for_change(client: kube::Client, current: Vec<&'static str>, interval: Duration) {
+    let mut candidate: Option<Vec<&'static str>> = None;
     loop {
         tokio::time::sleep(interval).await;
-        if let Some(now) = served_entries(&client).await
-            && kinds(&now) != current
-        {
+        let Some(now) = served_entries(&client).await.map(|e| kinds(&e)) else {
+            continue;
+        };
+        if now == current {
+            candidate = None;
+        } else if candidate.as_ref() == Some(&now) {
             return;
+        } else {
+            candidate = Some(now);
         }
     }
 }

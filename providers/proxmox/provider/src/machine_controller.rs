@@ -34,7 +34,6 @@ use tracing::{info, instrument, warn};
 
 use crate::credentials::{Connector, read_connection};
 use crate::error::{Error, Result};
-use crate::hypervisor::Hypervisor as _;
 use crate::owner::{self, BootstrapSource, InfraCluster, OwnerView};
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
@@ -693,27 +692,38 @@ async fn delete<C: Connector>(
     if pm.status.as_ref().and_then(|s| s.vmid).is_none()
         && let Some(provider_id) = pm.spec.provider_id.as_deref()
     {
-        // Created anew (clusterctl move, restore) and deleted before its VM was adopted: adopt
-        // it first, so that deletion deletes the VM instead of leaking it.
+        // Created anew (clusterctl move, restore) and deleted before its VM was adopted. A VM
+        // already marked for this object is deleted; one still marked for an earlier object of
+        // this name is left alone (that object may still exist elsewhere: a leaked VM can be
+        // deleted by hand, a deleted one cannot come back).
         let name = pm.name_any();
         let owner = readopt::Owner {
             uid: &uid,
             namespace: &pm.namespace().unwrap_or_default(),
             name: &name,
         };
-        match readopt::find(&hv, owner, provider_id).await? {
+        let found = match readopt::find(&hv, owner, provider_id).await {
+            Ok(found) => found,
+            // An unparsable providerID names no VM: nothing to delete.
+            Err(StepError::Permanent { .. }) => readopt::Found::Missing,
+            Err(e) => return Err(e.into()),
+        };
+        match found {
             readopt::Found::Owned(loc) => {
                 Phase::Provisioned(loc).write(&mut status);
                 write_status(ctx, api, pm, &status).await?;
                 return Ok(Action::requeue(Duration::from_millis(100)));
             }
-            readopt::Found::Remark(loc, update) => {
-                hv.update_config(&loc.node, loc.vmid, &update)
-                    .await
-                    .map_err(|e| StepError::from_pve("DeletionFailed", e))?;
-                return Ok(Action::requeue(provision::TASK_POLL));
+            readopt::Found::Remark(loc, _) | readopt::Found::Foreign(loc, _) => {
+                let note = format!(
+                    "VM {} on {} has this machine's providerID but is marked for another object (an earlier object of this name, or its copy); left untouched: delete it by hand if it is no longer wanted",
+                    loc.vmid, loc.node
+                );
+                publish(&ctx.recorder, pm, EventType::Normal, "VMLeftInPlace", note).await;
+                patch_finalizers(ctx, api, pm, false).await?;
+                return Ok(Action::await_change());
             }
-            readopt::Found::Missing | readopt::Found::Foreign(..) => {}
+            readopt::Found::Missing => {}
         }
     }
     match provision::delete_step(

@@ -581,7 +581,10 @@ async fn update_step<H: Hypervisor>(
         });
     }
     if !desired::is_owned_by(&config, input.uid) {
-        if let Some(update) = readopt::remark_provisioned(&config, input) {
+        if let Some(Found::Foreign(_, why)) = readopt::classify_provisioned(loc.clone(), &config, input) {
+            return Err(permanent("AdoptionFailed", why));
+        }
+        if let Some(Found::Remark(_, update)) = readopt::classify_provisioned(loc.clone(), &config, input) {
             // The object was created anew with its status (e.g. restored): re-mark the VM.
             let upid = hv
                 .update_config(&loc.node, loc.vmid, &update)

@@ -44,6 +44,9 @@ impl<'a> From<&MachineInput<'a>> for Owner<'a> {
     }
 }
 
+/// Description line recording the UID a VM was re-marked from (the previous object).
+pub const ADOPTED_FROM_MARKER: &str = "banlieue.io/adopted-from: ";
+
 /// Prefix of the providerID this provider sets.
 pub const PROVIDER_ID_PREFIX: &str = "proxmox://";
 
@@ -90,13 +93,21 @@ pub fn created_for(config: &VmConfig, namespace: &str, name: &str) -> bool {
 /// the new one. Guarded by the config digest, so a concurrent change makes it fail and retry.
 pub fn remark(config: &VmConfig, uid: &str, namespace: &str, name: &str) -> ConfigUpdate {
     let created = created_for_line(namespace, name);
-    let kept: Vec<&str> = config
-        .get("description")
-        .unwrap_or_default()
+    let description_now = config.get("description").unwrap_or_default();
+    let previous = owner_uid(config);
+    let kept: Vec<&str> = description_now
         .lines()
-        .filter(|l| l.trim() != created && !l.trim().starts_with(OWNER_DESCRIPTION_MARKER))
+        .filter(|l| {
+            let l = l.trim();
+            l != created && !l.starts_with(OWNER_DESCRIPTION_MARKER) && !l.starts_with(ADOPTED_FROM_MARKER)
+        })
         .collect();
     let mut description = desired::owner_description(uid, namespace, name);
+    if let Some(previous) = previous {
+        description.push_str(ADOPTED_FROM_MARKER);
+        description.push_str(&previous);
+        description.push('\n');
+    }
     for line in kept {
         description.push_str(line);
         description.push('\n');
@@ -115,10 +126,35 @@ pub fn remark(config: &VmConfig, uid: &str, namespace: &str, name: &str) -> Conf
     update
 }
 
+/// The owner UID in the VM's description marker, if any.
+pub fn owner_uid(config: &VmConfig) -> Option<String> {
+    description_value(config, OWNER_DESCRIPTION_MARKER)
+}
+
+fn description_value(config: &VmConfig, marker: &str) -> Option<String> {
+    config
+        .get("description")?
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(marker))
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+}
+
 /// Classifies a VM whose SMBIOS uuid is the one of `spec.providerID` for this machine.
 pub fn classify(loc: VmLocation, config: &VmConfig, input: Owner<'_>) -> Found {
     if desired::is_owned_by(config, input.uid) {
         return Found::Owned(loc);
+    }
+    if description_value(config, ADOPTED_FROM_MARKER).as_deref() == Some(input.uid) {
+        // A copy of this object (clusterctl move or a restore while this one still exists)
+        // took the VM over: taking it back would start a tug of war between the two.
+        let why = format!(
+            "VM {} on {} was taken over by a copy of this machine (object uid {}), created by clusterctl move or a restore while this object still exists; refusing to take it back",
+            loc.vmid,
+            loc.node,
+            owner_uid(config).unwrap_or_default()
+        );
+        return Found::Foreign(loc, why);
     }
     if created_for(config, input.namespace, input.name) {
         let update = remark(config, input.uid, input.namespace, input.name);
@@ -168,14 +204,12 @@ pub async fn find<H: Hypervisor>(hv: &H, input: Owner<'_>, provider_id: &str) ->
     Ok(Found::Missing)
 }
 
-/// For a provisioned machine whose VM does not carry its owner marker: the re-marking update when
-/// the VM is this machine's from before it was re-created (same providerID, created for this
-/// `namespace/name`), else `None`.
-pub fn remark_provisioned(config: &VmConfig, input: &MachineInput<'_>) -> Option<ConfigUpdate> {
+/// For a provisioned machine whose VM does not carry its owner marker: [`classify`] when the VM
+/// has the machine's providerID (re-created object with its status, e.g. restored), else `None`.
+pub fn classify_provisioned(loc: VmLocation, config: &VmConfig, input: &MachineInput<'_>) -> Option<Found> {
     let wanted = input.spec.provider_id.as_deref()?;
     let actual = desired::provider_id(config)?;
-    (uuid_of(wanted) == uuid_of(&actual) && created_for(config, input.namespace, input.name))
-        .then(|| remark(config, input.uid, input.namespace, input.name))
+    (uuid_of(wanted) == uuid_of(&actual)).then(|| classify(loc, config, input.into()))
 }
 
 #[cfg(test)]
@@ -230,6 +264,47 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    #[test]
+    fn the_original_does_not_take_back_a_vm_its_copy_adopted() {
+        let original = desired::owner_description("old-uid", "ns", "m1");
+        let vm = config(&[("description", &original), ("tags", "banlieue-uid-old-uid")]);
+        let loc = VmLocation {
+            node: "pve1".into(),
+            vmid: 100,
+        };
+        let copy = Owner {
+            uid: "new-uid",
+            namespace: "ns",
+            name: "m1",
+        };
+        let Found::Remark(_, update) = classify(loc.clone(), &vm, copy) else {
+            panic!("the copy adopts");
+        };
+        assert!(update.set["description"].contains("banlieue.io/adopted-from: old-uid"));
+        let adopted = config(&[
+            ("description", &update.set["description"]),
+            ("tags", &update.set["tags"]),
+        ]);
+        let back = Owner {
+            uid: "old-uid",
+            ..copy
+        };
+        match classify(loc.clone(), &adopted, back) {
+            Found::Foreign(_, why) => assert!(why.contains("taken over by a copy"), "{why}"),
+            other => panic!("the original must not re-mark it: {other:?}"),
+        }
+        // A third incarnation (e.g. moved again) still adopts from the copy.
+        let third = Owner {
+            uid: "third-uid",
+            ..copy
+        };
+        let Found::Remark(_, again) = classify(loc, &adopted, third) else {
+            panic!("a later copy adopts");
+        };
+        assert_eq!(again.set["description"].matches(ADOPTED_FROM_MARKER).count(), 1);
+        assert!(again.set["description"].contains("banlieue.io/adopted-from: new-uid"));
     }
 
     #[test]

@@ -156,6 +156,7 @@ fn domain_info(d: &Domain) -> Result<DomainInfo, virt::error::Error> {
         uuid: d.uuid_string()?.to_ascii_lowercase(),
         state,
         owner: xml::owner_from_xml(&desc),
+        adopted_from: xml::adopted_from_xml(&desc),
         macs: xml::macs_from_xml(&desc),
         sizing: xml::sizing_from_xml(&desc),
     })
@@ -273,9 +274,14 @@ impl Hypervisor for VirtHypervisor {
         .await
     }
 
-    async fn set_domain_owner(&self, uuid: &str, owner: &xml::Owner) -> HvResult<()> {
+    async fn set_domain_owner(
+        &self,
+        uuid: &str,
+        owner: &xml::Owner,
+        adopted_from: Option<&str>,
+    ) -> HvResult<()> {
         let uuid = uuid.to_owned();
-        let element = xml::owner_metadata(owner);
+        let element = xml::owner_metadata(owner, adopted_from);
         self.call("re-marking domain", move |c| {
             let op = "re-marking domain";
             let d = lookup_uuid(c, &uuid, op)?;

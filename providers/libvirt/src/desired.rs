@@ -173,6 +173,7 @@ pub fn domain_config(
         },
         kernel_boot: settings.kernel_boot.clone(),
         owner: owner.clone(),
+        adopted_from: None,
     }
 }
 

@@ -76,6 +76,9 @@ pub struct DomainInfo {
     pub state: RunState,
     /// The banlieue owner in its metadata, if any.
     pub owner: Option<Owner>,
+    /// The UID of the object this domain was taken over from, when it was re-marked for a copy
+    /// (`clusterctl move`, a restore).
+    pub adopted_from: Option<String>,
     /// MAC addresses of its interfaces, in order.
     pub macs: Vec<String>,
     /// CPU topology and memory of its persistent definition, when readable.
@@ -132,7 +135,13 @@ pub trait Hypervisor: Send + Sync + 'static {
     /// Replaces the banlieue owner in a domain's metadata (persistent definition, and the
     /// running domain when it runs), nothing else: used to re-mark a domain whose object was
     /// created anew (`clusterctl move`, a restore).
-    fn set_domain_owner(&self, uuid: &str, owner: &Owner) -> impl Future<Output = HvResult<()>> + Send;
+    /// `adopted_from` is recorded with it (the UID of the object the domain is taken from).
+    fn set_domain_owner(
+        &self,
+        uuid: &str,
+        owner: &Owner,
+        adopted_from: Option<&str>,
+    ) -> impl Future<Output = HvResult<()>> + Send;
     /// Removes a (stopped) domain's definition, NVRAM included where supported.
     fn undefine_domain(&self, uuid: &str) -> impl Future<Output = HvResult<()>> + Send;
     /// Addresses of the domain from its networks' DHCP leases.

@@ -34,7 +34,7 @@ use crate::hosts::{self, Connector};
 use crate::owner::{self, BootstrapSource, InfraCluster};
 use crate::phase::Phase;
 use crate::provision::{self, MachineInput, StepError};
-use crate::readopt::{self, Found};
+use crate::readopt;
 use crate::xml::Owner;
 
 /// Finalizer of LibvirtMachines and LibvirtClusters.
@@ -486,8 +486,9 @@ async fn delete<C: Connector>(
 ) -> Result<Action> {
     let generation = lm.metadata.generation;
     // Created anew (clusterctl move, a restore) and deleted before its domain was adopted: the
-    // providerID names the domain, which is adopted first so that deletion deletes it instead of
-    // leaking it.
+    // providerID names the domain. It is deleted only if it already carries this object's UID;
+    // one created for an earlier object of this name is left in place (never re-marked here).
+    // A providerID that does not parse names no domain: nothing to delete.
     let adopting = match lm.status.as_ref().and_then(|s| s.node.as_ref()) {
         Some(_) => None,
         None => lm
@@ -525,6 +526,21 @@ async fn delete<C: Connector>(
         }
     };
     let Some(spec) = spec else {
+        if adopting.is_some() {
+            // Never adopted, and its providerID names a host the cluster does not have.
+            publish(
+                &ctx.recorder,
+                lm,
+                EventType::Normal,
+                "Deleted",
+                format!(
+                    "spec.providerID names host {host:?}, which is not a failure domain of the LibvirtCluster: nothing deleted"
+                ),
+            )
+            .await;
+            patch_finalizers(ctx, api, lm, false).await?;
+            return Ok(Action::await_change());
+        }
         condition::set(
             &mut status.conditions,
             ready(
@@ -540,29 +556,13 @@ async fn delete<C: Connector>(
     let hv = ctx.connector.connect(&spec.uri);
     let mut uuid = domain_uuid(lm);
     if let Some(id) = &adopting {
-        let adopted = match readopt::find(&*hv, me, &id.uuid).await {
-            Ok(Found::Owned(d)) => Ok(Some(d)),
-            Ok(Found::Remark(d)) => readopt::remark(&*hv, d, me).await.map(Some),
-            Ok(Found::Missing | Found::Foreign(..)) => Ok(None),
-            Err(e) => Err(e),
-        };
-        match adopted {
-            Ok(Some(d)) => uuid = d.uuid,
-            Ok(None) => {
-                // Nothing of this machine's on the host: release it, touch nothing.
-                publish(
-                    &ctx.recorder,
-                    lm,
-                    EventType::Normal,
-                    "Deleted",
-                    format!(
-                        "no domain of this machine has the uuid of spec.providerID on host {host}: nothing deleted"
-                    ),
-                )
-                .await;
-                patch_finalizers(ctx, api, lm, false).await?;
-                return Ok(Action::await_change());
+        let released = match readopt::on_deletion(&*hv, me, &host, &id.uuid).await {
+            Ok(readopt::OnDeletion::Delete(d)) => {
+                uuid = d.uuid;
+                None
             }
+            Ok(readopt::OnDeletion::LeftInPlace(note)) => Some(("VMLeftInPlace", note)),
+            Ok(readopt::OnDeletion::Nothing(note)) => Some(("Deleted", note)),
             Err(e) => {
                 condition::set(
                     &mut status.conditions,
@@ -571,6 +571,12 @@ async fn delete<C: Connector>(
                 write_status(ctx, api, lm, &status).await?;
                 return Err(e.into());
             }
+        };
+        if let Some((reason, note)) = released {
+            // Nothing of this object's on the host: release it, touch nothing.
+            publish(&ctx.recorder, lm, EventType::Normal, reason, note).await;
+            patch_finalizers(ctx, api, lm, false).await?;
+            return Ok(Action::await_change());
         }
     }
     match provision::delete(&*hv, me, &lm.spec, &uuid).await {

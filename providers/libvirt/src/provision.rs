@@ -254,7 +254,8 @@ pub async fn provision<H: Hypervisor>(
                 if d.owner.as_ref().is_none_or(|o| o.uid != input.owner.uid)
                     && readopt::remark_provisioned(&d, input.owner, input.spec.provider_id.as_deref(), name)
                 {
-                    // The object was created anew with its status (e.g. restored): re-mark it.
+                    // The object was created anew with its status (e.g. restored): re-mark it
+                    // (refused, without writing, if a copy of this object took it over).
                     d = readopt::remark(&**hv, d, input.owner).await?;
                     step.events.push((
                         "Adopting",
@@ -312,6 +313,8 @@ pub async fn provision<H: Hypervisor>(
                         // Generated MACs derive from the owner's UID, which changes when the
                         // object is created anew: the domain keeps the ones it has.
                         desired::keep_macs(&mut config, input.spec, &d.macs);
+                        // And the record of the object it was taken over from.
+                        config.adopted_from = d.adopted_from.clone();
                         hv.define_domain(&xml::domain_xml(&config))
                             .await
                             .map_err(|e| hv_error(&phase, e))?;
@@ -388,7 +391,9 @@ async fn readopt_step<H: Hypervisor>(
                 ),
             ));
         }
-        Found::Foreign(_, why) => return Err(StepError::permanent(readopt::ADOPTION_FAILED, why)),
+        Found::Foreign(_, why) | Found::TakenOver(_, why) => {
+            return Err(StepError::permanent(readopt::ADOPTION_FAILED, why));
+        }
         Found::Owned(d) => d,
         Found::Remark(d) => {
             let d = readopt::remark(&*h.hv, d, input.owner).await?;

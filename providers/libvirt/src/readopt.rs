@@ -15,6 +15,13 @@
 //! - its banlieue metadata names **this** LibvirtMachine (`namespace/name`, which `clusterctl
 //!   move` keeps).
 //!
+//! Re-marking records the previous owner's UID on the domain (attribute
+//! [`xml::ADOPTED_FROM`](crate::xml::ADOPTED_FROM) of the owner element). An object whose UID
+//! the domain was taken over from never re-marks it back ([`taken_over`]): when the original
+//! object still exists next to its copy (e.g. `clusterctl move --to-directory` then
+//! `--from-directory` into a second management cluster while the first keeps running), the two
+//! would otherwise take the domain from each other forever.
+//!
 //! A domain with the right uuid but marked for another object is refused; no domain with that
 //! uuid means it was deleted behind the provider's back (never defined again: the Machine's
 //! providerID is fixed, CAPI's health checks replace the machine).
@@ -68,6 +75,22 @@ pub enum Found {
     Remark(DomainInfo),
     /// The domain has that uuid but was not defined for this machine (why).
     Foreign(DomainInfo, String),
+    /// The domain was taken over from this very object by a copy of it (why): never taken back.
+    TakenOver(DomainInfo, String),
+}
+
+/// When the domain was re-marked for a copy of `me` (it records that it was adopted from `me`'s
+/// UID) and no longer carries `me`'s UID: why `me` must not take it back.
+pub fn taken_over(domain: &DomainInfo, me: &Owner) -> Option<String> {
+    let current = domain.owner.as_ref().map(|o| o.uid.as_str());
+    (domain.adopted_from.as_deref() == Some(me.uid.as_str()) && current != Some(me.uid.as_str())).then(|| {
+        format!(
+            "domain {} ({}) was taken over by a copy of this machine (object uid {}), created by clusterctl move or a restore while this object still exists; refusing to take it back",
+            domain.name,
+            domain.uuid,
+            current.unwrap_or("unknown")
+        )
+    })
 }
 
 /// Whether the domain's banlieue metadata names `me`'s namespace and name (any UID).
@@ -82,6 +105,9 @@ pub fn created_for(domain: &DomainInfo, me: &Owner) -> bool {
 pub fn classify(domain: DomainInfo, me: &Owner) -> Found {
     if domain.owner.as_ref().is_some_and(|o| o.uid == me.uid) {
         return Found::Owned(domain);
+    }
+    if let Some(why) = taken_over(&domain, me) {
+        return Found::TakenOver(domain, why);
     }
     if created_for(&domain, me) {
         return Found::Remark(domain);
@@ -123,12 +149,69 @@ pub async fn find<H: Hypervisor>(hv: &H, me: &Owner, uuid: &str) -> Result<Found
 }
 
 /// Re-marks a domain found by [`find`] as [`Found::Remark`] for `me` (metadata only: the domain
-/// is neither redefined nor restarted) and returns it as now owned.
+/// is neither redefined nor restarted), recording the previous owner's UID as the one it was
+/// adopted from, and returns it as now owned. A domain taken over from `me` ([`taken_over`]) is
+/// refused with [`ADOPTION_FAILED`] and not written to.
 pub async fn remark<H: Hypervisor>(hv: &H, domain: DomainInfo, me: &Owner) -> Result<DomainInfo, StepError> {
-    hv.set_domain_owner(&domain.uuid, me).await.map_err(hv_error)?;
+    if let Some(why) = taken_over(&domain, me) {
+        return Err(StepError::Permanent {
+            reason: ADOPTION_FAILED,
+            message: why,
+        });
+    }
+    let adopted_from = match &domain.owner {
+        Some(o) if o.uid != me.uid => Some(o.uid.clone()),
+        _ => domain.adopted_from.clone(),
+    };
+    hv.set_domain_owner(&domain.uuid, me, adopted_from.as_deref())
+        .await
+        .map_err(hv_error)?;
     Ok(DomainInfo {
         owner: Some(me.clone()),
+        adopted_from,
         ..domain
+    })
+}
+
+/// What deleting a machine with `spec.providerID` but no domain in its status (a copy made by
+/// `clusterctl move` or a restore that was never adopted) does with the domain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OnDeletion {
+    /// The domain carries this object's UID: delete it.
+    Delete(DomainInfo),
+    /// The domain was created for an earlier object of this name: left untouched (Event text).
+    LeftInPlace(String),
+    /// No domain of this machine's (missing, or another object's): nothing to do (Event text).
+    Nothing(String),
+}
+
+/// Decides [`OnDeletion`] for the domain `uuid` on `host`; never writes to the domain.
+pub async fn on_deletion<H: Hypervisor>(
+    hv: &H,
+    me: &Owner,
+    host: &str,
+    uuid: &str,
+) -> Result<OnDeletion, StepError> {
+    Ok(match find(hv, me, uuid).await? {
+        Found::Owned(d) => OnDeletion::Delete(d),
+        Found::Remark(d) => OnDeletion::LeftInPlace(format!(
+            "domain {} ({}) on host {host} left untouched: it was created for an earlier object of this name (uid {}), not this one; delete it by hand if it is no longer wanted",
+            d.name,
+            d.uuid,
+            d.owner.as_ref().map_or("unknown", |o| o.uid.as_str())
+        )),
+        Found::Missing => OnDeletion::Nothing(format!(
+            "no domain has the uuid of spec.providerID ({uuid}) on host {host}: nothing deleted"
+        )),
+        Found::Foreign(d, _) | Found::TakenOver(d, _) => OnDeletion::Nothing(format!(
+            "domain {} ({}) on host {host} named by spec.providerID is owned by another object ({}): left untouched, nothing deleted",
+            d.name,
+            d.uuid,
+            d.owner.as_ref().map_or_else(
+                || "no banlieue-libvirt owner metadata".to_owned(),
+                |o| format!("LibvirtMachine {}/{} uid {}", o.namespace, o.name, o.uid)
+            )
+        )),
     })
 }
 
@@ -163,9 +246,41 @@ mod tests {
             uuid: "0b5a8f1e-8a57-4d6c-9a38-9b4e3c1f6a10".into(),
             state: RunState::Running,
             owner,
+            adopted_from: None,
             macs: Vec::new(),
             sizing: None,
         }
+    }
+
+    #[test]
+    fn a_domain_taken_over_from_this_object_is_never_taken_back() {
+        let original = owner("old", "ns", "m1");
+        let mut d = domain(Some(owner("new", "ns", "m1")));
+        d.adopted_from = Some("old".into());
+        let Found::TakenOver(_, why) = classify(d.clone(), &original) else {
+            panic!("the original must not re-mark the copy's domain");
+        };
+        assert!(
+            why.contains("taken over by a copy of this machine (object uid new)"),
+            "{why}"
+        );
+        assert!(why.contains("refusing to take it back"), "{why}");
+        assert!(taken_over(&d, &original).is_some());
+        assert!(remark_provisioned(
+            &d,
+            &original,
+            Some(&crate::desired::provider_id("h1", &d.uuid)),
+            "h1"
+        ));
+        // The copy owns it; a third object of the same name may still adopt it.
+        assert!(matches!(
+            classify(d.clone(), &owner("new", "ns", "m1")),
+            Found::Owned(_)
+        ));
+        assert!(matches!(
+            classify(d, &owner("third", "ns", "m1")),
+            Found::Remark(_)
+        ));
     }
 
     #[rstest]

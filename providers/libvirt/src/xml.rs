@@ -147,6 +147,9 @@ pub struct DomainConfig {
     pub serial_log: Option<String>,
     /// The owner, stored in `<metadata>`.
     pub owner: Owner,
+    /// The UID of the object the domain was taken over from (attribute [`ADOPTED_FROM`] of the
+    /// owner element), kept when the domain is redefined.
+    pub adopted_from: Option<String>,
 }
 
 /// Escapes text for XML content and attribute values.
@@ -201,26 +204,39 @@ pub fn unescape(s: &str) -> String {
 
 /// The `<metadata>` child element (without the surrounding `<metadata>`), as found inside the
 /// domain XML ([`owner_metadata`] is the form `virDomainSetMetadata` takes).
-pub fn owner_element(owner: &Owner) -> String {
+pub fn owner_element(owner: &Owner, adopted_from: Option<&str>) -> String {
     format!(
-        "<{p}:owner xmlns:{p}=\"{ns}\" uid=\"{}\" namespace=\"{}\" name=\"{}\"/>",
+        "<{p}:owner xmlns:{p}=\"{ns}\" uid=\"{}\" namespace=\"{}\" name=\"{}\"{}/>",
         escape(&owner.uid),
         escape(&owner.namespace),
         escape(&owner.name),
+        adopted_from_attribute(adopted_from),
         p = METADATA_PREFIX,
         ns = METADATA_NS,
     )
 }
 
+/// Attribute of the owner element naming the UID of the object a domain was taken over from
+/// (re-marked for a copy made by `clusterctl move` or a restore): that object must never take
+/// the domain back while it still exists.
+pub const ADOPTED_FROM: &str = "adopted-from";
+
+fn adopted_from_attribute(adopted_from: Option<&str>) -> String {
+    adopted_from
+        .map(|uid| format!(" {ADOPTED_FROM}=\"{}\"", escape(uid)))
+        .unwrap_or_default()
+}
+
 /// The owner element as `virDomainSetMetadata` takes it: without a prefix or namespace
 /// declaration (libvirt puts it in [`METADATA_NS`] with prefix [`METADATA_PREFIX`] itself and
 /// refuses an element that declares them).
-pub fn owner_metadata(owner: &Owner) -> String {
+pub fn owner_metadata(owner: &Owner, adopted_from: Option<&str>) -> String {
     format!(
-        "<owner uid=\"{}\" namespace=\"{}\" name=\"{}\"/>",
+        "<owner uid=\"{}\" namespace=\"{}\" name=\"{}\"{}/>",
         escape(&owner.uid),
         escape(&owner.namespace),
         escape(&owner.name),
+        adopted_from_attribute(adopted_from),
     )
 }
 
@@ -240,15 +256,25 @@ fn attribute(tag: &str, name: &str) -> Option<String> {
 /// The owner recorded in a domain's XML (or in the element returned by `virDomainGetMetadata`),
 /// if banlieue defined it. Tolerates any prefix libvirt chose for our namespace.
 pub fn owner_from_xml(xml: &str) -> Option<Owner> {
-    let ns_pos = xml.find(METADATA_NS)?;
-    let tag_start = xml[..ns_pos].rfind('<')?;
-    let tag_end = ns_pos + xml[ns_pos..].find('>')?;
-    let tag = &xml[tag_start..tag_end];
+    let tag = owner_tag(xml)?;
     Some(Owner {
         uid: attribute(tag, "uid")?,
         namespace: attribute(tag, "namespace")?,
         name: attribute(tag, "name")?,
     })
+}
+
+/// The start tag of the banlieue owner element in a domain's XML.
+fn owner_tag(xml: &str) -> Option<&str> {
+    let ns_pos = xml.find(METADATA_NS)?;
+    let tag_start = xml[..ns_pos].rfind('<')?;
+    let tag_end = ns_pos + xml[ns_pos..].find('>')?;
+    Some(&xml[tag_start..tag_end])
+}
+
+/// The UID the domain was taken over from ([`ADOPTED_FROM`]), if it was re-marked.
+pub fn adopted_from_xml(xml: &str) -> Option<String> {
+    attribute(owner_tag(xml)?, ADOPTED_FROM).filter(|u| !u.is_empty())
 }
 
 /// CPU topology and memory of a domain definition.
@@ -334,7 +360,11 @@ pub fn domain_xml(c: &DomainConfig) -> String {
     let _ = writeln!(x, "<domain type='{}'>", c.domain_type.as_str());
     let _ = writeln!(x, "  <name>{}</name>", escape(&c.name));
     let _ = writeln!(x, "  <uuid>{}</uuid>", escape(&c.uuid));
-    let _ = writeln!(x, "  <metadata>\n    {}\n  </metadata>", owner_element(&c.owner));
+    let _ = writeln!(
+        x,
+        "  <metadata>\n    {}\n  </metadata>",
+        owner_element(&c.owner, c.adopted_from.as_deref())
+    );
     let _ = writeln!(x, "  <memory unit='KiB'>{memory_kib}</memory>");
     let _ = writeln!(x, "  <currentMemory unit='KiB'>{memory_kib}</currentMemory>");
     let _ = writeln!(x, "  <vcpu placement='static'>{vcpus}</vcpu>");
@@ -533,6 +563,7 @@ mod tests {
                 namespace: "default".into(),
                 name: "web-1 <&'\">".into(),
             },
+            adopted_from: None,
         }
     }
 
@@ -613,6 +644,19 @@ mod tests {
             })
         );
         assert_eq!(owner_from_xml("<domain><name>x</name></domain>"), None);
+    }
+
+    #[test]
+    fn adopted_from_round_trips_and_does_not_disturb_the_owner() {
+        let mut c = config();
+        assert_eq!(adopted_from_xml(&domain_xml(&c)), None);
+        c.adopted_from = Some("old-uid".into());
+        let xml = domain_xml(&c);
+        assert_eq!(adopted_from_xml(&xml), Some("old-uid".into()));
+        assert_eq!(owner_from_xml(&xml), Some(c.owner.clone()));
+        let element = owner_metadata(&c.owner, Some("old-uid"));
+        assert!(element.contains(" adopted-from=\"old-uid\""), "{element}");
+        assert!(!owner_metadata(&c.owner, None).contains("adopted-from"));
     }
 
     #[test]

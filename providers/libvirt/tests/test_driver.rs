@@ -14,6 +14,7 @@ use banlieue_libvirt::desired::{self, Settings};
 use banlieue_libvirt::hypervisor::{Hypervisor, RunState};
 use banlieue_libvirt::phase::Phase;
 use banlieue_libvirt::provision::{self, Host, MachineInput, StepError};
+use banlieue_libvirt::readopt::{self, OnDeletion};
 use banlieue_libvirt::xml::{self, DomainType, Owner};
 
 const POOL: &str = "default-pool";
@@ -779,4 +780,127 @@ async fn a_restored_provisioned_machine_remarks_its_domain_and_keeps_its_macs() 
     assert_eq!(domains_of("ns", "rst").len(), 1);
     provision::delete(&*hv, &copy, &s2, &uuid).await.unwrap();
     assert!(domains_of("ns", "rst").is_empty());
+}
+
+#[tokio::test]
+async fn the_original_never_takes_back_a_domain_its_copy_adopted() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let settings = settings();
+    let (o, s, uuid) = provisioned_machine(&hosts, "pp").await;
+    let provisioned = Phase::Provisioned {
+        host: "h1".into(),
+        uuid: uuid.clone(),
+    };
+    // The copy (clusterctl move --to-directory/--from-directory into a second management
+    // cluster) adopts the domain while the original keeps running.
+    let copy = moved(&o);
+    let copy_input = MachineInput {
+        owner: &copy,
+        spec: &s,
+        uuid: &copy.uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    provision::provision(&hosts, &copy_input, Phase::SelectHost, None)
+        .await
+        .unwrap();
+    let adopted = hv.domain_by_uuid(&uuid).await.unwrap().unwrap();
+    assert_eq!(adopted.owner.as_ref(), Some(&copy));
+    assert_eq!(adopted.adopted_from.as_deref(), Some(o.uid.as_str()));
+
+    // The original's provisioned path would re-mark it back ("a restored provisioned object is
+    // re-marked"): refused, nothing written.
+    let original = MachineInput {
+        owner: &o,
+        spec: &s,
+        uuid: &uuid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    };
+    for phase in [provisioned.clone(), Phase::SelectHost] {
+        let err = provision::provision(&hosts, &original, phase, None)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message }
+                if message.contains(&format!("taken over by a copy of this machine (object uid {})", copy.uid))
+                    && message.contains("refusing to take it back")),
+            "{err:?}"
+        );
+        assert_eq!(
+            hv.domain_by_uuid(&uuid).await.unwrap().unwrap(),
+            adopted,
+            "untouched"
+        );
+    }
+    // The copy keeps it: its reconciles find nothing to do.
+    let again = provision::provision(&hosts, &copy_input, provisioned, None)
+        .await
+        .unwrap();
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    assert_eq!(
+        hv.domain_by_uuid(&uuid).await.unwrap().unwrap().owner.as_ref(),
+        Some(&copy)
+    );
+    provision::delete(&*hv, &copy, &s, &uuid).await.unwrap();
+}
+
+#[tokio::test]
+async fn deleting_a_copy_that_never_adopted_its_domain_leaves_it_in_place() {
+    let host = host_with_base().await;
+    let hv = host.hv.clone();
+    let hosts = [host];
+    let (o, s, uuid) = provisioned_machine(&hosts, "del").await;
+    let copy = moved(&o);
+    let before = hv.domain_by_uuid(&uuid).await.unwrap().unwrap();
+    // Created for an earlier object of this name: left in place, not re-marked.
+    let OnDeletion::LeftInPlace(note) = readopt::on_deletion(&*hv, &copy, "h1", &uuid).await.unwrap() else {
+        panic!("must be left in place");
+    };
+    assert!(
+        note.contains("left untouched")
+            && note.contains("earlier object of this name")
+            && note.contains(&o.uid),
+        "{note}"
+    );
+    assert_eq!(
+        hv.domain_by_uuid(&uuid).await.unwrap().unwrap(),
+        before,
+        "not re-marked"
+    );
+    // Another machine's domain: said so, untouched.
+    let other = Owner {
+        name: "other".into(),
+        ..copy.clone()
+    };
+    let OnDeletion::Nothing(note) = readopt::on_deletion(&*hv, &other, "h1", &uuid).await.unwrap() else {
+        panic!("another object's domain");
+    };
+    assert!(
+        note.contains("owned by another object") && note.contains("ns/del"),
+        "{note}"
+    );
+    // No such domain.
+    let OnDeletion::Nothing(note) =
+        readopt::on_deletion(&*hv, &copy, "h1", "0000aaaa-0000-4000-8000-000000000777")
+            .await
+            .unwrap()
+    else {
+        panic!("no domain");
+    };
+    assert!(note.contains("nothing deleted"), "{note}");
+    // Once it carries the copy's UID, deleting the copy deletes it.
+    readopt::remark(&*hv, before, &copy).await.unwrap();
+    let OnDeletion::Delete(d) = readopt::on_deletion(&*hv, &copy, "h1", &uuid).await.unwrap() else {
+        panic!("owned: deleted");
+    };
+    let note = provision::delete(&*hv, &copy, &s, &d.uuid).await.unwrap();
+    assert!(note.contains("destroyed and undefined"), "{note}");
+    assert!(domains_of("ns", "del").is_empty());
 }

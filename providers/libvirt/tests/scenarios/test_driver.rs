@@ -229,9 +229,9 @@ impl Hypervisor for SlowHypervisor {
         self.pause().await?;
         self.inner.destroy_domain(uuid).await
     }
-    async fn set_domain_owner(&self, uuid: &str, owner: &Owner) -> HvResult<()> {
+    async fn set_domain_owner(&self, uuid: &str, owner: &Owner, adopted_from: Option<&str>) -> HvResult<()> {
         self.pause().await?;
-        self.inner.set_domain_owner(uuid, owner).await
+        self.inner.set_domain_owner(uuid, owner, adopted_from).await
     }
     async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
         self.pause().await?;

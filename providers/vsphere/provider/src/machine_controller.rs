@@ -485,18 +485,23 @@ async fn delete(
         name: &name,
     };
     let step = match (&vm_ref, task, vm.spec.provider_id.as_deref()) {
-        // Created anew (clusterctl move, a restore) and deleted before its VM was adopted: adopt
-        // it first, so that deletion deletes the VM instead of leaking it.
-        (None, None, Some(provider_id)) => match readopt::find(&client, owner, provider_id).await {
-            Ok(readopt::Found::Owned(info)) => {
-                vm_ref = Some(info.vm.clone());
+        // Created anew (clusterctl move, a restore) and deleted before its VM was adopted: the
+        // VM is deleted only if it already carries this object's UID; one created for an earlier
+        // object of this name is left in place (never re-marked here).
+        (None, None, Some(provider_id)) => match readopt::on_deletion(&client, owner, provider_id).await {
+            Ok(readopt::OnDeletion::Delete(found)) => {
+                vm_ref = Some(found);
                 provision::delete_step(&client, &uid, vm_ref.clone(), None).await
             }
-            Ok(readopt::Found::Remark(info)) => readopt::remark(&client, &info.vm, owner)
-                .await
-                .map(|t| DeleteStep::Wait(t, "marking the VM as this machine's before deleting it")),
-            Ok(readopt::Found::Missing | readopt::Found::Foreign(..)) => {
-                provision::delete_step(&client, &uid, None, None).await
+            Ok(readopt::OnDeletion::LeftInPlace(note)) => {
+                return release(ctx, api, vm, "VMLeftInPlace", note).await;
+            }
+            Ok(readopt::OnDeletion::Nothing(note)) => {
+                // Still nothing carrying this object's UID may be left behind.
+                match provision::delete_step(&client, &uid, None, None).await {
+                    Ok(DeleteStep::Gone) => return release(ctx, api, vm, "Deleted", note).await,
+                    other => other,
+                }
             }
             Err(e) => Err(e),
         },
@@ -545,6 +550,20 @@ async fn delete(
             Ok(Action::requeue(Duration::from_secs(10)))
         }
     }
+}
+
+/// Publishes a Normal Event and removes the finalizer, touching nothing in vCenter.
+async fn release(
+    ctx: &Context,
+    api: &Api<VSphereMachine>,
+    vm: &VSphereMachine,
+    reason: &str,
+    note: String,
+) -> Result<Action> {
+    info!(reason, "{note}; removing the finalizer");
+    publish(ctx, vm, EventType::Normal, reason, note).await;
+    patch_finalizers(api, vm, false).await?;
+    Ok(Action::await_change())
 }
 
 fn error_policy(_obj: Arc<VSphereMachine>, err: &Error, _ctx: Arc<Context>) -> Action {

@@ -546,7 +546,8 @@ pub async fn provision_step(
             {
                 // Created anew with its status (e.g. restored), or cloned before the marker
                 // carried namespace/name: (re-)mark the VM, nothing else.
-                let task = readopt::remark(c, &vm, owner).await?;
+                // Refused, without writing, if a copy of this object took the VM over.
+                let task = readopt::remark(c, &info, owner).await?;
                 let why = format!(
                     "marking VM {} as this machine's ({})",
                     vm.value,
@@ -608,9 +609,9 @@ async fn readopt_step(c: &Client, input: &MachineInput<'_>, provider_id: &str) -
                 "spec.providerID is {provider_id} but no VM in vCenter has that BIOS uuid (deleted outside banlieue?): delete this machine to replace it"
             ),
         )),
-        Found::Foreign(_, why) => Err(permanent(readopt::ADOPTION_FAILED, why)),
+        Found::Foreign(_, why) | Found::TakenOver(_, why) => Err(permanent(readopt::ADOPTION_FAILED, why)),
         Found::Remark(info) => {
-            let task = readopt::remark(c, &info.vm, owner).await?;
+            let task = readopt::remark(c, &info, owner).await?;
             let why = format!(
                 "marking VM {} as this machine's: the object was created anew (clusterctl move or a restore)",
                 info.vm.value

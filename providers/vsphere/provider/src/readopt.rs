@@ -12,6 +12,12 @@
 //! - it carries a banlieue owner UID and its [`OWNER_NAME_KEY`] names **this** VSphereMachine
 //!   (`namespace/name`, which `clusterctl move` keeps).
 //!
+//! Re-marking records the previous owner's UID in extraConfig [`ADOPTED_FROM_KEY`]. An object
+//! whose UID the VM was taken over from never re-marks it back ([`taken_over`]): when the
+//! original object still exists next to its copy (e.g. `clusterctl move --to-directory` then
+//! `--from-directory` into a second management cluster while the first keeps running), the two
+//! would otherwise take the VM from each other forever.
+//!
 //! VMs cloned before [`OWNER_NAME_KEY`] existed get it on their next resync (see
 //! [`missing_name_marker`]); until then they are refused like any VM marked for someone else.
 //! No VM with that uuid means it was deleted behind the provider's back (never cloned again: the
@@ -26,6 +32,9 @@ use crate::provision::{MachineInput, OWNER_KEY, OWNER_NAME_KEY, StepError};
 pub const ADOPTION_FAILED: &str = "AdoptionFailed";
 /// Condition reason when the VM of `spec.providerID` does not exist.
 pub const VM_NOT_FOUND: &str = "VMNotFound";
+/// extraConfig key holding the UID of the object a VM was taken over from when it was re-marked
+/// for a copy (`clusterctl move`, a restore).
+pub const ADOPTED_FROM_KEY: &str = "guestinfo.banlieue.adopted-from";
 /// Prefix of the providerID this provider sets.
 pub const PROVIDER_ID_PREFIX: &str = "vsphere://";
 
@@ -91,6 +100,23 @@ pub enum Found {
     Remark(VmInfo),
     /// The VM has that uuid but was not created for this machine (why).
     Foreign(VmInfo, String),
+    /// The VM was taken over from this very object by a copy of it (why): never taken back.
+    TakenOver(VmInfo, String),
+}
+
+/// When the VM was re-marked for a copy of `owner` (it records that it was adopted from
+/// `owner`'s UID) and no longer carries `owner`'s UID: why `owner` must not take it back.
+pub fn taken_over(info: &VmInfo, owner: Owner<'_>) -> Option<String> {
+    let current = info.extra_config.get(OWNER_KEY).map(String::as_str);
+    (info.extra_config.get(ADOPTED_FROM_KEY).map(String::as_str) == Some(owner.uid) && current != Some(owner.uid))
+        .then(|| {
+            format!(
+                "VM {} ({}) was taken over by a copy of this machine (object uid {}), created by clusterctl move or a restore while this object still exists; refusing to take it back",
+                info.name,
+                info.vm.value,
+                current.unwrap_or("unknown")
+            )
+        })
 }
 
 /// Whether the VM carries a banlieue owner UID and was created for `namespace/name`.
@@ -104,6 +130,9 @@ pub fn classify(info: VmInfo, owner: Owner<'_>) -> Found {
     let ours = info.extra_config.get(OWNER_KEY).map(String::as_str) == Some(owner.uid);
     if !info.template && ours {
         return Found::Owned(info);
+    }
+    if let Some(why) = taken_over(&info, owner) {
+        return Found::TakenOver(info, why);
     }
     if !info.template && created_for(&info, owner) {
         return Found::Remark(info);
@@ -147,11 +176,82 @@ pub async fn find(c: &Client, owner: Owner<'_>, provider_id: &str) -> Result<Fou
     })
 }
 
-/// Starts the reconfiguration that re-marks `vm` for `owner`; returns its task.
-pub async fn remark(c: &Client, vm: &MoRef, owner: Owner<'_>) -> Result<MoRef, StepError> {
-    c.reconfigure(vm, &owner.remark_spec())
+/// The reconfiguration that re-marks `info` for `owner`: both owner keys, and
+/// [`ADOPTED_FROM_KEY`] = the previous owner's UID when it was another object's.
+pub fn remark_spec_for(info: &VmInfo, owner: Owner<'_>) -> ConfigSpec {
+    let mut spec = owner.remark_spec();
+    if let Some(previous) = info
+        .extra_config
+        .get(OWNER_KEY)
+        .filter(|u| !u.is_empty() && u.as_str() != owner.uid)
+    {
+        spec.extra_config
+            .push((ADOPTED_FROM_KEY.to_owned(), previous.clone()));
+    }
+    spec
+}
+
+/// Starts the reconfiguration that re-marks the VM `info` for `owner` ([`remark_spec_for`]);
+/// returns its task. A VM taken over from `owner` ([`taken_over`]) is refused with
+/// [`ADOPTION_FAILED`] and not written to.
+pub async fn remark(c: &Client, info: &VmInfo, owner: Owner<'_>) -> Result<MoRef, StepError> {
+    if let Some(why) = taken_over(info, owner) {
+        return Err(StepError::Permanent {
+            reason: ADOPTION_FAILED,
+            message: why,
+        });
+    }
+    c.reconfigure(&info.vm, &remark_spec_for(info, owner))
         .await
         .map_err(|e| StepError::from_client(ADOPTION_FAILED, e))
+}
+
+/// What deleting a machine with `spec.providerID` but no VM in its status (a copy made by
+/// `clusterctl move` or a restore that was never adopted) does with the VM.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OnDeletion {
+    /// The VM carries this object's UID: delete it.
+    Delete(MoRef),
+    /// The VM was created for an earlier object of this name: left untouched (Event text).
+    LeftInPlace(String),
+    /// No VM of this machine's (none, another object's, or an unparsable providerID): nothing to
+    /// do (Event text).
+    Nothing(String),
+}
+
+/// Decides [`OnDeletion`] for the VM of `provider_id`; never writes to the VM.
+pub async fn on_deletion(c: &Client, owner: Owner<'_>, provider_id: &str) -> Result<OnDeletion, StepError> {
+    if bios_uuid_of(provider_id).is_none() {
+        return Ok(OnDeletion::Nothing(format!(
+            "spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<bios uuid> ID and no VM is in the status: nothing deleted"
+        )));
+    }
+    Ok(match find(c, owner, provider_id).await? {
+        Found::Owned(info) => OnDeletion::Delete(info.vm),
+        Found::Remark(info) => OnDeletion::LeftInPlace(format!(
+            "VM {} ({}) left untouched: it was created for an earlier object of this name (uid {}), not this one; delete it by hand if it is no longer wanted",
+            info.name,
+            info.vm.value,
+            info.extra_config.get(OWNER_KEY).map_or("unknown", String::as_str)
+        )),
+        Found::Missing => OnDeletion::Nothing(format!(
+            "no VM in vCenter has the BIOS uuid of spec.providerID {provider_id}: nothing deleted"
+        )),
+        Found::Foreign(info, _) | Found::TakenOver(info, _) => OnDeletion::Nothing(format!(
+            "VM {} ({}) named by spec.providerID is owned by another object ({}): left untouched, nothing deleted",
+            info.name,
+            info.vm.value,
+            match (
+                info.extra_config.get(OWNER_NAME_KEY),
+                info.extra_config.get(OWNER_KEY)
+            ) {
+                (Some(name), Some(uid)) => format!("VSphereMachine {name} uid {uid}"),
+                (None, Some(uid)) => format!("object uid {uid}"),
+                _ if info.template => "a template".to_owned(),
+                _ => "no banlieue-vsphere owner marker".to_owned(),
+            }
+        )),
+    })
 }
 
 /// For a provisioned machine whose VM does not carry its UID: whether the VM is this machine's
@@ -279,6 +379,43 @@ mod tests {
         assert!(!remark_provisioned(&other, ME, Some(id)));
         let owned = info(&[(OWNER_KEY, "new-uid"), (OWNER_NAME_KEY, "ns/m1")]);
         assert!(!remark_provisioned(&owned, ME, Some(id)), "already ours");
+    }
+
+    #[test]
+    fn a_vm_taken_over_from_this_object_is_never_taken_back() {
+        const ORIGINAL: Owner<'static> = Owner {
+            uid: "old-uid",
+            namespace: "ns",
+            name: "m1",
+        };
+        let vm = info(&[
+            (OWNER_KEY, "new-uid"),
+            (OWNER_NAME_KEY, "ns/m1"),
+            (ADOPTED_FROM_KEY, "old-uid"),
+        ]);
+        let Found::TakenOver(_, why) = classify(vm.clone(), ORIGINAL) else {
+            panic!("the original must not re-mark its copy's VM");
+        };
+        assert!(
+            why.contains("taken over by a copy of this machine (object uid new-uid)"),
+            "{why}"
+        );
+        assert!(why.contains("refusing to take it back"), "{why}");
+        assert!(matches!(classify(vm.clone(), ME), Found::Owned(_)));
+        // Re-marking records where the VM came from.
+        let old = info(&[(OWNER_KEY, "old-uid"), (OWNER_NAME_KEY, "ns/m1")]);
+        assert!(
+            remark_spec_for(&old, ME)
+                .extra_config
+                .contains(&(ADOPTED_FROM_KEY.to_owned(), "old-uid".to_owned()))
+        );
+        assert!(
+            !remark_spec_for(&info(&[(OWNER_KEY, "new-uid")]), ME)
+                .extra_config
+                .iter()
+                .any(|(k, _)| k == ADOPTED_FROM_KEY),
+            "completing the name marker records nothing"
+        );
     }
 
     #[test]

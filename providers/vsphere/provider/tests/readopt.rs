@@ -15,6 +15,7 @@ use banlieue_vsphere::phase::Phase;
 use banlieue_vsphere::provision::{
     self, DeleteStep, MachineInput, OWNER_KEY, OWNER_NAME_KEY, Step, StepError,
 };
+use banlieue_vsphere::readopt::{self, ADOPTED_FROM_KEY, OnDeletion, Owner};
 use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification, VmInfo, VmPowerState};
 use serde_json::json;
 use vcsim_support::{PASSWORD, USER, Vcsim};
@@ -256,5 +257,91 @@ async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused_and_a_vani
         "{err}"
     );
     ensure!(vms_named(&c, "gone").await?.is_empty(), "nothing cloned");
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_copy_leaves_it_on_deletion()
+-> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let cluster = cluster();
+    let (before, s) = provisioned(&c, &cluster, "pp").await?;
+    let provider_id = s.provider_id.clone().context("no providerID")?;
+    let copy_owner = Owner {
+        uid: NEW_UID,
+        namespace: "ns",
+        name: "pp",
+    };
+    // Deleting a copy that never adopted the VM: left in place, not re-marked.
+    let OnDeletion::LeftInPlace(note) = readopt::on_deletion(&c, copy_owner, &provider_id)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    else {
+        bail!("must be left in place");
+    };
+    ensure!(
+        note.contains("earlier object of this name") && note.contains(OLD_UID),
+        "{note}"
+    );
+    let untouched = c.vm_info(&before.vm).await?.context("VM gone")?;
+    ensure!(untouched.extra_config.get(OWNER_KEY).map(String::as_str) == Some(OLD_UID));
+    let OnDeletion::Nothing(note) = readopt::on_deletion(&c, copy_owner, "vsphere-bogus")
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    else {
+        bail!("an unparsable providerID names no VM");
+    };
+    ensure!(note.contains("nothing deleted"), "{note}");
+
+    // The copy adopts the VM while the original still exists.
+    let copy = MachineInput {
+        uid: NEW_UID,
+        namespace: "ns",
+        name: "pp",
+        spec: &s,
+        cluster: &cluster,
+        failure_domain: None,
+    };
+    drive(&c, &copy, Phase::Clone, b"").await?;
+    let adopted = c.vm_info(&before.vm).await?.context("VM gone")?;
+    ensure!(adopted.extra_config.get(OWNER_KEY).map(String::as_str) == Some(NEW_UID));
+    ensure!(adopted.extra_config.get(ADOPTED_FROM_KEY).map(String::as_str) == Some(OLD_UID));
+
+    // The original's provisioned path (and a fresh look) refuse to take it back.
+    let original = MachineInput {
+        uid: OLD_UID,
+        namespace: "ns",
+        name: "pp",
+        spec: &s,
+        cluster: &cluster,
+        failure_domain: None,
+    };
+    for phase in [Phase::Provisioned(before.vm.clone(), None), Phase::Clone] {
+        let err = provision::provision_step(&c, &original, phase, Some(None), PowerState::On)
+            .await
+            .err()
+            .context("the original took the VM back")?;
+        ensure!(
+            matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message }
+                if message.contains(&format!("taken over by a copy of this machine (object uid {NEW_UID})"))
+                    && message.contains("refusing to take it back")),
+            "{err}"
+        );
+        let now = c.vm_info(&before.vm).await?.context("VM gone")?;
+        ensure!(
+            now.extra_config.get(OWNER_KEY).map(String::as_str) == Some(NEW_UID),
+            "untouched"
+        );
+    }
+
+    // Owned by the copy now: its deletion deletes it.
+    let OnDeletion::Delete(vm) = readopt::on_deletion(&c, copy_owner, &provider_id)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+    else {
+        bail!("owned: deleted");
+    };
+    delete(&c, NEW_UID, Some(vm)).await?;
+    ensure!(vms_named(&c, "pp").await?.is_empty());
     Ok(())
 }

@@ -50,9 +50,15 @@ impl ProviderUnderTest for TestDriver {
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let connector = SlowConnector::default();
         let hv = connector.inner.get(URI);
-        if hv.volume(POOL, BASE).await?.is_none() {
-            hv.create_volume(POOL, &xml::plain_volume_xml(BASE, 1 << 30, "qcow2"))
-                .await?;
+        // test:///default is one shared state per process and scenarios set up in parallel:
+        // another one may create the base volume between the check and the create.
+        if hv.volume(POOL, BASE).await?.is_none()
+            && let Err(e) = hv
+                .create_volume(POOL, &xml::plain_volume_xml(BASE, 1 << 30, "qcow2"))
+                .await
+            && hv.volume(POOL, BASE).await?.is_none()
+        {
+            return Err(e.into());
         }
         Ok(Self {
             kube,

@@ -476,15 +476,11 @@ async fn readopt_step<H: Hypervisor>(
         )),
         Found::Foreign(_, why) => Err(permanent(reason, why)),
         Found::Remark(loc, update) => {
-            let upid = hv
-                .update_config(&loc.node, loc.vmid, &update)
-                .await
-                .map_err(pve)?;
+            let requeue = apply_remark(hv, &loc, &update, reason).await?;
             let why = format!(
                 "marking VM {} on {} as this machine's: the object was created anew (clusterctl move or a restore)",
                 loc.vmid, loc.node
             );
-            let requeue = if upid.is_some() { TASK_POLL } else { Duration::ZERO };
             Ok(Step::wait(Phase::SelectNode, requeue, why.clone()).with_event("Adopting", why))
         }
         Found::Owned(loc) => {
@@ -518,6 +514,21 @@ async fn readopt_step<H: Hypervisor>(
             }
         }
     }
+}
+
+/// Writes the re-marking of a VM found by its providerID ([`readopt`]); returns when to look
+/// again (after the config task, if PVE started one).
+async fn apply_remark<H: Hypervisor>(
+    hv: &H,
+    loc: &VmLocation,
+    update: &banlieue_pve_client::ConfigUpdate,
+    reason: &'static str,
+) -> Result<Duration, StepError> {
+    let upid = hv
+        .update_config(&loc.node, loc.vmid, update)
+        .await
+        .map_err(|e| StepError::from_pve(reason, e))?;
+    Ok(if upid.is_some() { TASK_POLL } else { Duration::ZERO })
 }
 
 /// Brings a provisioned VM to its spec, one action at a time (see [`crate::update`]):
@@ -581,26 +592,23 @@ async fn update_step<H: Hypervisor>(
         });
     }
     if !desired::is_owned_by(&config, input.uid) {
-        if let Some(Found::Foreign(_, why)) = readopt::classify_provisioned(loc.clone(), &config, input) {
-            return Err(permanent("AdoptionFailed", why));
-        }
-        if let Some(Found::Remark(_, update)) = readopt::classify_provisioned(loc.clone(), &config, input) {
-            // The object was created anew with its status (e.g. restored): re-mark the VM.
-            let upid = hv
-                .update_config(&loc.node, loc.vmid, &update)
-                .await
-                .map_err(pve)?;
-            let why = format!(
-                "marking VM {} on {} as this machine's: the object was created anew",
-                loc.vmid, loc.node
-            );
-            let requeue = if upid.is_some() { TASK_POLL } else { Duration::ZERO };
-            return Ok(Step {
-                power,
-                up_to_date: Some(UpToDate::no("Adopting", why.clone())),
-                ..Step::wait(current, requeue, why.clone())
+        match readopt::classify_provisioned(loc.clone(), &config, input) {
+            Some(Found::Foreign(_, why)) => return Err(permanent("AdoptionFailed", why)),
+            Some(Found::Remark(_, update)) => {
+                // The object was created anew with its status (e.g. restored): re-mark the VM.
+                let requeue = apply_remark(hv, &loc, &update, reason).await?;
+                let why = format!(
+                    "marking VM {} on {} as this machine's: the object was created anew",
+                    loc.vmid, loc.node
+                );
+                return Ok(Step {
+                    power,
+                    up_to_date: Some(UpToDate::no("Adopting", why.clone())),
+                    ..Step::wait(current, requeue, why.clone())
+                }
+                .with_event("Adopting", why));
             }
-            .with_event("Adopting", why));
+            Some(Found::Owned(_) | Found::Missing) | None => {}
         }
         return Err(permanent(
             reason,

@@ -41,6 +41,23 @@ fn owner(name: &str) -> Owner {
     }
 }
 
+/// The input of a machine owned by `owner`, uuid from its UID, no failure domain, powered on.
+fn machine_input<'a>(
+    owner: &'a Owner,
+    spec: &'a LibvirtMachineSpec,
+    settings: &'a Settings,
+) -> MachineInput<'a> {
+    MachineInput {
+        owner,
+        spec,
+        uuid: &owner.uid,
+        failure_domain: None,
+        settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+    }
+}
+
 async fn host_with_base() -> Host<VirtHypervisor> {
     // Connections of one process share the test driver's state while one stays open, and the
     // tests run in parallel: create the base volume once.
@@ -71,15 +88,7 @@ async fn provisions_adopts_and_deletes_on_the_test_driver() {
     let o = owner("m1");
     let s = spec(serde_json::json!([{"name": "root", "sizeGiB": 4}, {"name": "data", "sizeGiB": 1}]));
     let settings = settings();
-    let input = MachineInput {
-        owner: &o,
-        spec: &s,
-        uuid: &o.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let input = machine_input(&o, &s, &settings);
     let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
         .await
         .unwrap();
@@ -194,15 +203,7 @@ async fn bad_input_is_a_permanent_error_with_an_actionable_reason() {
     let o = owner("m3");
     let mut s = spec(serde_json::json!([]));
     s.source.volume = "missing.qcow2".into();
-    let input = MachineInput {
-        owner: &o,
-        spec: &s,
-        uuid: &o.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let input = machine_input(&o, &s, &settings);
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
         .unwrap_err();
@@ -371,15 +372,7 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
     let settings = settings();
     let o = owner("reconf");
     let s0 = spec(serde_json::json!([{"name": "root", "sizeGiB": 4}]));
-    let input = MachineInput {
-        owner: &o,
-        spec: &s0,
-        uuid: &o.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let input = machine_input(&o, &s0, &settings);
     let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"ud"))
         .await
         .unwrap();
@@ -467,15 +460,7 @@ async fn a_guest_ignoring_the_acpi_shutdown_is_powered_off_after_the_timeout() {
     let settings = settings();
     let o = owner("acpi");
     let s = spec(serde_json::json!([]));
-    let on = MachineInput {
-        owner: &o,
-        spec: &s,
-        uuid: &o.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let on = machine_input(&o, &s, &settings);
     let step = provision::provision(&hosts, &on, Phase::SelectHost, Some(b""))
         .await
         .unwrap();
@@ -553,15 +538,7 @@ async fn provisioned_machine(
     let o = owner(name);
     let settings = settings();
     let mut s = spec(serde_json::json!([]));
-    let input = MachineInput {
-        owner: &o,
-        spec: &s,
-        uuid: &o.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let input = machine_input(&o, &s, &settings);
     let step = provision::provision(hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
         .await
         .unwrap();
@@ -584,15 +561,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_domain_by_provider
 
     // The copy: new UID, providerID, no status (so no domain uuid: its own UID is the default).
     let copy = moved(&o);
-    let input = MachineInput {
-        owner: &copy,
-        spec: &s,
-        uuid: &copy.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let input = machine_input(&copy, &s, &settings);
     let step = provision::provision(&hosts, &input, Phase::SelectHost, None)
         .await
         .unwrap();
@@ -667,15 +636,7 @@ async fn a_provider_id_of_a_domain_defined_for_another_machine_is_refused() {
         name: "thief".into(),
         ..moved(&o)
     };
-    let input = MachineInput {
-        owner: &thief,
-        spec: &s,
-        uuid: &thief.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let input = machine_input(&thief, &s, &settings);
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
         .unwrap_err();
@@ -703,15 +664,7 @@ async fn a_provider_id_without_a_domain_is_reported_and_never_redefined() {
     let o = owner("gone");
     let mut s = spec(serde_json::json!([]));
     s.provider_id = Some("libvirt://h1/0000aaaa-0000-4000-8000-000000000777".into());
-    let input = MachineInput {
-        owner: &o,
-        spec: &s,
-        uuid: &o.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let input = machine_input(&o, &s, &settings);
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
         .unwrap_err();
@@ -796,15 +749,7 @@ async fn the_original_never_takes_back_a_domain_its_copy_adopted() {
     // The copy (clusterctl move --to-directory/--from-directory into a second management
     // cluster) adopts the domain while the original keeps running.
     let copy = moved(&o);
-    let copy_input = MachineInput {
-        owner: &copy,
-        spec: &s,
-        uuid: &copy.uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-    };
+    let copy_input = machine_input(&copy, &s, &settings);
     provision::provision(&hosts, &copy_input, Phase::SelectHost, None)
         .await
         .unwrap();

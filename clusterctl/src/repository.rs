@@ -332,11 +332,7 @@ mod tests {
     #[test]
     fn splits_capi_crds_by_provider() {
         let dir = tempfile::tempdir().unwrap();
-        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/capi/v1.14/crds");
-        if !crds.is_dir() {
-            eprintln!("skipped: {} missing", crds.display());
-            return;
-        }
+        let crds = banlieue_capi::crds::dir();
         let entries = write_capi(dir.path(), &crds, CAPI_VERSION).unwrap();
         assert_eq!(entries.len(), 3);
         let control_plane = std::fs::read_to_string(&entries[2].components).unwrap();

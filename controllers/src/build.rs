@@ -15,6 +15,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 use sha2::Digest;
 
+use crate::provider_use;
 use crate::registry::{self, BackendEntry};
 
 /// Field manager of every write the controller makes (server-side apply).
@@ -107,6 +108,22 @@ pub enum Invalid {
         /// The chosen Provider.
         provider: String,
     },
+    /// The Provider named by `spec.providerRef` holds as many VirtualMachines as its
+    /// `spec.capacity.virtualMachines` allows.
+    #[error(
+        "Provider {provider} is full: {placed} of its {capacity} VirtualMachines (spec.capacity.virtualMachines) are placed; delete one of them or raise the capacity, and this VirtualMachine is placed then"
+    )]
+    ProviderFull {
+        /// The Provider.
+        provider: String,
+        /// Its declared capacity.
+        capacity: u32,
+        /// VirtualMachines placed on it.
+        placed: u32,
+    },
+    /// The Provider named by `spec.providerRef` is being deleted.
+    #[error("Provider {0} is being deleted and takes no new VirtualMachines: choose another Provider")]
+    ProviderDeleting(String),
 }
 
 impl Invalid {
@@ -125,6 +142,8 @@ impl Invalid {
             Self::InfraClusterConflict { .. } => "InfrastructureClusterConflict",
             Self::NoSize => "NoSize",
             Self::KindNotInstalled { .. } => "ProviderKindNotInstalled",
+            Self::ProviderFull { .. } => "ProviderFull",
+            Self::ProviderDeleting(_) => provider_use::REFUSED_PROVIDER_DELETING,
         }
     }
 }
@@ -145,18 +164,6 @@ fn admits_namespace(
     }
 }
 
-/// Free VM slots of a Provider: `None` when it declares no VM capacity (unlimited).
-fn free_slots(provider: &Provider) -> Option<u32> {
-    let cap = provider.spec.capacity.as_ref()?.virtual_machines?;
-    let used = provider
-        .status
-        .as_ref()
-        .and_then(|s| s.allocated.as_ref())
-        .and_then(|a| a.virtual_machines)
-        .unwrap_or(0);
-    Some(cap.saturating_sub(used))
-}
-
 fn provider_ready(provider: &Provider) -> bool {
     provider
         .status
@@ -167,29 +174,57 @@ fn provider_ready(provider: &Provider) -> bool {
 /// Chooses the Provider of `vm` among `providers` (every Provider of the cluster).
 ///
 /// * A VM that already has `status.provider` stays there (a VM is never moved silently).
-/// * Otherwise `spec.providerRef` names it.
+/// * Otherwise `spec.providerRef` names it; it must not be deleting nor full.
 /// * Otherwise `spec.placement.providerSelector` selects candidates by label; candidates must
-///   admit the namespace, have a registered backend, free declared capacity and a source for
-///   their backend (`has_source`). The pick is deterministic: Ready Providers first, then the
-///   most free VM slots (undeclared capacity counts as unlimited), then the name.
+///   admit the namespace, not be deleting, have a registered backend, free declared capacity
+///   and a source for their backend (`has_source`). The pick is deterministic: Ready Providers
+///   first, then the most free VM slots (undeclared capacity counts as unlimited), then the
+///   name.
+///
+/// `placed` counts the VirtualMachines already placed per Provider (not counting `vm`); it must
+/// be current for every Provider with a declared VM capacity.
 pub fn choose_provider<'a>(
     vm: &VirtualMachine,
     providers: &'a [Provider],
     namespace_labels: &BTreeMap<String, String>,
+    placed: &BTreeMap<String, u32>,
     has_source: impl Fn(&Provider) -> bool,
 ) -> Result<&'a Provider, Invalid> {
-    let named = vm
-        .status
-        .as_ref()
-        .and_then(|s| s.provider.clone())
-        .or_else(|| vm.spec.provider_ref.as_ref().map(|r| r.name.clone()));
-    if let Some(name) = named {
-        let provider = providers
+    let free_slots =
+        |p: &Provider| provider_use::free_slots(p, placed.get(&p.name_any()).copied().unwrap_or(0));
+    let find = |name: &str| {
+        providers
             .iter()
             .find(|p| p.name_any() == name)
-            .ok_or(Invalid::ProviderNotFound(name.clone()))?;
+            .ok_or(Invalid::ProviderNotFound(name.to_owned()))
+    };
+    if let Some(name) = vm.status.as_ref().and_then(|s| s.provider.as_deref()) {
+        // Placed: it stays, whatever the Provider's capacity or deletion (so it can be deleted).
+        let provider = find(name)?;
         if !admits_namespace(provider, namespace_labels)? {
-            return Err(Invalid::NamespaceNotAllowed(name));
+            return Err(Invalid::NamespaceNotAllowed(name.to_owned()));
+        }
+        return Ok(provider);
+    }
+    if let Some(name) = vm.spec.provider_ref.as_ref().map(|r| r.name.as_str()) {
+        let provider = find(name)?;
+        if !admits_namespace(provider, namespace_labels)? {
+            return Err(Invalid::NamespaceNotAllowed(name.to_owned()));
+        }
+        if provider_use::deleting(provider) {
+            return Err(Invalid::ProviderDeleting(name.to_owned()));
+        }
+        if free_slots(provider) == Some(0) {
+            return Err(Invalid::ProviderFull {
+                provider: name.to_owned(),
+                capacity: provider
+                    .spec
+                    .capacity
+                    .as_ref()
+                    .and_then(|c| c.virtual_machines)
+                    .unwrap_or(0),
+                placed: placed.get(name).copied().unwrap_or(0),
+            });
         }
         return Ok(provider);
     }
@@ -207,6 +242,7 @@ pub fn choose_provider<'a>(
     for p in providers {
         if sel.matches(p.labels())
             && admits_namespace(p, namespace_labels)?
+            && !provider_use::deleting(p)
             && registry::lookup(p.spec.backend).is_some()
             && free_slots(p) != Some(0)
             && has_source(p)

@@ -188,7 +188,7 @@ fn provider_choice(
         provider("b", "libvirt", json!({"zone": "b"}), json!({})),
         ready,
     ];
-    let got = choose_provider(&v, &providers, &no_labels(), |_| true).map(|p| p.name_any());
+    let got = choose_provider(&v, &providers, &no_labels(), &BTreeMap::new(), |_| true).map(|p| p.name_any());
     assert_eq!(got.as_deref().map_err(|e| e.reason()), expected);
 }
 
@@ -196,20 +196,60 @@ fn provider_choice(
 fn selector_skips_full_providers_and_those_without_a_source_then_sorts_by_room_and_name() {
     let v = vm(json!({"placement": {"providerSelector": {}}}));
     let cap = |n: u32| json!({"capacity": {"virtualMachines": n}});
-    let mut full = provider("a-full", "proxmox", json!({}), cap(1));
-    full.status = serde_json::from_value(json!({"allocated": {"virtualMachines": 1}})).expect("status");
     let providers = vec![
-        full,
+        provider("a-full", "proxmox", json!({}), cap(1)),
         provider("b-small", "proxmox", json!({}), cap(5)),
         provider("c-none", "vsphere", json!({}), json!({})),
         provider("d-big", "proxmox", json!({}), cap(50)),
         provider("e-big", "proxmox", json!({}), cap(50)),
     ];
-    let pick = choose_provider(&v, &providers, &no_labels(), |p| {
+    // Placed counts (fresh, not the Providers' status): a-full has its one VM, d-big has room
+    // for more than e-big.
+    let placed = BTreeMap::from([("a-full".to_owned(), 1), ("e-big".to_owned(), 3)]);
+    let pick = choose_provider(&v, &providers, &no_labels(), &placed, |p| {
         p.spec.backend == Backend::Proxmox
     })
     .expect("one fits");
     assert_eq!(pick.name_any(), "d-big");
+}
+
+#[test]
+fn a_named_provider_that_is_full_or_deleting_takes_no_new_vm_but_keeps_its_own() {
+    let named = vm(json!({"providerRef": {"name": "p"}}));
+    let providers = vec![provider(
+        "p",
+        "proxmox",
+        json!({}),
+        json!({"capacity": {"virtualMachines": 2}}),
+    )];
+    let placed = |n: u32| BTreeMap::from([("p".to_owned(), n)]);
+    assert!(choose_provider(&named, &providers, &no_labels(), &placed(1), |_| true).is_ok());
+    let err = choose_provider(&named, &providers, &no_labels(), &placed(2), |_| true).expect_err("full");
+    assert_eq!(err.reason(), "ProviderFull");
+    assert!(err.to_string().contains("2 of its 2 VirtualMachines"), "{err}");
+
+    // Already placed there: stays, full or not.
+    let mut own = named.clone();
+    own.status = Some(banlieue_api::banlieue::VirtualMachineStatus {
+        provider: Some("p".into()),
+        ..Default::default()
+    });
+    assert!(choose_provider(&own, &providers, &no_labels(), &placed(2), |_| true).is_ok());
+
+    let mut deleting = providers.clone();
+    deleting[0].metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    ));
+    let err = choose_provider(&named, &deleting, &no_labels(), &placed(0), |_| true).expect_err("deleting");
+    assert_eq!(err.reason(), "ProviderDeleting");
+    assert!(choose_provider(&own, &deleting, &no_labels(), &placed(2), |_| true).is_ok());
+    let selected = vm(json!({"placement": {"providerSelector": {}}}));
+    assert_eq!(
+        choose_provider(&selected, &deleting, &no_labels(), &placed(0), |_| true)
+            .expect_err("no candidate")
+            .reason(),
+        "NoProviderMatches"
+    );
 }
 
 #[test]
@@ -221,10 +261,11 @@ fn namespace_selector_is_honoured() {
         json!({}),
         json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}),
     )];
-    let err = choose_provider(&v, &providers, &no_labels(), |_| true).expect_err("not admitted");
+    let none = BTreeMap::new();
+    let err = choose_provider(&v, &providers, &no_labels(), &none, |_| true).expect_err("not admitted");
     assert_eq!(err.reason(), "NamespaceNotAllowed");
     let labels = BTreeMap::from([("team".to_owned(), "x".to_owned())]);
-    assert!(choose_provider(&v, &providers, &labels, |_| true).is_ok());
+    assert!(choose_provider(&v, &providers, &labels, &none, |_| true).is_ok());
 }
 
 #[rstest]

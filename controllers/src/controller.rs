@@ -29,7 +29,9 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, PartialObjectMeta, Patch, PatchParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams, Preconditions,
+};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
@@ -42,6 +44,8 @@ use crate::build::{self, FIELD_MANAGER, Invalid};
 use crate::finalizer;
 use crate::infra_cluster::{self, Ensured, InfraClusters};
 use crate::mirror::{self, MachineView, MirrorInput};
+use crate::provider_controller;
+use crate::provider_use;
 use crate::registry::{self, BackendEntry};
 use crate::served;
 use crate::{Error, Result};
@@ -136,6 +140,12 @@ pub struct Context {
     written: Mutex<HashMap<String, Written>>,
     /// The infrastructure machine kinds installed when this run started ([`served`]).
     served: Vec<&'static str>,
+    /// Held while a VirtualMachine is placed on a Provider with a VM capacity, from the fresh
+    /// count until its status records the placement: two VMs never take the last slot together.
+    placement: Arc<tokio::sync::Mutex<()>>,
+    /// The Provider reconciler runs (cluster-wide controller): only then may a Provider get the
+    /// in-use finalizer, which that reconciler removes.
+    manage_providers: bool,
 }
 
 /// The controller's own status writes of one VirtualMachine that its watch cache has not caught
@@ -211,6 +221,9 @@ struct Plan {
     cluster: Option<Value>,
     desired: Option<Value>,
     invalid: Option<Invalid>,
+    /// The placement lock, when this reconcile places the VirtualMachine on a Provider with a
+    /// VM capacity; released when the reconcile ends (after the status write).
+    _placement: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
@@ -249,13 +262,32 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
     } else {
         BTreeMap::new()
     };
-    let chosen = build::choose_provider(vm, &providers, &namespace_labels, |p| {
+    let unplaced = provider_use::placed_on(vm).is_none();
+    let (placed, placement) = if unplaced && providers.iter().any(provider_use::has_vm_capacity) {
+        let guard = ctx.placement.clone().lock_owned().await;
+        let all = Api::<VirtualMachine>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| Error::kube("listing VirtualMachines to count Provider capacity", e))?;
+        let uid = vm.uid();
+        (
+            provider_use::placed_counts(&all.items, uid.as_deref()),
+            Some(guard),
+        )
+    } else {
+        (BTreeMap::new(), None)
+    };
+    let chosen = build::choose_provider(vm, &providers, &namespace_labels, &placed, |p| {
         build::image_source(vm, p, image.as_ref()).is_some()
     });
     let provider = match chosen {
         Ok(p) => p,
         Err(invalid) => return Ok(Plan::invalid(vm, invalid)),
     };
+    if unplaced && ctx.manage_providers {
+        // Before the first infrastructure object: the Provider cannot go while this VM uses it.
+        provider_controller::ensure_in_use_finalizer(client, provider).await?;
+    }
     let entry = build::entry_for(provider.spec.backend).ok();
     let built = build::desired_machine(vm, provider, class.as_ref(), image.as_ref())
         .and_then(|machine| Ok((machine, build::desired_cluster(provider, &ns)?)));
@@ -266,6 +298,7 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
             cluster: Some(cluster),
             desired: Some(desired),
             invalid: None,
+            _placement: placement,
         },
         Err(invalid) => Plan {
             provider: Some(provider.name_any()),
@@ -273,6 +306,7 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
             cluster: None,
             desired: None,
             invalid: Some(invalid),
+            _placement: placement,
         },
     })
 }
@@ -287,6 +321,7 @@ impl Plan {
             cluster: None,
             desired: None,
             invalid: Some(invalid),
+            _placement: None,
         }
     }
 }
@@ -644,6 +679,12 @@ pub async fn run_with_discovery_interval(
     interval: Duration,
 ) {
     let shutdown = shutdown.shared();
+    // Providers are reconciled beside (not restarted with) the VirtualMachine controller; with
+    // --namespace the controller sees only part of the VirtualMachines and leaves Providers alone.
+    let providers = namespace
+        .is_none()
+        .then(|| tokio::spawn(provider_controller::run(client.clone(), shutdown.clone())));
+    let _stop_providers = AbortOnDrop(providers);
     loop {
         let entries = served::served_entries(&client)
             .await
@@ -792,6 +833,8 @@ async fn run_once(
         failures: Mutex::new(HashMap::new()),
         written: Mutex::new(HashMap::new()),
         served: served::kinds(entries),
+        placement: Arc::new(tokio::sync::Mutex::new(())),
+        manage_providers: namespace.is_none(),
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -821,4 +864,15 @@ async fn run_once(
         })
         .await;
     trigger_task.abort();
+}
+
+/// Aborts the task when dropped (when the controller returns).
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(task) = &self.0 {
+            task.abort();
+        }
+    }
 }

@@ -11,24 +11,35 @@ pub use crate::build::FINALIZER;
 
 /// Whether `finalizers` holds the controller's finalizer.
 pub fn has(finalizers: &[String]) -> bool {
-    finalizers.iter().any(|f| f == FINALIZER)
+    has_named(FINALIZER, finalizers)
+}
+
+/// Whether `finalizers` holds `name`.
+pub fn has_named(name: &str, finalizers: &[String]) -> bool {
+    finalizers.iter().any(|f| f == name)
 }
 
 /// The JSON patch that adds [`FINALIZER`] to an object whose list is `finalizers`, or `None`
 /// when it is already there.
 pub fn add_patch(finalizers: &[String]) -> Option<Value> {
-    if has(finalizers) {
+    add_named_patch(FINALIZER, finalizers)
+}
+
+/// The JSON patch that adds finalizer `name` to an object whose list is `finalizers`, or `None`
+/// when it is already there.
+pub fn add_named_patch(name: &str, finalizers: &[String]) -> Option<Value> {
+    if has_named(name, finalizers) {
         return None;
     }
     Some(if finalizers.is_empty() {
         json!([
             {"op": "test", "path": "/metadata/finalizers", "value": null},
-            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+            {"op": "add", "path": "/metadata/finalizers", "value": [name]},
         ])
     } else {
         json!([
             {"op": "test", "path": "/metadata/finalizers", "value": finalizers},
-            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": name},
         ])
     })
 }
@@ -36,9 +47,15 @@ pub fn add_patch(finalizers: &[String]) -> Option<Value> {
 /// The JSON patch that removes [`FINALIZER`] from an object whose list is `finalizers`, or
 /// `None` when it is not there.
 pub fn remove_patch(finalizers: &[String]) -> Option<Value> {
-    let index = finalizers.iter().position(|f| f == FINALIZER)?;
+    remove_named_patch(FINALIZER, finalizers)
+}
+
+/// The JSON patch that removes finalizer `name` from an object whose list is `finalizers`, or
+/// `None` when it is not there.
+pub fn remove_named_patch(name: &str, finalizers: &[String]) -> Option<Value> {
+    let index = finalizers.iter().position(|f| f == name)?;
     Some(json!([
-        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": FINALIZER},
+        {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": name},
         {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
     ]))
 }

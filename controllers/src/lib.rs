@@ -8,6 +8,8 @@
 //! Modules: [`registry`] (backend → kind table), [`build`] (pure: provider choice, class and
 //! image resolution, the desired machine and infra cluster), [`mirror`] (pure: machine status
 //! → VirtualMachine status), [`finalizer`] (the VirtualMachine finalizer's patches),
+//! [`provider_use`] (pure: who uses a Provider, its capacity) and [`provider_controller`] (a
+//! Provider in use is not deleted; its `status.allocated`),
 //! [`infra_cluster`] (the infra cluster object per Provider and namespace), [`served`] (which
 //! providers' kinds are installed), [`controller`] (the kube-runtime reconciler). The crate also renders the CRDs for
 //! the `banlieue crds` subcommand.
@@ -19,6 +21,8 @@ pub mod http;
 pub mod infra_cluster;
 pub mod leader;
 pub mod mirror;
+pub mod provider_controller;
+pub mod provider_use;
 pub mod rbac;
 pub mod registry;
 pub mod served;

@@ -40,6 +40,9 @@ enum Command {
         /// Namespace of the leader-election Lease (default: `$POD_NAMESPACE`, else `default`).
         #[arg(long)]
         leader_election_namespace: Option<String>,
+        /// Log format: `text` (colour only on a terminal) or `json` (one object per line).
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
 }
 
@@ -58,8 +61,9 @@ fn main() -> anyhow::Result<()> {
             metrics_addr,
             leader_elect,
             leader_election_namespace,
+            log_format,
         } => {
-            logging::init(LogFormat::Text);
+            logging::init(log_format);
             let leader = leader_elect.then(|| LeaseSettings {
                 name: banlieue_controllers::leader::LEASE_NAME.to_owned(),
                 namespace: leader_election_namespace

@@ -27,6 +27,18 @@ pub const CLUSTER_RULES: &[Rule] = &[
         why: "choose a Provider, resolve class and image",
     },
     Rule {
+        api_groups: &["banlieue.io"],
+        resources: &["providers"],
+        verbs: &["patch"],
+        why: "add and remove the banlieue.io/provider-in-use finalizer of a Provider that VirtualMachines use",
+    },
+    Rule {
+        api_groups: &["banlieue.io"],
+        resources: &["providers/status"],
+        verbs: &["patch"],
+        why: "report the VirtualMachines placed on a Provider and a deletion that waits for them",
+    },
+    Rule {
         api_groups: &["infrastructure.banlieue.io"],
         resources: &["proxmoxmachines", "libvirtmachines", "vspheremachines"],
         verbs: &["get", "list", "watch", "create", "patch", "delete"],

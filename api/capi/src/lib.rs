@@ -7,6 +7,7 @@
 //!   `{apiGroup, kind, name}` references of the v1beta2 provider contract.
 //! - [`bootstrap`]: the bootstrap data Secret.
 //! - [`ipam`]: creating `IPAddressClaim`s and reading the `IPAddress` an IPAM provider allocated.
+//! - [`crds`]: where CAPI's published CRDs are (`api/capi/crds`, or `$BANLIEUE_CAPI_CRDS`).
 //! - [`clusterctl`]: the provider `metadata.yaml` (`Metadata`, hand-written: kopium cannot
 //!   generate spec-less kinds).
 //! - [`v1beta1`]: the old condition shape still found under `status.deprecated.v1beta1`.
@@ -16,6 +17,7 @@
 pub mod bootstrap;
 pub mod clusterctl;
 pub mod contract;
+pub mod crds;
 mod error;
 pub mod generated;
 pub mod ipam;

@@ -2,8 +2,9 @@
 //! the CRDs it names.
 //!
 //! - `headers_name_existing_crds_with_matching_sha256` (always on, no kopium needed): every
-//!   generated file names its source CRD and that CRD's sha256; the CRD must exist under
-//!   `${BANLIEUE_SHARED:-<repo>/../shared}` and still hash the same, so an updated CRD fails here.
+//!   generated file names its source CRD and that CRD's sha256; the CRD must exist in
+//!   `banlieue_capi::crds::dir()` (`api/capi/crds`) and still hash the same, so an updated CRD
+//!   fails here.
 //! - `regeneration_is_a_no_op` (ignored unless run with `--ignored`, needs kopium 0.24.1): runs the
 //!   generator into a temporary directory and compares file by file.
 
@@ -22,13 +23,6 @@ fn crate_dir() -> PathBuf {
 
 fn generated_dir() -> PathBuf {
     crate_dir().join("src/generated")
-}
-
-fn shared_dir() -> PathBuf {
-    match std::env::var_os("BANLIEUE_SHARED") {
-        Some(dir) => PathBuf::from(dir),
-        None => crate_dir().join("../../../shared"),
-    }
 }
 
 /// `*.rs` files of a directory, by file name.
@@ -55,12 +49,7 @@ fn header(text: &str) -> BTreeMap<&str, &str> {
 
 #[test]
 fn headers_name_existing_crds_with_matching_sha256() {
-    let shared = shared_dir();
-    assert!(
-        shared.join("capi").is_dir(),
-        "CAPI CRDs not found under {}; set BANLIEUE_SHARED to the directory holding capi/v1.14/crds",
-        shared.display()
-    );
+    banlieue_capi::crds::files().expect("CAPI's CRDs");
     let files = rust_files(&generated_dir());
     let kinds: Vec<_> = files.iter().filter(|(name, _)| *name != "mod.rs").collect();
     assert!(
@@ -96,7 +85,11 @@ fn headers_name_existing_crds_with_matching_sha256() {
             "{name}: command {command:?}"
         );
 
-        let path = shared.join(crd);
+        assert!(
+            crd.starts_with("api/capi/crds/"),
+            "{name}: source-crd {crd} is not in api/capi/crds"
+        );
+        let path = banlieue_capi::crds::file(&crd_file);
         let bytes =
             std::fs::read(&path).unwrap_or_else(|e| panic!("{name}: source CRD {}: {e}", path.display()));
         let got = hex::encode(Sha256::digest(&bytes));
@@ -137,7 +130,7 @@ fn regeneration_is_a_no_op() {
     let result = Command::new("bash")
         .arg(&script)
         .arg(out.path())
-        .env("BANLIEUE_SHARED", shared_dir())
+        .env(banlieue_capi::crds::DIR_ENV, banlieue_capi::crds::dir())
         .output()
         .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
     assert!(
@@ -186,7 +179,7 @@ fn property_names(schema: &serde_yaml::Value) -> Vec<String> {
 fn hand_written_clusterctl_metadata_matches_capis_crd() {
     use banlieue_capi::clusterctl::{METADATA_API_VERSION, Metadata, ReleaseSeries};
 
-    let path = shared_dir().join("capi/v1.14/crds/clusterctl.cluster.x-k8s.io_metadata.yaml");
+    let path = banlieue_capi::crds::file("clusterctl.cluster.x-k8s.io_metadata.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let crd: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
     let version = &crd["spec"]["versions"][0];
@@ -299,7 +292,7 @@ fn generated_kinds_match_their_crds() {
     let generated = rust_files(&generated_dir());
     assert_eq!(cases.len(), generated.len() - 1, "one case per generated kind");
     for ((group, version, kind, plural, namespaced), file) in cases {
-        let path = shared_dir().join("capi/v1.14/crds").join(file);
+        let path = banlieue_capi::crds::file(file);
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let crd: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
         let spec = &crd["spec"];
@@ -350,7 +343,7 @@ fn generator_refuses_a_different_kopium_version() {
         .arg(crate_dir().join("generate.sh"))
         .arg(out.path())
         .env("PATH", path)
-        .env("BANLIEUE_SHARED", shared_dir())
+        .env(banlieue_capi::crds::DIR_ENV, banlieue_capi::crds::dir())
         .output()
         .unwrap();
     assert!(!result.status.success(), "generate.sh accepted kopium 0.23.0");

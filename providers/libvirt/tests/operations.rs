@@ -10,12 +10,10 @@ use banlieue_testenv::TestEnv;
 
 #[tokio::test]
 async fn two_processes_one_leader_probes_and_metrics() -> anyhow::Result<()> {
-    let shared = std::env::var("BANLIEUE_SHARED")
-        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared").to_owned());
     let mut crds = banlieue_api::crds::all();
     crds.extend(banlieue_testenv::crds_from_files([
-        format!("{shared}/capi/v1.14/crds/cluster.x-k8s.io_clusters.yaml"),
-        format!("{shared}/capi/v1.14/crds/cluster.x-k8s.io_machines.yaml"),
+        banlieue_capi::crds::file("cluster.x-k8s.io_clusters.yaml"),
+        banlieue_capi::crds::file("cluster.x-k8s.io_machines.yaml"),
     ])?);
     let env = TestEnv::shared_with(|b| b.crds(crds)).await?;
     let ns = env.namespace("lv-ops").await?;

@@ -18,12 +18,6 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn shared() -> PathBuf {
-    std::env::var_os("BANLIEUE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("../shared"))
-}
-
 /// The infrastructure CRDs as committed in `config/crd/` (what clusterctl ships), by kind.
 fn committed_crds() -> Result<BTreeMap<String, CustomResourceDefinition>> {
     let dir = workspace().join("config/crd");
@@ -43,7 +37,7 @@ fn committed_crds() -> Result<BTreeMap<String, CustomResourceDefinition>> {
 
 /// `openAPIV3Schema` of the v1beta2 version of one of CAPI's CRD files.
 fn capi_schema(file: &str) -> Option<Value> {
-    let text = std::fs::read_to_string(shared().join("capi/v1.14/crds").join(file)).ok()?;
+    let text = std::fs::read_to_string(banlieue_capi::crds::file(file)).ok()?;
     let crd: CustomResourceDefinition = serde_yaml::from_str(&text).ok()?;
     let version = crd.spec.versions.into_iter().find(|v| v.name == "v1beta2")?;
     serde_json::to_value(version.schema?.open_api_v3_schema?).ok()
@@ -146,8 +140,9 @@ fn infrastructure_crds_conform_to_the_capi_v1beta2_contract() -> Result<()> {
         check_kind(&mut report, crd, &committed);
     }
     report.note(format!(
-        "Contract: shared/CAPI-CONTRACT.md; CAPI's CRDs: {}.",
-        shared().join("capi/v1.14/crds").display()
+        "Contract: CAPI's v1beta2 provider contract; CAPI's CRDs: {} (CAPI {}).",
+        banlieue_capi::crds::dir().display(),
+        banlieue_capi::crds::SERIES
     ));
     report.note(
         "Copy checks: a value our CRD accepts must be accepted by the CAPI field CAPI copies it to \

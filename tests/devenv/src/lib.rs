@@ -2,7 +2,8 @@
 //! README's `tests/dev.sh`) and the end-to-end tests (`tests/e2e.rs`) start it the same way.
 //!
 //! [`Stack::start`] starts a private etcd + kube-apiserver + kube-controller-manager (built by
-//! `tests/controlplane/build.sh`), installs banlieue's CRDs (and CAPI's when a folder is given),
+//! `tests/controlplane/build.sh`), installs banlieue's CRDs (and CAPI's when a folder is given:
+//! the repository's `api/capi/crds` by default, labelled with their contract as CAPI's releases do),
 //! starts the Proxmox VE simulator on loopback and registers it as the cluster-scoped `Provider`
 //! [`PROVIDER_NAME`] with a credentials Secret in [`SYSTEM_NAMESPACE`]. [`start_controller`]
 //! runs one of the [`CONTROLLERS`] from its own binary, as its own process, sharing nothing with
@@ -14,6 +15,7 @@ use std::time::Duration;
 use anyhow::Context;
 use banlieue_testenv::{ManagedProcess, TestEnv};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams};
 
 /// Field manager of the objects the environment applies.
@@ -38,7 +40,10 @@ pub const CONTROLLERS: [(&str, &[&str]); 2] = [
             "--log-format=text",
         ],
     ),
-    (BANLIEUE, &["controller", "--metrics-addr=127.0.0.1:0"]),
+    (
+        BANLIEUE,
+        &["controller", "--metrics-addr=127.0.0.1:0", "--log-format=text"],
+    ),
 ];
 
 /// What to start.
@@ -46,7 +51,8 @@ pub const CONTROLLERS: [(&str, &[&str]); 2] = [
 pub struct StackConfig {
     /// The simulator's configuration.
     pub sim: banlieue_pve_sim::SimConfig,
-    /// Folder of CAPI's CRDs to install as well (`None` or a missing folder: skipped).
+    /// Folder of CAPI's CRDs to install as well (`None`: none; a folder without CRDs is an
+    /// error).
     pub capi_crds: Option<PathBuf>,
 }
 
@@ -76,17 +82,13 @@ impl Stack {
         progress("installing banlieue CRDs");
         env.install_crds(&banlieue_api::crds::all()).await?;
         if let Some(dir) = &config.capi_crds {
-            let capi = capi_crd_files(dir)?;
-            if capi.is_empty() {
-                progress(&format!("no CAPI CRDs under {} - skipped", dir.display()));
-            } else {
-                progress(&format!(
-                    "installing {} CAPI CRDs from {}",
-                    capi.len(),
-                    dir.display()
-                ));
-                env.install_crd_files(&capi).await?;
-            }
+            let capi = capi_crds(dir)?;
+            progress(&format!(
+                "installing {} CAPI CRDs from {}",
+                capi.len(),
+                dir.display()
+            ));
+            env.install_crds(&capi).await?;
         }
 
         progress("starting the Proxmox VE simulator");
@@ -129,7 +131,8 @@ pub fn binary_dir() -> anyhow::Result<PathBuf> {
 
 /// Starts controller `name` (one of [`CONTROLLERS`]) from `bin_dir` with `args`, `KUBECONFIG`
 /// set (the rest of the environment, e.g. `RUST_LOG`, is inherited) and its output in
-/// `logs/<name>.log`. It dies with this process (and on drop).
+/// `logs/<name>.log`; the logs of earlier starts are kept as `<name>.log.1` (the last) to
+/// `<name>.log.{KEPT_LOGS}` (see [`rotate_log`]). It dies with this process (and on drop).
 pub fn start_controller(
     bin_dir: &Path,
     name: &str,
@@ -150,12 +153,38 @@ pub fn start_controller(
     ];
     argv.extend(args.iter().map(|a| (*a).to_owned()));
     std::fs::create_dir_all(logs).with_context(|| format!("creating {}", logs.display()))?;
+    let log = logs.join(format!("{name}.log"));
+    rotate_log(&log, KEPT_LOGS)?;
     Ok(ManagedProcess::start(
         name,
         Path::new("/usr/bin/env"),
         &argv,
-        &logs.join(format!("{name}.log")),
+        &log,
     )?)
+}
+
+/// How many logs of earlier starts [`start_controller`] keeps per controller.
+pub const KEPT_LOGS: usize = 5;
+
+/// Moves `log` to `log.1`, `log.1` to `log.2`, … keeping at most `keep` old files (the oldest
+/// is dropped). A missing `log` (first start) moves nothing.
+pub fn rotate_log(log: &Path, keep: usize) -> anyhow::Result<()> {
+    if keep == 0 || !log.exists() {
+        return Ok(());
+    }
+    let numbered = |n: usize| {
+        let mut name = log.as_os_str().to_owned();
+        name.push(format!(".{n}"));
+        PathBuf::from(name)
+    };
+    for n in (1..keep).rev() {
+        let from = numbered(n);
+        if from.exists() {
+            std::fs::rename(&from, numbered(n + 1))
+                .with_context(|| format!("rotating {}", from.display()))?;
+        }
+    }
+    std::fs::rename(log, numbered(1)).with_context(|| format!("rotating {}", log.display()))
 }
 
 /// The flags of controller `name` in [`CONTROLLERS`].
@@ -167,20 +196,25 @@ pub fn controller_args(name: &str) -> &'static [&'static str] {
         .unwrap_or(&[])
 }
 
-/// The CRD files (`*.yaml`) of a folder, sorted; empty when the folder does not exist.
-pub fn capi_crd_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(Vec::new());
-    };
-    let mut files = Vec::new();
-    for entry in entries {
-        let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "yaml") {
-            files.push(path);
-        }
+/// clusterctl's own CRDs (its inventory and `metadata.yaml` kinds): `clusterctl init` installs
+/// them, a management cluster does not get them from CAPI's providers.
+const CLUSTERCTL_GROUP: &str = "clusterctl.cluster.x-k8s.io";
+
+/// CAPI's CRDs of `dir` as a CAPI release installs them: every CRD but clusterctl's, labelled
+/// with the contract it implements (`cluster.x-k8s.io/v1beta2: v1beta2`, which CAPI's release
+/// manifests add and CAPI reads to pick the version of a referenced kind). A folder without CRDs
+/// is an error naming it.
+pub fn capi_crds(dir: &Path) -> anyhow::Result<Vec<CustomResourceDefinition>> {
+    let files = banlieue_capi::crds::files_in(dir)?;
+    let mut crds = banlieue_testenv::crds_from_files(&files)?;
+    crds.retain(|crd| crd.spec.group != CLUSTERCTL_GROUP);
+    for crd in &mut crds {
+        crd.metadata.labels.get_or_insert_default().insert(
+            banlieue_capi::contract::CONTRACT_LABEL.to_owned(),
+            banlieue_capi::contract::CONTRACT.to_owned(),
+        );
     }
-    files.sort();
-    Ok(files)
+    Ok(crds)
 }
 
 /// Registers the simulator as the Provider [`PROVIDER_NAME`]: see [`register_simulator_as`].
@@ -266,4 +300,26 @@ pub fn write_kubeconfig(from: &Path, to: &Path) -> anyhow::Result<()> {
     }
     std::fs::copy(from, to).with_context(|| format!("writing {}", to.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rotation_keeps_the_last_starts_and_drops_the_oldest() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("c.log");
+        rotate_log(&log, 2).unwrap(); // first start: nothing to move
+        assert!(!dir.path().join("c.log.1").exists());
+        for start in 1..=4 {
+            std::fs::write(&log, format!("start {start}")).unwrap();
+            rotate_log(&log, 2).unwrap();
+        }
+        assert!(!log.exists());
+        let read = |n: usize| std::fs::read_to_string(dir.path().join(format!("c.log.{n}"))).unwrap();
+        assert_eq!(read(1), "start 4");
+        assert_eq!(read(2), "start 3");
+        assert!(!dir.path().join("c.log.3").exists());
+    }
 }

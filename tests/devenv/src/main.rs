@@ -32,9 +32,9 @@ struct Args {
     /// Time from a simulated VM's start until its guest agent reports an address, in milliseconds.
     #[arg(long, default_value_t = 2000)]
     agent_ms: u64,
-    /// Folder with CAPI's CRDs to install too (skipped when missing).
-    #[arg(long, env = "BANLIEUE_CAPI_CRDS", default_value = "../shared/capi/v1.14/crds")]
-    capi_crds: PathBuf,
+    /// Folder with CAPI's CRDs to install too [default: the repository's api/capi/crds].
+    #[arg(long, env = banlieue_capi::crds::DIR_ENV)]
+    capi_crds: Option<PathBuf>,
     /// Start, print the summary and stop again (a smoke test of the environment).
     #[arg(long)]
     once: bool,
@@ -61,7 +61,7 @@ async fn main() -> anyhow::Result<()> {
             Duration::from_millis(args.task_ms),
             Duration::from_millis(args.agent_ms),
         ),
-        capi_crds: Some(args.capi_crds.clone()),
+        capi_crds: Some(args.capi_crds.clone().unwrap_or_else(banlieue_capi::crds::dir)),
     };
     let stack = Stack::start(config, step).await?;
     banlieue_dev::write_kubeconfig(stack.env.admin().path(), &args.kubeconfig)?;

@@ -1,5 +1,5 @@
 //! The generated CAPI types serialise objects that CAPI's own published CRDs accept: realistic
-//! fixtures go YAML → Rust type → JSON → the real apiserver with `../shared/capi/v1.14/crds`.
+//! fixtures go YAML → Rust type → JSON → the real apiserver with CAPI's CRDs (`api/capi/crds`).
 
 mod common;
 
@@ -28,16 +28,7 @@ fn through_rust<T: DeserializeOwned + Serialize>(fixture: &str) -> DynamicObject
 #[tokio::test]
 async fn capi_fixtures_built_from_rust_types_validate_against_capi_crds() -> anyhow::Result<()> {
     let env = TestEnv::shared().await?;
-    let crd_dir = common::shared_dir().join("capi/v1.14/crds");
-    let files: Vec<_> = std::fs::read_dir(&crd_dir)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "{}: {e} (set BANLIEUE_SHARED to the shared/ folder)",
-                crd_dir.display()
-            )
-        })?
-        .map(|entry| entry.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
+    let files = banlieue_capi::crds::files()?;
     let crds = banlieue_testenv::crds_from_files(&files)?;
     env.install_crds(&crds).await?;
     let namespace = env.namespace("capi-objects").await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use banlieue_capi::contract::CLUSTER_NAME_LABEL;
 use banlieue_capi::{Cluster, Machine};
-use banlieue_testenv::{TestEnv, TestNamespace, bin_dir, crds_from_files};
+use banlieue_testenv::{TestEnv, TestNamespace, crds_from_files};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
@@ -29,14 +29,7 @@ const POLL: Duration = Duration::from_millis(150);
 /// The shared control plane of the test binary: banlieue's CRDs and CAPI's (Cluster, Machine,
 /// IPAddressClaim, IPAddress). Provider-specific tests in the same binary use it too.
 pub async fn env() -> Result<&'static TestEnv> {
-    let dir = {
-        let built = bin_dir().join("capi-crds");
-        if built.is_dir() {
-            built
-        } else {
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/capi/v1.14/crds")
-        }
-    };
+    let dir = banlieue_capi::crds::dir();
     let capi = crds_from_files(
         [
             "cluster.x-k8s.io_clusters.yaml",

@@ -66,7 +66,8 @@ fn check(schema: &ApiSchema, record: &RequestRecord) -> Result<String, String> {
 
 #[tokio::test]
 async fn every_request_the_client_sends_is_declared_in_the_schema() {
-    let schema = ApiSchema::load_default().expect("PVE API schema (shared/proxmox) is readable");
+    let schema =
+        ApiSchema::load_default().expect("PVE API schema (providers/proxmox/sim/schema) is readable");
     let t = target::sim_target().await;
     scenarios::all(&t).await;
 
@@ -124,7 +125,8 @@ async fn every_request_the_client_sends_is_declared_in_the_schema() {
 
 #[test]
 fn the_checker_rejects_what_pve_would_reject() {
-    let schema = ApiSchema::load_default().expect("PVE API schema (shared/proxmox) is readable");
+    let schema =
+        ApiSchema::load_default().expect("PVE API schema (providers/proxmox/sim/schema) is readable");
     let record = |method: http::Method, path: &str, params: &[(&str, &str)]| RequestRecord {
         method,
         path: path.into(),

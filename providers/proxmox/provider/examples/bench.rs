@@ -78,11 +78,10 @@ async fn main() -> Result<()> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(16);
-    let shared = "/work/shared/capi/v1.14/crds";
     let mut crds = banlieue_api::crds::all();
     crds.extend(crds_from_files([
-        format!("{shared}/cluster.x-k8s.io_clusters.yaml"),
-        format!("{shared}/cluster.x-k8s.io_machines.yaml"),
+        banlieue_capi::crds::file("cluster.x-k8s.io_clusters.yaml"),
+        banlieue_capi::crds::file("cluster.x-k8s.io_machines.yaml"),
     ])?);
     let env = TestEnv::builder().crds(crds).start().await?;
     let sim = banlieue_pve_sim::start(banlieue_pve_sim::SimConfig::fast()).await?;

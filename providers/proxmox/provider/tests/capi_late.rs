@@ -181,10 +181,9 @@ async fn cluster_api_installed_after_start_is_watched_without_a_restart() -> Res
     });
     // The controller runs without CAPI (standalone only); then CAPI's CRDs are installed.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let shared = "/work/shared/capi/v1.14/crds";
     env.install_crd_files([
-        format!("{shared}/cluster.x-k8s.io_clusters.yaml"),
-        format!("{shared}/cluster.x-k8s.io_machines.yaml"),
+        banlieue_capi::crds::file("cluster.x-k8s.io_clusters.yaml"),
+        banlieue_capi::crds::file("cluster.x-k8s.io_machines.yaml"),
     ])
     .await?;
     capi_objects(&client).await?;

@@ -38,11 +38,10 @@ async fn env() -> Result<&'static TestEnv> {
     // them. CAPI's IPAM CRDs are there for machines with `mode: Pool` addresses, and the
     // OwnerReferencesPermissionEnforcement admission plugin is on, as in clusters that check
     // who may set `blockOwnerDeletion`.
-    let shared = "/work/shared/capi/v1.14/crds";
     let mut crds = banlieue_api::crds::all();
     crds.extend(banlieue_testenv::crds_from_files([
-        format!("{shared}/ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
-        format!("{shared}/ipam.cluster.x-k8s.io_ipaddresses.yaml"),
+        banlieue_capi::crds::file("ipam.cluster.x-k8s.io_ipaddressclaims.yaml"),
+        banlieue_capi::crds::file("ipam.cluster.x-k8s.io_ipaddresses.yaml"),
     ])?);
     Ok(TestEnv::shared_with(|b| {
         b.crds(crds)

@@ -19,7 +19,7 @@ use std::sync::{Arc, LazyLock};
 use regex::Regex;
 use serde_json::Value;
 
-/// File name of the schema inside `shared/proxmox/`.
+/// File name of the schema, in this crate's `schema/` folder (AGPL test data, see its README).
 pub const SCHEMA_FILE: &str = "pve-api-schema-9.1.json";
 /// Environment variable that overrides where the schema is loaded from.
 pub const SCHEMA_ENV: &str = "PVE_API_SCHEMA";
@@ -37,7 +37,10 @@ pub type ParamErrors = BTreeMap<String, String>;
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
     /// The schema file could not be read.
-    #[error("cannot read API schema {path}")]
+    #[error(
+        "cannot read API schema {path} (the repository keeps it in providers/proxmox/sim/schema; \
+         {SCHEMA_ENV} names another file)"
+    )]
     Read {
         /// The file that was tried.
         path: PathBuf,
@@ -61,12 +64,6 @@ pub enum SchemaError {
         path: PathBuf,
         /// What was wrong.
         detail: String,
-    },
-    /// No schema file was found in any of the default places.
-    #[error("API schema {SCHEMA_FILE} not found; set {SCHEMA_ENV} (tried {tried:?})")]
-    NotFound {
-        /// The candidate paths that were tried.
-        tried: Vec<PathBuf>,
     },
     /// The path or method is not in the schema: PVE answers `501 Method '{method} {path}' not implemented`.
     #[error("Method '{method} {path}' not implemented")]
@@ -118,7 +115,7 @@ pub struct ApiSchema {
 impl ApiSchema {
     /// Loads the schema from the default location (see [`default_schema_path`]).
     pub fn load_default() -> Result<Self, SchemaError> {
-        Self::load(&default_schema_path()?)
+        Self::load(&default_schema_path())
     }
 
     /// Loads the schema from `path`.
@@ -430,28 +427,17 @@ pub fn parse_property_string(
     Ok(out)
 }
 
-/// The default schema location: `$PVE_API_SCHEMA`, else `<workspace>/../shared/proxmox/...` found from
-/// this crate's manifest directory at build time, else by walking up from the current directory.
-pub fn default_schema_path() -> Result<PathBuf, SchemaError> {
-    if let Some(p) = std::env::var_os(SCHEMA_ENV) {
-        return Ok(PathBuf::from(p));
-    }
-    let mut tried = Vec::new();
-    let rel = Path::new("shared").join("proxmox").join(SCHEMA_FILE);
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut starts: Vec<PathBuf> = manifest.ancestors().map(Path::to_path_buf).collect();
-    if let Ok(cwd) = std::env::current_dir() {
-        starts.extend(cwd.ancestors().map(Path::to_path_buf));
-    }
-    for dir in starts {
-        for candidate in [dir.join(&rel), dir.join("..").join(&rel)] {
-            if candidate.is_file() {
-                return Ok(candidate);
-            }
-            tried.push(candidate);
-        }
-    }
-    Err(SchemaError::NotFound { tried })
+/// The default schema location: `$PVE_API_SCHEMA`, else `schema/pve-api-schema-9.1.json` of
+/// this crate (the repository's copy; nothing outside the repository is read).
+pub fn default_schema_path() -> PathBuf {
+    std::env::var_os(SCHEMA_ENV).map_or_else(
+        || {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("schema")
+                .join(SCHEMA_FILE)
+        },
+        PathBuf::from,
+    )
 }
 
 /// Loads the default schema once per process and shares it.

@@ -15,13 +15,6 @@ pub fn repo_root() -> PathBuf {
         .expect("repository root")
 }
 
-/// `../shared` beside the repository (override with `BANLIEUE_SHARED`).
-pub fn shared_dir() -> PathBuf {
-    std::env::var_os("BANLIEUE_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared"))
-}
-
 /// An API for `crd`'s storage version: namespaced in `namespace` when the CRD is namespaced.
 pub fn dynamic_api(
     client: kube::Client,

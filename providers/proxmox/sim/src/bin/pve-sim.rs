@@ -35,7 +35,8 @@ struct Args {
     /// Delay before 401 answers, milliseconds.
     #[arg(long)]
     auth_delay_ms: Option<u64>,
-    /// Path to pve-api-schema-9.1.json (default: $PVE_API_SCHEMA or ../shared/proxmox).
+    /// Path to pve-api-schema-9.1.json (default: $PVE_API_SCHEMA, else the repository's copy in
+    /// providers/proxmox/sim/schema).
     #[arg(long)]
     schema: Option<PathBuf>,
     /// Fixed token secret (default: derived from the seed).
@@ -62,6 +63,10 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .init();
     let mut cfg = if args.fast {
         SimConfig::fast()

@@ -1,0 +1,298 @@
+//! The Provider reconciler: a Provider that VirtualMachines use keeps the finalizer
+//! [`IN_USE_FINALIZER`] until the last of them is gone, its deletion says what it waits for,
+//! and `status.allocated.virtualMachines` counts the VirtualMachines placed on it.
+//!
+//! It watches Providers and VirtualMachines (two caches) and, after any change, looks at every
+//! Provider once the changes have settled for [`SETTLE`] (so a burst of VM placements costs
+//! one status write per Provider, not one per VM). A pass writes only what differs: a no-op
+//! pass makes no API call. Failed writes are retried after [`RETRY`].
+//!
+//! The finalizer is also added by the VirtualMachine reconciler before it creates the first
+//! infrastructure machine on a Provider ([`ensure_in_use_finalizer`]), so a Provider deleted at
+//! that moment cannot vanish before this reconciler notices the new VM.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use banlieue_api::banlieue::{Provider, VirtualMachine};
+use banlieue_api::condition::{self, ConditionStatus};
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tracing::{info, instrument, warn};
+
+use crate::build::FIELD_MANAGER;
+use crate::finalizer;
+pub use crate::provider_use::IN_USE_FINALIZER;
+use crate::provider_use::{self, DELETION_BLOCKED};
+use crate::{Error, Result};
+
+/// How long changes must settle before a pass over the Providers.
+pub const SETTLE: Duration = Duration::from_millis(500);
+/// Delay before a pass that failed is tried again.
+pub const RETRY: Duration = Duration::from_secs(5);
+/// A pass happens at least this often, changes or not (a safety resync).
+pub const RESYNC: Duration = Duration::from_secs(600);
+/// Upper bound of one pass (all its API calls together).
+pub const PASS_TIMEOUT: Duration = Duration::from_secs(60);
+
+struct Context {
+    client: Client,
+    providers: Store<Provider>,
+    vms: Store<VirtualMachine>,
+    recorder: Recorder,
+}
+
+/// Runs the Provider reconciler until `shutdown`.
+pub async fn run(client: Client, shutdown: impl Future<Output = ()> + Send + 'static) {
+    let (providers, provider_writer) = reflector::store::<Provider>();
+    let (vms, vm_writer) = reflector::store::<VirtualMachine>();
+    let changed = Arc::new(tokio::sync::Notify::new());
+    let provider_events = reflector::reflector(
+        provider_writer,
+        watcher(Api::<Provider>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .map(|_| ())
+    .boxed();
+    let vm_events = reflector::reflector(
+        vm_writer,
+        watcher(
+            Api::<VirtualMachine>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .map(|_| ())
+    .boxed();
+    // The caches fill only while their streams are polled: this task drives both.
+    let driver = tokio::spawn({
+        let changed = changed.clone();
+        async move {
+            let mut events = futures::stream::select(provider_events, vm_events);
+            while events.next().await.is_some() {
+                changed.notify_one();
+            }
+        }
+    });
+    let ready = async {
+        providers.wait_until_ready().await?;
+        vms.wait_until_ready().await
+    };
+    if tokio::time::timeout(Duration::from_secs(60), ready)
+        .await
+        .is_err()
+    {
+        // Without complete caches a pass could miss users and release a Provider too early.
+        warn!(
+            "the Provider and VirtualMachine caches are not ready after 60 s; the Provider reconciler waits"
+        );
+        let _ = futures::future::join(providers.wait_until_ready(), vms.wait_until_ready()).await;
+    }
+    let ctx = Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
+        client,
+        providers,
+        vms,
+    };
+    let passes = async {
+        loop {
+            let failed = match tokio::time::timeout(PASS_TIMEOUT, pass(&ctx)).await {
+                Ok(failures) => failures > 0,
+                Err(_) => {
+                    warn!(
+                        timeout_s = PASS_TIMEOUT.as_secs(),
+                        "a Provider pass took too long"
+                    );
+                    true
+                }
+            };
+            let wait = if failed { RETRY } else { RESYNC };
+            // Wait for a change (or the retry/resync delay), then let the burst settle.
+            let _ = tokio::time::timeout(wait, changed.notified()).await;
+            tokio::time::sleep(SETTLE).await;
+        }
+    };
+    tokio::select! {
+        () = shutdown => {}
+        () = passes => {}
+    }
+    driver.abort();
+}
+
+/// One look at every Provider; returns how many could not be brought in line.
+async fn pass(ctx: &Context) -> usize {
+    let mut failures = 0;
+    for provider in ctx.providers.state() {
+        if let Err(error) = reconcile(&provider, ctx).await {
+            failures += 1;
+            warn!(
+                provider = provider.name_any(),
+                error = %error,
+                source = ?std::error::Error::source(&error).map(ToString::to_string),
+                "reconciling Provider failed; retrying"
+            );
+        }
+    }
+    failures
+}
+
+#[instrument(skip_all, fields(provider = provider.name_any()))]
+async fn reconcile(provider: &Provider, ctx: &Context) -> Result<()> {
+    let name = provider.name_any();
+    let vms = ctx.vms.state();
+    let users = provider_use::users(&name, vms.iter().map(AsRef::as_ref));
+    let placed = provider_use::placed_counts(vms.iter().map(AsRef::as_ref), None)
+        .get(&name)
+        .copied()
+        .unwrap_or(0);
+    let deleting = provider_use::deleting(provider);
+    if deleting && users.is_empty() {
+        if let Some(patch) = finalizer::remove_named_patch(IN_USE_FINALIZER, provider.finalizers()) {
+            patch_finalizers(ctx, provider, patch, "removing").await?;
+            info!("no VirtualMachine uses the Provider any more: released for deletion");
+        }
+        return Ok(());
+    }
+    if !deleting && !users.is_empty() {
+        ensure_in_use_finalizer(&ctx.client, provider).await?;
+    }
+    let blocked = deleting.then(|| provider_use::deletion_blocked_message(&users));
+    write_status(ctx, provider, placed, blocked).await
+}
+
+/// Writes `status.allocated` and, while a deletion waits for VirtualMachines, a `Ready=False`
+/// condition saying so (plus a Warning Event when that message changes); nothing when the
+/// status already says it.
+async fn write_status(
+    ctx: &Context,
+    provider: &Provider,
+    placed: u32,
+    blocked: Option<String>,
+) -> Result<()> {
+    let status = provider.status.clone().unwrap_or_default();
+    let allocation = provider_use::allocation(placed);
+    let current_ready = condition::find(&status.conditions, condition::READY);
+    let ready_matches = match (&blocked, current_ready) {
+        (None, _) => true,
+        (Some(message), Some(c)) => c.reason == DELETION_BLOCKED && &c.message == message,
+        (Some(_), None) => false,
+    };
+    if status.allocated.as_ref() == Some(&allocation) && ready_matches {
+        return Ok(());
+    }
+    let mut body = json!({
+        "apiVersion": Provider::api_version(&()),
+        "kind": Provider::kind(&()),
+        "status": {"allocated": allocation},
+    });
+    if let Some(message) = &blocked {
+        // Merged into the current list, so lastTransitionTime moves only when the status flips.
+        let mut conditions = status.conditions.clone();
+        condition::set(
+            &mut conditions,
+            condition::new_condition(
+                condition::READY,
+                ConditionStatus::False,
+                DELETION_BLOCKED,
+                message.clone(),
+                provider.metadata.generation,
+                Time(Timestamp::now()),
+            ),
+        );
+        body["status"]["conditions"] = json!([condition::find(&conditions, condition::READY)]);
+    }
+    let name = provider.name_any();
+    Api::<Provider>::all(ctx.client.clone())
+        .patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("writing the status of Provider {name}"), e))?;
+    if let (Some(message), false) = (blocked, ready_matches) {
+        let event = Event {
+            type_: EventType::Warning,
+            reason: DELETION_BLOCKED.to_owned(),
+            note: Some(message),
+            action: "Delete".to_owned(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &provider.object_ref(&())).await {
+            warn!(error = %e, "cannot publish event");
+        }
+    }
+    Ok(())
+}
+
+/// Adds [`IN_USE_FINALIZER`] to `provider` when it lacks it (re-reading the live object when the
+/// cached list was stale).
+pub async fn ensure_in_use_finalizer(client: &Client, provider: &Provider) -> Result<()> {
+    let Some(patch) = finalizer::add_named_patch(IN_USE_FINALIZER, provider.finalizers()) else {
+        return Ok(());
+    };
+    let api = Api::<Provider>::all(client.clone());
+    let name = provider.name_any();
+    match apply_json_patch(&api, &name, patch, "adding").await {
+        Err(Error::Kube {
+            source: kube::Error::Api(status),
+            ..
+        }) if status.code == 422 => {
+            let live = api
+                .get(&name)
+                .await
+                .map_err(|e| Error::kube(format!("reading Provider {name}"), e))?;
+            match finalizer::add_named_patch(IN_USE_FINALIZER, live.finalizers()) {
+                None => Ok(()),
+                Some(patch) => apply_json_patch(&api, &name, patch, "adding").await,
+            }
+        }
+        other => other,
+    }
+}
+
+async fn patch_finalizers(
+    ctx: &Context,
+    provider: &Provider,
+    patch: serde_json::Value,
+    what: &str,
+) -> Result<()> {
+    apply_json_patch(
+        &Api::<Provider>::all(ctx.client.clone()),
+        &provider.name_any(),
+        patch,
+        what,
+    )
+    .await
+}
+
+async fn apply_json_patch(
+    api: &Api<Provider>,
+    name: &str,
+    patch: serde_json::Value,
+    what: &str,
+) -> Result<()> {
+    let context = format!("{what} the finalizer {IN_USE_FINALIZER} of Provider {name}");
+    let patch = serde_json::from_value(patch).map_err(|e| Error::Patch {
+        context: context.clone(),
+        source: e,
+    })?;
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| Error::kube(context, e))?;
+    Ok(())
+}

@@ -31,11 +31,26 @@ use crate::common::{
     category = "banlieue",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     doc = "A hypervisor-neutral virtual machine, placed on a banlieue Provider.",
+    validation = Rule::new("self.metadata.name.size() <= 63").message(
+        "metadata.name must be at most 63 characters (it is copied into the banlieue.io/virtual-machine label of the infrastructure machine): choose a shorter name"
+    ),
     printcolumn(
         name = "Phase",
         type_ = "string",
         json_path = ".status.phase",
         description = "Lifecycle phase"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the VM is ready (the Ready condition's status)"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Why the VM is (not) ready (the Ready condition's reason)"
     ),
     printcolumn(
         name = "Power",
@@ -68,7 +83,14 @@ use crate::common::{
         description = "Provider ID",
         priority = 1
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        description = "The Ready condition's message: what is wrong and what to do",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [

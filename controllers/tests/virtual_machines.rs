@@ -803,15 +803,9 @@ async fn the_infra_clusters_cause_reaches_the_virtual_machine_and_clears_when_fi
     })
     .await?;
 
-    // The provider: the cluster cannot authenticate, the machine waits for the cluster.
-    provider_reports_cluster(
-        &clusters,
-        &cluster_name,
-        false,
-        "AuthenticationFailed",
-        "401 authentication failure: invalid API token",
-    )
-    .await?;
+    // The provider: the machine waits for the cluster (mirrored as is), then the cluster
+    // reports that it cannot authenticate. Only the cluster changes at that point, so this
+    // also shows that a cluster's Ready change reconciles the VirtualMachine.
     machines
         .patch_status(
             "db",
@@ -823,6 +817,22 @@ async fn the_infra_clusters_cause_reaches_the_virtual_machine_and_clears_when_fi
                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
         )
         .await?;
+    eventually("Ready=False WaitingForClusterInfrastructure", || async {
+        let v = vms.get("db").await?;
+        Ok(
+            (ready_reason(&v) == Some(("False".into(), "WaitingForClusterInfrastructure".into())))
+                .then_some(()),
+        )
+    })
+    .await?;
+    provider_reports_cluster(
+        &clusters,
+        &cluster_name,
+        false,
+        "AuthenticationFailed",
+        "401 authentication failure: invalid API token",
+    )
+    .await?;
     let failed = eventually("Ready=False AuthenticationFailed, phase Failed", || async {
         let v = vms.get("db").await?;
         let ok = ready_reason(&v) == Some(("False".into(), "AuthenticationFailed".into()))

@@ -181,7 +181,9 @@ pub struct Placement {
     pub node: Option<String>,
 }
 
-/// Lifecycle phase of a VirtualMachine, a summary of its conditions for humans.
+/// Lifecycle phase of a VirtualMachine, a summary of its conditions for humans. `Failed` means
+/// a human must act: the `Ready` condition says why (credentials, TLS trust, a missing template
+/// or user-data Secret, invalid input, …); the phase leaves `Failed` once the cause is fixed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum VirtualMachinePhase {
     /// Accepted; waiting for a provider, an image or an IP address.
@@ -195,7 +197,8 @@ pub enum VirtualMachinePhase {
     Stopped,
     /// Being deleted.
     Deleting,
-    /// A terminal failure; see the `Ready` condition.
+    /// A human must act: the provisioning state is `Failed`, or `Ready` is `False` with a reason
+    /// from `banlieue_api::condition::NEEDS_HUMAN_REASONS`. Left once the cause is fixed.
     Failed,
 }
 

@@ -45,6 +45,15 @@ pub fn waits_for_cluster(reason: &str) -> bool {
     WAITING_FOR_CLUSTER_REASONS.contains(&reason)
 }
 
+/// `Ready` reason of a machine whose bootstrap data (user data) cannot be read yet. For a CAPI
+/// Machine the bootstrap provider has not produced it; for a machine owned by a
+/// `VirtualMachine` the user-data Secret it names does not exist, which the banlieue controller
+/// shows as [`USER_DATA_SECRET_NOT_FOUND`].
+pub const WAITING_FOR_BOOTSTRAP_DATA: &str = "WaitingForBootstrapData";
+/// `Ready` reason of a `VirtualMachine` whose `spec.userDataSecretRef` names a Secret that does
+/// not exist (in [`NEEDS_HUMAN_REASONS`]).
+pub const USER_DATA_SECRET_NOT_FOUND: &str = "UserDataSecretNotFound";
+
 /// `Ready` reasons that mean **a human must act**: nothing changes by waiting or retrying, an
 /// operator or the user has to fix credentials, trust, configuration or the spec. A
 /// `VirtualMachine` whose `Ready` carries one of them has phase `Failed` (and leaves it as soon
@@ -88,7 +97,7 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     "HostNotFound",
     // User data.
     "BootstrapDataInvalid",
-    "UserDataSecretNotFound",
+    USER_DATA_SECRET_NOT_FOUND,
     // The spec itself.
     "ClassNotFound",
     "NoSize",

@@ -398,6 +398,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         infrastructure_ref,
         machine: view.as_ref(),
         cluster: cluster_view.as_ref(),
+        user_data_secret: vm.spec.user_data_secret_ref.as_ref().map(|r| r.name.as_str()),
         invalid: plan.invalid.as_ref(),
     };
     update_status(ctx, vm, &input, superseded).await?;
@@ -531,6 +532,7 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         }),
         machine: view.as_ref(),
         cluster: None,
+        user_data_secret: None,
         invalid: None,
     };
     update_status(ctx, vm, &input, vec![vm.resource_version().unwrap_or_default()]).await?;

@@ -142,6 +142,8 @@ pub struct MirrorInput<'a> {
     pub machine: Option<&'a MachineView>,
     /// The infra cluster the machine uses, if the controller knows it.
     pub cluster: Option<&'a ClusterView>,
+    /// The Secret named by the VirtualMachine's `spec.userDataSecretRef`, if any.
+    pub user_data_secret: Option<&'a str>,
     /// Why the VirtualMachine cannot be realised as written, if so.
     pub invalid: Option<&'a Invalid>,
 }
@@ -242,7 +244,15 @@ pub fn mirror(
                     &cause.reason,
                     &cluster_message(provider.as_deref(), cause),
                 ),
-                None => set(condition::READY, parse_status(&c.status), &c.reason, &c.message),
+                None => match user_data_missing(input, c) {
+                    Some(message) => set(
+                        condition::READY,
+                        ConditionStatus::False,
+                        condition::USER_DATA_SECRET_NOT_FOUND,
+                        &message,
+                    ),
+                    None => set(condition::READY, parse_status(&c.status), &c.reason, &c.message),
+                },
             },
             (Some(_), None) => set(
                 condition::READY,
@@ -290,6 +300,25 @@ fn cluster_cause<'a>(input: &MirrorInput<'a>) -> Option<&'a Condition> {
         && condition::waits_for_cluster(&machine_ready.reason)
         && cluster_ready.status != "True")
         .then_some(cluster_ready)
+}
+
+/// The `Ready` message when the machine waits for bootstrap data although the VirtualMachine
+/// names a user-data Secret: a VirtualMachine has no bootstrap provider, so the provider waits
+/// for that Secret, which does not exist (or cannot be read) — only a human can create it.
+fn user_data_missing(input: &MirrorInput<'_>, machine_ready: &Condition) -> Option<String> {
+    let secret = input.user_data_secret?;
+    (machine_ready.status != "True" && machine_ready.reason == condition::WAITING_FOR_BOOTSTRAP_DATA).then(
+        || {
+            let detail = if machine_ready.message.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", machine_ready.message)
+            };
+            format!(
+                "user-data Secret {secret} (spec.userDataSecretRef) not found{detail}: create it in the VirtualMachine's namespace"
+            )
+        },
+    )
 }
 
 /// "Provider P: <the cluster's message>" (its reason when it has no message).

@@ -466,3 +466,39 @@ fn warnings_only_when_the_cause_changes() {
         None
     );
 }
+
+/// A VirtualMachine has no bootstrap provider: a machine waiting for bootstrap data waits for
+/// the user-data Secret the VM names, which someone must create.
+#[test]
+fn a_missing_user_data_secret_needs_a_human() {
+    let waiting = machine(
+        json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+        "reason": "WaitingForBootstrapData", "message": "Secret ns/cloud-init not found",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+    );
+    let input = MirrorInput {
+        machine: Some(&waiting),
+        user_data_secret: Some("cloud-init"),
+        ..Default::default()
+    };
+    let s = mirror(None, &input, &at(1));
+    let (status, reason, message) = ready_of(&s);
+    assert_eq!((status, reason), ("False", "UserDataSecretNotFound"));
+    assert!(
+        message.contains("user-data Secret cloud-init") && message.contains("Secret ns/cloud-init not found"),
+        "{message}"
+    );
+    assert_eq!(s.phase, Some(VirtualMachinePhase::Failed));
+    assert_eq!(
+        warning(None, &s, &input).map(|w| w.0),
+        Some("UserDataSecretNotFound".to_owned())
+    );
+    // Without a user-data Secret on the VM (e.g. CAPI-style waiting), the reason is kept.
+    let no_secret = MirrorInput {
+        user_data_secret: None,
+        ..input
+    };
+    let s = mirror(None, &no_secret, &at(1));
+    assert_eq!(cond(&s, "Ready"), ("False", "WaitingForBootstrapData"));
+    assert_eq!(s.phase, Some(VirtualMachinePhase::Provisioning));
+}

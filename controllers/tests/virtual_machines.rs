@@ -895,3 +895,79 @@ async fn the_infra_clusters_cause_reaches_the_virtual_machine_and_clears_when_fi
         .await?;
     Ok(())
 }
+
+/// A VirtualMachine whose user-data Secret does not exist: the provider waits for bootstrap
+/// data; the VirtualMachine says which Secret to create, phase Failed, one Warning Event; once
+/// the provider can provision, Running.
+#[tokio::test]
+async fn a_missing_user_data_secret_is_shown_on_the_virtual_machine() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-user-data").await?;
+    let client = env.client().await?;
+    let provider_name = format!("{ns}-pve");
+    create_provider(&client, &provider_name, json!({})).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "app",
+            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512, "userDataSecretRef": {"name": "app-cloud-init"}}),
+        )?,
+    )
+    .await?;
+    eventually("the ProxmoxMachine", || async {
+        Ok(machines.get_opt("app").await?)
+    })
+    .await?;
+    machines
+        .patch_status(
+            "app",
+            &PatchParams::apply("fake-proxmox-provider").force(),
+            &Patch::Apply(
+                json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+                "status": {"conditions": [{"type": "Ready", "status": "False",
+                    "reason": "WaitingForBootstrapData",
+                    "message": format!("Secret {ns}/app-cloud-init not found"),
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+            ),
+        )
+        .await?;
+    let failed = eventually("Ready=False UserDataSecretNotFound, phase Failed", || async {
+        let v = vms.get("app").await?;
+        let ok = ready_reason(&v) == Some(("False".into(), "UserDataSecretNotFound".into()))
+            && v.status.as_ref().and_then(|s| s.phase) == Some(VirtualMachinePhase::Failed);
+        Ok(ok.then_some(v))
+    })
+    .await?;
+    let ready = condition::find(
+        &failed.status.as_ref().context("status")?.conditions,
+        condition::READY,
+    )
+    .context("Ready")?;
+    assert!(ready.message.contains("app-cloud-init"), "{}", ready.message);
+    eventually(
+        "a UserDataSecretNotFound Warning on the VirtualMachine",
+        || async {
+            Ok((!warnings(&events, "app", "UserDataSecretNotFound")
+                .await?
+                .is_empty())
+            .then_some(()))
+        },
+    )
+    .await?;
+    provider_reports_running(&machines, "app").await?;
+    eventually("phase Running", || async {
+        let v = vms.get("app").await?;
+        Ok((v.status.as_ref().and_then(|s| s.phase) == Some(VirtualMachinePhase::Running)).then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}

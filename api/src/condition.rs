@@ -34,6 +34,85 @@ pub fn powered_off_message(vm: &str, desired: Option<crate::common::PowerState>)
     }
 }
 
+/// `Ready` reasons of an infrastructure machine that only say "my infra cluster is not usable
+/// yet" (CAPI's `WaitingForClusterInfrastructure`; `WaitingForCluster` when it does not exist):
+/// the real cause is on the infra cluster's own `Ready` condition.
+pub const WAITING_FOR_CLUSTER_REASONS: &[&str] = &["WaitingForClusterInfrastructure", "WaitingForCluster"];
+
+/// Whether a machine's `Ready` reason only defers to its infra cluster
+/// ([`WAITING_FOR_CLUSTER_REASONS`]).
+pub fn waits_for_cluster(reason: &str) -> bool {
+    WAITING_FOR_CLUSTER_REASONS.contains(&reason)
+}
+
+/// `Ready` reason of a machine whose bootstrap data (user data) cannot be read yet. For a CAPI
+/// Machine the bootstrap provider has not produced it; for a machine owned by a
+/// `VirtualMachine` the user-data Secret it names does not exist, which the banlieue controller
+/// shows as [`USER_DATA_SECRET_NOT_FOUND`].
+pub const WAITING_FOR_BOOTSTRAP_DATA: &str = "WaitingForBootstrapData";
+/// `Ready` reason of a `VirtualMachine` whose `spec.userDataSecretRef` names a Secret that does
+/// not exist (in [`NEEDS_HUMAN_REASONS`]).
+pub const USER_DATA_SECRET_NOT_FOUND: &str = "UserDataSecretNotFound";
+
+/// `Ready` reasons that mean **a human must act**: nothing changes by waiting or retrying, an
+/// operator or the user has to fix credentials, trust, configuration or the spec. A
+/// `VirtualMachine` whose `Ready` carries one of them has phase `Failed` (and leaves it as soon
+/// as the cause is fixed and the reason changes). Providers and the banlieue controller write
+/// these words; a provider that needs a new one adds it here.
+///
+/// Deliberately absent: reasons that also describe transient faults (`Unreachable`,
+/// `VCenterUnreachable`, `CloningFailed` — Proxmox writes the latter for a 5xx during a clone
+/// as well), and waiting reasons (`WaitingForBootstrapData`, `ProviderFull`: the VM is placed
+/// by itself when a slot frees up).
+pub const NEEDS_HUMAN_REASONS: &[&str] = &[
+    // Credentials and permissions (the Provider's Secret, the API token's rights).
+    "AuthenticationFailed",
+    "PermissionDenied",
+    "CredentialsInvalid",
+    "CredentialsNotFound",
+    "ProxmoxCredentialsInvalid",
+    "ProxmoxAuthenticationFailed",
+    // TLS trust (spec.tls: CA bundle or fingerprint).
+    "TLSVerificationFailed",
+    "CABundleNotFound",
+    // The Provider and its placement.
+    "ProviderNotFound",
+    "ProviderBackendMismatch",
+    "ProviderKindNotInstalled",
+    "UnsupportedBackend",
+    "NamespaceNotAllowed",
+    "NoProviderMatches",
+    "InvalidProviderSelector",
+    "ProviderDeleting",
+    // Images and templates.
+    "TemplateNotFound",
+    "BaseVolumeNotFound",
+    "ImageNotFound",
+    "NoImageSourceForBackend",
+    // Hypervisor objects named by the spec or the Provider's defaults.
+    "NetworkNotFound",
+    "DatastoreNotFound",
+    "DatacenterNotFound",
+    "FolderNotFound",
+    "ResourcePoolNotFound",
+    "FailureDomainNotFound",
+    "HostNotFound",
+    // User data.
+    "BootstrapDataInvalid",
+    USER_DATA_SECRET_NOT_FOUND,
+    // The spec itself.
+    "ClassNotFound",
+    "NoSize",
+    "IPAddressInvalid",
+    "InfrastructureMachineConflict",
+    "InfrastructureClusterConflict",
+];
+
+/// Whether a `Ready` reason is one of [`NEEDS_HUMAN_REASONS`].
+pub fn needs_human(reason: &str) -> bool {
+    NEEDS_HUMAN_REASONS.contains(&reason)
+}
+
 /// Status of a condition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ConditionStatus {
@@ -221,6 +300,25 @@ mod tests {
         assert!(remove(&mut conditions, PAUSED));
         assert!(!remove(&mut conditions, PAUSED));
         assert_eq!(conditions.len(), 1);
+    }
+
+    #[test]
+    fn reason_sets_are_valid_distinct_condition_reasons() {
+        let valid = |r: &str| {
+            r.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+                && r.chars().all(|c| c.is_ascii_alphanumeric() || "_,:".contains(c))
+        };
+        let all: Vec<&str> = NEEDS_HUMAN_REASONS
+            .iter()
+            .chain(WAITING_FOR_CLUSTER_REASONS)
+            .copied()
+            .collect();
+        for (i, r) in all.iter().enumerate() {
+            assert!(valid(r), "{r} is not a condition reason");
+            assert!(!all[i + 1..].contains(r), "{r} listed twice");
+        }
+        assert!(needs_human("AuthenticationFailed") && !needs_human("Cloning"));
+        assert!(waits_for_cluster("WaitingForClusterInfrastructure") && !waits_for_cluster("Cloning"));
     }
 
     #[test]

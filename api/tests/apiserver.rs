@@ -47,7 +47,12 @@ async fn table_holds_against_the_real_apiserver() -> anyhow::Result<()> {
         } else {
             Api::all_with(client.clone(), &resource)
         };
-        let name = format!("case-{i}");
+        // Unique per case, and as long as the case's own name (rules on metadata.name size).
+        let wanted = case.object["metadata"]["name"].as_str().map_or(0, str::len);
+        let mut name = format!("case-{i}");
+        while name.len() < wanted {
+            name.push('x');
+        }
         let with_name = |v: &Value| -> anyhow::Result<DynamicObject> {
             let mut v = v.clone();
             v["metadata"]["name"] = Value::from(name.as_str());

@@ -356,3 +356,32 @@ fn neutral_machine_shape_is_identical_across_kinds() {
     }
     assert_eq!(checked, 12);
 }
+
+/// `kubectl get vm` shows why a VirtualMachine is not ready: Ready and Reason columns from the
+/// Ready condition, and its message with `-o wide`.
+#[test]
+fn virtual_machine_columns_show_ready_and_reason() {
+    let crd = crds::by_kind("VirtualMachine").expect("VirtualMachine CRD");
+    let columns = crd.spec.versions[0]
+        .additional_printer_columns
+        .clone()
+        .unwrap_or_default();
+    let column = |name: &str| {
+        columns
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| (c.json_path.as_str(), c.priority.unwrap_or(0)))
+    };
+    assert_eq!(
+        column("Ready"),
+        Some((".status.conditions[?(@.type==\"Ready\")].status", 0))
+    );
+    assert_eq!(
+        column("Reason"),
+        Some((".status.conditions[?(@.type==\"Ready\")].reason", 0))
+    );
+    assert_eq!(
+        column("Message"),
+        Some((".status.conditions[?(@.type==\"Ready\")].message", 1))
+    );
+}

@@ -366,6 +366,16 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         }
     }
 
+    // What the infra cluster reports (its Ready carries the cause when the provider cannot
+    // connect); read from the watch cache.
+    let cluster_view = plan
+        .entry
+        .zip(plan.cluster.as_ref())
+        .and_then(|(entry, cluster)| {
+            ctx.clusters
+                .view(entry, &ns, cluster["metadata"]["name"].as_str()?)
+        });
+
     // The machine: read, then apply only when it lacks what the controller owns.
     let mut machine: Option<DynamicObject> = None;
     if let Some(entry) = plan.entry.filter(|e| ctx.served.contains(&e.kind)) {
@@ -422,6 +432,8 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         provider: plan.provider.as_deref(),
         infrastructure_ref,
         machine: view.as_ref(),
+        cluster: cluster_view.as_ref(),
+        user_data_secret: vm.spec.user_data_secret_ref.as_ref().map(|r| r.name.as_str()),
         invalid: plan.invalid.as_ref(),
     };
     update_status(ctx, vm, &input, superseded).await?;
@@ -554,6 +566,8 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             name,
         }),
         machine: view.as_ref(),
+        cluster: None,
+        user_data_secret: None,
         invalid: None,
     };
     update_status(ctx, vm, &input, vec![vm.resource_version().unwrap_or_default()]).await?;
@@ -584,14 +598,8 @@ async fn update_status(
         }
     };
     let status = mirror::mirror(current.as_ref(), input, &now());
-    if let Some(invalid) = input.invalid {
-        let before = current
-            .as_ref()
-            .and_then(|s| banlieue_api::condition::find(&s.conditions, banlieue_api::condition::READY))
-            .map(|c| c.reason.as_str());
-        if before != Some(invalid.reason()) {
-            warn_event(ctx, vm, invalid).await;
-        }
+    if let Some((reason, note)) = mirror::warning(current.as_ref(), &status, input) {
+        warn_event(ctx, vm, reason, note).await;
     }
     if current.as_ref() != Some(&status) {
         let latest = write_status(ctx, vm, &status).await?;
@@ -612,13 +620,13 @@ async fn update_status(
     Ok(())
 }
 
-/// Publishes a Warning Event for newly detected invalid input (once per new reason, not per
-/// retry). Failing to publish is logged, never fatal.
-async fn warn_event(ctx: &Context, vm: &VirtualMachine, invalid: &Invalid) {
+/// Publishes a Warning Event on the VirtualMachine for a new not-ready cause (once per new
+/// reason, not per retry: see [`mirror::warning`]). Failing to publish is logged, never fatal.
+async fn warn_event(ctx: &Context, vm: &VirtualMachine, reason: String, note: String) {
     let event = Event {
         type_: EventType::Warning,
-        reason: invalid.reason().to_owned(),
-        note: Some(invalid.to_string()),
+        reason,
+        note: Some(note),
         action: "Reconcile".to_owned(),
         secondary: None,
     };
@@ -765,11 +773,12 @@ async fn run_once(
     .default_backoff()
     .touched_objects()
     .map(|_| ());
-    // Infra cluster objects the controller manages: a cache per cluster kind, and their
-    // deletion (by hand, or by the garbage collector after a Provider was recreated; rare)
-    // reconciles every VirtualMachine, so those of that Provider apply it again.
+    // Infra cluster objects the controller manages: a cache per cluster kind. Their deletion
+    // (by hand, or by the garbage collector after a Provider was recreated; rare) reconciles
+    // every VirtualMachine, so those of that Provider apply it again; so does a change of their
+    // Ready condition (rare too), so those VirtualMachines show the cluster's cause.
     let mut cluster_stores = Vec::new();
-    let mut cluster_deletions = Vec::new();
+    let mut cluster_changes = Vec::new();
     for entry in entries {
         let ar = entry.cluster_api_resource();
         let api: Api<DynamicObject> = match namespace {
@@ -779,7 +788,8 @@ async fn run_once(
         let writer = reflector::store::Writer::new(ar.clone());
         let store = writer.as_reader();
         cluster_stores.push((entry.cluster_kind, store));
-        let deleted = reflector::reflector(
+        let mut ready_changes = infra_cluster::ReadyChanges::default();
+        let changed = reflector::reflector(
             writer,
             watcher(
                 api,
@@ -787,17 +797,17 @@ async fn run_once(
             ),
         )
         .default_backoff()
-        .filter_map(|event| async move {
-            match event {
-                Ok(watcher::Event::Delete(_)) => Some(()),
-                Ok(_) => None,
+        .filter_map(move |event| {
+            let trigger = match event {
+                Ok(event) => ready_changes.observe(&event).then_some(()),
                 Err(e) => {
                     warn!(error = %e, "watching infra cluster objects");
                     None
                 }
-            }
+            };
+            futures::future::ready(trigger)
         });
-        cluster_deletions.push(deleted.boxed());
+        cluster_changes.push(changed.boxed());
     }
 
     let trigger_task = tokio::spawn(async move {
@@ -808,7 +818,7 @@ async fn run_once(
                 image_events.boxed(),
             ]
             .into_iter()
-            .chain(cluster_deletions),
+            .chain(cluster_changes),
         );
         let mut tx = tx;
         while events.next().await.is_some() {

@@ -17,6 +17,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 
 use crate::build::{self, FIELD_MANAGER, Invalid};
+use crate::mirror::ClusterView;
 use crate::registry::BackendEntry;
 use crate::{Error, Result};
 
@@ -56,6 +57,15 @@ impl InfraClusters {
     fn cached(&self, entry: &BackendEntry, namespace: &str, name: &str) -> Option<Arc<DynamicObject>> {
         let (_, store) = self.stores.iter().find(|(k, _)| *k == entry.cluster_kind)?;
         store.get(&ObjectRef::new_with(name, entry.cluster_api_resource()).within(namespace))
+    }
+
+    /// The cached infra cluster `namespace/name` of `entry`'s kind, as the mirror reads it
+    /// (its `Ready` condition); `None` when the cache does not hold it (yet).
+    pub fn view(&self, entry: &BackendEntry, namespace: &str, name: &str) -> Option<ClusterView> {
+        let cached = self.cached(entry, namespace, name)?;
+        serde_json::to_value(cached.as_ref())
+            .ok()
+            .map(|v| ClusterView::from_object(&v))
     }
 
     /// Makes sure the infra cluster object `desired` (built by
@@ -112,5 +122,71 @@ impl InfraClusters {
             "applied infra cluster"
         );
         Ok(Ensured::Applied)
+    }
+}
+
+/// Tells which watch events of managed infra cluster objects change what VirtualMachines show:
+/// a deletion (the controller applies the object again) or a change of its `Ready` condition's
+/// status, reason or message (the VirtualMachines of that Provider mirror the cluster's cause).
+/// Other changes (the provider's periodic status writes with the same `Ready`, metadata) are
+/// ignored, so the "reconcile every VirtualMachine" trigger fires rarely.
+#[derive(Debug, Default)]
+pub struct ReadyChanges {
+    seen: HashMap<String, Option<(String, String, String)>>,
+}
+
+impl ReadyChanges {
+    /// Records `event`; returns whether VirtualMachines must be reconciled.
+    pub fn observe(&mut self, event: &kube::runtime::watcher::Event<DynamicObject>) -> bool {
+        use kube::runtime::watcher::Event;
+        let key = |o: &DynamicObject| format!("{}/{}", o.namespace().unwrap_or_default(), o.name_any());
+        match event {
+            Event::Delete(obj) => {
+                self.seen.remove(&key(obj));
+                true
+            }
+            Event::Apply(obj) | Event::InitApply(obj) => {
+                let ready = serde_json::to_value(obj)
+                    .ok()
+                    .and_then(|v| ClusterView::from_object(&v).ready)
+                    .map(|c| (c.status, c.reason, c.message));
+                self.seen.insert(key(obj), ready.clone()) != Some(ready)
+            }
+            Event::Init | Event::InitDone => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::watcher::Event;
+    use serde_json::json;
+
+    use super::*;
+
+    fn obj(ready: Option<(&str, &str)>) -> DynamicObject {
+        let conditions: Vec<Value> = ready
+            .into_iter()
+            .map(|(s, r)| {
+                json!({"type": "Ready", "status": s, "reason": r, "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"})
+            })
+            .collect();
+        serde_json::from_value(json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1",
+            "kind": "ProxmoxCluster", "metadata": {"name": "banlieue-p", "namespace": "ns"},
+            "status": {"conditions": conditions}}))
+        .expect("valid object")
+    }
+
+    #[test]
+    fn only_ready_changes_and_deletions_trigger() {
+        let mut changes = ReadyChanges::default();
+        assert!(changes.observe(&Event::InitApply(obj(None))));
+        assert!(!changes.observe(&Event::InitDone));
+        assert!(!changes.observe(&Event::Apply(obj(None))));
+        assert!(changes.observe(&Event::Apply(obj(Some(("False", "AuthenticationFailed"))))));
+        assert!(!changes.observe(&Event::Apply(obj(Some(("False", "AuthenticationFailed"))))));
+        assert!(changes.observe(&Event::Apply(obj(Some(("True", "Provisioned"))))));
+        assert!(changes.observe(&Event::Delete(obj(Some(("True", "Provisioned"))))));
     }
 }

@@ -3,7 +3,10 @@
 //!
 //! The machine is read through [`MachineView`], the part of the CAPI InfraMachine contract
 //! (plus banlieue's `node`, `powerState` and `provisioning`) that every registered kind
-//! shares, so one mirror serves every backend.
+//! shares, so one mirror serves every backend. The infra cluster the machine uses is read
+//! through [`ClusterView`]: when the machine only says it waits for that cluster, the
+//! VirtualMachine shows the cluster's own reason (authentication, TLS, reachability) instead.
+//! A `Ready` reason that needs a human ([`condition::needs_human`]) makes the phase `Failed`.
 
 use banlieue_api::banlieue::{VirtualMachinePhase, VirtualMachineStatus};
 use banlieue_api::common::{
@@ -101,6 +104,29 @@ impl MachineView {
     }
 }
 
+/// What the mirror reads of the infra cluster (e.g. the generated `ProxmoxCluster`) the
+/// machine uses: its `Ready` condition.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterView {
+    /// `status.conditions[type=Ready]`, if reported.
+    pub ready: Option<Condition>,
+}
+
+impl ClusterView {
+    /// Reads the view out of an infra cluster object; a status without the contract's shape
+    /// reads as "Ready not reported".
+    pub fn from_object(obj: &serde_json::Value) -> Self {
+        let conditions: Vec<Condition> = obj
+            .get("status")
+            .and_then(|s| s.get("conditions"))
+            .and_then(|c| serde_json::from_value(c.clone()).ok())
+            .unwrap_or_default();
+        Self {
+            ready: condition::find(&conditions, condition::READY).cloned(),
+        }
+    }
+}
+
 /// Everything the mirror needs besides the current status.
 #[derive(Clone, Debug, Default)]
 pub struct MirrorInput<'a> {
@@ -114,6 +140,10 @@ pub struct MirrorInput<'a> {
     pub infrastructure_ref: Option<ContractReference>,
     /// The infrastructure machine, if it exists.
     pub machine: Option<&'a MachineView>,
+    /// The infra cluster the machine uses, if the controller knows it.
+    pub cluster: Option<&'a ClusterView>,
+    /// The Secret named by the VirtualMachine's `spec.userDataSecretRef`, if any.
+    pub user_data_secret: Option<&'a str>,
     /// Why the VirtualMachine cannot be realised as written, if so.
     pub invalid: Option<&'a Invalid>,
 }
@@ -130,6 +160,10 @@ pub fn mirror(
     let mut status = current.cloned().unwrap_or_default();
     let generation = input.generation;
     let machine = input.machine;
+    let provider = input
+        .provider
+        .map(str::to_owned)
+        .or_else(|| status.provider.clone());
     let mut set = |type_: &str, s: ConditionStatus, reason: &str, message: &str| {
         condition::set(
             &mut status.conditions,
@@ -203,7 +237,23 @@ pub fn mirror(
                 WAITING_FOR_INFRASTRUCTURE,
                 "waiting for the infrastructure machine",
             ),
-            (Some(_), Some(c)) => set(condition::READY, parse_status(&c.status), &c.reason, &c.message),
+            (Some(_), Some(c)) => match cluster_cause(input) {
+                Some(cause) => set(
+                    condition::READY,
+                    ConditionStatus::False,
+                    &cause.reason,
+                    &cluster_message(provider.as_deref(), cause),
+                ),
+                None => match user_data_missing(input, c) {
+                    Some(message) => set(
+                        condition::READY,
+                        ConditionStatus::False,
+                        condition::USER_DATA_SECRET_NOT_FOUND,
+                        &message,
+                    ),
+                    None => set(condition::READY, parse_status(&c.status), &c.reason, &c.message),
+                },
+            },
             (Some(_), None) => set(
                 condition::READY,
                 ConditionStatus::False,
@@ -213,9 +263,11 @@ pub fn mirror(
         }
     }
 
+    let needs_human = condition::find(&status.conditions, condition::READY)
+        .is_some_and(|c| c.status == "False" && condition::needs_human(&c.reason));
     status.phase = Some(if input.deleting {
         VirtualMachinePhase::Deleting
-    } else if provisioning.is_some_and(|p| p.state == ProvisioningState::Failed) {
+    } else if needs_human || provisioning.is_some_and(|p| p.state == ProvisioningState::Failed) {
         VirtualMachinePhase::Failed
     } else if machine.is_some_and(MachineView::provisioned) {
         match machine.and_then(|m| m.status.power_state) {
@@ -236,6 +288,72 @@ pub fn mirror(
     status.node = machine.and_then(|m| m.status.node.clone());
     status.failure_domain = machine.and_then(|m| m.status.failure_domain.clone());
     status
+}
+
+/// The infra cluster's `Ready` when it is the real cause of the machine's: the machine reports
+/// only that it waits for its cluster ([`condition::waits_for_cluster`]) and the cluster reports
+/// a `Ready` that is not `True`.
+fn cluster_cause<'a>(input: &MirrorInput<'a>) -> Option<&'a Condition> {
+    let machine_ready = condition::find(&input.machine?.status.conditions, condition::READY)?;
+    let cluster_ready = input.cluster?.ready.as_ref()?;
+    (machine_ready.status != "True"
+        && condition::waits_for_cluster(&machine_ready.reason)
+        && cluster_ready.status != "True")
+        .then_some(cluster_ready)
+}
+
+/// The `Ready` message when the machine waits for bootstrap data although the VirtualMachine
+/// names a user-data Secret: a VirtualMachine has no bootstrap provider, so the provider waits
+/// for that Secret, which does not exist (or cannot be read) — only a human can create it.
+fn user_data_missing(input: &MirrorInput<'_>, machine_ready: &Condition) -> Option<String> {
+    let secret = input.user_data_secret?;
+    (machine_ready.status != "True" && machine_ready.reason == condition::WAITING_FOR_BOOTSTRAP_DATA).then(
+        || {
+            let detail = if machine_ready.message.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", machine_ready.message)
+            };
+            format!(
+                "user-data Secret {secret} (spec.userDataSecretRef) not found{detail}: create it in the VirtualMachine's namespace"
+            )
+        },
+    )
+}
+
+/// "Provider P: <the cluster's message>" (its reason when it has no message).
+fn cluster_message(provider: Option<&str>, cause: &Condition) -> String {
+    let detail = if cause.message.is_empty() {
+        &cause.reason
+    } else {
+        &cause.message
+    };
+    match provider {
+        Some(p) => format!("Provider {p}: {detail}"),
+        None => detail.clone(),
+    }
+}
+
+/// The Warning Event to publish after a mirror from `before` to `after`: the new `Ready`
+/// reason and message when `Ready` newly became False (or changed reason while False) for a
+/// cause someone must look at — a reason that needs a human, or the infra cluster's problem
+/// ([`cluster_cause`]). Progress reasons (`Cloning`, `PoweringOn`, …) and deletion make none;
+/// the same reason twice makes none, so a reconcile that changes nothing publishes nothing.
+pub fn warning(
+    before: Option<&VirtualMachineStatus>,
+    after: &VirtualMachineStatus,
+    input: &MirrorInput<'_>,
+) -> Option<(String, String)> {
+    if input.deleting {
+        return None;
+    }
+    let now = condition::find(&after.conditions, condition::READY).filter(|c| c.status == "False")?;
+    let previous = before.and_then(|s| condition::find(&s.conditions, condition::READY));
+    if previous.is_some_and(|p| p.status == now.status && p.reason == now.reason) {
+        return None;
+    }
+    (condition::needs_human(&now.reason) || cluster_cause(input).is_some())
+        .then(|| (now.reason.clone(), now.message.clone()))
 }
 
 /// The `Ready` message while the VirtualMachine is being deleted: the provider's own message

@@ -213,3 +213,302 @@ fn deletion_shows_the_providers_progress(#[case] obj: Value, #[case] message: &s
         Some("the infrastructure machine is gone")
     );
 }
+
+fn waiting_for_cluster() -> MachineView {
+    machine(json!({"status": {"conditions": [ready_cond("False", "WaitingForClusterInfrastructure")]}}))
+}
+
+fn cluster(status: &str, reason: &str, message: &str) -> ClusterView {
+    ClusterView::from_object(&json!({"status": {"conditions": [
+        {"type": "Ready", "status": status, "reason": reason, "message": message,
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+}
+
+fn ready_of(s: &VirtualMachineStatus) -> (&str, &str, &str) {
+    let c = condition::find(&s.conditions, "Ready").expect("Ready");
+    (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+}
+
+/// The machine only waits for its infra cluster: the VirtualMachine shows the cluster's cause,
+/// naming the Provider; the phase is Failed only when that cause needs a human.
+#[rstest]
+#[case::auth("False", "AuthenticationFailed", "401 invalid token", VirtualMachinePhase::Failed,
+    ("False", "AuthenticationFailed", "Provider pve-sim: 401 invalid token"))]
+#[case::tls("False", "TLSVerificationFailed", "certificate signed by unknown authority", VirtualMachinePhase::Failed,
+    ("False", "TLSVerificationFailed", "Provider pve-sim: certificate signed by unknown authority"))]
+#[case::unreachable("False", "Unreachable", "connection refused", VirtualMachinePhase::Provisioning,
+    ("False", "Unreachable", "Provider pve-sim: connection refused"))]
+#[case::no_message("Unknown", "NoOnlineNode", "", VirtualMachinePhase::Provisioning,
+    ("False", "NoOnlineNode", "Provider pve-sim: NoOnlineNode"))]
+#[case::cluster_ready_keeps_the_machines_reason("True", "Provisioned", "", VirtualMachinePhase::Provisioning,
+    ("False", "WaitingForClusterInfrastructure", "WaitingForClusterInfrastructure msg"))]
+fn the_infra_clusters_cause_reaches_the_virtual_machine(
+    #[case] status: &str,
+    #[case] reason: &str,
+    #[case] message: &str,
+    #[case] phase: VirtualMachinePhase,
+    #[case] ready: (&str, &str, &str),
+) {
+    let view = waiting_for_cluster();
+    let cluster = cluster(status, reason, message);
+    let input = MirrorInput {
+        generation: Some(1),
+        provider: Some("pve-sim"),
+        machine: Some(&view),
+        cluster: Some(&cluster),
+        ..Default::default()
+    };
+    let s = mirror(None, &input, &at(10));
+    assert_eq!(ready_of(&s), ready);
+    assert_eq!(s.phase, Some(phase));
+    // InfrastructureReady stays the machine's own condition.
+    assert_eq!(
+        cond(&s, "InfrastructureReady"),
+        ("False", "WaitingForClusterInfrastructure")
+    );
+}
+
+#[test]
+fn the_cluster_is_not_the_cause_while_the_machine_reports_its_own_progress() {
+    let view = machine(json!({"status": {"conditions": [ready_cond("False", "Cloning")]}}));
+    let cluster = cluster("False", "AuthenticationFailed", "401");
+    let input = MirrorInput {
+        provider: Some("pve-sim"),
+        machine: Some(&view),
+        cluster: Some(&cluster),
+        ..Default::default()
+    };
+    let s = mirror(None, &input, &at(10));
+    assert_eq!(cond(&s, "Ready"), ("False", "Cloning"));
+    assert_eq!(s.phase, Some(VirtualMachinePhase::Provisioning));
+    assert_eq!(warning(None, &s, &input), None);
+}
+
+#[test]
+fn a_cluster_without_ready_or_with_a_malformed_status_is_no_cause() {
+    assert_eq!(
+        ClusterView::from_object(&json!({"status": {"conditions": 7}})),
+        ClusterView::default()
+    );
+    let view = waiting_for_cluster();
+    let cluster = ClusterView::default();
+    let input = MirrorInput {
+        machine: Some(&view),
+        cluster: Some(&cluster),
+        ..Default::default()
+    };
+    let s = mirror(None, &input, &at(10));
+    assert_eq!(cond(&s, "Ready"), ("False", "WaitingForClusterInfrastructure"));
+}
+
+/// A reason that needs a human makes the phase Failed, without a Failed provisioning state;
+/// fixing the cause brings the phase back.
+#[rstest]
+#[case::template(json!({"status": {"provisioning": {"state": "Cloning"},
+    "conditions": [ready_cond("False", "TemplateNotFound")]}}))]
+#[case::user_data(json!({"status": {"conditions": [ready_cond("False", "BootstrapDataInvalid")]}}))]
+#[case::credentials(json!({"status": {"conditions": [ready_cond("False", "ProxmoxCredentialsInvalid")]}}))]
+fn a_cause_that_needs_a_human_fails_the_phase_until_fixed(#[case] obj: Value) {
+    let view = machine(obj);
+    let input = MirrorInput {
+        generation: Some(1),
+        machine: Some(&view),
+        ..Default::default()
+    };
+    let failed = mirror(None, &input, &at(10));
+    assert_eq!(failed.phase, Some(VirtualMachinePhase::Failed));
+
+    let cloning = machine(json!({"status": {"provisioning": {"state": "Cloning"},
+        "conditions": [ready_cond("False", "Cloning")]}}));
+    let retried = mirror(
+        Some(&failed),
+        &MirrorInput {
+            machine: Some(&cloning),
+            ..input.clone()
+        },
+        &at(20),
+    );
+    assert_eq!(retried.phase, Some(VirtualMachinePhase::Provisioning));
+    let running = machine(
+        json!({"status": {"initialization": {"provisioned": true}, "powerState": "On",
+        "conditions": [ready_cond("True", "Ready")]}}),
+    );
+    let fixed = mirror(
+        Some(&retried),
+        &MirrorInput {
+            machine: Some(&running),
+            ..input
+        },
+        &at(30),
+    );
+    assert_eq!(fixed.phase, Some(VirtualMachinePhase::Running));
+    assert_eq!(
+        condition::find(&fixed.conditions, "Ready").map(|c| c.last_transition_time.clone()),
+        Some(at(30))
+    );
+}
+
+#[test]
+fn transient_and_progress_reasons_do_not_fail_the_phase() {
+    for reason in [
+        "CloningFailed",
+        "Unreachable",
+        "WaitingForBootstrapData",
+        "PoweringOn",
+    ] {
+        let view = machine(json!({"status": {"conditions": [ready_cond("False", reason)]}}));
+        let input = MirrorInput {
+            machine: Some(&view),
+            ..Default::default()
+        };
+        assert_eq!(
+            mirror(None, &input, &at(1)).phase,
+            Some(VirtualMachinePhase::Provisioning),
+            "{reason}"
+        );
+    }
+}
+
+#[test]
+fn invalid_input_fails_the_phase() {
+    let invalid = Invalid::ProviderNotFound("gone".into());
+    let input = MirrorInput {
+        invalid: Some(&invalid),
+        ..Default::default()
+    };
+    assert_eq!(
+        mirror(None, &input, &at(1)).phase,
+        Some(VirtualMachinePhase::Failed)
+    );
+}
+
+/// Every reason the controller itself reports for invalid input needs a human, but a full
+/// Provider, which the VM waits for.
+#[test]
+fn every_invalid_reason_needs_a_human() {
+    assert!(!condition::needs_human(
+        Invalid::ProviderFull {
+            provider: "p".into(),
+            capacity: 1,
+            placed: 1
+        }
+        .reason()
+    ));
+    let all = [
+        Invalid::ProviderNotFound("p".into()),
+        Invalid::NoProviderMatches,
+        Invalid::BadSelector("x".into()),
+        Invalid::NamespaceNotAllowed("p".into()),
+        Invalid::UnsupportedBackend("x"),
+        Invalid::ClassNotFound("c".into()),
+        Invalid::ImageNotFound("i".into()),
+        Invalid::NoSourceForBackend {
+            backend: "proxmox",
+            provider: "p".into(),
+        },
+        Invalid::MachineConflict {
+            kind: "ProxmoxMachine",
+            name: "n".into(),
+        },
+        Invalid::InfraClusterConflict {
+            kind: "ProxmoxCluster",
+            name: "n".into(),
+        },
+        Invalid::NoSize,
+        Invalid::KindNotInstalled {
+            kind: "ProxmoxMachine",
+            backend: "proxmox",
+            provider: "p".into(),
+        },
+        Invalid::ProviderDeleting("p".into()),
+    ];
+    for invalid in all {
+        assert!(condition::needs_human(invalid.reason()), "{}", invalid.reason());
+    }
+}
+
+/// One Warning per new cause: none on a repeated mirror, none for progress, one for the
+/// cluster's cause even when it is transient, none while deleting.
+#[test]
+fn warnings_only_when_the_cause_changes() {
+    let view = waiting_for_cluster();
+    let auth = cluster("False", "AuthenticationFailed", "401");
+    let input = MirrorInput {
+        provider: Some("pve-sim"),
+        machine: Some(&view),
+        cluster: Some(&auth),
+        ..Default::default()
+    };
+    let first = mirror(None, &input, &at(1));
+    assert_eq!(
+        warning(None, &first, &input),
+        Some((
+            "AuthenticationFailed".to_owned(),
+            "Provider pve-sim: 401".to_owned()
+        ))
+    );
+    let second = mirror(Some(&first), &input, &at(2));
+    assert_eq!(warning(Some(&first), &second, &input), None);
+
+    let unreachable = cluster("False", "Unreachable", "connection refused");
+    let input2 = MirrorInput {
+        cluster: Some(&unreachable),
+        ..input.clone()
+    };
+    let third = mirror(Some(&second), &input2, &at(3));
+    assert_eq!(
+        warning(Some(&second), &third, &input2).map(|w| w.0),
+        Some("Unreachable".to_owned())
+    );
+
+    let deleting = MirrorInput {
+        deleting: true,
+        ..input.clone()
+    };
+    assert_eq!(warning(None, &mirror(None, &deleting, &at(4)), &deleting), None);
+    let recovered = machine(json!({"status": {"conditions": [ready_cond("True", "Ready")]}}));
+    let ok = MirrorInput {
+        machine: Some(&recovered),
+        ..input
+    };
+    assert_eq!(
+        warning(Some(&third), &mirror(Some(&third), &ok, &at(5)), &ok),
+        None
+    );
+}
+
+/// A VirtualMachine has no bootstrap provider: a machine waiting for bootstrap data waits for
+/// the user-data Secret the VM names, which someone must create.
+#[test]
+fn a_missing_user_data_secret_needs_a_human() {
+    let waiting = machine(
+        json!({"status": {"conditions": [{"type": "Ready", "status": "False",
+        "reason": "WaitingForBootstrapData", "message": "Secret ns/cloud-init not found",
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+    );
+    let input = MirrorInput {
+        machine: Some(&waiting),
+        user_data_secret: Some("cloud-init"),
+        ..Default::default()
+    };
+    let s = mirror(None, &input, &at(1));
+    let (status, reason, message) = ready_of(&s);
+    assert_eq!((status, reason), ("False", "UserDataSecretNotFound"));
+    assert!(
+        message.contains("user-data Secret cloud-init") && message.contains("Secret ns/cloud-init not found"),
+        "{message}"
+    );
+    assert_eq!(s.phase, Some(VirtualMachinePhase::Failed));
+    assert_eq!(
+        warning(None, &s, &input).map(|w| w.0),
+        Some("UserDataSecretNotFound".to_owned())
+    );
+    // Without a user-data Secret on the VM (e.g. CAPI-style waiting), the reason is kept.
+    let no_secret = MirrorInput {
+        user_data_secret: None,
+        ..input
+    };
+    let s = mirror(None, &no_secret, &at(1));
+    assert_eq!(cond(&s, "Ready"), ("False", "WaitingForBootstrapData"));
+    assert_eq!(s.phase, Some(VirtualMachinePhase::Provisioning));
+}

@@ -60,7 +60,7 @@ pub const CLUSTER_RULES: &[Rule] = &[
         api_groups: &["events.k8s.io"],
         resources: &["events"],
         verbs: &["create", "patch"],
-        why: "Warning Events on invalid input",
+        why: "Warning Events on a VirtualMachine whose Ready turns False for a cause someone must act on",
     },
 ];
 

@@ -118,6 +118,11 @@ async fn a_provider_installed_later_is_picked_up_and_missing_kinds_break_nothing
         message.contains("ProxmoxMachine is not installed") && message.contains("banlieue-proxmox"),
         "{message}"
     );
+    // Installing a provider needs a human: phase Failed until then.
+    assert_eq!(
+        vms.get("vm1").await?.status.and_then(|s| s.phase),
+        Some(banlieue_api::banlieue::VirtualMachinePhase::Failed)
+    );
 
     // The Proxmox provider gets installed: the machine is created, and its status reaches the
     // VirtualMachine through the watch the restarted controller now has.

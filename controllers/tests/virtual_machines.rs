@@ -475,9 +475,10 @@ async fn missing_provider_is_reported_then_resolved_when_it_appears() -> anyhow:
         "message names the Provider: {}",
         ready.message
     );
+    // A missing Provider needs a human: phase Failed until it exists.
     assert_eq!(
         v.status.as_ref().and_then(|s| s.phase),
-        Some(VirtualMachinePhase::Pending)
+        Some(VirtualMachinePhase::Failed)
     );
     assert!(machines.get_opt("orphan").await?.is_none());
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
@@ -863,5 +864,252 @@ async fn provider_capacity_is_honoured_and_a_provider_in_use_outlives_its_last_v
     })
     .await?;
     controller.stop().await;
+
+/// Writes the generated ProxmoxCluster's `Ready` as the Proxmox provider's cluster controller
+/// does (and `initialization.provisioned` once Ready).
+async fn provider_reports_cluster(
+    api: &Api<ProxmoxCluster>,
+    name: &str,
+    ready: bool,
+    reason: &str,
+    message: &str,
+) -> anyhow::Result<()> {
+    let mut status = json!({"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
+        "reason": reason, "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+    if ready {
+        status["initialization"] = json!({"provisioned": true});
+    }
+    api.patch_status(
+        name,
+        &PatchParams::apply("fake-proxmox-provider").force(),
+        &Patch::Apply(
+            json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
+            "status": status}),
+        ),
+    )
+    .await
+    .context("provider writes the ProxmoxCluster status")?;
+    Ok(())
+}
+
+/// The Warning Events regarding VirtualMachine `name` with `reason`.
+async fn warnings(
+    events: &Api<k8s_openapi::api::events::v1::Event>,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.type_.as_deref() == Some("Warning")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .collect())
+}
+
+/// The generated ProxmoxCluster cannot authenticate: the VirtualMachine (not only the cluster
+/// nobody looks at) shows the cause with the Provider's name, phase Failed and one Warning
+/// Event; a no-op reconcile writes nothing; fixing the credentials brings it back.
+#[tokio::test]
+async fn the_infra_clusters_cause_reaches_the_virtual_machine_and_clears_when_fixed() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-cluster-cause").await?;
+    let client = env.client().await?;
+    let provider_name = format!("{ns}-pve");
+    create_provider(&client, &provider_name, json!({})).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    let clusters: Api<ProxmoxCluster> = Api::namespaced(client.clone(), &ns);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "db",
+            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512}),
+        )?,
+    )
+    .await?;
+    eventually("the ProxmoxMachine", || async {
+        Ok(machines.get_opt("db").await?)
+    })
+    .await?;
+    let cluster_name = format!("banlieue-{provider_name}");
+    eventually("the ProxmoxCluster", || async {
+        Ok(clusters.get_opt(&cluster_name).await?)
+    })
+    .await?;
+
+    // The provider: the machine waits for the cluster (mirrored as is), then the cluster
+    // reports that it cannot authenticate. Only the cluster changes at that point, so this
+    // also shows that a cluster's Ready change reconciles the VirtualMachine.
+    machines
+        .patch_status(
+            "db",
+            &PatchParams::apply("fake-proxmox-provider").force(),
+            &Patch::Apply(json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+                "status": {"conditions": [{"type": "Ready", "status": "False",
+                    "reason": "WaitingForClusterInfrastructure",
+                    "message": format!("ProxmoxCluster {cluster_name} (of Provider {provider_name}) is not provisioned yet"),
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})),
+        )
+        .await?;
+    eventually("Ready=False WaitingForClusterInfrastructure", || async {
+        let v = vms.get("db").await?;
+        Ok(
+            (ready_reason(&v) == Some(("False".into(), "WaitingForClusterInfrastructure".into())))
+                .then_some(()),
+        )
+    })
+    .await?;
+    provider_reports_cluster(
+        &clusters,
+        &cluster_name,
+        false,
+        "AuthenticationFailed",
+        "401 authentication failure: invalid API token",
+    )
+    .await?;
+    let failed = eventually("Ready=False AuthenticationFailed, phase Failed", || async {
+        let v = vms.get("db").await?;
+        let ok = ready_reason(&v) == Some(("False".into(), "AuthenticationFailed".into()))
+            && v.status.as_ref().and_then(|s| s.phase) == Some(VirtualMachinePhase::Failed);
+        Ok(ok.then_some(v))
+    })
+    .await?;
+    let ready = condition::find(
+        &failed.status.as_ref().context("status")?.conditions,
+        condition::READY,
+    )
+    .context("Ready")?;
+    assert_eq!(
+        ready.message,
+        format!("Provider {provider_name}: 401 authentication failure: invalid API token")
+    );
+    eventually(
+        "one AuthenticationFailed Warning on the VirtualMachine",
+        || async { Ok((!warnings(&events, "db", "AuthenticationFailed").await?.is_empty()).then_some(())) },
+    )
+    .await?;
+
+    // A reconcile that changes nothing (an annotation on the VM) writes nothing and publishes
+    // no second Event.
+    let before = controller.metrics.snapshot();
+    vms.patch(
+        "db",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"test.banlieue.io/poke": "1"}}})),
+    )
+    .await?;
+    eventually("the reconcile of the annotated VirtualMachine", || async {
+        Ok((controller.metrics.snapshot().reconciles > before.reconciles).then_some(()))
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = controller.metrics.snapshot();
+    assert_eq!(after.writes(), before.writes(), "a no-op reconcile wrote");
+    let published = warnings(&events, "db", "AuthenticationFailed").await?;
+    assert_eq!(published.len(), 1, "one Event object for the cause");
+    assert!(
+        published[0].series.is_none(),
+        "the Event was not repeated: {:?}",
+        published[0].series
+    );
+
+    // The operator fixes the credentials: the cluster becomes Ready, the provider provisions.
+    provider_reports_cluster(&clusters, &cluster_name, true, "Provisioned", "").await?;
+    provider_reports_running(&machines, "db").await?;
+    eventually("Ready=True, phase Running", || async {
+        let v = vms.get("db").await?;
+        let ok = ready_reason(&v).is_some_and(|(s, _)| s == "True")
+            && v.status.as_ref().and_then(|s| s.phase) == Some(VirtualMachinePhase::Running);
+        Ok(ok.then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// A VirtualMachine whose user-data Secret does not exist: the provider waits for bootstrap
+/// data; the VirtualMachine says which Secret to create, phase Failed, one Warning Event; once
+/// the provider can provision, Running.
+#[tokio::test]
+async fn a_missing_user_data_secret_is_shown_on_the_virtual_machine() -> anyhow::Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("vm-user-data").await?;
+    let client = env.client().await?;
+    let provider_name = format!("{ns}-pve");
+    create_provider(&client, &provider_name, json!({})).await?;
+    let controller = RunningController::start(client.clone(), &ns);
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "app",
+            json!({"providerRef": {"name": provider_name}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512, "userDataSecretRef": {"name": "app-cloud-init"}}),
+        )?,
+    )
+    .await?;
+    eventually("the ProxmoxMachine", || async {
+        Ok(machines.get_opt("app").await?)
+    })
+    .await?;
+    machines
+        .patch_status(
+            "app",
+            &PatchParams::apply("fake-proxmox-provider").force(),
+            &Patch::Apply(
+                json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
+                "status": {"conditions": [{"type": "Ready", "status": "False",
+                    "reason": "WaitingForBootstrapData",
+                    "message": format!("Secret {ns}/app-cloud-init not found"),
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}),
+            ),
+        )
+        .await?;
+    let failed = eventually("Ready=False UserDataSecretNotFound, phase Failed", || async {
+        let v = vms.get("app").await?;
+        let ok = ready_reason(&v) == Some(("False".into(), "UserDataSecretNotFound".into()))
+            && v.status.as_ref().and_then(|s| s.phase) == Some(VirtualMachinePhase::Failed);
+        Ok(ok.then_some(v))
+    })
+    .await?;
+    let ready = condition::find(
+        &failed.status.as_ref().context("status")?.conditions,
+        condition::READY,
+    )
+    .context("Ready")?;
+    assert!(ready.message.contains("app-cloud-init"), "{}", ready.message);
+    eventually(
+        "a UserDataSecretNotFound Warning on the VirtualMachine",
+        || async {
+            Ok((!warnings(&events, "app", "UserDataSecretNotFound")
+                .await?
+                .is_empty())
+            .then_some(()))
+        },
+    )
+    .await?;
+    provider_reports_running(&machines, "app").await?;
+    eventually("phase Running", || async {
+        let v = vms.get("app").await?;
+        Ok((v.status.as_ref().and_then(|s| s.phase) == Some(VirtualMachinePhase::Running)).then_some(()))
+    })
+    .await?;
+    controller.stop().await;
+    Api::<Provider>::all(client)
+        .delete(&provider_name, &DeleteParams::default())
+        .await?;
     Ok(())
 }

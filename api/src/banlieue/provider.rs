@@ -50,6 +50,9 @@ impl Backend {
     category = "banlieue",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     doc = "A hypervisor endpoint (Proxmox VE, libvirt or vSphere) VirtualMachines can run on.",
+    validation = Rule::new("self.metadata.name.size() <= 63").message(
+        "metadata.name must be at most 63 characters (it is copied into the banlieue.io/provider label of the objects made for VirtualMachines): choose a shorter name"
+    ),
     printcolumn(name = "Backend", type_ = "string", json_path = ".spec.backend"),
     printcolumn(name = "Endpoint", type_ = "string", json_path = ".spec.endpoint"),
     printcolumn(

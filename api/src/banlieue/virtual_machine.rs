@@ -31,11 +31,26 @@ use crate::common::{
     category = "banlieue",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     doc = "A hypervisor-neutral virtual machine, placed on a banlieue Provider.",
+    validation = Rule::new("self.metadata.name.size() <= 63").message(
+        "metadata.name must be at most 63 characters (it is copied into the banlieue.io/virtual-machine label of the infrastructure machine): choose a shorter name"
+    ),
     printcolumn(
         name = "Phase",
         type_ = "string",
         json_path = ".status.phase",
         description = "Lifecycle phase"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether the VM is ready (the Ready condition's status)"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "Why the VM is (not) ready (the Ready condition's reason)"
     ),
     printcolumn(
         name = "Power",
@@ -68,7 +83,14 @@ use crate::common::{
         description = "Provider ID",
         priority = 1
     ),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "Message",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].message",
+        description = "The Ready condition's message: what is wrong and what to do",
+        priority = 1
+    )
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -159,7 +181,9 @@ pub struct Placement {
     pub node: Option<String>,
 }
 
-/// Lifecycle phase of a VirtualMachine, a summary of its conditions for humans.
+/// Lifecycle phase of a VirtualMachine, a summary of its conditions for humans. `Failed` means
+/// a human must act: the `Ready` condition says why (credentials, TLS trust, a missing template
+/// or user-data Secret, invalid input, …); the phase leaves `Failed` once the cause is fixed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum VirtualMachinePhase {
     /// Accepted; waiting for a provider, an image or an IP address.
@@ -173,7 +197,8 @@ pub enum VirtualMachinePhase {
     Stopped,
     /// Being deleted.
     Deleting,
-    /// A terminal failure; see the `Ready` condition.
+    /// A human must act: the provisioning state is `Failed`, or `Ready` is `False` with a reason
+    /// from `banlieue_api::condition::NEEDS_HUMAN_REASONS`. Left once the cause is fixed.
     Failed,
 }
 

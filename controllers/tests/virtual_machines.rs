@@ -733,138 +733,6 @@ async fn an_infra_cluster_not_controlled_by_the_provider_is_never_touched() -> a
     Ok(())
 }
 
-/// A Provider's `spec.capacity.virtualMachines` is honoured (three VMs asked of a Provider for
-/// two: two placed, the third told why and placed once a slot frees up), `status.allocated`
-/// counts them, and a Provider that VMs use is not deleted before the last of them: its
-/// deletion says which VMs it waits for, takes no new VM, and completes by itself when they
-/// are gone.
-#[tokio::test]
-async fn provider_capacity_is_honoured_and_a_provider_in_use_outlives_its_last_vm() -> anyhow::Result<()> {
-    let env = TestEnv::builder().crds(banlieue_api::crds::all()).start().await?;
-    let client = env.client().await?;
-    let ns = env.namespace("capacity").await?;
-    let controller = RunningController::start_cluster_wide(client.clone());
-    let providers: Api<Provider> = Api::all(client.clone());
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
-    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
-    let provider: Provider = serde_json::from_value(json!({
-        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "small"},
-        "spec": {"backend": "proxmox", "endpoint": "https://pve.example:8006",
-                 "credentialsRef": {"name": "pve", "namespace": "banlieue-system"},
-                 "capacity": {"virtualMachines": 2}},
-    }))?;
-    providers.create(&PostParams::default(), &provider).await?;
-    let spec = json!({"providerRef": {"name": "small"}, "source": {"proxmox": {"vmid": 9000}},
-                      "cpu": {"cores": 1}, "memoryMiB": 512});
-    let names = ["vm-a", "vm-b", "vm-c"];
-    for name in names {
-        vms.create(&PostParams::default(), &vm(name, spec.clone())?)
-            .await?;
-    }
-
-    // Two placed, one refused with the reason and what to do.
-    let full = eventually("two VMs placed and one ProviderFull", || async {
-        let list = vms.list(&Default::default()).await?.items;
-        let placed = list
-            .iter()
-            .filter(|v| v.status.as_ref().and_then(|s| s.provider.as_deref()) == Some("small"))
-            .count();
-        let full: Vec<_> = list
-            .iter()
-            .filter(|v| ready_reason(v).is_some_and(|(_, r)| r == "ProviderFull"))
-            .map(ResourceExt::name_any)
-            .collect();
-        Ok((placed == 2 && full.len() == 1).then(|| full[0].clone()))
-    })
-    .await?;
-    let refused = vms.get(&full).await?;
-    let message = &condition::find(
-        &refused.status.as_ref().context("status")?.conditions,
-        condition::READY,
-    )
-    .context("Ready")?
-    .message;
-    assert!(message.contains("2 of its 2 VirtualMachines"), "{message}");
-    assert_eq!(machines.list(&Default::default()).await?.items.len(), 2);
-    assert!(
-        machines.get_opt(&full).await?.is_none(),
-        "the refused VM got a machine"
-    );
-    let allocated = eventually("status.allocated.virtualMachines = 2", || async {
-        let p = providers.get("small").await?;
-        let n = p
-            .status
-            .and_then(|s| s.allocated)
-            .and_then(|a| a.virtual_machines);
-        Ok((n == Some(2)).then_some(()))
-    })
-    .await;
-    allocated?;
-    let in_use = providers.get("small").await?;
-    assert!(
-        in_use
-            .finalizers()
-            .iter()
-            .any(|f| f == "banlieue.io/provider-in-use"),
-        "{:?}",
-        in_use.finalizers()
-    );
-
-    // A freed slot goes to the waiting VM.
-    let placed: Vec<&str> = names.iter().copied().filter(|n| *n != full).collect();
-    vms.delete(placed[0], &DeleteParams::default()).await?;
-    eventually("the waiting VM placed once a slot is free", || async {
-        let v = vms.get(&full).await?;
-        Ok((v.status.as_ref().and_then(|s| s.provider.as_deref()) == Some("small")).then_some(()))
-    })
-    .await?;
-    eventually("the deleted VM gone", || async {
-        Ok(vms.get_opt(placed[0]).await?.is_none().then_some(()))
-    })
-    .await?;
-
-    // Deleting the Provider waits for its VMs, says so, and takes no new VM.
-    providers.delete("small", &DeleteParams::default()).await?;
-    let waiting = [placed[1], full.as_str()];
-    let blocked = eventually("Ready=False DeletionBlockedByVirtualMachines", || async {
-        let p = providers.get("small").await?;
-        let c = p
-            .status
-            .as_ref()
-            .and_then(|s| condition::find(&s.conditions, condition::READY).cloned());
-        Ok(c.filter(|c| c.reason == "DeletionBlockedByVirtualMachines"))
-    })
-    .await?;
-    for name in waiting {
-        assert!(
-            blocked.message.contains(&format!("{ns}/{name}")),
-            "{}",
-            blocked.message
-        );
-    }
-    vms.create(&PostParams::default(), &vm("vm-late", spec.clone())?)
-        .await?;
-    eventually("a new VM refused: ProviderDeleting", || async {
-        let v = vms.get("vm-late").await?;
-        Ok((ready_reason(&v) == Some(("False".into(), "ProviderDeleting".into()))).then_some(()))
-    })
-    .await?;
-    assert!(machines.get_opt("vm-late").await?.is_none());
-    assert!(
-        providers.get_opt("small").await?.is_some(),
-        "deleted while in use"
-    );
-
-    // The last VM gone releases it.
-    for name in waiting {
-        vms.delete(name, &DeleteParams::default()).await?;
-    }
-    eventually("the Provider gone after its last VM", || async {
-        Ok(providers.get_opt("small").await?.is_none().then_some(()))
-    })
-    .await?;
-    controller.stop().await;
-
 /// Writes the generated ProxmoxCluster's `Ready` as the Proxmox provider's cluster controller
 /// does (and `initialization.provisioned` once Ready).
 async fn provider_reports_cluster(
@@ -1111,5 +979,139 @@ async fn a_missing_user_data_secret_is_shown_on_the_virtual_machine() -> anyhow:
     Api::<Provider>::all(client)
         .delete(&provider_name, &DeleteParams::default())
         .await?;
+    Ok(())
+}
+
+/// A Provider's `spec.capacity.virtualMachines` is honoured (three VMs asked of a Provider for
+/// two: two placed, the third told why and placed once a slot frees up), `status.allocated`
+/// counts them, and a Provider that VMs use is not deleted before the last of them: its
+/// deletion says which VMs it waits for, takes no new VM, and completes by itself when they
+/// are gone.
+#[tokio::test]
+async fn provider_capacity_is_honoured_and_a_provider_in_use_outlives_its_last_vm() -> anyhow::Result<()> {
+    let env = TestEnv::builder().crds(banlieue_api::crds::all()).start().await?;
+    let client = env.client().await?;
+    let ns = env.namespace("capacity").await?;
+    let controller = RunningController::start_cluster_wide(client.clone());
+    let providers: Api<Provider> = Api::all(client.clone());
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    let provider: Provider = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider", "metadata": {"name": "small"},
+        "spec": {"backend": "proxmox", "endpoint": "https://pve.example:8006",
+                 "credentialsRef": {"name": "pve", "namespace": "banlieue-system"},
+                 "capacity": {"virtualMachines": 2}},
+    }))?;
+    providers.create(&PostParams::default(), &provider).await?;
+    let spec = json!({"providerRef": {"name": "small"}, "source": {"proxmox": {"vmid": 9000}},
+                      "cpu": {"cores": 1}, "memoryMiB": 512});
+    let names = ["vm-a", "vm-b", "vm-c"];
+    for name in names {
+        vms.create(&PostParams::default(), &vm(name, spec.clone())?)
+            .await?;
+    }
+
+    // Two placed, one refused with the reason and what to do.
+    let full = eventually("two VMs placed and one ProviderFull", || async {
+        let list = vms.list(&Default::default()).await?.items;
+        let placed = list
+            .iter()
+            .filter(|v| v.status.as_ref().and_then(|s| s.provider.as_deref()) == Some("small"))
+            .count();
+        let full: Vec<_> = list
+            .iter()
+            .filter(|v| ready_reason(v).is_some_and(|(_, r)| r == "ProviderFull"))
+            .map(ResourceExt::name_any)
+            .collect();
+        Ok((placed == 2 && full.len() == 1).then(|| full[0].clone()))
+    })
+    .await?;
+    let refused = vms.get(&full).await?;
+    let message = &condition::find(
+        &refused.status.as_ref().context("status")?.conditions,
+        condition::READY,
+    )
+    .context("Ready")?
+    .message;
+    assert!(message.contains("2 of its 2 VirtualMachines"), "{message}");
+    assert_eq!(machines.list(&Default::default()).await?.items.len(), 2);
+    assert!(
+        machines.get_opt(&full).await?.is_none(),
+        "the refused VM got a machine"
+    );
+    let allocated = eventually("status.allocated.virtualMachines = 2", || async {
+        let p = providers.get("small").await?;
+        let n = p
+            .status
+            .and_then(|s| s.allocated)
+            .and_then(|a| a.virtual_machines);
+        Ok((n == Some(2)).then_some(()))
+    })
+    .await;
+    allocated?;
+    let in_use = providers.get("small").await?;
+    assert!(
+        in_use
+            .finalizers()
+            .iter()
+            .any(|f| f == "banlieue.io/provider-in-use"),
+        "{:?}",
+        in_use.finalizers()
+    );
+
+    // A freed slot goes to the waiting VM.
+    let placed: Vec<&str> = names.iter().copied().filter(|n| *n != full).collect();
+    vms.delete(placed[0], &DeleteParams::default()).await?;
+    eventually("the waiting VM placed once a slot is free", || async {
+        let v = vms.get(&full).await?;
+        Ok((v.status.as_ref().and_then(|s| s.provider.as_deref()) == Some("small")).then_some(()))
+    })
+    .await?;
+    eventually("the deleted VM gone", || async {
+        Ok(vms.get_opt(placed[0]).await?.is_none().then_some(()))
+    })
+    .await?;
+
+    // Deleting the Provider waits for its VMs, says so, and takes no new VM.
+    providers.delete("small", &DeleteParams::default()).await?;
+    let waiting = [placed[1], full.as_str()];
+    let blocked = eventually("Ready=False DeletionBlockedByVirtualMachines", || async {
+        let p = providers.get("small").await?;
+        let c = p
+            .status
+            .as_ref()
+            .and_then(|s| condition::find(&s.conditions, condition::READY).cloned());
+        Ok(c.filter(|c| c.reason == "DeletionBlockedByVirtualMachines"))
+    })
+    .await?;
+    for name in waiting {
+        assert!(
+            blocked.message.contains(&format!("{ns}/{name}")),
+            "{}",
+            blocked.message
+        );
+    }
+    vms.create(&PostParams::default(), &vm("vm-late", spec.clone())?)
+        .await?;
+    eventually("a new VM refused: ProviderDeleting", || async {
+        let v = vms.get("vm-late").await?;
+        Ok((ready_reason(&v) == Some(("False".into(), "ProviderDeleting".into()))).then_some(()))
+    })
+    .await?;
+    assert!(machines.get_opt("vm-late").await?.is_none());
+    assert!(
+        providers.get_opt("small").await?.is_some(),
+        "deleted while in use"
+    );
+
+    // The last VM gone releases it.
+    for name in waiting {
+        vms.delete(name, &DeleteParams::default()).await?;
+    }
+    eventually("the Provider gone after its last VM", || async {
+        Ok(providers.get_opt("small").await?.is_none().then_some(()))
+    })
+    .await?;
+    controller.stop().await;
     Ok(())
 }

@@ -39,7 +39,7 @@ pub enum Error {
         timeout: Duration,
     },
     /// The connection (TCP or TLS handshake) could not be established; the request was not sent.
-    #[error("{method} {path}: connection failed: {source}")]
+    #[error("{method} {path}: connection failed: {}", Chain(source.as_ref()))]
     Connect {
         /// HTTP method of the request.
         method: http::Method,
@@ -51,7 +51,7 @@ pub enum Error {
     },
     /// The TLS handshake failed: the server certificate was rejected (wrong fingerprint, unknown
     /// CA, wrong host name) or no common protocol. Not retried.
-    #[error("{method} {path}: {source}")]
+    #[error("{method} {path}: {}", Chain(source.as_ref()))]
     Tls {
         /// HTTP method of the request.
         method: http::Method,
@@ -62,7 +62,7 @@ pub enum Error {
         source: BoxError,
     },
     /// The connection broke while the request was in flight (reset, closed, protocol error).
-    #[error("{method} {path}: transport error: {source}")]
+    #[error("{method} {path}: transport error: {}", Chain(source.as_ref()))]
     Transport {
         /// HTTP method of the request.
         method: http::Method,
@@ -112,6 +112,28 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
+}
+
+/// An error and its sources, `: `-joined, without hyper-util's detail-free wrappers
+/// (`client error (Connect)`), so that a message names the real cause (refused address, rejected
+/// certificate) wherever only `Display` is shown (conditions, Events, logs).
+struct Chain<'a>(&'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        let mut cur = Some(self.0);
+        while let Some(e) = cur {
+            let text = e.to_string();
+            let wrapper = text.starts_with("client error (") && e.source().is_some();
+            // A source whose text its parent already shows (`x: {source}`) adds nothing.
+            if !wrapper && !parts.last().is_some_and(|p| p.contains(&text)) {
+                parts.push(text);
+            }
+            cur = e.source();
+        }
+        f.write_str(&parts.join(": "))
+    }
 }
 
 struct FmtErrors<'a>(&'a BTreeMap<String, String>);
@@ -264,6 +286,21 @@ impl Error {
     /// A short stable label for metrics (the class).
     pub fn metric_label(&self) -> &'static str {
         self.class().as_str()
+    }
+
+    /// Why the server certificate was refused, for [`Error::Tls`].
+    pub fn tls_failure(&self) -> Option<&crate::TlsHandshakeError> {
+        let Self::Tls { source, .. } = self else {
+            return None;
+        };
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+        while let Some(e) = cur {
+            if let Some(tls) = e.downcast_ref::<crate::TlsHandshakeError>() {
+                return Some(tls);
+            }
+            cur = e.source();
+        }
+        None
     }
 
     /// The HTTP status, when PVE answered.

@@ -385,7 +385,9 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
             let key = format!("{namespace}/{}", pxc.name_any());
             match ctx.connector.connect(&key, &connection) {
                 Err(e) => Err(("CredentialsInvalid", e.to_string())),
-                Ok(hv) => check(&hv).await.map(|nodes| (nodes, connection.allowed_nodes)),
+                Ok(hv) => check(&hv, &connection.endpoint)
+                    .await
+                    .map(|nodes| (nodes, connection.allowed_nodes)),
             }
         }
     };
@@ -455,14 +457,16 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
     Ok(Action::requeue(RESYNC))
 }
 
-/// Connectivity and permission check: version, nodes, guests.
-async fn check<H: Hypervisor>(hv: &H) -> std::result::Result<Vec<NodeLoad>, (&'static str, String)> {
-    let classify = |e: crate::hypervisor::PveError| match e.class() {
-        banlieue_pve_client::ErrorClass::Auth if e.status() == Some(403) => {
-            ("PermissionDenied", e.to_string())
-        }
-        banlieue_pve_client::ErrorClass::Auth => ("AuthenticationFailed", e.to_string()),
-        _ => ("Unreachable", e.to_string()),
+/// Connectivity and permission check: version, nodes, guests. A failure is reported with
+/// [`crate::error::connection_reason`]'s reason (`ProxmoxRequestFailed` for any other error,
+/// e.g. a 5xx) and the endpoint and the error as message.
+async fn check<H: Hypervisor>(
+    hv: &H,
+    endpoint: &str,
+) -> std::result::Result<Vec<NodeLoad>, (&'static str, String)> {
+    let classify = |e: crate::hypervisor::PveError| {
+        let reason = crate::error::connection_reason(&e).unwrap_or("ProxmoxRequestFailed");
+        (reason, format!("Proxmox VE at {endpoint}: {e}"))
     };
     hv.version().await.map_err(classify)?;
     let nodes = hv.nodes().await.map_err(classify)?;

@@ -194,6 +194,43 @@ async fn read_bootstrap<C: Connector>(
     }))
 }
 
+/// The `Ready` reason, message and requeue for bootstrap data that cannot be read: the Secret
+/// is missing (`UserDataSecretNotFound` for a VirtualMachine's user data,
+/// `BootstrapDataSecretNotFound` for a CAPI bootstrap Secret; both name namespace/name and
+/// key; a short requeue besides the Secret watch), unreadable (`UserDataSecretUnreadable`, the
+/// API error) or unusable (`BootstrapDataInvalid`: missing key, unknown format).
+fn bootstrap_unusable(
+    namespace: &str,
+    source: &BootstrapSource,
+    err: &Error,
+) -> (&'static str, String, Duration) {
+    let (name, key) = match source {
+        BootstrapSource::Secret { name, key } => (name.as_str(), key.as_str()),
+        BootstrapSource::Empty | BootstrapSource::Pending => ("", ""),
+    };
+    match err {
+        Error::Missing { .. } => (
+            if key == BOOTSTRAP_VALUE_KEY {
+                "BootstrapDataSecretNotFound"
+            } else {
+                "UserDataSecretNotFound"
+            },
+            format!("Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"),
+            WAIT_REQUEUE,
+        ),
+        Error::Bootstrap(message) => (
+            "BootstrapDataInvalid",
+            message.clone(),
+            provision::PERMANENT_RETRY,
+        ),
+        other => (
+            "UserDataSecretUnreadable",
+            format!("Secret {namespace}/{name} (key {key:?}): {other}"),
+            WAIT_REQUEUE,
+        ),
+    }
+}
+
 /// Applies `new` to `/status` if it differs from the object's; returns whether it wrote.
 async fn write_status<C: Connector>(
     ctx: &MachineContext<C>,
@@ -442,43 +479,27 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         }
         Err(e) => return Err(e),
     };
-    let bootstrap = if phase.needs_bootstrap_data() {
+    // Inputs before side effects: until the VM is provisioned, the bootstrap / user data must
+    // be readable before any Proxmox call (no clone while its Secret is missing); the Secret
+    // watch brings the machine back within seconds once it appears.
+    let bootstrap = if phase.is_provisioned() {
+        None
+    } else {
         match read_bootstrap(ctx, &namespace, &view.bootstrap).await {
             Ok(data) => data,
-            Err(Error::Missing {
-                kind,
-                namespace,
-                name,
-            }) => {
+            Err(e) => {
+                let (reason, message, retry) = bootstrap_unusable(&namespace, &view.bootstrap, &e);
                 condition::set(
                     &mut status.conditions,
-                    ready(
-                        ConditionStatus::False,
-                        "WaitingForBootstrapData",
-                        format!("{kind} {namespace}/{name} not found"),
-                        generation,
-                    ),
+                    ready(ConditionStatus::False, reason, message, generation),
                 );
                 write_status(ctx, &api, &pm, &status).await?;
-                return Ok(Action::requeue(WAIT_REQUEUE));
+                return match (e, retry) {
+                    (e @ Error::Kube { .. }, _) => Err(e),
+                    (_, retry) => Ok(Action::requeue(retry)),
+                };
             }
-            Err(Error::Bootstrap(message)) => {
-                condition::set(
-                    &mut status.conditions,
-                    ready(
-                        ConditionStatus::False,
-                        "BootstrapDataInvalid",
-                        message,
-                        generation,
-                    ),
-                );
-                write_status(ctx, &api, &pm, &status).await?;
-                return Ok(Action::requeue(provision::PERMANENT_RETRY));
-            }
-            Err(e) => return Err(e),
         }
-    } else {
-        None
     };
     // Addresses from IPAM pools: claims are created as soon as provisioning starts; the seed
     // (built in Configure) waits for their allocation.
@@ -856,4 +877,40 @@ async fn run_once<C: Connector>(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_user_data_secret_is_named_with_its_key() {
+        let missing = Error::Missing {
+            kind: "Secret",
+            namespace: "team-a".into(),
+            name: "web-user-data".into(),
+        };
+        let source = BootstrapSource::Secret {
+            name: "web-user-data".into(),
+            key: "userdata".into(),
+        };
+        let (reason, message, retry) = bootstrap_unusable("team-a", &source, &missing);
+        assert_eq!(reason, "UserDataSecretNotFound");
+        assert!(message.contains("team-a/web-user-data"), "{message}");
+        assert!(message.contains("\"userdata\""), "{message}");
+        assert_eq!(retry, WAIT_REQUEUE);
+        let capi = BootstrapSource::Secret {
+            name: "m1-bootstrap".into(),
+            key: BOOTSTRAP_VALUE_KEY.into(),
+        };
+        assert_eq!(
+            bootstrap_unusable("ns", &capi, &missing).0,
+            "BootstrapDataSecretNotFound"
+        );
+        let invalid = Error::Bootstrap("unknown format".into());
+        assert_eq!(
+            bootstrap_unusable("ns", &capi, &invalid).0,
+            "BootstrapDataInvalid"
+        );
+    }
 }

@@ -25,6 +25,7 @@ pub mod placement;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;
+pub mod secret_watch;
 pub mod template_controller;
 pub mod update;
 

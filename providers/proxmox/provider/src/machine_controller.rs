@@ -38,6 +38,7 @@ use crate::owner::{self, BootstrapSource, InfraCluster, OwnerView};
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 use crate::readopt;
+use crate::secret_watch::{SecretIndex, SecretKey};
 
 /// Finalizer of ProxmoxMachines (and ProxmoxClusters).
 pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
@@ -70,6 +71,9 @@ pub struct MachineContext<C: Connector> {
     /// How often discovery is asked whether Cluster API got installed, while it is not
     /// ([`crate::capi_discovery`]).
     pub capi_discovery_interval: Duration,
+    /// The user-data / bootstrap Secret each not yet provisioned machine reads, for the Secret
+    /// watch.
+    pub user_data_secrets: SecretIndex<ProxmoxMachine>,
 }
 
 impl<C: Connector> MachineContext<C> {
@@ -91,6 +95,7 @@ impl<C: Connector> MachineContext<C> {
             failures: Mutex::new(HashMap::new()),
             metrics: crate::metrics::Metrics::default(),
             capi_discovery_interval: crate::capi_discovery::CAPI_DISCOVERY_INTERVAL,
+            user_data_secrets: SecretIndex::default(),
         }
     }
 
@@ -482,6 +487,14 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
     // Inputs before side effects: until the VM is provisioned, the bootstrap / user data must
     // be readable before any Proxmox call (no clone while its Secret is missing); the Secret
     // watch brings the machine back within seconds once it appears.
+    let user_data_secret = match &view.bootstrap {
+        BootstrapSource::Secret { name, .. } if !phase.is_provisioned() => {
+            Some(SecretKey::new(namespace.clone(), name.clone()))
+        }
+        _ => None,
+    };
+    ctx.user_data_secrets
+        .set(ObjectRef::from_obj(&pm), user_data_secret);
     let bootstrap = if phase.is_provisioned() {
         None
     } else {
@@ -861,7 +874,14 @@ async fn run_once<C: Connector>(
             .map(|pm| ObjectRef::from_obj(&*pm))
             .collect::<Vec<_>>()
     };
-    let mut controller = controller.watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines);
+    // A user-data / bootstrap Secret created or fixed while a machine waits for it.
+    let mut controller = controller
+        .watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines)
+        .watches(
+            crate::secret_watch::secrets_api(ctx.client.clone(), namespace),
+            watcher::Config::default(),
+            ctx.user_data_secrets.mapper(),
+        );
     if capi {
         controller = controller
             .watches(machines, watcher::Config::default(), machine_to_infra)

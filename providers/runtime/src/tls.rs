@@ -449,6 +449,28 @@ impl tower_service::Service<http::Uri> for HttpsConnector {
     }
 }
 
+/// An error and its sources, `: `-joined, without hyper-util's detail-free wrappers
+/// (`client error (Connect)`), so that a message names the real cause (refused address, rejected
+/// certificate) wherever only `Display` is shown (conditions, Events, logs).
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        let mut cur = Some(self.0);
+        while let Some(e) = cur {
+            let text = e.to_string();
+            let wrapper = text.starts_with("client error (") && e.source().is_some();
+            // A source whose text its parent already shows (`x: {source}`) adds nothing.
+            if !wrapper && !parts.last().is_some_and(|p| p.contains(&text)) {
+                parts.push(text);
+            }
+            cur = e.source();
+        }
+        f.write_str(&parts.join(": "))
+    }
+}
+
 /// A TLS connection usable by hyper.
 pub struct TlsConn(TokioIo<TlsStream<TcpStream>>);
 
@@ -485,6 +507,26 @@ impl hyper::rt::Write for TlsConn {
 #[cfg(test)]
 mod handshake_error_tests {
     use super::*;
+
+    #[test]
+    fn an_error_chain_names_the_cause_without_hypers_wrapper() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Wrapper(#[source] ConnectError);
+        let refused = Wrapper(ConnectError::Refused {
+            addr: "pve:8006".into(),
+        });
+        assert_eq!(
+            ErrorChain(&refused).to_string(),
+            "cannot connect to pve:8006: connection refused"
+        );
+        let io = ConnectError::io("pve:8006", std::io::Error::other("no route to host"));
+        assert_eq!(
+            ErrorChain(&io).to_string(),
+            "cannot connect to pve:8006: no route to host",
+            "a source its parent shows is not repeated"
+        );
+    }
 
     #[test]
     fn only_a_refusal_by_tls_is_a_handshake_error() {

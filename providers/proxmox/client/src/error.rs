@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use banlieue_provider_runtime::tls::ErrorChain;
+
 /// A boxed transport-level error (hyper, rustls, I/O).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -39,7 +41,7 @@ pub enum Error {
         timeout: Duration,
     },
     /// The connection (TCP or TLS handshake) could not be established; the request was not sent.
-    #[error("{method} {path}: connection failed: {}", Chain(source.as_ref()))]
+    #[error("{method} {path}: connection failed: {}", ErrorChain(source.as_ref()))]
     Connect {
         /// HTTP method of the request.
         method: http::Method,
@@ -51,7 +53,7 @@ pub enum Error {
     },
     /// The TLS handshake failed: the server certificate was rejected (wrong fingerprint, unknown
     /// CA, wrong host name) or no common protocol. Not retried.
-    #[error("{method} {path}: {}", Chain(source.as_ref()))]
+    #[error("{method} {path}: {}", ErrorChain(source.as_ref()))]
     Tls {
         /// HTTP method of the request.
         method: http::Method,
@@ -62,7 +64,7 @@ pub enum Error {
         source: BoxError,
     },
     /// The connection broke while the request was in flight (reset, closed, protocol error).
-    #[error("{method} {path}: transport error: {}", Chain(source.as_ref()))]
+    #[error("{method} {path}: transport error: {}", ErrorChain(source.as_ref()))]
     Transport {
         /// HTTP method of the request.
         method: http::Method,
@@ -112,28 +114,6 @@ pub enum Error {
         /// Why it was rejected.
         reason: String,
     },
-}
-
-/// An error and its sources, `: `-joined, without hyper-util's detail-free wrappers
-/// (`client error (Connect)`), so that a message names the real cause (refused address, rejected
-/// certificate) wherever only `Display` is shown (conditions, Events, logs).
-struct Chain<'a>(&'a (dyn std::error::Error + 'static));
-
-impl fmt::Display for Chain<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut parts: Vec<String> = Vec::new();
-        let mut cur = Some(self.0);
-        while let Some(e) = cur {
-            let text = e.to_string();
-            let wrapper = text.starts_with("client error (") && e.source().is_some();
-            // A source whose text its parent already shows (`x: {source}`) adds nothing.
-            if !wrapper && !parts.last().is_some_and(|p| p.contains(&text)) {
-                parts.push(text);
-            }
-            cur = e.source();
-        }
-        f.write_str(&parts.join(": "))
-    }
 }
 
 struct FmtErrors<'a>(&'a BTreeMap<String, String>);

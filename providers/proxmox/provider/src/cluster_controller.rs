@@ -38,7 +38,7 @@ use crate::credentials::{Connector, connection_from, read_source, referenced_sec
 use crate::error::{Error, Result};
 use crate::hypervisor::{Hypervisor, NodeLoad};
 use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
-use crate::secret_watch::{SecretIndex, secrets_api};
+use banlieue_provider_runtime::secret_watch::{SecretIndex, secrets_api};
 
 /// Condition type: Proxmox VE answers with these credentials and they may list nodes and guests.
 pub const PROXMOX_CONNECTED: &str = "ProxmoxConnected";

@@ -15,7 +15,7 @@ use kube::{Api, ResourceExt};
 
 use crate::error::{Error, Result};
 use crate::hypervisor::Hypervisor;
-use crate::secret_watch::SecretKey;
+use banlieue_provider_runtime::secret_watch::SecretKey;
 
 /// Secret key of the API token id (`user@realm!name`).
 pub const TOKEN_ID_KEY: &str = "tokenID";
@@ -151,7 +151,7 @@ pub fn connection_source(cluster: &ProxmoxCluster, provider: Option<&Provider>) 
 }
 
 /// The Secrets a connection source references: the credentials and a CA bundle Secret (what
-/// the Secret watch triggers the ProxmoxCluster on, [`crate::secret_watch`]).
+/// the Secret watch triggers the ProxmoxCluster on, [`banlieue_provider_runtime::secret_watch`]).
 pub fn referenced_secrets(source: &ConnectionSource) -> Vec<SecretKey> {
     let credentials = SecretKey::new(
         source.credentials.namespace.clone().unwrap_or_default(),

@@ -25,7 +25,6 @@ pub mod placement;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;
-pub mod secret_watch;
 pub mod template_controller;
 pub mod update;
 

@@ -38,7 +38,7 @@ use crate::owner::{self, BootstrapSource, InfraCluster, OwnerView};
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 use crate::readopt;
-use crate::secret_watch::{SecretIndex, SecretKey};
+use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey};
 
 /// Finalizer of ProxmoxMachines (and ProxmoxClusters).
 pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
@@ -878,7 +878,7 @@ async fn run_once<C: Connector>(
     let mut controller = controller
         .watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines)
         .watches(
-            crate::secret_watch::secrets_api(ctx.client.clone(), namespace),
+            banlieue_provider_runtime::secret_watch::secrets_api(ctx.client.clone(), namespace),
             watcher::Config::default(),
             ctx.user_data_secrets.mapper(),
         );

@@ -1,5 +1,6 @@
-//! Secrets are watched so that a created or fixed credentials, CA bundle or user-data Secret is
-//! acted on within seconds instead of at the next resync.
+//! The Secret watch of the providers: a created or fixed credentials, CA bundle or user-data
+//! Secret is acted on within seconds instead of at the next resync. Rights: `get`, `list` and
+//! `watch` on Secrets ([`crate::rbac::SECRET_WATCH_VERBS`]).
 //!
 //! The watch is on Secret *metadata*: the stream is decoded as `PartialObjectMeta<Secret>`, so
 //! no Secret content is kept in memory (kube-runtime's stable controller API watches full
@@ -117,7 +118,7 @@ pub fn secrets_api(client: kube::Client, namespace: Option<&str>) -> Api<SecretM
 #[cfg(test)]
 mod tests {
     use super::*;
-    use banlieue_api::infrastructure::ProxmoxCluster;
+    use k8s_openapi::api::core::v1::ConfigMap as ProxmoxCluster;
 
     fn meta(ns: &str, name: &str) -> SecretMeta {
         let mut s = SecretMeta::default();

@@ -199,6 +199,19 @@ async fn read_bootstrap<C: Connector>(
     }))
 }
 
+/// Whether the user data must be readable before this reconcile calls Proxmox (inputs before
+/// side effects): while provisioning has not cloned anything yet (node, VMID, clone) and when
+/// the seed is built (Configure). Not for a machine created anew with a providerID that
+/// re-adopts its VM (clusterctl move, a restore), nor once the clone runs (its later phases
+/// never read it).
+pub fn user_data_needed(phase: &Phase, has_provider_id: bool) -> bool {
+    match phase {
+        Phase::SelectNode => !has_provider_id,
+        Phase::AllocateVmid { .. } | Phase::Clone(_) => true,
+        other => other.needs_bootstrap_data(),
+    }
+}
+
 /// The `Ready` reason, message and requeue for bootstrap data that cannot be read: the Secret
 /// is missing (`UserDataSecretNotFound` for a VirtualMachine's user data,
 /// `BootstrapDataSecretNotFound` for a CAPI bootstrap Secret; both name namespace/name and
@@ -487,15 +500,16 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
     // Inputs before side effects: until the VM is provisioned, the bootstrap / user data must
     // be readable before any Proxmox call (no clone while its Secret is missing); the Secret
     // watch brings the machine back within seconds once it appears.
+    let needs_user_data = user_data_needed(&phase, pm.spec.provider_id.is_some());
     let user_data_secret = match &view.bootstrap {
-        BootstrapSource::Secret { name, .. } if !phase.is_provisioned() => {
+        BootstrapSource::Secret { name, .. } if needs_user_data => {
             Some(SecretKey::new(namespace.clone(), name.clone()))
         }
         _ => None,
     };
     ctx.user_data_secrets
         .set(ObjectRef::from_obj(&pm), user_data_secret);
-    let bootstrap = if phase.is_provisioned() {
+    let bootstrap = if !needs_user_data {
         None
     } else {
         match read_bootstrap(ctx, &namespace, &view.bootstrap).await {
@@ -902,6 +916,24 @@ async fn run_once<C: Connector>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_data_is_needed_before_the_clone_and_for_the_seed_only() {
+        let loc = crate::phase::VmLocation {
+            node: "pve1".into(),
+            vmid: 101,
+        };
+        assert!(user_data_needed(&Phase::SelectNode, false));
+        assert!(!user_data_needed(&Phase::SelectNode, true), "re-adoption");
+        assert!(user_data_needed(
+            &Phase::AllocateVmid { node: "pve1".into() },
+            false
+        ));
+        assert!(user_data_needed(&Phase::Clone(loc.clone()), false));
+        assert!(user_data_needed(&Phase::Configure(loc.clone(), None), true));
+        assert!(!user_data_needed(&Phase::WaitGuest(loc.clone()), false));
+        assert!(!user_data_needed(&Phase::Provisioned(loc), false));
+    }
 
     #[test]
     fn a_missing_user_data_secret_is_named_with_its_key() {

@@ -34,6 +34,8 @@ pub mod metrics;
 #[cfg(feature = "runtime")]
 pub mod rbac;
 #[cfg(feature = "runtime")]
+pub mod secret_watch;
+#[cfg(feature = "runtime")]
 pub mod shutdown;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -33,7 +33,13 @@ impl Rule {
             ..Default::default()
         }
     }
+}
 
+/// The only wider access to Secrets a binary may have: reading by name plus list/watch for a
+/// metadata-only watch that triggers the objects referencing a Secret (the rule's `why` says so).
+pub const SECRET_WATCH_VERBS: &[&str] = &["get", "list", "watch"];
+
+impl Rule {
     /// What is wrong with the rule, if anything (see [`lint`]).
     fn problems(&self, own_kind_prefix: Option<&str>) -> Vec<String> {
         let mut problems = Vec::new();
@@ -49,8 +55,10 @@ impl Rule {
         {
             problems.push("a wildcard".to_owned());
         }
-        if self.resources.contains(&"secrets") && self.verbs != ["get"] {
-            problems.push("secrets may only be read by name (verbs must be exactly [get])".to_owned());
+        if self.resources.contains(&"secrets") && self.verbs != ["get"] && self.verbs != SECRET_WATCH_VERBS {
+            problems.push(format!(
+                "secrets may only be read by name and watched (verbs must be exactly [get] or {SECRET_WATCH_VERBS:?})"
+            ));
         }
         if let Some(prefix) = own_kind_prefix
             && self.api_groups.contains(&INFRASTRUCTURE_GROUP)
@@ -82,7 +90,8 @@ pub const LEADER_ELECTION_RULES: &[Rule] = &[Rule {
 
 /// The least-privilege checks over a binary's rule tables: every rule says why it exists, names
 /// at least one group, resource and verb, has no wildcard (group, resource or verb), and reads
-/// Secrets only with `get` (by name, never listed or watched). With `own_kind_prefix` (a
+/// Secrets only with `get` (by name), or `get`, `list` and `watch` ([`SECRET_WATCH_VERBS`]: the
+/// Secret watch), nothing else (no `create`, `update`, `delete`, a lone `list`). With `own_kind_prefix` (a
 /// provider's `"proxmox"`), rules on [`INFRASTRUCTURE_GROUP`] name only resources starting with
 /// it.
 ///
@@ -134,6 +143,7 @@ mod tests {
     #[case::own_kinds(GOOD, Some("proxmox"))]
     #[case::no_prefix_check(Rule { resources: &["libvirtmachines"], ..GOOD }, None)]
     #[case::secrets_get(Rule { api_groups: &[""], resources: &["secrets"], verbs: &["get"], ..GOOD }, Some("proxmox"))]
+    #[case::secrets_watched(Rule { api_groups: &[""], resources: &["secrets"], verbs: SECRET_WATCH_VERBS, ..GOOD }, Some("proxmox"))]
     #[case::other_group(Rule { api_groups: &["cluster.x-k8s.io"], resources: &["machines"], ..GOOD }, Some("proxmox"))]
     fn accepts(#[case] rule: Rule, #[case] prefix: Option<&str>) {
         assert_eq!(lint(&[&[rule]], prefix), Ok(()));
@@ -147,6 +157,7 @@ mod tests {
     #[case::wildcard_resource(Rule { api_groups: &["cluster.x-k8s.io"], resources: &["*"], ..GOOD }, "wildcard")]
     #[case::wildcard_group(Rule { api_groups: &["*"], ..GOOD }, "wildcard")]
     #[case::secrets_listed(Rule { api_groups: &[""], resources: &["secrets"], verbs: &["get", "list"], ..GOOD }, "secrets")]
+    #[case::secrets_written(Rule { api_groups: &[""], resources: &["secrets"], verbs: &["get", "list", "watch", "update"], ..GOOD }, "secrets")]
     #[case::foreign_kind(Rule { resources: &["proxmoxmachines", "libvirtmachines"], ..GOOD }, "[\"libvirtmachines\"]")]
     fn rejects(#[case] rule: Rule, #[case] expected: &str) {
         let error = lint(&[LEADER_ELECTION_RULES, &[GOOD, rule]], Some("proxmox")).unwrap_err();

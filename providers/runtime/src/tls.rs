@@ -80,7 +80,12 @@ pub fn parse_sha256(text: &str) -> Result<[u8; 32], ConfigError> {
 
 /// The SHA-256 digest of a DER certificate as `AB:CD:…` (PVE's and vCenter's notation).
 pub fn sha256_of(der: &[u8]) -> String {
-    Sha256::digest(der)
+    hex_colon(&Sha256::digest(der))
+}
+
+/// Bytes as upper-case hex pairs joined by `:`.
+fn hex_colon(bytes: &[u8]) -> String {
+    bytes
         .iter()
         .map(|b| format!("{b:02X}"))
         .collect::<Vec<_>>()
@@ -93,18 +98,26 @@ pub fn client_config(trust: &Trust) -> Result<rustls::ClientConfig, ConfigError>
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(ConfigError::Protocol)?;
-    let pinned = |pin| {
+    let pinned = |pin| -> Arc<dyn ServerCertVerifier> {
         Arc::new(PinnedVerifier {
             pin,
             algs: provider.signature_verification_algorithms,
         })
     };
-    Ok(match trust {
-        Trust::WebPki => builder
-            .with_root_certificates(rustls::RootCertStore {
+    let explained = |roots: rustls::RootCertStore, trusted: &'static str| {
+        let inner =
+            rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .build()
+                .map_err(|e| ConfigError::CaBundle(e.to_string()))?;
+        Ok::<_, ConfigError>(Arc::new(ExplainingVerifier { inner, trusted }))
+    };
+    let verifier: Arc<dyn ServerCertVerifier> = match trust {
+        Trust::WebPki => explained(
+            rustls::RootCertStore {
                 roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-            })
-            .with_no_client_auth(),
+            },
+            "the web PKI roots (webpki-roots)",
+        )?,
         Trust::CaBundle(pem) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in rustls_pemfile::certs(&mut std::io::BufReader::new(pem.as_bytes())) {
@@ -116,17 +129,125 @@ pub fn client_config(trust: &Trust) -> Result<rustls::ClientConfig, ConfigError>
             if roots.is_empty() {
                 return Err(ConfigError::CaBundle("contains no PEM certificate".into()));
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            explained(roots, "the configured CA bundle")?
         }
-        Trust::Pinned(pin) => builder
-            .dangerous()
-            .with_custom_certificate_verifier(pinned(Some(*pin)))
-            .with_no_client_auth(),
-        Trust::Insecure => builder
-            .dangerous()
-            .with_custom_certificate_verifier(pinned(None))
-            .with_no_client_auth(),
-    })
+        Trust::Pinned(pin) => pinned(Some(*pin)),
+        Trust::Insecure => pinned(None),
+    };
+    Ok(builder
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth())
+}
+
+/// Why the server certificate was rejected, as a stable kind (for tests and classification).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsFailureKind {
+    /// The chain does not lead to a trusted root (CA bundle or web PKI).
+    UnknownCa,
+    /// The leaf is not the pinned one.
+    FingerprintMismatch,
+    /// The certificate is not valid for the host name connected to.
+    HostnameMismatch,
+    /// The certificate is expired or not valid yet.
+    Expired,
+    /// Anything else (revoked, bad signature, protocol mismatch, an alert from the server).
+    Other,
+}
+
+/// A rejected server certificate with a complete, human message (host, presented and expected
+/// fingerprints, names); carried through rustls as a `CertificateError::Other`.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct CertificateRejected {
+    /// Why.
+    pub kind: TlsFailureKind,
+    /// What a user needs to fix it.
+    pub message: String,
+}
+
+fn rejected(kind: TlsFailureKind, message: String) -> rustls::Error {
+    rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(Arc::new(
+        CertificateRejected { kind, message },
+    ))))
+}
+
+/// The web PKI verifier (chain and host name against `trusted`), whose rejections say which
+/// host presented which certificate and why it was refused.
+#[derive(Debug)]
+struct ExplainingVerifier {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    trusted: &'static str,
+}
+
+impl ServerCertVerifier for ExplainingVerifier {
+    fn verify_server_cert(
+        &self,
+        leaf: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(leaf, intermediates, name, ocsp, now)
+            .map_err(|e| {
+                let rustls::Error::InvalidCertificate(cert) = &e else {
+                    return e;
+                };
+                let host = name.to_str();
+                let presented = sha256_of(leaf.as_ref());
+                use rustls::CertificateError as C;
+                let (kind, message) = match cert {
+                    C::UnknownIssuer => (
+                        TlsFailureKind::UnknownCa,
+                        format!(
+                            "unknown CA: the certificate presented by {host} (SHA-256 {presented}) is not \
+                             signed by a CA of {}",
+                            self.trusted
+                        ),
+                    ),
+                    C::NotValidForName | C::NotValidForNameContext { .. } => (
+                        TlsFailureKind::HostnameMismatch,
+                        format!("host name mismatch: {cert} (connected to {host}, certificate SHA-256 {presented})"),
+                    ),
+                    C::Expired | C::ExpiredContext { .. } | C::NotValidYet | C::NotValidYetContext { .. } => (
+                        TlsFailureKind::Expired,
+                        format!("the certificate presented by {host} (SHA-256 {presented}) is not valid now: {cert}"),
+                    ),
+                    other => (
+                        TlsFailureKind::Other,
+                        format!(
+                            "the certificate presented by {host} (SHA-256 {presented}) was rejected: {other}"
+                        ),
+                    ),
+                };
+                rejected(kind, message)
+            })
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// Accepts the leaf whose SHA-256 is `pin` (any leaf when `None`: the insecure opt-in), and
@@ -137,17 +258,12 @@ struct PinnedVerifier {
     algs: WebPkiSupportedAlgorithms,
 }
 
-/// The server's certificate is not the pinned one.
-#[derive(Debug, thiserror::Error)]
-#[error("server certificate SHA-256 {0} does not match the pinned one")]
-pub struct PinMismatch(pub String);
-
 impl ServerCertVerifier for PinnedVerifier {
     fn verify_server_cert(
         &self,
         leaf: &CertificateDer<'_>,
         _intermediates: &[CertificateDer<'_>],
-        _name: &ServerName<'_>,
+        name: &ServerName<'_>,
         _ocsp: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
@@ -156,10 +272,14 @@ impl ServerCertVerifier for PinnedVerifier {
             Some(pin) if Sha256::digest(leaf.as_ref()).as_slice() == pin => {
                 Ok(ServerCertVerified::assertion())
             }
-            Some(_) => Err(rustls::Error::InvalidCertificate(
-                rustls::CertificateError::Other(rustls::OtherError(Arc::new(PinMismatch(sha256_of(
-                    leaf.as_ref(),
-                ))))),
+            Some(pin) => Err(rejected(
+                TlsFailureKind::FingerprintMismatch,
+                format!(
+                    "fingerprint mismatch: {} presented a certificate with SHA-256 {}, expected (pinned) {}",
+                    name.to_str(),
+                    sha256_of(leaf.as_ref()),
+                    hex_colon(&pin)
+                ),
             )),
         }
     }
@@ -190,21 +310,85 @@ impl ServerCertVerifier for PinnedVerifier {
 /// The TLS handshake failed (certificate rejected, protocol mismatch): not transient. Clients
 /// find it in a hyper-util error's source chain to classify the failure.
 #[derive(Debug, thiserror::Error)]
-#[error("TLS handshake failed: {0}")]
-pub struct TlsHandshakeError(pub String);
+#[error("TLS verification of {addr} failed: {message}")]
+pub struct TlsHandshakeError {
+    /// `host:port` connected to.
+    pub addr: String,
+    /// Why, as a stable kind.
+    pub kind: TlsFailureKind,
+    /// The complete explanation (fingerprints, names, the CA trusted).
+    pub message: String,
+}
+
+/// The TCP connection could not be established (or the handshake did not finish in time): the
+/// endpoint is unreachable, which may pass.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Nothing listens on the port (or a firewall rejects).
+    #[error("cannot connect to {addr}: connection refused")]
+    Refused {
+        /// `host:port`.
+        addr: String,
+    },
+    /// No connection (TCP and TLS handshake) within the timeout.
+    #[error("cannot connect to {addr}: no answer within {timeout:?}")]
+    TimedOut {
+        /// `host:port`.
+        addr: String,
+        /// The connect timeout.
+        timeout: Duration,
+    },
+    /// Any other failure (name resolution, unreachable network, reset during the handshake).
+    #[error("cannot connect to {addr}: {source}")]
+    Io {
+        /// `host:port`.
+        addr: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ConnectError {
+    fn io(addr: &str, source: std::io::Error) -> Self {
+        if source.kind() == std::io::ErrorKind::ConnectionRefused {
+            Self::Refused {
+                addr: addr.to_owned(),
+            }
+        } else {
+            Self::Io {
+                addr: addr.to_owned(),
+                source,
+            }
+        }
+    }
+}
 
 /// A failed handshake: [`TlsHandshakeError`] when TLS itself refused (rustls reports a
-/// certificate, protocol or alert error), the plain I/O error when the connection broke during
+/// certificate, protocol or alert error), a [`ConnectError`] when the connection broke during
 /// the handshake (reset, closed by a restarting server): that one is transient.
-fn handshake_error(e: std::io::Error) -> BoxError {
-    let refused_by_tls = e
+fn handshake_error(addr: &str, e: std::io::Error) -> BoxError {
+    let Some(tls) = e
         .get_ref()
-        .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
-    if refused_by_tls {
-        Box::new(TlsHandshakeError(e.to_string()))
-    } else {
-        Box::new(e)
-    }
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return Box::new(ConnectError::io(addr, e));
+    };
+    let explained = match tls {
+        rustls::Error::InvalidCertificate(rustls::CertificateError::Other(other)) => {
+            other.0.downcast_ref::<CertificateRejected>()
+        }
+        _ => None,
+    };
+    let (kind, message) = match explained {
+        Some(r) => (r.kind, r.message.clone()),
+        None => (TlsFailureKind::Other, tls.to_string()),
+    };
+    Box::new(TlsHandshakeError {
+        addr: addr.to_owned(),
+        kind,
+        message,
+    })
 }
 
 /// Connects TCP (with a timeout covering the handshake too) and runs the TLS handshake.
@@ -242,17 +426,48 @@ impl tower_service::Service<http::Uri> for HttpsConnector {
             let host = uri.host().ok_or("URL has no host")?;
             let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
             let port = uri.port_u16().unwrap_or(443);
+            let addr = format!("{host}:{port}");
             let connect = async {
-                let tcp = TcpStream::connect((host.as_str(), port)).await?;
-                tcp.set_nodelay(true)?;
+                let tcp = TcpStream::connect((host.as_str(), port))
+                    .await
+                    .map_err(|e| ConnectError::io(&addr, e))?;
+                tcp.set_nodelay(true).map_err(|e| ConnectError::io(&addr, e))?;
                 let name = ServerName::try_from(host.clone())?;
-                let stream = tls.connect(name, tcp).await.map_err(handshake_error)?;
+                let stream = tls
+                    .connect(name, tcp)
+                    .await
+                    .map_err(|e| handshake_error(&addr, e))?;
                 Ok::<_, BoxError>(TlsConn(TokioIo::new(stream)))
             };
-            tokio::time::timeout(timeout, connect)
-                .await
-                .map_err(|_| format!("connecting to {host}:{port} timed out after {timeout:?}"))?
+            tokio::time::timeout(timeout, connect).await.map_err(|_| {
+                Box::new(ConnectError::TimedOut {
+                    addr: addr.clone(),
+                    timeout,
+                }) as BoxError
+            })?
         })
+    }
+}
+
+/// An error and its sources, `: `-joined, without hyper-util's detail-free wrappers
+/// (`client error (Connect)`), so that a message names the real cause (refused address, rejected
+/// certificate) wherever only `Display` is shown (conditions, Events, logs).
+pub struct ErrorChain<'a>(pub &'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for ErrorChain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        let mut cur = Some(self.0);
+        while let Some(e) = cur {
+            let text = e.to_string();
+            let wrapper = text.starts_with("client error (") && e.source().is_some();
+            // A source whose text its parent already shows (`x: {source}`) adds nothing.
+            if !wrapper && !parts.last().is_some_and(|p| p.contains(&text)) {
+                parts.push(text);
+            }
+            cur = e.source();
+        }
+        f.write_str(&parts.join(": "))
     }
 }
 
@@ -294,16 +509,36 @@ mod handshake_error_tests {
     use super::*;
 
     #[test]
+    fn an_error_chain_names_the_cause_without_hypers_wrapper() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (Connect)")]
+        struct Wrapper(#[source] ConnectError);
+        let refused = Wrapper(ConnectError::Refused {
+            addr: "pve:8006".into(),
+        });
+        assert_eq!(
+            ErrorChain(&refused).to_string(),
+            "cannot connect to pve:8006: connection refused"
+        );
+        let io = ConnectError::io("pve:8006", std::io::Error::other("no route to host"));
+        assert_eq!(
+            ErrorChain(&io).to_string(),
+            "cannot connect to pve:8006: no route to host",
+            "a source its parent shows is not repeated"
+        );
+    }
+
+    #[test]
     fn only_a_refusal_by_tls_is_a_handshake_error() {
         let refused = std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer),
         );
-        assert!(handshake_error(refused).is::<TlsHandshakeError>());
+        assert!(handshake_error("h:1", refused).is::<TlsHandshakeError>());
         let closed = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "tls handshake eof");
-        assert!(!handshake_error(closed).is::<TlsHandshakeError>());
+        assert!(handshake_error("h:1", closed).is::<ConnectError>());
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
-        assert!(!handshake_error(reset).is::<TlsHandshakeError>());
+        assert!(handshake_error("h:1", reset).is::<ConnectError>());
     }
 }
 

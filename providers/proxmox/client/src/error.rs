@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use banlieue_provider_runtime::tls::ErrorChain;
+
 /// A boxed transport-level error (hyper, rustls, I/O).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -39,7 +41,7 @@ pub enum Error {
         timeout: Duration,
     },
     /// The connection (TCP or TLS handshake) could not be established; the request was not sent.
-    #[error("{method} {path}: connection failed: {source}")]
+    #[error("{method} {path}: connection failed: {}", ErrorChain(source.as_ref()))]
     Connect {
         /// HTTP method of the request.
         method: http::Method,
@@ -51,7 +53,7 @@ pub enum Error {
     },
     /// The TLS handshake failed: the server certificate was rejected (wrong fingerprint, unknown
     /// CA, wrong host name) or no common protocol. Not retried.
-    #[error("{method} {path}: {source}")]
+    #[error("{method} {path}: {}", ErrorChain(source.as_ref()))]
     Tls {
         /// HTTP method of the request.
         method: http::Method,
@@ -62,7 +64,7 @@ pub enum Error {
         source: BoxError,
     },
     /// The connection broke while the request was in flight (reset, closed, protocol error).
-    #[error("{method} {path}: transport error: {source}")]
+    #[error("{method} {path}: transport error: {}", ErrorChain(source.as_ref()))]
     Transport {
         /// HTTP method of the request.
         method: http::Method,
@@ -264,6 +266,21 @@ impl Error {
     /// A short stable label for metrics (the class).
     pub fn metric_label(&self) -> &'static str {
         self.class().as_str()
+    }
+
+    /// Why the server certificate was refused, for [`Error::Tls`].
+    pub fn tls_failure(&self) -> Option<&crate::TlsHandshakeError> {
+        let Self::Tls { source, .. } = self else {
+            return None;
+        };
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+        while let Some(e) = cur {
+            if let Some(tls) = e.downcast_ref::<crate::TlsHandshakeError>() {
+                return Some(tls);
+            }
+            cur = e.source();
+        }
+        None
     }
 
     /// The HTTP status, when PVE answered.

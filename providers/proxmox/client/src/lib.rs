@@ -42,5 +42,5 @@ pub use config::{DiskSpec, IpAssign, IpConfig, NetDevice, Size, SizeChange, VmCo
 pub use error::{BoxError, Error, ErrorClass, Result};
 pub use secret::Secret;
 pub use task::{TaskLogLine, TaskOutcome, TaskStatus, Upid};
-pub use tls::{TlsVerification, fingerprint_of, parse_fingerprint};
+pub use tls::{TlsFailureKind, TlsHandshakeError, TlsVerification, fingerprint_of, parse_fingerprint};
 pub use types::*;

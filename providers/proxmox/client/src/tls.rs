@@ -2,8 +2,9 @@
 //! explicit insecure). The rustls configuration and the HTTPS connector are
 //! `banlieue-provider-runtime`'s (`tls` feature), shared with the vSphere client.
 
+pub(crate) use banlieue_provider_runtime::tls::HttpsConnector;
 use banlieue_provider_runtime::tls::{self as shared, ConfigError, Trust};
-pub(crate) use banlieue_provider_runtime::tls::{HttpsConnector, TlsHandshakeError};
+pub use banlieue_provider_runtime::tls::{TlsFailureKind, TlsHandshakeError};
 
 use crate::error::{Error, Result};
 

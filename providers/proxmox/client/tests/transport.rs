@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use banlieue_pve_client::{
-    Client, ClientBuilder, Error, ErrorClass, RequestRecord, RetryPolicy, TlsVerification, UploadContent,
+    Client, ClientBuilder, Error, ErrorClass, RequestRecord, RetryPolicy, TlsFailureKind, TlsVerification,
+    UploadContent,
 };
 use common::mock::{self, Mock, Reply};
 use serde_json::json;
@@ -54,6 +55,56 @@ async fn wrong_fingerprint_is_rejected_without_retries() {
     assert!(matches!(err, Error::Tls { .. }), "{err:?}");
     assert_eq!(err.class(), ErrorClass::Auth);
     assert_eq!(mock.requests().len(), 0);
+    // The message names both fingerprints, the presented and the pinned one.
+    let tls = err.tls_failure().expect("a TLS failure");
+    assert_eq!(tls.kind, TlsFailureKind::FingerprintMismatch);
+    let message = err.to_string();
+    assert!(message.contains(&mock.fingerprint), "{message}");
+    assert!(message.contains(&"00:".repeat(31)), "{message}");
+    assert!(message.contains("fingerprint mismatch"), "{message}");
+    assert!(!message.contains("client error"), "{message}");
+}
+
+#[tokio::test]
+async fn an_unknown_ca_and_a_host_name_mismatch_say_so() {
+    let mock = mock::start(|_, _| version()).await;
+    let err = builder(&mock)
+        .tls(TlsVerification::WebPki)
+        .build()
+        .unwrap()
+        .version()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.tls_failure().map(|t| t.kind),
+        Some(TlsFailureKind::UnknownCa),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("unknown CA"), "{message}");
+    assert!(
+        message.contains(&mock.fingerprint),
+        "presented certificate: {message}"
+    );
+
+    let other = mock::start_named(&["pve.example.invalid"], |_, _| version()).await;
+    let err = builder(&other)
+        .tls(TlsVerification::CaBundle(other.cert_pem.clone()))
+        .build()
+        .unwrap()
+        .version()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.tls_failure().map(|t| t.kind),
+        Some(TlsFailureKind::HostnameMismatch),
+        "{err}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("host name mismatch"), "{message}");
+    assert!(message.contains("pve.example.invalid"), "{message}");
+    assert!(message.contains("127.0.0.1"), "{message}");
+    assert!(!message.contains("0b5e-secret"), "{message}");
 }
 
 #[tokio::test]
@@ -302,7 +353,7 @@ async fn connection_refused_is_a_transient_connect_error() {
     drop(listener);
     let attempts = Arc::new(AtomicUsize::new(0));
     let counter = attempts.clone();
-    let client = Client::builder(url)
+    let client = Client::builder(&url)
         .token("root@pam!t", "s")
         .retry(fast_retry(2))
         .on_request(move |_| {
@@ -313,6 +364,12 @@ async fn connection_refused_is_a_transient_connect_error() {
     let err = client.start_vm("pve1", 100).await.unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     assert_eq!(err.class(), ErrorClass::Transient);
+    let message = err.to_string();
+    let addr = url.trim_start_matches("https://");
+    assert!(
+        message.contains(&format!("cannot connect to {addr}: connection refused")),
+        "{message}"
+    );
     assert_eq!(
         attempts.load(Ordering::SeqCst),
         3,

@@ -34,10 +34,11 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{instrument, warn};
 
-use crate::credentials::{Connector, read_connection};
+use crate::credentials::{Connector, connection_from, read_source, referenced_secrets};
 use crate::error::{Error, Result};
 use crate::hypervisor::{Hypervisor, NodeLoad};
 use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
+use banlieue_provider_runtime::secret_watch::{SecretIndex, secrets_api};
 
 /// Condition type: Proxmox VE answers with these credentials and they may list nodes and guests.
 pub const PROXMOX_CONNECTED: &str = "ProxmoxConnected";
@@ -57,6 +58,8 @@ pub struct ClusterContext<C: Connector> {
     /// How often discovery is asked whether Cluster API got installed, while it is not
     /// ([`crate::capi_discovery`]).
     pub capi_discovery_interval: std::time::Duration,
+    /// The Secrets each ProxmoxCluster references (credentials, CA bundle), for the Secret watch.
+    pub secrets: SecretIndex<ProxmoxCluster>,
 }
 
 impl<C: Connector> ClusterContext<C> {
@@ -75,6 +78,7 @@ impl<C: Connector> ClusterContext<C> {
             metrics: crate::metrics::Metrics::default(),
             recorder,
             capi_discovery_interval: crate::capi_discovery::CAPI_DISCOVERY_INTERVAL,
+            secrets: SecretIndex::default(),
         }
     }
 }
@@ -377,7 +381,16 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
             .as_ref()
             .is_some_and(|c| endpoint_to_mirror(&pxc, c).is_some());
 
-    let connected = match read_connection(&ctx.client, &pxc).await {
+    let connection = match read_source(&ctx.client, &pxc).await {
+        Ok((source, provider)) => {
+            // Recorded before the Secret is read: a missing one is what the watch waits for.
+            ctx.secrets
+                .set(ObjectRef::from_obj(&pxc), referenced_secrets(&source));
+            connection_from(&ctx.client, &pxc, source, provider.as_ref()).await
+        }
+        Err(e) => Err(e),
+    };
+    let connected = match connection {
         Err(Error::Credentials(message)) => Err(("CredentialsInvalid", message)),
         Err(Error::Provider { reason, message }) => Err((reason, message)),
         Err(e) => return Err(e),
@@ -385,7 +398,9 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
             let key = format!("{namespace}/{}", pxc.name_any());
             match ctx.connector.connect(&key, &connection) {
                 Err(e) => Err(("CredentialsInvalid", e.to_string())),
-                Ok(hv) => check(&hv).await.map(|nodes| (nodes, connection.allowed_nodes)),
+                Ok(hv) => check(&hv, &connection.endpoint)
+                    .await
+                    .map(|nodes| (nodes, connection.allowed_nodes)),
             }
         }
     };
@@ -455,14 +470,16 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxCluster, ctx: &ClusterContex
     Ok(Action::requeue(RESYNC))
 }
 
-/// Connectivity and permission check: version, nodes, guests.
-async fn check<H: Hypervisor>(hv: &H) -> std::result::Result<Vec<NodeLoad>, (&'static str, String)> {
-    let classify = |e: crate::hypervisor::PveError| match e.class() {
-        banlieue_pve_client::ErrorClass::Auth if e.status() == Some(403) => {
-            ("PermissionDenied", e.to_string())
-        }
-        banlieue_pve_client::ErrorClass::Auth => ("AuthenticationFailed", e.to_string()),
-        _ => ("Unreachable", e.to_string()),
+/// Connectivity and permission check: version, nodes, guests. A failure is reported with
+/// [`crate::error::connection_reason`]'s reason (`ProxmoxRequestFailed` for any other error,
+/// e.g. a 5xx) and the endpoint and the error as message.
+async fn check<H: Hypervisor>(
+    hv: &H,
+    endpoint: &str,
+) -> std::result::Result<Vec<NodeLoad>, (&'static str, String)> {
+    let classify = |e: crate::hypervisor::PveError| {
+        let reason = crate::error::connection_reason(&e).unwrap_or("ProxmoxRequestFailed");
+        (reason, format!("Proxmox VE at {endpoint}: {e}"))
     };
     hv.version().await.map_err(classify)?;
     let nodes = hv.nodes().await.map_err(classify)?;
@@ -520,7 +537,14 @@ async fn run_once<C: Connector>(
             .map(|c| ObjectRef::from_obj(&*c))
             .collect::<Vec<_>>()
     };
-    let mut controller = controller.watches(providers, watcher::Config::default(), provider_to_infra);
+    // A created or changed credentials / CA bundle Secret concerns the clusters referencing it.
+    let mut controller = controller
+        .watches(providers, watcher::Config::default(), provider_to_infra)
+        .watches(
+            secrets_api(ctx.client.clone(), namespace),
+            watcher::Config::default(),
+            ctx.secrets.mapper(),
+        );
     if capi {
         controller = controller.watches(clusters, watcher::Config::default(), cluster_to_infra);
     }

@@ -15,6 +15,7 @@ use kube::{Api, ResourceExt};
 
 use crate::error::{Error, Result};
 use crate::hypervisor::Hypervisor;
+use banlieue_provider_runtime::secret_watch::SecretKey;
 
 /// Secret key of the API token id (`user@realm!name`).
 pub const TOKEN_ID_KEY: &str = "tokenID";
@@ -149,10 +150,28 @@ pub fn connection_source(cluster: &ProxmoxCluster, provider: Option<&Provider>) 
     })
 }
 
-/// Reads the connection settings of a ProxmoxCluster: `spec.endpoint`, `spec.credentialsRef`,
-/// `spec.tls`, or those of the cluster-scoped banlieue `Provider` named by `spec.providerRef`.
-pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) -> Result<Connection> {
-    let namespace = cluster.namespace().unwrap_or_default();
+/// The Secrets a connection source references: the credentials and a CA bundle Secret (what
+/// the Secret watch triggers the ProxmoxCluster on, [`banlieue_provider_runtime::secret_watch`]).
+pub fn referenced_secrets(source: &ConnectionSource) -> Vec<SecretKey> {
+    let credentials = SecretKey::new(
+        source.credentials.namespace.clone().unwrap_or_default(),
+        source.credentials.name.clone(),
+    );
+    let ca = source
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca_bundle_ref.as_ref())
+        .filter(|ca| matches!(ca.kind, CaBundleKind::Secret))
+        .map(|ca| SecretKey::new(ca.namespace.clone().unwrap_or_default(), ca.name.clone()));
+    std::iter::once(credentials).chain(ca).collect()
+}
+
+/// The connection source of a ProxmoxCluster ([`connection_source`]) after reading the
+/// Provider its `spec.providerRef` names, and that Provider.
+pub async fn read_source(
+    client: &kube::Client,
+    cluster: &ProxmoxCluster,
+) -> Result<(ConnectionSource, Option<Provider>)> {
     let provider = match &cluster.spec.provider_ref {
         Some(p) => Api::<Provider>::all(client.clone())
             .get_opt(&p.name)
@@ -160,7 +179,24 @@ pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) ->
             .map_err(|e| Error::kube(format!("reading Provider {}", p.name), e))?,
         None => None,
     };
-    let source = connection_source(cluster, provider.as_ref())?;
+    Ok((connection_source(cluster, provider.as_ref())?, provider))
+}
+
+/// Reads the connection settings of a ProxmoxCluster: `spec.endpoint`, `spec.credentialsRef`,
+/// `spec.tls`, or those of the cluster-scoped banlieue `Provider` named by `spec.providerRef`.
+pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) -> Result<Connection> {
+    let (source, provider) = read_source(client, cluster).await?;
+    connection_from(client, cluster, source, provider.as_ref()).await
+}
+
+/// Reads the Secret (and CA bundle) of `source` into connection settings.
+pub async fn connection_from(
+    client: &kube::Client,
+    cluster: &ProxmoxCluster,
+    source: ConnectionSource,
+    provider: Option<&Provider>,
+) -> Result<Connection> {
+    let namespace = cluster.namespace().unwrap_or_default();
     let endpoint = source.endpoint.clone();
     let cref = &source.credentials;
     let secret_ns = cref.namespace.clone().unwrap_or_else(|| namespace.clone());
@@ -243,7 +279,7 @@ pub async fn read_connection(client: &kube::Client, cluster: &ProxmoxCluster) ->
         },
     };
     version.push_str(&format!("|{tls:?}").chars().take(64).collect::<String>());
-    if let Some(p) = &provider {
+    if let Some(p) = provider {
         version.push_str(&format!("|{}", p.resource_version().unwrap_or_default()));
     }
     Ok(Connection {

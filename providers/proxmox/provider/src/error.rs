@@ -65,5 +65,53 @@ impl Error {
     }
 }
 
+/// The condition reason for a Proxmox error that means this provider cannot use the endpoint at
+/// all, `None` for other errors. One stable word per cause (the banlieue controller copies the
+/// infra cluster's reason to the VirtualMachine): `TLSVerificationFailed` (unknown CA,
+/// fingerprint or host name mismatch), `AuthenticationFailed` (HTTP 401), `PermissionDenied`
+/// (HTTP 403), `ProviderUnreachable` (connection refused, timeout, broken connection). The
+/// error's `Display` is the matching message: it names the cause (both fingerprints, the
+/// address, PVE's text) and never a credential.
+pub fn connection_reason(err: &banlieue_pve_client::Error) -> Option<&'static str> {
+    use banlieue_pve_client::Error as Pve;
+    match err {
+        Pve::Tls { .. } => Some("TLSVerificationFailed"),
+        Pve::Api { status: 401, .. } => Some("AuthenticationFailed"),
+        Pve::Api { status: 403, .. } => Some("PermissionDenied"),
+        Pve::Connect { .. } | Pve::Timeout { .. } | Pve::Transport { .. } => Some("ProviderUnreachable"),
+        _ => None,
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake::api_error;
+    use rstest::rstest;
+
+    fn transport(tls: bool) -> banlieue_pve_client::Error {
+        let source: banlieue_pve_client::BoxError = "refused".into();
+        let (method, path) = (http::Method::GET, "/version".to_owned());
+        if tls {
+            banlieue_pve_client::Error::Tls { method, path, source }
+        } else {
+            banlieue_pve_client::Error::Connect { method, path, source }
+        }
+    }
+
+    #[rstest]
+    #[case::tls(transport(true), Some("TLSVerificationFailed"))]
+    #[case::unreachable(transport(false), Some("ProviderUnreachable"))]
+    #[case::unauthenticated(api_error(401, "authentication failure"), Some("AuthenticationFailed"))]
+    #[case::forbidden(api_error(403, "Permission check failed"), Some("PermissionDenied"))]
+    #[case::other(api_error(500, "internal error"), None)]
+    fn each_connection_failure_has_its_own_reason(
+        #[case] err: banlieue_pve_client::Error,
+        #[case] want: Option<&str>,
+    ) {
+        assert_eq!(connection_reason(&err), want);
+    }
+}

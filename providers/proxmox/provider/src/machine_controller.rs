@@ -38,6 +38,7 @@ use crate::owner::{self, BootstrapSource, InfraCluster, OwnerView};
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 use crate::readopt;
+use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey};
 
 /// Finalizer of ProxmoxMachines (and ProxmoxClusters).
 pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
@@ -70,6 +71,9 @@ pub struct MachineContext<C: Connector> {
     /// How often discovery is asked whether Cluster API got installed, while it is not
     /// ([`crate::capi_discovery`]).
     pub capi_discovery_interval: Duration,
+    /// The user-data / bootstrap Secret each not yet provisioned machine reads, for the Secret
+    /// watch.
+    pub user_data_secrets: SecretIndex<ProxmoxMachine>,
 }
 
 impl<C: Connector> MachineContext<C> {
@@ -91,6 +95,7 @@ impl<C: Connector> MachineContext<C> {
             failures: Mutex::new(HashMap::new()),
             metrics: crate::metrics::Metrics::default(),
             capi_discovery_interval: crate::capi_discovery::CAPI_DISCOVERY_INTERVAL,
+            user_data_secrets: SecretIndex::default(),
         }
     }
 
@@ -192,6 +197,56 @@ async fn read_bootstrap<C: Connector>(
         format: BootstrapFormat::CloudConfig,
         value,
     }))
+}
+
+/// Whether the user data must be readable before this reconcile calls Proxmox (inputs before
+/// side effects): while provisioning has not cloned anything yet (node, VMID, clone) and when
+/// the seed is built (Configure). Not for a machine created anew with a providerID that
+/// re-adopts its VM (clusterctl move, a restore), nor once the clone runs (its later phases
+/// never read it).
+pub fn user_data_needed(phase: &Phase, has_provider_id: bool) -> bool {
+    match phase {
+        Phase::SelectNode => !has_provider_id,
+        Phase::AllocateVmid { .. } | Phase::Clone(_) => true,
+        other => other.needs_bootstrap_data(),
+    }
+}
+
+/// The `Ready` reason, message and requeue for bootstrap data that cannot be read: the Secret
+/// is missing (`UserDataSecretNotFound` for a VirtualMachine's user data,
+/// `BootstrapDataSecretNotFound` for a CAPI bootstrap Secret; both name namespace/name and
+/// key; a short requeue besides the Secret watch), unreadable (`UserDataSecretUnreadable`, the
+/// API error) or unusable (`BootstrapDataInvalid`: missing key, unknown format).
+fn bootstrap_unusable(
+    namespace: &str,
+    source: &BootstrapSource,
+    err: &Error,
+) -> (&'static str, String, Duration) {
+    let (name, key) = match source {
+        BootstrapSource::Secret { name, key } => (name.as_str(), key.as_str()),
+        BootstrapSource::Empty | BootstrapSource::Pending => ("", ""),
+    };
+    match err {
+        Error::Missing { .. } => (
+            if key == BOOTSTRAP_VALUE_KEY {
+                "BootstrapDataSecretNotFound"
+            } else {
+                "UserDataSecretNotFound"
+            },
+            format!("Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"),
+            WAIT_REQUEUE,
+        ),
+        Error::Bootstrap(message) => (
+            "BootstrapDataInvalid",
+            message.clone(),
+            provision::PERMANENT_RETRY,
+        ),
+        other => (
+            "UserDataSecretUnreadable",
+            format!("Secret {namespace}/{name} (key {key:?}): {other}"),
+            WAIT_REQUEUE,
+        ),
+    }
 }
 
 /// Applies `new` to `/status` if it differs from the object's; returns whether it wrote.
@@ -442,43 +497,36 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         }
         Err(e) => return Err(e),
     };
-    let bootstrap = if phase.needs_bootstrap_data() {
+    // Inputs before side effects: until the VM is provisioned, the bootstrap / user data must
+    // be readable before any Proxmox call (no clone while its Secret is missing); the Secret
+    // watch brings the machine back within seconds once it appears.
+    let needs_user_data = user_data_needed(&phase, pm.spec.provider_id.is_some());
+    let user_data_secret = match &view.bootstrap {
+        BootstrapSource::Secret { name, .. } if needs_user_data => {
+            Some(SecretKey::new(namespace.clone(), name.clone()))
+        }
+        _ => None,
+    };
+    ctx.user_data_secrets
+        .set(ObjectRef::from_obj(&pm), user_data_secret);
+    let bootstrap = if !needs_user_data {
+        None
+    } else {
         match read_bootstrap(ctx, &namespace, &view.bootstrap).await {
             Ok(data) => data,
-            Err(Error::Missing {
-                kind,
-                namespace,
-                name,
-            }) => {
+            Err(e) => {
+                let (reason, message, retry) = bootstrap_unusable(&namespace, &view.bootstrap, &e);
                 condition::set(
                     &mut status.conditions,
-                    ready(
-                        ConditionStatus::False,
-                        "WaitingForBootstrapData",
-                        format!("{kind} {namespace}/{name} not found"),
-                        generation,
-                    ),
+                    ready(ConditionStatus::False, reason, message, generation),
                 );
                 write_status(ctx, &api, &pm, &status).await?;
-                return Ok(Action::requeue(WAIT_REQUEUE));
+                return match (e, retry) {
+                    (e @ Error::Kube { .. }, _) => Err(e),
+                    (_, retry) => Ok(Action::requeue(retry)),
+                };
             }
-            Err(Error::Bootstrap(message)) => {
-                condition::set(
-                    &mut status.conditions,
-                    ready(
-                        ConditionStatus::False,
-                        "BootstrapDataInvalid",
-                        message,
-                        generation,
-                    ),
-                );
-                write_status(ctx, &api, &pm, &status).await?;
-                return Ok(Action::requeue(provision::PERMANENT_RETRY));
-            }
-            Err(e) => return Err(e),
         }
-    } else {
-        None
     };
     // Addresses from IPAM pools: claims are created as soon as provisioning starts; the seed
     // (built in Configure) waits for their allocation.
@@ -840,7 +888,14 @@ async fn run_once<C: Connector>(
             .map(|pm| ObjectRef::from_obj(&*pm))
             .collect::<Vec<_>>()
     };
-    let mut controller = controller.watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines);
+    // A user-data / bootstrap Secret created or fixed while a machine waits for it.
+    let mut controller = controller
+        .watches(pxcs, watcher::Config::default(), standalone_cluster_to_machines)
+        .watches(
+            banlieue_provider_runtime::secret_watch::secrets_api(ctx.client.clone(), namespace),
+            watcher::Config::default(),
+            ctx.user_data_secrets.mapper(),
+        );
     if capi {
         controller = controller
             .watches(machines, watcher::Config::default(), machine_to_infra)
@@ -856,4 +911,58 @@ async fn run_once<C: Connector>(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_data_is_needed_before_the_clone_and_for_the_seed_only() {
+        let loc = crate::phase::VmLocation {
+            node: "pve1".into(),
+            vmid: 101,
+        };
+        assert!(user_data_needed(&Phase::SelectNode, false));
+        assert!(!user_data_needed(&Phase::SelectNode, true), "re-adoption");
+        assert!(user_data_needed(
+            &Phase::AllocateVmid { node: "pve1".into() },
+            false
+        ));
+        assert!(user_data_needed(&Phase::Clone(loc.clone()), false));
+        assert!(user_data_needed(&Phase::Configure(loc.clone(), None), true));
+        assert!(!user_data_needed(&Phase::WaitGuest(loc.clone()), false));
+        assert!(!user_data_needed(&Phase::Provisioned(loc), false));
+    }
+
+    #[test]
+    fn a_missing_user_data_secret_is_named_with_its_key() {
+        let missing = Error::Missing {
+            kind: "Secret",
+            namespace: "team-a".into(),
+            name: "web-user-data".into(),
+        };
+        let source = BootstrapSource::Secret {
+            name: "web-user-data".into(),
+            key: "userdata".into(),
+        };
+        let (reason, message, retry) = bootstrap_unusable("team-a", &source, &missing);
+        assert_eq!(reason, "UserDataSecretNotFound");
+        assert!(message.contains("team-a/web-user-data"), "{message}");
+        assert!(message.contains("\"userdata\""), "{message}");
+        assert_eq!(retry, WAIT_REQUEUE);
+        let capi = BootstrapSource::Secret {
+            name: "m1-bootstrap".into(),
+            key: BOOTSTRAP_VALUE_KEY.into(),
+        };
+        assert_eq!(
+            bootstrap_unusable("ns", &capi, &missing).0,
+            "BootstrapDataSecretNotFound"
+        );
+        let invalid = Error::Bootstrap("unknown format".into());
+        assert_eq!(
+            bootstrap_unusable("ns", &capi, &invalid).0,
+            "BootstrapDataInvalid"
+        );
+    }
 }

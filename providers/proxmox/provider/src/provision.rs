@@ -197,7 +197,7 @@ impl StepError {
                 Self::Transient { reason, source: err }
             }
             ErrorClass::Auth => Self::Permanent {
-                reason: "ProxmoxAuthenticationFailed",
+                reason: crate::error::connection_reason(&err).unwrap_or("AuthenticationFailed"),
                 message: err.to_string(),
             },
             _ => Self::Permanent {

@@ -63,8 +63,8 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         api_groups: &[""],
         resources: &["secrets"],
-        verbs: &["get"],
-        why: "Proxmox credentials and bootstrap data (read only, never listed)",
+        verbs: &["get", "list", "watch"],
+        why: "Proxmox credentials, CA bundles and bootstrap / user data: contents are read only by get, in the reconcile that needs them; list and watch feed a metadata-only watch (decoded as PartialObjectMeta, nothing of the data kept) so that a Secret created or fixed after the fact is acted on within seconds instead of at the next resync",
     },
     Rule {
         api_groups: &[""],
@@ -102,7 +102,7 @@ mod tests {
 
     use super::*;
 
-    /// Every rule explained, no wildcard, Secrets only read by name, and only proxmox kinds of
+    /// Every rule explained, no wildcard, Secrets only read by name and watched, and only proxmox kinds of
     /// the infrastructure group.
     #[test]
     fn rules_are_least_privilege_and_only_name_proxmox_kinds() {

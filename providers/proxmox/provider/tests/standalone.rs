@@ -257,28 +257,44 @@ impl Standalone {
         power_state: Option<PowerState>,
         edit: impl FnOnce(&mut ProxmoxMachineSpec),
     ) -> Result<()> {
-        let user_data_secret_ref = match user_data {
-            Some(data) => {
-                self.api::<Secret>()
-                    .create(
-                        &PostParams::default(),
-                        &Secret {
-                            metadata: kube::api::ObjectMeta {
-                                name: Some(format!("{name}-user-data")),
-                                ..Default::default()
-                            },
-                            string_data: Some([("userdata".to_owned(), data.to_owned())].into()),
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
-                Some(SecretKeyReference {
-                    name: format!("{name}-user-data"),
-                    key: Some("userdata".into()),
-                })
-            }
-            None => None,
-        };
+        if let Some(data) = user_data {
+            self.user_data_secret(name, data).await?;
+        }
+        self.create_virtual_machine(name, user_data.is_some(), power_state, edit)
+            .await
+    }
+
+    /// The Secret `<name>-user-data` (key `userdata`) a VirtualMachine `name` refers to.
+    async fn user_data_secret(&self, name: &str, data: &str) -> Result<()> {
+        self.api::<Secret>()
+            .create(
+                &PostParams::default(),
+                &Secret {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(format!("{name}-user-data")),
+                        ..Default::default()
+                    },
+                    string_data: Some([("userdata".to_owned(), data.to_owned())].into()),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The VirtualMachine and its ProxmoxMachine; with `user_data`, the VM refers to
+    /// [`Self::user_data_secret`] (whether or not it exists).
+    async fn create_virtual_machine(
+        &self,
+        name: &str,
+        user_data: bool,
+        power_state: Option<PowerState>,
+        edit: impl FnOnce(&mut ProxmoxMachineSpec),
+    ) -> Result<()> {
+        let user_data_secret_ref = user_data.then(|| SecretKeyReference {
+            name: format!("{name}-user-data"),
+            key: Some("userdata".into()),
+        });
         let source = ProxmoxTemplateSource {
             vmid: Some(9000),
             ..Default::default()
@@ -843,4 +859,165 @@ async fn a_provider_of_another_backend_is_reported_on_the_cluster() -> Result<()
         .delete(&name, &DeleteParams::default())
         .await?;
     Ok(())
+}
+
+fn cluster_condition(pxc: &ProxmoxCluster, type_: &str) -> Option<banlieue_api::condition::Condition> {
+    pxc.status
+        .as_ref()
+        .and_then(|st| banlieue_api::condition::find(&st.conditions, type_).cloned())
+}
+
+impl Standalone {
+    /// Waits up to `timeout` for the ProxmoxCluster's `ProxmoxConnected` condition to satisfy
+    /// `check`, and returns it.
+    async fn wait_connected(
+        &self,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&banlieue_api::condition::Condition) -> bool,
+    ) -> Result<banlieue_api::condition::Condition> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let pxc = self
+                .api::<ProxmoxCluster>()
+                .get(&infra_cluster_name(&self.provider))
+                .await?;
+            if let Some(c) = cluster_condition(&pxc, "ProxmoxConnected")
+                && check(&c)
+            {
+                return Ok(c);
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("ProxmoxCluster not {what} within {timeout:?}: {:#?}", pxc.status);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn patch_provider(&self, spec: serde_json::Value) -> Result<()> {
+        Api::<Provider>::all(self.client.clone())
+            .patch(
+                &self.provider,
+                &PatchParams::default(),
+                &Patch::Merge(&serde_json::json!({ "spec": spec })),
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn stop(self) -> Result<()> {
+        for c in &self.controllers {
+            c.abort();
+        }
+        Api::<Provider>::all(self.client.clone())
+            .delete(&self.provider, &DeleteParams::default())
+            .await?;
+        self.sim.shutdown().await;
+        Ok(())
+    }
+}
+
+/// Issue 14: a TLS failure names its cause (both fingerprints), and a credentials Secret
+/// created after the fact is noticed within seconds (the Secret watch; the resync is 5
+/// minutes), under exactly the generated RBAC rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_failures_say_why_and_a_late_credentials_secret_is_noticed_within_seconds() -> Result<()> {
+    let (s, _ns) = Standalone::start_as("pxm-late-secret", true).await?;
+    s.wait_connected(TIMEOUT, "connected", |c| c.status == "True")
+        .await?;
+
+    let wrong = "AB:".repeat(31) + "AB";
+    s.patch_provider(serde_json::json!({"tls": {"sha256Fingerprint": wrong}}))
+        .await?;
+    let c = s
+        .wait_connected(TIMEOUT, "TLSVerificationFailed", |c| {
+            c.reason == "TLSVerificationFailed"
+        })
+        .await?;
+    assert_eq!(c.status, "False");
+    let message = c.message.to_uppercase();
+    assert!(message.contains(&wrong), "expected fingerprint: {}", c.message);
+    assert!(
+        message.contains(&s.sim.fingerprint_sha256().to_uppercase()),
+        "presented fingerprint {}: {}",
+        s.sim.fingerprint_sha256(),
+        c.message
+    );
+    assert!(!c.message.contains(&s.sim.token_secret()), "{}", c.message);
+
+    // Back to the right fingerprint, but credentials from a Secret that does not exist yet.
+    s.patch_provider(serde_json::json!({
+        "tls": {"sha256Fingerprint": s.sim.fingerprint_sha256()},
+        "credentialsRef": {"name": "pve-late", "namespace": s.ns},
+    }))
+    .await?;
+    let c = s
+        .wait_connected(TIMEOUT, "CredentialsInvalid", |c| {
+            c.reason == "CredentialsInvalid"
+        })
+        .await?;
+    assert!(c.message.contains("pve-late"), "{}", c.message);
+    s.api::<Secret>()
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: kube::api::ObjectMeta {
+                    name: Some("pve-late".into()),
+                    ..Default::default()
+                },
+                string_data: Some(
+                    [
+                        ("tokenID".to_owned(), s.sim.token_id()),
+                        ("secret".to_owned(), s.sim.token_secret()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+        )
+        .await?;
+    s.wait_connected(
+        Duration::from_secs(15),
+        "connected after the Secret appeared",
+        |c| c.status == "True",
+    )
+    .await?;
+    s.stop().await
+}
+
+/// Issue 14: inputs before side effects. A machine whose user-data Secret is missing says so
+/// and clones nothing; once the Secret appears it is provisioned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_user_data_secret_blocks_the_clone_until_it_appears() -> Result<()> {
+    let (s, _ns) = Standalone::start_as("pxm-late-userdata", true).await?;
+    let vms_before = s.sim.vms().len();
+    s.create_virtual_machine("late", true, None, |_| {}).await?;
+    let pm = s
+        .wait_for("late", "waiting for its user data", |pm| {
+            condition(pm, "Ready").is_some_and(|c| c.reason == "UserDataSecretNotFound")
+        })
+        .await?;
+    let ready = condition(&pm, "Ready").context("Ready")?;
+    assert_eq!(ready.status, "False");
+    assert!(
+        ready.message.contains(&format!("{}/late-user-data", s.ns)) && ready.message.contains("userdata"),
+        "{}",
+        ready.message
+    );
+    // Give a wrongly ordered controller time to clone, then check nothing was.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(s.sim.vms().len(), vms_before, "no VM cloned: {:?}", s.sim.vms());
+    let pm = s.api::<ProxmoxMachine>().get("late").await?;
+    assert!(
+        pm.status.as_ref().and_then(|st| st.vmid).is_none(),
+        "{:?}",
+        pm.status
+    );
+
+    s.user_data_secret("late", USER_DATA).await?;
+    let pm = s.wait_for("late", "provisioned", provisioned).await?;
+    let vmid = pm.status.as_ref().and_then(|st| st.vmid).context("vmid")?;
+    let seed = s.sim.seed(vmid).context("seed")?;
+    assert_eq!(seed.user_data.as_deref(), Some(USER_DATA));
+    s.stop().await
 }

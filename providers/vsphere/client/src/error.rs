@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use banlieue_provider_runtime::tls::ErrorChain;
+
 /// A boxed transport-level error (hyper, rustls, I/O).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
@@ -15,7 +17,7 @@ pub enum Error {
     #[error("configuration: {0}")]
     Config(String),
     /// TCP connect failed or timed out; the request was not sent.
-    #[error("{method}: connection failed: {source}")]
+    #[error("{method}: connection failed: {}", ErrorChain(source.as_ref()))]
     Connect {
         /// SOAP method.
         method: String,
@@ -24,7 +26,7 @@ pub enum Error {
         source: BoxError,
     },
     /// The TLS handshake failed: certificate not trusted or thumbprint mismatch.
-    #[error("{method}: {source}")]
+    #[error("{method}: {}", ErrorChain(source.as_ref()))]
     Tls {
         /// SOAP method.
         method: String,
@@ -33,7 +35,7 @@ pub enum Error {
         source: BoxError,
     },
     /// The connection broke while the request was in flight.
-    #[error("{method}: transport error: {source}")]
+    #[error("{method}: transport error: {}", ErrorChain(source.as_ref()))]
     Transport {
         /// SOAP method.
         method: String,

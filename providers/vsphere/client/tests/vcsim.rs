@@ -76,11 +76,20 @@ async fn tls_is_verified_by_thumbprint_and_rejected_otherwise() -> Result<()> {
         .build()?;
     let err = wrong.login().await.expect_err("a wrong thumbprint was accepted");
     ensure!(err.class() == ErrorClass::Tls, "{err:?}");
+    // The message names both: the presented and the pinned one.
+    let shown = err.to_string().to_uppercase().replace(':', "");
+    ensure!(
+        shown.contains("FINGERPRINT MISMATCH")
+            && shown.contains(&sim.thumbprint.to_uppercase().replace(':', ""))
+            && shown.contains(&"00".repeat(32)),
+        "{err}"
+    );
 
-    // The default (web PKI roots) does not trust a private CA.
+    // The default (web PKI roots) does not trust a private CA, and says so.
     let default = ClientBuilder::new(&sim.host, USER, PASSWORD).build()?;
     let err = default.login().await.expect_err("an untrusted CA was accepted");
     ensure!(err.class() == ErrorClass::Tls, "{err:?}");
+    ensure!(err.to_string().contains("unknown CA"), "{err}");
     Ok(())
 }
 

@@ -206,7 +206,7 @@ pub fn waiting_message(remaining: &[String]) -> String {
 
 async fn check(ctx: &Context, vsc: &VSphereCluster, status: &mut VSphereClusterStatus) -> Result<Duration> {
     let generation = vsc.metadata.generation;
-    let endpoint = match connection::resolve(&ctx.kube, vsc).await? {
+    let endpoint = match connection::resolve(&ctx.kube, vsc, &ctx.cluster_secrets).await? {
         Ok(e) => e,
         Err(p) => {
             set_ready(status, false, p.reason, p.message, generation);
@@ -310,7 +310,13 @@ pub async fn run_until(
         None => Api::all(ctx.kube.clone()),
     };
     let concurrency = ctx.concurrency;
+    // A created or fixed credentials / CA bundle Secret concerns the clusters referencing it.
     Controller::new(api, watcher::Config::default())
+        .watches(
+            banlieue_provider_runtime::secret_watch::secrets_api(ctx.kube.clone(), namespace),
+            watcher::Config::default(),
+            ctx.cluster_secrets.mapper(),
+        )
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(

@@ -8,8 +8,10 @@ use std::sync::Mutex;
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
 use banlieue_api::infrastructure::VSphereCluster;
+use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey};
 use banlieue_vsphere_client::{Client, ClientBuilder, TlsVerification};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
@@ -62,10 +64,13 @@ impl Endpoint {
 }
 
 /// Resolves the endpoint of a VSphereCluster: directly from its spec, or from its
-/// `spec.providerRef` (a cluster-scoped Provider whose backend must be `vsphere`).
+/// `spec.providerRef` (a cluster-scoped Provider whose backend must be `vsphere`). Records the
+/// Secrets it references (credentials, CA bundle Secret) in `secrets`, before reading them, for
+/// the Secret watch.
 pub async fn resolve(
     kube: &kube::Client,
     cluster: &VSphereCluster,
+    secrets: &SecretIndex<VSphereCluster>,
 ) -> Result<Result<Endpoint, ConnectionProblem>> {
     let ns = cluster.namespace().unwrap_or_default();
     let (server, creds, tls, default_ns) = if let Some(pref) = &cluster.spec.provider_ref {
@@ -104,6 +109,21 @@ pub async fn resolve(
             Some(ns.clone()),
         )
     };
+    let in_ns = |r_ns: &Option<String>, name: &str| {
+        r_ns.as_deref()
+            .or(default_ns.as_deref())
+            .map(|n| SecretKey::new(n, name))
+    };
+    let ca_secret = tls
+        .as_ref()
+        .and_then(|t| t.ca_bundle_ref.as_ref())
+        .filter(|r| matches!(r.kind, CaBundleKind::Secret))
+        .and_then(|r| in_ns(&r.namespace, &r.name));
+    let creds_secret = creds.as_ref().and_then(|r| in_ns(&r.namespace, &r.name));
+    secrets.set(
+        ObjectRef::from_obj(cluster),
+        creds_secret.into_iter().chain(ca_secret),
+    );
     let Some(creds) = creds else {
         return Ok(Err(problem(
             "CredentialsNotFound",
@@ -239,14 +259,37 @@ impl ClientCache {
     }
 }
 
-/// Maps a client error to a condition reason.
+/// Maps a client error to a condition reason: a distinct word per cause (the banlieue
+/// controller copies the infra cluster's reason to the VirtualMachine): `PermissionDenied` (a
+/// `NoPermission` fault: logged in, not allowed) apart from `AuthenticationFailed`.
 pub fn reason_of(err: &banlieue_vsphere_client::Error) -> &'static str {
     use banlieue_vsphere_client::ErrorClass;
     match err.class() {
+        ErrorClass::Auth if err.fault() == Some("NoPermission") => "PermissionDenied",
         ErrorClass::Auth => "AuthenticationFailed",
         ErrorClass::Tls => "TLSVerificationFailed",
         ErrorClass::Transient => "VCenterUnreachable",
         ErrorClass::NotFound => "NotFound",
         ErrorClass::Permanent => "VCenterError",
+    }
+}
+
+#[cfg(test)]
+mod reason_tests {
+    use super::*;
+
+    fn fault(name: &str) -> banlieue_vsphere_client::Error {
+        banlieue_vsphere_client::Error::Fault {
+            method: "RetrieveProperties".into(),
+            fault: name.into(),
+            message: "denied".into(),
+        }
+    }
+
+    #[test]
+    fn permission_denied_is_told_apart_from_a_failed_login() {
+        assert_eq!(reason_of(&fault("NoPermission")), "PermissionDenied");
+        assert_eq!(reason_of(&fault("InvalidLogin")), "AuthenticationFailed");
+        assert_eq!(reason_of(&fault("NotAuthenticated")), "AuthenticationFailed");
     }
 }

@@ -27,6 +27,8 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{info, instrument, warn};
 
+use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
+
 use crate::connection::{self, ClientCache};
 use crate::error::{Error, Result};
 use crate::owner::{self, Bootstrap, OwnerView};
@@ -53,6 +55,10 @@ pub struct Context {
     pub metrics: banlieue_provider_runtime::metrics::Metrics,
     /// Concurrent reconciles per controller (0: unbounded).
     pub concurrency: u16,
+    /// The Secrets each VSphereCluster references (credentials, CA bundle), for the Secret watch.
+    pub cluster_secrets: SecretIndex<VSphereCluster>,
+    /// The user-data / bootstrap Secret each VSphereMachine waits for, for the Secret watch.
+    pub user_data_secrets: SecretIndex<VSphereMachine>,
 }
 
 impl Context {
@@ -71,6 +77,8 @@ impl Context {
             recorder,
             metrics: Default::default(),
             concurrency: 0,
+            cluster_secrets: SecretIndex::default(),
+            user_data_secrets: SecretIndex::default(),
         }
     }
 }
@@ -309,7 +317,10 @@ async fn provision(
         reason: "KubernetesError",
         message: e.to_string(),
     };
-    let endpoint = match connection::resolve(&ctx.kube, cluster).await.map_err(kube_err)? {
+    let endpoint = match connection::resolve(&ctx.kube, cluster, &ctx.cluster_secrets)
+        .await
+        .map_err(kube_err)?
+    {
         Ok(e) => e,
         Err(p) => {
             return Err(StepError::Permanent {
@@ -341,6 +352,12 @@ async fn provision(
     let step = match provision::provision_step(&client, &input, phase.clone(), None, desired_power).await {
         Err(StepError::NeedBootstrapData) => {
             let ns = vm.namespace().unwrap_or_default();
+            // Watched while needed: a Secret created or fixed meanwhile is acted on at once.
+            let waited_for = match &view.bootstrap {
+                Bootstrap::Secret { name, .. } => Some(SecretKey::new(ns.clone(), name.clone())),
+                _ => None,
+            };
+            ctx.user_data_secrets.set(ObjectRef::from_obj(vm), waited_for);
             match read_user_data(&ctx.kube, &ns, &view.bootstrap)
                 .await
                 .map_err(kube_err)?
@@ -452,7 +469,7 @@ async fn delete(
         patch_finalizers(api, vm, false).await?;
         return Ok(Action::await_change());
     };
-    let endpoint = match connection::resolve(&ctx.kube, cluster).await? {
+    let endpoint = match connection::resolve(&ctx.kube, cluster, &ctx.cluster_secrets).await? {
         Ok(e) => e,
         Err(p) => {
             set(
@@ -661,6 +678,11 @@ pub async fn run_until(
             api::<VirtualMachine>(&client, namespace),
             watcher::Config::default(),
             virtual_machine_to_infra,
+        )
+        .watches(
+            secrets_api(client.clone(), namespace),
+            watcher::Config::default(),
+            ctx.user_data_secrets.mapper(),
         );
     if capi_served(&client).await {
         let labelled = move |cluster: Cluster| {

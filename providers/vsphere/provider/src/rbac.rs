@@ -45,8 +45,8 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         api_groups: &[""],
         resources: &["secrets"],
-        verbs: &["get"],
-        why: "vCenter credentials, CA bundles in Secrets and bootstrap data (read by name only, never listed)",
+        verbs: &["get", "list", "watch"],
+        why: "vCenter credentials, CA bundles in Secrets and bootstrap data: contents are read only by get, in the reconcile that needs them; list and watch feed a watch decoded as metadata only (banlieue_provider_runtime::secret_watch) so that a Secret created or fixed after the fact is acted on within seconds instead of at the next resync",
     },
     Rule {
         api_groups: &[""],

@@ -40,7 +40,7 @@ use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification, VmPowerState};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Event, Secret};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use vcsim_support::{PASSWORD, USER, Vcsim};
@@ -510,4 +510,53 @@ async fn vcenter_going_away_is_a_clear_condition() -> Result<()> {
     ensure!(state(&m).as_deref() == Some("WaitingForGuest"));
     ensure!(m.status.and_then(|s| s.vm_ref).is_some());
     Ok(())
+}
+
+/// Issue 14: a credentials Secret fixed after the fact is acted on within seconds (the Secret
+/// watch; the resync of a failing VSphereCluster is 5 minutes).
+#[tokio::test]
+async fn a_fixed_credentials_secret_is_noticed_within_seconds() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let s = scenario(&sim, "vs-fixed-secret", "not-the-password").await?;
+    let clusters: Api<VSphereCluster> = Api::namespaced(s.kube.clone(), &s.ns);
+    let name = infra_cluster_name(&s.provider);
+    let ready = |c: &VSphereCluster| {
+        c.status
+            .as_ref()
+            .and_then(|st| banlieue_api::condition::find(&st.conditions, "Ready").cloned())
+    };
+    let wait =
+        |what: &'static str, timeout: Duration, check: fn(&banlieue_api::condition::Condition) -> bool| {
+            let (clusters, name) = (clusters.clone(), name.clone());
+            async move {
+                let deadline = tokio::time::Instant::now() + timeout;
+                loop {
+                    let c = clusters.get(&name).await?;
+                    if ready(&c).is_some_and(|r| check(&r)) {
+                        return Ok::<_, anyhow::Error>(());
+                    }
+                    ensure!(
+                        tokio::time::Instant::now() < deadline,
+                        "VSphereCluster not {what} within {timeout:?}: {:?}",
+                        c.status
+                    );
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        };
+    wait("AuthenticationFailed", Duration::from_secs(90), |r| {
+        r.reason == "AuthenticationFailed"
+    })
+    .await?;
+    Api::<Secret>::namespaced(s.kube.clone(), &s.ns)
+        .patch(
+            "vc-creds",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"password": PASSWORD}})),
+        )
+        .await?;
+    wait("Ready after the fix", Duration::from_secs(15), |r| {
+        r.status == "True"
+    })
+    .await
 }

@@ -83,8 +83,17 @@ pub async fn start<F>(handler: F) -> Mock
 where
     F: Fn(&Seen, usize) -> Reply + Send + Sync + 'static,
 {
+    start_named(&["127.0.0.1", "localhost"], handler).await
+}
+
+/// [`start`] with a self-signed certificate valid for `names` only.
+pub async fn start_named<F>(names: &[&str], handler: F) -> Mock
+where
+    F: Fn(&Seen, usize) -> Reply + Send + Sync + 'static,
+{
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let certified = rcgen::generate_simple_self_signed(names).unwrap();
     let cert_der: CertificateDer<'static> = certified.cert.der().clone();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.signing_key.serialize_der()));
     let fingerprint = banlieue_pve_client::fingerprint_of(cert_der.as_ref());

@@ -50,9 +50,9 @@ impl ProviderUnderTest for VcSim {
     const BAD_TEMPLATE_REASON: &'static str = "TemplateNotFound";
     const MISSING_TEMPLATE: &'static str = "no-such-template";
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["AuthenticationFailed"];
-    // The proxy accepts and closes: the TLS handshake fails (reported, misleadingly, as
-    // `TLSVerificationFailed`).
-    const OUTAGE_MESSAGE: &'static str = "client error (Connect)";
+    // The proxy accepts and closes: the connection breaks during the TLS handshake, an
+    // unreachable endpoint (`VCenterUnreachable`), said with its address.
+    const OUTAGE_MESSAGE: &'static str = "cannot connect to 127.0.0.1:";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let sim = Vcsim::start(&["-cluster", "3", "-host", "1", "-vm", "1", "-standalone-host", "0"])?;

@@ -5,13 +5,16 @@
 //! - [`components`]: `infrastructure-components.yaml` of each infrastructure provider ([`Infra`])
 //!   and the plain `kubectl apply` manifest of the banlieue core (VirtualMachine API + controller);
 //! - [`metadata`]: clusterctl's `metadata.yaml` and `clusterctl-settings.json`;
-//! - [`repository`]: a clusterctl local repository (our provider, plus CAPI's core and kubeadm
-//!   providers built from CAPI's CRDs for the test harness) and its `clusterctl.yaml`;
+//! - [`repository`]: a clusterctl local repository (our providers, plus CAPI's core and kubeadm
+//!   providers built from CAPI's CRDs) and its `clusterctl.yaml`;
+//! - [`offline`]: what an offline `clusterctl init` needs besides (a cert-manager stand-in,
+//!   `clusterctl-offline.yaml`);
 //! - [`artifacts`]: the committed copies and the drift check.
 
 pub mod artifacts;
 pub mod components;
 pub mod metadata;
+pub mod offline;
 pub mod repository;
 pub mod yaml;
 

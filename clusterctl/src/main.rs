@@ -4,7 +4,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use banlieue_clusterctl::{Infra, artifacts, metadata, repository};
+use banlieue_clusterctl::{Infra, artifacts, metadata, offline, repository};
 use clap::{Parser, Subcommand};
 
 /// The repository root (this crate lives in `clusterctl/`).
@@ -40,7 +40,12 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Write a clusterctl local repository and its `clusterctl.yaml` into DIR.
+    /// Write a clusterctl local repository into DIR: banlieue's providers, Cluster API's core,
+    /// kubeadm bootstrap and kubeadm control-plane providers (Namespace + CRDs only, no manager
+    /// Deployments) and a cert-manager stand-in (its Issuer and Certificate CRDs only), with
+    /// `clusterctl.yaml` (banlieue's providers; CAPI and cert-manager from GitHub) and
+    /// `clusterctl-offline.yaml` (everything from DIR: `clusterctl init` downloads nothing).
+    /// Prints the path of `clusterctl.yaml`, then that of `clusterctl-offline.yaml`.
     Repository {
         /// Target folder (created).
         dir: PathBuf,
@@ -48,14 +53,18 @@ enum Command {
         /// `libvirt/` and `vsphere/`).
         #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../templates"))]
         templates: PathBuf,
-        /// Also write Cluster API's core, kubeadm bootstrap and kubeadm control-plane providers
-        /// (Namespace + CRDs only) from this folder of CAPI CRDs, e.g.
-        /// `tests/controlplane/bin/capi-crds`.
-        #[arg(long)]
+        /// Folder of CAPI's CRDs the CAPI providers are made of [default:
+        /// $BANLIEUE_CONTROLPLANE_BIN/capi-crds, else tests/controlplane/bin/capi-crds, both
+        /// written by tests/controlplane/build.sh].
+        #[arg(long, conflicts_with = "no_capi")]
         capi_crds: Option<PathBuf>,
-        /// Version of the CAPI providers written with --capi-crds.
+        /// Version of the CAPI providers.
         #[arg(long, default_value = repository::CAPI_VERSION)]
         capi_version: String,
+        /// Write banlieue's providers and `clusterctl.yaml` only (no CAPI, no cert-manager, no
+        /// `clusterctl-offline.yaml`).
+        #[arg(long)]
+        no_capi: bool,
     },
 }
 
@@ -112,16 +121,27 @@ fn main() -> anyhow::Result<()> {
             templates,
             capi_crds,
             capi_version,
+            no_capi,
         } => {
+            let capi_crds = (!no_capi).then(|| capi_crds.unwrap_or_else(offline::default_capi_crds));
+            if let Some(crds) = &capi_crds {
+                offline::check_capi_crds(crds)?;
+            }
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let dir = std::fs::canonicalize(&dir)?;
-            let mut entries = Vec::new();
+            let infra = repository::write_all_infra(&dir, &templates)?;
+            writeln!(stdout, "{}", repository::write_config(&dir, &infra)?.display())?;
             if let Some(crds) = capi_crds {
-                entries.extend(repository::write_capi(&dir, &crds, &capi_version)?);
+                let mut entries = repository::write_capi(&dir, &crds, &capi_version)?;
+                entries.extend(infra);
+                let cert_manager = offline::write_cert_manager_stub(&dir)?;
+                let config = repository::write_named_config(
+                    &dir.join(repository::OFFLINE_CONFIG_FILE),
+                    &entries,
+                    Some(&cert_manager),
+                )?;
+                writeln!(stdout, "{}", config.display())?;
             }
-            entries.extend(repository::write_all_infra(&dir, &templates)?);
-            let config = repository::write_config(&dir, &entries)?;
-            writeln!(stdout, "{}", config.display())?;
         }
     }
     Ok(())

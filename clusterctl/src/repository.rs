@@ -37,7 +37,8 @@ impl ProviderEntry {
     }
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
+/// Writes `text` to `path`, creating its folder.
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<()> {
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).map_err(|e| Error::io("creating", parent, e))?;
     }
@@ -82,8 +83,8 @@ pub fn templates_dir(templates_root: &Path, infra: Infra) -> PathBuf {
 pub fn write_infra(dir: &Path, infra: Infra, templates: &Path) -> Result<ProviderEntry> {
     let version_dir = dir.join(infra.label()).join(VERSION);
     let components_file = version_dir.join("infrastructure-components.yaml");
-    write(&components_file, &crate::artifacts::components_yaml(infra)?)?;
-    write(&version_dir.join("metadata.yaml"), &metadata::metadata_yaml()?)?;
+    write_file(&components_file, &crate::artifacts::components_yaml(infra)?)?;
+    write_file(&version_dir.join("metadata.yaml"), &metadata::metadata_yaml()?)?;
     let found = template_files(templates)?;
     if found.is_empty() {
         return Err(Error::Invalid(format!(
@@ -94,7 +95,7 @@ pub fn write_infra(dir: &Path, infra: Infra, templates: &Path) -> Result<Provide
     for template in found {
         let text = std::fs::read_to_string(&template).map_err(|e| Error::io("reading", &template, e))?;
         let name = template.file_name().unwrap_or_default();
-        write(&version_dir.join(name), &text)?;
+        write_file(&version_dir.join(name), &text)?;
     }
     Ok(ProviderEntry {
         name: infra.name(),
@@ -237,8 +238,8 @@ pub fn write_capi(dir: &Path, crd_dir: &Path, capi_version: &str) -> Result<Vec<
         );
         let version_dir = dir.join(label).join(capi_version);
         let components_file = version_dir.join(file);
-        write(&components_file, &yaml::render(&header, &docs)?)?;
-        write(&version_dir.join("metadata.yaml"), &metadata_text)?;
+        write_file(&components_file, &yaml::render(&header, &docs)?)?;
+        write_file(&version_dir.join("metadata.yaml"), &metadata_text)?;
         entries.push(ProviderEntry {
             name: name.into(),
             type_: type_.into(),
@@ -257,21 +258,54 @@ fn major_minor(version: &str) -> Result<(i32, i32)> {
     }
 }
 
+/// File name of the configuration listing banlieue's providers only (CAPI and cert-manager then
+/// come from clusterctl's built-in GitHub URLs).
+pub const CONFIG_FILE: &str = "clusterctl.yaml";
+/// File name of the configuration that also lists the repository's CAPI providers and
+/// cert-manager stand-in (see [`crate::offline`]).
+pub const OFFLINE_CONFIG_FILE: &str = "clusterctl-offline.yaml";
+
 /// Writes `<dir>/clusterctl.yaml` with the `providers:` entries; returns its path.
 pub fn write_config(dir: &Path, entries: &[ProviderEntry]) -> Result<PathBuf> {
-    let config = json!({
+    write_named_config(&dir.join(CONFIG_FILE), entries, None)
+}
+
+/// Writes a clusterctl configuration at `path` with the `providers:` entries and, when given,
+/// `cert-manager.url` pointing at a local cert-manager components file (its version is the name
+/// of the file's folder); returns `path`.
+pub fn write_named_config(
+    path: &Path,
+    entries: &[ProviderEntry],
+    cert_manager: Option<&Path>,
+) -> Result<PathBuf> {
+    let mut config = json!({
         "providers": entries.iter().map(ProviderEntry::yaml).collect::<Vec<_>>(),
     });
+    if let Some(file) = cert_manager {
+        let version = file
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|v| v.to_str())
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{} is not in a <version>/ folder of a local repository",
+                    file.display()
+                ))
+            })?;
+        config["cert-manager"] = json!({
+            "url": format!("file://{}", file.display()),
+            "version": version,
+        });
+    }
     let body = serde_yaml::to_string(&config).map_err(|source| Error::Yaml {
-        what: "clusterctl.yaml".into(),
+        what: path.display().to_string(),
         source,
     })?;
-    let path = dir.join("clusterctl.yaml");
-    write(
-        &path,
+    write_file(
+        path,
         &format!("# Local clusterctl repository written by banlieue-clusterctl; use with --config.\n{body}"),
     )?;
-    Ok(path)
+    Ok(path.to_owned())
 }
 
 #[cfg(test)]

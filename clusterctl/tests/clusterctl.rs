@@ -500,6 +500,120 @@ async fn list_variables_matches_the_readme() -> Result<()> {
     Ok(())
 }
 
+/// Sets only the required variables of the README, with example values (for the clusterclass
+/// flavor also those of the class file clusterctl adds).
+fn set_required_variables(cmd: &mut Command, infra: Infra, flavor: &str) -> Result<()> {
+    let mut documented = documented_for(infra, flavor)?;
+    if flavor == "clusterclass" {
+        documented.extend(documented_for(infra, "class")?);
+    }
+    for (var, default) in documented {
+        if default.is_some() {
+            continue;
+        }
+        let value = match var.as_str() {
+            "PROXMOX_URL" => "https://pve.example.com:8006",
+            "PROXMOX_TEMPLATE_VMID" => "9000",
+            "CONTROL_PLANE_ENDPOINT_IP" => "192.0.2.10",
+            "IP_POOL_NAME" => "workers",
+            "LIBVIRT_BASE_VOLUME" => "ubuntu-24.04.qcow2",
+            "VSPHERE_SERVER" => "vcenter.example.com",
+            "VSPHERE_DATACENTER" => "dc1",
+            "VSPHERE_TEMPLATE" => "ubuntu-2404-kube-v1.33",
+            "VSPHERE_RESOURCE_POOL" => "cluster1/Resources",
+            "VSPHERE_DATASTORE" => "ds1",
+            other => bail!("no example value for required variable {other}"),
+        };
+        cmd.env(var, value);
+    }
+    Ok(())
+}
+
+/// The Proxmox TLS variables of every flavor: by default the API is verified against the system
+/// roots (no fingerprint, not insecure); `PROXMOX_TLS_FINGERPRINT` pins the certificate;
+/// `PROXMOX_TLS_INSECURE=true` alone is accepted (the default fingerprint `null` counts as unset
+/// for the CRD's CEL rule); both together are rejected by the apiserver with the CRD's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn proxmox_tls_variables_verify_pin_or_skip() -> Result<()> {
+    const FINGERPRINT: &str =
+        "01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF";
+    let (env, init) = initialized().await?;
+    let ns = env.namespace("tls").await?;
+    for flavor in FLAVORS {
+        for (vars, want) in [
+            (vec![], Some((None, Some(false)))),
+            (
+                vec![("PROXMOX_TLS_FINGERPRINT", FINGERPRINT)],
+                Some((Some(FINGERPRINT.to_owned()), Some(false))),
+            ),
+            (vec![("PROXMOX_TLS_INSECURE", "true")], Some((None, Some(true)))),
+            (
+                vec![
+                    ("PROXMOX_TLS_INSECURE", "true"),
+                    ("PROXMOX_TLS_FINGERPRINT", FINGERPRINT),
+                ],
+                None,
+            ),
+        ] {
+            let what = format!("flavor {flavor:?} with {vars:?}");
+            let mut cmd = generate(
+                init,
+                env,
+                Infra::Proxmox,
+                flavor,
+                &[
+                    "--kubernetes-version=v1.33.1",
+                    &format!("--target-namespace={}", ns.name()),
+                ],
+            );
+            set_required_variables(&mut cmd, Infra::Proxmox, flavor)?;
+            cmd.envs(vars.iter().copied());
+            let rendered = run(&mut cmd, &format!("generate cluster, {what}"))?.stdout;
+            let file = env.workdir().join("cluster-tls.yaml");
+            std::fs::write(&file, rendered)?;
+            let output = banlieue_testenv::run_with_timeout(
+                env.kubectl()
+                    .args(["apply", "--server-side", "--dry-run=server", "-o", "json", "-n"])
+                    .arg(ns.name())
+                    .arg("-f")
+                    .arg(&file),
+                Duration::from_secs(60),
+            )?;
+            let Some((fingerprint, insecure)) = want else {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                assert!(
+                    !output.status.success()
+                        && stderr.contains("set at most one of tls.caBundleRef, tls.sha256Fingerprint or tls.insecureSkipVerify"),
+                    "{what}: want the CRD's CEL message, got {}:\n{stderr}",
+                    output.status
+                );
+                continue;
+            };
+            ensure!(
+                output.status.success(),
+                "{what}: dry-run failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            let applied: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+            let tls = applied["items"]
+                .as_array()
+                .context("items")?
+                .iter()
+                .find_map(|o| match o["kind"].as_str() {
+                    Some("ProxmoxCluster") => Some(o["spec"]["tls"].clone()),
+                    Some("ProxmoxClusterTemplate") => Some(o["spec"]["template"]["spec"]["tls"].clone()),
+                    _ => None,
+                })
+                .with_context(|| format!("{what}: no ProxmoxCluster(Template)"))?;
+            let tls: banlieue_api::common::TlsTrust = serde_json::from_value(tls)?;
+            assert_eq!(tls.sha256_fingerprint, fingerprint, "{what}");
+            assert_eq!(tls.insecure_skip_verify, insecure, "{what}");
+            assert_eq!(tls.ca_bundle_ref, None, "{what}");
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_flavor_renders_from_documented_variables_and_is_accepted() -> Result<()> {
     let (env, init) = initialized().await?;
@@ -520,31 +634,7 @@ async fn every_flavor_renders_from_documented_variables_and_is_accepted() -> Res
                 &format!("--target-namespace={}", ns.name()),
             ],
         );
-        // Only the required variables of the README, with example values (for the clusterclass
-        // flavor also those of the class file clusterctl adds).
-        let mut documented = documented_for(infra, flavor)?;
-        if flavor == "clusterclass" {
-            documented.extend(documented_for(infra, "class")?);
-        }
-        for (var, default) in documented {
-            if default.is_some() {
-                continue;
-            }
-            let value = match var.as_str() {
-                "PROXMOX_URL" => "https://pve.example.com:8006",
-                "PROXMOX_TEMPLATE_VMID" => "9000",
-                "CONTROL_PLANE_ENDPOINT_IP" => "192.0.2.10",
-                "IP_POOL_NAME" => "workers",
-                "LIBVIRT_BASE_VOLUME" => "ubuntu-24.04.qcow2",
-                "VSPHERE_SERVER" => "vcenter.example.com",
-                "VSPHERE_DATACENTER" => "dc1",
-                "VSPHERE_TEMPLATE" => "ubuntu-2404-kube-v1.33",
-                "VSPHERE_RESOURCE_POOL" => "cluster1/Resources",
-                "VSPHERE_DATASTORE" => "ds1",
-                other => bail!("no example value for required variable {other}"),
-            };
-            cmd.env(var, value);
-        }
+        set_required_variables(&mut cmd, infra, flavor)?;
         let output = run(
             &mut cmd,
             &format!("generate cluster ({infra:?}, flavor {flavor:?})"),

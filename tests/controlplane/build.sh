@@ -4,26 +4,39 @@
 # flags, Go version) are unchanged since its last successful build is skipped without running Go;
 # otherwise Go's module and build caches make a rebuild cheap.
 #
-# Usage: tests/controlplane/build.sh [--core-only] [--force]
+# Usage: tests/controlplane/build.sh [--core-only | --clusterctl] [--force]
 #   --core-only   only etcd, kube-apiserver, kube-controller-manager
 #                 (same as BANLIEUE_CONTROLPLANE_CORE_ONLY=1)
+#   --clusterctl  only clusterctl (and CAPI's CRDs); the log goes to stderr and stdout is one line,
+#                 export PATH="<bin>:$PATH", so: eval "$(tests/controlplane/build.sh --clusterctl)"
 #   --force       rebuild even if up to date
 # Also copies CAPI's CRDs (core, kubeadm bootstrap, kubeadm control plane) to bin/capi-crds/.
-# Environment: GOMODCACHE / GOCACHE / GOFLAGS are honoured; GOTOOLCHAIN defaults to "local".
+# Environment: BANLIEUE_CONTROLPLANE_BIN names another output folder; GOMODCACHE / GOCACHE /
+# GOFLAGS are honoured; GOTOOLCHAIN defaults to "local".
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bin="$here/bin"
+bin="${BANLIEUE_CONTROLPLANE_BIN:-$here/bin}"
 core_only="${BANLIEUE_CONTROLPLANE_CORE_ONLY:-0}"
 force=0
+clusterctl_only=0
 for arg in "$@"; do
     case "$arg" in
         --core-only) core_only=1 ;;
+        --clusterctl) clusterctl_only=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
+
+if [ "$clusterctl_only" = 1 ] && [ "$core_only" = 1 ]; then
+    echo "build.sh: --clusterctl and --core-only exclude each other" >&2; exit 2
+fi
+if [ "$clusterctl_only" = 1 ]; then
+    # stdout carries only the export line (for eval); everything else goes to stderr.
+    exec 3>&1 1>&2
+fi
 
 export GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
 export GOFLAGS="${GOFLAGS:-} -buildvcs=false -trimpath"
@@ -88,6 +101,7 @@ modver() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 total=$SECONDS
 
 # --- core: etcd, kube-apiserver, kube-controller-manager -------------------------------------------
+if [ "$clusterctl_only" = 0 ]; then
 kube_version="$(modver "$here" k8s.io/kubernetes)"   # e.g. v1.33.13
 kube_minor="${kube_version#v1.}"; kube_minor="${kube_minor%%.*}"
 kv=k8s.io/component-base/version
@@ -97,6 +111,7 @@ build_group core "$here" \
     "kube-controller-manager ./cmd/kube-controller-manager" \
     -- "-s -w -X $kv.gitVersion=$kube_version -X $kv.gitMajor=1 -X $kv.gitMinor=$kube_minor \
 -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
+fi
 
 if [ "$core_only" = 1 ]; then
     log "core only: skipping CAPI and vcsim (done in $((SECONDS - total))s)"
@@ -107,13 +122,24 @@ fi
 capi_version="$(modver "$here/capi" sigs.k8s.io/cluster-api)"   # e.g. v1.14.2
 capi_minor="${capi_version#v1.}"; capi_minor="${capi_minor%%.*}"
 cv=sigs.k8s.io/cluster-api/version
-build_group capi "$here/capi" \
-    "capi-manager sigs.k8s.io/cluster-api/core" \
-    "capi-kubeadm-bootstrap-manager sigs.k8s.io/cluster-api/bootstrap/kubeadm" \
-    "capi-kubeadm-control-plane-manager sigs.k8s.io/cluster-api/controlplane/kubeadm" \
-    "clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl" \
-    -- "-s -w -X $cv.gitVersion=$capi_version -X $cv.gitMajor=1 -X $cv.gitMinor=$capi_minor \
+capi_ldflags="-s -w -X $cv.gitVersion=$capi_version -X $cv.gitMajor=1 -X $cv.gitMinor=$capi_minor \
 -X $cv.gitTreeState=clean -X $cv.buildDate=1970-01-01T00:00:00Z"
+clusterctl_target="clusterctl sigs.k8s.io/cluster-api/cmd/clusterctl"
+capi_targets=(
+    "capi-manager sigs.k8s.io/cluster-api/core"
+    "capi-kubeadm-bootstrap-manager sigs.k8s.io/cluster-api/bootstrap/kubeadm"
+    "capi-kubeadm-control-plane-manager sigs.k8s.io/cluster-api/controlplane/kubeadm"
+    "$clusterctl_target"
+)
+if [ "$clusterctl_only" = 0 ]; then
+    build_group capi "$here/capi" "${capi_targets[@]}" -- "$capi_ldflags"
+elif [ "$force" = 0 ] && [ -x "$bin/clusterctl" ] && [ -f "$bin/.stamp-capi" ] \
+    && [ "$(cat "$bin/.stamp-capi")" = "$(stamp capi "$here/capi" "$capi_ldflags" "${capi_targets[@]}")" ]; then
+    # An up-to-date full CAPI build includes clusterctl.
+    log "clusterctl: up to date (full CAPI build)"
+else
+    build_group clusterctl "$here/capi" "$clusterctl_target" -- "$capi_ldflags"
+fi
 
 # CAPI's CRDs, as shipped in the same release, for tests that run the CAPI managers.
 capi_dir="$(cd "$here/capi" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)"
@@ -121,6 +147,12 @@ mkdir -p "$bin/capi-crds"
 install -m 0644 "$capi_dir"/core/config/crd/bases/*.yaml "$capi_dir"/bootstrap/kubeadm/config/crd/bases/*.yaml \
     "$capi_dir"/controlplane/kubeadm/config/crd/bases/*.yaml "$bin/capi-crds/"
 log "capi: $(ls "$bin/capi-crds" | wc -l) CRDs of $capi_version in $bin/capi-crds"
+
+if [ "$clusterctl_only" = 1 ]; then
+    log "clusterctl $("$bin/clusterctl" version -o short 2>/dev/null || echo "?") is $bin/clusterctl (done in $((SECONDS - total))s)"
+    printf 'export PATH="%s:$PATH"\n' "$bin" >&3
+    exit 0
+fi
 
 # --- vcsim: govmomi's vSphere simulator -------------------------------------------------------------
 build_group vcsim "$here/vcsim" "vcsim ." -- "-s -w"

@@ -190,6 +190,39 @@ async fn publish(recorder: &Recorder, lm: &LibvirtMachine, type_: EventType, rea
     }
 }
 
+/// The user data at `key` of the Secret `namespace/name` (`secret`: `None` when it does not
+/// exist), or the `Ready` reason and message why not: `UserDataSecretNotFound` (a
+/// VirtualMachine's) or `BootstrapDataSecretNotFound` (a CAPI Machine's, key `value`) naming
+/// namespace/name and key; `BootstrapDataInvalid` when the key is missing.
+fn user_data_of(
+    secret: Option<Secret>,
+    namespace: &str,
+    name: &str,
+    key: &str,
+) -> std::result::Result<Vec<u8>, (&'static str, String)> {
+    let Some(secret) = secret else {
+        let reason = if key == banlieue_capi::bootstrap::BOOTSTRAP_VALUE_KEY {
+            "BootstrapDataSecretNotFound"
+        } else {
+            "UserDataSecretNotFound"
+        };
+        return Err((
+            reason,
+            format!("Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"),
+        ));
+    };
+    secret
+        .data
+        .and_then(|mut d| d.remove(key))
+        .map(|bytes| bytes.0)
+        .ok_or_else(|| {
+            (
+                "BootstrapDataInvalid",
+                format!("Secret {namespace}/{name} has no key {key:?}"),
+            )
+        })
+}
+
 /// Reconciles one LibvirtMachine.
 #[instrument(skip_all, fields(namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
 pub async fn reconcile<C: Connector>(
@@ -349,14 +382,10 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
                     .get_opt(name)
                     .await
                     .map_err(|e| Error::kube(format!("reading bootstrap Secret {name}"), e))?;
-                match secret.and_then(|s| s.data).and_then(|mut d| d.remove(key)) {
-                    Some(bytes) => Some(bytes.0),
-                    None => {
-                        wait(
-                            &mut status,
-                            "BootstrapDataInvalid",
-                            format!("Secret {name:?} has no key {key:?} (or does not exist)"),
-                        );
+                match user_data_of(secret, &namespace, name, key) {
+                    Ok(bytes) => Some(bytes),
+                    Err((reason, message)) => {
+                        wait(&mut status, reason, message);
                         write_status(ctx, &api, &lm, &status).await?;
                         return Ok(Action::requeue(WAIT_REQUEUE));
                     }
@@ -703,3 +732,41 @@ pub async fn run<C: Connector>(
 
 /// The `controller` label of this controller's metrics.
 pub const METRICS_NAME: &str = "libvirtmachine";
+
+#[cfg(test)]
+mod user_data_tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_secret_and_a_missing_key_are_told_apart() {
+        let (reason, message) = user_data_of(None, "team-a", "web-user-data", "userdata").unwrap_err();
+        assert_eq!(reason, "UserDataSecretNotFound");
+        assert!(
+            message.contains("team-a/web-user-data") && message.contains("\"userdata\""),
+            "{message}"
+        );
+        assert_eq!(
+            user_data_of(None, "ns", "m1-bootstrap", "value").unwrap_err().0,
+            "BootstrapDataSecretNotFound"
+        );
+        let empty = Secret::default();
+        assert_eq!(
+            user_data_of(Some(empty), "ns", "s", "userdata").unwrap_err().0,
+            "BootstrapDataInvalid"
+        );
+        let full = Secret {
+            data: Some(
+                [(
+                    "userdata".to_owned(),
+                    k8s_openapi::ByteString(b"#cloud-config".to_vec()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        };
+        assert_eq!(
+            user_data_of(Some(full), "ns", "s", "userdata").unwrap(),
+            b"#cloud-config"
+        );
+    }
+}

@@ -53,9 +53,8 @@ enum Command {
         /// `libvirt/` and `vsphere/`).
         #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../templates"))]
         templates: PathBuf,
-        /// Folder of CAPI's CRDs the CAPI providers are made of [default:
-        /// $BANLIEUE_CONTROLPLANE_BIN/capi-crds, else tests/controlplane/bin/capi-crds, both
-        /// written by tests/controlplane/build.sh].
+        /// Folder of CAPI's CRDs the CAPI providers are made of [default: the repository's
+        /// api/capi/crds, or $BANLIEUE_CAPI_CRDS].
         #[arg(long, conflicts_with = "no_capi")]
         capi_crds: Option<PathBuf>,
         /// Version of the CAPI providers.

@@ -76,34 +76,20 @@ pub fn write_cert_manager_stub(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The CAPI CRDs `repository` reads by default: `$BANLIEUE_CONTROLPLANE_BIN/capi-crds`, else
-/// `tests/controlplane/bin/capi-crds` of this repository (both written by
-/// `tests/controlplane/build.sh`).
+/// The CAPI CRDs `repository` reads by default: the repository's `api/capi/crds`, or the folder
+/// named by `BANLIEUE_CAPI_CRDS` ([`banlieue_capi::crds::dir`]).
 pub fn default_capi_crds() -> PathBuf {
-    match std::env::var_os("BANLIEUE_CONTROLPLANE_BIN") {
-        Some(bin) if !bin.is_empty() => PathBuf::from(bin).join("capi-crds"),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/controlplane/bin/capi-crds"),
-    }
+    banlieue_capi::crds::dir()
 }
 
 /// Checks that `crd_dir` holds CAPI CRDs before anything is written, with an error that says
 /// what to do when it does not.
 pub fn check_capi_crds(crd_dir: &Path) -> Result<()> {
-    let has_yaml = std::fs::read_dir(crd_dir)
-        .map(|entries| {
-            entries
-                .filter_map(|e| e.ok())
-                .any(|e| e.path().extension().is_some_and(|x| x == "yaml"))
-        })
-        .unwrap_or(false);
-    if has_yaml {
-        return Ok(());
-    }
-    Err(Error::Invalid(format!(
-        "no Cluster API CRDs (*.yaml) in {}: run tests/controlplane/build.sh (it copies them \
-         there), pass --capi-crds DIR, or --no-capi to write banlieue's providers only",
-        crd_dir.display()
-    )))
+    banlieue_capi::crds::files_in(crd_dir).map(drop).map_err(|e| {
+        Error::Invalid(format!(
+            "{e}; pass --capi-crds DIR, or --no-capi to write banlieue's providers only"
+        ))
+    })
 }
 
 #[cfg(test)]
@@ -137,7 +123,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("build.sh") && err.contains("--capi-crds") && err.contains("--no-capi"),
+            err.contains("BANLIEUE_CAPI_CRDS") && err.contains("--capi-crds") && err.contains("--no-capi"),
             "{err}"
         );
         assert!(check_capi_crds(dir.path()).is_err());

@@ -620,6 +620,7 @@ fn generate_cluster(
             "2",
         ])
         .env("PROXMOX_URL", sim.url())
+        .env("PROXMOX_TLS_FINGERPRINT", sim.fingerprint_sha256())
         .env("PROXMOX_TEMPLATE_VMID", TEMPLATE_VMID)
         .env("PROXMOX_CREDENTIALS_SECRET", "pve-sim")
         .env("PROXMOX_CREDENTIALS_NAMESPACE", ns)
@@ -635,31 +636,23 @@ fn generate_cluster(
     Ok(String::from_utf8(output.stdout)?)
 }
 
-/// What the generated manifest needs on this machine: TLS pinned to the simulator's certificate
-/// (instead of the template's web-PKI default), and the defaults CAPI's MachineDeployment
-/// defaulting webhook would set (its webhooks cannot be registered here).
-fn adapt(mut docs: Vec<Value>, fingerprint: &str) -> Vec<Value> {
-    for doc in &mut docs {
-        match doc["kind"].as_str() {
-            Some("ProxmoxCluster") => {
-                doc["spec"]["tls"] = json!({"sha256Fingerprint": fingerprint});
-            }
-            Some("MachineDeployment") => {
-                let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-                let labels = json!({
-                    "cluster.x-k8s.io/cluster-name": CLUSTER,
-                    "cluster.x-k8s.io/deployment-name": name,
-                });
-                doc["spec"]["selector"]["matchLabels"] = labels.clone();
-                doc["spec"]["template"]["metadata"]["labels"] = labels;
-                doc["spec"]["rollout"]["strategy"] = json!({
-                    "type": "RollingUpdate",
-                    "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-                });
-                doc["spec"]["deletion"]["order"] = json!("Random");
-            }
-            _ => {}
-        }
+/// What the generated manifest needs on this machine: the defaults CAPI's MachineDeployment
+/// defaulting webhook would set (its webhooks cannot be registered here). TLS is the template's:
+/// `PROXMOX_TLS_FINGERPRINT` pins the simulator's certificate.
+fn adapt(mut docs: Vec<Value>) -> Vec<Value> {
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "MachineDeployment") {
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+        let labels = json!({
+            "cluster.x-k8s.io/cluster-name": CLUSTER,
+            "cluster.x-k8s.io/deployment-name": name,
+        });
+        doc["spec"]["selector"]["matchLabels"] = labels.clone();
+        doc["spec"]["template"]["metadata"]["labels"] = labels;
+        doc["spec"]["rollout"]["strategy"] = json!({
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+        });
+        doc["spec"]["deletion"]["order"] = json!("Random");
     }
     docs
 }
@@ -865,7 +858,7 @@ async fn lifecycle(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> Res
         &result,
     );
     result?;
-    let docs = adapt(docs?, &run.sim.fingerprint_sha256());
+    let docs = adapt(docs?);
 
     let t = Instant::now();
     let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &ns);

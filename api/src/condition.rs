@@ -100,6 +100,7 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     // User data.
     "BootstrapDataInvalid",
     USER_DATA_SECRET_NOT_FOUND,
+    "UserDataSecretUnreadable",
     // The spec itself.
     "ClassNotFound",
     "NoSize",

@@ -192,19 +192,20 @@ async fn publish(recorder: &Recorder, lm: &LibvirtMachine, type_: EventType, rea
 
 /// The user data at `key` of the Secret `namespace/name` (`secret`: `None` when it does not
 /// exist), or the `Ready` reason and message why not: `UserDataSecretNotFound` (a
-/// VirtualMachine's) or `BootstrapDataSecretNotFound` (a CAPI Machine's, key `value`) naming
+/// VirtualMachine's, `for_vm`) or `BootstrapDataSecretNotFound` (a CAPI Machine's) naming
 /// namespace/name and key; `BootstrapDataInvalid` when the key is missing.
 fn user_data_of(
     secret: Option<Secret>,
+    for_vm: bool,
     namespace: &str,
     name: &str,
     key: &str,
 ) -> std::result::Result<Vec<u8>, (&'static str, String)> {
     let Some(secret) = secret else {
-        let reason = if key == banlieue_capi::bootstrap::BOOTSTRAP_VALUE_KEY {
-            "BootstrapDataSecretNotFound"
-        } else {
+        let reason = if for_vm {
             "UserDataSecretNotFound"
+        } else {
+            "BootstrapDataSecretNotFound"
         };
         return Err((
             reason,
@@ -382,7 +383,8 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
                     .get_opt(name)
                     .await
                     .map_err(|e| Error::kube(format!("reading bootstrap Secret {name}"), e))?;
-                match user_data_of(secret, &namespace, name, key) {
+                let for_vm = matches!(view.owner, owner::Owner::VirtualMachine(_));
+                match user_data_of(secret, for_vm, &namespace, name, key) {
                     Ok(bytes) => Some(bytes),
                     Err((reason, message)) => {
                         wait(&mut status, reason, message);
@@ -739,19 +741,30 @@ mod user_data_tests {
 
     #[test]
     fn a_missing_secret_and_a_missing_key_are_told_apart() {
-        let (reason, message) = user_data_of(None, "team-a", "web-user-data", "userdata").unwrap_err();
+        let (reason, message) = user_data_of(None, true, "team-a", "web-user-data", "userdata").unwrap_err();
         assert_eq!(reason, "UserDataSecretNotFound");
         assert!(
             message.contains("team-a/web-user-data") && message.contains("\"userdata\""),
             "{message}"
         );
         assert_eq!(
-            user_data_of(None, "ns", "m1-bootstrap", "value").unwrap_err().0,
+            user_data_of(None, false, "ns", "m1-bootstrap", "value")
+                .unwrap_err()
+                .0,
             "BootstrapDataSecretNotFound"
+        );
+        // A VirtualMachine's user data under the default key is still user data.
+        assert_eq!(
+            user_data_of(None, true, "ns", "web-user-data", "value")
+                .unwrap_err()
+                .0,
+            "UserDataSecretNotFound"
         );
         let empty = Secret::default();
         assert_eq!(
-            user_data_of(Some(empty), "ns", "s", "userdata").unwrap_err().0,
+            user_data_of(Some(empty), true, "ns", "s", "userdata")
+                .unwrap_err()
+                .0,
             "BootstrapDataInvalid"
         );
         let full = Secret {
@@ -765,7 +778,7 @@ mod user_data_tests {
             ..Default::default()
         };
         assert_eq!(
-            user_data_of(Some(full), "ns", "s", "userdata").unwrap(),
+            user_data_of(Some(full), true, "ns", "s", "userdata").unwrap(),
             b"#cloud-config"
         );
     }

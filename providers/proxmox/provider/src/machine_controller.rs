@@ -213,13 +213,14 @@ pub fn user_data_needed(phase: &Phase, has_provider_id: bool) -> bool {
 }
 
 /// The `Ready` reason, message and requeue for bootstrap data that cannot be read: the Secret
-/// is missing (`UserDataSecretNotFound` for a VirtualMachine's user data,
-/// `BootstrapDataSecretNotFound` for a CAPI bootstrap Secret; both name namespace/name and
-/// key; a short requeue besides the Secret watch), unreadable (`UserDataSecretUnreadable`, the
+/// is missing (`UserDataSecretNotFound` for a VirtualMachine's user data (`for_vm`),
+/// `BootstrapDataSecretNotFound` for a CAPI Machine's bootstrap Secret; both name
+/// namespace/name and key; a short requeue besides the Secret watch), unreadable (`UserDataSecretUnreadable`, the
 /// API error) or unusable (`BootstrapDataInvalid`: missing key, unknown format).
 fn bootstrap_unusable(
     namespace: &str,
     source: &BootstrapSource,
+    for_vm: bool,
     err: &Error,
 ) -> (&'static str, String, Duration) {
     let (name, key) = match source {
@@ -228,10 +229,10 @@ fn bootstrap_unusable(
     };
     match err {
         Error::Missing { .. } => (
-            if key == BOOTSTRAP_VALUE_KEY {
-                "BootstrapDataSecretNotFound"
-            } else {
+            if for_vm {
                 "UserDataSecretNotFound"
+            } else {
+                "BootstrapDataSecretNotFound"
             },
             format!("Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"),
             WAIT_REQUEUE,
@@ -515,7 +516,8 @@ async fn reconcile_inner<C: Connector>(obj: &ProxmoxMachine, ctx: &MachineContex
         match read_bootstrap(ctx, &namespace, &view.bootstrap).await {
             Ok(data) => data,
             Err(e) => {
-                let (reason, message, retry) = bootstrap_unusable(&namespace, &view.bootstrap, &e);
+                let for_vm = matches!(view.owner, owner::Owner::VirtualMachine(_));
+                let (reason, message, retry) = bootstrap_unusable(&namespace, &view.bootstrap, for_vm, &e);
                 condition::set(
                     &mut status.conditions,
                     ready(ConditionStatus::False, reason, message, generation),
@@ -946,7 +948,7 @@ mod tests {
             name: "web-user-data".into(),
             key: "userdata".into(),
         };
-        let (reason, message, retry) = bootstrap_unusable("team-a", &source, &missing);
+        let (reason, message, retry) = bootstrap_unusable("team-a", &source, true, &missing);
         assert_eq!(reason, "UserDataSecretNotFound");
         assert!(message.contains("team-a/web-user-data"), "{message}");
         assert!(message.contains("\"userdata\""), "{message}");
@@ -956,12 +958,21 @@ mod tests {
             key: BOOTSTRAP_VALUE_KEY.into(),
         };
         assert_eq!(
-            bootstrap_unusable("ns", &capi, &missing).0,
+            bootstrap_unusable("ns", &capi, false, &missing).0,
             "BootstrapDataSecretNotFound"
+        );
+        // A VirtualMachine's user data under the default key is still user data.
+        let vm_default_key = BootstrapSource::Secret {
+            name: "web-user-data".into(),
+            key: BOOTSTRAP_VALUE_KEY.into(),
+        };
+        assert_eq!(
+            bootstrap_unusable("ns", &vm_default_key, true, &missing).0,
+            "UserDataSecretNotFound"
         );
         let invalid = Error::Bootstrap("unknown format".into());
         assert_eq!(
-            bootstrap_unusable("ns", &capi, &invalid).0,
+            bootstrap_unusable("ns", &capi, false, &invalid).0,
             "BootstrapDataInvalid"
         );
     }

@@ -17,7 +17,7 @@ first_go=0 first_rust=0
 if [ $first_go = 1 ] || [ $first_rust = 1 ]; then
     step "first run: building what is missing, measured on 2 idle cores:"
     [ $first_go = 1 ] && step "  - etcd, kube-apiserver, kube-controller-manager from Go modules: ~7 min (then cached)"
-    [ $first_rust = 1 ] && step "  - banlieue-dev, banlieue-proxmox and banlieue (cargo, debug): ~8 min (then incremental)"
+    [ $first_rust = 1 ] && step "  - banlieue-dev, banlieue-proxmox and banlieue (cargo, debug): ~2-3 min, plus crate downloads (then incremental)"
     step "  later starts take seconds"
 fi
 

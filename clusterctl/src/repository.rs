@@ -151,17 +151,9 @@ const CAPI_PROVIDERS: [CapiProvider; 3] = [
     },
 ];
 
-/// clusterctl installs its own inventory CRDs; a components file must not carry them.
-const CLUSTERCTL_GROUP: &str = "clusterctl.cluster.x-k8s.io";
-
 /// Reads every CRD document of the `*.yaml` files in `crd_dir`.
 fn read_crds(crd_dir: &Path) -> Result<Vec<Value>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(crd_dir)
-        .map_err(|e| Error::io("reading", crd_dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
+    let files = banlieue_capi::crds::files_in(crd_dir).map_err(|e| Error::io("reading", crd_dir, e))?;
     let mut crds = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).map_err(|e| Error::io("reading", &file, e))?;
@@ -204,7 +196,11 @@ pub fn write_capi(dir: &Path, crd_dir: &Path, capi_version: &str) -> Result<Vec<
         let mine = |crd: &&Value| {
             let g = crd["spec"]["group"].as_str().unwrap_or_default();
             match group {
-                None => g != CLUSTERCTL_GROUP && !CAPI_PROVIDERS.iter().any(|p| p.group == Some(g)),
+                // clusterctl installs its own inventory CRDs; a components file must not carry them.
+                None => {
+                    g != banlieue_capi::crds::CLUSTERCTL_GROUP
+                        && !CAPI_PROVIDERS.iter().any(|p| p.group == Some(g))
+                }
                 Some(other) => g == other,
             }
         };

@@ -10,6 +10,10 @@ use std::path::{Path, PathBuf};
 /// Environment variable naming another folder of CAPI CRDs (`*.yaml`).
 pub const DIR_ENV: &str = "BANLIEUE_CAPI_CRDS";
 
+/// API group of clusterctl's own CRDs (its inventory and `metadata.yaml` kinds): `clusterctl
+/// init` installs them; they are not part of any CAPI provider's components.
+pub const CLUSTERCTL_GROUP: &str = "clusterctl.cluster.x-k8s.io";
+
 /// The CAPI release series the CRDs (and the generated types) come from.
 pub const SERIES: &str = "v1.14";
 

@@ -196,10 +196,6 @@ pub fn controller_args(name: &str) -> &'static [&'static str] {
         .unwrap_or(&[])
 }
 
-/// clusterctl's own CRDs (its inventory and `metadata.yaml` kinds): `clusterctl init` installs
-/// them, a management cluster does not get them from CAPI's providers.
-const CLUSTERCTL_GROUP: &str = "clusterctl.cluster.x-k8s.io";
-
 /// CAPI's CRDs of `dir` as a CAPI release installs them: every CRD but clusterctl's, labelled
 /// with the contract it implements (`cluster.x-k8s.io/v1beta2: v1beta2`, which CAPI's release
 /// manifests add and CAPI reads to pick the version of a referenced kind). A folder without CRDs
@@ -207,7 +203,7 @@ const CLUSTERCTL_GROUP: &str = "clusterctl.cluster.x-k8s.io";
 pub fn capi_crds(dir: &Path) -> anyhow::Result<Vec<CustomResourceDefinition>> {
     let files = banlieue_capi::crds::files_in(dir)?;
     let mut crds = banlieue_testenv::crds_from_files(&files)?;
-    crds.retain(|crd| crd.spec.group != CLUSTERCTL_GROUP);
+    crds.retain(|crd| crd.spec.group != banlieue_capi::crds::CLUSTERCTL_GROUP);
     for crd in &mut crds {
         crd.metadata.labels.get_or_insert_default().insert(
             banlieue_capi::contract::CONTRACT_LABEL.to_owned(),

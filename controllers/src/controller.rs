@@ -486,14 +486,13 @@ async fn add_finalizer(ctx: &Context, vm: &VirtualMachine) -> Result<Option<Stri
 async fn patch_finalizers(ctx: &Context, vm: &VirtualMachine, patch: Value, what: &str) -> Result<String> {
     let ns = vm.namespace().unwrap_or_default();
     let name = vm.name_any();
-    let patch = serde_json::from_value(patch).map_err(|e| Error::Patch {
-        context: format!("{what} the finalizer of VirtualMachine {ns}/{name}"),
-        source: e,
-    })?;
-    let updated = Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ns)
-        .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .map_err(|e| Error::kube(format!("{what} the finalizer of VirtualMachine {ns}/{name}"), e))?;
+    let updated = finalizer::send(
+        &Api::<VirtualMachine>::namespaced(ctx.client.clone(), &ns),
+        &name,
+        patch,
+        format!("{what} the finalizer of VirtualMachine {ns}/{name}"),
+    )
+    .await?;
     ctx.metrics.finalizer_writes.fetch_add(1, Ordering::Relaxed);
     Ok(updated.resource_version().unwrap_or_default())
 }

@@ -5,7 +5,10 @@
 //! never drops or duplicates someone else's finalizer when the list changed since it was read
 //! (the apiserver answers 422 and the reconcile retries on the fresh object).
 
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
+
+use crate::{Error, Result};
 
 pub use crate::build::FINALIZER;
 
@@ -58,6 +61,21 @@ pub fn remove_named_patch(name: &str, finalizers: &[String]) -> Option<Value> {
         {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": name},
         {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
     ]))
+}
+
+/// Sends one of the patches above to object `name` of `api`; `context` says what it does (for
+/// errors). Returns the patched object.
+pub async fn send<K>(api: &Api<K>, name: &str, patch: Value, context: String) -> Result<K>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let patch = match serde_json::from_value(patch) {
+        Ok(patch) => patch,
+        Err(source) => return Err(Error::Patch { context, source }),
+    };
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(|e| Error::kube(context, e))
 }
 
 #[cfg(test)]

@@ -287,12 +287,5 @@ async fn apply_json_patch(
     what: &str,
 ) -> Result<()> {
     let context = format!("{what} the finalizer {IN_USE_FINALIZER} of Provider {name}");
-    let patch = serde_json::from_value(patch).map_err(|e| Error::Patch {
-        context: context.clone(),
-        source: e,
-    })?;
-    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
-        .await
-        .map_err(|e| Error::kube(context, e))?;
-    Ok(())
+    finalizer::send(api, name, patch, context).await.map(drop)
 }

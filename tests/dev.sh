@@ -11,18 +11,25 @@ step() { echo "==> [dev $((SECONDS - started))s] $*" >&2; }
 
 bin="${BANLIEUE_CONTROLPLANE_BIN:-tests/controlplane/bin}"
 target="${CARGO_TARGET_DIR:-target}"
-first_go=0 first_rust=0
+# --capi (CAPI's managers too) needs them built: see `banlieue-dev --help`.
+build=--core-only
+for arg in "$@"; do
+    [ "$arg" = --capi ] && build=--capi
+done
+first_go=0 first_rust=0 first_capi=0
 [ -x "$bin/kube-apiserver" ] || first_go=1
 [ -x "$target/debug/banlieue-dev" ] || first_rust=1
-if [ $first_go = 1 ] || [ $first_rust = 1 ]; then
+[ $build = --capi ] && { [ -x "$bin/capi-manager" ] || first_capi=1; }
+if [ $first_go = 1 ] || [ $first_rust = 1 ] || [ $first_capi = 1 ]; then
     step "first run: building what is missing, measured on 2 idle cores:"
     [ $first_go = 1 ] && step "  - etcd, kube-apiserver, kube-controller-manager from Go modules: ~7 min (then cached)"
+    [ $first_capi = 1 ] && step "  - CAPI's three managers and clusterctl from Go modules: ~5 min (then cached)"
     [ $first_rust = 1 ] && step "  - banlieue-dev, banlieue-proxmox and banlieue (cargo, debug): ~2-3 min, plus crate downloads (then incremental)"
     step "  later starts take seconds"
 fi
 
-step "control plane binaries (tests/controlplane/build.sh --core-only)"
-tests/controlplane/build.sh --core-only
+step "control plane binaries (tests/controlplane/build.sh $build)"
+tests/controlplane/build.sh $build
 step "building banlieue-dev, banlieue-proxmox and banlieue (cargo build)"
 cargo build --locked -p banlieue-dev -p banlieue-controllers -p banlieue-proxmox
 step "starting the environment"

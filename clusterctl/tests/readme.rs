@@ -10,11 +10,10 @@
 //! with nothing installed (no cert-manager either: the offline configuration brings its own).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail, ensure};
-use banlieue_testenv::{TestEnv, bin_dir};
+use banlieue_testenv::TestEnv;
 
 const CARGO_RUN: &str = "cargo run -p banlieue-clusterctl --";
 /// An example SHA-256 fingerprint, colon-separated as openssl prints it.
@@ -41,28 +40,11 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The `sh` block after `<!-- readme-test: NAME -->` in `file` (relative to the root).
-fn block(file: &str, name: &str) -> Result<String> {
-    let text = std::fs::read_to_string(root().join(file)).with_context(|| format!("reading {file}"))?;
-    let marker = format!("<!-- readme-test: {name} -->");
-    let after = text
-        .split(&marker)
-        .nth(1)
-        .with_context(|| format!("{file} has no {marker}"))?;
-    let body = after
-        .trim_start()
-        .strip_prefix("```sh\n")
-        .with_context(|| format!("{file}: {marker} is not followed by a ```sh block"))?;
-    let end = body
-        .find("\n```")
-        .with_context(|| format!("{file}: unterminated block {name}"))?;
-    Ok(body[..=end].to_owned())
-}
-
 /// `block` with the binary for `cargo run` and example values for the placeholders; any other
 /// `…` outside a comment is an error (the README grew a placeholder this test does not know).
 fn script(file: &str, name: &str) -> Result<String> {
-    let mut text = block(file, name)?.replace(CARGO_RUN, env!("CARGO_BIN_EXE_banlieue-clusterctl"));
+    let mut text = banlieue_testenv::readme::block(&root(), file, name)?
+        .replace(CARGO_RUN, env!("CARGO_BIN_EXE_banlieue-clusterctl"));
     for (placeholder, value) in PLACEHOLDERS {
         text = text.replace(placeholder, value);
     }
@@ -87,26 +69,8 @@ enum Shell {
 /// Runs a README block with bash (`-euo pipefail`) from the repository root.
 fn run_block(file: &str, name: &str, shell: Shell, home: &Path, kubeconfig: &Path) -> Result<String> {
     let script = script(file, name)?;
-    let mut path = std::env::var_os("PATH").unwrap_or_default();
-    if shell == Shell::Continued {
-        path = std::env::join_paths(std::iter::once(bin_dir()).chain(std::env::split_paths(&path)))?;
-    }
-    // coreutils' timeout ends the whole block (clusterctl included) and leaves its output to show.
-    let mut cmd = Command::new("timeout");
-    cmd.args(["300", "bash", "-euo", "pipefail", "-c", &script])
-        .current_dir(root())
-        .env_clear()
-        .env("PATH", path)
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("KUBECONFIG", kubeconfig)
-        .env("BANLIEUE_CONTROLPLANE_BIN", bin_dir())
-        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true");
-    // The Go caches of the real HOME: build.sh must find the pinned modules and compiled packages
-    // (a private HOME would mean an empty module cache and a download).
-    for (var, value) in go_env()? {
-        cmd.env(var, value);
-    }
+    let mut cmd = banlieue_testenv::readme::bash(&root(), &script, home, 300, shell == Shell::Continued)?;
+    cmd.env("KUBECONFIG", kubeconfig);
     let output = banlieue_testenv::run_with_timeout(&mut cmd, Duration::from_secs(330))
         .with_context(|| format!("running {file} block {name}"))?;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -118,28 +82,6 @@ fn run_block(file: &str, name: &str, shell: Shell, home: &Path, kubeconfig: &Pat
         );
     }
     Ok(stdout)
-}
-
-/// `GOPATH`, `GOMODCACHE` and `GOCACHE` as `go env` reports them for this process.
-fn go_env() -> Result<Vec<(&'static str, String)>> {
-    const VARS: [&str; 3] = ["GOPATH", "GOMODCACHE", "GOCACHE"];
-    let output = Command::new("go")
-        .arg("env")
-        .args(VARS)
-        .output()
-        .context("running `go env` (build.sh needs Go on PATH)")?;
-    ensure!(
-        output.status.success(),
-        "go env: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let text = String::from_utf8(output.stdout)?;
-    let values: Vec<&str> = text.lines().collect();
-    ensure!(values.len() == VARS.len(), "go env printed {text:?}");
-    Ok(VARS
-        .into_iter()
-        .zip(values.into_iter().map(str::to_owned))
-        .collect())
 }
 
 fn kubectl_json(env: &TestEnv, args: &[&str]) -> Result<serde_json::Value> {

@@ -4,9 +4,10 @@
 # flags, Go version) are unchanged since its last successful build is skipped without running Go;
 # otherwise Go's module and build caches make a rebuild cheap.
 #
-# Usage: tests/controlplane/build.sh [--core-only | --clusterctl] [--force]
+# Usage: tests/controlplane/build.sh [--core-only | --capi | --clusterctl] [--force]
 #   --core-only   only etcd, kube-apiserver, kube-controller-manager
 #                 (same as BANLIEUE_CONTROLPLANE_CORE_ONLY=1)
+#   --capi        the core and CAPI's managers + clusterctl, not vcsim (tests/dev.sh --capi)
 #   --clusterctl  only clusterctl (and CAPI's CRDs); the log goes to stderr and stdout is one line,
 #                 export PATH="<bin>:$PATH", so: eval "$(tests/controlplane/build.sh --clusterctl)"
 #   --force       rebuild even if up to date
@@ -20,18 +21,20 @@ bin="${BANLIEUE_CONTROLPLANE_BIN:-$here/bin}"
 core_only="${BANLIEUE_CONTROLPLANE_CORE_ONLY:-0}"
 force=0
 clusterctl_only=0
+capi_only=0
 for arg in "$@"; do
     case "$arg" in
         --core-only) core_only=1 ;;
         --clusterctl) clusterctl_only=1 ;;
+        --capi) capi_only=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
 
-if [ "$clusterctl_only" = 1 ] && [ "$core_only" = 1 ]; then
-    echo "build.sh: --clusterctl and --core-only exclude each other" >&2; exit 2
+if [ $((clusterctl_only + core_only + capi_only)) -gt 1 ]; then
+    echo "build.sh: --core-only, --capi and --clusterctl exclude each other" >&2; exit 2
 fi
 if [ "$clusterctl_only" = 1 ]; then
     # stdout carries only the export line (for eval); everything else goes to stderr.
@@ -151,6 +154,11 @@ log "capi: $(ls "$bin/capi-crds" | wc -l) CRDs of $capi_version in $bin/capi-crd
 if [ "$clusterctl_only" = 1 ]; then
     log "clusterctl $("$bin/clusterctl" version -o short 2>/dev/null || echo "?") is $bin/clusterctl (done in $((SECONDS - total))s)"
     printf 'export PATH="%s:$PATH"\n' "$bin" >&3
+    exit 0
+fi
+
+if [ "$capi_only" = 1 ]; then
+    log "core and CAPI only: skipping vcsim (done in $((SECONDS - total))s)"
     exit 0
 fi
 

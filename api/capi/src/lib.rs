@@ -10,6 +10,8 @@
 //! - [`crds`]: where CAPI's published CRDs are (`api/capi/crds`, or `$BANLIEUE_CAPI_CRDS`).
 //! - [`clusterctl`]: the provider `metadata.yaml` (`Metadata`, hand-written: kopium cannot
 //!   generate spec-less kinds).
+//! - [`webhooks`]: where CAPI's managers' admission webhook configurations are
+//!   (`api/capi/webhooks`, or `$BANLIEUE_CAPI_WEBHOOKS`).
 //! - [`v1beta1`]: the old condition shape still found under `status.deprecated.v1beta1`.
 //!
 //! The root kinds are re-exported at the crate root (`banlieue_capi::Cluster`, …).
@@ -22,6 +24,7 @@ mod error;
 pub mod generated;
 pub mod ipam;
 pub mod v1beta1;
+pub mod webhooks;
 
 pub use error::{Error, Result};
 pub use generated::cluster::{Cluster, ClusterSpec, ClusterStatus};

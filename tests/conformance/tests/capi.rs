@@ -19,7 +19,6 @@
 //! `tests/controlplane/build.sh`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,7 +27,7 @@ use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use banlieue_clusterctl::repository::CAPI_VERSION;
 use banlieue_conformance::report::{Outcome, Report, report_dir};
 use banlieue_pve_sim::{SimConfig, SimHandle};
-use banlieue_testenv::{ManagedProcess, TestEnv, bin_dir, cert_manager_stub_crds, free_port};
+use banlieue_testenv::{ManagedProcess, TestEnv, bin_dir, cert_manager_stub_crds};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -542,53 +541,6 @@ async fn clusterctl_init(env: &TestEnv, sim: &SimHandle) -> Result<PathBuf> {
     Ok(config)
 }
 
-/// Starts one of CAPI's managers. Ports are picked free but bound by the manager a moment later
-/// (its webhook server on all addresses), so a manager that dies on start-up with
-/// `address already in use` is started again with new ports.
-async fn start_capi_manager(env: &TestEnv, name: &str) -> Result<ManagedProcess> {
-    // The managers always serve their webhooks: give each a certificate from the cluster CA.
-    // The webhooks are not registered with the apiserver (no Service can reach a process here);
-    // the defaults they would set are in the manifest (see `adapt`).
-    let loopback = Ipv4Addr::LOCALHOST;
-    let certs = env.workdir().join(format!("{name}-certs"));
-    std::fs::create_dir_all(&certs)?;
-    let pair = env.serving_certificate(&[IpAddr::V4(loopback)], &["localhost"])?;
-    std::fs::write(certs.join("tls.crt"), &pair.cert_pem)?;
-    std::fs::write(certs.join("tls.key"), &pair.key_pem)?;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let args = vec![
-            format!("--kubeconfig={}", env.admin().path().display()),
-            "--leader-elect=false".to_owned(),
-            format!("--webhook-port={}", free_port(loopback)?),
-            format!("--webhook-cert-dir={}", certs.display()),
-            format!("--health-addr={loopback}:{}", free_port(loopback)?),
-            "--diagnostics-address=0".to_owned(),
-        ];
-        let mut process = ManagedProcess::start(
-            name,
-            &bin_dir().join(name),
-            &args,
-            &env.workdir().join(format!("logs/{name}-{attempt}.log")),
-        )?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if process.check_running().is_err() {
-                let tail = process.log_tail(5);
-                if attempt < 3 && tail.contains("address already in use") {
-                    break;
-                }
-                bail!("{name} stopped on start-up:\n{tail}");
-            }
-            if process.log_tail(200).contains("Serving webhook server") || Instant::now() > deadline {
-                return Ok(process);
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
 /// `clusterctl generate cluster` from banlieue's local repository (written by
 /// `banlieue-clusterctl`), with the simulator and the emulated workload endpoint as variables.
 fn generate_cluster(
@@ -634,27 +586,6 @@ fn generate_cluster(
         String::from_utf8_lossy(&output.stderr)
     );
     Ok(String::from_utf8(output.stdout)?)
-}
-
-/// What the generated manifest needs on this machine: the defaults CAPI's MachineDeployment
-/// defaulting webhook would set (its webhooks cannot be registered here). TLS is the template's:
-/// `PROXMOX_TLS_FINGERPRINT` pins the simulator's certificate.
-fn adapt(mut docs: Vec<Value>) -> Vec<Value> {
-    for doc in docs.iter_mut().filter(|d| d["kind"] == "MachineDeployment") {
-        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        let labels = json!({
-            "cluster.x-k8s.io/cluster-name": CLUSTER,
-            "cluster.x-k8s.io/deployment-name": name,
-        });
-        doc["spec"]["selector"]["matchLabels"] = labels.clone();
-        doc["spec"]["template"]["metadata"]["labels"] = labels;
-        doc["spec"]["rollout"]["strategy"] = json!({
-            "type": "RollingUpdate",
-            "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
-        });
-        doc["spec"]["deletion"]["order"] = json!("Random");
-    }
-    docs
 }
 
 fn parse_docs(text: &str) -> Result<Vec<Value>> {
@@ -725,12 +656,8 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         Some(t.elapsed()),
     );
     let mut procs = Processes(Vec::new());
-    for manager in [
-        "capi-manager",
-        "capi-kubeadm-bootstrap-manager",
-        "capi-kubeadm-control-plane-manager",
-    ] {
-        procs.0.push(start_capi_manager(&mgmt, manager).await?);
+    for manager in banlieue_dev::capi::start_all(&mgmt, &mgmt.workdir().join("logs"), true, |_| {}).await? {
+        procs.0.push(manager.process);
     }
     let logs = mgmt.workdir().join("logs");
     procs.0.push(banlieue_dev::start_controller(
@@ -800,10 +727,10 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
 }
 
 const NOTES: &[&str] = &[
-    "CAPI's managers run as processes with admin credentials; their webhooks serve but are not \
-     registered (no Service reaches a process), so the MachineDeployment defaults its \
-     defaulting webhook would add (selector and template labels, rollout strategy RollingUpdate \
-     1/0, deletion order Random) are set in the manifest.",
+    "CAPI's managers run as processes with admin credentials (ClusterTopology on); their \
+     admission webhooks are registered with CAPI's own webhook configurations pointed at each \
+     manager's loopback port (`banlieue_dev::capi`), so the generated manifest is applied as \
+     clusterctl wrote it and CAPI defaults and validates it.",
     "Both management clusters are set up by the real `clusterctl init` from banlieue's local \
      repository. CAPI's providers there are its CRDs only (no manager Deployments; the CRDs carry \
      the contract label `cluster.x-k8s.io/v1beta2: v1beta2` CAPI's release manifests add); \
@@ -858,7 +785,7 @@ async fn lifecycle(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> Res
         &result,
     );
     result?;
-    let docs = adapt(docs?);
+    let docs = docs?;
 
     let t = Instant::now();
     let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &ns);
@@ -1598,12 +1525,10 @@ async fn move_cluster(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> 
         .await
         .context("clusterctl init on the target management cluster")?;
     let mut target = Vec::new();
-    for manager in [
-        "capi-manager",
-        "capi-kubeadm-bootstrap-manager",
-        "capi-kubeadm-control-plane-manager",
-    ] {
-        target.push(start_capi_manager(envs.target, manager).await?);
+    for manager in
+        banlieue_dev::capi::start_all(envs.target, &envs.target.workdir().join("logs"), true, |_| {}).await?
+    {
+        target.push(manager.process);
     }
     target.push(banlieue_dev::start_controller(
         envs.controller_dir,

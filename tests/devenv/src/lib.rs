@@ -9,6 +9,8 @@
 //! runs one of the [`CONTROLLERS`] from its own binary, as its own process, sharing nothing with
 //! the caller but the API server.
 
+pub mod capi;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -108,15 +110,35 @@ impl Stack {
 }
 
 /// The simulator configuration of the dev environment: `nodes` nodes named `pve1…`, every task
-/// taking `task`, guest agents answering `agent` after a VM starts.
+/// taking `task`, guest agents answering `agent` after a VM starts. The template (VMID
+/// [`capi::SIM_TEMPLATE_VMID`] on `pve1`) keeps its disks on a shared storage, [`SHARED_STORAGE`]
+/// (Ceph RBD, as in most multi-node Proxmox VE clusters), so machines can be cloned to every node:
+/// CAPI spreads control-plane machines over the nodes (each a failure domain), and Proxmox VE
+/// refuses to clone a template on local storage to another node.
 pub fn sim_config(nodes: usize, task: Duration, agent: Duration) -> banlieue_pve_sim::SimConfig {
+    let defaults = banlieue_pve_sim::SimConfig::default();
+    let mut shared = banlieue_pve_sim::StorageSpec::new(SHARED_STORAGE, "rbd", &["images", "rootdir"]);
+    shared.shared = true;
+    let mut storages = defaults.storages.clone();
+    storages.push(shared);
+    let mut template = banlieue_pve_sim::TemplateSpec::ubuntu("pve1");
+    for value in template.config.values_mut() {
+        if let Some(rest) = value.strip_prefix("local-lvm:") {
+            *value = format!("{SHARED_STORAGE}:{rest}");
+        }
+    }
     banlieue_pve_sim::SimConfig {
         nodes: (1..=nodes).map(|n| format!("pve{n}")).collect(),
         task_duration: task,
         agent_delay: agent,
-        ..banlieue_pve_sim::SimConfig::default()
+        storages,
+        templates: vec![template],
+        ..defaults
     }
 }
+
+/// The shared storage of the dev environment's simulator, where its template's disks are.
+pub const SHARED_STORAGE: &str = "ceph";
 
 /// Folder of the controller binaries when running from `target/<profile>/` (the binary itself),
 /// `target/<profile>/deps/` (a test) or `target/<profile>/examples/` (the benchmark).

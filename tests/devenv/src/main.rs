@@ -44,6 +44,12 @@ struct Args {
     /// Do not print VirtualMachine progress.
     #[arg(long)]
     quiet: bool,
+    /// Also run Cluster API's core, kubeadm bootstrap and kubeadm control-plane managers (built
+    /// by `tests/controlplane/build.sh --capi`), with ClusterTopology on and their admission
+    /// webhooks registered, and write `capi.env` beside the kubeconfig: the variables
+    /// `clusterctl generate cluster` needs for the simulator.
+    #[arg(long)]
+    capi: bool,
 }
 
 /// How long a controller gets to stop after SIGTERM.
@@ -78,6 +84,20 @@ async fn main() -> anyhow::Result<()> {
             ));
         }
     }
+    let mut capi_managers = Vec::new();
+    let mut capi_env = None;
+    if args.capi {
+        let logs = kubeconfig.parent().unwrap_or(Path::new(".")).join("logs");
+        capi_managers = banlieue_dev::capi::start_all(&stack.env, &logs, true, step).await?;
+        let path = kubeconfig.with_file_name(banlieue_dev::capi::ENV_FILE);
+        let text = banlieue_dev::capi::clusterctl_variables(&kubeconfig, &stack.sim)?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        step(&format!(
+            "wrote the clusterctl variables for the simulator to {}",
+            path.display()
+        ));
+        capi_env = Some(path);
+    }
     let sim = &stack.sim;
     println!();
     println!(
@@ -98,6 +118,16 @@ async fn main() -> anyhow::Result<()> {
     println!("  kubectl wait --for=condition=Ready virtualmachine/hello --timeout=2m");
     println!("  kubectl explain virtualmachines.spec");
     println!();
+    if let Some(path) = &capi_env {
+        println!("  Cluster API (core, kubeadm bootstrap and control plane managers, ClusterTopology on):");
+        println!("  source {}", path.display());
+        println!("  clusterctl generate cluster demo --config ~/.cluster-api/banlieue/clusterctl.yaml \\");
+        println!(
+            "    --infrastructure banlieue-proxmox:v0.1.0 --kubernetes-version v1.33.1 | kubectl apply -f -"
+        );
+        println!("  (README \"Trying Cluster API locally\": clusterctl and its local repository first)");
+        println!();
+    }
     if args.once {
         // Long enough for a controller with a bad flag or no API access to fail.
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -111,6 +141,12 @@ async fn main() -> anyhow::Result<()> {
         step("stopping");
     }
     let mut early = None;
+    for running in &mut capi_managers {
+        if let Err(e) = running.process.check_running() {
+            early.get_or_insert(e);
+        }
+    }
+    drop(capi_managers);
     for (name, controller) in &mut controllers {
         if let Err(e) = controller.check_running() {
             early.get_or_insert(e);

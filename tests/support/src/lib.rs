@@ -26,6 +26,7 @@ mod error;
 mod kubeconfig;
 mod pki;
 mod process;
+pub mod readme;
 mod workdir;
 
 pub use binaries::{BIN_DIR_ENV_VAR, bin_dir};

@@ -62,7 +62,7 @@ pub const USER_DATA_SECRET_NOT_FOUND: &str = "UserDataSecretNotFound";
 ///
 /// Deliberately absent: reasons that also describe transient faults (`Unreachable`,
 /// `VCenterUnreachable`, `CloningFailed` — Proxmox writes the latter for a 5xx during a clone
-/// as well), and waiting reasons (`WaitingForBootstrapData`, `ProviderFull`: the VM is placed
+/// as well; a clone Proxmox refuses for good is `CloneRefused`), and waiting reasons (`WaitingForBootstrapData`, `ProviderFull`: the VM is placed
 /// by itself when a slot frees up).
 pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     // Credentials and permissions (the Provider's Secret, the API token's rights).
@@ -86,6 +86,9 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     "ProviderDeleting",
     // Images and templates.
     "TemplateNotFound",
+    // Proxmox refused the clone request itself (e.g. a template on node-local storage cloned
+    // to another node); a clone that may pass on retry is `CloningFailed`.
+    "CloneRefused",
     "BaseVolumeNotFound",
     "ImageNotFound",
     "NoImageSourceForBackend",

@@ -193,6 +193,9 @@ const PERMANENT: &[&str] = &[
     "unable to parse",
     "invalid format",
     "not implemented",
+    // Qemu.pm clone_vm: `can't clone VM to node 'X' (VM uses local storage)`, `can't clone to
+    // non-shared storage 'S'`: the placement or the template's storage must change.
+    "can't clone",
 ];
 
 /// Classifies by PVE's message text, as clients in the wild do (see `WIRE.md`).
@@ -358,6 +361,12 @@ mod tests {
         ErrorClass::Invalid
     )]
     #[case(500, "VM 100 is running - destroy failed", ErrorClass::Invalid)]
+    #[case(
+        500,
+        "can't clone VM to node 'pve3' (VM uses local storage)",
+        ErrorClass::Invalid
+    )]
+    #[case(500, "can't clone to non-shared storage 'local-lvm'", ErrorClass::Invalid)]
     #[case(502, "Bad Gateway", ErrorClass::Transient)]
     #[case(503, "Service Unavailable", ErrorClass::Transient)]
     #[case(401, "No ticket", ErrorClass::Auth)]

@@ -800,9 +800,25 @@ async fn clone<H: Hypervisor>(
             reservations.release(input.uid);
             Ok(Step::to(Phase::AllocateVmid { node: loc.node }))
         }
-        Err(e) => Err(pve(e)),
+        Err(e) => Err(refused_clone(pve(e))),
     }
 }
+
+/// A clone request Proxmox refuses for good (the template's storage cannot reach the chosen
+/// node, an unknown storage or pool, …) is `CloneRefused`, which needs a human; a failure that
+/// may pass stays `CloningFailed` and is retried.
+fn refused_clone(err: StepError) -> StepError {
+    match err {
+        StepError::Permanent {
+            reason: "CloningFailed",
+            message,
+        } => permanent(CLONE_REFUSED, message),
+        other => other,
+    }
+}
+
+/// The `Ready` reason of a clone request Proxmox refused for good (see [`refused_clone`]).
+pub const CLONE_REFUSED: &str = "CloneRefused";
 
 async fn configure<H: Hypervisor>(
     hv: &H,

@@ -459,6 +459,32 @@ async fn a_failed_clone_task_reports_the_pve_error() {
     assert!(err.to_string().contains("storage 'fast' does not exist"), "{err}");
 }
 
+/// Proxmox refuses to clone a template on node-local storage to another node: that needs a
+/// human (placement or storage), so it is `CloneRefused`, not the retried `CloningFailed`.
+#[tokio::test]
+async fn a_clone_proxmox_refuses_for_good_is_clone_refused() {
+    let hv = FakePve::new(1);
+    hv.fail_next(
+        "clone_vm",
+        api_error(500, "can't clone VM to node 'pve2' (VM uses local storage)\n"),
+    );
+    let spec = spec();
+    let input = input(&spec, None);
+    let err = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), crate::provision::CLONE_REFUSED);
+    assert!(banlieue_api::condition::needs_human(err.reason()));
+    assert!(err.to_string().contains("VM uses local storage"), "{err}");
+    assert!(hv.vms().is_empty(), "nothing was cloned");
+}
+
 #[rstest]
 #[case::nodes("nodes")]
 #[case::guests("guests")]

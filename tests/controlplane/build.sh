@@ -7,10 +7,12 @@
 # Usage: tests/controlplane/build.sh [--core-only | --capi | --clusterctl] [--force]
 #   --core-only   only etcd, kube-apiserver, kube-controller-manager
 #                 (same as BANLIEUE_CONTROLPLANE_CORE_ONLY=1)
-#   --capi        the core and CAPI's managers + clusterctl, not vcsim (tests/dev.sh --capi)
+#   --capi        the core and CAPI's managers + clusterctl, not the node binaries nor vcsim
+#                 (tests/dev.sh --capi)
 #   --clusterctl  only clusterctl (and CAPI's CRDs); the log goes to stderr and stdout is one line,
 #                 export PATH="<bin>:$PATH", so: eval "$(tests/controlplane/build.sh --clusterctl)"
 #   --force       rebuild even if up to date
+# Without an option: everything, kubelet and kube-scheduler for the harness's real nodes included.
 # Also copies CAPI's CRDs (core, kubeadm bootstrap, kubeadm control plane) to bin/capi-crds/.
 # Environment: BANLIEUE_CONTROLPLANE_BIN names another output folder; GOMODCACHE / GOCACHE /
 # GOFLAGS are honoured; GOTOOLCHAIN defaults to "local".
@@ -28,7 +30,7 @@ for arg in "$@"; do
         --clusterctl) clusterctl_only=1 ;;
         --capi) capi_only=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
@@ -112,6 +114,15 @@ build_group core "$here" \
     "etcd ./cmd/etcd" \
     "kube-apiserver ./cmd/kube-apiserver" \
     "kube-controller-manager ./cmd/kube-controller-manager" \
+    -- "-s -w -X $kv.gitVersion=$kube_version -X $kv.gitMajor=1 -X $kv.gitMinor=$kube_minor \
+-X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
+fi
+
+# --- node: kubelet and kube-scheduler, for the harness's real nodes (banlieue-testenv `nodes`) -----
+if [ "$clusterctl_only" = 0 ] && [ "$core_only" = 0 ] && [ "$capi_only" = 0 ]; then
+build_group node "$here" \
+    "kubelet ./cmd/kubelet" \
+    "kube-scheduler ./cmd/kube-scheduler" \
     -- "-s -w -X $kv.gitVersion=$kube_version -X $kv.gitMajor=1 -X $kv.gitMinor=$kube_minor \
 -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
 fi

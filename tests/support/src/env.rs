@@ -15,9 +15,11 @@ use crate::binaries::Binaries;
 use crate::crds::{FIELD_MANAGER, install_crds};
 use crate::error::{Error, Result};
 use crate::kubeconfig::{Credential, KubeconfigFile, cluster_entry};
+use crate::nodes::NodeNetwork;
 use crate::pki::{Ca, ServiceAccountKey};
 use crate::process::{ManagedProcess, log_tail};
 use crate::workdir::WorkDir;
+use kube::config::NamedCluster;
 
 /// Environment variable: target this existing cluster (kubeconfig path) instead of starting one.
 pub const EXTERNAL_KUBECONFIG_ENV_VAR: &str = "BANLIEUE_TEST_KUBECONFIG";
@@ -43,6 +45,16 @@ const CONTROLLERS: &[&str] = &[
     "root-ca-certificate-publisher-controller",
 ];
 
+/// The controller-manager's controllers when real nodes run: every default one but the cloud
+/// provider's and node IPAM (each node's Pod range is set by the harness).
+const NODE_CONTROLLERS: &[&str] = &[
+    "*",
+    "-cloud-node-lifecycle-controller",
+    "-service-lb-controller",
+    "-node-route-controller",
+    "-node-ipam-controller",
+];
+
 static KUBECONFIG_SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Options for [`TestEnv`]; see [`TestEnv::builder`].
@@ -54,6 +66,7 @@ pub struct TestEnvBuilder {
     apiserver_args: Vec<String>,
     allow_external: bool,
     existing_cluster: Option<PathBuf>,
+    node_network: bool,
 }
 
 impl TestEnvBuilder {
@@ -98,6 +111,17 @@ impl TestEnvBuilder {
     #[must_use]
     pub fn allow_external(mut self, allow: bool) -> Self {
         self.allow_external = allow;
+        self
+    }
+
+    /// Whether real nodes can join (default: no): the API server then listens on the host side of a
+    /// bridge of its own ([`crate::nodes::NodeNetwork`]) instead of loopback, authorizes nodes
+    /// (`Node,RBAC`, NodeRestriction) and reaches kubelets with a client certificate; the
+    /// controller-manager runs every default controller (Deployments, ReplicaSets, node
+    /// lifecycle…) and a kube-scheduler runs. Add nodes with [`crate::nodes::Node::start`].
+    #[must_use]
+    pub fn node_network(mut self, enabled: bool) -> Self {
+        self.node_network = enabled;
         self
     }
 
@@ -166,9 +190,13 @@ fn start_timeout_from_env() -> Result<Duration> {
 /// The processes of a control plane this crate started, in stop order.
 struct Local {
     ca: Ca,
+    /// Runs with a node network only.
+    scheduler: Option<Mutex<ManagedProcess>>,
     controller_manager: Option<Mutex<ManagedProcess>>,
     apiserver: Mutex<ManagedProcess>,
     etcd: Mutex<ManagedProcess>,
+    /// The bridge real nodes join (dropped after the processes above: fields drop in order).
+    node_network: Option<NodeNetwork>,
 }
 
 impl Local {
@@ -177,6 +205,7 @@ impl Local {
             Some(&self.etcd),
             Some(&self.apiserver),
             self.controller_manager.as_ref(),
+            self.scheduler.as_ref(),
         ]
         .into_iter()
         .flatten()
@@ -228,6 +257,7 @@ impl TestEnv {
             apiserver_args: Vec::new(),
             allow_external: true,
             existing_cluster: None,
+            node_network: false,
         }
     }
 
@@ -283,9 +313,16 @@ impl TestEnv {
         let deadline = Instant::now() + timeout;
         let binaries = Binaries::locate(options.controller_manager)?;
         let workdir = WorkDir::create()?;
-        let ip = random_loopback_ip();
-        let etcd_port = free_port(ip)?;
-        let peer_port = free_port(ip)?;
+        let etcd_ip = random_loopback_ip();
+        let etcd_port = free_port(etcd_ip)?;
+        let peer_port = free_port(etcd_ip)?;
+        let node_network = if options.node_network {
+            Some(NodeNetwork::create()?)
+        } else {
+            None
+        };
+        // Real nodes reach the API server on their bridge; without nodes it stays on loopback.
+        let ip = node_network.as_ref().map_or(etcd_ip, NodeNetwork::gateway);
         let apiserver_port = free_port(ip)?;
         let server = format!("https://{ip}:{apiserver_port}");
 
@@ -312,8 +349,8 @@ impl TestEnv {
 
         let logs = workdir.subdir("logs")?;
         let etcd_data = workdir.path().join("etcd");
-        let etcd_url = format!("http://{ip}:{etcd_port}");
-        let peer_url = format!("http://{ip}:{peer_port}");
+        let etcd_url = format!("http://{etcd_ip}:{etcd_port}");
+        let peer_url = format!("http://{etcd_ip}:{peer_port}");
         let etcd_args = vec![
             "--name=testenv".to_owned(),
             format!("--data-dir={}", etcd_data.display()),
@@ -342,13 +379,28 @@ impl TestEnv {
             format!("--service-account-key-file={}", sa_public.display()),
             format!("--service-account-signing-key-file={}", sa_private.display()),
             format!("--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"),
-            "--authorization-mode=RBAC".to_owned(),
+            if node_network.is_some() {
+                "--authorization-mode=Node,RBAC".to_owned()
+            } else {
+                "--authorization-mode=RBAC".to_owned()
+            },
             // No nodes and a loopback advertise address: keep the `kubernetes` endpoints alone.
             "--endpoint-reconciler-type=none".to_owned(),
             "--enable-priority-and-fairness=false".to_owned(),
             "--profiling=false".to_owned(),
             "--allow-privileged=true".to_owned(),
         ];
+        if node_network.is_some() {
+            let kubelet_client = ca.issue_client("kube-apiserver-kubelet-client", &["system:masters"])?;
+            let cert = workdir.write("pki/kubelet-client.crt", &kubelet_client.cert_pem)?;
+            let key = workdir.write("pki/kubelet-client.key", &kubelet_client.key_pem)?;
+            apiserver_args.extend([
+                "--enable-admission-plugins=NodeRestriction".to_owned(),
+                format!("--kubelet-client-certificate={}", cert.display()),
+                format!("--kubelet-client-key={}", key.display()),
+                "--kubelet-preferred-address-types=InternalIP".to_owned(),
+            ]);
+        }
         apiserver_args.extend(options.apiserver_args.iter().cloned());
         let apiserver = ManagedProcess::start(
             "kube-apiserver",
@@ -369,9 +421,11 @@ impl TestEnv {
         )?;
         let mut local = Local {
             ca,
+            scheduler: None,
             controller_manager: None,
             apiserver: Mutex::new(apiserver),
             etcd: Mutex::new(etcd),
+            node_network,
         };
         let client = admin.client().await?;
         wait_ready(&client, Some(&local), deadline, timeout).await?;
@@ -393,7 +447,14 @@ impl TestEnv {
             )?;
             let kcm_args = vec![
                 format!("--kubeconfig={}", kcm_kubeconfig.path().display()),
-                format!("--controllers={}", CONTROLLERS.join(",")),
+                format!(
+                    "--controllers={}",
+                    if local.node_network.is_some() {
+                        NODE_CONTROLLERS.join(",")
+                    } else {
+                        CONTROLLERS.join(",")
+                    }
+                ),
                 "--leader-elect=false".to_owned(),
                 // No HTTPS endpoint: nothing scrapes it, and it would need another port.
                 "--secure-port=0".to_owned(),
@@ -408,6 +469,9 @@ impl TestEnv {
                 &logs.join("kube-controller-manager.log"),
             )?;
             local.controller_manager = Some(Mutex::new(kcm));
+            if local.node_network.is_some() {
+                local.scheduler = Some(Mutex::new(start_scheduler(&local, &cluster, &workdir, &logs)?));
+            }
             wait_controller_manager(&client, &local, deadline, timeout).await?;
             tracing::debug!(
                 elapsed_ms = apiserver_ready.elapsed().as_millis() as u64,
@@ -421,6 +485,11 @@ impl TestEnv {
             started_in: Duration::ZERO,
             workdir,
         })
+    }
+
+    /// The network real nodes join, when started with [`TestEnvBuilder::node_network`].
+    pub fn node_network(&self) -> Option<&NodeNetwork> {
+        self.local.as_ref()?.node_network.as_ref()
     }
 
     /// Whether this environment targets an existing cluster (`BANLIEUE_TEST_KUBECONFIG`).
@@ -801,6 +870,44 @@ async fn wait_controller_manager(
 
 /// A random address in 127.0.0.0/8 (all of it routes to `lo` on Linux): parallel test binaries
 /// then practically never compete for the same address and port.
+/// Starts kube-scheduler as `system:kube-scheduler` (its default RBAC), without an HTTPS port.
+fn start_scheduler(
+    local: &Local,
+    cluster: &NamedCluster,
+    workdir: &WorkDir,
+    logs: &Path,
+) -> Result<ManagedProcess> {
+    let binary = crate::bin_dir().join("kube-scheduler");
+    if !binary.is_file() {
+        return Err(Error::MissingBinary {
+            name: "kube-scheduler".to_owned(),
+            path: binary,
+        });
+    }
+    let cert = local.ca.issue_client("system:kube-scheduler", &[])?;
+    let kubeconfig = KubeconfigFile::write(
+        workdir.path().join("kube-scheduler.kubeconfig"),
+        "kube-scheduler".into(),
+        cluster,
+        &Credential::ClientCert(cert),
+        None,
+        workdir.subdir("kubectl-cache")?,
+    )?;
+    let path = kubeconfig.path().display().to_string();
+    ManagedProcess::start(
+        "kube-scheduler",
+        &binary,
+        &[
+            format!("--kubeconfig={path}"),
+            format!("--authentication-kubeconfig={path}"),
+            format!("--authorization-kubeconfig={path}"),
+            "--leader-elect=false".to_owned(),
+            "--secure-port=0".to_owned(),
+        ],
+        &logs.join("kube-scheduler.log"),
+    )
+}
+
 fn random_loopback_ip() -> Ipv4Addr {
     let [a, b, c]: [u8; 3] = rand::random();
     Ipv4Addr::new(127, a.clamp(1, 254), b, c.clamp(2, 254))

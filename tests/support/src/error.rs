@@ -124,6 +124,14 @@ pub enum Error {
     #[error("the shared test environment failed to start: {0}")]
     SharedStartFailed(String),
 
+    /// This machine lacks what a real node needs (programs, CNI plugins, binaries, cgroups).
+    #[error("a real node needs: {0}")]
+    MissingNodePrerequisites(String),
+
+    /// Setting up or starting a real node failed.
+    #[error("real node: {0}")]
+    NodeSetup(String),
+
     /// An environment variable holds an unusable value.
     #[error("environment variable {name}={value:?}: {message}")]
     BadEnvVar {

@@ -24,6 +24,7 @@ mod crds;
 mod env;
 mod error;
 mod kubeconfig;
+pub mod nodes;
 mod pki;
 mod process;
 pub mod readme;

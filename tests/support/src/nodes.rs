@@ -1,0 +1,573 @@
+//! Real Kubernetes nodes for the harness: containerd, runc, the CNI plugins (Debian packages) and
+//! the kubelet built from the pinned `k8s.io/kubernetes` module, each node in its own network,
+//! mount, UTS and PID namespaces, so Pods are scheduled, started, probed, restarted and logged as
+//! on any cluster (`kubectl logs/exec` work).
+//!
+//! A control plane started with [`crate::TestEnvBuilder::node_network`] owns a [`NodeNetwork`]:
+//! a host bridge with its own /24 (`10.201.<k>.0/24`, the API server listens on `.1`), a
+//! kube-scheduler, the controller-manager's Pod controllers and Node authorization.
+//! [`Node::start`] adds one node: a veth into its network namespace (`10.201.<k>.<10+i>`), its
+//! Pod range `10.<202+i>.<k>.0/24` routed from the host, a cgroup `/banlieue-<k>-<i>` in every
+//! v1 hierarchy, and `node/boot.sh` as PID 1 of its namespaces (containerd, the images of
+//! `node/images.sh`, kubelet). Everything is removed on drop; what a killed run left behind is
+//! removed by the next [`NodeNetwork::create`] (each network records its owner's PID and what it
+//! created under [`STATE_DIR`]).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node as NodeObject;
+use kube::Api;
+
+use crate::{Error, ManagedProcess, Result, TestEnv, bin_dir};
+
+/// Where each node network records its owner PID and what it created.
+pub const STATE_DIR: &str = "/run/banlieue-testenv-nodes";
+
+/// The cgroup v1 hierarchies a node gets a cgroup in (see `node/boot.sh`).
+const CGROUP_HIERARCHIES: [&str; 9] = [
+    "cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd",
+];
+
+/// How long a node gets to register and become Ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Programs a node needs, with the Debian package that has each.
+const PROGRAMS: [(&str, &str); 9] = [
+    ("containerd", "containerd"),
+    ("runc", "runc"),
+    ("ctr", "containerd"),
+    ("umoci", "umoci"),
+    ("gcc", "gcc (and libc6-dev)"),
+    ("ip", "iproute2"),
+    ("unshare", "util-linux"),
+    ("iptables", "iptables"),
+    ("busybox", "busybox-static"),
+];
+
+/// CNI plugins the node's network configuration uses.
+const CNI_PLUGINS: [&str; 4] = ["bridge", "host-local", "loopback", "portmap"];
+/// Where Debian's containernetworking-plugins puts them.
+const CNI_BIN_DIR: &str = "/usr/lib/cni";
+
+/// One line naming everything a node needs that this machine lacks, and how to get it.
+pub fn check_prerequisites() -> Result<()> {
+    let mut missing = Vec::new();
+    for (program, package) in PROGRAMS {
+        if which(program).is_none() {
+            missing.push(format!("`{program}` (Debian package {package})"));
+        }
+    }
+    for plugin in CNI_PLUGINS {
+        if !Path::new(CNI_BIN_DIR).join(plugin).is_file() {
+            missing.push(format!(
+                "CNI plugin {CNI_BIN_DIR}/{plugin} (Debian package containernetworking-plugins)"
+            ));
+        }
+    }
+    for binary in ["kubelet", "kube-scheduler"] {
+        if !bin_dir().join(binary).is_file() {
+            missing.push(format!(
+                "{} (run tests/controlplane/build.sh)",
+                bin_dir().join(binary).display()
+            ));
+        }
+    }
+    if !Path::new("/sys/fs/cgroup/memory").is_dir() {
+        missing.push("cgroup v1 hierarchies under /sys/fs/cgroup (this harness needs them)".to_owned());
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::MissingNodePrerequisites(missing.join(", ")))
+    }
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|dir| dir.join(program))
+        .find(|path| path.is_file())
+}
+
+/// Runs `program args…`; an error carries its stderr.
+fn run(program: &str, args: &[&str]) -> Result<()> {
+    let output = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|source| Error::Spawn {
+            name: program.to_owned(),
+            source,
+        })?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(Error::NodeSetup(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
+/// The host side of the nodes of one control plane: a bridge and a /24 for node addresses.
+#[derive(Debug)]
+pub struct NodeNetwork {
+    index: u8,
+    state: PathBuf,
+}
+
+impl NodeNetwork {
+    /// Creates the bridge of a free network index (after removing what killed runs left behind).
+    pub fn create() -> Result<Self> {
+        check_prerequisites()?;
+        std::fs::create_dir_all(STATE_DIR).map_err(|e| Error::io("creating", STATE_DIR, e))?;
+        clean_up_abandoned();
+        let start = (std::process::id() % 200) as u8;
+        for offset in 0..200u8 {
+            let index = 1 + (start + offset) % 200;
+            let state = Path::new(STATE_DIR).join(index.to_string());
+            if std::fs::create_dir(&state).is_err() {
+                continue;
+            }
+            let network = Self { index, state };
+            network.record("pid", &std::process::id().to_string())?;
+            let bridge = network.bridge();
+            if run("ip", &["link", "add", &bridge, "type", "bridge"]).is_err() {
+                continue; // dropping `network` frees the index again
+            }
+            network.record("bridge", &bridge)?;
+            run(
+                "ip",
+                &[
+                    "addr",
+                    "add",
+                    &format!("{}/24", network.gateway()),
+                    "dev",
+                    &bridge,
+                ],
+            )?;
+            run("ip", &["link", "set", &bridge, "up"])?;
+            return Ok(network);
+        }
+        Err(Error::NodeSetup(format!(
+            "no free node network index: every one in {STATE_DIR} is in use"
+        )))
+    }
+
+    /// The host's address on the bridge, where the API server listens.
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 201, self.index, 1)
+    }
+
+    fn bridge(&self) -> String {
+        format!("bnlbr{}", self.index)
+    }
+
+    fn node_ip(&self, node: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 201, self.index, 10 + node)
+    }
+
+    fn pod_cidr(&self, node: u8) -> String {
+        format!("10.{}.{}.0/24", 202 + u16::from(node), self.index)
+    }
+
+    fn record(&self, key: &str, value: &str) -> Result<()> {
+        let path = self.state.join(key);
+        std::fs::write(&path, value).map_err(|e| Error::io("writing", path, e))
+    }
+}
+
+impl Drop for NodeNetwork {
+    fn drop(&mut self) {
+        remove_recorded(&self.state);
+    }
+}
+
+/// Removes what the state folder of a network records (nodes first, then the bridge) and the
+/// folder itself. Best effort: what is already gone is skipped.
+fn remove_recorded(state: &Path) {
+    let read = |name: &str| std::fs::read_to_string(state.join(name)).ok();
+    if let Ok(entries) = std::fs::read_dir(state) {
+        for entry in entries.flatten() {
+            if entry.path().is_dir() {
+                remove_node_resources(&entry.path());
+            }
+        }
+    }
+    if let Some(bridge) = read("bridge") {
+        let _ = run("ip", &["link", "del", bridge.trim()]);
+    }
+    let _ = std::fs::remove_dir_all(state);
+}
+
+/// Removes the networks of owners that no longer run.
+fn clean_up_abandoned() {
+    let Ok(entries) = std::fs::read_dir(STATE_DIR) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let pid = std::fs::read_to_string(entry.path().join("pid")).unwrap_or_default();
+        let alive = pid
+            .trim()
+            .parse::<u32>()
+            .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            tracing::info!(state = %entry.path().display(), "removing a node network a killed run left behind");
+            remove_recorded(&entry.path());
+        }
+    }
+}
+
+/// One real node (see the module documentation). Stopped and removed on drop.
+pub struct Node {
+    name: String,
+    process: Option<ManagedProcess>,
+    state: PathBuf,
+    dir: PathBuf,
+}
+
+impl Node {
+    /// Starts node `index` (0…49) of `env`'s node network, named `name`, and waits until it is
+    /// Ready.
+    pub async fn start(env: &TestEnv, index: u8, name: &str) -> Result<Self> {
+        let network = env.node_network().ok_or(Error::NodeSetup(
+            "the control plane has no node network: start it with TestEnvBuilder::node_network(true)"
+                .to_owned(),
+        ))?;
+        if index >= 50 {
+            return Err(Error::NodeSetup(format!("node index {index} is over 49")));
+        }
+        let dir = env.workdir().join("nodes").join(name);
+        std::fs::create_dir_all(dir.join("cni/net.d")).map_err(|e| Error::io("creating", &dir, e))?;
+        let images = node_images(env)?;
+        let node_ip = network.node_ip(index);
+        let pod_cidr = network.pod_cidr(index);
+        let cgroup = format!("banlieue-{}-{index}", network.index);
+        let netns = format!("bnl-{}-{index}", network.index);
+        let state = network.state.join(format!("node-{index}"));
+        std::fs::create_dir_all(&state).map_err(|e| Error::io("creating", &state, e))?;
+        let record = |key: &str, value: &str| {
+            std::fs::write(state.join(key), value).map_err(|e| Error::io("writing", state.join(key), e))
+        };
+        record("cgroup", &cgroup)?;
+        record("route", &pod_cidr)?;
+        record("netns", &netns)?;
+        let mut node = Self {
+            name: name.to_owned(),
+            process: None,
+            state: state.clone(),
+            dir: dir.clone(),
+        };
+
+        // Network: netns + veth on the bridge, default route to the host, Pod range routed here.
+        let host_veth = format!("bnlv{}-{index}", network.index);
+        run("ip", &["netns", "add", &netns])?;
+        run(
+            "ip",
+            &[
+                "link", "add", &host_veth, "type", "veth", "peer", "name", "eth0", "netns", &netns,
+            ],
+        )?;
+        run(
+            "ip",
+            &["link", "set", &host_veth, "master", &network.bridge(), "up"],
+        )?;
+        let in_netns = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &netns, "ip"];
+            all.extend_from_slice(args);
+            run("ip", &all)
+        };
+        in_netns(&["addr", "add", &format!("{node_ip}/24"), "dev", "eth0"])?;
+        in_netns(&["link", "set", "eth0", "up"])?;
+        in_netns(&["link", "set", "lo", "up"])?;
+        in_netns(&["route", "add", "default", "via", &network.gateway().to_string()])?;
+        run("ip", &["route", "add", &pod_cidr, "via", &node_ip.to_string()])?;
+
+        // Files: identity, kubelet and containerd configuration, CNI.
+        let kubeconfig = env.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"])?;
+        std::fs::copy(kubeconfig.path(), dir.join("kubelet.kubeconfig"))
+            .map_err(|e| Error::io("copying", kubeconfig.path(), e))?;
+        let serving = env.serving_certificate(&[IpAddr::V4(node_ip)], &[name])?;
+        write(&dir.join("kubelet.crt"), &serving.cert_pem)?;
+        write(&dir.join("kubelet.key"), &serving.key_pem)?;
+        write(&dir.join("ca.crt"), &env.ca_pem()?)?;
+        write(
+            &dir.join("kubelet.yaml"),
+            &kubelet_config(&dir, &cgroup, &pod_cidr),
+        )?;
+        write(&dir.join("containerd.toml"), &containerd_config(&dir))?;
+        write(
+            &dir.join("cni/net.d/10-banlieue.conflist"),
+            &cni_config(&dir, &pod_cidr),
+        )?;
+        let image_list: Vec<String> = images
+            .iter()
+            .map(|(r, t)| format!("{r}={}", t.display()))
+            .collect();
+        write(
+            &dir.join("env"),
+            &format!(
+                "NAME='{name}'\nCGROUP='{cgroup}'\nNODE_IP='{node_ip}'\nIMAGES='{}'\nPATH='{}:{}'\n",
+                image_list.join(" "),
+                bin_dir().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )?;
+
+        let boot = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/boot.sh");
+        let args: Vec<String> = [
+            "netns",
+            "exec",
+            &netns,
+            "unshare",
+            "--mount",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "--kill-child=SIGKILL",
+            "bash",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([boot.display().to_string(), dir.display().to_string()])
+        .collect();
+        node.process = Some(ManagedProcess::start(
+            &format!("node {name}"),
+            &which("ip").unwrap_or_else(|| "/usr/sbin/ip".into()),
+            &args,
+            &dir.join("node.log"),
+        )?);
+        node.wait_ready(env).await?;
+        Ok(node)
+    }
+
+    /// The node's name (its Node object).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The node's folder: `node.log` (its init and kubelet), `containerd.log`, configuration.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    async fn wait_ready(&mut self, env: &TestEnv) -> Result<()> {
+        let nodes: Api<NodeObject> = Api::all(env.client().await?);
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let mut last = String::from("not registered");
+        loop {
+            if let Some(process) = &mut self.process {
+                process.check_running()?;
+            }
+            if let Ok(Some(node)) = nodes.get_opt(&self.name).await {
+                let ready = node
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "Ready");
+                match ready {
+                    Some(c) if c.status == "True" => return Ok(()),
+                    Some(c) => last = format!("Ready={} {}", c.status, c.message.unwrap_or_default()),
+                    None => last = "registered, no Ready condition yet".to_owned(),
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!("node {} to become Ready", self.name),
+                    timeout: READY_TIMEOUT,
+                    detail: format!(
+                        " ({last}); last lines of {}:\n{}",
+                        self.dir.join("node.log").display(),
+                        self.process.as_ref().map(|p| p.log_tail(20)).unwrap_or_default()
+                    ),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            // SIGKILL to unshare; --kill-child ends the node's PID 1 and with it every process of
+            // its PID namespace (containerd, shims, Pods, kubelet).
+            process.stop();
+        }
+        remove_node_resources(&self.state);
+    }
+}
+
+/// Removes a node's namespace, route and cgroups as recorded in its state folder, once no
+/// process is left in its cgroups (bounded wait).
+fn remove_node_resources(state: &Path) {
+    let read = |name: &str| {
+        std::fs::read_to_string(state.join(name))
+            .ok()
+            .map(|s| s.trim().to_owned())
+    };
+    if let Some(cgroup) = read("cgroup") {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for hierarchy in CGROUP_HIERARCHIES {
+            let root = Path::new("/sys/fs/cgroup").join(hierarchy).join(&cgroup);
+            kill_and_remove_cgroup(&root, deadline);
+        }
+    }
+    if let Some(netns) = read("netns") {
+        let _ = run("ip", &["netns", "del", &netns]);
+    }
+    if let Some(route) = read("route") {
+        let _ = run("ip", &["route", "del", &route]);
+    }
+    let _ = std::fs::remove_dir_all(state);
+}
+
+/// Kills what is left in the cgroup tree at `root` and removes it, deepest first.
+fn kill_and_remove_cgroup(root: &Path, deadline: Instant) {
+    if !root.is_dir() {
+        return;
+    }
+    let mut dirs = Vec::new();
+    collect_dirs(root, &mut dirs);
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for dir in dirs {
+        loop {
+            let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+            for pid in procs.split_whitespace() {
+                let _ = Command::new("kill").args(["-KILL", pid]).status();
+            }
+            if std::fs::remove_dir(&dir).is_ok() || !dir.exists() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_owned());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                collect_dirs(&entry.path(), out);
+            }
+        }
+    }
+}
+
+fn write(path: &Path, contents: &str) -> Result<()> {
+    std::fs::write(path, contents).map_err(|e| Error::io("writing", path, e))
+}
+
+/// The images every node imports (`node/images.sh`, built once per control plane).
+fn node_images(env: &TestEnv) -> Result<Vec<(String, PathBuf)>> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/images.sh");
+    let out = env.workdir().join("node-images");
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg(&out)
+        .output()
+        .map_err(|source| Error::Spawn {
+            name: "node/images.sh".to_owned(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(Error::NodeSetup(format!(
+            "building the node images ({}): {}",
+            script.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_once('='))
+        .map(|(reference, tarball)| (reference.to_owned(), PathBuf::from(tarball)))
+        .collect())
+}
+
+fn kubelet_config(dir: &Path, cgroup: &str, pod_cidr: &str) -> String {
+    let d = dir.display();
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+cgroupRoot: /{cgroup}
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://{d}/containerd.sock
+podCIDR: {pod_cidr}
+authentication:
+  anonymous: {{enabled: false}}
+  webhook: {{enabled: true}}
+  x509: {{clientCAFile: {d}/ca.crt}}
+authorization: {{mode: Webhook}}
+tlsCertFile: {d}/kubelet.crt
+tlsPrivateKeyFile: {d}/kubelet.key
+readOnlyPort: 0
+healthzPort: 0
+registerNode: true
+evictionHard: {{memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%, nodefs.inodesFree: 2%}}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+"#
+    )
+}
+
+fn containerd_config(dir: &Path) -> String {
+    let d = dir.display();
+    format!(
+        r#"version = 2
+root = "{d}/containerd/root"
+state = "{d}/containerd/state"
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d}/containerd/opt"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{d}/cni/net.d"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+"#
+    )
+}
+
+fn cni_config(dir: &Path, pod_cidr: &str) -> String {
+    serde_json::json!({
+        "cniVersion": "1.0.0",
+        "name": "banlieue",
+        "plugins": [
+            {
+                "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": pod_cidr}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": dir.join("cni/ipam").display().to_string(),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+        ],
+    })
+    .to_string()
+}

@@ -12,7 +12,7 @@
 #   --clusterctl  only clusterctl (and CAPI's CRDs); the log goes to stderr and stdout is one line,
 #                 export PATH="<bin>:$PATH", so: eval "$(tests/controlplane/build.sh --clusterctl)"
 #   --force       rebuild even if up to date
-# Without an option: everything, kubelet and kube-scheduler for the harness's real nodes included.
+# Without an option: everything, kubelet, kube-scheduler and kube-proxy for real nodes included.
 # Also copies CAPI's CRDs (core, kubeadm bootstrap, kubeadm control plane) to bin/capi-crds/.
 # Environment: BANLIEUE_CONTROLPLANE_BIN names another output folder; GOMODCACHE / GOCACHE /
 # GOFLAGS are honoured; GOTOOLCHAIN defaults to "local".
@@ -118,11 +118,12 @@ build_group core "$here" \
 -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
 fi
 
-# --- node: kubelet and kube-scheduler, for the harness's real nodes (banlieue-testenv `nodes`) -----
+# --- node: kubelet, kube-scheduler, kube-proxy for the harness's real nodes (banlieue-testenv) ---
 if [ "$clusterctl_only" = 0 ] && [ "$core_only" = 0 ] && [ "$capi_only" = 0 ]; then
 build_group node "$here" \
     "kubelet ./cmd/kubelet" \
     "kube-scheduler ./cmd/kube-scheduler" \
+    "kube-proxy ./cmd/kube-proxy" \
     -- "-s -w -X $kv.gitVersion=$kube_version -X $kv.gitMajor=1 -X $kv.gitMinor=$kube_minor \
 -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
 fi

@@ -3,8 +3,8 @@
 # mount and UTS namespaces inside its network namespace:
 #   ip netns exec NETNS unshare --mount --uts --pid --fork --mount-proc --propagation private \
 #       --kill-child=SIGKILL bash boot.sh DIR
-# DIR holds the node's files, written by nodes.rs: env (NAME, CGROUP, IMAGES), containerd.toml,
-# kubelet.yaml, kubelet.kubeconfig, cni/net.d. Everything the node creates lives in DIR or in its
+# DIR holds the node's files, written by nodes.rs: env (NAME, CGROUP, NODE_IP, IMAGES, PATH),
+# containerd.toml, kubelet.yaml, kubelet.kubeconfig, kube-proxy.yaml, kube-proxy.kubeconfig, cni/net.d. Everything the node creates lives in DIR or in its
 # namespaces (gone with them); killing this process's parent ends the node, pods included.
 set -euo pipefail
 dir="$1"
@@ -46,6 +46,7 @@ for image in $IMAGES; do
     reference="${image%%=*}" tarball="${image#*=}"
     ctr --address "$dir/containerd.sock" -n k8s.io images import --base-name "${reference%:*}" "$tarball" > /dev/null
 done
-log "images imported; starting kubelet"
+log "images imported; starting kube-proxy and kubelet"
+nice -n 19 kube-proxy --config="$dir/kube-proxy.yaml" > "$dir/kube-proxy.log" 2>&1 &
 exec nice -n 19 kubelet --config="$dir/kubelet.yaml" --kubeconfig="$dir/kubelet.kubeconfig" \
     --root-dir=/var/lib/kubelet --hostname-override="$NAME" --node-ip="$NODE_IP" -v=1

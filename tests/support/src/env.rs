@@ -385,7 +385,13 @@ impl TestEnv {
                 "--authorization-mode=RBAC".to_owned()
             },
             // No nodes and a loopback advertise address: keep the `kubernetes` endpoints alone.
-            "--endpoint-reconciler-type=none".to_owned(),
+            // With real nodes, the `kubernetes` Service leads to the API server (Pods reach it
+            // through kube-proxy); without, nothing could use it.
+            if node_network.is_some() {
+                "--endpoint-reconciler-type=lease".to_owned()
+            } else {
+                "--endpoint-reconciler-type=none".to_owned()
+            },
             "--enable-priority-and-fairness=false".to_owned(),
             "--profiling=false".to_owned(),
             "--allow-privileged=true".to_owned(),

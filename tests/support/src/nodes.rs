@@ -9,7 +9,7 @@
 //! [`Node::start`] adds one node: a veth into its network namespace (`10.201.<k>.<10+i>`), its
 //! Pod range `10.<202+i>.<k>.0/24` routed from the host, a cgroup `/banlieue-<k>-<i>` in every
 //! v1 hierarchy, and `node/boot.sh` as PID 1 of its namespaces (containerd, the images of
-//! `node/images.sh`, kubelet). Everything is removed on drop; what a killed run left behind is
+//! `node/images.sh`, kube-proxy, kubelet). Everything is removed on drop; what a killed run left behind is
 //! removed by the next [`NodeNetwork::create`] (each network records its owner's PID and what it
 //! created under [`STATE_DIR`]).
 
@@ -67,7 +67,7 @@ pub fn check_prerequisites() -> Result<()> {
             ));
         }
     }
-    for binary in ["kubelet", "kube-scheduler"] {
+    for binary in ["kubelet", "kube-scheduler", "kube-proxy"] {
         if !bin_dir().join(binary).is_file() {
             missing.push(format!(
                 "{} (run tests/controlplane/build.sh)",
@@ -292,6 +292,10 @@ impl Node {
         let kubeconfig = env.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"])?;
         std::fs::copy(kubeconfig.path(), dir.join("kubelet.kubeconfig"))
             .map_err(|e| Error::io("copying", kubeconfig.path(), e))?;
+        let proxy = env.user_kubeconfig("system:kube-proxy", &[])?;
+        std::fs::copy(proxy.path(), dir.join("kube-proxy.kubeconfig"))
+            .map_err(|e| Error::io("copying", proxy.path(), e))?;
+        write(&dir.join("kube-proxy.yaml"), &kube_proxy_config(&dir, name))?;
         let serving = env.serving_certificate(&[IpAddr::V4(node_ip)], &[name])?;
         write(&dir.join("kubelet.crt"), &serving.cert_pem)?;
         write(&dir.join("kubelet.key"), &serving.key_pem)?;
@@ -520,6 +524,22 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 "#
+    )
+}
+
+fn kube_proxy_config(dir: &Path, name: &str) -> String {
+    format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clusterCIDR: 10.0.0.0/8
+hostnameOverride: {name}
+clientConnection:
+  kubeconfig: {}/kube-proxy.kubeconfig
+conntrack:
+  maxPerCore: 0
+"#,
+        dir.display()
     )
 }
 

@@ -1,6 +1,7 @@
 //! Real nodes: a control plane with a node network, one node (containerd, runc, CNI, kubelet in
 //! its own namespaces), a Pod from a locally built image scheduled there, started, probed and
-//! logged; `kubectl logs` and `kubectl exec` reach it through the kubelet. Dropping the node
+//! logged; `kubectl logs` and `kubectl exec` reach it through the kubelet, and a ClusterIP Service
+//! leads to it (kube-proxy). Dropping the node
 //! leaves no process, cgroup, network namespace or route behind.
 
 use std::path::Path;
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_testenv::TestEnv;
 use banlieue_testenv::nodes::Node;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::api::{Api, PostParams};
 
 const POD_TIMEOUT: Duration = Duration::from_secs(120);
@@ -17,15 +18,16 @@ const POD_TIMEOUT: Duration = Duration::from_secs(120);
 fn pod(name: &str, node: &str) -> Result<Pod> {
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name},
+        "metadata": {"name": name, "labels": {"app": name}},
         "spec": {
             "nodeSelector": {"kubernetes.io/hostname": node},
             "containers": [{
                 "name": "main",
                 "image": "docker.io/library/busybox:testenv",
                 "imagePullPolicy": "Never",
-                "command": ["sh", "-c", "echo hello from a real node; exec sleep 3600"],
-                "readinessProbe": {"exec": {"command": ["true"]}, "periodSeconds": 1},
+                "command": ["sh", "-c", "echo hello from a real node; exec httpd -f -p 8080 -h /etc"],
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"httpGet": {"path": "/hostname", "port": 8080}, "periodSeconds": 1},
             }],
             "terminationGracePeriodSeconds": 1,
         }
@@ -110,6 +112,30 @@ async fn a_pod_runs_on_a_real_node_and_the_node_leaves_nothing_behind() -> Resul
         &["exec", "-n", ns.name(), "hello", "--", "cat", "/etc/hostname"],
     )?;
     ensure!(hostname.trim() == "hello", "kubectl exec: {hostname:?}");
+    // A ClusterIP Service leads to the Pod (kube-proxy in the node), from a Pod (hairpin).
+    let services: Api<Service> = Api::namespaced(env.client().await?, ns.name());
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hello"},
+        "spec": {"selector": {"app": "hello"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))?;
+    let service = services.create(&PostParams::default(), &service).await?;
+    let cluster_ip = service.spec.and_then(|s| s.cluster_ip).context("a ClusterIP")?;
+    let url = format!("http://{cluster_ip}/hostname");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let through_service = kubectl(
+            &env,
+            &["exec", "-n", ns.name(), "hello", "--", "wget", "-qO-", &url],
+        );
+        match through_service {
+            Ok(text) if text.trim() == "hello" => break,
+            other if Instant::now() > deadline => bail!(
+                "{url} from the Pod: {other:?}\n--- kube-proxy\n{}",
+                std::fs::read_to_string(dir.join("kube-proxy.log")).unwrap_or_default()
+            ),
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 
     // Cleanup: the node's processes, cgroups, network namespace and route go with it.
     let network_state = std::fs::read_dir(banlieue_testenv::nodes::STATE_DIR)?

@@ -83,10 +83,7 @@ async fn main() -> Result<()> {
         },
         "banlieue-libvirt-bench",
     ));
-    let cctx = Arc::new(ClusterContext {
-        client: client.clone(),
-        connector: connector.clone(),
-    });
+    let cctx = Arc::new(ClusterContext::new(client.clone(), connector.clone()));
     let (m, c, ns1, ns2) = (mctx.clone(), cctx, ns.clone(), ns.clone());
     tokio::spawn(
         async move { machine_controller::run(m, Some(&ns1), concurrency, std::future::pending()).await },

@@ -6,7 +6,8 @@
 //! checks each one answers (`LibvirtConnected`), publishes one failure domain per reachable host,
 //! mirrors the Cluster's `controlPlaneEndpoint` when the user set none (CAPI only), and sets
 //! `status.initialization.provisioned` and `Ready`. Objects with `cluster.x-k8s.io/managed-by`
-//! are skipped.
+//! are skipped. The credentials Secrets of its hosts are watched: one created or fixed after the
+//! fact is acted on within seconds ([`crate::secrets`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +18,7 @@ use banlieue_api::infrastructure::{LibvirtCluster, LibvirtClusterStatus};
 use banlieue_api::standalone;
 use banlieue_capi::Cluster;
 use banlieue_capi::contract;
+use banlieue_provider_runtime::secret_watch::{SecretIndex, secrets_api};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
@@ -30,13 +32,14 @@ use crate::error::{Error, Result};
 use crate::hosts::{self, Connector};
 use crate::hypervisor::Hypervisor;
 use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
+use crate::secrets::ReadSecrets;
 
 /// Condition type: every host answers.
 pub const LIBVIRT_CONNECTED: &str = "LibvirtConnected";
 /// Resync period.
 pub const RESYNC: Duration = Duration::from_secs(300);
-/// Requeue while a host is unreachable or its credentials are unusable (the Secret is not
-/// watched: a fixed Secret is picked up at the next retry).
+/// Requeue while a host is unreachable or its credentials are unusable (a created or fixed
+/// credentials Secret is acted on at once: it is watched).
 pub const RETRY: Duration = Duration::from_secs(10);
 
 /// Shared state of the LibvirtCluster controller.
@@ -45,6 +48,22 @@ pub struct ClusterContext<C: Connector> {
     pub client: kube::Client,
     /// Opens libvirt connections.
     pub connector: C,
+    /// The credentials Secrets each LibvirtCluster's last reconcile read, for the Secret watch.
+    pub secrets: SecretIndex<LibvirtCluster>,
+    /// Requeue while a host is unreachable or its credentials are unusable ([`RETRY`]).
+    pub retry: Duration,
+}
+
+impl<C: Connector> ClusterContext<C> {
+    /// A context with the default [`RETRY`].
+    pub fn new(client: kube::Client, connector: C) -> Self {
+        Self {
+            client,
+            connector,
+            secrets: SecretIndex::default(),
+            retry: RETRY,
+        }
+    }
 }
 
 fn cond(
@@ -159,6 +178,8 @@ async fn set_finalizer(api: &Api<LibvirtCluster>, lvc: &LibvirtCluster, present:
 }
 
 async fn reconcile_inner<C: Connector>(obj: &LibvirtCluster, ctx: &ClusterContext<C>) -> Result<Action> {
+    // Whatever this reconcile returns, the watch then follows exactly the Secrets it read.
+    let read = ReadSecrets::new(&ctx.secrets, ObjectRef::from_obj(obj));
     let namespace = obj.namespace().unwrap_or_default();
     let api: Api<LibvirtCluster> = Api::namespaced(ctx.client.clone(), &namespace);
     let Some(lvc) = api
@@ -234,7 +255,7 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtCluster, ctx: &ClusterContex
             .as_ref()
             .is_some_and(|c| endpoint_to_mirror(&lvc, c).is_some());
 
-    let (ready_reason, ready_message, provisioned) = match hosts::resolve(&ctx.client, &lvc).await? {
+    let (ready_reason, ready_message, provisioned) = match hosts::resolve(&ctx.client, &lvc, &read).await? {
         Err(e) => {
             condition::set(
                 &mut status.conditions,
@@ -304,7 +325,7 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtCluster, ctx: &ClusterContex
     );
     write_status(&api, &lvc, &status).await?;
     let connected = condition::is_true(&status.conditions, LIBVIRT_CONNECTED);
-    Ok(Action::requeue(if connected { RESYNC } else { RETRY }))
+    Ok(Action::requeue(if connected { RESYNC } else { ctx.retry }))
 }
 
 fn cluster_to_infra(cluster: Cluster) -> Option<ObjectRef<LibvirtCluster>> {
@@ -339,8 +360,11 @@ pub async fn run_with_metrics<C: Connector>(
         Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
         None => (Api::all(client.clone()), Api::all(client)),
     };
+    let secrets = secrets_api(ctx.client.clone(), namespace);
     Controller::new(lvcs, watcher::Config::default())
         .watches(clusters, watcher::Config::default(), cluster_to_infra)
+        // A created or fixed credentials Secret concerns the clusters whose hosts use it.
+        .watches(secrets, watcher::Config::default(), ctx.secrets.mapper())
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)
         .run(

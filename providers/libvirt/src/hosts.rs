@@ -8,20 +8,23 @@
 //!
 //! A host's credentials (`hosts[].credentialsRef`, else the cluster's `credentialsRef`, else
 //! the Provider's) are read from their Secret and written to private files by
-//! [`crate::credentials`]; the URI the connector opens carries their paths.
+//! [`crate::credentials`]; the URI the connector opens carries their paths. [`resolve`] records
+//! them for the Secret watch ([`crate::secrets`]) before reading them.
 
 use std::sync::Arc;
 
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::SecretReference;
 use banlieue_api::infrastructure::LibvirtCluster;
+use banlieue_provider_runtime::secret_watch::SecretKey;
 use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::credentials;
 use crate::error::{Error, Result};
 use crate::hypervisor::Hypervisor;
 use crate::provision::Host;
+use crate::secrets::ReadSecrets;
 
 /// A host: failure-domain name and URI.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,10 +150,24 @@ pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec
     }])
 }
 
-/// Reads the Provider (if any) and returns the hosts, or why they are unknown.
-pub async fn resolve(
+/// The credentials Secrets of `hosts` (each once). Pure.
+pub fn credentials_secrets(hosts: &[HostSpec]) -> Vec<SecretKey> {
+    let mut keys: Vec<SecretKey> = hosts
+        .iter()
+        .filter_map(|h| h.credentials.as_ref())
+        .map(|r| SecretKey::new(r.namespace.clone().unwrap_or_default(), r.name.clone()))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+/// Reads the Provider (if any) and returns the hosts, or why they are unknown. Every
+/// credentials Secret of the hosts is recorded in `read` before any is read.
+pub async fn resolve<K: Resource<DynamicType = ()>>(
     client: &kube::Client,
     lvc: &LibvirtCluster,
+    read: &ReadSecrets<K>,
 ) -> Result<std::result::Result<Vec<HostSpec>, HostsError>> {
     let provider = match &lvc.spec.provider_ref {
         Some(r) if lvc.spec.uri.is_none() => Api::<Provider>::all(client.clone())
@@ -163,6 +180,7 @@ pub async fn resolve(
         Ok(h) => h,
         Err(e) => return Ok(Err(e)),
     };
+    read.record(credentials_secrets(&hosts));
     for h in &mut hosts {
         let Some(r) = &h.credentials else { continue };
         let ns = r.namespace.clone().unwrap_or_default();
@@ -302,7 +320,13 @@ mod tests {
                 ("kvm2", Some(("infra", "own")), false)
             ]
         );
+        assert_eq!(
+            credentials_secrets(&hosts),
+            vec![SecretKey::new("infra", "own"), SecretKey::new("ns", "shared")]
+        );
         lvc.spec.credentials_ref = None;
-        assert_eq!(hosts_of(&lvc, None).unwrap()[0].credentials, None);
+        let hosts = hosts_of(&lvc, None).unwrap();
+        assert_eq!(hosts[0].credentials, None);
+        assert_eq!(credentials_secrets(&hosts), vec![SecretKey::new("infra", "own")]);
     }
 }

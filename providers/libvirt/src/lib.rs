@@ -10,6 +10,7 @@
 //!   LibvirtCluster's hosts.
 //! - [`credentials`]: Secret-held SSH keys / TLS certificates as private files and URI
 //!   parameters.
+//! - [`secrets`]: the Secrets a reconcile reads, recorded for the Secret watch.
 //! - [`update`]: reconfiguring a provisioned domain (CPU, memory, power state).
 //! - [`machine_controller`], [`cluster_controller`], [`template_controller`]: the kube-runtime
 //!   controllers.
@@ -28,6 +29,7 @@ pub mod phase;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;
+pub mod secrets;
 pub mod template_controller;
 pub mod update;
 pub mod xml;

@@ -6,6 +6,10 @@
 //! paused (deletion included) → deletion → finalizer → wait for the infra cluster and the
 //! bootstrap data → provisioning ([`crate::provision`]) → `spec.providerID` → status by
 //! server-side apply on `/status` (only when changed) → Events.
+//!
+//! The Secrets a reconcile reads (the hosts' credentials, the user-data / bootstrap data Secret
+//! while it is needed) are watched: one created or fixed after the fact is acted on within
+//! seconds ([`crate::secrets`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +21,7 @@ use banlieue_api::condition::{self, ConditionStatus};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine, LibvirtMachineStatus};
 use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
+use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -35,13 +40,15 @@ use crate::owner::{self, BootstrapSource, InfraCluster};
 use crate::phase::Phase;
 use crate::provision::{self, MachineInput, StepError};
 use crate::readopt;
+use crate::secrets::ReadSecrets;
 use crate::xml::Owner;
 
 /// Finalizer of LibvirtMachines and LibvirtClusters.
 pub const FINALIZER: &str = "infrastructure.banlieue.io/libvirt";
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-libvirt";
-/// Requeue while waiting for something another controller does.
+/// Requeue while waiting for something another controller does (or for a Secret: those are
+/// also watched).
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
 
 /// Shared state of the LibvirtMachine controller.
@@ -59,6 +66,10 @@ pub struct MachineContext<C: Connector> {
     pub writes: Mutex<HashMap<&'static str, u64>>,
     /// Reconcile metrics (`/metrics`); share one registry per process by replacing it.
     pub metrics: banlieue_provider_runtime::metrics::Metrics,
+    /// The Secrets each LibvirtMachine's last reconcile read, for the Secret watch.
+    pub secrets: SecretIndex<LibvirtMachine>,
+    /// Requeue while waiting for the infra cluster, the bootstrap data or hosts ([`WAIT_REQUEUE`]).
+    pub wait_requeue: Duration,
 }
 
 impl<C: Connector> MachineContext<C> {
@@ -79,6 +90,8 @@ impl<C: Connector> MachineContext<C> {
             failures: Mutex::default(),
             writes: Mutex::default(),
             metrics: Default::default(),
+            secrets: SecretIndex::default(),
+            wait_requeue: WAIT_REQUEUE,
         }
     }
 
@@ -255,7 +268,42 @@ fn domain_uuid(lm: &LibvirtMachine) -> String {
         .unwrap_or_else(|| lm.uid().unwrap_or_default())
 }
 
+/// Removes the finalizer of a machine being deleted: it is released, its Secrets are no longer
+/// watched.
+async fn release<C: Connector>(
+    ctx: &MachineContext<C>,
+    api: &Api<LibvirtMachine>,
+    lm: &LibvirtMachine,
+    read: &ReadSecrets<LibvirtMachine>,
+) -> Result<()> {
+    patch_finalizers(ctx, api, lm, false).await?;
+    read.forget();
+    Ok(())
+}
+
+/// Reads the user data of the owner's bootstrap source (its Secret recorded in `read` first: a
+/// missing one is watched), or the `Ready` reason and message why it cannot be read yet.
+async fn read_user_data<C: Connector>(
+    ctx: &MachineContext<C>,
+    view: &owner::OwnerView,
+    namespace: &str,
+    read: &ReadSecrets<LibvirtMachine>,
+) -> Result<std::result::Result<Vec<u8>, (&'static str, String)>> {
+    let BootstrapSource::Secret { name, key } = &view.bootstrap else {
+        return Ok(Ok(Vec::new()));
+    };
+    read.record([SecretKey::new(namespace, name.clone())]);
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("reading bootstrap Secret {namespace}/{name}"), e))?;
+    let for_vm = matches!(view.owner, owner::Owner::VirtualMachine(_));
+    Ok(user_data_of(secret, for_vm, namespace, name, key))
+}
+
 async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContext<C>) -> Result<Action> {
+    // Whatever this reconcile returns, the watch then follows exactly the Secrets it read.
+    let read = ReadSecrets::new(&ctx.secrets, ObjectRef::from_obj(obj));
     let namespace = obj.namespace().unwrap_or_default();
     let api: Api<LibvirtMachine> = Api::namespaced(ctx.client.clone(), &namespace);
     let Some(lm) = api
@@ -283,7 +331,7 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
                 .to_owned(),
         )
         .await;
-        patch_finalizers(ctx, &api, &lm, false).await?;
+        release(ctx, &api, &lm, &read).await?;
         return Ok(Action::await_change());
     }
     let Some(owner_ref) = owner::controlling_owner(&lm.metadata) else {
@@ -320,7 +368,7 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
         name: lm.name_any(),
     };
     if deleting {
-        return delete(ctx, &api, &lm, status, &view.infra_cluster, &me).await;
+        return delete(ctx, &api, &lm, status, &view.infra_cluster, &me, &read).await;
     }
     if !has_finalizer {
         patch_finalizers(ctx, &api, &lm, true).await?;
@@ -340,12 +388,12 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
                 "the LibvirtCluster is not provisioned yet".into(),
             );
             write_status(ctx, &api, &lm, &status).await?;
-            return Ok(Action::requeue(WAIT_REQUEUE));
+            return Ok(Action::requeue(ctx.wait_requeue));
         }
         InfraCluster::Missing(message) => {
             wait(&mut status, "WaitingForCluster", message.clone());
             write_status(ctx, &api, &lm, &status).await?;
-            return Ok(Action::requeue(WAIT_REQUEUE));
+            return Ok(Action::requeue(ctx.wait_requeue));
         }
     };
     // Created anew with a providerID (clusterctl move, a restore): the domain exists and is
@@ -358,7 +406,7 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
             "the owner's bootstrap data Secret is not set yet".into(),
         );
         write_status(ctx, &api, &lm, &status).await?;
-        return Ok(Action::requeue(WAIT_REQUEUE));
+        return Ok(Action::requeue(ctx.wait_requeue));
     }
     let phase = match Phase::read(lm.status.as_ref()) {
         Ok(p) => p,
@@ -368,32 +416,22 @@ async fn reconcile_inner<C: Connector>(obj: &LibvirtMachine, ctx: &MachineContex
             return Ok(Action::requeue(provision::PERMANENT_RETRY));
         }
     };
-    let host_specs = match hosts::resolve(&ctx.client, &lvc).await? {
+    let host_specs = match hosts::resolve(&ctx.client, &lvc, &read).await? {
         Ok(h) => h,
         Err(e) => {
             wait(&mut status, e.reason, e.message);
             write_status(ctx, &api, &lm, &status).await?;
-            return Ok(Action::requeue(WAIT_REQUEUE));
+            return Ok(Action::requeue(ctx.wait_requeue));
         }
     };
     let user_data = if phase.needs_bootstrap_data() && !readopting {
-        match &view.bootstrap {
-            BootstrapSource::Secret { name, key } => {
-                let secret = Api::<Secret>::namespaced(ctx.client.clone(), &namespace)
-                    .get_opt(name)
-                    .await
-                    .map_err(|e| Error::kube(format!("reading bootstrap Secret {name}"), e))?;
-                let for_vm = matches!(view.owner, owner::Owner::VirtualMachine(_));
-                match user_data_of(secret, for_vm, &namespace, name, key) {
-                    Ok(bytes) => Some(bytes),
-                    Err((reason, message)) => {
-                        wait(&mut status, reason, message);
-                        write_status(ctx, &api, &lm, &status).await?;
-                        return Ok(Action::requeue(WAIT_REQUEUE));
-                    }
-                }
+        match read_user_data(ctx, &view, &namespace, &read).await? {
+            Ok(bytes) => Some(bytes),
+            Err((reason, message)) => {
+                wait(&mut status, reason, message);
+                write_status(ctx, &api, &lm, &status).await?;
+                return Ok(Action::requeue(ctx.wait_requeue));
             }
-            _ => Some(Vec::new()),
         }
     } else {
         None
@@ -514,6 +552,7 @@ async fn delete<C: Connector>(
     mut status: LibvirtMachineStatus,
     infra: &InfraCluster,
     me: &Owner,
+    read: &ReadSecrets<LibvirtMachine>,
 ) -> Result<Action> {
     let generation = lm.metadata.generation;
     // Created anew (clusterctl move, a restore) and deleted before its domain was adopted: the
@@ -535,11 +574,11 @@ async fn delete<C: Connector>(
         .and_then(|s| s.node.clone())
         .or_else(|| adopting.as_ref().map(|p| p.host.clone()))
     else {
-        patch_finalizers(ctx, api, lm, false).await?;
+        release(ctx, api, lm, read).await?;
         return Ok(Action::await_change());
     };
     let specs = match infra.object() {
-        Some(lvc) => hosts::resolve(&ctx.client, lvc).await?,
+        Some(lvc) => hosts::resolve(&ctx.client, lvc, read).await?,
         None => Err(hosts::HostsError {
             reason: "DeletionFailed",
             message: "the LibvirtCluster is gone: cannot reach the libvirt host to delete the domain".into(),
@@ -569,7 +608,7 @@ async fn delete<C: Connector>(
                 ),
             )
             .await;
-            patch_finalizers(ctx, api, lm, false).await?;
+            release(ctx, api, lm, read).await?;
             return Ok(Action::await_change());
         }
         condition::set(
@@ -606,14 +645,14 @@ async fn delete<C: Connector>(
         if let Some((reason, note)) = released {
             // Nothing of this object's on the host: release it, touch nothing.
             publish(&ctx.recorder, lm, EventType::Normal, reason, note).await;
-            patch_finalizers(ctx, api, lm, false).await?;
+            release(ctx, api, lm, read).await?;
             return Ok(Action::await_change());
         }
     }
     match provision::delete(&*hv, me, &lm.spec, &uuid).await {
         Ok(note) => {
             publish(&ctx.recorder, lm, EventType::Normal, "Deleted", note).await;
-            patch_finalizers(ctx, api, lm, false).await?;
+            release(ctx, api, lm, read).await?;
             Ok(Action::await_change())
         }
         Err(e) => {
@@ -708,6 +747,12 @@ pub async fn run<C: Connector>(
             api::<VirtualMachine>(&client, namespace),
             watcher::Config::default(),
             vm_to_machine,
+        )
+        // A created or fixed credentials or user-data Secret concerns the machines that read it.
+        .watches(
+            secrets_api(client.clone(), namespace),
+            watcher::Config::default(),
+            ctx.secrets.mapper(),
         )
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(shutdown)

@@ -76,10 +76,7 @@ async fn main() -> anyhow::Result<()> {
     let connector = VirtConnector::default();
     let mut machine = MachineContext::new(client.clone(), connector.clone(), args.settings(), NAME);
     machine.metrics = probes.metrics.clone();
-    let cluster = Arc::new(ClusterContext {
-        client: client.clone(),
-        connector,
-    });
+    let cluster = Arc::new(ClusterContext::new(client.clone(), connector));
     let templates = Arc::new(TemplateContext {
         client: client.clone(),
     });

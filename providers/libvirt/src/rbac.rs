@@ -4,6 +4,7 @@
 //!
 //! Every rule says why it exists. Add a verb here only together with the code that calls it.
 
+use banlieue_provider_runtime::rbac::SECRET_WATCH_VERBS;
 pub use banlieue_provider_runtime::rbac::{LEADER_ELECTION_RULES, Rule, policy_rules};
 
 /// Cluster-wide rules of the provider's ClusterRole.
@@ -45,8 +46,8 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         api_groups: &[""],
         resources: &["secrets"],
-        verbs: &["get"],
-        why: "bootstrap data and host credentials (read by name only, never listed)",
+        verbs: SECRET_WATCH_VERBS,
+        why: "host credentials (qemu+ssh / qemu+tls) and bootstrap / user data: contents are read only by get, in the reconcile that needs them; list and watch feed a metadata-only watch (banlieue_provider_runtime::secret_watch, decoded as PartialObjectMeta, nothing of the data kept) so that a Secret created or fixed after the fact is acted on within seconds instead of at the next requeue",
     },
     Rule {
         api_groups: &["events.k8s.io"],
@@ -78,8 +79,8 @@ mod tests {
 
     use super::*;
 
-    /// Every rule explained, no wildcard, Secrets only read by name, and only libvirt kinds of
-    /// the infrastructure group.
+    /// Every rule explained, no wildcard, Secrets only read by name and watched, and only
+    /// libvirt kinds of the infrastructure group.
     #[test]
     fn rules_are_least_privilege_and_only_name_libvirt_kinds() {
         lint(

@@ -7,6 +7,8 @@
 //! - a `qemu+ssh://` host's Secret is written to 0600 files and never appears in the
 //!   LibvirtCluster's status or the namespace's Events, whatever fails (missing key, missing
 //!   Secret, unreachable host);
+//! - a credentials Secret created after the fact is acted on within seconds (the Secret watch),
+//!   not at the next retry;
 //! - a LibvirtMachineTemplate gets `status.capacity`, and a reconcile of an up-to-date template
 //!   writes nothing.
 //!
@@ -31,6 +33,8 @@ use serde_json::json;
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 const MARKER: &str = "PRIVATE-KEY-MATERIAL-5d1c";
+/// Long enough for the reconciles an object's own writes trigger to have run.
+const SETTLE: Duration = Duration::from_secs(3);
 
 async fn env() -> Result<&'static TestEnv> {
     Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
@@ -78,10 +82,18 @@ fn owned_cluster(owner: &Provider, name: &str, spec: serde_json::Value) -> Resul
 }
 
 fn start_cluster_controller(client: &kube::Client, ns: &str) -> tokio::task::JoinHandle<()> {
-    let ctx = Arc::new(ClusterContext {
-        client: client.clone(),
-        connector: VirtConnector::default(),
-    });
+    start_cluster_controller_retrying(client, ns, cluster_controller::RETRY)
+}
+
+/// The cluster controller, retrying unreachable hosts and unusable credentials every `retry`.
+fn start_cluster_controller_retrying(
+    client: &kube::Client,
+    ns: &str,
+    retry: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let mut ctx = ClusterContext::new(client.clone(), VirtConnector::default());
+    ctx.retry = retry;
+    let ctx = Arc::new(ctx);
     let ns = ns.to_owned();
     tokio::spawn(async move { cluster_controller::run(ctx, Some(&ns), 2, std::future::pending()).await })
 }
@@ -251,6 +263,81 @@ async fn ssh_credentials_reach_private_files_and_never_the_status_or_events() ->
     Ok(())
 }
 
+/// The Secret watch: a host whose credentials Secret does not exist yet says so, and the
+/// Secret created afterwards is used within seconds, although the controller retries such a
+/// LibvirtCluster only every 10 minutes here.
+#[tokio::test]
+async fn a_late_credentials_secret_is_acted_on_within_seconds() -> Result<()> {
+    const LONG_RETRY: Duration = Duration::from_secs(600);
+    const WELL_BEFORE_THE_RETRY: Duration = Duration::from_secs(30);
+    let env = env().await?;
+    let ns = env.namespace("lv-late-creds").await?;
+    let client = env.client().await?;
+    let p = provider(&client, ns.name()).await?;
+    let api = Api::<LibvirtCluster>::namespaced(client.clone(), ns.name());
+    // Port 1 on loopback: once the credentials are usable, the connection is refused at once.
+    api.create(
+        &PostParams::default(),
+        &owned_cluster(
+            &p,
+            "late",
+            json!({"hosts": [{"name": "kvm1", "uri": "qemu+ssh://root@127.0.0.1:1/system",
+                              "credentialsRef": {"name": "late-ssh"}}]}),
+        )?,
+    )
+    .await?;
+    let task = start_cluster_controller_retrying(&client, ns.name(), LONG_RETRY);
+    let connected = |c: &LibvirtCluster| condition(c, "LibvirtConnected");
+    let (_, _, message) = eventually("CredentialsNotFound", || async {
+        Ok(connected(&api.get("late").await?).filter(|c| c.1 == "CredentialsNotFound"))
+    })
+    .await?;
+    assert!(message.contains("late-ssh"), "{message}");
+    // Let the reconciles its own writes (finalizer, status) triggered finish: from now on only
+    // the Secret watch brings it back before the retry.
+    tokio::time::sleep(SETTLE).await;
+
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("late-ssh".into()),
+            ..Default::default()
+        },
+        string_data: Some(
+            ["ssh-privatekey", "known_hosts"]
+                .iter()
+                .map(|k| ((*k).to_owned(), format!("{MARKER} {k}\n")))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns.name())
+        .create(&PostParams::default(), &secret)
+        .await?;
+    // Read, written to files and used: the host is now merely unreachable.
+    let deadline = tokio::time::Instant::now() + WELL_BEFORE_THE_RETRY;
+    loop {
+        let c = connected(&api.get("late").await?);
+        if c.as_ref().is_some_and(|c| c.1 == "Unreachable") {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "the Secret was not used within {WELL_BEFORE_THE_RETRY:?} (the retry is {LONG_RETRY:?}): {c:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    task.abort();
+    let base = banlieue_libvirt::credentials::default_dir();
+    let prefix = format!("{}_late-ssh_", ns.name());
+    for e in std::fs::read_dir(&base)?.flatten() {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn templates_publish_capacity_once() -> Result<()> {
     let env = env().await?;
@@ -347,10 +434,7 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
             )?,
         )
         .await?;
-    let cctx = Arc::new(ClusterContext {
-        client: client.clone(),
-        connector: connector.clone(),
-    });
+    let cctx = Arc::new(ClusterContext::new(client.clone(), connector.clone()));
     let mctx = Arc::new(MachineContext::new(
         client.clone(),
         connector.clone(),

@@ -6,8 +6,8 @@
 //! delete, pause, bad template, bad access, crash/restart) run through
 //! `scenarios/test_driver.rs`. The libvirt-specific scenarios below write what the banlieue
 //! controller would create in standalone mode (a LibvirtCluster owned by a Provider, a
-//! LibvirtMachine owned by a VirtualMachine) the way it writes them, and the Cluster's
-//! endpoint mirror.
+//! LibvirtMachine owned by a VirtualMachine) the way it writes them, the Cluster's endpoint
+//! mirror, and the Secret watch (a user-data Secret created late is acted on at once).
 //!
 //! Run: `cargo test -p banlieue-libvirt --test scenarios` (needs `tests/controlplane/build.sh`).
 
@@ -89,6 +89,8 @@ struct Standalone {
     ns: String,
     provider: String,
     connector: VirtConnector,
+    /// The controllers' requeue while waiting (default: theirs).
+    wait_requeue: Option<Duration>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -104,6 +106,14 @@ impl Standalone {
     /// A libvirt Provider on `test:///default`, its standalone LibvirtCluster, a base volume,
     /// and both controllers running.
     async fn new(prefix: &str) -> Result<(Self, banlieue_testenv::TestNamespace)> {
+        Self::requeueing(prefix, None).await
+    }
+
+    /// [`Self::new`] with the controllers' requeue while waiting set to `wait_requeue`.
+    async fn requeueing(
+        prefix: &str,
+        wait_requeue: Option<Duration>,
+    ) -> Result<(Self, banlieue_testenv::TestNamespace)> {
         let env = env().await?;
         let ns = env.namespace(prefix).await?;
         let client = env.client().await?;
@@ -140,6 +150,7 @@ impl Standalone {
             ns: ns.name().to_owned(),
             provider: provider_name,
             connector: connector.clone(),
+            wait_requeue,
             tasks: Vec::new(),
         };
         s.start_controllers();
@@ -151,16 +162,18 @@ impl Standalone {
             domain_type: DomainType::Qemu,
             ..Settings::default()
         };
-        let mctx = Arc::new(MachineContext::new(
+        let mut mctx = MachineContext::new(
             self.client.clone(),
             self.connector.clone(),
             settings,
             "banlieue-libvirt-test",
-        ));
-        let cctx = Arc::new(ClusterContext {
-            client: self.client.clone(),
-            connector: self.connector.clone(),
-        });
+        );
+        let mut cctx = ClusterContext::new(self.client.clone(), self.connector.clone());
+        if let Some(requeue) = self.wait_requeue {
+            mctx.wait_requeue = requeue;
+            cctx.retry = requeue;
+        }
+        let (mctx, cctx) = (Arc::new(mctx), Arc::new(cctx));
         let (ns1, ns2) = (self.ns.clone(), self.ns.clone());
         self.tasks.push(tokio::spawn(async move {
             machine_controller::run(mctx, Some(&ns1), 4, std::future::pending()).await;
@@ -180,6 +193,12 @@ impl Standalone {
     /// A VirtualMachine with user data and its LibvirtMachine, as the banlieue controller
     /// creates them.
     async fn machine(&self, name: &str, user_data: &str) -> Result<LibvirtMachine> {
+        self.user_data_secret(name, user_data).await?;
+        self.machine_without_user_data(name).await
+    }
+
+    /// The user-data Secret of the VirtualMachine `name` (`<name>-user-data`, key `userdata`).
+    async fn user_data_secret(&self, name: &str, user_data: &str) -> Result<Secret> {
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
                 name: Some(format!("{name}-user-data")),
@@ -188,9 +207,14 @@ impl Standalone {
             string_data: Some([("userdata".to_owned(), user_data.to_owned())].into()),
             ..Default::default()
         };
-        self.api::<Secret>()
+        Ok(self
+            .api::<Secret>()
             .create(&PostParams::default(), &secret)
-            .await?;
+            .await?)
+    }
+
+    /// [`Self::machine`] before its user-data Secret exists.
+    async fn machine_without_user_data(&self, name: &str) -> Result<LibvirtMachine> {
         let vm: VirtualMachine = serde_json::from_value(json!({
             "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
             "metadata": {"name": name},
@@ -445,5 +469,67 @@ async fn a_capi_cluster_endpoint_is_mirrored_to_the_libvirt_cluster() -> Result<
         Some(("10.0.0.100".to_owned(), 6443)),
         "the Cluster's endpoint is mirrored"
     );
+    Ok(())
+}
+
+/// The Secret watch: a machine whose user-data Secret does not exist yet says so, and once the
+/// Secret is created it is provisioned within seconds, although the controllers requeue a
+/// waiting machine only every 10 minutes here.
+#[tokio::test]
+async fn a_late_user_data_secret_is_acted_on_within_seconds() -> Result<()> {
+    const LONG_REQUEUE: Duration = Duration::from_secs(600);
+    const WELL_BEFORE_THE_REQUEUE: Duration = Duration::from_secs(30);
+    let (s, _ns) = Standalone::requeueing("lv-late-userdata", Some(LONG_REQUEUE)).await?;
+    let api = s.api::<LibvirtMachine>();
+    s.machine_without_user_data("late").await?;
+    let ready = |lm: &LibvirtMachine| {
+        lm.status
+            .as_ref()
+            .and_then(|st| banlieue_api::condition::find(&st.conditions, banlieue_api::condition::READY))
+            .cloned()
+    };
+    let waiting = eventually("waiting for its user data", || async {
+        let lm = api.get("late").await?;
+        Ok(ready(&lm).filter(|c| c.reason == "UserDataSecretNotFound"))
+    })
+    .await?;
+    assert_eq!(waiting.status, "False");
+    assert!(
+        waiting.message.contains(&format!("{}/late-user-data", s.ns)),
+        "{}",
+        waiting.message
+    );
+    let hv = s.connector.get(URI);
+    assert!(
+        hv.domain_by_name(&format!("{}_late", s.ns)).await?.is_none(),
+        "nothing is defined without user data"
+    );
+    // Let the reconciles its own writes (finalizer, status) triggered finish: from now on only
+    // the Secret watch brings it back before the requeue.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    s.user_data_secret("late", "#cloud-config\nlate: true\n").await?;
+    let deadline = tokio::time::Instant::now() + WELL_BEFORE_THE_REQUEUE;
+    let lm = loop {
+        let lm = api.get("late").await?;
+        if ready(&lm).is_some_and(|c| c.status == "True") {
+            break lm;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "not provisioned within {WELL_BEFORE_THE_REQUEUE:?} of its Secret (the requeue is {LONG_REQUEUE:?}): {:?}",
+                ready(&lm)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let seed = hv
+        .uploaded(POOL, &format!("{}_late-seed.iso", s.ns))
+        .context("seed uploaded")?;
+    assert_eq!(
+        SeedFiles::from_iso(&seed)?.user_data.as_deref(),
+        Some(&b"#cloud-config\nlate: true\n"[..])
+    );
+    assert!(lm.spec.provider_id.is_some());
     Ok(())
 }

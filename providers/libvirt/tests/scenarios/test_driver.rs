@@ -99,10 +99,7 @@ impl ProviderUnderTest for TestDriver {
             settings,
             "banlieue-libvirt-test",
         ));
-        let clusters = Arc::new(ClusterContext {
-            client: self.kube.clone(),
-            connector: self.connector.clone(),
-        });
+        let clusters = Arc::new(ClusterContext::new(self.kube.clone(), self.connector.clone()));
         let (a, b) = (self.ns.clone(), self.ns.clone());
         self.controllers.push(tokio::spawn(async move {
             machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;

@@ -10,6 +10,7 @@
 //! the caller but the API server.
 
 pub mod capi;
+pub mod images;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

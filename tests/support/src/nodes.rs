@@ -358,6 +358,28 @@ impl Node {
         &self.name
     }
 
+    /// Imports an image tarball (OCI layout, e.g. from [`crate::images::BinaryImage::build`]) into
+    /// the node's containerd as `reference` (`name:tag`): Pods with `imagePullPolicy: IfNotPresent`
+    /// or `Never` then run it.
+    pub fn import(&self, reference: &str, tarball: &Path) -> Result<()> {
+        let (name, _) = crate::images::split_reference(reference)?;
+        let socket = self.dir.join("containerd.sock");
+        run(
+            "ctr",
+            &[
+                "--address",
+                &socket.display().to_string(),
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                "--base-name",
+                name,
+                &tarball.display().to_string(),
+            ],
+        )
+    }
+
     /// The node's folder: `node.log` (its init and kubelet), `containerd.log`, configuration.
     pub fn dir(&self) -> &Path {
         &self.dir

@@ -111,8 +111,11 @@ pub struct SimConfig {
     pub address_pool_prefix: u8,
     /// Where to load the API schema from; `None` means [`crate::schema::default_schema_path`].
     pub schema_path: Option<PathBuf>,
-    /// Port to bind on 127.0.0.1 (0 = any free port).
+    /// Port to bind on [`SimConfig::bind_address`] (0 = any free port).
     pub port: u16,
+    /// Address to listen on: loopback by default; a test whose clients run elsewhere (Pods on
+    /// a real node) gives the host's address they reach. The certificate names it too.
+    pub bind_address: Ipv4Addr,
     /// The user of the ticket login and the token.
     pub username: String,
     /// The password for `POST /access/ticket`; derived from the seed when `None`.
@@ -168,6 +171,7 @@ impl Default for SimConfig {
             address_pool_prefix: 16,
             schema_path: None,
             port: 0,
+            bind_address: Ipv4Addr::LOCALHOST,
             username: "root@pam".into(),
             password: None,
             token_name: "banlieue".into(),

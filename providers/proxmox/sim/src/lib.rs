@@ -61,7 +61,7 @@ pub enum SimError {
     #[error("configuring TLS")]
     Tls(#[source] rustls::Error),
     /// Binding the listening socket failed.
-    #[error("binding 127.0.0.1:{port}")]
+    #[error("binding port {port}")]
     Bind {
         /// The requested port.
         port: u16,
@@ -93,14 +93,17 @@ impl std::fmt::Debug for SimHandle {
     }
 }
 
-/// Starts the simulator on `127.0.0.1:{config.port}` (HTTPS).
+/// Starts the simulator on `{config.bind_address}:{config.port}` (HTTPS; loopback by default).
 pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
     config.validate().map_err(SimError::Config)?;
     let schema = match &config.schema_path {
         Some(p) => Arc::new(schema::ApiSchema::load(p).map_err(|e| SimError::Schema(Arc::new(e)))?),
         None => schema::shared_default().map_err(SimError::Schema)?,
     };
-    let certs = make_certificates(&config.nodes.first().cloned().unwrap_or_else(|| "pve1".into()))?;
+    let certs = make_certificates(
+        &config.nodes.first().cloned().unwrap_or_else(|| "pve1".into()),
+        config.bind_address,
+    )?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut tls = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -114,7 +117,7 @@ pub async fn start(config: SimConfig) -> Result<SimHandle, SimError> {
     tls.alpn_protocols = vec![b"http/1.1".to_vec()];
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let port = config.port;
-    let listener = TcpListener::bind(("127.0.0.1", port))
+    let listener = TcpListener::bind((config.bind_address, port))
         .await
         .map_err(|source| SimError::Bind { port, source })?;
     let addr = listener
@@ -167,7 +170,7 @@ struct Certs {
 }
 
 /// A cluster CA (like `pve-root-ca.pem`) and a node certificate signed by it (like `pve-ssl.pem`).
-fn make_certificates(node: &str) -> Result<Certs, SimError> {
+fn make_certificates(node: &str, address: std::net::Ipv4Addr) -> Result<Certs, SimError> {
     let ca_key = KeyPair::generate().map_err(SimError::Certificate)?;
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(SimError::Certificate)?;
     ca.distinguished_name
@@ -185,12 +188,11 @@ fn make_certificates(node: &str) -> Result<Certs, SimError> {
     let ca_cert = ca.self_signed(&ca_key).map_err(SimError::Certificate)?;
     let issuer = Issuer::new(ca, ca_key);
     let leaf_key = KeyPair::generate().map_err(SimError::Certificate)?;
-    let mut leaf = CertificateParams::new(vec![
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        node.to_owned(),
-    ])
-    .map_err(SimError::Certificate)?;
+    let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), node.to_owned()];
+    if !address.is_loopback() {
+        names.push(address.to_string());
+    }
+    let mut leaf = CertificateParams::new(names).map_err(SimError::Certificate)?;
     leaf.distinguished_name
         .push(DnType::CommonName, format!("{node}.banlieue.invalid"));
     leaf.distinguished_name

@@ -12,23 +12,30 @@ step() { echo "==> [dev $((SECONDS - started))s] $*" >&2; }
 bin="${BANLIEUE_CONTROLPLANE_BIN:-tests/controlplane/bin}"
 target="${CARGO_TARGET_DIR:-target}"
 # --capi (CAPI's managers too) needs them built: see `banlieue-dev --help`.
-build=--core-only
+# --pods (managers as Pods on a real node) needs kubelet, kube-scheduler and kube-proxy.
+build=--core-only capi=0 pods=0
 for arg in "$@"; do
-    [ "$arg" = --capi ] && build=--capi
+    [ "$arg" = --capi ] && capi=1
+    [ "$arg" = --pods ] && pods=1
 done
-first_go=0 first_rust=0 first_capi=0
+[ $capi = 1 ] && build=--capi
+[ $pods = 1 ] && build=--nodes
+[ $capi = 1 ] && [ $pods = 1 ] && build=""   # everything
+first_go=0 first_rust=0 first_capi=0 first_nodes=0
 [ -x "$bin/kube-apiserver" ] || first_go=1
 [ -x "$target/debug/banlieue-dev" ] || first_rust=1
-[ $build = --capi ] && { [ -x "$bin/capi-manager" ] || first_capi=1; }
-if [ $first_go = 1 ] || [ $first_rust = 1 ] || [ $first_capi = 1 ]; then
+[ $capi = 1 ] && { [ -x "$bin/capi-manager" ] || first_capi=1; }
+[ $pods = 1 ] && { [ -x "$bin/kubelet" ] || first_nodes=1; }
+if [ $first_go = 1 ] || [ $first_rust = 1 ] || [ $first_capi = 1 ] || [ $first_nodes = 1 ]; then
     step "first run: building what is missing, measured on 2 idle cores:"
     [ $first_go = 1 ] && step "  - etcd, kube-apiserver, kube-controller-manager from Go modules: ~7 min (then cached)"
     [ $first_capi = 1 ] && step "  - CAPI's three managers and clusterctl from Go modules: ~5 min (then cached)"
+    [ $first_nodes = 1 ] && step "  - kubelet, kube-scheduler and kube-proxy from Go modules: ~NODES_MIN min (then cached)"
     [ $first_rust = 1 ] && step "  - banlieue-dev, banlieue-proxmox and banlieue (cargo, debug): ~2-3 min, plus crate downloads (then incremental)"
     step "  later starts take seconds"
 fi
 
-step "control plane binaries (tests/controlplane/build.sh $build)"
+step "control plane binaries (tests/controlplane/build.sh ${build:-(everything)})"
 tests/controlplane/build.sh $build
 step "building banlieue-dev, banlieue-proxmox and banlieue (cargo build)"
 cargo build --locked -p banlieue-dev -p banlieue-controllers -p banlieue-proxmox

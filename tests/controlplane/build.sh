@@ -4,9 +4,10 @@
 # flags, Go version) are unchanged since its last successful build is skipped without running Go;
 # otherwise Go's module and build caches make a rebuild cheap.
 #
-# Usage: tests/controlplane/build.sh [--core-only | --capi | --clusterctl] [--force]
+# Usage: tests/controlplane/build.sh [--core-only | --nodes | --capi | --clusterctl] [--force]
 #   --core-only   only etcd, kube-apiserver, kube-controller-manager
 #                 (same as BANLIEUE_CONTROLPLANE_CORE_ONLY=1)
+#   --nodes       the core and kubelet, kube-scheduler, kube-proxy (tests/dev.sh --pods)
 #   --capi        the core and CAPI's managers + clusterctl, not the node binaries nor vcsim
 #                 (tests/dev.sh --capi)
 #   --clusterctl  only clusterctl (and CAPI's CRDs); the log goes to stderr and stdout is one line,
@@ -24,19 +25,21 @@ core_only="${BANLIEUE_CONTROLPLANE_CORE_ONLY:-0}"
 force=0
 clusterctl_only=0
 capi_only=0
+nodes_only=0
 for arg in "$@"; do
     case "$arg" in
         --core-only) core_only=1 ;;
         --clusterctl) clusterctl_only=1 ;;
         --capi) capi_only=1 ;;
+        --nodes) nodes_only=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
 
-if [ $((clusterctl_only + core_only + capi_only)) -gt 1 ]; then
-    echo "build.sh: --core-only, --capi and --clusterctl exclude each other" >&2; exit 2
+if [ $((clusterctl_only + core_only + capi_only + nodes_only)) -gt 1 ]; then
+    echo "build.sh: --core-only, --nodes, --capi and --clusterctl exclude each other" >&2; exit 2
 fi
 if [ "$clusterctl_only" = 1 ]; then
     # stdout carries only the export line (for eval); everything else goes to stderr.
@@ -128,6 +131,10 @@ build_group node "$here" \
 -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
 fi
 
+if [ "$nodes_only" = 1 ]; then
+    log "core and node binaries only: skipping CAPI and vcsim (done in $((SECONDS - total))s)"
+    exit 0
+fi
 if [ "$core_only" = 1 ]; then
     log "core only: skipping CAPI and vcsim (done in $((SECONDS - total))s)"
     exit 0

@@ -33,6 +33,14 @@ pub const PROXMOX: Image = Image {
     ports: &[8080, 8081],
 };
 
+/// The banlieue controller's image (`banlieue controller …`).
+pub const CONTROLLER: Image = Image {
+    dockerfile_target: "controller",
+    binary: "banlieue",
+    reference: "ghcr.io/banlieue/banlieue:v0.1.0",
+    ports: &[8080],
+};
+
 /// Every image: the three providers and the banlieue controller.
 pub const ALL: [Image; 4] = [
     PROXMOX,
@@ -48,12 +56,7 @@ pub const ALL: [Image; 4] = [
         reference: "ghcr.io/banlieue/banlieue-libvirt:v0.1.0",
         ports: &[8080, 8081],
     },
-    Image {
-        dockerfile_target: "controller",
-        binary: "banlieue",
-        reference: "ghcr.io/banlieue/banlieue:v0.1.0",
-        ports: &[8080],
-    },
+    CONTROLLER,
 ];
 
 impl Image {

@@ -11,6 +11,7 @@
 
 pub mod capi;
 pub mod images;
+pub mod pods;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,6 +58,9 @@ pub struct StackConfig {
     /// Folder of CAPI's CRDs to install as well (`None`: none; a folder without CRDs is an
     /// error).
     pub capi_crds: Option<PathBuf>,
+    /// Whether real nodes can join ([`banlieue_testenv::TestEnvBuilder::node_network`]); the
+    /// simulator then listens on the node bridge's host address, where Pods reach it.
+    pub node_network: bool,
 }
 
 /// A running control plane with banlieue's CRDs and the simulator registered as a Provider.
@@ -73,6 +77,7 @@ impl Stack {
         progress("starting etcd, kube-apiserver and kube-controller-manager");
         let env = TestEnv::builder()
             .allow_external(false)
+            .node_network(config.node_network)
             .start()
             .await
             .context("starting the control plane (did `tests/controlplane/build.sh` run?)")?;
@@ -95,7 +100,11 @@ impl Stack {
         }
 
         progress("starting the Proxmox VE simulator");
-        let sim = banlieue_pve_sim::start(config.sim)
+        let mut sim_config = config.sim;
+        if let Some(network) = env.node_network() {
+            sim_config.bind_address = network.gateway();
+        }
+        let sim = banlieue_pve_sim::start(sim_config)
             .await
             .context("starting the Proxmox VE simulator")?;
         progress(&format!("registering the simulator as Provider {PROVIDER_NAME}"));

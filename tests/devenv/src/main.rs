@@ -50,6 +50,11 @@ struct Args {
     /// `clusterctl generate cluster` needs for the simulator.
     #[arg(long)]
     capi: bool,
+    /// Run the Proxmox provider and the banlieue controller as Pods on a real node (containerd,
+    /// kubelet, kube-proxy; images built here from the binaries beside this one), installed from
+    /// their components in clusterctl/dist/ with only their RBAC, instead of host processes.
+    #[arg(long, conflicts_with = "no_controllers")]
+    pods: bool,
 }
 
 /// How long a controller gets to stop after SIGTERM.
@@ -68,12 +73,18 @@ async fn main() -> anyhow::Result<()> {
             Duration::from_millis(args.agent_ms),
         ),
         capi_crds: Some(args.capi_crds.clone().unwrap_or_else(banlieue_capi::crds::dir)),
+        node_network: args.pods,
     };
     let stack = Stack::start(config, step).await?;
     banlieue_dev::write_kubeconfig(stack.env.admin().path(), &args.kubeconfig)?;
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig)?;
     let mut controllers = Vec::new();
-    if !args.no_controllers {
+    let mut node = None;
+    if args.pods {
+        node = Some(
+            banlieue_dev::pods::install(&stack.env, &stack.sim, &banlieue_dev::binary_dir()?, step).await?,
+        );
+    } else if !args.no_controllers {
         let logs = kubeconfig.parent().unwrap_or(Path::new(".")).join("logs");
         let bin_dir = banlieue_dev::binary_dir()?;
         for (name, flags) in CONTROLLERS {
@@ -112,6 +123,12 @@ async fn main() -> anyhow::Result<()> {
     );
     println!("  sim certificate  SHA-256 {}", sim.fingerprint_sha256());
     println!();
+    if node.is_some() {
+        println!(
+            "  managers as Pods on node {}: kubectl get pods -A -o wide",
+            banlieue_dev::pods::NODE_NAME
+        );
+    }
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  kubectl get providers.banlieue.io");
     println!("  kubectl apply -f tests/devenv/examples/vm-on-sim.yaml && kubectl get bvm,pxmachine -w");
@@ -162,6 +179,7 @@ async fn main() -> anyhow::Result<()> {
             }
         ));
     }
+    drop(node);
     stack.stop().await;
     if let Some(e) = early {
         return Err(e).context("a controller stopped early");

@@ -272,3 +272,50 @@ async fn the_proxmox_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
     sim.shutdown().await;
     Ok(())
 }
+
+/// `banlieue-dev --pods`: the Proxmox provider and the banlieue controller as Pods on a real
+/// node, installed from their components as they are; the README's example VirtualMachine reaches
+/// Ready through them and is deleted again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dev_environment_with_pods_serves_the_example_virtual_machine() -> Result<()> {
+    let config = banlieue_dev::StackConfig {
+        sim: banlieue_dev::sim_config(1, Duration::from_millis(20), Duration::from_millis(200)),
+        capi_crds: Some(banlieue_capi::crds::dir()),
+        node_network: true,
+    };
+    let stack = banlieue_dev::Stack::start(config, |step| eprintln!("{step}")).await?;
+    let node = banlieue_dev::pods::install(&stack.env, &stack.sim, &banlieue_dev::binary_dir()?, |step| {
+        eprintln!("{step}")
+    })
+    .await?;
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/vm-on-sim.yaml");
+    let mut apply = stack.env.kubectl();
+    apply.args(["apply", "-f"]).arg(&example);
+    let output = banlieue_testenv::run_with_timeout(&mut apply, Duration::from_secs(60))?;
+    ensure!(output.status.success(), "kubectl apply: {output:?}");
+    let mut wait = stack.env.kubectl();
+    wait.args([
+        "wait",
+        "--for=condition=Ready",
+        "virtualmachine/hello",
+        "--timeout=180s",
+    ]);
+    let output = banlieue_testenv::run_with_timeout(&mut wait, Duration::from_secs(200))?;
+    ensure!(
+        output.status.success(),
+        "the example VirtualMachine is not Ready: {}\nnode log: {}",
+        String::from_utf8_lossy(&output.stderr),
+        node.dir().join("node.log").display()
+    );
+    let mut delete = stack.env.kubectl();
+    delete.args(["delete", "virtualmachine", "hello", "--timeout=120s"]);
+    let output = banlieue_testenv::run_with_timeout(&mut delete, Duration::from_secs(140))?;
+    ensure!(output.status.success(), "kubectl delete: {output:?}");
+    ensure!(
+        stack.sim.vms().iter().all(|vm| vm.template),
+        "the VM is still on the simulator"
+    );
+    drop(node);
+    stack.stop().await;
+    Ok(())
+}

@@ -266,6 +266,7 @@ impl Node {
 
         // Network: netns + veth on the bridge, default route to the host, Pod range routed here.
         let host_veth = format!("bnlv{}-{index}", network.index);
+        record("veth", &host_veth)?;
         run("ip", &["netns", "add", &netns])?;
         run(
             "ip",
@@ -447,6 +448,11 @@ fn remove_node_resources(state: &Path) {
             let root = Path::new("/sys/fs/cgroup").join(hierarchy).join(&cgroup);
             kill_and_remove_cgroup(&root, deadline);
         }
+    }
+    // The veth pair first: a mount namespace made meanwhile (any `unshare --mount` on the host)
+    // may hold a copy of the netns mount and keep the namespace, with its end of the pair, alive.
+    if let Some(veth) = read("veth") {
+        let _ = run("ip", &["link", "del", &veth]);
     }
     if let Some(netns) = read("netns") {
         let _ = run("ip", &["netns", "del", &netns]);

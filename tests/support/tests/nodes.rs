@@ -145,6 +145,7 @@ async fn a_pod_runs_on_a_real_node_and_the_node_leaves_nothing_behind() -> Resul
         .context("the node's state folder")?;
     let recorded = |key: &str| std::fs::read_to_string(network_state.join("node-0").join(key));
     let (cgroup, netns, route) = (recorded("cgroup")?, recorded("netns")?, recorded("route")?);
+    let veth = recorded("veth")?;
     ensure!(
         !processes_mentioning(&dir.display().to_string()).is_empty(),
         "no process of the node was found while it runs"
@@ -162,6 +163,11 @@ async fn a_pod_runs_on_a_real_node_and_the_node_leaves_nothing_behind() -> Resul
     ensure!(
         !String::from_utf8_lossy(&namespaces.stdout).contains(&netns),
         "network namespace {netns} left"
+    );
+    let links = std::process::Command::new("ip").args(["-br", "link"]).output()?;
+    ensure!(
+        !String::from_utf8_lossy(&links.stdout).contains(&format!("{veth}@")),
+        "link {veth} left"
     );
     let routes = std::process::Command::new("ip").args(["route"]).output()?;
     ensure!(

@@ -17,6 +17,7 @@ use banlieue_testenv::nodes::Node;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -24,6 +25,7 @@ use serde_json::json;
 const PROVIDER_NAMESPACE: &str = "banlieue-proxmox-system";
 const DEPLOYMENT: &str = "banlieue-proxmox-controller-manager";
 const SERVICE_ACCOUNT: &str = "banlieue-proxmox-manager";
+const CLUSTER_ROLE: &str = "banlieue-proxmox-manager-role";
 const NS: &str = "workload";
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -170,75 +172,148 @@ where
     }
 }
 
+/// The Proxmox provider installed by `clusterctl init` and Available as a Pod on a real node.
+struct ProviderPod {
+    env: TestEnv,
+    node: Node,
+    sim: banlieue_pve_sim::SimHandle,
+    client: kube::Client,
+    pod: Pod,
+    _dir: tempfile::TempDir,
+}
+
+impl ProviderPod {
+    /// Installs the provider; with `remove_rule` (resource, verb), that verb is taken out of its
+    /// ClusterRole before the node (and so the Pod) starts.
+    async fn install(remove_rule: Option<(&str, &str)>) -> Result<Self> {
+        let env = TestEnv::builder()
+            .allow_external(false)
+            .node_network(true)
+            .start()
+            .await?;
+        let gateway = env.node_network().context("node network")?.gateway();
+        let dir = tempfile::tempdir()?;
+        let sim = banlieue_pve_sim::start(banlieue_pve_sim::SimConfig {
+            nodes: vec!["pve1".into()],
+            bind_address: gateway,
+            ..banlieue_pve_sim::SimConfig::fast()
+        })
+        .await?;
+        clusterctl_init(&env, dir.path(), &sim)?;
+        let client = env.client().await?;
+        if let Some((resource, verb)) = remove_rule {
+            remove_from_cluster_role(&client, resource, verb).await?;
+        }
+        let node = Node::start(&env, 0, "node-a").await?;
+        let image = banlieue_dev::images::PROXMOX;
+        let tarball = image.build(&banlieue_dev::binary_dir()?, dir.path())?;
+        node.import(image.reference, &tarball)?;
+
+        // The Deployment's Pod is Available: started from the imported image, probes answered.
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), PROVIDER_NAMESPACE);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), PROVIDER_NAMESPACE);
+        let node_log = node.dir().join("node.log");
+        wait_for("the provider Deployment Available", || {
+            let deployments = deployments.clone();
+            let pods = pods.clone();
+            let node_log = node_log.clone();
+            async move {
+                let deployment = deployments.get(DEPLOYMENT).await?;
+                let available = deployment.status.as_ref().and_then(|s| s.available_replicas) == Some(1);
+                let pod_states: Vec<String> = pods
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .map(|p| {
+                        format!(
+                            "{}: {:?}",
+                            p.name_any(),
+                            p.status.as_ref().map(|s| &s.container_statuses)
+                        )
+                    })
+                    .collect();
+                let tail = std::fs::read_to_string(&node_log).unwrap_or_default();
+                let tail: Vec<&str> = tail.lines().rev().take(5).collect();
+                Ok((
+                    available.then_some(()),
+                    format!("{pod_states:?} node log tail: {tail:?}"),
+                ))
+            }
+        })
+        .await?;
+        let pod = pods
+            .list(&ListParams::default().labels("control-plane=controller-manager"))
+            .await?
+            .items
+            .into_iter()
+            .next()
+            .context("the provider's Pod")?;
+        Ok(Self {
+            env,
+            node,
+            sim,
+            client,
+            pod,
+            _dir: dir,
+        })
+    }
+
+    fn logs(&self) -> Result<String> {
+        let output = self
+            .env
+            .kubectl()
+            .args(["logs", "-n", PROVIDER_NAMESPACE, &self.pod.name_any()])
+            .output()?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    async fn stop(self) {
+        drop(self.node);
+        self.sim.shutdown().await;
+    }
+}
+
+/// Takes `verb` on `resource` out of the provider's installed ClusterRole.
+async fn remove_from_cluster_role(client: &kube::Client, resource: &str, verb: &str) -> Result<()> {
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let mut role = roles.get(CLUSTER_ROLE).await?;
+    let mut rules = Vec::new();
+    for rule in role.rules.take().unwrap_or_default() {
+        let resources = rule.resources.clone().unwrap_or_default();
+        if !resources.iter().any(|r| r == resource) {
+            rules.push(rule);
+            continue;
+        }
+        let others: Vec<String> = resources.iter().filter(|r| *r != resource).cloned().collect();
+        if !others.is_empty() {
+            let mut kept = rule.clone();
+            kept.resources = Some(others);
+            rules.push(kept);
+        }
+        let verbs: Vec<String> = rule.verbs.iter().filter(|v| *v != verb).cloned().collect();
+        if !verbs.is_empty() {
+            let mut reduced = rule.clone();
+            reduced.resources = Some(vec![resource.to_owned()]);
+            reduced.verbs = verbs;
+            rules.push(reduced);
+        }
+    }
+    role.rules = Some(rules);
+    roles.replace(CLUSTER_ROLE, &PostParams::default(), &role).await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxmox_provider_runs_as_a_pod_under_its_installed_rbac() -> Result<()> {
-    let env = TestEnv::builder()
-        .allow_external(false)
-        .node_network(true)
-        .start()
-        .await?;
-    let gateway = env.node_network().context("node network")?.gateway();
-    let node = Node::start(&env, 0, "node-a").await?;
-    let image = banlieue_dev::images::PROXMOX;
-    let dir = tempfile::tempdir()?;
-    let tarball = image.build(&banlieue_dev::binary_dir()?, dir.path())?;
-    node.import(image.reference, &tarball)?;
-
-    let sim = banlieue_pve_sim::start(banlieue_pve_sim::SimConfig {
-        nodes: vec!["pve1".into()],
-        bind_address: gateway,
-        ..banlieue_pve_sim::SimConfig::fast()
-    })
-    .await?;
-    clusterctl_init(&env, dir.path(), &sim)?;
-    let client = env.client().await?;
-
-    // The Deployment's Pod is Available: started from the imported image, probes answered.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), PROVIDER_NAMESPACE);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), PROVIDER_NAMESPACE);
-    let node_log = node.dir().join("node.log");
-    wait_for("the provider Deployment Available", || {
-        let deployments = deployments.clone();
-        let pods = pods.clone();
-        let node_log = node_log.clone();
-        async move {
-            let deployment = deployments.get(DEPLOYMENT).await?;
-            let available = deployment.status.as_ref().and_then(|s| s.available_replicas) == Some(1);
-            let pod_states: Vec<String> = pods
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{}: {:?}",
-                        p.name_any(),
-                        p.status.as_ref().map(|s| &s.container_statuses)
-                    )
-                })
-                .collect();
-            let tail = std::fs::read_to_string(&node_log).unwrap_or_default();
-            let tail: Vec<&str> = tail.lines().rev().take(5).collect();
-            Ok((
-                available.then_some(()),
-                format!("{pod_states:?} node log tail: {tail:?}"),
-            ))
-        }
-    })
-    .await?;
-    let pod = pods
-        .list(&ListParams::default().labels("control-plane=controller-manager"))
-        .await?
-        .items
-        .into_iter()
-        .next()
-        .context("the provider's Pod")?;
+    let installed = ProviderPod::install(None).await?;
+    let (client, pod) = (installed.client.clone(), installed.pod.clone());
     let spec = pod.spec.as_ref().context("pod spec")?;
     assert_eq!(spec.service_account_name.as_deref(), Some(SERVICE_ACCOUNT));
-    assert_eq!(spec.node_name.as_deref(), Some(node.name()));
+    assert_eq!(spec.node_name.as_deref(), Some(installed.node.name()));
 
     // It elects a leader and provisions a machine on the simulator with only its RBAC.
-    workload(&client, &sim).await?;
+    workload(&client, &installed.sim).await?;
     let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), NS);
     let provider_id = wait_for("the ProxmoxMachine provisioned by the Pod", || {
         let machines = machines.clone();
@@ -259,17 +334,42 @@ async fn the_proxmox_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
         "leader {holder:?} is not the Pod {}",
         pod.name_any()
     );
-    let logs = env
-        .kubectl()
-        .args(["logs", "-n", PROVIDER_NAMESPACE, &pod.name_any()])
-        .output()?;
-    let logs = String::from_utf8_lossy(&logs.stdout);
+    let logs = installed.logs()?;
     ensure!(
         !logs.contains("Forbidden") && !logs.contains("forbidden"),
         "denied under its RBAC:\n{logs}"
     );
-    drop(node);
-    sim.shutdown().await;
+    installed.stop().await;
+    Ok(())
+}
+
+/// The Pod's requests are held to the installed RBAC (not an admin's): without `get` on Secrets
+/// in its ClusterRole it is denied reading the credentials and provisions nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_get_on_secrets_in_its_role_the_provider_pod_is_denied() -> Result<()> {
+    let installed = ProviderPod::install(Some(("secrets", "get"))).await?;
+    workload(&installed.client, &installed.sim).await?;
+    // The apiserver's denial, as it appears (JSON-escaped) in the provider's log.
+    let denial = "cannot get resource \\\"secrets\\\"";
+    let installed = wait_for("a 403 on secrets in the Pod's log", || {
+        let logs = installed.logs();
+        async move {
+            let logs = logs?;
+            let tail: String = logs.lines().rev().take(3).collect::<Vec<_>>().join("\n");
+            Ok((logs.contains(denial).then_some(()), tail))
+        }
+    })
+    .await
+    .map(|()| installed)?;
+    let machine = Api::<ProxmoxMachine>::namespaced(installed.client.clone(), NS)
+        .get("m1")
+        .await?;
+    ensure!(
+        machine.spec.provider_id.is_none(),
+        "provisioned without get on secrets: {:?}",
+        machine.status
+    );
+    installed.stop().await;
     Ok(())
 }
 

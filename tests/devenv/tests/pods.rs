@@ -2,8 +2,8 @@
 //! local repository onto a control plane with a real node, its image built here and imported into
 //! the node, its Deployment becomes a Pod that runs as its own ServiceAccount under the RBAC the
 //! components install (no admin credentials anywhere), passes its probes through the Pod network,
-//! elects a leader, reaches the Proxmox VE simulator on the host by its address and provisions a
-//! CAPI machine there.
+//! elects a leader, reaches the Proxmox VE simulator on the host by its address (verified against
+//! its CA, delivered by Secret) and provisions a CAPI machine there.
 
 use std::path::Path;
 use std::process::Command;
@@ -79,6 +79,7 @@ async fn workload(client: &kube::Client, sim: &banlieue_pve_sim::SimHandle) -> R
     for secret in [
         json!({"metadata": {"name": "pve"},
                "stringData": {"tokenID": sim.token_id(), "secret": sim.token_secret()}}),
+        json!({"metadata": {"name": "pve-ca"}, "stringData": {"ca.crt": sim.ca_pem()}}),
         json!({"metadata": {"name": "m1-bootstrap"}, "type": "cluster.x-k8s.io/secret",
                "stringData": {"value": "#cloud-config\nruncmd: [[echo, hi]]\n", "format": "cloud-config"}}),
     ] {
@@ -117,7 +118,9 @@ async fn workload(client: &kube::Client, sim: &banlieue_pve_sim::SimHandle) -> R
                     "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
                     "endpoint": sim.url(),
                     "credentialsRef": {"name": "pve"},
-                    "tls": {"sha256Fingerprint": sim.fingerprint_sha256()},
+                    // The simulator's CA, delivered by Secret; its certificate names the
+                    // address Pods reach it at (the host's on the node bridge).
+                    "tls": {"caBundleRef": {"kind": "Secret", "name": "pve-ca"}},
                 },
             }))?,
         )

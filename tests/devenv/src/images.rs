@@ -33,6 +33,14 @@ pub const PROXMOX: Image = Image {
     ports: &[8080, 8081],
 };
 
+/// The vSphere provider's image.
+pub const VSPHERE: Image = Image {
+    dockerfile_target: "vsphere",
+    binary: "banlieue-vsphere",
+    reference: "ghcr.io/banlieue/banlieue-vsphere:v0.1.0",
+    ports: &[8080, 8081],
+};
+
 /// The banlieue controller's image (`banlieue controller …`).
 pub const CONTROLLER: Image = Image {
     dockerfile_target: "controller",
@@ -44,12 +52,7 @@ pub const CONTROLLER: Image = Image {
 /// Every image: the three providers and the banlieue controller.
 pub const ALL: [Image; 4] = [
     PROXMOX,
-    Image {
-        dockerfile_target: "vsphere",
-        binary: "banlieue-vsphere",
-        reference: "ghcr.io/banlieue/banlieue-vsphere:v0.1.0",
-        ports: &[8080, 8081],
-    },
+    VSPHERE,
     Image {
         dockerfile_target: "libvirt",
         binary: "banlieue-libvirt",

@@ -1,4 +1,4 @@
-//! The Proxmox provider as users run it: installed by the real `clusterctl init` from banlieue's
+//! banlieue's providers as users run them (Proxmox, and vSphere on vcsim): installed by the real `clusterctl init` from banlieue's
 //! local repository onto a control plane with a real node, its image built here and imported into
 //! the node, its Deployment becomes a Pod that runs as its own ServiceAccount under the RBAC the
 //! components install (no admin credentials anywhere), passes its probes through the Pod network,
@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, VSphereCluster};
 use banlieue_capi::{Cluster, Machine};
 use banlieue_testenv::TestEnv;
 use banlieue_testenv::nodes::Node;
@@ -22,15 +22,51 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-const PROVIDER_NAMESPACE: &str = "banlieue-proxmox-system";
-const DEPLOYMENT: &str = "banlieue-proxmox-controller-manager";
-const SERVICE_ACCOUNT: &str = "banlieue-proxmox-manager";
-const CLUSTER_ROLE: &str = "banlieue-proxmox-manager-role";
+/// What `clusterctl init --infrastructure <name>` installs for a provider.
+struct ProviderSpec {
+    name: &'static str,
+    namespace: &'static str,
+    deployment: &'static str,
+    service_account: &'static str,
+    cluster_role: &'static str,
+    lease: &'static str,
+    image: banlieue_dev::images::Image,
+}
+
+const PROXMOX: ProviderSpec = ProviderSpec {
+    name: "banlieue-proxmox",
+    namespace: "banlieue-proxmox-system",
+    deployment: "banlieue-proxmox-controller-manager",
+    service_account: "banlieue-proxmox-manager",
+    cluster_role: "banlieue-proxmox-manager-role",
+    lease: "banlieue-proxmox-leader",
+    image: banlieue_dev::images::PROXMOX,
+};
+
+const VSPHERE: ProviderSpec = ProviderSpec {
+    name: "banlieue-vsphere",
+    namespace: "banlieue-vsphere-system",
+    deployment: "banlieue-vsphere-controller-manager",
+    service_account: "banlieue-vsphere-manager",
+    cluster_role: "banlieue-vsphere-manager-role",
+    lease: "banlieue-vsphere-leader",
+    image: banlieue_dev::images::VSPHERE,
+};
+
 const NS: &str = "workload";
+
+#[path = "../../../providers/vsphere/client/tests/support/vcsim.rs"]
+mod vcsim_support;
 const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// `clusterctl init` of the Proxmox provider from the local repository (offline configuration).
-fn clusterctl_init(env: &TestEnv, dir: &Path, sim: &banlieue_pve_sim::SimHandle) -> Result<()> {
+/// `clusterctl init` of a provider from the local repository (offline configuration), with
+/// `variables` (its credentials) in the environment.
+fn clusterctl_init(
+    env: &TestEnv,
+    dir: &Path,
+    provider: &ProviderSpec,
+    variables: &[(&str, String)],
+) -> Result<()> {
     let repository = dir.join("repository");
     let status = Command::new(banlieue_dev::binary_dir()?.join("banlieue-clusterctl"))
         .arg("repository")
@@ -50,12 +86,11 @@ fn clusterctl_init(env: &TestEnv, dir: &Path, sim: &banlieue_pve_sim::SimHandle)
             repository.join("clusterctl-offline.yaml").display()
         ))
         .arg(format!("--kubeconfig={}", env.admin().path().display()))
-        .args(["--infrastructure", "banlieue-proxmox"])
+        .args(["--infrastructure", provider.name])
         .env("HOME", &home)
         .env("XDG_CONFIG_HOME", home.join(".config"))
         .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
-        .env("PROXMOX_TOKEN", sim.token_id())
-        .env("PROXMOX_SECRET", sim.token_secret())
+        .envs(variables.iter().map(|(k, v)| (*k, v.as_str())))
         .output()
         .context("running clusterctl")?;
     ensure!(
@@ -175,53 +210,55 @@ where
     }
 }
 
-/// The Proxmox provider installed by `clusterctl init` and Available as a Pod on a real node.
+/// A control plane that real nodes can join.
+async fn node_env() -> Result<TestEnv> {
+    Ok(TestEnv::builder()
+        .allow_external(false)
+        .node_network(true)
+        .start()
+        .await?)
+}
+
+/// A provider installed by `clusterctl init` and Available as a Pod on a real node.
 struct ProviderPod {
     env: TestEnv,
     node: Node,
-    sim: banlieue_pve_sim::SimHandle,
     client: kube::Client,
     pod: Pod,
+    provider: &'static ProviderSpec,
     _dir: tempfile::TempDir,
 }
 
 impl ProviderPod {
     /// Installs the provider; with `remove_rule` (resource, verb), that verb is taken out of its
     /// ClusterRole before the node (and so the Pod) starts.
-    async fn install(remove_rule: Option<(&str, &str)>) -> Result<Self> {
-        let env = TestEnv::builder()
-            .allow_external(false)
-            .node_network(true)
-            .start()
-            .await?;
-        let gateway = env.node_network().context("node network")?.gateway();
+    async fn install(
+        env: TestEnv,
+        provider: &'static ProviderSpec,
+        variables: &[(&str, String)],
+        remove_rule: Option<(&str, &str)>,
+    ) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let sim = banlieue_pve_sim::start(banlieue_pve_sim::SimConfig {
-            nodes: vec!["pve1".into()],
-            bind_address: gateway,
-            ..banlieue_pve_sim::SimConfig::fast()
-        })
-        .await?;
-        clusterctl_init(&env, dir.path(), &sim)?;
+        clusterctl_init(&env, dir.path(), provider, variables)?;
         let client = env.client().await?;
         if let Some((resource, verb)) = remove_rule {
-            remove_from_cluster_role(&client, resource, verb).await?;
+            remove_from_cluster_role(&client, provider.cluster_role, resource, verb).await?;
         }
         let node = Node::start(&env, 0, "node-a").await?;
-        let image = banlieue_dev::images::PROXMOX;
+        let image = provider.image;
         let tarball = image.build(&banlieue_dev::binary_dir()?, dir.path())?;
         node.import(image.reference, &tarball)?;
 
         // The Deployment's Pod is Available: started from the imported image, probes answered.
-        let deployments: Api<Deployment> = Api::namespaced(client.clone(), PROVIDER_NAMESPACE);
-        let pods: Api<Pod> = Api::namespaced(client.clone(), PROVIDER_NAMESPACE);
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), provider.namespace);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), provider.namespace);
         let node_log = node.dir().join("node.log");
         wait_for("the provider Deployment Available", || {
             let deployments = deployments.clone();
             let pods = pods.clone();
             let node_log = node_log.clone();
             async move {
-                let deployment = deployments.get(DEPLOYMENT).await?;
+                let deployment = deployments.get(provider.deployment).await?;
                 let available = deployment.status.as_ref().and_then(|s| s.available_replicas) == Some(1);
                 let pod_states: Vec<String> = pods
                     .list(&ListParams::default())
@@ -255,9 +292,9 @@ impl ProviderPod {
         Ok(Self {
             env,
             node,
-            sim,
             client,
             pod,
+            provider,
             _dir: dir,
         })
     }
@@ -266,21 +303,46 @@ impl ProviderPod {
         let output = self
             .env
             .kubectl()
-            .args(["logs", "-n", PROVIDER_NAMESPACE, &self.pod.name_any()])
+            .args(["logs", "-n", self.provider.namespace, &self.pod.name_any()])
             .output()?;
         Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
-    async fn stop(self) {
-        drop(self.node);
-        self.sim.shutdown().await;
+    /// Runs as its ServiceAccount on the node, holds the leader Lease, was never denied.
+    async fn check_identity_lease_and_rbac(&self) -> Result<()> {
+        let spec = self.pod.spec.as_ref().context("pod spec")?;
+        ensure!(
+            spec.service_account_name.as_deref() == Some(self.provider.service_account),
+            "{spec:?}"
+        );
+        ensure!(spec.node_name.as_deref() == Some(self.node.name()), "{spec:?}");
+        let lease = Api::<Lease>::namespaced(self.client.clone(), self.provider.namespace)
+            .get(self.provider.lease)
+            .await?;
+        let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
+        ensure!(
+            holder.contains(&self.pod.name_any()),
+            "leader {holder:?} is not the Pod {}",
+            self.pod.name_any()
+        );
+        let logs = self.logs()?;
+        ensure!(
+            !logs.contains("Forbidden") && !logs.contains("forbidden"),
+            "denied under its RBAC:\n{logs}"
+        );
+        Ok(())
     }
 }
 
 /// Takes `verb` on `resource` out of the provider's installed ClusterRole.
-async fn remove_from_cluster_role(client: &kube::Client, resource: &str, verb: &str) -> Result<()> {
+async fn remove_from_cluster_role(
+    client: &kube::Client,
+    name: &str,
+    resource: &str,
+    verb: &str,
+) -> Result<()> {
     let roles: Api<ClusterRole> = Api::all(client.clone());
-    let mut role = roles.get(CLUSTER_ROLE).await?;
+    let mut role = roles.get(name).await?;
     let mut rules = Vec::new();
     for rule in role.rules.take().unwrap_or_default() {
         let resources = rule.resources.clone().unwrap_or_default();
@@ -303,21 +365,36 @@ async fn remove_from_cluster_role(client: &kube::Client, resource: &str, verb: &
         }
     }
     role.rules = Some(rules);
-    roles.replace(CLUSTER_ROLE, &PostParams::default(), &role).await?;
+    roles.replace(name, &PostParams::default(), &role).await?;
     Ok(())
+}
+
+/// The Proxmox simulator on the host's bridge address, where Pods reach it.
+async fn pve_sim(env: &TestEnv) -> Result<banlieue_pve_sim::SimHandle> {
+    Ok(banlieue_pve_sim::start(banlieue_pve_sim::SimConfig {
+        nodes: vec!["pve1".into()],
+        bind_address: env.node_network().context("node network")?.gateway(),
+        ..banlieue_pve_sim::SimConfig::fast()
+    })
+    .await?)
+}
+
+fn pve_credentials(sim: &banlieue_pve_sim::SimHandle) -> Vec<(&'static str, String)> {
+    vec![
+        ("PROXMOX_TOKEN", sim.token_id()),
+        ("PROXMOX_SECRET", sim.token_secret()),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxmox_provider_runs_as_a_pod_under_its_installed_rbac() -> Result<()> {
-    let installed = ProviderPod::install(None).await?;
-    let (client, pod) = (installed.client.clone(), installed.pod.clone());
-    let spec = pod.spec.as_ref().context("pod spec")?;
-    assert_eq!(spec.service_account_name.as_deref(), Some(SERVICE_ACCOUNT));
-    assert_eq!(spec.node_name.as_deref(), Some(installed.node.name()));
+    let env = node_env().await?;
+    let sim = pve_sim(&env).await?;
+    let installed = ProviderPod::install(env, &PROXMOX, &pve_credentials(&sim), None).await?;
 
-    // It elects a leader and provisions a machine on the simulator with only its RBAC.
-    workload(&client, &installed.sim).await?;
-    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), NS);
+    // It provisions a machine on the simulator with only its RBAC.
+    workload(&installed.client, &sim).await?;
+    let machines: Api<ProxmoxMachine> = Api::namespaced(installed.client.clone(), NS);
     let provider_id = wait_for("the ProxmoxMachine provisioned by the Pod", || {
         let machines = machines.clone();
         async move {
@@ -328,21 +405,9 @@ async fn the_proxmox_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
     })
     .await?;
     ensure!(provider_id.starts_with("proxmox://"), "{provider_id}");
-    let lease = Api::<Lease>::namespaced(client.clone(), PROVIDER_NAMESPACE)
-        .get("banlieue-proxmox-leader")
-        .await?;
-    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-    ensure!(
-        holder.contains(&pod.name_any()),
-        "leader {holder:?} is not the Pod {}",
-        pod.name_any()
-    );
-    let logs = installed.logs()?;
-    ensure!(
-        !logs.contains("Forbidden") && !logs.contains("forbidden"),
-        "denied under its RBAC:\n{logs}"
-    );
-    installed.stop().await;
+    installed.check_identity_lease_and_rbac().await?;
+    drop(installed);
+    sim.shutdown().await;
     Ok(())
 }
 
@@ -350,11 +415,14 @@ async fn the_proxmox_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
 /// in its ClusterRole it is denied reading the credentials and provisions nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_get_on_secrets_in_its_role_the_provider_pod_is_denied() -> Result<()> {
-    let installed = ProviderPod::install(Some(("secrets", "get"))).await?;
-    workload(&installed.client, &installed.sim).await?;
+    let env = node_env().await?;
+    let sim = pve_sim(&env).await?;
+    let installed =
+        ProviderPod::install(env, &PROXMOX, &pve_credentials(&sim), Some(("secrets", "get"))).await?;
+    workload(&installed.client, &sim).await?;
     // The apiserver's denial, as it appears (JSON-escaped) in the provider's log.
     let denial = "cannot get resource \\\"secrets\\\"";
-    let installed = wait_for("a 403 on secrets in the Pod's log", || {
+    wait_for("a 403 on secrets in the Pod's log", || {
         let logs = installed.logs();
         async move {
             let logs = logs?;
@@ -362,8 +430,7 @@ async fn without_get_on_secrets_in_its_role_the_provider_pod_is_denied() -> Resu
             Ok((logs.contains(denial).then_some(()), tail))
         }
     })
-    .await
-    .map(|()| installed)?;
+    .await?;
     let machine = Api::<ProxmoxMachine>::namespaced(installed.client.clone(), NS)
         .get("m1")
         .await?;
@@ -372,7 +439,83 @@ async fn without_get_on_secrets_in_its_role_the_provider_pod_is_denied() -> Resu
         "provisioned without get on secrets: {:?}",
         machine.status
     );
-    installed.stop().await;
+    drop(installed);
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// The vSphere provider as a Pod: vcsim on the host's bridge address, its CA delivered by Secret;
+/// the VSphereCluster is provisioned with only the installed RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vsphere_provider_runs_as_a_pod_under_its_installed_rbac() -> Result<()> {
+    let env = node_env().await?;
+    let gateway = env.node_network().context("node network")?.gateway();
+    let vcsim = vcsim_support::Vcsim::start_on(gateway, &[])?;
+    let variables = [
+        ("VSPHERE_USERNAME", vcsim_support::USER.to_owned()),
+        ("VSPHERE_PASSWORD", vcsim_support::PASSWORD.to_owned()),
+    ];
+    let installed = ProviderPod::install(env, &VSPHERE, &variables, None).await?;
+    let client = installed.client.clone();
+    let pp = PostParams::default();
+    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&pp, &namespace)
+        .await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
+    for secret in [
+        json!({"metadata": {"name": "vc"},
+               "stringData": {"username": vcsim_support::USER, "password": vcsim_support::PASSWORD}}),
+        json!({"metadata": {"name": "vc-ca"}, "stringData": {"ca.crt": vcsim.ca_pem}}),
+    ] {
+        secrets.create(&pp, &serde_json::from_value(secret)?).await?;
+    }
+    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
+    let cluster = clusters
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+                "metadata": {"name": "c1"},
+                "spec": {"infrastructureRef": {
+                    "apiGroup": "infrastructure.banlieue.io", "kind": "VSphereCluster", "name": "c1"}},
+            }))?,
+        )
+        .await?;
+    let vsphere_clusters: Api<VSphereCluster> = Api::namespaced(client.clone(), NS);
+    vsphere_clusters
+        .create(
+            &pp,
+            &serde_json::from_value(json!({
+                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereCluster",
+                "metadata": {"name": "c1", "ownerReferences": [{
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1",
+                    "uid": cluster.uid().context("uid")?, "controller": true, "blockOwnerDeletion": true}]},
+                "spec": {
+                    "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
+                    "server": vcsim.url,
+                    "credentialsRef": {"name": "vc"},
+                    "tls": {"caBundleRef": {"kind": "Secret", "name": "vc-ca"}},
+                    "datacenter": "DC0",
+                },
+            }))?,
+        )
+        .await?;
+    wait_for("the VSphereCluster provisioned by the Pod", || {
+        let vsphere_clusters = vsphere_clusters.clone();
+        async move {
+            let cluster = vsphere_clusters.get("c1").await?;
+            let provisioned = cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.initialization.as_ref())
+                .and_then(|i| i.provisioned)
+                == Some(true);
+            Ok((provisioned.then_some(()), format!("{:?}", cluster.status)))
+        }
+    })
+    .await?;
+    installed.check_identity_lease_and_rbac().await?;
     Ok(())
 }
 

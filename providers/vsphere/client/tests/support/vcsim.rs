@@ -41,6 +41,12 @@ pub struct Vcsim {
 impl Vcsim {
     /// Starts vcsim with the default VPX model plus `extra` flags (e.g. `["-cluster", "2"]`).
     pub fn start(extra: &[&str]) -> Result<Self> {
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST, extra)
+    }
+
+    /// Like [`Vcsim::start`], listening on `address` (which its certificate names too): the host's
+    /// address on a node bridge, for clients in Pods.
+    pub fn start_on(address: std::net::Ipv4Addr, extra: &[&str]) -> Result<Self> {
         static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("banlieue-vcsim-{}-{n}", std::process::id()));
@@ -56,7 +62,11 @@ impl Vcsim {
         let ca_cert = ca.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca, ca_key);
         let leaf_key = KeyPair::generate()?;
-        let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?;
+        let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+        if !address.is_loopback() {
+            names.push(address.to_string());
+        }
+        let mut leaf = CertificateParams::new(names)?;
         leaf.distinguished_name
             .push(DnType::CommonName, "vcsim.banlieue.invalid");
         leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
@@ -72,9 +82,10 @@ impl Vcsim {
         std::fs::write(&key_file, leaf_key.serialize_pem())?;
 
         let env_file = dir.join("vcsim.env");
+        let listen = format!("{address}:0");
         let mut args: Vec<String> = [
             "-l",
-            "127.0.0.1:0",
+            listen.as_str(),
             "-tls=true",
             "-username",
             USER,

@@ -30,7 +30,7 @@ if [ $first_go = 1 ] || [ $first_rust = 1 ] || [ $first_capi = 1 ] || [ $first_n
     step "first run: building what is missing, measured on 2 idle cores:"
     [ $first_go = 1 ] && step "  - etcd, kube-apiserver, kube-controller-manager from Go modules: ~7 min (then cached)"
     [ $first_capi = 1 ] && step "  - CAPI's three managers and clusterctl from Go modules: ~5 min (then cached)"
-    [ $first_nodes = 1 ] && step "  - kubelet, kube-scheduler and kube-proxy from Go modules: ~NODES_MIN min (then cached)"
+    [ $first_nodes = 1 ] && step "  - kubelet, kube-scheduler and kube-proxy from Go modules: ~1-2 min after the core (then cached)"
     [ $first_rust = 1 ] && step "  - banlieue-dev, banlieue-proxmox and banlieue (cargo, debug): ~2-3 min, plus crate downloads (then incremental)"
     step "  later starts take seconds"
 fi

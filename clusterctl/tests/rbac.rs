@@ -130,105 +130,16 @@ async fn apply_rbac(env: &TestEnv, docs: &[Value], namespace: &str, account: &st
 }
 
 /// Credentials, a CAPI Cluster whose infrastructure is provisioned with its ProxmoxCluster on
-/// the simulator, and a Machine with its bootstrap Secret and ProxmoxMachine, as CAPI would write
-/// them.
+/// the simulator (TLS pinned by fingerprint), and a Machine with its bootstrap Secret and
+/// ProxmoxMachine, as CAPI would write them.
 async fn workload(client: &kube::Client, sim: &SimHandle) -> Result<()> {
-    let pp = PostParams::default();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    secrets
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "metadata": {"name": "pve"},
-                "stringData": {"tokenID": sim.token_id(), "secret": sim.token_secret()},
-            }))?,
-        )
-        .await?;
-    secrets
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "metadata": {"name": "m1-bootstrap"},
-                "type": "cluster.x-k8s.io/secret",
-                "stringData": {"value": "#cloud-config\nruncmd: [[echo, hi]]\n", "format": "cloud-config"},
-            }))?,
-        )
-        .await?;
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
-    let cluster = clusters
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "c1"},
-                "spec": {"infrastructureRef": {
-                    "apiGroup": "infrastructure.banlieue.io", "kind": "ProxmoxCluster", "name": "c1"}},
-            }))?,
-        )
-        .await?;
-    clusters
-        .patch_status(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
-        )
-        .await?;
-    Api::<ProxmoxCluster>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
-                "metadata": {"name": "c1", "ownerReferences": [{
-                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1",
-                    "uid": cluster.uid().context("cluster uid")?, "controller": true, "blockOwnerDeletion": true,
-                }]},
-                "spec": {
-                    "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
-                    "endpoint": sim.url(),
-                    "credentialsRef": {"name": "pve"},
-                    "tls": {"sha256Fingerprint": sim.fingerprint_sha256()},
-                },
-            }))?,
-        )
-        .await?;
-    let machine = Api::<Machine>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-                "spec": {
-                    "clusterName": "c1",
-                    "bootstrap": {"dataSecretName": "m1-bootstrap"},
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.banlieue.io", "kind": "ProxmoxMachine", "name": "m1"},
-                },
-            }))?,
-        )
-        .await?;
-    Api::<ProxmoxMachine>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
-                "metadata": {
-                    "name": "m1",
-                    "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
-                    "ownerReferences": [{
-                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m1",
-                        "uid": machine.uid().context("machine uid")?,
-                        "controller": true, "blockOwnerDeletion": true,
-                    }],
-                },
-                "spec": {
-                    "source": {"vmid": 9000},
-                    "cpu": {"cores": 2},
-                    "memoryMiB": 2048,
-                },
-            }))?,
-        )
-        .await?;
-    Ok(())
+    banlieue_dev::fixtures::capi_proxmox_machine(
+        client,
+        NS,
+        sim,
+        json!({"sha256Fingerprint": sim.fingerprint_sha256()}),
+    )
+    .await
 }
 
 /// Starts `banlieue-proxmox` with the ServiceAccount's kubeconfig and the Deployment's flags.

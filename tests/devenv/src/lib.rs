@@ -10,6 +10,7 @@
 //! the caller but the API server.
 
 pub mod capi;
+pub mod fixtures;
 pub mod images;
 pub mod pods;
 

@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, VSphereCluster};
-use banlieue_capi::{Cluster, Machine};
+use banlieue_api::infrastructure::{ProxmoxMachine, VSphereCluster};
+use banlieue_capi::Cluster;
 use banlieue_testenv::TestEnv;
 use banlieue_testenv::nodes::Node;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -19,7 +19,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 /// What `clusterctl init --infrastructure <name>` installs for a provider.
@@ -102,94 +102,35 @@ fn clusterctl_init(
     Ok(())
 }
 
-/// Credentials, a CAPI Cluster (infrastructure provisioned as CAPI would mark it) with its
-/// ProxmoxCluster on the simulator, and a Machine with bootstrap data and its ProxmoxMachine.
-async fn workload(client: &kube::Client, sim: &banlieue_pve_sim::SimHandle) -> Result<()> {
+/// The namespace [`NS`] with `secrets` (JSON objects) in it.
+async fn namespace_with_secrets(client: &kube::Client, secrets: Vec<serde_json::Value>) -> Result<()> {
     let pp = PostParams::default();
     let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
     Api::<Namespace>::all(client.clone())
         .create(&pp, &namespace)
         .await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    for secret in [
-        json!({"metadata": {"name": "pve"},
-               "stringData": {"tokenID": sim.token_id(), "secret": sim.token_secret()}}),
-        json!({"metadata": {"name": "pve-ca"}, "stringData": {"ca.crt": sim.ca_pem()}}),
-        json!({"metadata": {"name": "m1-bootstrap"}, "type": "cluster.x-k8s.io/secret",
-               "stringData": {"value": "#cloud-config\nruncmd: [[echo, hi]]\n", "format": "cloud-config"}}),
-    ] {
-        secrets.create(&pp, &serde_json::from_value(secret)?).await?;
+    let api: Api<Secret> = Api::namespaced(client.clone(), NS);
+    for secret in secrets {
+        api.create(&pp, &serde_json::from_value(secret)?).await?;
     }
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
-    let cluster = clusters
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "c1"},
-                "spec": {"infrastructureRef": {
-                    "apiGroup": "infrastructure.banlieue.io", "kind": "ProxmoxCluster", "name": "c1"}},
-            }))?,
-        )
-        .await?;
-    clusters
-        .patch_status(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
-        )
-        .await?;
-    let owner = |kind: &str, uid: String| {
-        json!([{"apiVersion": "cluster.x-k8s.io/v1beta2", "kind": kind, "name": if kind == "Cluster" {"c1"} else {"m1"},
-                "uid": uid, "controller": true, "blockOwnerDeletion": true}])
-    };
-    Api::<ProxmoxCluster>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
-                "metadata": {"name": "c1", "ownerReferences": owner("Cluster", cluster.uid().context("uid")?)},
-                "spec": {
-                    "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
-                    "endpoint": sim.url(),
-                    "credentialsRef": {"name": "pve"},
-                    // The simulator's CA, delivered by Secret; its certificate names the
-                    // address Pods reach it at (the host's on the node bridge).
-                    "tls": {"caBundleRef": {"kind": "Secret", "name": "pve-ca"}},
-                },
-            }))?,
-        )
-        .await?;
-    let machine = Api::<Machine>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-                "spec": {
-                    "clusterName": "c1",
-                    "bootstrap": {"dataSecretName": "m1-bootstrap"},
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.banlieue.io", "kind": "ProxmoxMachine", "name": "m1"},
-                },
-            }))?,
-        )
-        .await?;
-    Api::<ProxmoxMachine>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachine",
-                "metadata": {
-                    "name": "m1",
-                    "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
-                    "ownerReferences": owner("Machine", machine.uid().context("uid")?),
-                },
-                "spec": {"source": {"vmid": 9000}, "cpu": {"cores": 2}, "memoryMiB": 2048},
-            }))?,
-        )
-        .await?;
     Ok(())
+}
+
+/// A CAPI machine on the simulator, which the provider verifies against its CA, delivered by
+/// Secret; its certificate names the address Pods reach it at (the host's on the node bridge).
+async fn workload(client: &kube::Client, sim: &banlieue_pve_sim::SimHandle) -> Result<()> {
+    namespace_with_secrets(
+        client,
+        vec![json!({"metadata": {"name": "pve-ca"}, "stringData": {"ca.crt": sim.ca_pem()}})],
+    )
+    .await?;
+    banlieue_dev::fixtures::capi_proxmox_machine(
+        client,
+        NS,
+        sim,
+        json!({"caBundleRef": {"kind": "Secret", "name": "pve-ca"}}),
+    )
+    .await
 }
 
 /// Polls `check` every half second until it gives `Some`, for at most [`TIMEOUT`].
@@ -458,18 +399,15 @@ async fn the_vsphere_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
     let installed = ProviderPod::install(env, &VSPHERE, &variables, None).await?;
     let client = installed.client.clone();
     let pp = PostParams::default();
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": NS}}))?;
-    Api::<Namespace>::all(client.clone())
-        .create(&pp, &namespace)
-        .await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), NS);
-    for secret in [
-        json!({"metadata": {"name": "vc"},
-               "stringData": {"username": vcsim_support::USER, "password": vcsim_support::PASSWORD}}),
-        json!({"metadata": {"name": "vc-ca"}, "stringData": {"ca.crt": vcsim.ca_pem}}),
-    ] {
-        secrets.create(&pp, &serde_json::from_value(secret)?).await?;
-    }
+    namespace_with_secrets(
+        &client,
+        vec![
+            json!({"metadata": {"name": "vc"},
+                   "stringData": {"username": vcsim_support::USER, "password": vcsim_support::PASSWORD}}),
+            json!({"metadata": {"name": "vc-ca"}, "stringData": {"ca.crt": vcsim.ca_pem}}),
+        ],
+    )
+    .await?;
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
     let cluster = clusters
         .create(

@@ -54,9 +54,19 @@ const CNI_BIN_DIR: &str = "/usr/lib/cni";
 
 /// One line naming everything a node needs that this machine lacks, and how to get it.
 pub fn check_prerequisites() -> Result<()> {
+    let missing = missing_prerequisites(&std::env::var_os("PATH").unwrap_or_default());
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::MissingNodePrerequisites(missing.join(", ")))
+    }
+}
+
+/// What a node needs and cannot find with `path` (a `PATH` value), each with how to get it.
+fn missing_prerequisites(path: &std::ffi::OsStr) -> Vec<String> {
     let mut missing = Vec::new();
     for (program, package) in PROGRAMS {
-        if which(program).is_none() {
+        if which_in(path, program).is_none() {
             missing.push(format!("`{program}` (Debian package {package})"));
         }
     }
@@ -78,17 +88,15 @@ pub fn check_prerequisites() -> Result<()> {
     if !Path::new("/sys/fs/cgroup/memory").is_dir() {
         missing.push("cgroup v1 hierarchies under /sys/fs/cgroup (this harness needs them)".to_owned());
     }
-    if missing.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::MissingNodePrerequisites(missing.join(", ")))
-    }
+    missing
 }
 
 fn which(program: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
+    which_in(&std::env::var_os("PATH").unwrap_or_default(), program)
+}
+
+fn which_in(path: &std::ffi::OsStr, program: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
         .chain(["/usr/sbin".into(), "/sbin".into()])
         .map(|dir| dir.join(program))
         .find(|path| path.is_file())
@@ -618,4 +626,22 @@ fn cni_config(dir: &Path, pod_cidr: &str) -> String {
         ],
     })
     .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_program_is_named_with_its_package() {
+        let missing = missing_prerequisites(std::ffi::OsStr::new("/nonexistent"));
+        let text = missing.join(", ");
+        assert!(
+            text.contains("`containerd` (Debian package containerd)"),
+            "{text}"
+        );
+        assert!(text.contains("`umoci` (Debian package umoci)"), "{text}");
+        // /usr/sbin is searched whatever PATH says (ip lives there).
+        assert!(!text.contains("`ip`"), "{text}");
+    }
 }

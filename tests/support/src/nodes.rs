@@ -252,112 +252,27 @@ impl Node {
         }
         let dir = env.workdir().join("nodes").join(name);
         std::fs::create_dir_all(dir.join("cni/net.d")).map_err(|e| Error::io("creating", &dir, e))?;
-        let images = node_images(env)?;
-        let node_ip = network.node_ip(index);
-        let pod_cidr = network.pod_cidr(index);
-        let cgroup = format!("banlieue-{}-{index}", network.index);
-        let netns = format!("bnl-{}-{index}", network.index);
-        let state = network.state.join(format!("node-{index}"));
-        std::fs::create_dir_all(&state).map_err(|e| Error::io("creating", &state, e))?;
-        let record = |key: &str, value: &str| {
-            std::fs::write(state.join(key), value).map_err(|e| Error::io("writing", state.join(key), e))
+        let plan = NodePlan {
+            name: name.to_owned(),
+            node_ip: network.node_ip(index),
+            pod_cidr: network.pod_cidr(index),
+            cgroup: format!("banlieue-{}-{index}", network.index),
+            netns: format!("bnl-{}-{index}", network.index),
+            host_veth: format!("bnlv{}-{index}", network.index),
+            dir: dir.clone(),
         };
-        record("cgroup", &cgroup)?;
-        record("route", &pod_cidr)?;
-        record("netns", &netns)?;
+        let state = network.state.join(format!("node-{index}"));
+        plan.record(&state)?;
+        // From here on, dropping `node` removes whatever was created.
         let mut node = Self {
             name: name.to_owned(),
             process: None,
-            state: state.clone(),
-            dir: dir.clone(),
+            state,
+            dir,
         };
-
-        // Network: netns + veth on the bridge, default route to the host, Pod range routed here.
-        let host_veth = format!("bnlv{}-{index}", network.index);
-        record("veth", &host_veth)?;
-        run("ip", &["netns", "add", &netns])?;
-        run(
-            "ip",
-            &[
-                "link", "add", &host_veth, "type", "veth", "peer", "name", "eth0", "netns", &netns,
-            ],
-        )?;
-        run(
-            "ip",
-            &["link", "set", &host_veth, "master", &network.bridge(), "up"],
-        )?;
-        let in_netns = |args: &[&str]| {
-            let mut all = vec!["netns", "exec", &netns, "ip"];
-            all.extend_from_slice(args);
-            run("ip", &all)
-        };
-        in_netns(&["addr", "add", &format!("{node_ip}/24"), "dev", "eth0"])?;
-        in_netns(&["link", "set", "eth0", "up"])?;
-        in_netns(&["link", "set", "lo", "up"])?;
-        in_netns(&["route", "add", "default", "via", &network.gateway().to_string()])?;
-        run("ip", &["route", "add", &pod_cidr, "via", &node_ip.to_string()])?;
-
-        // Files: identity, kubelet and containerd configuration, CNI.
-        let kubeconfig = env.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"])?;
-        std::fs::copy(kubeconfig.path(), dir.join("kubelet.kubeconfig"))
-            .map_err(|e| Error::io("copying", kubeconfig.path(), e))?;
-        let proxy = env.user_kubeconfig("system:kube-proxy", &[])?;
-        std::fs::copy(proxy.path(), dir.join("kube-proxy.kubeconfig"))
-            .map_err(|e| Error::io("copying", proxy.path(), e))?;
-        write(&dir.join("kube-proxy.yaml"), &kube_proxy_config(&dir, name))?;
-        let serving = env.serving_certificate(&[IpAddr::V4(node_ip)], &[name])?;
-        write(&dir.join("kubelet.crt"), &serving.cert_pem)?;
-        write(&dir.join("kubelet.key"), &serving.key_pem)?;
-        write(&dir.join("ca.crt"), &env.ca_pem()?)?;
-        write(
-            &dir.join("kubelet.yaml"),
-            &kubelet_config(&dir, &cgroup, &pod_cidr),
-        )?;
-        write(&dir.join("containerd.toml"), &containerd_config(&dir))?;
-        write(
-            &dir.join("cni/net.d/10-banlieue.conflist"),
-            &cni_config(&dir, &pod_cidr),
-        )?;
-        let image_list: Vec<String> = images
-            .iter()
-            .map(|(r, t)| format!("{r}={}", t.display()))
-            .collect();
-        write(
-            &dir.join("env"),
-            &format!(
-                "NAME='{name}'\nCGROUP='{cgroup}'\nNODE_IP='{node_ip}'\nIMAGES='{}'\nPATH='{}:{}'\n",
-                image_list.join(" "),
-                bin_dir().display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )?;
-
-        let boot = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/boot.sh");
-        let args: Vec<String> = [
-            "netns",
-            "exec",
-            &netns,
-            "unshare",
-            "--mount",
-            "--uts",
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--propagation",
-            "private",
-            "--kill-child=SIGKILL",
-            "bash",
-        ]
-        .iter()
-        .map(|s| (*s).to_owned())
-        .chain([boot.display().to_string(), dir.display().to_string()])
-        .collect();
-        node.process = Some(ManagedProcess::start(
-            &format!("node {name}"),
-            &which("ip").unwrap_or_else(|| "/usr/sbin/ip".into()),
-            &args,
-            &dir.join("node.log"),
-        )?);
+        plan.attach_network(network)?;
+        plan.write_files(env, &node_images(env)?)?;
+        node.process = Some(plan.boot()?);
         node.wait_ready(env).await?;
         Ok(node)
     }
@@ -428,6 +343,134 @@ impl Node {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+    }
+}
+
+/// Names and addresses of one node, and the steps that set it up.
+struct NodePlan {
+    name: String,
+    node_ip: Ipv4Addr,
+    pod_cidr: String,
+    cgroup: String,
+    netns: String,
+    host_veth: String,
+    dir: PathBuf,
+}
+
+impl NodePlan {
+    /// Records, before anything is created, what removing the node means (see
+    /// [`remove_node_resources`]).
+    fn record(&self, state: &Path) -> Result<()> {
+        std::fs::create_dir_all(state).map_err(|e| Error::io("creating", state, e))?;
+        for (key, value) in [
+            ("cgroup", &self.cgroup),
+            ("route", &self.pod_cidr),
+            ("netns", &self.netns),
+            ("veth", &self.host_veth),
+        ] {
+            write(&state.join(key), value)?;
+        }
+        Ok(())
+    }
+
+    /// The node's network namespace with a veth on the bridge, its default route to the host,
+    /// and its Pod range routed to it from the host.
+    fn attach_network(&self, network: &NodeNetwork) -> Result<()> {
+        let (netns, veth) = (self.netns.as_str(), self.host_veth.as_str());
+        run("ip", &["netns", "add", netns])?;
+        run(
+            "ip",
+            &[
+                "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns,
+            ],
+        )?;
+        run("ip", &["link", "set", veth, "master", &network.bridge(), "up"])?;
+        let in_netns = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", netns, "ip"];
+            all.extend_from_slice(args);
+            run("ip", &all)
+        };
+        in_netns(&["addr", "add", &format!("{}/24", self.node_ip), "dev", "eth0"])?;
+        in_netns(&["link", "set", "eth0", "up"])?;
+        in_netns(&["link", "set", "lo", "up"])?;
+        in_netns(&["route", "add", "default", "via", &network.gateway().to_string()])?;
+        run(
+            "ip",
+            &["route", "add", &self.pod_cidr, "via", &self.node_ip.to_string()],
+        )
+    }
+
+    /// Identities (kubelet as `system:node:<name>`, kube-proxy), the kubelet's serving
+    /// certificate, the configuration of kubelet, kube-proxy, containerd and CNI, and the `env`
+    /// file `node/boot.sh` reads.
+    fn write_files(&self, env: &TestEnv, images: &[(String, PathBuf)]) -> Result<()> {
+        let (dir, name) = (&self.dir, self.name.as_str());
+        let kubelet = env.user_kubeconfig(&format!("system:node:{name}"), &["system:nodes"])?;
+        std::fs::copy(kubelet.path(), dir.join("kubelet.kubeconfig"))
+            .map_err(|e| Error::io("copying", kubelet.path(), e))?;
+        let proxy = env.user_kubeconfig("system:kube-proxy", &[])?;
+        std::fs::copy(proxy.path(), dir.join("kube-proxy.kubeconfig"))
+            .map_err(|e| Error::io("copying", proxy.path(), e))?;
+        let serving = env.serving_certificate(&[IpAddr::V4(self.node_ip)], &[name])?;
+        write(&dir.join("kubelet.crt"), &serving.cert_pem)?;
+        write(&dir.join("kubelet.key"), &serving.key_pem)?;
+        write(&dir.join("ca.crt"), &env.ca_pem()?)?;
+        write(&dir.join("kube-proxy.yaml"), &kube_proxy_config(dir, name))?;
+        write(
+            &dir.join("kubelet.yaml"),
+            &kubelet_config(dir, &self.cgroup, &self.pod_cidr),
+        )?;
+        write(&dir.join("containerd.toml"), &containerd_config(dir))?;
+        write(
+            &dir.join("cni/net.d/10-banlieue.conflist"),
+            &cni_config(dir, &self.pod_cidr),
+        )?;
+        let image_list: Vec<String> = images
+            .iter()
+            .map(|(reference, tarball)| format!("{reference}={}", tarball.display()))
+            .collect();
+        write(
+            &dir.join("env"),
+            &format!(
+                "NAME='{name}'\nCGROUP='{}'\nNODE_IP='{}'\nIMAGES='{}'\nPATH='{}:{}'\n",
+                self.cgroup,
+                self.node_ip,
+                image_list.join(" "),
+                bin_dir().display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+    }
+
+    /// `node/boot.sh` as PID 1 of the node's PID, mount and UTS namespaces inside its network
+    /// namespace; killing the returned process ends the node (`--kill-child`).
+    fn boot(&self) -> Result<ManagedProcess> {
+        let boot = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/boot.sh");
+        let args: Vec<String> = [
+            "netns",
+            "exec",
+            &self.netns,
+            "unshare",
+            "--mount",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            "--kill-child=SIGKILL",
+            "bash",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([boot.display().to_string(), self.dir.display().to_string()])
+        .collect();
+        ManagedProcess::start(
+            &format!("node {}", self.name),
+            &which("ip").unwrap_or_else(|| "/usr/sbin/ip".into()),
+            &args,
+            &self.dir.join("node.log"),
+        )
     }
 }
 

@@ -22,13 +22,12 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
-use banlieue_capi::{Cluster, Machine};
 use banlieue_clusterctl::{CORE_NAMESPACE, Infra, PROXMOX_NAMESPACE, components, yaml};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::{KubeconfigFile, ManagedProcess, TestEnv, bin_dir, crds_from_files};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
-use kube::{Api, ResourceExt};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, PostParams};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -576,11 +575,7 @@ async fn controller_and_provider_serve_a_virtual_machine_with_only_the_generated
 /// The kinds of `infra`'s infrastructure cluster and machine, for dynamic API access.
 fn infra_resources(infra: Infra) -> (ApiResource, ApiResource) {
     let resource = |kind: &str| {
-        ApiResource::from_gvk(&GroupVersionKind::gvk(
-            banlieue_api::INFRASTRUCTURE_GROUP,
-            "v1alpha1",
-            &format!("{}{kind}", infra.kind_prefix()),
-        ))
+        banlieue_dev::fixtures::infrastructure_resource(&format!("{}{kind}", infra.kind_prefix()))
     };
     (resource("Cluster"), resource("Machine"))
 }
@@ -594,84 +589,9 @@ async fn capi_workload(
     cluster_spec: Value,
     machine_spec: Value,
 ) -> Result<String> {
-    let pp = PostParams::default();
     let (cluster_ar, machine_ar) = infra_resources(infra);
-    Api::<Secret>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "metadata": {"name": "m1-bootstrap"},
-                "type": "cluster.x-k8s.io/secret",
-                "stringData": {"value": "#cloud-config\nruncmd: [[echo, hi]]\n", "format": "cloud-config"},
-            }))?,
-        )
-        .await?;
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
-    let cluster = clusters
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "c1"},
-                "spec": {"infrastructureRef": {
-                    "apiGroup": "infrastructure.banlieue.io", "kind": cluster_ar.kind, "name": "c1"}},
-            }))?,
-        )
-        .await?;
-    clusters
-        .patch_status(
-            "c1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"initialization": {"infrastructureProvisioned": true}}})),
-        )
-        .await?;
-    Api::<DynamicObject>::namespaced_with(client.clone(), NS, &cluster_ar)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": cluster_ar.api_version, "kind": cluster_ar.kind,
-                "metadata": {"name": "c1", "ownerReferences": [{
-                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1",
-                    "uid": cluster.uid().context("cluster uid")?, "controller": true, "blockOwnerDeletion": true,
-                }]},
-                "spec": cluster_spec,
-            }))?,
-        )
-        .await?;
-    let machine = Api::<Machine>::namespaced(client.clone(), NS)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-                "metadata": {"name": "m1", "labels": {"cluster.x-k8s.io/cluster-name": "c1"}},
-                "spec": {
-                    "clusterName": "c1",
-                    "bootstrap": {"dataSecretName": "m1-bootstrap"},
-                    "infrastructureRef": {
-                        "apiGroup": "infrastructure.banlieue.io", "kind": machine_ar.kind, "name": "m1"},
-                },
-            }))?,
-        )
-        .await?;
-    let created = Api::<DynamicObject>::namespaced_with(client.clone(), NS, &machine_ar)
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": machine_ar.api_version, "kind": machine_ar.kind,
-                "metadata": {
-                    "name": "m1",
-                    "labels": {"cluster.x-k8s.io/cluster-name": "c1"},
-                    "ownerReferences": [{
-                        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": "m1",
-                        "uid": machine.uid().context("machine uid")?,
-                        "controller": true, "blockOwnerDeletion": true,
-                    }],
-                },
-                "spec": machine_spec,
-            }))?,
-        )
-        .await?;
-    created.uid().context("machine uid")
+    banlieue_dev::fixtures::capi_cluster(client, NS, &cluster_ar.kind, cluster_spec).await?;
+    banlieue_dev::fixtures::capi_machine(client, NS, &machine_ar.kind, machine_spec).await
 }
 
 /// Starts `infra`'s binary with the ServiceAccount's kubeconfig and the Deployment's flags

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_api::infrastructure::{ProxmoxMachine, VSphereCluster};
-use banlieue_capi::Cluster;
 use banlieue_testenv::TestEnv;
 use banlieue_testenv::nodes::Node;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -398,7 +397,6 @@ async fn the_vsphere_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
     ];
     let installed = ProviderPod::install(env, &VSPHERE, &variables, None).await?;
     let client = installed.client.clone();
-    let pp = PostParams::default();
     namespace_with_secrets(
         &client,
         vec![
@@ -408,37 +406,20 @@ async fn the_vsphere_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
         ],
     )
     .await?;
-    let clusters: Api<Cluster> = Api::namespaced(client.clone(), NS);
-    let cluster = clusters
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-                "metadata": {"name": "c1"},
-                "spec": {"infrastructureRef": {
-                    "apiGroup": "infrastructure.banlieue.io", "kind": "VSphereCluster", "name": "c1"}},
-            }))?,
-        )
-        .await?;
+    banlieue_dev::fixtures::capi_cluster(
+        &client,
+        NS,
+        "VSphereCluster",
+        json!({
+            "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
+            "server": vcsim.url,
+            "credentialsRef": {"name": "vc"},
+            "tls": {"caBundleRef": {"kind": "Secret", "name": "vc-ca"}},
+            "datacenter": "DC0",
+        }),
+    )
+    .await?;
     let vsphere_clusters: Api<VSphereCluster> = Api::namespaced(client.clone(), NS);
-    vsphere_clusters
-        .create(
-            &pp,
-            &serde_json::from_value(json!({
-                "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "VSphereCluster",
-                "metadata": {"name": "c1", "ownerReferences": [{
-                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster", "name": "c1",
-                    "uid": cluster.uid().context("uid")?, "controller": true, "blockOwnerDeletion": true}]},
-                "spec": {
-                    "controlPlaneEndpoint": {"host": "10.0.0.100", "port": 6443},
-                    "server": vcsim.url,
-                    "credentialsRef": {"name": "vc"},
-                    "tls": {"caBundleRef": {"kind": "Secret", "name": "vc-ca"}},
-                    "datacenter": "DC0",
-                },
-            }))?,
-        )
-        .await?;
     wait_for("the VSphereCluster provisioned by the Pod", || {
         let vsphere_clusters = vsphere_clusters.clone();
         async move {

@@ -9,7 +9,7 @@
 //! validated as on a real management cluster.
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
@@ -230,22 +230,18 @@ pub async fn register(
             }
             other => bail!(
                 "{name}: unexpected kind {other:?} in {}",
-                source(manager).display()
+                banlieue_capi::webhooks::file(manager).display()
             ),
         }
     }
     Ok(count)
 }
 
-fn source(manager: Manager) -> PathBuf {
-    banlieue_capi::webhooks::file(manager)
-}
-
 /// CAPI's webhook configurations of `manager` as this environment registers them: named as
 /// CAPI's releases name them (`capi-…`), every webhook's Service replaced by
 /// `https://127.0.0.1:<port><its path>` with `ca_pem` as the CA bundle.
 pub fn webhook_configurations(manager: Manager, port: u16, ca_pem: &str) -> anyhow::Result<Vec<Value>> {
-    let path = source(manager);
+    let path = banlieue_capi::webhooks::file(manager);
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     let mut docs = Vec::new();

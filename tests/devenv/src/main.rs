@@ -78,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
     let stack = Stack::start(config, step).await?;
     banlieue_dev::write_kubeconfig(stack.env.admin().path(), &args.kubeconfig)?;
     let kubeconfig = std::fs::canonicalize(&args.kubeconfig)?;
+    let logs = kubeconfig.parent().unwrap_or(Path::new(".")).join("logs");
     let mut controllers = Vec::new();
     let mut node = None;
     if args.pods {
@@ -85,7 +86,6 @@ async fn main() -> anyhow::Result<()> {
             banlieue_dev::pods::install(&stack.env, &stack.sim, &banlieue_dev::binary_dir()?, step).await?,
         );
     } else if !args.no_controllers {
-        let logs = kubeconfig.parent().unwrap_or(Path::new(".")).join("logs");
         let bin_dir = banlieue_dev::binary_dir()?;
         for (name, flags) in CONTROLLERS {
             step(&format!("starting {name} (log: {}/{name}.log)", logs.display()));
@@ -98,7 +98,6 @@ async fn main() -> anyhow::Result<()> {
     let mut capi_managers = Vec::new();
     let mut capi_env = None;
     if args.capi {
-        let logs = kubeconfig.parent().unwrap_or(Path::new(".")).join("logs");
         capi_managers = banlieue_dev::capi::start_all(&stack.env, &logs, true, step).await?;
         let path = kubeconfig.with_file_name(banlieue_dev::capi::ENV_FILE);
         let text = banlieue_dev::capi::clusterctl_variables(&kubeconfig, &stack.sim)?;

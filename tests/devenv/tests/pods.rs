@@ -206,10 +206,14 @@ impl ProviderPod {
                     .items
                     .iter()
                     .map(|p| {
+                        let status = p.status.clone().unwrap_or_default();
                         format!(
-                            "{}: {:?}",
+                            "{}: phase {:?}, reason {:?}, message {:?}, containers {:?}",
                             p.name_any(),
-                            p.status.as_ref().map(|s| &s.container_statuses)
+                            status.phase,
+                            status.reason,
+                            status.message,
+                            status.container_statuses
                         )
                     })
                     .collect();

@@ -577,6 +577,9 @@ fn node_images(env: &TestEnv) -> Result<Vec<(String, PathBuf)>> {
         .collect())
 }
 
+/// The kubelet's configuration. Disk-pressure eviction is off (thresholds at 0%): the node's
+/// filesystem is the host's, shared with cargo's target folder and every other test, so a host
+/// with little free disk would otherwise evict the Pods under test (seen on CI) and taint the node.
 fn kubelet_config(dir: &Path, cgroup: &str, pod_cidr: &str) -> String {
     let d = dir.display();
     format!(
@@ -598,7 +601,7 @@ tlsPrivateKeyFile: {d}/kubelet.key
 readOnlyPort: 0
 healthzPort: 0
 registerNode: true
-evictionHard: {{memory.available: 100Mi, nodefs.available: 2%, imagefs.available: 2%, nodefs.inodesFree: 2%}}
+evictionHard: {{memory.available: 100Mi, nodefs.available: 0%, imagefs.available: 0%, nodefs.inodesFree: 0%}}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false

@@ -57,6 +57,12 @@ enum Command {
         /// api/capi/crds, or $BANLIEUE_CAPI_CRDS].
         #[arg(long, conflicts_with = "no_capi")]
         capi_crds: Option<PathBuf>,
+        /// Folder of CAPI's release components (`core-components.yaml`,
+        /// `bootstrap-components.yaml`, `control-plane-components.yaml`, e.g.
+        /// tests/controlplane/bin/capi-components): the CAPI providers are those, with their
+        /// manager Deployments, instead of CRDs only.
+        #[arg(long, conflicts_with_all = ["no_capi", "capi_crds"])]
+        capi_components: Option<PathBuf>,
         /// Version of the CAPI providers.
         #[arg(long, default_value = repository::CAPI_VERSION)]
         capi_version: String,
@@ -119,10 +125,12 @@ fn main() -> anyhow::Result<()> {
             dir,
             templates,
             capi_crds,
+            capi_components,
             capi_version,
             no_capi,
         } => {
-            let capi_crds = (!no_capi).then(|| capi_crds.unwrap_or_else(offline::default_capi_crds));
+            let capi_crds = (!no_capi && capi_components.is_none())
+                .then(|| capi_crds.unwrap_or_else(offline::default_capi_crds));
             if let Some(crds) = &capi_crds {
                 offline::check_capi_crds(crds)?;
             }
@@ -130,8 +138,14 @@ fn main() -> anyhow::Result<()> {
             let dir = std::fs::canonicalize(&dir)?;
             let infra = repository::write_all_infra(&dir, &templates)?;
             writeln!(stdout, "{}", repository::write_config(&dir, &infra)?.display())?;
-            if let Some(crds) = capi_crds {
-                let mut entries = repository::write_capi(&dir, &crds, &capi_version)?;
+            let capi = match (capi_crds, capi_components) {
+                (_, Some(components)) => {
+                    Some(repository::write_capi_release(&dir, &components, &capi_version)?)
+                }
+                (Some(crds), None) => Some(repository::write_capi(&dir, &crds, &capi_version)?),
+                (None, None) => None,
+            };
+            if let Some(mut entries) = capi {
                 entries.extend(infra);
                 let cert_manager = offline::write_cert_manager_stub(&dir)?;
                 let config = repository::write_named_config(

@@ -60,7 +60,7 @@ stamp() {
         go version
         printf '%s\n' "$GOFLAGS" "$@"
         (cd "$dir" && find . -path ./bin -prune -o -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
-            -not -path './capi/*' -not -path './vcsim/*' -print | LC_ALL=C sort | xargs sha256sum)
+            -not -path './capi/*' -not -path './vcsim/*' -not -path './kustomize/*' -print | LC_ALL=C sort | xargs sha256sum)
     } | sha256sum | cut -d' ' -f1
 }
 
@@ -183,5 +183,34 @@ fi
 
 # --- vcsim: govmomi's vSphere simulator -------------------------------------------------------------
 build_group vcsim "$here/vcsim" "vcsim ." -- "-s -w"
+
+# --- kustomize, and CAPI's release components rendered with it --------------------------------------
+# CAPI's release (`make release-manifests` after `manifest-modification`) sets each manager's image
+# to registry.k8s.io/cluster-api/<name>:<tag> and its pull policy to IfNotPresent, then runs
+# `kustomize build <provider>/config/default`. The same here, on a copy of the pinned module's
+# config/ folders (the module cache is read-only): bin/capi-components/ holds core-, bootstrap- and
+# control-plane-components.yaml as CAPI publishes them (tests/devenv's Pods tier installs them).
+build_group kustomize "$here/kustomize" "kustomize sigs.k8s.io/kustomize/kustomize/v5" -- "-s -w"
+render_capi_components() {
+    local out="$bin/capi-components" work spec file folder image
+    work="$(mktemp -d)"
+    rm -rf "$out"; mkdir -p "$out"
+    for spec in "core-components core cluster-api-controller" \
+        "bootstrap-components bootstrap/kubeadm kubeadm-bootstrap-controller" \
+        "control-plane-components controlplane/kubeadm kubeadm-control-plane-controller"; do
+        read -r file folder image <<<"$spec"
+        mkdir -p "$work/$file"
+        cp -r "$capi_dir/$folder/config" "$work/$file/"
+        chmod -R u+w "$work/$file"
+        sed -i -e "s@image: .*@image: registry.k8s.io/cluster-api/$image:$capi_version@" \
+            "$work/$file/config/default/manager_image_patch.yaml"
+        sed -i -e "s@imagePullPolicy: .*@imagePullPolicy: IfNotPresent@" \
+            "$work/$file/config/default/manager_pull_policy.yaml"
+        "$bin/kustomize" build "$work/$file/config/default" > "$out/$file.yaml"
+    done
+    rm -rf "$work"
+    log "capi: release components of $capi_version in $out ($(cat "$out"/*.yaml | wc -l) lines)"
+}
+render_capi_components
 
 log "all done in $((SECONDS - total))s; $(du -sh "$bin" | cut -f1) in $bin"

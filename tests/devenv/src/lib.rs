@@ -10,6 +10,8 @@
 //! the caller but the API server.
 
 pub mod capi;
+pub mod capi_pods;
+pub mod certificates;
 pub mod fixtures;
 pub mod images;
 pub mod pods;

@@ -99,7 +99,7 @@ pub async fn install(
     }
     let client = env.client().await?;
     for components in &INSTALLED {
-        wait_available(&client, components, &node).await?;
+        wait_available(&client, components.namespace, components.deployment, &node).await?;
         progress(&format!(
             "{}/{} Available (a Pod on {NODE_NAME})",
             components.namespace, components.deployment
@@ -108,20 +108,25 @@ pub async fn install(
     Ok(node)
 }
 
-async fn wait_available(client: &kube::Client, components: &Components, node: &Node) -> anyhow::Result<()> {
-    let api: Api<Deployment> = Api::namespaced(client.clone(), components.namespace);
+/// Waits until Deployment `namespace/name` has an available replica (at most three minutes);
+/// the error gives its conditions and where the node's log is.
+pub async fn wait_available(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    node: &Node,
+) -> anyhow::Result<()> {
+    let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     let deadline = Instant::now() + AVAILABLE_TIMEOUT;
     loop {
-        let deployment = api.get_opt(components.deployment).await?;
+        let deployment = api.get_opt(name).await?;
         let status = deployment.and_then(|d| d.status);
         if status.as_ref().and_then(|s| s.available_replicas).unwrap_or(0) >= 1 {
             return Ok(());
         }
         if Instant::now() > deadline {
             bail!(
-                "{}/{} not Available after {AVAILABLE_TIMEOUT:?} ({:?}); node log: {}",
-                components.namespace,
-                components.deployment,
+                "{namespace}/{name} not Available after {AVAILABLE_TIMEOUT:?} ({:?}); node log: {}",
                 status.and_then(|s| s.conditions),
                 node.dir().join("node.log").display()
             );

@@ -58,18 +58,21 @@ const NS: &str = "workload";
 mod vcsim_support;
 const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// `clusterctl init` of a provider from the local repository (offline configuration), with
-/// `variables` (its credentials) in the environment.
+/// `clusterctl init --infrastructure <provider>` from the local repository (offline
+/// configuration), with `variables` (its credentials) in the environment; `repository_args`
+/// are extra arguments of `banlieue-clusterctl repository` (which CAPI components it holds).
 fn clusterctl_init(
     env: &TestEnv,
     dir: &Path,
     provider: &ProviderSpec,
     variables: &[(&str, String)],
+    repository_args: &[&std::ffi::OsStr],
 ) -> Result<()> {
     let repository = dir.join("repository");
     let status = Command::new(banlieue_dev::binary_dir()?.join("banlieue-clusterctl"))
         .arg("repository")
         .arg(&repository)
+        .args(repository_args)
         .output()
         .context("running banlieue-clusterctl (cargo test --workspace builds it)")?;
     ensure!(
@@ -179,7 +182,7 @@ impl ProviderPod {
         remove_rule: Option<(&str, &str)>,
     ) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        clusterctl_init(&env, dir.path(), provider, variables)?;
+        clusterctl_init(&env, dir.path(), provider, variables, &[])?;
         let client = env.client().await?;
         if let Some((resource, verb)) = remove_rule {
             remove_from_cluster_role(&client, provider.cluster_role, resource, verb).await?;
@@ -486,5 +489,137 @@ async fn the_dev_environment_with_pods_serves_the_example_virtual_machine() -> R
     );
     drop(node);
     stack.stop().await;
+    Ok(())
+}
+
+/// CAPI's own managers as Pods: CAPI's release components (rendered from the pinned module's
+/// `config/` by tests/controlplane/build.sh) installed by `clusterctl init` with banlieue's
+/// Proxmox provider, their certificates issued as cert-manager would (see
+/// `banlieue_dev::certificates`), each manager's image built from the pinned module. Every
+/// manager runs as its own ServiceAccount; the API server calls CAPI's webhooks in their Pods
+/// (the Cluster and Machine are admitted by them); CAPI's Machine controller, under the RBAC its
+/// components install plus what banlieue's components aggregate into it, reads the
+/// ProxmoxMachine and copies its providerID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capi_managers_run_as_pods_from_their_release_components() -> Result<()> {
+    use banlieue_dev::capi_pods::{RELEASE_MANAGERS, components_dir};
+    let env = node_env().await?;
+    let sim = pve_sim(&env).await?;
+    let dir = tempfile::tempdir()?;
+    let components = components_dir();
+    let started = Instant::now();
+    clusterctl_init(
+        &env,
+        dir.path(),
+        &PROXMOX,
+        &pve_credentials(&sim),
+        &["--capi-components".as_ref(), components.as_os_str()],
+    )?;
+    eprintln!("clusterctl init: {:.1}s", started.elapsed().as_secs_f64());
+    let client = env.client().await?;
+    let issued = banlieue_dev::certificates::issue_and_inject(&env, &client).await?;
+    for manager in &RELEASE_MANAGERS {
+        ensure!(
+            issued
+                .certificates
+                .iter()
+                .any(|c| c.starts_with(&format!("{}/", manager.namespace))),
+            "no Certificate issued in {}: {issued:?}",
+            manager.namespace
+        );
+    }
+    ensure!(
+        issued
+            .injected
+            .contains("ValidatingWebhookConfiguration/capi-validating-webhook-configuration"),
+        "{issued:?}"
+    );
+
+    let node = Node::start(&env, 0, "node-a").await?;
+    let started = Instant::now();
+    for manager in &RELEASE_MANAGERS {
+        let (reference, tarball) = manager.build_image(&components, dir.path())?;
+        node.import(&reference, &tarball)?;
+    }
+    let tarball = PROXMOX.image.build(&banlieue_dev::binary_dir()?, dir.path())?;
+    node.import(PROXMOX.image.reference, &tarball)?;
+    eprintln!(
+        "images built and imported: {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let started = Instant::now();
+    for (namespace, deployment) in RELEASE_MANAGERS
+        .iter()
+        .map(|m| (m.namespace, m.deployment))
+        .chain([(PROXMOX.namespace, PROXMOX.deployment)])
+    {
+        banlieue_dev::pods::wait_available(&client, namespace, deployment, &node).await?;
+    }
+    eprintln!("managers Available: {:.1}s", started.elapsed().as_secs_f64());
+    for manager in &RELEASE_MANAGERS {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), manager.namespace);
+        let pod = pods
+            .list(&ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .next()
+            .with_context(|| format!("no Pod in {}", manager.namespace))?;
+        let spec = pod.spec.as_ref().context("pod spec")?;
+        ensure!(
+            spec.service_account_name.as_deref() == Some(manager.service_account),
+            "{} runs as {:?}",
+            manager.deployment,
+            spec.service_account_name
+        );
+        ensure!(spec.node_name.as_deref() == Some(node.name()), "{spec:?}");
+    }
+
+    // Admitted by CAPI's webhooks in their Pods, provisioned by the provider's Pod, and the
+    // providerID copied to the Machine by CAPI's Machine controller in its Pod.
+    workload(&client, &sim).await?;
+    let machines: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        NS,
+        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            "cluster.x-k8s.io",
+            "v1beta2",
+            "Machine",
+        )),
+    );
+    let provider_id = wait_for(
+        "the Machine's providerID, set by CAPI's Machine controller",
+        || {
+            let machines = machines.clone();
+            async move {
+                let machine = machines.get("m1").await?;
+                let id = machine.data["spec"]["providerID"].as_str().map(str::to_owned);
+                Ok((id, format!("{}", machine.data["status"])))
+            }
+        },
+    )
+    .await?;
+    ensure!(provider_id.starts_with("proxmox://"), "{provider_id}");
+    for manager in &RELEASE_MANAGERS {
+        let output = env
+            .kubectl()
+            .args([
+                "logs",
+                "-n",
+                manager.namespace,
+                &format!("deployment/{}", manager.deployment),
+            ])
+            .output()?;
+        let logs = String::from_utf8_lossy(&output.stdout);
+        let denied: Vec<&str> = logs.lines().filter(|l| l.contains("forbidden")).take(3).collect();
+        ensure!(
+            denied.is_empty(),
+            "{} was denied: {denied:#?}",
+            manager.deployment
+        );
+    }
+    drop(node);
+    sim.shutdown().await;
     Ok(())
 }

@@ -405,6 +405,10 @@ impl TestEnv {
                 format!("--kubelet-client-certificate={}", cert.display()),
                 format!("--kubelet-client-key={}", key.display()),
                 "--kubelet-preferred-address-types=InternalIP".to_owned(),
+                // Webhooks and aggregated APIs served by Pods: the API server runs on the host,
+                // where no kube-proxy maps Service addresses, so it calls the Pod's address (its
+                // range is routed to the node) instead of the Service's cluster IP.
+                "--enable-aggregator-routing=true".to_owned(),
             ]);
         }
         apiserver_args.extend(options.apiserver_args.iter().cloned());

@@ -28,6 +28,11 @@ pub const PROXMOX_AGGREGATED_ROLE: &str = "banlieue-proxmox-capi-aggregated-role
 pub const PROXMOX_CREDENTIALS_SECRET: &str = "banlieue-proxmox-credentials";
 /// Label selecting CAPI's aggregated manager ClusterRole.
 pub const AGGREGATE_TO_MANAGER: &str = "cluster.x-k8s.io/aggregate-to-manager";
+/// Label selecting the kubeadm control-plane manager's aggregated ClusterRole
+/// (`capi-kubeadm-control-plane-aggregated-manager-role`). Its own rules cover only the
+/// `infrastructure.cluster.x-k8s.io` group, so a provider in another group must hand it the
+/// machine kinds it clones and watches through this label.
+pub const KCP_AGGREGATE_TO_MANAGER: &str = "kubeadm.controlplane.cluster.x-k8s.io/aggregate-to-manager";
 
 /// Deployment name of the banlieue controller.
 pub const CORE_DEPLOYMENT: &str = "banlieue-controller";
@@ -279,6 +284,34 @@ pub fn aggregated_role(infra: Infra) -> String {
     format!("{}-capi-aggregated-role", infra.name())
 }
 
+/// The ClusterRole aggregated into the kubeadm control-plane manager's
+/// (`banlieue-proxmox-kcp-aggregated-role`).
+pub fn kcp_aggregated_role(infra: Infra) -> String {
+    format!("{}-kcp-aggregated-role", infra.name())
+}
+
+/// What the kubeadm control-plane manager needs of `infra`'s kinds: the machine templates it
+/// clones (and owns) and the machines it creates, watches, patches and deletes; the rules of
+/// CAPI's aggregated role narrowed to those kinds.
+fn kcp_rules(capi_aggregated: &[PolicyRule]) -> Vec<PolicyRule> {
+    capi_aggregated
+        .iter()
+        .filter_map(|rule| {
+            let resources: Vec<String> = rule
+                .resources
+                .iter()
+                .flatten()
+                .filter(|r| r.ends_with("machines") || r.ends_with("machinetemplates"))
+                .cloned()
+                .collect();
+            (!resources.is_empty()).then(|| PolicyRule {
+                resources: Some(resources),
+                ..rule.clone()
+            })
+        })
+        .collect()
+}
+
 /// The default credentials Secret of `infra` (`banlieue-vsphere-credentials`), if the components
 /// carry one (libvirt's credentials are per host files: see the README).
 pub fn credentials_secret(infra: Infra) -> Option<String> {
@@ -367,10 +400,18 @@ pub fn infra_components(infra: Infra) -> Vec<Value> {
     ));
     let mut aggregated_labels = labels.clone();
     aggregated_labels[AGGREGATE_TO_MANAGER] = json!("true");
+    let kcp = kcp_rules(&aggregated_rules);
     docs.push(json!({
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": aggregated_role(infra), "labels": aggregated_labels},
         "rules": rules(aggregated_rules),
+    }));
+    let mut kcp_labels = labels.clone();
+    kcp_labels[KCP_AGGREGATE_TO_MANAGER] = json!("true");
+    docs.push(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": kcp_aggregated_role(infra), "labels": kcp_labels},
+        "rules": rules(kcp),
     }));
     let string_data = match infra {
         Infra::Proxmox => Some(json!({
@@ -550,6 +591,21 @@ mod tests {
             assert_eq!(role.rules.unwrap(), infra_rules(infra)[0]);
             let aggregated = find(&docs, "ClusterRole", &aggregated_role(infra));
             assert_eq!(aggregated["metadata"]["labels"][AGGREGATE_TO_MANAGER], "true");
+            let kcp = find(&docs, "ClusterRole", &kcp_aggregated_role(infra));
+            assert_eq!(kcp["metadata"]["labels"][KCP_AGGREGATE_TO_MANAGER], "true");
+            let kcp_resources: Vec<&str> = kcp["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r["resources"].as_array().unwrap())
+                .filter_map(Value::as_str)
+                .collect();
+            let prefix = infra.kind_prefix().to_lowercase();
+            assert_eq!(
+                kcp_resources,
+                [format!("{prefix}machines"), format!("{prefix}machinetemplates")],
+                "the control-plane manager gets the machine kinds, nothing else"
+            );
             let d = typed_deployment(find(&docs, "Deployment", &deployment_name(infra)));
             let pod = d.spec.template.spec.unwrap();
             assert_eq!(pod.service_account_name, Some(service_account(infra)));

@@ -28,7 +28,7 @@ use banlieue_clusterctl::repository::CAPI_VERSION;
 use banlieue_conformance::report::{Outcome, Report, report_dir};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::{ManagedProcess, TestEnv, bin_dir, cert_manager_stub_crds};
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
@@ -106,43 +106,198 @@ fn null_paths(value: &Value, path: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The processes of the run; checked while waiting so a crashed manager fails fast.
-struct Processes(Vec<ManagedProcess>);
+/// How the run's managers run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// As processes beside the control plane, with admin credentials (quick, no node needed).
+    Processes,
+    /// As Pods on a real node, from the Deployments `clusterctl init` installed (CAPI's release
+    /// components and banlieue's), each under its ServiceAccount and installed RBAC only.
+    Pods,
+}
 
-impl Processes {
-    fn check(&mut self) -> Result<()> {
-        for p in &mut self.0 {
-            p.check_running().with_context(|| {
-                format!(
-                    "{} stopped; last lines of its log:\n{}",
-                    p.log().display(),
-                    p.log_tail(30)
+/// The managers of a management cluster; checked while waiting so a crashed one fails fast.
+enum Managers {
+    Processes(Vec<ManagedProcess>),
+    Pods {
+        node: banlieue_testenv::nodes::Node,
+        admin: banlieue_testenv::KubeconfigFile,
+        client: kube::Client,
+        /// Namespace and Deployment of every manager.
+        deployments: Vec<(&'static str, &'static str)>,
+    },
+}
+
+impl Managers {
+    /// Starts the managers of management cluster `env`, on which `clusterctl init` ran: CAPI's
+    /// three and banlieue-proxmox.
+    async fn start(mode: Mode, env: &TestEnv, node_name: &str, controller_dir: &Path) -> Result<Self> {
+        match mode {
+            Mode::Processes => {
+                let mut processes = Vec::new();
+                for manager in
+                    banlieue_dev::capi::start_all(env, &env.workdir().join("logs"), true, |_| {}).await?
+                {
+                    processes.push(manager.process);
+                }
+                processes.push(banlieue_dev::start_controller(
+                    controller_dir,
+                    banlieue_dev::PROXMOX_PROVIDER,
+                    banlieue_dev::controller_args(banlieue_dev::PROXMOX_PROVIDER),
+                    env.admin().path(),
+                    &env.workdir().join("logs"),
+                )?);
+                Ok(Self::Processes(processes))
+            }
+            Mode::Pods => {
+                let proxmox = banlieue_dev::pods::PROXMOX_COMPONENTS;
+                let node = banlieue_dev::capi_pods::run_installed(
+                    env,
+                    node_name,
+                    &[proxmox],
+                    controller_dir,
+                    |step| eprintln!("[{node_name}] {step}"),
                 )
-            })?;
+                .await?;
+                let deployments = banlieue_dev::capi_pods::RELEASE_MANAGERS
+                    .iter()
+                    .map(|m| (m.namespace, m.deployment))
+                    .chain([(proxmox.namespace, proxmox.deployment)])
+                    .collect();
+                Ok(Self::Pods {
+                    node,
+                    admin: env.admin().clone(),
+                    client: env.client().await?,
+                    deployments,
+                })
+            }
+        }
+    }
+
+    /// Adds the banlieue controller (standalone VirtualMachines) on `env`.
+    async fn add_banlieue_controller(&mut self, env: &TestEnv, controller_dir: &Path) -> Result<()> {
+        match self {
+            Self::Processes(processes) => processes.push(banlieue_dev::start_controller(
+                controller_dir,
+                banlieue_dev::BANLIEUE,
+                banlieue_dev::controller_args(banlieue_dev::BANLIEUE),
+                env.admin().path(),
+                &env.workdir().join("logs"),
+            )?),
+            Self::Pods {
+                node, deployments, ..
+            } => {
+                let controller = banlieue_dev::pods::CONTROLLER_COMPONENTS;
+                banlieue_dev::pods::install_components(
+                    env,
+                    node,
+                    &[controller],
+                    &BTreeMap::new(),
+                    controller_dir,
+                    |step| eprintln!("[{}] {step}", node.name()),
+                )
+                .await?;
+                deployments.push((controller.namespace, controller.deployment));
+            }
         }
         Ok(())
     }
 
+    /// Fails when a manager stopped (a process exited, a container restarted or terminated).
+    async fn check(&mut self) -> Result<()> {
+        match self {
+            Self::Processes(processes) => {
+                for p in processes {
+                    p.check_running().with_context(|| {
+                        format!(
+                            "{} stopped; last lines of its log:\n{}",
+                            p.log().display(),
+                            p.log_tail(30)
+                        )
+                    })?;
+                }
+            }
+            Self::Pods {
+                admin,
+                client,
+                deployments,
+                ..
+            } => {
+                for (namespace, deployment) in deployments.iter() {
+                    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+                    for pod in pods.list(&Default::default()).await? {
+                        let statuses = pod
+                            .status
+                            .as_ref()
+                            .and_then(|s| s.container_statuses.clone())
+                            .unwrap_or_default();
+                        for status in statuses {
+                            let terminated = status.state.as_ref().and_then(|s| s.terminated.as_ref());
+                            if status.restart_count > 0 || terminated.is_some() {
+                                let name = pod.metadata.name.clone().unwrap_or_default();
+                                let output = admin
+                                    .kubectl()
+                                    .args(["logs", "-n", namespace, &name, "--previous", "--tail=30"])
+                                    .output()?;
+                                bail!(
+                                    "{namespace}/{deployment}: Pod {name} restarted {} times ({:?}); its previous log:\n{}",
+                                    status.restart_count,
+                                    status.last_state,
+                                    String::from_utf8_lossy(&output.stdout)
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The last lines of every manager's log.
     fn tails(&self) -> String {
-        self.0
-            .iter()
-            .map(|p| format!("--- {} ---\n{}", p.log().display(), p.log_tail(15)))
-            .collect::<Vec<_>>()
-            .join("\n")
+        match self {
+            Self::Processes(processes) => processes
+                .iter()
+                .map(|p| format!("--- {} ---\n{}", p.log().display(), p.log_tail(15)))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Self::Pods {
+                admin, deployments, ..
+            } => deployments
+                .iter()
+                .map(|(namespace, deployment)| {
+                    let logs = admin
+                        .kubectl()
+                        .args([
+                            "logs",
+                            "-n",
+                            namespace,
+                            &format!("deployment/{deployment}"),
+                            "--tail=15",
+                        ])
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_else(|e| e.to_string());
+                    format!("--- {namespace}/{deployment} ---\n{logs}")
+                })
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
     }
 }
 
 /// Polls `probe` every 500 ms until it returns `Some`, the processes die, or `timeout` passes;
 /// the error carries the last `Err`/state the probe described.
 async fn poll<T>(
-    procs: &mut Processes,
+    procs: &mut Managers,
     what: &str,
     timeout: Duration,
     mut probe: impl AsyncFnMut() -> Result<Result<T, String>>,
 ) -> Result<T> {
     let deadline = Instant::now() + timeout;
     loop {
-        procs.check()?;
+        procs.check().await?;
         let last = match probe().await {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(state)) => state,
@@ -446,13 +601,22 @@ async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBu
 }
 
 /// Writes banlieue's local clusterctl repository for this management cluster: CAPI v1.14.2's
-/// core, kubeadm bootstrap and control-plane providers (their CRDs from
-/// `tests/controlplane/bin/capi-crds`, no Deployments: the managers run as processes) and
+/// core, kubeadm bootstrap and control-plane providers (with [`Mode::Processes`] their CRDs from
+/// `tests/controlplane/bin/capi-crds`, no Deployments: the managers run as processes; with
+/// [`Mode::Pods`] CAPI's release components from `tests/controlplane/bin/capi-components`) and
 /// banlieue-proxmox from this tree. Returns the `clusterctl.yaml` pointing at it.
-fn write_repository(env: &TestEnv) -> Result<PathBuf> {
+fn write_repository(env: &TestEnv, mode: Mode) -> Result<PathBuf> {
     let repo = env.workdir().join("clusterctl/repository");
-    let mut entries =
-        banlieue_clusterctl::repository::write_capi(&repo, &bin_dir().join("capi-crds"), CAPI_VERSION)?;
+    let mut entries = match mode {
+        Mode::Processes => {
+            banlieue_clusterctl::repository::write_capi(&repo, &bin_dir().join("capi-crds"), CAPI_VERSION)?
+        }
+        Mode::Pods => banlieue_clusterctl::repository::write_capi_release(
+            &repo,
+            &banlieue_dev::capi_pods::components_dir(),
+            CAPI_VERSION,
+        )?,
+    };
     entries.push(banlieue_clusterctl::repository::write_proxmox(
         &repo,
         &workspace().join("templates"),
@@ -491,8 +655,8 @@ fn run_clusterctl(cmd: &mut std::process::Command, what: &str) -> Result<String>
 /// core, kubeadm bootstrap and kubeadm control-plane providers and banlieue-proxmox from the
 /// local repository (cert-manager is skipped: the env has its stub CRDs). Waits until the
 /// installed CRDs are served. Returns the `clusterctl.yaml` of the repository.
-async fn clusterctl_init(env: &TestEnv, sim: &SimHandle) -> Result<PathBuf> {
-    let config = write_repository(env)?;
+async fn clusterctl_init(env: &TestEnv, sim: &SimHandle, mode: Mode) -> Result<PathBuf> {
+    let config = write_repository(env, mode)?;
     let output = run_clusterctl(
         clusterctl(env)?
             .arg("init")
@@ -509,7 +673,10 @@ async fn clusterctl_init(env: &TestEnv, sim: &SimHandle) -> Result<PathBuf> {
                 ),
             ])
             .env("PROXMOX_TOKEN", sim.token_id())
-            .env("PROXMOX_SECRET", sim.token_secret()),
+            .env("PROXMOX_SECRET", sim.token_secret())
+            // CAPI's release components take their feature gates from clusterctl variables; the
+            // processes get ClusterTopology from banlieue_dev::capi.
+            .env("CLUSTER_TOPOLOGY", "true"),
         "clusterctl init",
     )?;
     ensure!(
@@ -608,8 +775,31 @@ fn parse_docs(text: &str) -> Result<Vec<Value>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
-    let mut report =
-        Report::new("banlieue CAPI conformance: real CAPI v1.14.2 controllers + banlieue-proxmox + pve-sim");
+    conformance(Mode::Processes).await
+}
+
+/// The same run with every manager (CAPI's three, banlieue-proxmox, the banlieue controller) a
+/// Pod on a real node of its management cluster, from the Deployments `clusterctl init`
+/// installed, under their ServiceAccounts and installed RBAC: no admin credentials anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capi_drives_banlieue_proxmox_with_every_manager_in_a_pod() -> Result<()> {
+    conformance(Mode::Pods).await
+}
+
+async fn conformance(mode: Mode) -> Result<()> {
+    let (title, file, notes) = match mode {
+        Mode::Processes => (
+            "banlieue CAPI conformance: real CAPI v1.14.2 controllers + banlieue-proxmox + pve-sim",
+            "capi.md",
+            NOTES,
+        ),
+        Mode::Pods => (
+            "banlieue CAPI conformance, every manager a Pod: CAPI v1.14.2's release components + banlieue-proxmox + pve-sim",
+            "capi-pods.md",
+            POD_NOTES,
+        ),
+    };
+    let mut report = Report::new(title);
     let started = Instant::now();
 
     // ---- environment ----
@@ -623,14 +813,23 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
     let controller_dir = controller_dir()?;
     // The management cluster, the workload cluster's API server, and the target of `clusterctl
     // move`.
+    // With Pods, each cluster has a node network: the managers' Pods reach the simulator and
+    // the workload API server at host addresses on their node's bridge.
+    let pods = mode == Mode::Pods;
     let (mgmt, workload, target) = tokio::try_join!(
-        TestEnv::builder().allow_external(false).crds(crds).start(),
         TestEnv::builder()
             .allow_external(false)
+            .node_network(pods)
+            .crds(crds)
+            .start(),
+        TestEnv::builder()
+            .allow_external(false)
+            .node_network(pods)
             .controller_manager(false)
             .start(),
         TestEnv::builder()
             .allow_external(false)
+            .node_network(pods)
             .crds(cert_manager_stub_crds()?)
             .start(),
     )?;
@@ -642,11 +841,15 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         // full clones to another node from non-shared storage.
         nodes: vec!["pve1".into()],
         agent_delay: Duration::from_millis(500),
+        bind_address: match mgmt.node_network() {
+            Some(network) => network.gateway(),
+            None => SimConfig::fast().bind_address,
+        },
         ..SimConfig::fast()
     };
     let sim = Arc::new(banlieue_pve_sim::start(sim_config).await?);
     let t = Instant::now();
-    let config = clusterctl_init(&mgmt, &sim)
+    let config = clusterctl_init(&mgmt, &sim, mode)
         .await
         .context("clusterctl init on the management cluster")?;
     report.record(
@@ -655,18 +858,7 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         Outcome::pass("providers in clusterctl's inventory, CRDs served"),
         Some(t.elapsed()),
     );
-    let mut procs = Processes(Vec::new());
-    for manager in banlieue_dev::capi::start_all(&mgmt, &mgmt.workdir().join("logs"), true, |_| {}).await? {
-        procs.0.push(manager.process);
-    }
-    let logs = mgmt.workdir().join("logs");
-    procs.0.push(banlieue_dev::start_controller(
-        &controller_dir,
-        banlieue_dev::PROXMOX_PROVIDER,
-        banlieue_dev::controller_args(banlieue_dev::PROXMOX_PROVIDER),
-        mgmt.admin().path(),
-        &logs,
-    )?);
+    let mut procs = Managers::start(mode, &mgmt, "mgmt-node", &controller_dir).await?;
     let emulator_log = mgmt.workdir().join("logs/guest-emulator.log");
     let emulator = tokio::spawn(emulate_guests(
         sim.clone(),
@@ -696,6 +888,7 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
         target: &target,
         config: &config,
         controller_dir: &controller_dir,
+        mode,
     };
     let result = lifecycle(&mut run, &mut procs, &envs).await;
     emulator.abort();
@@ -707,10 +900,10 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
             None,
         );
     }
-    for note in NOTES {
+    for note in notes {
         run.report.note(*note);
     }
-    let path = run.report.write(&report_dir().join("capi.md"))?;
+    let path = run.report.write(&report_dir().join(file))?;
     eprintln!("report: {}", path.display());
     if result.is_err() {
         eprintln!(
@@ -745,8 +938,27 @@ const NOTES: &[&str] = &[
      never generates join data and workers stop at bootstrap (no VM).",
 ];
 
+const POD_NOTES: &[&str] = &[
+    "Every manager is a Pod on a real node (containerd, kubelet, kube-proxy; \
+     `banlieue_testenv::nodes`) of its management cluster: CAPI's core, kubeadm bootstrap and \
+     kubeadm control-plane managers from CAPI v1.14.2's release components (rendered from the \
+     pinned module's config/ by tests/controlplane/build.sh as CAPI's release does, installed by \
+     the real `clusterctl init` with CLUSTER_TOPOLOGY=true), banlieue-proxmox from its \
+     components, the banlieue controller from banlieue-core.yaml; each image built here from the \
+     binaries. Each runs as its ServiceAccount under the RBAC its components install; a restart \
+     of any of them fails the run.",
+    "cert-manager's programs cannot be built here (the Go module proxy serves its root module, not \
+     the nested modules holding its `main` packages): `banlieue_dev::certificates` issues each \
+     Certificate's Secret from the harness CA and injects the CA into the webhook configurations \
+     and CRDs annotated `cert-manager.io/inject-ca-from`, once after `clusterctl init`.",
+    "The workload cluster is emulated as in the process run (see there); its API server listens \
+     on a host address of its own node network, which the managers' Pods reach.",
+];
+
 /// The clusters and files of the run.
 struct Envs<'a> {
+    /// How the managers run.
+    mode: Mode,
     /// The management cluster (`clusterctl init` done, managers running).
     mgmt: &'a TestEnv,
     /// The emulated workload cluster's API server.
@@ -759,7 +971,7 @@ struct Envs<'a> {
     controller_dir: &'a Path,
 }
 
-async fn lifecycle(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> Result<()> {
+async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Result<()> {
     let (mgmt, workload) = (envs.mgmt, envs.workload);
     let ns = run.ns.clone();
     let endpoint = workload
@@ -1182,16 +1394,10 @@ async fn capi_side_versions(run: &Run) -> Result<BTreeMap<String, String>> {
 /// namespace. The VM gets its own ProxmoxMachine (controlled by the VirtualMachine, never by a
 /// Machine) and VM; the cluster's ProxmoxMachines/ProxmoxCluster are not written while it
 /// lives and dies; CAPI creates no Machine for it; the cluster's VMs stay.
-async fn coexist(run: &Run, procs: &mut Processes, mgmt: &TestEnv, controller_dir: &Path) -> Result<String> {
+async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir: &Path) -> Result<String> {
     const VM: &str = "standalone";
     banlieue_dev::register_simulator_as(&run.client, &run.sim, "pve-sim").await?;
-    procs.0.push(banlieue_dev::start_controller(
-        controller_dir,
-        banlieue_dev::BANLIEUE,
-        banlieue_dev::controller_args(banlieue_dev::BANLIEUE),
-        mgmt.admin().path(),
-        &mgmt.workdir().join("logs"),
-    )?);
+    procs.add_banlieue_controller(mgmt, controller_dir).await?;
     let capi_before = capi_side_versions(run).await?;
     let machines_before: BTreeSet<String> = run
         .list(&capi("Machine"))
@@ -1354,7 +1560,7 @@ async fn check_owner_references(run: &Run) -> Result<String> {
 
 /// Records the resourceVersion of every provider object and of CAPI's Machines and Cluster,
 /// waits a quiet window (no test action), and compares: a converged provider makes no writes.
-async fn check_resource_versions_stable(run: &Run, procs: &mut Processes) -> Result<String> {
+async fn check_resource_versions_stable(run: &Run, procs: &mut Managers) -> Result<String> {
     async fn versions(run: &Run) -> Result<BTreeMap<String, String>> {
         let mut out = BTreeMap::new();
         for ar in [
@@ -1384,7 +1590,7 @@ async fn check_resource_versions_stable(run: &Run, procs: &mut Processes) -> Res
     let mut stable_rounds = 0;
     let mut rounds = 0;
     while stable_rounds < 2 {
-        procs.check()?;
+        procs.check().await?;
         tokio::time::sleep(QUIET_WINDOW).await;
         let now = versions(run).await?;
         rounds += 1;
@@ -1413,7 +1619,7 @@ async fn check_resource_versions_stable(run: &Run, procs: &mut Processes) -> Res
 
 const QUIET_WINDOW: Duration = Duration::from_secs(5);
 
-async fn scale(run: &Run, procs: &mut Processes, workers: &str, replicas: usize) -> Result<String> {
+async fn scale(run: &Run, procs: &mut Managers, workers: &str, replicas: usize) -> Result<String> {
     let patch = json!({"spec": {"replicas": replicas}});
     run.api(&capi("MachineDeployment"))
         .patch(
@@ -1452,7 +1658,7 @@ async fn scale(run: &Run, procs: &mut Processes, workers: &str, replicas: usize)
     .await
 }
 
-async fn pause(run: &Run, procs: &mut Processes, paused: bool) -> Result<String> {
+async fn pause(run: &Run, procs: &mut Managers, paused: bool) -> Result<String> {
     let patch = json!({"spec": {"paused": paused}});
     run.api(&capi("Cluster"))
         .patch(CLUSTER, &PatchParams::default(), &Patch::Merge(&patch))
@@ -1496,7 +1702,7 @@ fn task_count(run: &Run, kinds: &[&str]) -> usize {
 /// CAPI's SelfHosted step: `clusterctl move` from the management cluster to `envs.target`, where
 /// `clusterctl init` ran and CAPI's managers and banlieue-proxmox run. The run continues on the
 /// target (`run.client`, `procs`).
-async fn move_cluster(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> Result<String> {
+async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Result<String> {
     let all = format!("cluster.x-k8s.io/cluster-name={CLUSTER}");
     let before_vms = vm_identities(run);
     let lifecycle_tasks = ["qmclone", "qmstart", "qmstop", "qmshutdown", "qmdestroy"];
@@ -1521,22 +1727,10 @@ async fn move_cluster(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> 
 
     // The target management cluster: `clusterctl init` (inventory, CRDs) and the controllers its
     // Deployments would run.
-    let config = clusterctl_init(envs.target, &run.sim)
+    let config = clusterctl_init(envs.target, &run.sim, envs.mode)
         .await
         .context("clusterctl init on the target management cluster")?;
-    let mut target = Vec::new();
-    for manager in
-        banlieue_dev::capi::start_all(envs.target, &envs.target.workdir().join("logs"), true, |_| {}).await?
-    {
-        target.push(manager.process);
-    }
-    target.push(banlieue_dev::start_controller(
-        envs.controller_dir,
-        banlieue_dev::PROXMOX_PROVIDER,
-        banlieue_dev::controller_args(banlieue_dev::PROXMOX_PROVIDER),
-        envs.target.admin().path(),
-        &envs.target.workdir().join("logs"),
-    )?);
+    let target = Managers::start(envs.mode, envs.target, "target-node", envs.controller_dir).await?;
 
     let output = run_clusterctl(
         clusterctl(envs.mgmt)?
@@ -1573,7 +1767,7 @@ async fn move_cluster(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> 
     );
 
     // From here on the run is on the target.
-    procs.0 = target;
+    *procs = target;
     run.client = envs.target.client().await?;
     let pairs = poll(
         procs,
@@ -1654,7 +1848,7 @@ async fn move_cluster(run: &mut Run, procs: &mut Processes, envs: &Envs<'_>) -> 
     ))
 }
 
-async fn delete_cluster(run: &Run, procs: &mut Processes) -> Result<String> {
+async fn delete_cluster(run: &Run, procs: &mut Managers) -> Result<String> {
     run.api(&capi("Cluster"))
         .delete(CLUSTER, &DeleteParams::default())
         .await?;

@@ -6,12 +6,17 @@
 //! as CAPI's Dockerfile lays it out (`/manager`, user 65532).
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, bail};
 use banlieue_capi::webhooks::Manager;
+use banlieue_testenv::TestEnv;
 use banlieue_testenv::images::BinaryImage;
+use banlieue_testenv::nodes::Node;
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::pods::Components;
 
 /// One of CAPI's managers as its release components deploy it.
 #[derive(Clone, Copy, Debug)]
@@ -116,6 +121,62 @@ impl ReleaseManager {
         .with_context(|| format!("building image {reference}"))?;
         Ok((reference, tarball))
     }
+}
+
+/// Runs what `clusterctl init` installed from a repository holding CAPI's release components
+/// (`banlieue-clusterctl repository --capi-components`): issues their certificates
+/// ([`crate::certificates`]), starts node `node_name` on `env`, imports CAPI's managers' images
+/// and those of `banlieue` (components the same `clusterctl init` applied; binaries in
+/// `bin_dir`), and waits until each Deployment is Available. The node stops on drop.
+pub async fn run_installed(
+    env: &TestEnv,
+    node_name: &str,
+    banlieue: &[Components],
+    bin_dir: &Path,
+    progress: impl Fn(&str),
+) -> anyhow::Result<Node> {
+    let client = env.client().await?;
+    let issued = crate::certificates::issue_and_inject(env, &client).await?;
+    progress(&format!(
+        "issued {} certificates, CA injected into {} objects",
+        issued.certificates.len(),
+        issued.injected.len()
+    ));
+    let started = Instant::now();
+    let node = Node::start(env, 0, node_name).await?;
+    progress(&format!(
+        "node {node_name} Ready in {:.1}s",
+        started.elapsed().as_secs_f64()
+    ));
+    let started = Instant::now();
+    let out = env.workdir().join("images");
+    let components = components_dir();
+    for manager in &RELEASE_MANAGERS {
+        let (reference, tarball) = manager.build_image(&components, &out)?;
+        node.import(&reference, &tarball)?;
+    }
+    for installed in banlieue {
+        let tarball = installed.image.build(bin_dir, &out)?;
+        node.import(installed.image.reference, &tarball)?;
+    }
+    progress(&format!(
+        "{} images built and imported in {:.1}s",
+        RELEASE_MANAGERS.len() + banlieue.len(),
+        started.elapsed().as_secs_f64()
+    ));
+    let started = Instant::now();
+    let deployments = RELEASE_MANAGERS
+        .iter()
+        .map(|m| (m.namespace, m.deployment))
+        .chain(banlieue.iter().map(|c| (c.namespace, c.deployment)));
+    for (namespace, deployment) in deployments {
+        crate::pods::wait_available(&client, namespace, deployment, &node).await?;
+    }
+    progress(&format!(
+        "every manager Available in {:.1}s",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(node)
 }
 
 #[cfg(test)]

@@ -24,27 +24,36 @@ pub const NODE_NAME: &str = "node-1";
 const AVAILABLE_TIMEOUT: Duration = Duration::from_secs(180);
 
 /// A components file of `clusterctl/dist/` and the Deployment it runs.
-struct Components {
-    file: &'static str,
-    namespace: &'static str,
-    deployment: &'static str,
-    image: images::Image,
+#[derive(Clone, Copy, Debug)]
+pub struct Components {
+    /// The file, relative to the repository root.
+    pub file: &'static str,
+    /// Namespace of its Deployment.
+    pub namespace: &'static str,
+    /// Its Deployment.
+    pub deployment: &'static str,
+    /// The image the Deployment runs.
+    pub image: images::Image,
 }
 
-const INSTALLED: [Components; 2] = [
-    Components {
-        file: "clusterctl/dist/infrastructure-banlieue-proxmox/infrastructure-components.yaml",
-        namespace: "banlieue-proxmox-system",
-        deployment: "banlieue-proxmox-controller-manager",
-        image: images::PROXMOX,
-    },
-    Components {
-        file: "clusterctl/dist/banlieue-core.yaml",
-        namespace: "banlieue-system",
-        deployment: "banlieue-controller",
-        image: images::CONTROLLER,
-    },
-];
+/// The Proxmox provider's components (what `clusterctl init --infrastructure banlieue-proxmox`
+/// installs).
+pub const PROXMOX_COMPONENTS: Components = Components {
+    file: "clusterctl/dist/infrastructure-banlieue-proxmox/infrastructure-components.yaml",
+    namespace: "banlieue-proxmox-system",
+    deployment: "banlieue-proxmox-controller-manager",
+    image: images::PROXMOX,
+};
+
+/// The banlieue controller's components (standalone VirtualMachines).
+pub const CONTROLLER_COMPONENTS: Components = Components {
+    file: "clusterctl/dist/banlieue-core.yaml",
+    namespace: "banlieue-system",
+    deployment: "banlieue-controller",
+    image: images::CONTROLLER,
+};
+
+const INSTALLED: [Components; 2] = [PROXMOX_COMPONENTS, CONTROLLER_COMPONENTS];
 
 fn repository_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -71,8 +80,22 @@ pub async fn install(
         ("PROXMOX_TOKEN", sim.token_id()),
         ("PROXMOX_SECRET", sim.token_secret()),
     ]);
+    install_components(env, &node, &INSTALLED, &variables, bin_dir, progress).await?;
+    Ok(node)
+}
+
+/// Builds and imports each of `installed`'s image into `node`, applies its components file (as
+/// it is, with clusterctl's `variables` filled in) and waits until its Deployment is Available.
+pub async fn install_components(
+    env: &TestEnv,
+    node: &Node,
+    installed: &[Components],
+    variables: &BTreeMap<&str, String>,
+    bin_dir: &Path,
+    progress: impl Fn(&str),
+) -> anyhow::Result<()> {
     let out = env.workdir().join("images");
-    for components in &INSTALLED {
+    for components in installed {
         let image = components.image;
         progress(&format!(
             "building image {} from {}",
@@ -83,7 +106,7 @@ pub async fn install(
         let path = repository_root().join(components.file);
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let manifest = env.workdir().join(format!("{}.yaml", components.deployment));
-        std::fs::write(&manifest, substitute(&text, &variables)?)?;
+        std::fs::write(&manifest, substitute(&text, variables)?)?;
         progress(&format!("applying {}", components.file));
         let mut kubectl = env.kubectl();
         kubectl
@@ -98,14 +121,16 @@ pub async fn install(
         );
     }
     let client = env.client().await?;
-    for components in &INSTALLED {
-        wait_available(&client, components.namespace, components.deployment, &node).await?;
+    for components in installed {
+        wait_available(&client, components.namespace, components.deployment, node).await?;
         progress(&format!(
-            "{}/{} Available (a Pod on {NODE_NAME})",
-            components.namespace, components.deployment
+            "{}/{} Available (a Pod on {})",
+            components.namespace,
+            components.deployment,
+            node.name()
         ));
     }
-    Ok(node)
+    Ok(())
 }
 
 /// Waits until Deployment `namespace/name` has an available replica (at most three minutes);

@@ -516,47 +516,15 @@ async fn capi_managers_run_as_pods_from_their_release_components() -> Result<()>
         &["--capi-components".as_ref(), components.as_os_str()],
     )?;
     eprintln!("clusterctl init: {:.1}s", started.elapsed().as_secs_f64());
+    let node = banlieue_dev::capi_pods::run_installed(
+        &env,
+        "node-a",
+        &[banlieue_dev::pods::PROXMOX_COMPONENTS],
+        &banlieue_dev::binary_dir()?,
+        |step| eprintln!("{step}"),
+    )
+    .await?;
     let client = env.client().await?;
-    let issued = banlieue_dev::certificates::issue_and_inject(&env, &client).await?;
-    for manager in &RELEASE_MANAGERS {
-        ensure!(
-            issued
-                .certificates
-                .iter()
-                .any(|c| c.starts_with(&format!("{}/", manager.namespace))),
-            "no Certificate issued in {}: {issued:?}",
-            manager.namespace
-        );
-    }
-    ensure!(
-        issued
-            .injected
-            .contains("ValidatingWebhookConfiguration/capi-validating-webhook-configuration"),
-        "{issued:?}"
-    );
-
-    let node = Node::start(&env, 0, "node-a").await?;
-    let started = Instant::now();
-    for manager in &RELEASE_MANAGERS {
-        let (reference, tarball) = manager.build_image(&components, dir.path())?;
-        node.import(&reference, &tarball)?;
-    }
-    let tarball = PROXMOX.image.build(&banlieue_dev::binary_dir()?, dir.path())?;
-    node.import(PROXMOX.image.reference, &tarball)?;
-    eprintln!(
-        "images built and imported: {:.1}s",
-        started.elapsed().as_secs_f64()
-    );
-
-    let started = Instant::now();
-    for (namespace, deployment) in RELEASE_MANAGERS
-        .iter()
-        .map(|m| (m.namespace, m.deployment))
-        .chain([(PROXMOX.namespace, PROXMOX.deployment)])
-    {
-        banlieue_dev::pods::wait_available(&client, namespace, deployment, &node).await?;
-    }
-    eprintln!("managers Available: {:.1}s", started.elapsed().as_secs_f64());
     for manager in &RELEASE_MANAGERS {
         let pods: Api<Pod> = Api::namespaced(client.clone(), manager.namespace);
         let pod = pods

@@ -120,8 +120,8 @@ enum Mode {
 enum Managers {
     Processes(Vec<ManagedProcess>),
     Pods {
-        node: banlieue_testenv::nodes::Node,
-        admin: banlieue_testenv::KubeconfigFile,
+        node: Box<banlieue_testenv::nodes::Node>,
+        admin: Box<banlieue_testenv::KubeconfigFile>,
         client: kube::Client,
         /// Namespace and Deployment of every manager.
         deployments: Vec<(&'static str, &'static str)>,
@@ -165,8 +165,8 @@ impl Managers {
                     .chain([(proxmox.namespace, proxmox.deployment)])
                     .collect();
                 Ok(Self::Pods {
-                    node,
-                    admin: env.admin().clone(),
+                    node: Box::new(node),
+                    admin: Box::new(env.admin().clone()),
                     client: env.client().await?,
                     deployments,
                 })

@@ -502,31 +502,10 @@ async fn the_dev_environment_with_pods_serves_the_example_virtual_machine() -> R
 /// ProxmoxMachine and copies its providerID.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capi_managers_run_as_pods_from_their_release_components() -> Result<()> {
-    use banlieue_dev::capi_pods::{RELEASE_MANAGERS, components_dir};
-    let env = node_env().await?;
-    let sim = pve_sim(&env).await?;
-    let dir = tempfile::tempdir()?;
-    let components = components_dir();
-    let started = Instant::now();
-    clusterctl_init(
-        &env,
-        dir.path(),
-        &PROXMOX,
-        &pve_credentials(&sim),
-        &["--capi-components".as_ref(), components.as_os_str()],
-    )?;
-    eprintln!("clusterctl init: {:.1}s", started.elapsed().as_secs_f64());
-    let node = banlieue_dev::capi_pods::run_installed(
-        &env,
-        "node-a",
-        &[banlieue_dev::pods::PROXMOX_COMPONENTS],
-        &banlieue_dev::binary_dir()?,
-        |step| eprintln!("{step}"),
-    )
-    .await?;
-    let client = env.client().await?;
+    use banlieue_dev::capi_pods::RELEASE_MANAGERS;
+    let capi = CapiInPods::install(None).await?;
     for manager in &RELEASE_MANAGERS {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), manager.namespace);
+        let pods: Api<Pod> = Api::namespaced(capi.client.clone(), manager.namespace);
         let pod = pods
             .list(&ListParams::default())
             .await?
@@ -541,45 +520,20 @@ async fn capi_managers_run_as_pods_from_their_release_components() -> Result<()>
             manager.deployment,
             spec.service_account_name
         );
-        ensure!(spec.node_name.as_deref() == Some(node.name()), "{spec:?}");
+        ensure!(spec.node_name.as_deref() == Some(capi.node.name()), "{spec:?}");
     }
 
     // Admitted by CAPI's webhooks in their Pods, provisioned by the provider's Pod, and the
     // providerID copied to the Machine by CAPI's Machine controller in its Pod.
-    workload(&client, &sim).await?;
-    let machines: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        NS,
-        &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-            "cluster.x-k8s.io",
-            "v1beta2",
-            "Machine",
-        )),
-    );
+    workload(&capi.client, &capi.sim).await?;
     let provider_id = wait_for(
         "the Machine's providerID, set by CAPI's Machine controller",
-        || {
-            let machines = machines.clone();
-            async move {
-                let machine = machines.get("m1").await?;
-                let id = machine.data["spec"]["providerID"].as_str().map(str::to_owned);
-                Ok((id, format!("{}", machine.data["status"])))
-            }
-        },
+        || capi.machine_provider_id(),
     )
     .await?;
     ensure!(provider_id.starts_with("proxmox://"), "{provider_id}");
     for manager in &RELEASE_MANAGERS {
-        let output = env
-            .kubectl()
-            .args([
-                "logs",
-                "-n",
-                manager.namespace,
-                &format!("deployment/{}", manager.deployment),
-            ])
-            .output()?;
-        let logs = String::from_utf8_lossy(&output.stdout);
+        let logs = capi.logs(manager.namespace, manager.deployment)?;
         let denied: Vec<&str> = logs.lines().filter(|l| l.contains("forbidden")).take(3).collect();
         ensure!(
             denied.is_empty(),
@@ -587,7 +541,128 @@ async fn capi_managers_run_as_pods_from_their_release_components() -> Result<()>
             manager.deployment
         );
     }
-    drop(node);
-    sim.shutdown().await;
+    capi.stop().await;
     Ok(())
+}
+
+/// CAPI's core manager reads banlieue's kinds only through the ClusterRole that banlieue's
+/// components label `cluster.x-k8s.io/aggregate-to-manager` (aggregated into CAPI's
+/// `capi-aggregated-manager-role`): without it, CAPI's Machine controller is denied the
+/// ProxmoxMachine and the Machine never gets its providerID, though the provider provisions it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_banlieues_aggregated_role_capi_is_denied_the_proxmox_machine() -> Result<()> {
+    let capi = CapiInPods::install(Some("banlieue-proxmox-capi-aggregated-role")).await?;
+    workload(&capi.client, &capi.sim).await?;
+    let core = &banlieue_dev::capi_pods::RELEASE_MANAGERS[0];
+    let denial = "proxmoxmachines.infrastructure.banlieue.io is forbidden";
+    wait_for("CAPI's core manager denied ProxmoxMachines", || {
+        let logs = capi.logs(core.namespace, core.deployment);
+        async move {
+            let logs = logs?;
+            let tail: String = logs.lines().rev().take(3).collect::<Vec<_>>().join("\n");
+            Ok((logs.contains(denial).then_some(()), tail))
+        }
+    })
+    .await?;
+    let machines: Api<ProxmoxMachine> = Api::namespaced(capi.client.clone(), NS);
+    wait_for("the ProxmoxMachine provisioned by the provider's Pod", || {
+        let machines = machines.clone();
+        async move {
+            let machine = machines.get("m1").await?;
+            Ok((machine.spec.provider_id.clone(), format!("{:?}", machine.status)))
+        }
+    })
+    .await?;
+    let (provider_id, status) = capi.machine_provider_id().await?;
+    ensure!(
+        provider_id.is_none(),
+        "CAPI copied the providerID without the aggregated role: {status}"
+    );
+    capi.stop().await;
+    Ok(())
+}
+
+/// CAPI's three managers and the Proxmox provider as Pods on a real node: CAPI's release
+/// components (rendered from the pinned module's `config/` by tests/controlplane/build.sh)
+/// installed by `clusterctl init` with banlieue-proxmox, their certificates issued as
+/// cert-manager would (`banlieue_dev::certificates`), each image built here.
+struct CapiInPods {
+    env: TestEnv,
+    sim: banlieue_pve_sim::SimHandle,
+    node: Node,
+    client: kube::Client,
+    _dir: tempfile::TempDir,
+}
+
+impl CapiInPods {
+    /// Installs everything; with `delete_cluster_role`, that ClusterRole is deleted after
+    /// `clusterctl init`, before any manager starts.
+    async fn install(delete_cluster_role: Option<&str>) -> Result<Self> {
+        let env = node_env().await?;
+        let sim = pve_sim(&env).await?;
+        let dir = tempfile::tempdir()?;
+        let components = banlieue_dev::capi_pods::components_dir();
+        let started = Instant::now();
+        clusterctl_init(
+            &env,
+            dir.path(),
+            &PROXMOX,
+            &pve_credentials(&sim),
+            &["--capi-components".as_ref(), components.as_os_str()],
+        )?;
+        eprintln!("clusterctl init: {:.1}s", started.elapsed().as_secs_f64());
+        let client = env.client().await?;
+        if let Some(role) = delete_cluster_role {
+            Api::<ClusterRole>::all(client.clone())
+                .delete(role, &Default::default())
+                .await
+                .with_context(|| format!("deleting ClusterRole {role}"))?;
+        }
+        let node = banlieue_dev::capi_pods::run_installed(
+            &env,
+            "node-a",
+            &[banlieue_dev::pods::PROXMOX_COMPONENTS],
+            &banlieue_dev::binary_dir()?,
+            |step| eprintln!("{step}"),
+        )
+        .await?;
+        Ok(Self {
+            env,
+            sim,
+            node,
+            client,
+            _dir: dir,
+        })
+    }
+
+    /// The log of a manager's Deployment.
+    fn logs(&self, namespace: &str, deployment: &str) -> Result<String> {
+        let output = self
+            .env
+            .kubectl()
+            .args(["logs", "-n", namespace, &format!("deployment/{deployment}")])
+            .output()?;
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// The CAPI Machine `m1`'s providerID, and its status.
+    async fn machine_provider_id(&self) -> Result<(Option<String>, String)> {
+        let machines: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            NS,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "cluster.x-k8s.io",
+                "v1beta2",
+                "Machine",
+            )),
+        );
+        let machine = machines.get("m1").await?;
+        let id = machine.data["spec"]["providerID"].as_str().map(str::to_owned);
+        Ok((id, format!("{}", machine.data["status"])))
+    }
+
+    async fn stop(self) {
+        drop(self.node);
+        self.sim.shutdown().await;
+    }
 }

@@ -254,6 +254,14 @@ impl Managers {
         Ok(())
     }
 
+    /// With Pods, the resident memory of the node running them.
+    fn node_memory(&self) -> Option<Result<u64>> {
+        match self {
+            Self::Processes(_) => None,
+            Self::Pods { node, .. } => Some(node.resident_memory_bytes().map_err(Into::into)),
+        }
+    }
+
     /// The last lines of every manager's log.
     fn tails(&self) -> String {
         match self {
@@ -891,6 +899,21 @@ async fn conformance(mode: Mode) -> Result<()> {
         mode,
     };
     let result = lifecycle(&mut run, &mut procs, &envs).await;
+    if let Some(memory) = procs.node_memory() {
+        let outcome = match memory {
+            Ok(bytes) => Outcome::pass(format!(
+                "{} MiB resident (init, containerd, kubelet, kube-proxy, shims, CAPI's 3 managers, banlieue-proxmox)",
+                bytes >> 20
+            )),
+            Err(e) => Outcome::fail(format!("{e:#}")),
+        };
+        run.report.record(
+            "resources",
+            "the node of the target management cluster",
+            outcome,
+            None,
+        );
+    }
     emulator.abort();
     if let Err(e) = &result {
         run.report.record(

@@ -309,6 +309,49 @@ impl Node {
         &self.dir
     }
 
+    /// Resident memory of every process of the node (its init, containerd, kubelet, kube-proxy,
+    /// the shims and every container), summed from `/proc/<pid>/status` `VmRSS` (pages shared
+    /// between processes count once per process, so this is an upper bound).
+    pub fn resident_memory_bytes(&self) -> Result<u64> {
+        let root = self
+            .process
+            .as_ref()
+            .map(ManagedProcess::id)
+            .ok_or_else(|| Error::NodeSetup(format!("node {} is not running", self.name)))?;
+        let mut children: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
+        let proc_dir = Path::new("/proc");
+        let entries = std::fs::read_dir(proc_dir).map_err(|e| Error::io("reading", proc_dir, e))?;
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            // `stat` is "pid (comm) state ppid …"; comm may hold spaces, so split after ')'.
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(ppid) = ppid {
+                children.entry(ppid).or_default().push(pid);
+            }
+        }
+        let mut total = 0;
+        let mut pending = vec![root];
+        while let Some(pid) = pending.pop() {
+            let status =
+                std::fs::read_to_string(proc_dir.join(pid.to_string()).join("status")).unwrap_or_default();
+            let kib = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0);
+            total += kib * 1024;
+            pending.extend(children.remove(&pid).unwrap_or_default());
+        }
+        Ok(total)
+    }
+
     async fn wait_ready(&mut self, env: &TestEnv) -> Result<()> {
         let nodes: Api<NodeObject> = Api::all(env.client().await?);
         let deadline = Instant::now() + READY_TIMEOUT;

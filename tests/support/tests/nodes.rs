@@ -105,6 +105,13 @@ async fn a_pod_runs_on_a_real_node_and_the_node_leaves_nothing_behind() -> Resul
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    // The node's processes are counted: kubelet and containerd alone hold tens of MiB.
+    let resident = node.resident_memory_bytes()?;
+    eprintln!("node resident memory: {} MiB", resident >> 20);
+    ensure!(
+        resident > 30 << 20,
+        "the node's resident memory is {resident} bytes: its processes were not found"
+    );
     let logs = kubectl(&env, &["logs", "-n", ns.name(), "hello"])?;
     ensure!(logs.contains("hello from a real node"), "kubectl logs: {logs:?}");
     let hostname = kubectl(

@@ -179,6 +179,58 @@ pub async fn run_installed(
     Ok(node)
 }
 
+/// `banlieue-dev --pods --capi`: a management cluster as users install it. `clusterctl init`
+/// installs CAPI's release components (ClusterTopology on) and banlieue-proxmox (the simulator's
+/// token as its credentials) from the local repository, all of them run as Pods on node
+/// [`crate::pods::NODE_NAME`], then the banlieue controller is installed from its components.
+/// The node stops on drop.
+pub async fn install_management(
+    env: &TestEnv,
+    sim: &banlieue_pve_sim::SimHandle,
+    bin_dir: &Path,
+    progress: impl Fn(&str),
+) -> anyhow::Result<Node> {
+    let dir = env.workdir().join("clusterctl");
+    let components = components_dir();
+    progress(
+        "clusterctl init --infrastructure banlieue-proxmox (CAPI's release components, local repository)",
+    );
+    let started = Instant::now();
+    crate::clusterctl::init(
+        env,
+        &dir,
+        "banlieue-proxmox",
+        &[
+            ("PROXMOX_TOKEN", sim.token_id()),
+            ("PROXMOX_SECRET", sim.token_secret()),
+            ("CLUSTER_TOPOLOGY", "true".to_owned()),
+        ],
+        &["--capi-components".as_ref(), components.as_os_str()],
+    )?;
+    progress(&format!(
+        "clusterctl init done in {:.1}s",
+        started.elapsed().as_secs_f64()
+    ));
+    let node = run_installed(
+        env,
+        crate::pods::NODE_NAME,
+        &[crate::pods::PROXMOX_COMPONENTS],
+        bin_dir,
+        &progress,
+    )
+    .await?;
+    crate::pods::install_components(
+        env,
+        &node,
+        &[crate::pods::CONTROLLER_COMPONENTS],
+        &std::collections::BTreeMap::new(),
+        bin_dir,
+        &progress,
+    )
+    .await?;
+    Ok(node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

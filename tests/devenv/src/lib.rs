@@ -12,6 +12,7 @@
 pub mod capi;
 pub mod capi_pods;
 pub mod certificates;
+pub mod clusterctl;
 pub mod fixtures;
 pub mod images;
 pub mod pods;

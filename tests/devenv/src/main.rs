@@ -53,6 +53,8 @@ struct Args {
     /// Run the Proxmox provider and the banlieue controller as Pods on a real node (containerd,
     /// kubelet, kube-proxy; images built here from the binaries beside this one), installed from
     /// their components in clusterctl/dist/ with only their RBAC, instead of host processes.
+    /// With --capi, CAPI's managers too: `clusterctl init` installs CAPI's release components
+    /// (tests/controlplane/build.sh renders them) and banlieue-proxmox, all run as Pods.
     #[arg(long, conflicts_with = "no_controllers")]
     pods: bool,
 }
@@ -72,7 +74,9 @@ async fn main() -> anyhow::Result<()> {
             Duration::from_millis(args.task_ms),
             Duration::from_millis(args.agent_ms),
         ),
-        capi_crds: Some(args.capi_crds.clone().unwrap_or_else(banlieue_capi::crds::dir)),
+        // With --pods --capi, `clusterctl init` installs CAPI's CRDs with its components.
+        capi_crds: (!(args.pods && args.capi))
+            .then(|| args.capi_crds.clone().unwrap_or_else(banlieue_capi::crds::dir)),
         node_network: args.pods,
     };
     let stack = Stack::start(config, step).await?;
@@ -81,7 +85,17 @@ async fn main() -> anyhow::Result<()> {
     let logs = kubeconfig.parent().unwrap_or(Path::new(".")).join("logs");
     let mut controllers = Vec::new();
     let mut node = None;
-    if args.pods {
+    if args.pods && args.capi {
+        node = Some(
+            banlieue_dev::capi_pods::install_management(
+                &stack.env,
+                &stack.sim,
+                &banlieue_dev::binary_dir()?,
+                step,
+            )
+            .await?,
+        );
+    } else if args.pods {
         node = Some(
             banlieue_dev::pods::install(&stack.env, &stack.sim, &banlieue_dev::binary_dir()?, step).await?,
         );
@@ -98,7 +112,9 @@ async fn main() -> anyhow::Result<()> {
     let mut capi_managers = Vec::new();
     let mut capi_env = None;
     if args.capi {
-        capi_managers = banlieue_dev::capi::start_all(&stack.env, &logs, true, step).await?;
+        if !args.pods {
+            capi_managers = banlieue_dev::capi::start_all(&stack.env, &logs, true, step).await?;
+        }
         let path = kubeconfig.with_file_name(banlieue_dev::capi::ENV_FILE);
         let text = banlieue_dev::capi::clusterctl_variables(&kubeconfig, &stack.sim)?;
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;

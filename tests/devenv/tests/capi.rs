@@ -7,6 +7,8 @@
 //! provisioned on the simulator (a `proxmox://` provider ID), the workers wait for bootstrap data
 //! as the README says, and deleting the clusters removes every ProxmoxMachine.
 //!
+//! The same again with `--pods --capi`: every manager (CAPI's from its release components) a Pod.
+//!
 //! Needs CAPI's managers and clusterctl (`tests/controlplane/build.sh`, or `--capi`) and the
 //! controller binaries next to `banlieue-dev` (`cargo test --workspace` builds them).
 
@@ -40,10 +42,12 @@ struct Dev {
 }
 
 impl Dev {
-    fn start(dir: &Path) -> Result<Self> {
+    /// With `pods`, `--pods` too: CAPI's managers and banlieue's as Pods on a real node.
+    fn start(dir: &Path, pods: bool) -> Result<Self> {
         let stdout = dir.join("stdout.log");
         let stderr = dir.join("stderr.log");
         let child = Command::new(env!("CARGO_BIN_EXE_banlieue-dev"))
+            .args(pods.then_some("--pods"))
             .args([
                 "--capi",
                 "--quiet",
@@ -169,6 +173,18 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_readme_capi_block_provisions_each_flavors_first_control_plane_machine() -> Result<()> {
+    readme_capi_block(false).await
+}
+
+/// The same block against `banlieue-dev --pods --capi`: CAPI's release components and
+/// banlieue-proxmox installed by `clusterctl init`, every manager a Pod on a real node under its
+/// installed RBAC, CAPI's webhooks served from their Pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_capi_block_works_with_every_manager_in_a_pod() -> Result<()> {
+    readme_capi_block(true).await
+}
+
+async fn readme_capi_block(pods: bool) -> Result<()> {
     let clusterctl_binary = banlieue_dev::binary_dir()?.join("banlieue-clusterctl");
     ensure!(
         clusterctl_binary.is_file(),
@@ -176,18 +192,25 @@ async fn the_readme_capi_block_provisions_each_flavors_first_control_plane_machi
         clusterctl_binary.display()
     );
     let dir = tempfile::tempdir()?;
-    let mut dev = Dev::start(dir.path())?;
+    let mut dev = Dev::start(dir.path(), pods)?;
     dev.wait_up().await?;
     let stderr = std::fs::read_to_string(&dev.stderr)?;
-    for manager in [
-        "capi-manager",
-        "capi-kubeadm-bootstrap-manager",
-        "capi-kubeadm-control-plane-manager",
-    ] {
+    if pods {
         ensure!(
-            stderr.contains(&format!("admission webhooks of {manager} (https://127.0.0.1:")),
-            "{manager}'s webhooks were not registered:\n{stderr}"
+            stderr.contains("every manager Available") && stderr.contains("banlieue-controller Available"),
+            "the managers did not become Available Pods:\n{stderr}"
         );
+    } else {
+        for manager in [
+            "capi-manager",
+            "capi-kubeadm-bootstrap-manager",
+            "capi-kubeadm-control-plane-manager",
+        ] {
+            ensure!(
+                stderr.contains(&format!("admission webhooks of {manager} (https://127.0.0.1:")),
+                "{manager}'s webhooks were not registered:\n{stderr}"
+            );
+        }
     }
     let env_file = dir.path().join("capi.env");
     let variables = std::fs::read_to_string(&env_file).context("banlieue-dev --capi writes capi.env")?;
@@ -349,8 +372,10 @@ async fn the_readme_capi_block_provisions_each_flavors_first_control_plane_machi
         "banlieue-dev --capi after Ctrl-C: {status}\n{}",
         dev.output()
     );
-    let mut log = String::new();
-    std::fs::File::open(dir.path().join("logs/capi-manager.log"))?.read_to_string(&mut log)?;
-    ensure!(log.contains("Serving webhook server"), "capi-manager.log:\n{log}");
+    if !pods {
+        let mut log = String::new();
+        std::fs::File::open(dir.path().join("logs/capi-manager.log"))?.read_to_string(&mut log)?;
+        ensure!(log.contains("Serving webhook server"), "capi-manager.log:\n{log}");
+    }
     Ok(())
 }

@@ -6,7 +6,6 @@
 //! its CA, delivered by Secret) and provisions a CAPI machine there.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
@@ -68,40 +67,7 @@ fn clusterctl_init(
     variables: &[(&str, String)],
     repository_args: &[&std::ffi::OsStr],
 ) -> Result<()> {
-    let repository = dir.join("repository");
-    let status = Command::new(banlieue_dev::binary_dir()?.join("banlieue-clusterctl"))
-        .arg("repository")
-        .arg(&repository)
-        .args(repository_args)
-        .output()
-        .context("running banlieue-clusterctl (cargo test --workspace builds it)")?;
-    ensure!(
-        status.status.success(),
-        "banlieue-clusterctl repository: {status:?}"
-    );
-    let home = dir.join("home");
-    std::fs::create_dir_all(&home)?;
-    let output = Command::new(banlieue_testenv::bin_dir().join("clusterctl"))
-        .arg("init")
-        .arg(format!(
-            "--config={}",
-            repository.join("clusterctl-offline.yaml").display()
-        ))
-        .arg(format!("--kubeconfig={}", env.admin().path().display()))
-        .args(["--infrastructure", provider.name])
-        .env("HOME", &home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
-        .envs(variables.iter().map(|(k, v)| (*k, v.as_str())))
-        .output()
-        .context("running clusterctl")?;
-    ensure!(
-        output.status.success(),
-        "clusterctl init: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(())
+    banlieue_dev::clusterctl::init(env, dir, provider.name, variables, repository_args)
 }
 
 /// The namespace [`NS`] with `secrets` (JSON objects) in it.

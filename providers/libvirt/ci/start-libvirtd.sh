@@ -4,7 +4,9 @@
 # only there, so guest traffic never reaches the host network, while clients still reach
 # libvirtd's unix socket (unix sockets are not per network namespace). Then makes sure the
 # isolated network `banlieue-test` (no <forward>, DHCP) and the `default` dir pool exist.
-# Idempotent: a running daemon is reused.
+# Idempotent: a running daemon is reused. The daemon's configuration is libvirtd.conf beside this
+# script: clients in group `libvirt` (e.g. the provider's Pod in tests/devenv/tests/pods.rs) may
+# use its socket without polkit.
 set -euo pipefail
 NETNS=banlieue-libvirt
 NETWORK=banlieue-test
@@ -18,7 +20,7 @@ pgrep -x virtlogd >/dev/null || virtlogd -d || true
 if ! virsh -c qemu:///system version >/dev/null 2>&1; then
     [ -e "/run/netns/$NETNS" ] || ip netns add "$NETNS"
     ip netns exec "$NETNS" ip link set lo up
-    ip netns exec "$NETNS" libvirtd -d
+    ip netns exec "$NETNS" libvirtd -d -f "$(cd "$(dirname "$0")" && pwd)/libvirtd.conf"
     for _ in $(seq 1 100); do
         virsh -c qemu:///system version >/dev/null 2>&1 && break
         sleep 0.2

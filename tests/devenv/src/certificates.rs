@@ -95,30 +95,8 @@ pub async fn issue_and_inject(env: &TestEnv, client: &kube::Client) -> anyhow::R
     };
     let mut injected = BTreeSet::new();
 
-    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    for mut config in api.list(&ListParams::default()).await? {
-        if !wanted(config.annotations()) {
-            continue;
-        }
-        for webhook in config.webhooks.iter_mut().flatten() {
-            webhook.client_config.ca_bundle = Some(bundle.clone());
-        }
-        let patch = json!({"webhooks": config.webhooks});
-        merge_patch(&api, &config, &patch).await?;
-        injected.insert(kind_name(&config));
-    }
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    for mut config in api.list(&ListParams::default()).await? {
-        if !wanted(config.annotations()) {
-            continue;
-        }
-        for webhook in config.webhooks.iter_mut().flatten() {
-            webhook.client_config.ca_bundle = Some(bundle.clone());
-        }
-        let patch = json!({"webhooks": config.webhooks});
-        merge_patch(&api, &config, &patch).await?;
-        injected.insert(kind_name(&config));
-    }
+    inject_into_webhooks::<MutatingWebhookConfiguration>(client, &wanted, &bundle, &mut injected).await?;
+    inject_into_webhooks::<ValidatingWebhookConfiguration>(client, &wanted, &bundle, &mut injected).await?;
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in api.list(&ListParams::default()).await? {
         if !wanted(crd.annotations()) {
@@ -135,6 +113,36 @@ pub async fn issue_and_inject(env: &TestEnv, client: &kube::Client) -> anyhow::R
     }
     issued.injected = injected;
     Ok(issued)
+}
+
+/// Sets `bundle` as the CA bundle of every webhook of each `K` (mutating or validating webhook
+/// configuration) whose annotations are `wanted`; records each in `injected`.
+async fn inject_into_webhooks<K>(
+    client: &kube::Client,
+    wanted: &impl Fn(&std::collections::BTreeMap<String, String>) -> bool,
+    bundle: &ByteString,
+    injected: &mut BTreeSet<String>,
+) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::all(client.clone());
+    for config in api.list(&ListParams::default()).await? {
+        if !wanted(config.annotations()) {
+            continue;
+        }
+        let mut webhooks = serde_json::to_value(&config)?["webhooks"].take();
+        for webhook in webhooks.as_array_mut().into_iter().flatten() {
+            webhook["clientConfig"]["caBundle"] = json!(bundle);
+        }
+        merge_patch(&api, &config, &json!({"webhooks": webhooks})).await?;
+        injected.insert(kind_name(&config));
+    }
+    Ok(())
 }
 
 fn kind_name<K: Resource<DynamicType = ()>>(object: &K) -> String {

@@ -49,18 +49,16 @@ pub const CONTROLLER: Image = Image {
     ports: &[8080],
 };
 
+/// The libvirt provider's image.
+pub const LIBVIRT: Image = Image {
+    dockerfile_target: "libvirt",
+    binary: "banlieue-libvirt",
+    reference: "ghcr.io/banlieue/banlieue-libvirt:v0.1.0",
+    ports: &[8080, 8081],
+};
+
 /// Every image: the three providers and the banlieue controller.
-pub const ALL: [Image; 4] = [
-    PROXMOX,
-    VSPHERE,
-    Image {
-        dockerfile_target: "libvirt",
-        binary: "banlieue-libvirt",
-        reference: "ghcr.io/banlieue/banlieue-libvirt:v0.1.0",
-        ports: &[8080, 8081],
-    },
-    CONTROLLER,
-];
+pub const ALL: [Image; 4] = [PROXMOX, VSPHERE, LIBVIRT, CONTROLLER];
 
 impl Image {
     /// Where the binary sits in the image (its entrypoint), as in the Dockerfile.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # binary-image.sh OUT.tar TAG BINARY PATH USER [PORT...]: an OCI image layout tarball (no registry)
 # holding BINARY at PATH with the shared libraries it links (ldd), /etc/passwd and /etc/group
-# with root and nonroot (65532, as distroless), /tmp and the host's CA bundle; entrypoint PATH,
+# with root and nonroot (65532, as distroless), /tmp, /run (and /var/run linked to it) and the
+# host's CA bundle; entrypoint PATH,
 # user USER, the ports exposed. Tag TAG (see image.sh for importing it).
 set -euo pipefail
 out="$1" tag="$2" binary="$3" path="$4" user="$5"; shift 5
@@ -13,8 +14,11 @@ install -D -m 0755 "$binary" "$root$path"
 ldd "$binary" | grep -o '/[^ ]*' | while read -r library; do
     install -D -m 0755 "$library" "$root$library"
 done
-mkdir -p "$root/etc/ssl/certs" "$root/tmp"
+mkdir -p "$root/etc/ssl/certs" "$root/tmp" "$root/run" "$root/var"
 chmod 1777 "$root/tmp"
+# /var/run is /run, as in Debian's and distroless images: a volume mounted at /var/run/<x> (the
+# libvirt provider's socket folder) is where clients look for it (/run/libvirt/libvirt-sock).
+ln -s ../run "$root/var/run"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$root/etc/group"
 [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"

@@ -3,7 +3,8 @@
 # mount and UTS namespaces inside its network namespace:
 #   ip netns exec NETNS unshare --mount --uts --pid --fork --mount-proc --propagation private \
 #       --kill-child=SIGKILL bash boot.sh DIR
-# DIR holds the node's files, written by nodes.rs: env (NAME, CGROUP, NODE_IP, IMAGES, PATH),
+# DIR holds the node's files, written by nodes.rs: env (NAME, CGROUP, NODE_IP, IMAGES, PATH,
+# HOST_RUN_PATHS),
 # containerd.toml, kubelet.yaml, kubelet.kubeconfig, kube-proxy.yaml, kube-proxy.kubeconfig, cni/net.d. Everything the node creates lives in DIR or in its
 # namespaces (gone with them); killing this process's parent ends the node, pods included.
 set -euo pipefail
@@ -29,8 +30,19 @@ mkdir -p "/sys/fs/cgroup/systemd/$CGROUP"
 cat /sys/fs/cgroup/cpuset/cpuset.cpus > "/sys/fs/cgroup/cpuset/$CGROUP/cpuset.cpus"
 cat /sys/fs/cgroup/cpuset/cpuset.mems > "/sys/fs/cgroup/cpuset/$CGROUP/cpuset.mems"
 
-# Private /run, /var/lib and /var/log: kubelet and the CNI plugins use fixed paths there.
+# Private /run, /var/lib and /var/log: kubelet and the CNI plugins use fixed paths there. The
+# host folders under /run named in HOST_RUN_PATHS (e.g. /run/libvirt, for hostPath volumes of
+# Pods that talk to a daemon of the host) are held aside first and bound back on top.
+for path in ${HOST_RUN_PATHS:-}; do
+    held="$dir/host-run/${path//\//_}"
+    mkdir -p "$held"
+    mount --bind "$path" "$held"
+done
 mount -t tmpfs -o mode=755 run /run
+for path in ${HOST_RUN_PATHS:-}; do
+    mkdir -p "$path"
+    mount --bind "$dir/host-run/${path//\//_}" "$path"
+done
 mkdir -p "$dir/var/lib" "$dir/var/log"
 mount --bind "$dir/var/lib" /var/lib
 mount --bind "$dir/var/log" /var/log

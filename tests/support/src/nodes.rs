@@ -239,10 +239,41 @@ pub struct Node {
     dir: PathBuf,
 }
 
+/// What a node gets from its host beyond the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct NodeOptions {
+    /// Folders under `/run` of the host that stay visible in the node (whose `/run` is private
+    /// otherwise), e.g. `/run/libvirt` for Pods with a hostPath volume to a host daemon's socket.
+    pub host_run_paths: Vec<PathBuf>,
+}
+
+impl NodeOptions {
+    fn check(&self) -> Result<String> {
+        let mut paths = Vec::new();
+        for path in &self.host_run_paths {
+            let text = path.to_str().unwrap_or_default();
+            if !path.starts_with("/run/") || text.contains(char::is_whitespace) || !path.is_dir() {
+                return Err(Error::NodeSetup(format!(
+                    "host run path {}: must be an existing folder under /run/ without spaces",
+                    path.display()
+                )));
+            }
+            paths.push(text.to_owned());
+        }
+        Ok(paths.join(" "))
+    }
+}
+
 impl Node {
     /// Starts node `index` (0…49) of `env`'s node network, named `name`, and waits until it is
     /// Ready.
     pub async fn start(env: &TestEnv, index: u8, name: &str) -> Result<Self> {
+        Self::start_with(env, index, name, &NodeOptions::default()).await
+    }
+
+    /// [`Node::start`] with `options`.
+    pub async fn start_with(env: &TestEnv, index: u8, name: &str, options: &NodeOptions) -> Result<Self> {
+        let host_run_paths = options.check()?;
         let network = env.node_network().ok_or(Error::NodeSetup(
             "the control plane has no node network: start it with TestEnvBuilder::node_network(true)"
                 .to_owned(),
@@ -260,6 +291,7 @@ impl Node {
             netns: format!("bnl-{}-{index}", network.index),
             host_veth: format!("bnlv{}-{index}", network.index),
             dir: dir.clone(),
+            host_run_paths,
         };
         let state = network.state.join(format!("node-{index}"));
         plan.record(&state)?;
@@ -398,6 +430,8 @@ struct NodePlan {
     netns: String,
     host_veth: String,
     dir: PathBuf,
+    /// [`NodeOptions::host_run_paths`], space separated.
+    host_run_paths: String,
 }
 
 impl NodePlan {
@@ -475,10 +509,11 @@ impl NodePlan {
         write(
             &dir.join("env"),
             &format!(
-                "NAME='{name}'\nCGROUP='{}'\nNODE_IP='{}'\nIMAGES='{}'\nPATH='{}:{}'\n",
+                "NAME='{name}'\nCGROUP='{}'\nNODE_IP='{}'\nIMAGES='{}'\nHOST_RUN_PATHS='{}'\nPATH='{}:{}'\n",
                 self.cgroup,
                 self.node_ip,
                 image_list.join(" "),
+                self.host_run_paths,
                 bin_dir().display(),
                 std::env::var("PATH").unwrap_or_default()
             ),

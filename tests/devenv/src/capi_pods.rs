@@ -31,6 +31,8 @@ pub struct ReleaseManager {
     pub deployment: &'static str,
     /// The ServiceAccount its Pod runs as.
     pub service_account: &'static str,
+    /// Its leader-election Lease (in its namespace; `LeaderElectionID` of its `main.go`).
+    pub lease: &'static str,
 }
 
 /// CAPI's core, kubeadm bootstrap and kubeadm control-plane managers.
@@ -41,6 +43,7 @@ pub const RELEASE_MANAGERS: [ReleaseManager; 3] = [
         namespace: "capi-system",
         deployment: "capi-controller-manager",
         service_account: "capi-manager",
+        lease: "controller-leader-election-capi",
     },
     ReleaseManager {
         manager: Manager::KubeadmBootstrap,
@@ -48,6 +51,7 @@ pub const RELEASE_MANAGERS: [ReleaseManager; 3] = [
         namespace: "capi-kubeadm-bootstrap-system",
         deployment: "capi-kubeadm-bootstrap-controller-manager",
         service_account: "capi-kubeadm-bootstrap-manager",
+        lease: "kubeadm-bootstrap-manager-leader-election-capi",
     },
     ReleaseManager {
         manager: Manager::KubeadmControlPlane,
@@ -55,6 +59,7 @@ pub const RELEASE_MANAGERS: [ReleaseManager; 3] = [
         namespace: "capi-kubeadm-control-plane-system",
         deployment: "capi-kubeadm-control-plane-controller-manager",
         service_account: "capi-kubeadm-control-plane-manager",
+        lease: "kubeadm-control-plane-manager-leader-election-capi",
     },
 ];
 

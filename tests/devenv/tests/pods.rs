@@ -576,6 +576,23 @@ async fn capi_managers_run_as_pods_from_their_release_components() -> Result<()>
             spec.service_account_name
         );
         ensure!(spec.node_name.as_deref() == Some(capi.node.name()), "{spec:?}");
+        // It elected itself leader (`--leader-elect` in CAPI's Deployment).
+        let pod_name = pod.name_any();
+        let lease = wait_for(&format!("{} holding its Lease", manager.deployment), || {
+            let leases: Api<Lease> = Api::namespaced(capi.client.clone(), manager.namespace);
+            let pod_name = pod_name.clone();
+            async move {
+                let lease = leases.get_opt(manager.lease).await?;
+                let holder = lease
+                    .as_ref()
+                    .and_then(|l| l.spec.as_ref())
+                    .and_then(|s| s.holder_identity.clone())
+                    .unwrap_or_default();
+                Ok((holder.contains(&pod_name).then_some(holder.clone()), holder))
+            }
+        })
+        .await?;
+        eprintln!("{} leads as {lease}", manager.deployment);
     }
 
     // Admitted by CAPI's webhooks in their Pods, provisioned by the provider's Pod, and the

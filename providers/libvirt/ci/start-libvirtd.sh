@@ -16,6 +16,13 @@ if ! command -v libvirtd >/dev/null; then
     echo "libvirtd not installed (see .ci/run); skipping" >&2
     exit 0
 fi
+# libvirtd names every client by its uid and gid (SO_PEERCRED) and refuses one without a user or
+# group record ("Failed to find user record for uid '65532'"): the provider's Pod runs as
+# 65532:65532 (distroless nonroot), so the host needs both (no home, no shell, no password).
+getent group 65532 >/dev/null || groupadd --gid 65532 banlieue-provider
+getent passwd 65532 >/dev/null \
+    || useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin banlieue-provider
 pgrep -x virtlogd >/dev/null || virtlogd -d || true
 if ! virsh -c qemu:///system version >/dev/null 2>&1; then
     [ -e "/run/netns/$NETNS" ] || ip netns add "$NETNS"

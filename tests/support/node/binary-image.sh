@@ -8,6 +8,8 @@ set -euo pipefail
 out="$1" tag="$2" binary="$3" path="$4" user="$5"; shift 5
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(mktemp -d)"
+# The image's / as in any image (mktemp makes it 0700: then no non-root user could read /etc/passwd).
+chmod 0755 "$root"
 trap 'rm -rf "$root"' EXIT
 install -D -m 0755 "$binary" "$root$path"
 # The dynamic loader and every library the binary links, at the paths it expects them.
@@ -21,6 +23,8 @@ chmod 1777 "$root/tmp"
 ln -s ../run "$root/var/run"
 printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$root/etc/passwd"
 printf 'root:x:0:\nnonroot:x:65532:\n' > "$root/etc/group"
+# As distroless: user and group lookups (getpwuid, e.g. libvirt's client) read the files above.
+printf 'passwd: files\ngroup: files\nshadow: files\nhosts: files dns\n' > "$root/etc/nsswitch.conf"
 [ -f /etc/ssl/certs/ca-certificates.crt ] && cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/"
 flags=(--config.entrypoint "$path" --config.user "$user")
 for port in "$@"; do

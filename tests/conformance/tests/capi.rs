@@ -159,11 +159,7 @@ impl Managers {
                     |step| eprintln!("[{node_name}] {step}"),
                 )
                 .await?;
-                let deployments = banlieue_dev::capi_pods::RELEASE_MANAGERS
-                    .iter()
-                    .map(|m| (m.namespace, m.deployment))
-                    .chain([(proxmox.namespace, proxmox.deployment)])
-                    .collect();
+                let deployments = banlieue_dev::capi_pods::manager_deployments(&[proxmox]);
                 Ok(Self::Pods {
                     node: Box::new(node),
                     admin: Box::new(env.admin().clone()),

@@ -128,6 +128,15 @@ impl ReleaseManager {
     }
 }
 
+/// Namespace and Deployment of CAPI's managers and of `banlieue`'s components.
+pub fn manager_deployments(banlieue: &[Components]) -> Vec<(&'static str, &'static str)> {
+    RELEASE_MANAGERS
+        .iter()
+        .map(|m| (m.namespace, m.deployment))
+        .chain(banlieue.iter().map(|c| (c.namespace, c.deployment)))
+        .collect()
+}
+
 /// Runs what `clusterctl init` installed from a repository holding CAPI's release components
 /// (`banlieue-clusterctl repository --capi-components`): issues their certificates
 /// ([`crate::certificates`]), starts node `node_name` on `env`, imports CAPI's managers' images
@@ -170,11 +179,7 @@ pub async fn run_installed(
         started.elapsed().as_secs_f64()
     ));
     let started = Instant::now();
-    let deployments = RELEASE_MANAGERS
-        .iter()
-        .map(|m| (m.namespace, m.deployment))
-        .chain(banlieue.iter().map(|c| (c.namespace, c.deployment)));
-    for (namespace, deployment) in deployments {
+    for (namespace, deployment) in manager_deployments(banlieue) {
         crate::pods::wait_available(&client, namespace, deployment, &node).await?;
     }
     progress(&format!(

@@ -73,19 +73,6 @@ const NS: &str = "workload";
 mod vcsim_support;
 const TIMEOUT: Duration = Duration::from_secs(180);
 
-/// `clusterctl init --infrastructure <provider>` from the local repository (offline
-/// configuration), with `variables` (its credentials) in the environment; `repository_args`
-/// are extra arguments of `banlieue-clusterctl repository` (which CAPI components it holds).
-fn clusterctl_init(
-    env: &TestEnv,
-    dir: &Path,
-    provider: &ProviderSpec,
-    variables: &[(&str, String)],
-    repository_args: &[&std::ffi::OsStr],
-) -> Result<()> {
-    banlieue_dev::clusterctl::init(env, dir, provider.name, variables, repository_args)
-}
-
 /// The namespace [`NS`] with `secrets` (JSON objects) in it.
 async fn namespace_with_secrets(client: &kube::Client, secrets: Vec<serde_json::Value>) -> Result<()> {
     let pp = PostParams::default();
@@ -138,11 +125,7 @@ where
 /// Waits until the infrastructure cluster `c1` of `kind` (as `fixtures::capi_cluster` creates
 /// it in [`NS`]) reports `status.initialization.provisioned`.
 async fn wait_infrastructure_cluster_provisioned(client: &kube::Client, kind: &str) -> Result<()> {
-    let resource = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-        banlieue_api::INFRASTRUCTURE_GROUP,
-        "v1alpha1",
-        kind,
-    ));
+    let resource = banlieue_dev::fixtures::infrastructure_resource(kind);
     let clusters: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), NS, &resource);
     wait_for(&format!("the {kind} provisioned by the Pod"), || {
         let clusters = clusters.clone();
@@ -185,7 +168,7 @@ impl ProviderPod {
         remove_rule: Option<(&str, &str)>,
     ) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        clusterctl_init(&env, dir.path(), provider, variables, &[])?;
+        banlieue_dev::clusterctl::init(&env, dir.path(), provider.name, variables, &[])?;
         let client = env.client().await?;
         if let Some((resource, verb)) = remove_rule {
             remove_from_cluster_role(&client, provider.cluster_role, resource, verb).await?;
@@ -675,10 +658,10 @@ impl CapiInPods {
         let dir = tempfile::tempdir()?;
         let components = banlieue_dev::capi_pods::components_dir();
         let started = Instant::now();
-        clusterctl_init(
+        banlieue_dev::clusterctl::init(
             &env,
             dir.path(),
-            &PROXMOX,
+            PROXMOX.name,
             &pve_credentials(&sim),
             &["--capi-components".as_ref(), components.as_os_str()],
         )?;

@@ -17,3 +17,23 @@ mod vsphere;
 pub use libvirt::*;
 pub use proxmox::*;
 pub use vsphere::*;
+
+pub mod kinds;
+
+crate::impl_infra_kinds! {
+    cluster: ProxmoxCluster, ProxmoxClusterStatus;
+    machine: ProxmoxMachine, ProxmoxMachineStatus;
+    template: ProxmoxMachineTemplate;
+}
+
+crate::impl_infra_kinds! {
+    cluster: LibvirtCluster, LibvirtClusterStatus;
+    machine: LibvirtMachine, LibvirtMachineStatus;
+    template: LibvirtMachineTemplate;
+}
+
+crate::impl_infra_kinds! {
+    cluster: VSphereCluster, VSphereClusterStatus, version: version;
+    machine: VSphereMachine, VSphereMachineStatus;
+    template: VSphereMachineTemplate;
+}

@@ -17,7 +17,7 @@ use anyhow::{Result, bail};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_libvirt::cluster_controller::{self, ClusterContext};
+use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::Hypervisor;
@@ -83,7 +83,7 @@ async fn main() -> Result<()> {
         },
         "banlieue-libvirt-bench",
     ));
-    let cctx = Arc::new(ClusterContext::new(client.clone(), connector.clone()));
+    let cctx = Arc::new(cluster_controller::context(client.clone(), connector.clone()));
     let (m, c, ns1, ns2) = (mctx.clone(), cctx, ns.clone(), ns.clone());
     tokio::spawn(
         async move { machine_controller::run(m, Some(&ns1), concurrency, std::future::pending()).await },

@@ -17,6 +17,9 @@ pub enum Error {
     /// A provisioning or deletion step failed transiently.
     #[error(transparent)]
     Step(#[from] StepError),
+    /// The kit failed (a Kubernetes read of the contract).
+    #[error(transparent)]
+    Kit(#[from] banlieue_provider_kit::Error),
 }
 
 impl Error {
@@ -33,7 +36,14 @@ impl Error {
         match self {
             Self::Kube { .. } => "kube",
             Self::Step(e) => e.metric_label(),
+            Self::Kit(e) => e.metric_label(),
         }
+    }
+}
+
+impl banlieue_provider_kit::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        Error::metric_label(self)
     }
 }
 

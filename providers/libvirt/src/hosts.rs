@@ -24,7 +24,7 @@ use crate::credentials;
 use crate::error::{Error, Result};
 use crate::hypervisor::Hypervisor;
 use crate::provision::Host;
-use crate::secrets::ReadSecrets;
+use banlieue_provider_kit::secrets::ReadSecrets;
 
 /// A host: failure-domain name and URI.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -6,14 +6,15 @@
 //! - [`desired`], [`phase`], [`provision`]: names and configuration, the persisted state
 //!   machine, and provisioning / deletion against hosts.
 //! - [`readopt`]: finding the domain of a machine re-created by `clusterctl move` or a restore.
-//! - [`owner`], [`hosts`]: the machine's owner view (CAPI Machine or VirtualMachine) and the
-//!   LibvirtCluster's hosts.
+//! - [`hosts`]: the LibvirtCluster's hosts.
 //! - [`credentials`]: Secret-held SSH keys / TLS certificates as private files and URI
 //!   parameters.
-//! - [`secrets`]: the Secrets a reconcile reads, recorded for the Secret watch.
 //! - [`update`]: reconfiguring a provisioned domain (CPU, memory, power state).
-//! - [`machine_controller`], [`cluster_controller`], [`template_controller`]: the kube-runtime
-//!   controllers.
+//! - [`machine_controller`]: the LibvirtMachine controller; [`cluster_controller`]: the
+//!   LibvirtCluster's backend for the kit's InfraCluster reconciler.
+//!
+//! The contract (owner view, InfraCluster reconciler, templates' capacity, Secret watch) is
+//! `banlieue-provider-kit`'s.
 
 pub mod cluster_controller;
 #[cfg(feature = "libvirt")]
@@ -24,12 +25,9 @@ pub mod error;
 pub mod hosts;
 pub mod hypervisor;
 pub mod machine_controller;
-pub mod owner;
 pub mod phase;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;
-pub mod secrets;
-pub mod template_controller;
 pub mod update;
 pub mod xml;

@@ -36,11 +36,11 @@ use tracing::{info, instrument, warn};
 use crate::desired::Settings;
 use crate::error::{Error, Result};
 use crate::hosts::{self, Connector};
-use crate::owner::{self, BootstrapSource, InfraCluster};
+use banlieue_provider_kit::owner::{self, BootstrapSource, InfraCluster};
 use crate::phase::Phase;
 use crate::provision::{self, MachineInput, StepError};
 use crate::readopt;
-use crate::secrets::ReadSecrets;
+use banlieue_provider_kit::secrets::ReadSecrets;
 use crate::xml::Owner;
 
 /// Finalizer of LibvirtMachines and LibvirtClusters.
@@ -285,7 +285,7 @@ async fn release<C: Connector>(
 /// missing one is watched), or the `Ready` reason and message why it cannot be read yet.
 async fn read_user_data<C: Connector>(
     ctx: &MachineContext<C>,
-    view: &owner::OwnerView,
+    view: &owner::OwnerView<LibvirtCluster>,
     namespace: &str,
     read: &ReadSecrets<LibvirtMachine>,
 ) -> Result<std::result::Result<Vec<u8>, (&'static str, String)>> {
@@ -550,7 +550,7 @@ async fn delete<C: Connector>(
     api: &Api<LibvirtMachine>,
     lm: &LibvirtMachine,
     mut status: LibvirtMachineStatus,
-    infra: &InfraCluster,
+    infra: &InfraCluster<LibvirtCluster>,
     me: &Owner,
     read: &ReadSecrets<LibvirtMachine>,
 ) -> Result<Action> {

@@ -9,11 +9,12 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use banlieue_libvirt::cluster_controller::{self, ClusterContext};
+use banlieue_api::infrastructure::LibvirtMachineTemplate;
+use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::machine_controller::{self, MachineContext};
-use banlieue_libvirt::template_controller::{self, TemplateContext};
+use banlieue_provider_kit::template::{self, TemplateContext};
 use banlieue_libvirt::xml::{DomainType, KernelBoot};
 use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
@@ -76,11 +77,14 @@ async fn main() -> anyhow::Result<()> {
     let connector = VirtConnector::default();
     let mut machine = MachineContext::new(client.clone(), connector.clone(), args.settings(), NAME);
     machine.metrics = probes.metrics.clone();
-    let cluster = Arc::new(ClusterContext::new(client.clone(), connector));
+    let mut cluster = cluster_controller::context(client.clone(), connector);
+    cluster.metrics = probes.metrics.clone();
     let templates = Arc::new(TemplateContext {
         client: client.clone(),
+        field_manager: machine_controller::FIELD_MANAGER,
+        metrics: probes.metrics.clone(),
     });
-    let (machine, metrics) = (Arc::new(machine), probes.metrics.clone());
+    let (machine, cluster) = (Arc::new(machine), Arc::new(cluster));
     let (namespace, concurrency) = (args.runtime.namespace.as_deref(), args.runtime.concurrency);
     let p = probes.clone();
     manager::run(
@@ -92,8 +96,8 @@ async fn main() -> anyhow::Result<()> {
             p.set_ready(true);
             futures::future::join3(
                 machine_controller::run(machine, namespace, concurrency, stop.clone()),
-                cluster_controller::run_with_metrics(cluster, namespace, concurrency, stop.clone(), metrics),
-                template_controller::run(templates, namespace, stop),
+                cluster_controller::run(cluster, namespace, concurrency, stop.clone()),
+                template::run::<LibvirtMachineTemplate>(templates, namespace, stop),
             )
             .await;
         },

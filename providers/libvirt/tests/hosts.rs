@@ -22,9 +22,9 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use banlieue_api::banlieue::Provider;
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachineTemplate};
-use banlieue_libvirt::cluster_controller::{self, ClusterContext};
+use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
-use banlieue_libvirt::template_controller::{self, TemplateContext};
+use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
@@ -91,7 +91,7 @@ fn start_cluster_controller_retrying(
     ns: &str,
     retry: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    let mut ctx = ClusterContext::new(client.clone(), VirtConnector::default());
+    let mut ctx = cluster_controller::context(client.clone(), VirtConnector::default());
     ctx.retry = retry;
     let ctx = Arc::new(ctx);
     let ns = ns.to_owned();
@@ -355,11 +355,13 @@ async fn templates_publish_capacity_once() -> Result<()> {
     api.create(&PostParams::default(), &t).await?;
     let ctx = Arc::new(TemplateContext {
         client: client.clone(),
+        field_manager: banlieue_libvirt::machine_controller::FIELD_MANAGER,
+        metrics: Default::default(),
     });
     let namespace = ns.name().to_owned();
     let ctx2 = ctx.clone();
     let task = tokio::spawn(async move {
-        template_controller::run(ctx2, Some(&namespace), std::future::pending()).await
+        template_controller::run::<LibvirtMachineTemplate>(ctx2, Some(&namespace), std::future::pending()).await
     });
     let published = eventually("status.capacity", || async {
         let t = api.get("workers").await?;
@@ -434,7 +436,7 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
             )?,
         )
         .await?;
-    let cctx = Arc::new(ClusterContext::new(client.clone(), connector.clone()));
+    let cctx = Arc::new(cluster_controller::context(client.clone(), connector.clone()));
     let mctx = Arc::new(MachineContext::new(
         client.clone(),
         connector.clone(),

@@ -36,7 +36,7 @@ use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_capi::Cluster;
 use banlieue_cloudinit::SeedFiles;
-use banlieue_libvirt::cluster_controller::{self, ClusterContext};
+use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::{Hypervisor, RunState};
@@ -168,7 +168,7 @@ impl Standalone {
             settings,
             "banlieue-libvirt-test",
         );
-        let mut cctx = ClusterContext::new(self.client.clone(), self.connector.clone());
+        let mut cctx = cluster_controller::context(self.client.clone(), self.connector.clone());
         if let Some(requeue) = self.wait_requeue {
             mctx.wait_requeue = requeue;
             cctx.retry = requeue;

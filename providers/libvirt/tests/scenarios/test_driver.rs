@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banlieue_cloudinit::SeedFiles;
-use banlieue_libvirt::cluster_controller::{self, ClusterContext};
+use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::{VirtConnector, VirtHypervisor};
 use banlieue_libvirt::desired::{Settings, domain_name};
 use banlieue_libvirt::hosts::Connector;
@@ -99,7 +99,7 @@ impl ProviderUnderTest for TestDriver {
             settings,
             "banlieue-libvirt-test",
         ));
-        let clusters = Arc::new(ClusterContext::new(self.kube.clone(), self.connector.clone()));
+        let clusters = Arc::new(cluster_controller::context(self.kube.clone(), self.connector.clone()));
         let (a, b) = (self.ns.clone(), self.ns.clone());
         self.controllers.push(tokio::spawn(async move {
             machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;

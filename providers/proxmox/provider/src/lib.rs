@@ -7,8 +7,12 @@
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
 //! - [`fake`]: an in-memory hypervisor double for tests.
+//! - [`machine_controller`]: the ProxmoxMachine controller; [`cluster_controller`]: the
+//!   ProxmoxCluster's backend for the kit's InfraCluster reconciler.
+//!
+//! The contract (owner view, InfraCluster reconciler, templates' capacity, Secret watch, CAPI
+//! installed late) is `banlieue-provider-kit`'s.
 
-pub mod capi_discovery;
 pub mod cluster_controller;
 pub mod credentials;
 pub mod desired;
@@ -19,13 +23,11 @@ pub mod ipam;
 pub mod leader;
 pub mod machine_controller;
 pub mod metrics;
-pub mod owner;
 pub mod phase;
 pub mod placement;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;
-pub mod template_controller;
 pub mod update;
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use tracing::{info, instrument, warn};
 
 use crate::credentials::{Connector, read_connection};
 use crate::error::{Error, Result};
-use crate::owner::{self, BootstrapSource, InfraCluster, OwnerView};
+use banlieue_provider_kit::owner::{self, BootstrapSource, InfraCluster, OwnerView};
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 use crate::readopt;
@@ -69,7 +69,7 @@ pub struct MachineContext<C: Connector> {
     /// Counters for `/metrics`.
     pub metrics: crate::metrics::Metrics,
     /// How often discovery is asked whether Cluster API got installed, while it is not
-    /// ([`crate::capi_discovery`]).
+    /// ([`banlieue_provider_kit::capi`]).
     pub capi_discovery_interval: Duration,
     /// The user-data / bootstrap Secret each not yet provisioned machine reads, for the Secret
     /// watch.
@@ -94,7 +94,7 @@ impl<C: Connector> MachineContext<C> {
             recorder,
             failures: Mutex::new(HashMap::new()),
             metrics: crate::metrics::Metrics::default(),
-            capi_discovery_interval: crate::capi_discovery::CAPI_DISCOVERY_INTERVAL,
+            capi_discovery_interval: banlieue_provider_kit::capi::CAPI_DISCOVERY_INTERVAL,
             user_data_secrets: SecretIndex::default(),
         }
     }
@@ -129,7 +129,7 @@ fn ready(
 }
 
 /// Sets the `Paused` condition per the contract (from the owner view).
-fn set_paused(status: &mut ProxmoxMachineStatus, view: &OwnerView, pm: &ProxmoxMachine) {
+fn set_paused(status: &mut ProxmoxMachineStatus, view: &OwnerView<ProxmoxCluster>, pm: &ProxmoxMachine) {
     let (flag, reason, message) = &view.paused_condition;
     let flag = if *flag == "True" {
         ConditionStatus::True
@@ -822,14 +822,14 @@ fn machine_to_infra(machine: Machine) -> Option<ObjectRef<ProxmoxMachine>> {
 }
 
 /// Runs the ProxmoxMachine controller until `shutdown`; restarted with CAPI watches when
-/// Cluster API gets installed meanwhile ([`crate::capi_discovery`]).
+/// Cluster API gets installed meanwhile ([`banlieue_provider_kit::capi`]).
 pub async fn run<C: Connector>(
     ctx: Arc<MachineContext<C>>,
     namespace: Option<&str>,
     concurrency: u16,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    crate::capi_discovery::run_until_shutdown(
+    banlieue_provider_kit::capi::run_until_shutdown(
         ctx.client.clone(),
         "proxmoxmachine",
         ctx.capi_discovery_interval,
@@ -845,7 +845,7 @@ async fn run_once<C: Connector>(
     namespace: Option<&str>,
     concurrency: u16,
     capi: bool,
-    shutdown: crate::capi_discovery::Stop,
+    shutdown: banlieue_provider_kit::capi::Stop,
 ) {
     let client = ctx.client.clone();
     let (proxmox_machines, machines): (Api<ProxmoxMachine>, Api<Machine>) = match namespace {
@@ -885,7 +885,7 @@ async fn run_once<C: Connector>(
             .state()
             .into_iter()
             .filter(|pm| {
-                pm.namespace() == ns && owner::standalone_cluster_name(pm).as_deref() == Some(name.as_str())
+                pm.namespace() == ns && owner::standalone_cluster_name(&**pm).as_deref() == Some(name.as_str())
             })
             .map(|pm| ObjectRef::from_obj(&*pm))
             .collect::<Vec<_>>()

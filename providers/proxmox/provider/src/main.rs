@@ -12,10 +12,11 @@ use anyhow::Context as _;
 use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
 use banlieue_provider_runtime::{logging, manager, shutdown};
-use banlieue_proxmox::cluster_controller::{self, ClusterContext};
+use banlieue_api::infrastructure::ProxmoxMachineTemplate;
+use banlieue_provider_kit::template::{self, TemplateContext};
+use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::machine_controller::{self, MachineContext};
-use banlieue_proxmox::template_controller::{self, TemplateContext};
 use clap::Parser;
 
 /// Command-line flags (each also settable through the named environment variable).
@@ -46,11 +47,13 @@ async fn main() -> anyhow::Result<()> {
         NAME,
     );
     machine.metrics = probes.metrics.clone();
-    let mut cluster = ClusterContext::new(client.clone(), ClientConnector::default(), NAME);
+    let mut cluster = cluster_controller::context(client.clone(), ClientConnector::default(), NAME);
     cluster.metrics = probes.metrics.clone();
     let (machine, cluster) = (Arc::new(machine), Arc::new(cluster));
     let templates = Arc::new(TemplateContext {
         client: client.clone(),
+        field_manager: machine_controller::FIELD_MANAGER,
+        metrics: probes.metrics.clone(),
     });
     let (namespace, concurrency) = (args.runtime.namespace.as_deref(), args.runtime.concurrency);
     let p = probes.clone();
@@ -64,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
             futures::future::join3(
                 machine_controller::run(machine, namespace, concurrency, stop.clone()),
                 cluster_controller::run(cluster, namespace, concurrency, stop.clone()),
-                template_controller::run(templates, namespace, stop),
+                template::run::<ProxmoxMachineTemplate>(templates, namespace, stop),
             )
             .await;
         },

@@ -35,7 +35,7 @@ use banlieue_capi::generated::cluster::ClusterSpec;
 use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
 use banlieue_capi::{Cluster, Machine};
 use banlieue_cloudinit::SeedFiles;
-use banlieue_proxmox::cluster_controller::{self, ClusterContext};
+use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::FakeConnector;
 use banlieue_proxmox::desired;
 use banlieue_proxmox::fake::FakePve;
@@ -395,7 +395,7 @@ impl Scenario {
 
 impl Scenario {
     fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
-        let ctx = Arc::new(ClusterContext::new(
+        let ctx = Arc::new(cluster_controller::context(
             self.client.clone(),
             FakeConnector(self.pve.clone()),
             "banlieue-proxmox-test",
@@ -650,7 +650,7 @@ async fn an_object_deleted_by_clusterctl_move_is_released_and_its_vm_kept() -> R
 #[tokio::test]
 async fn machine_templates_publish_their_capacity() -> Result<()> {
     use banlieue_api::infrastructure::{ProxmoxMachineTemplate, ProxmoxMachineTemplateSpec};
-    use banlieue_proxmox::template_controller::{self, TemplateContext};
+    use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
     let (s, _ns) = Scenario::new("pxmt").await?;
     let template: ProxmoxMachineTemplate = serde_json::from_value(serde_json::json!({
         "apiVersion": "infrastructure.banlieue.io/v1alpha1",
@@ -666,10 +666,12 @@ async fn machine_templates_publish_their_capacity() -> Result<()> {
         .await?;
     let ctx = Arc::new(TemplateContext {
         client: s.client.clone(),
+        field_manager: machine_controller::FIELD_MANAGER,
+        metrics: Default::default(),
     });
     let ns = s.ns.clone();
     let controller = tokio::spawn(async move {
-        template_controller::run(ctx, Some(&ns), std::future::pending()).await;
+        template_controller::run::<ProxmoxMachineTemplate>(ctx, Some(&ns), std::future::pending()).await;
     });
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {

@@ -19,7 +19,7 @@ use banlieue_api::infrastructure::{
     ProxmoxCluster, ProxmoxClusterSpec, ProxmoxMachine, ProxmoxMachineSpec, ProxmoxTemplateSource,
 };
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_proxmox::cluster_controller::{self, ClusterContext};
+use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::machine_controller::{self, FINALIZER, MachineContext, VM_UP_TO_DATE};
 use banlieue_pve_sim::{SimConfig, SimHandle};
@@ -211,7 +211,7 @@ impl Standalone {
             "local",
             "banlieue-proxmox-test",
         ));
-        let clusters = Arc::new(ClusterContext::new(
+        let clusters = Arc::new(cluster_controller::context(
             self.controller_client.clone(),
             ClientConnector::default(),
             "banlieue-proxmox-test",
@@ -819,7 +819,7 @@ async fn a_provider_of_another_backend_is_reported_on_the_cluster() -> Result<()
     pxc.metadata.owner_references = Some(vec![owner_ref(&provider)?]);
     let pxcs: Api<ProxmoxCluster> = Api::namespaced(client.clone(), ns.name());
     pxcs.create(&PostParams::default(), &pxc).await?;
-    let ctx = Arc::new(ClusterContext::new(
+    let ctx = Arc::new(cluster_controller::context(
         client.clone(),
         ClientConnector::default(),
         "banlieue-proxmox-test",

@@ -8,10 +8,9 @@ use std::sync::Mutex;
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
 use banlieue_api::infrastructure::VSphereCluster;
-use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey};
+use banlieue_provider_runtime::secret_watch::SecretKey;
 use banlieue_vsphere_client::{Client, ClientBuilder, TlsVerification};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use sha2::{Digest, Sha256};
 
@@ -65,12 +64,12 @@ impl Endpoint {
 
 /// Resolves the endpoint of a VSphereCluster: directly from its spec, or from its
 /// `spec.providerRef` (a cluster-scoped Provider whose backend must be `vsphere`). Records the
-/// Secrets it references (credentials, CA bundle Secret) in `secrets`, before reading them, for
+/// Secrets it references (credentials, CA bundle Secret) through `record`, before reading them, for
 /// the Secret watch.
 pub async fn resolve(
     kube: &kube::Client,
     cluster: &VSphereCluster,
-    secrets: &SecretIndex<VSphereCluster>,
+    record: impl FnOnce(Vec<SecretKey>),
 ) -> Result<Result<Endpoint, ConnectionProblem>> {
     let ns = cluster.namespace().unwrap_or_default();
     let (server, creds, tls, default_ns) = if let Some(pref) = &cluster.spec.provider_ref {
@@ -120,10 +119,7 @@ pub async fn resolve(
         .filter(|r| matches!(r.kind, CaBundleKind::Secret))
         .and_then(|r| in_ns(&r.namespace, &r.name));
     let creds_secret = creds.as_ref().and_then(|r| in_ns(&r.namespace, &r.name));
-    secrets.set(
-        ObjectRef::from_obj(cluster),
-        creds_secret.into_iter().chain(ca_secret),
-    );
+    record(creds_secret.into_iter().chain(ca_secret).collect());
     let Some(creds) = creds else {
         return Ok(Err(problem(
             "CredentialsNotFound",

@@ -27,6 +27,9 @@ pub enum Error {
     /// The objects say something that cannot work (wrong Secret keys, bad status).
     #[error("{0}")]
     Invalid(String),
+    /// The kit failed (a Kubernetes read of the contract).
+    #[error(transparent)]
+    Kit(#[from] banlieue_provider_kit::Error),
 }
 
 impl Error {
@@ -44,6 +47,13 @@ impl Error {
             Self::Kube { .. } => "kube",
             Self::Vsphere { source, .. } => source.metric_label(),
             Self::Invalid(_) => "invalid",
+            Self::Kit(e) => e.metric_label(),
         }
+    }
+}
+
+impl banlieue_provider_kit::ReconcileError for Error {
+    fn metric_label(&self) -> &'static str {
+        Error::metric_label(self)
     }
 }

@@ -31,7 +31,7 @@ use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_ap
 
 use crate::connection::{self, ClientCache};
 use crate::error::{Error, Result};
-use crate::owner::{self, Bootstrap, OwnerView};
+use banlieue_provider_kit::owner::{self, BootstrapSource as Bootstrap, OwnerView};
 use crate::phase::{Phase, task_ref, vm_ref};
 use crate::provision::{self, DeleteStep, MachineInput, StepError};
 use crate::readopt;
@@ -55,8 +55,6 @@ pub struct Context {
     pub metrics: banlieue_provider_runtime::metrics::Metrics,
     /// Concurrent reconciles per controller (0: unbounded).
     pub concurrency: u16,
-    /// The Secrets each VSphereCluster references (credentials, CA bundle), for the Secret watch.
-    pub cluster_secrets: SecretIndex<VSphereCluster>,
     /// The user-data / bootstrap Secret each VSphereMachine waits for, for the Secret watch.
     pub user_data_secrets: SecretIndex<VSphereMachine>,
 }
@@ -77,7 +75,6 @@ impl Context {
             recorder,
             metrics: Default::default(),
             concurrency: 0,
-            cluster_secrets: SecretIndex::default(),
             user_data_secrets: SecretIndex::default(),
         }
     }
@@ -231,7 +228,7 @@ pub async fn reconcile(obj: Arc<VSphereMachine>, ctx: Arc<Context>) -> Result<Ac
     let view = owner::resolve(&ctx.kube, &vm, owner).await?;
     let generation = vm.metadata.generation;
     let mut status = vm.status.clone().unwrap_or_default();
-    let (p_status, p_reason, p_message) = view.paused.clone();
+    let (p_status, p_reason, p_message) = view.paused_condition.clone();
     set(
         &mut status.conditions,
         condition::PAUSED,
@@ -240,7 +237,7 @@ pub async fn reconcile(obj: Arc<VSphereMachine>, ctx: Arc<Context>) -> Result<Ac
         p_message,
         generation,
     );
-    if view.is_paused() {
+    if view.paused.is_some() {
         write_status(&ctx, &api, &vm, &status).await?;
         return Ok(Action::await_change());
     }
@@ -297,12 +294,13 @@ type Progress = (Option<(EventType, &'static str, String)>, Action);
 async fn provision(
     ctx: &Context,
     vm: &VSphereMachine,
-    view: &OwnerView,
+    view: &OwnerView<VSphereCluster>,
     status: &mut VSphereMachineStatus,
 ) -> Result<Progress, StepError> {
     let mut generation = vm.metadata.generation;
-    let (Some(cluster), None) = (&view.cluster, &view.waiting_for_cluster) else {
-        let why = view.waiting_for_cluster.clone().unwrap_or_default();
+    let cluster = match view.infra_cluster.usable() {
+        Ok(cluster) => cluster,
+        Err(why) => {
         set(
             &mut status.conditions,
             condition::READY,
@@ -312,12 +310,13 @@ async fn provision(
             generation,
         );
         return Ok((None, Action::requeue(WAIT_REQUEUE)));
+        }
     };
     let kube_err = |e: Error| StepError::Permanent {
         reason: "KubernetesError",
         message: e.to_string(),
     };
-    let endpoint = match connection::resolve(&ctx.kube, cluster, &ctx.cluster_secrets)
+    let endpoint = match connection::resolve(&ctx.kube, cluster, |_| {})
         .await
         .map_err(kube_err)?
     {
@@ -456,20 +455,20 @@ async fn delete(
     ctx: &Context,
     api: &Api<VSphereMachine>,
     vm: &VSphereMachine,
-    view: &OwnerView,
+    view: &OwnerView<VSphereCluster>,
     mut status: VSphereMachineStatus,
 ) -> Result<Action> {
     if !vm.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
     let generation = vm.metadata.generation;
-    let Some(cluster) = &view.cluster else {
+    let Some(cluster) = view.infra_cluster.object() else {
         // Without its cluster there is no vCenter to clean up: release the object.
         warn!("infra cluster gone; removing the finalizer without deleting a VM");
         patch_finalizers(api, vm, false).await?;
         return Ok(Action::await_change());
     };
-    let endpoint = match connection::resolve(&ctx.kube, cluster, &ctx.cluster_secrets).await? {
+    let endpoint = match connection::resolve(&ctx.kube, cluster, |_| {}).await? {
         Ok(e) => e,
         Err(p) => {
             set(

@@ -13,7 +13,9 @@ use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
 use banlieue_provider_runtime::{logging, manager, shutdown};
 use banlieue_vsphere::machine_controller::Context;
-use banlieue_vsphere::{cluster_controller, machine_controller, template_controller};
+use banlieue_api::infrastructure::VSphereMachineTemplate;
+use banlieue_provider_kit::template::{self, TemplateContext};
+use banlieue_vsphere::{cluster_controller, machine_controller};
 use clap::Parser;
 
 /// The banlieue vSphere infrastructure provider.
@@ -38,6 +40,11 @@ async fn main() -> anyhow::Result<()> {
     ctx.metrics = probes.metrics.clone();
     ctx.concurrency = args.runtime.concurrency;
     let ctx = Arc::new(ctx);
+    let templates = Arc::new(TemplateContext {
+        client: kube.clone(),
+        field_manager: machine_controller::FIELD_MANAGER,
+        metrics: probes.metrics.clone(),
+    });
     let namespace = args.runtime.namespace.as_deref();
     let p = probes.clone();
     manager::run(
@@ -50,7 +57,7 @@ async fn main() -> anyhow::Result<()> {
             tokio::join!(
                 machine_controller::run_until(ctx.clone(), namespace, stop.clone()),
                 cluster_controller::run_until(ctx.clone(), namespace, stop.clone()),
-                template_controller::run_until(ctx, namespace, stop)
+                template::run::<VSphereMachineTemplate>(templates, namespace, stop)
             );
         },
     )

@@ -17,7 +17,8 @@ use banlieue_api::standalone::infra_cluster_name;
 use banlieue_testenv::TestEnv;
 use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::provision::OWNER_KEY;
-use banlieue_vsphere::{cluster_controller, machine_controller, template_controller};
+use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
+use banlieue_vsphere::{cluster_controller, machine_controller};
 use banlieue_vsphere_client::{
     Client, ClientBuilder, MoRef, NetworkBacking, TlsVerification, VmInfo, VmPowerState,
 };
@@ -127,7 +128,15 @@ async fn scenario(endpoint: &str, thumbprint: &str, prefix: &str) -> Result<Scen
         }),
         tokio::spawn({
             let ns = ns.clone();
-            async move { template_controller::run(ctx, Some(&ns)).await }
+            let templates = Arc::new(TemplateContext {
+                client: ctx.kube.clone(),
+                field_manager: machine_controller::FIELD_MANAGER,
+                metrics: ctx.metrics.clone(),
+            });
+            async move {
+                template_controller::run::<VSphereMachineTemplate>(templates, Some(&ns), std::future::pending())
+                    .await
+            }
         }),
     ];
     Ok(Scenario {

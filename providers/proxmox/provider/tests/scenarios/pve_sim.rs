@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use banlieue_proxmox::cluster_controller::{self, ClusterContext};
+use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::machine_controller::{self, MachineContext};
 use banlieue_pve_sim::{FaultRule, SimConfig, SimHandle};
@@ -93,7 +93,7 @@ impl ProviderUnderTest for PveSim {
             "local",
             "banlieue-proxmox-test",
         ));
-        let clusters = Arc::new(ClusterContext::new(
+        let clusters = Arc::new(cluster_controller::context(
             self.kube.clone(),
             ClientConnector::default(),
             "banlieue-proxmox-test",

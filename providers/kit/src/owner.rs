@@ -1,12 +1,12 @@
-//! The owner view: a ProxmoxMachine's controlling owner — a CAPI `Machine` or a banlieue
+//! The owner view: an InfraMachine's controlling owner — a CAPI `Machine` or a banlieue
 //! `VirtualMachine` (standalone mode) — resolved into the few facts provisioning needs, so that
-//! everything after the resolution is one code path.
+//! everything after the resolution is one code path, the same for every hypervisor.
 //!
 //! | fact | CAPI `Machine` | banlieue `VirtualMachine` |
 //! |---|---|---|
 //! | bootstrap Secret | `spec.bootstrap.dataSecretName`, key `value` (wait until set) | `spec.userDataSecretRef` (`name`, `key` default `value`); unset = no user data |
 //! | failure domain | `spec.failureDomain` | `spec.placement.failureDomain` |
-//! | infra cluster | Cluster `spec.clusterName` → `spec.infrastructureRef`; wait for `status.initialization.infrastructureProvisioned` | `banlieue-<machine spec.providerRef.name>` in the machine's namespace; wait for its `status.initialization.provisioned` |
+//! | infra cluster | Cluster `spec.clusterName` → `spec.infrastructureRef` (of this provider's kind); wait for `status.initialization.infrastructureProvisioned` | `banlieue-<machine spec.providerRef.name>` in the machine's namespace; wait for its `status.initialization.provisioned` |
 //! | paused | Cluster `spec.paused` or the `cluster.x-k8s.io/paused` annotation | the annotation |
 //!
 //! The decisions are pure ([`controlling_owner`], [`OwnerView::from_machine`],
@@ -14,18 +14,15 @@
 
 use banlieue_api::banlieue::VirtualMachine;
 use banlieue_api::common::Initialization;
-use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
+use banlieue_api::infrastructure::kinds::{ContractStatus, InfraCluster as InfraClusterKind, InfraMachine};
 use banlieue_api::standalone;
 use banlieue_capi::bootstrap::BOOTSTRAP_VALUE_KEY;
 use banlieue_capi::contract::{self, PauseCause};
 use banlieue_capi::{Cluster, Machine};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 
 use crate::error::{Error, Result};
-
-/// Kind of the infra cluster this provider serves.
-pub const INFRA_CLUSTER_KIND: &str = "ProxmoxCluster";
 
 /// Which kind of object controls the machine, and its name.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,18 +87,33 @@ pub enum BootstrapSource {
 
 /// Whether the infra cluster is usable, and if not, why (for the `Ready` condition).
 #[derive(Clone, Debug, PartialEq)]
-pub enum InfraCluster {
+pub enum InfraCluster<C> {
     /// Provisioned: its endpoint, credentials and allowed nodes may be used.
-    Ready(Box<ProxmoxCluster>),
+    Ready(Box<C>),
     /// Exists but is not provisioned yet (`WaitingForClusterInfrastructure`).
-    NotProvisioned(Box<ProxmoxCluster>),
+    NotProvisioned(Box<C>),
     /// The owner names no infra cluster, or it does not exist (`WaitingForCluster`).
     Missing(String),
 }
 
-impl InfraCluster {
-    /// The ProxmoxCluster, provisioned or not (deletion needs it either way).
-    pub fn object(&self) -> Option<&ProxmoxCluster> {
+impl<C: Resource<DynamicType = ()>> InfraCluster<C> {
+    /// The provisioned infra cluster, or why a machine must wait for it.
+    pub fn usable(&self) -> std::result::Result<&C, String> {
+        match self {
+            Self::Ready(c) => Ok(c),
+            Self::NotProvisioned(c) => Err(format!(
+                "{} {:?} is not provisioned yet",
+                C::kind(&()),
+                c.meta().name.as_deref().unwrap_or_default()
+            )),
+            Self::Missing(why) => Err(why.clone()),
+        }
+    }
+}
+
+impl<C> InfraCluster<C> {
+    /// The infra cluster, provisioned or not (deletion needs it either way).
+    pub fn object(&self) -> Option<&C> {
         match self {
             Self::Ready(c) | Self::NotProvisioned(c) => Some(c),
             Self::Missing(_) => None,
@@ -111,7 +123,7 @@ impl InfraCluster {
 
 /// Everything provisioning needs from the machine's owner.
 #[derive(Clone, Debug, PartialEq)]
-pub struct OwnerView {
+pub struct OwnerView<C> {
     /// The controlling owner.
     pub owner: Owner,
     /// Whether the owner object itself still exists.
@@ -121,31 +133,32 @@ pub struct OwnerView {
     /// Failure domain the owner asks for.
     pub failure_domain: Option<String>,
     /// The infra cluster and its readiness.
-    pub infra_cluster: InfraCluster,
+    pub infra_cluster: InfraCluster<C>,
     /// Why the machine is paused, if it is.
     pub paused: Option<PauseCause>,
     /// `status`, `reason`, `message` of the `Paused` condition.
     pub paused_condition: (&'static str, &'static str, String),
 }
 
-fn infra_cluster(pxc: Option<ProxmoxCluster>, provisioned: bool, missing: String) -> InfraCluster {
-    match pxc {
+fn infra_cluster<C>(found: Option<C>, provisioned: bool, missing: String) -> InfraCluster<C> {
+    match found {
         None => InfraCluster::Missing(missing),
         Some(c) if provisioned => InfraCluster::Ready(Box::new(c)),
         Some(c) => InfraCluster::NotProvisioned(Box::new(c)),
     }
 }
 
-impl OwnerView {
+impl<C: InfraClusterKind> OwnerView<C> {
     /// The view for a machine owned by a CAPI Machine (`machine` = `None` when it is gone).
-    /// `cluster` is the machine's Cluster and `pxc` the ProxmoxCluster it references.
-    pub fn from_machine(
-        pm: &ProxmoxMachine,
+    /// `cluster` is the machine's Cluster and `infra` the infra cluster it references.
+    pub fn from_machine<M: InfraMachine<Cluster = C>>(
+        pm: &M,
         name: &str,
         machine: Option<&Machine>,
         cluster: Option<&Cluster>,
-        pxc: Option<ProxmoxCluster>,
+        infra: Option<C>,
     ) -> Self {
+        let kind = M::kind(&());
         let bootstrap = match machine.and_then(contract::bootstrap_data_secret_name) {
             Some(secret) => BootstrapSource::Secret {
                 name: secret.to_owned(),
@@ -157,9 +170,9 @@ impl OwnerView {
         let infra = match cluster {
             None => InfraCluster::Missing(format!("Cluster {cluster_name:?} not found")),
             Some(c) => infra_cluster(
-                pxc,
+                infra,
                 contract::is_infrastructure_provisioned(c),
-                format!("the ProxmoxCluster of Cluster {cluster_name:?} not found"),
+                format!("the {} of Cluster {cluster_name:?} not found", C::kind(&())),
             ),
         };
         Self {
@@ -168,20 +181,21 @@ impl OwnerView {
             bootstrap,
             failure_domain: machine.and_then(|m| m.spec.failure_domain.clone()),
             infra_cluster: infra,
-            paused: contract::pause_cause(cluster, &pm.metadata),
-            paused_condition: contract::paused_condition_fields(cluster, &pm.metadata, "ProxmoxMachine"),
+            paused: contract::pause_cause(cluster, pm.meta()),
+            paused_condition: contract::paused_condition_fields(cluster, pm.meta(), &kind),
         }
     }
 
     /// The view for a machine owned by a banlieue VirtualMachine (`vm` = `None` when it is
-    /// gone). `pxc` is the ProxmoxCluster named [`standalone::infra_cluster_name`] of the
+    /// gone). `infra` is the infra cluster named [`standalone::infra_cluster_name`] of the
     /// machine's `spec.providerRef`.
-    pub fn from_virtual_machine(
-        pm: &ProxmoxMachine,
+    pub fn from_virtual_machine<M: InfraMachine<Cluster = C>>(
+        pm: &M,
         name: &str,
         vm: Option<&VirtualMachine>,
-        pxc: Option<ProxmoxCluster>,
+        infra: Option<C>,
     ) -> Self {
+        let kind = M::kind(&());
         let bootstrap = match vm.and_then(|v| v.spec.user_data_secret_ref.as_ref()) {
             Some(r) => BootstrapSource::Secret {
                 name: r.name.clone(),
@@ -192,13 +206,13 @@ impl OwnerView {
         };
         let infra = match standalone_cluster_name(pm) {
             None => InfraCluster::Missing(
-                "spec.providerRef is not set: a machine of a VirtualMachine takes its Proxmox endpoint from a banlieue Provider".to_owned(),
+                "spec.providerRef is not set: a machine of a VirtualMachine takes its hypervisor from a banlieue Provider".to_owned(),
             ),
             Some(cluster) => {
-                let provisioned = pxc
+                let provisioned = infra
                     .as_ref()
-                    .is_some_and(|c| Initialization::is_provisioned(c.status.as_ref().and_then(|s| s.initialization.as_ref())));
-                infra_cluster(pxc, provisioned, format!("ProxmoxCluster {cluster:?} not found"))
+                    .is_some_and(|c| Initialization::is_provisioned(c.status().and_then(ContractStatus::initialization)));
+                infra_cluster(infra, provisioned, format!("{} {cluster:?} not found", C::kind(&())))
             }
         };
         Self {
@@ -209,52 +223,36 @@ impl OwnerView {
                 .and_then(|v| v.spec.placement.as_ref())
                 .and_then(|p| p.failure_domain.clone()),
             infra_cluster: infra,
-            paused: contract::pause_cause(None, &pm.metadata),
-            paused_condition: contract::paused_condition_fields(None, &pm.metadata, "ProxmoxMachine"),
+            paused: contract::pause_cause(None, pm.meta()),
+            paused_condition: contract::paused_condition_fields(None, pm.meta(), &kind),
         }
     }
 }
 
 /// The CAPI Cluster name of a CAPI-owned machine: the Machine's `spec.clusterName`, else the
 /// machine's `cluster.x-k8s.io/cluster-name` label (the Machine may be gone during deletion).
-pub fn cluster_name(pm: &ProxmoxMachine, machine: Option<&Machine>) -> Option<String> {
+pub fn cluster_name(pm: &impl InfraMachine, machine: Option<&Machine>) -> Option<String> {
     machine
         .map(|m| m.spec.cluster_name.clone())
         .filter(|n| !n.is_empty())
-        .or_else(|| contract::cluster_name(&pm.metadata).map(str::to_owned))
+        .or_else(|| contract::cluster_name(pm.meta()).map(str::to_owned))
 }
 
 /// The standalone infra cluster of a VirtualMachine-owned machine: named after its
 /// `spec.providerRef`.
-pub fn standalone_cluster_name(pm: &ProxmoxMachine) -> Option<String> {
-    pm.spec
-        .provider_ref
-        .as_ref()
-        .map(|p| standalone::infra_cluster_name(&p.name))
-}
-
-/// Whether the apiserver serves CAPI's `clusters` and `machines` (`cluster.x-k8s.io/v1beta2`).
-/// Without CAPI installed the provider runs in standalone mode only and does not watch them
-/// (install CAPI, then restart the provider to serve CAPI machines too).
-pub async fn capi_served(client: &kube::Client) -> bool {
-    match client
-        .list_api_group_resources(banlieue_capi::contract::CLUSTER_API_VERSION)
-        .await
-    {
-        Ok(list) => ["clusters", "machines"]
-            .iter()
-            .all(|r| list.resources.iter().any(|x| x.name == *r)),
-        Err(e) => {
-            tracing::info!(error = %e, "Cluster API is not installed: serving standalone machines only");
-            false
-        }
-    }
+pub fn standalone_cluster_name(pm: &impl InfraMachine) -> Option<String> {
+    pm.provider_ref().map(|p| standalone::infra_cluster_name(&p.name))
 }
 
 /// Fetches what the view of `owner` reads and builds it.
-pub async fn resolve(client: &kube::Client, pm: &ProxmoxMachine, owner: Owner) -> Result<OwnerView> {
+pub async fn resolve<M: InfraMachine>(
+    client: &kube::Client,
+    pm: &M,
+    owner: Owner,
+) -> Result<OwnerView<M::Cluster>> {
     let namespace = pm.namespace().unwrap_or_default();
-    let clusters = Api::<ProxmoxCluster>::namespaced(client.clone(), &namespace);
+    let clusters = Api::<M::Cluster>::namespaced(client.clone(), &namespace);
+    let cluster_kind = M::Cluster::kind(&());
     match owner {
         Owner::Machine(name) => {
             let machine = Api::<Machine>::namespaced(client.clone(), &namespace)
@@ -271,13 +269,13 @@ pub async fn resolve(client: &kube::Client, pm: &ProxmoxMachine, owner: Owner) -
             let infra_name = cluster
                 .as_ref()
                 .and_then(|c| c.spec.infrastructure_ref.as_ref())
-                .filter(|r| r.kind == INFRA_CLUSTER_KIND && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
+                .filter(|r| r.kind == cluster_kind && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
                 .map(|r| r.name.clone());
-            let pxc = match infra_name {
+            let infra = match infra_name {
                 Some(n) => clusters
                     .get_opt(&n)
                     .await
-                    .map_err(|e| Error::kube("reading the ProxmoxCluster", e))?,
+                    .map_err(|e| Error::kube(format!("reading the {cluster_kind}"), e))?,
                 None => None,
             };
             Ok(OwnerView::from_machine(
@@ -285,7 +283,7 @@ pub async fn resolve(client: &kube::Client, pm: &ProxmoxMachine, owner: Owner) -
                 &name,
                 machine.as_ref(),
                 cluster.as_ref(),
-                pxc,
+                infra,
             ))
         }
         Owner::VirtualMachine(name) => {
@@ -293,14 +291,14 @@ pub async fn resolve(client: &kube::Client, pm: &ProxmoxMachine, owner: Owner) -
                 .get_opt(&name)
                 .await
                 .map_err(|e| Error::kube("reading the owner VirtualMachine", e))?;
-            let pxc = match standalone_cluster_name(pm) {
+            let infra = match standalone_cluster_name(pm) {
                 Some(n) => clusters
                     .get_opt(&n)
                     .await
-                    .map_err(|e| Error::kube("reading the standalone ProxmoxCluster", e))?,
+                    .map_err(|e| Error::kube(format!("reading the standalone {cluster_kind}"), e))?,
                 None => None,
             };
-            Ok(OwnerView::from_virtual_machine(pm, &name, vm.as_ref(), pxc))
+            Ok(OwnerView::from_virtual_machine(pm, &name, vm.as_ref(), infra))
         }
     }
 }
@@ -310,7 +308,9 @@ mod tests {
     use super::*;
     use banlieue_api::banlieue::{Placement, VirtualMachineSpec};
     use banlieue_api::common::{Cpu, ProviderReference, SecretKeyReference};
-    use banlieue_api::infrastructure::{ProxmoxClusterStatus, ProxmoxMachineSpec, ProxmoxTemplateSource};
+    use banlieue_api::infrastructure::{
+        ProxmoxCluster, ProxmoxClusterStatus, ProxmoxMachine, ProxmoxMachineSpec, ProxmoxTemplateSource,
+    };
     use banlieue_capi::generated::cluster::{ClusterSpec, ClusterStatus, ClusterStatusInitialization};
     use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;

@@ -23,8 +23,8 @@ pub const CAPI_DISCOVERY_INTERVAL: Duration = Duration::from_secs(30);
 pub type Stop = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 
 /// Whether `cluster.x-k8s.io/v1beta2` serves `clusters` and `machines` (no log line: the
-/// periodic re-check would repeat it).
-pub async fn capi_served(client: &kube::Client) -> bool {
+/// periodic re-check would repeat it; [`capi_served`] logs).
+pub async fn capi_served_quietly(client: &kube::Client) -> bool {
     client
         .list_api_group_resources(banlieue_capi::contract::CLUSTER_API_VERSION)
         .await
@@ -35,6 +35,17 @@ pub async fn capi_served(client: &kube::Client) -> bool {
         })
 }
 
+/// Whether the apiserver serves CAPI's `clusters` and `machines` (`cluster.x-k8s.io/v1beta2`).
+/// Without CAPI installed a provider serves standalone machines only, and does not watch them
+/// until [`run_until_shutdown`] sees CAPI appear.
+pub async fn capi_served(client: &kube::Client) -> bool {
+    let served = capi_served_quietly(client).await;
+    if !served {
+        tracing::info!("Cluster API is not installed: serving standalone machines only");
+    }
+    served
+}
+
 /// Sends on `found` once CAPI is served, asking every `interval`; returns early when the
 /// receiver is gone.
 async fn wait_for_capi(client: kube::Client, interval: Duration, found: oneshot::Sender<()>) {
@@ -43,7 +54,7 @@ async fn wait_for_capi(client: kube::Client, interval: Duration, found: oneshot:
         if found.is_closed() {
             return;
         }
-        if capi_served(&client).await {
+        if capi_served_quietly(&client).await {
             let _ = found.send(());
             return;
         }
@@ -65,7 +76,7 @@ pub async fn run_until_shutdown<F, Fut>(
 {
     let shutdown = shutdown.shared();
     loop {
-        let capi = crate::owner::capi_served(&client).await;
+        let capi = capi_served(&client).await;
         let (found, appeared) = oneshot::channel::<()>();
         let watcher = (!capi).then(|| tokio::spawn(wait_for_capi(client.clone(), interval, found)));
         // A dropped sender (CAPI already served) must not stop the controller.

@@ -1,0 +1,28 @@
+//! banlieue-provider-kit: what every banlieue provider does the same way, whatever the hypervisor.
+//!
+//! A provider is a **backend** (its hypervisor client and the mapping of its kinds) plugged into
+//! the kit, which owns the contract:
+//!
+//! | module | job |
+//! |---|---|
+//! | [`owner`] | an InfraMachine's controlling owner (CAPI `Machine` or banlieue `VirtualMachine`) resolved into what provisioning needs: bootstrap data source, failure domain, infra cluster, pause |
+//! | [`cluster`] | the InfraCluster reconciler (owner, pause, finalizer, deletion after the machines, `controlPlaneEndpoint`, failure domains, `Ready`, Events), around a [`cluster::ClusterBackend`] |
+//! | [`template`] | the InfraMachineTemplate reconciler (`status.capacity`) |
+//! | [`status`] | conditions built with the time of now, `/status` written only when it changed, finalizers |
+//! | [`events`] | Events for condition transitions (a normal state is never a Warning) |
+//! | [`secrets`] | the Secrets one reconcile reads, for the Secret watch |
+//! | [`capi`] | whether Cluster API is served, and controllers restarted with CAPI watches once it is installed |
+//! | [`error`] | the kit's error, and [`error::ReconcileError`], which a backend's errors implement |
+//!
+//! The kinds are read through the traits of [`banlieue_api::infrastructure::kinds`].
+
+pub mod capi;
+pub mod cluster;
+pub mod error;
+pub mod events;
+pub mod owner;
+pub mod secrets;
+pub mod status;
+pub mod template;
+
+pub use error::{Error, ReconcileError, Result};

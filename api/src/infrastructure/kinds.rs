@@ -11,7 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::common::{
-    ApiEndpoint, Cpu, FailureDomain, Initialization, MachineTemplateStatus, PowerState, ProviderReference,
+    ApiEndpoint, Cpu, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus, PowerState,
+    ProviderReference,
 };
 use crate::condition::Condition;
 
@@ -75,8 +76,11 @@ pub trait InfraCluster: NamespacedKind {
     fn control_plane_endpoint(&self) -> Option<&ApiEndpoint>;
 }
 
-/// `status` of an InfraMachine.
-pub trait InfraMachineStatus: ContractStatus {}
+/// `status` of an InfraMachine: also `addresses`.
+pub trait InfraMachineStatus: ContractStatus {
+    /// Sets `status.addresses`.
+    fn set_addresses(&mut self, addresses: Vec<MachineAddress>);
+}
 
 /// An InfraMachine kind (`ProxmoxMachine`, `LibvirtMachine`, `VSphereMachine`).
 pub trait InfraMachine: NamespacedKind {
@@ -141,7 +145,11 @@ macro_rules! impl_infra_kinds {
         impl $crate::infrastructure::kinds::ContractStatus for $machine_status {
             $crate::impl_infra_kinds!(@status);
         }
-        impl $crate::infrastructure::kinds::InfraMachineStatus for $machine_status {}
+        impl $crate::infrastructure::kinds::InfraMachineStatus for $machine_status {
+            fn set_addresses(&mut self, addresses: Vec<$crate::common::MachineAddress>) {
+                self.addresses = addresses;
+            }
+        }
         impl $crate::infrastructure::kinds::InfraMachine for $machine {
             type Status = $machine_status;
             type Cluster = $cluster;

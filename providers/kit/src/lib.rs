@@ -7,6 +7,7 @@
 //! |---|---|
 //! | [`owner`] | an InfraMachine's controlling owner (CAPI `Machine` or banlieue `VirtualMachine`) resolved into what provisioning needs: bootstrap data source, failure domain, infra cluster, pause |
 //! | [`cluster`] | the InfraCluster reconciler (owner, pause, finalizer, deletion after the machines, `controlPlaneEndpoint`, failure domains, `Ready`, Events), around a [`cluster::ClusterBackend`] |
+//! | [`machine`] | the InfraMachine reconciler (fresh read, move, owner, pause, deletion step by step, finalizer, waits, user data, one provisioning step, `providerID`, conditions, Events, backoff), around a [`machine::MachineBackend`] |
 //! | [`template`] | the InfraMachineTemplate reconciler (`status.capacity`) |
 //! | [`status`] | conditions built with the time of now, `/status` written only when it changed, finalizers |
 //! | [`events`] | Events for condition transitions (a normal state is never a Warning) |
@@ -20,6 +21,7 @@ pub mod capi;
 pub mod cluster;
 pub mod error;
 pub mod events;
+pub mod machine;
 pub mod owner;
 pub mod secrets;
 pub mod status;

@@ -20,7 +20,7 @@ use banlieue_capi::generated::cluster::ClusterSpec;
 use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
 use banlieue_capi::{Cluster, Machine};
 use banlieue_proxmox::credentials::{Connection, Connector};
-use banlieue_proxmox::machine_controller::{self, MachineContext};
+use banlieue_proxmox::machine_controller;
 use banlieue_pve_client::Client;
 use banlieue_testenv::{TestEnv, crds_from_files};
 use k8s_openapi::ByteString;
@@ -165,7 +165,7 @@ async fn main() -> Result<()> {
         calls: calls.clone(),
         client: Default::default(),
     };
-    let ctx = Arc::new(MachineContext::new(client.clone(), connector, "local", "bench"));
+    let ctx = Arc::new(machine_controller::context(client.clone(), connector, "local", "bench"));
     let run_ctx = ctx.clone();
     let run_ns = ns.clone();
     let controller = tokio::spawn(async move {
@@ -276,7 +276,7 @@ async fn main() -> Result<()> {
     controller.abort();
     let _ = controller.await;
     let resync_calls_before = calls.load(Ordering::Relaxed);
-    let fresh = Arc::new(MachineContext::new(
+    let fresh = Arc::new(machine_controller::context(
         client.clone(),
         CountingConnector {
             calls: calls.clone(),

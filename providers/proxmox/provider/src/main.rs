@@ -16,7 +16,7 @@ use banlieue_api::infrastructure::ProxmoxMachineTemplate;
 use banlieue_provider_kit::template::{self, TemplateContext};
 use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller::{self, MachineContext};
+use banlieue_proxmox::machine_controller;
 use clap::Parser;
 
 /// Command-line flags (each also settable through the named environment variable).
@@ -40,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("connecting to Kubernetes")?;
     let probes = Arc::new(Probes::default());
-    let mut machine = MachineContext::new(
+    let mut machine = machine_controller::context(
         client.clone(),
         ClientConnector::default(),
         args.seed_storage.clone(),

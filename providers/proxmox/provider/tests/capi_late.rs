@@ -13,7 +13,7 @@ use banlieue_api::infrastructure::ProxmoxMachine;
 use banlieue_capi::{Cluster, Machine};
 use banlieue_proxmox::credentials::FakeConnector;
 use banlieue_proxmox::fake::FakePve;
-use banlieue_proxmox::machine_controller::{self, MachineContext};
+use banlieue_proxmox::machine_controller;
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -168,7 +168,7 @@ async fn cluster_api_installed_after_start_is_watched_without_a_restart() -> Res
         )
         .await?;
     let pve = FakePve::new(1);
-    let mut ctx = MachineContext::new(
+    let mut ctx = machine_controller::context(
         client.clone(),
         FakeConnector(pve.clone()),
         "local",

@@ -40,7 +40,7 @@ use banlieue_proxmox::credentials::FakeConnector;
 use banlieue_proxmox::desired;
 use banlieue_proxmox::fake::FakePve;
 use banlieue_proxmox::leader::LeaderElector;
-use banlieue_proxmox::machine_controller::{self, FINALIZER, MachineContext};
+use banlieue_proxmox::machine_controller::{self, FINALIZER};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -84,7 +84,7 @@ impl Scenario {
 
     /// Starts a controller; returns its task (abort it to "kill" the controller).
     fn start_controller(&self) -> tokio::task::JoinHandle<()> {
-        let ctx = Arc::new(MachineContext::new(
+        let ctx = Arc::new(machine_controller::context(
             self.client.clone(),
             FakeConnector(self.pve.clone()),
             "local",

@@ -21,7 +21,7 @@ use banlieue_api::infrastructure::{
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller::{self, FINALIZER, MachineContext, VM_UP_TO_DATE};
+use banlieue_proxmox::machine_controller::{self, FINALIZER, VM_UP_TO_DATE};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
@@ -205,7 +205,7 @@ impl Standalone {
     }
 
     fn start_controllers(&mut self) {
-        let machines = Arc::new(MachineContext::new(
+        let machines = Arc::new(machine_controller::context(
             self.controller_client.clone(),
             ClientConnector::default(),
             "local",

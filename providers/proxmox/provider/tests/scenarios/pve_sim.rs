@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller::{self, MachineContext};
+use banlieue_proxmox::machine_controller;
 use banlieue_pve_sim::{FaultRule, SimConfig, SimHandle};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use k8s_openapi::api::core::v1::Secret;
@@ -87,7 +87,7 @@ impl ProviderUnderTest for PveSim {
     }
 
     fn start(&mut self) {
-        let machines = Arc::new(MachineContext::new(
+        let machines = Arc::new(machine_controller::context(
             self.kube.clone(),
             ClientConnector::default(),
             "local",

@@ -1,0 +1,920 @@
+//! The InfraMachine reconciler, for every hypervisor (CAPI's InfraMachine contract, and the
+//! machines of standalone banlieue VirtualMachines), around a [`MachineBackend`].
+//!
+//! Order of one reconcile (CAPD's, see `CAPI-CONTRACT.md`):
+//!
+//! 1. The object is read fresh with a GET, not from the watch cache: a step never runs on a
+//!    status older than the one the previous step wrote (running an allocation twice on a stale
+//!    status could create a VM twice).
+//! 2. Deleted by `clusterctl move` (`clusterctl.cluster.x-k8s.io/delete-for-move`): released,
+//!    the VM is left to the copy on the target cluster.
+//! 3. The controlling owner ([`crate::owner`]); none, or not created yet: nothing.
+//! 4. `Paused` (the Cluster's `spec.paused` or the annotation): recorded, nothing else done,
+//!    deletion included.
+//! 5. Deletion: one [`MachineBackend::delete`] step at a time until nothing of the machine is
+//!    left on the hypervisor, then the finalizer is released.
+//! 6. The finalizer; waits for the infra cluster (`WaitingForCluster`,
+//!    `WaitingForClusterInfrastructure`) and the bootstrap data (`WaitingForBootstrapData`),
+//!    then reads the user data when the next step needs it (inputs before side effects: no VM
+//!    is created while its user data cannot be read).
+//! 7. One [`MachineBackend::provision`] step; `spec.providerID` once provisioned; the status
+//!    (`Ready`, the backend's day-2 condition, addresses, `initialization.provisioned`) written
+//!    once and only when it changed; Events.
+//!
+//! Transient failures back off per object (1 s … 5 min); problems a human must fix are
+//! conditions with an actionable reason and a Warning Event when they appear.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use banlieue_api::banlieue::VirtualMachine;
+use banlieue_api::common::MachineAddress;
+use banlieue_api::condition;
+use banlieue_api::infrastructure::kinds::{ContractStatus, InfraMachine, InfraMachineStatus};
+use banlieue_capi::bootstrap::{BOOTSTRAP_VALUE_KEY, BootstrapData, BootstrapFormat};
+use banlieue_capi::contract;
+use banlieue_capi::{Cluster, Machine};
+use banlieue_provider_runtime::metrics::Metrics;
+use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{info, instrument, warn};
+
+use crate::cluster::Problem;
+use crate::error::{Error, ReconcileError, Result};
+use crate::events;
+use crate::owner::{self, BootstrapSource, InfraCluster, Owner, OwnerView};
+use crate::secrets::ReadSecrets;
+use crate::status;
+
+/// Requeue while waiting on something another controller does (cluster infrastructure,
+/// bootstrap data; Secrets are watched besides).
+pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
+/// Requeue of a problem a human must fix (the watches bring the machine back at once when the
+/// objects change).
+pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+/// Condition reason: the owner names no infra cluster, or it does not exist.
+pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
+/// Condition reason: the infra cluster is not provisioned yet.
+pub const WAITING_FOR_CLUSTER_INFRASTRUCTURE: &str = "WaitingForClusterInfrastructure";
+/// Condition reason: the owner's bootstrap data Secret is not named yet.
+pub const WAITING_FOR_BOOTSTRAP_DATA: &str = condition::WAITING_FOR_BOOTSTRAP_DATA;
+/// Condition reason: a VirtualMachine's user-data Secret does not exist.
+pub const USER_DATA_SECRET_NOT_FOUND: &str = condition::USER_DATA_SECRET_NOT_FOUND;
+/// Condition reason: a CAPI Machine's bootstrap data Secret does not exist.
+pub const BOOTSTRAP_DATA_SECRET_NOT_FOUND: &str = "BootstrapDataSecretNotFound";
+/// Condition reason: the user-data Secret has no such key, or its format is unknown.
+pub const BOOTSTRAP_DATA_INVALID: &str = "BootstrapDataInvalid";
+/// Condition reason: the persisted provisioning state cannot be read.
+pub const INCONSISTENT_STATUS: &str = "InconsistentStatus";
+/// Condition reason: deletion in progress.
+pub const DELETING: &str = "Deleting";
+/// Condition reason: the VM cannot be deleted (its infra cluster is gone).
+pub const DELETION_FAILED: &str = "DeletionFailed";
+/// Condition reason: a provisioning step failed and the VM does not exist (any more).
+pub const VM_NOT_FOUND: &str = "VMNotFound";
+
+/// What the next step of a machine needs, read from its persisted status by the backend.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// The next step reads the user data (it creates the VM or its seed).
+    pub needs_user_data: bool,
+    /// The machine was created anew with a `spec.providerID` (clusterctl move, a restore): its
+    /// VM exists and is adopted, its bootstrap data is never needed again.
+    pub readopting: bool,
+    /// The VM is provisioned: a failure is a day-2 problem (the backend's
+    /// [`MachineBackend::UP_TO_DATE_CONDITION`]), not a `Ready` one.
+    pub provisioned: bool,
+}
+
+/// What a provisioning step reads.
+pub struct Provision<'a, M: InfraMachine> {
+    /// The machine, read fresh.
+    pub machine: &'a M,
+    /// Its owner's view.
+    pub view: &'a OwnerView<M::Cluster>,
+    /// The provisioned infra cluster.
+    pub cluster: &'a M::Cluster,
+    /// The user data, when the [`Plan`] asked for it.
+    pub user_data: Option<&'a BootstrapData>,
+    /// Records the Secrets the step reads (the Secret watch then follows them).
+    pub secrets: &'a ReadSecrets<M>,
+}
+
+/// What a deletion step reads.
+pub struct Deletion<'a, M: InfraMachine> {
+    /// The machine, read fresh.
+    pub machine: &'a M,
+    /// The infra cluster, provisioned or not; `None` when it is gone.
+    pub cluster: Option<&'a M::Cluster>,
+    /// Records the Secrets the step reads.
+    pub secrets: &'a ReadSecrets<M>,
+}
+
+/// A condition the backend reports: status, reason, message (the kit stamps generation and
+/// time).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Whether it holds.
+    pub ok: bool,
+    /// The reason (a constant).
+    pub reason: &'static str,
+    /// What is going on, or what to do.
+    pub message: String,
+}
+
+impl Report {
+    /// A report.
+    pub fn new(ok: bool, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            ok,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The VM is provisioned: what the contract publishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Provisioned {
+    /// `spec.providerID`.
+    pub provider_id: String,
+    /// `status.addresses` (`None`: keep the published ones).
+    pub addresses: Option<Vec<MachineAddress>>,
+}
+
+/// The outcome of one successful step (the backend has written its own status fields:
+/// provisioning state, location, power state).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    /// Set once the VM is provisioned.
+    pub provisioned: Option<Provisioned>,
+    /// The `Ready` condition.
+    pub ready: Report,
+    /// The backend's day-2 condition, when it has something to say.
+    pub up_to_date: Option<Report>,
+    /// Normal Events: (reason, note).
+    pub events: Vec<(&'static str, String)>,
+    /// A problem reported beside the progress (a Warning Event when `Ready`'s reason changes).
+    pub warning: bool,
+    /// When to look again.
+    pub requeue: Duration,
+}
+
+/// A failed step.
+#[derive(Debug)]
+pub enum StepFailure<E> {
+    /// A human must act (bad spec, missing template, refused credentials): the condition says
+    /// so, a Warning Event when it appears; looked at again after `retry`.
+    Problem {
+        /// What is wrong.
+        problem: Problem,
+        /// When to look again.
+        retry: Duration,
+    },
+    /// A transient failure: the condition says so and the reconcile fails (backoff).
+    Transient {
+        /// The condition reason.
+        reason: &'static str,
+        /// The error.
+        error: E,
+    },
+}
+
+/// The outcome of one deletion step.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Deleted {
+    /// Nothing of this machine is left on the hypervisor (or what is left is not its own):
+    /// release the object with a Normal Event.
+    Released {
+        /// The Event's reason (`Deleted`, `VMLeftInPlace`).
+        reason: &'static str,
+        /// The Event's note.
+        note: String,
+    },
+    /// Deletion goes on (`Ready` False `Deleting` with the message).
+    InProgress {
+        /// What is being done.
+        message: String,
+        /// When to look again.
+        requeue: Duration,
+    },
+    /// Deletion cannot go on until a human acts (`Ready` False with the problem).
+    Blocked(Problem),
+    /// The backend learnt something of the VM (its location) and wrote it to status: look again
+    /// at once.
+    Again,
+}
+
+/// The hypervisor side of the InfraMachine reconciler: a few verbs, each one step.
+pub trait MachineBackend: Send + Sync + 'static {
+    /// The infra machine kind.
+    type Machine: InfraMachine;
+    /// The backend's errors (transient: the reconcile backs off).
+    type Error: ReconcileError;
+    /// The provider's finalizer.
+    const FINALIZER: &'static str;
+    /// The provider's field manager for server-side apply.
+    const FIELD_MANAGER: &'static str;
+    /// The condition a provisioned VM's day-2 problems go to (`VMUpToDate`); `None`: `Ready`.
+    const UP_TO_DATE_CONDITION: Option<&'static str> = None;
+
+    /// What the next step needs, from the machine's persisted status.
+    fn plan(&self, machine: &Self::Machine) -> std::result::Result<Plan, Problem>;
+
+    /// Whether a VM may exist for the machine (something was created, or its providerID names
+    /// one); a deleted machine without one is released at once.
+    fn may_have_vm(&self, machine: &Self::Machine) -> bool;
+
+    /// One provisioning (or day-2) step. The backend writes its own status fields to `status`.
+    fn provision(
+        &self,
+        client: &kube::Client,
+        request: Provision<'_, Self::Machine>,
+        status: &mut <Self::Machine as InfraMachine>::Status,
+    ) -> impl Future<Output = std::result::Result<Step, StepFailure<Self::Error>>> + Send;
+
+    /// One deletion step.
+    fn delete(
+        &self,
+        client: &kube::Client,
+        request: Deletion<'_, Self::Machine>,
+        status: &mut <Self::Machine as InfraMachine>::Status,
+    ) -> impl Future<Output = std::result::Result<Deleted, Self::Error>> + Send;
+}
+
+/// Shared state of an InfraMachine controller.
+pub struct MachineContext<B: MachineBackend> {
+    /// Kubernetes client.
+    pub client: kube::Client,
+    /// The hypervisor backend.
+    pub backend: B,
+    /// The provider's metrics registry.
+    pub metrics: Metrics,
+    /// Event recorder.
+    pub recorder: Recorder,
+    /// The Secrets each machine's last reconcile read, for the Secret watch.
+    pub secrets: SecretIndex<B::Machine>,
+    /// Requeue while waiting for the infra cluster or the bootstrap data ([`WAIT_REQUEUE`]).
+    pub wait_requeue: Duration,
+    /// How often discovery is asked whether Cluster API got installed ([`crate::capi`]).
+    pub capi_discovery_interval: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl<B: MachineBackend> MachineContext<B> {
+    /// A context with the default timings, reporting Events as `reporter`.
+    pub fn new(client: kube::Client, backend: B, reporter: &str) -> Self {
+        Self {
+            recorder: events::recorder(client.clone(), reporter),
+            client,
+            backend,
+            metrics: Metrics::default(),
+            secrets: SecretIndex::default(),
+            wait_requeue: WAIT_REQUEUE,
+            capi_discovery_interval: crate::capi::CAPI_DISCOVERY_INTERVAL,
+            failures: Mutex::default(),
+        }
+    }
+
+    /// The next backoff of the object `uid`: 2 s, 4 s, … 256 s, then 5 min.
+    fn backoff(&self, uid: &str) -> Duration {
+        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        let n = map.entry(uid.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n).min(8)).min(Duration::from_secs(300))
+    }
+
+    fn reset_backoff(&self, uid: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
+    }
+}
+
+/// The user data the owner view points at: a bootstrap Secret's `value` (and `format`:
+/// cloud-config or Ignition), another key of a VirtualMachine's user-data Secret (cloud-config), or nothing
+/// (an empty cloud-config). `Err`: the condition reason, message and requeue why it cannot be
+/// read (pure).
+pub fn user_data_from(
+    secret: Option<&Secret>,
+    source: &BootstrapSource,
+    for_vm: bool,
+    namespace: &str,
+) -> std::result::Result<BootstrapData, (Problem, Duration)> {
+    let (name, key) = match source {
+        BootstrapSource::Empty | BootstrapSource::Pending => {
+            return Ok(BootstrapData {
+                format: BootstrapFormat::CloudConfig,
+                value: Vec::new(),
+            });
+        }
+        BootstrapSource::Secret { name, key } => (name, key),
+    };
+    let Some(secret) = secret else {
+        let reason = if for_vm {
+            USER_DATA_SECRET_NOT_FOUND
+        } else {
+            BOOTSTRAP_DATA_SECRET_NOT_FOUND
+        };
+        return Err((
+            Problem::new(
+                reason,
+                format!("Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"),
+            ),
+            WAIT_REQUEUE,
+        ));
+    };
+    let invalid = |message: String| (Problem::new(BOOTSTRAP_DATA_INVALID, message), PERMANENT_RETRY);
+    if key == BOOTSTRAP_VALUE_KEY {
+        return BootstrapData::from_secret(secret).map_err(|e| invalid(e.to_string()));
+    }
+    let value = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|v| v.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|v| v.clone().into_bytes())
+        })
+        .ok_or_else(|| invalid(format!("Secret {namespace}/{name} has no key {key:?}")))?;
+    Ok(BootstrapData {
+        format: BootstrapFormat::CloudConfig,
+        value,
+    })
+}
+
+/// Reads the user data of `source` (its Secret recorded in `secrets` first: a missing one is
+/// watched).
+async fn read_user_data<M: InfraMachine>(
+    client: &kube::Client,
+    namespace: &str,
+    view: &OwnerView<M::Cluster>,
+    secrets: &ReadSecrets<M>,
+) -> Result<std::result::Result<BootstrapData, (Problem, Duration)>> {
+    let secret = match &view.bootstrap {
+        BootstrapSource::Secret { name, .. } => {
+            secrets.record([SecretKey::new(namespace, name.clone())]);
+            Api::<Secret>::namespaced(client.clone(), namespace)
+                .get_opt(name)
+                .await
+                .map_err(|e| Error::kube(format!("reading user-data Secret {namespace}/{name}"), e))?
+        }
+        BootstrapSource::Empty | BootstrapSource::Pending => None,
+    };
+    let for_vm = matches!(view.owner, Owner::VirtualMachine(_));
+    Ok(user_data_from(secret.as_ref(), &view.bootstrap, for_vm, namespace))
+}
+
+/// One reconcile's writes and Events, made once at the end.
+struct Writer<'a, B: MachineBackend> {
+    ctx: &'a MachineContext<B>,
+    api: Api<B::Machine>,
+    machine: &'a B::Machine,
+}
+
+impl<B: MachineBackend> Writer<'_, B> {
+    async fn status(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<bool> {
+        status::write_status(
+            &self.api,
+            self.machine,
+            self.machine.status(),
+            new,
+            B::FIELD_MANAGER,
+            &self.ctx.metrics,
+        )
+        .await
+    }
+
+    async fn finalizer(&self, present: bool) -> Result<()> {
+        status::set_finalizer(&self.api, self.machine, B::FINALIZER, present, &self.ctx.metrics).await?;
+        Ok(())
+    }
+
+    async fn event(&self, type_: EventType, reason: &str, note: String) {
+        events::publish(
+            &self.ctx.recorder,
+            self.machine,
+            vec![(type_, reason.to_owned(), note)],
+        )
+        .await;
+    }
+
+    /// `Ready` False with `reason`, written; then `requeue`.
+    async fn wait(
+        &self,
+        mut new: <B::Machine as InfraMachine>::Status,
+        reason: &str,
+        message: String,
+        requeue: Duration,
+    ) -> Result<Action> {
+        let generation = self.machine.meta().generation;
+        status::set(
+            new.conditions_mut(),
+            condition::READY,
+            false,
+            reason,
+            message,
+            generation,
+        );
+        self.status(&new).await?;
+        Ok(Action::requeue(requeue))
+    }
+}
+
+/// Reconciles one infra machine.
+#[instrument(skip_all, fields(kind = %B::Machine::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
+pub async fn reconcile<B: MachineBackend>(obj: Arc<B::Machine>, ctx: Arc<MachineContext<B>>) -> Result<Action> {
+    let res = reconcile_inner::<B>(&obj, &ctx).await;
+    match &res {
+        Ok(_) => ctx.reset_backoff(obj.uid().as_deref().unwrap_or_default()),
+        Err(e) => warn!(error = %e, "reconcile failed"),
+    }
+    res
+}
+
+fn error_policy<B: MachineBackend>(obj: Arc<B::Machine>, _err: &Error, ctx: Arc<MachineContext<B>>) -> Action {
+    Action::requeue(ctx.backoff(obj.uid().as_deref().unwrap_or_default()))
+}
+
+async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineContext<B>) -> Result<Action> {
+    let kind = B::Machine::kind(&());
+    let namespace = obj.namespace().unwrap_or_default();
+    let api: Api<B::Machine> = Api::namespaced(ctx.client.clone(), &namespace);
+    let Some(machine) = api
+        .get_opt(&obj.name_any())
+        .await
+        .map_err(|e| Error::kube(format!("reading {kind}"), e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    // Whatever this reconcile returns, the Secret watch then follows exactly what it read.
+    let secrets = ReadSecrets::new(&ctx.secrets, ObjectRef::from_obj(&machine));
+    let write = Writer {
+        ctx,
+        api,
+        machine: &machine,
+    };
+    let deleting = machine.meta().deletion_timestamp.is_some();
+    if deleting && !status::has_finalizer(&machine, B::FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    if deleting && contract::is_deleted_for_move(machine.meta()) {
+        // `clusterctl move` deletes the source objects once their copies exist on the target
+        // cluster: the VM belongs to the copy now. Release the object, never touch the VM.
+        write
+            .event(
+                EventType::Normal,
+                "ReleasedForMove",
+                "clusterctl move deleted this object; its VM is kept for the copy on the target cluster".to_owned(),
+            )
+            .await;
+        secrets.forget();
+        write.finalizer(false).await?;
+        return Ok(Action::await_change());
+    }
+    // The controlling owner (a CAPI Machine or a banlieue VirtualMachine), resolved into one
+    // view; everything after this is the same for both. No such owner: leave the object alone.
+    let Some(owner) = owner::controlling_owner(machine.meta()) else {
+        return Ok(Action::await_change());
+    };
+    let view = owner::resolve(&ctx.client, &machine, owner).await?;
+    if !view.owner_exists && !deleting {
+        // CAPI has not created (or has deleted) the Machine; a deleted VirtualMachine's machine
+        // is deleted by the garbage collector. Nothing to do until then.
+        return Ok(Action::await_change());
+    }
+    let generation = machine.meta().generation;
+    let mut new = machine.status().cloned().unwrap_or_default();
+    new.set_observed_generation(generation);
+    let (paused, reason, message) = view.paused_condition.clone();
+    status::set(
+        new.conditions_mut(),
+        condition::PAUSED,
+        paused == "True",
+        reason,
+        message,
+        generation,
+    );
+    if view.paused.is_some() {
+        // Paused: neither provision nor delete (clusterctl move deletes paused source objects).
+        write.status(&new).await?;
+        return Ok(Action::await_change());
+    }
+    if deleting {
+        return delete::<B>(ctx, &write, &view.infra_cluster, new, &secrets).await;
+    }
+    write.finalizer(true).await?;
+    let cluster = match &view.infra_cluster {
+        InfraCluster::Ready(cluster) => cluster.as_ref(),
+        InfraCluster::NotProvisioned(_) => {
+            let why = view.infra_cluster.usable().err().unwrap_or_default();
+            return write
+                .wait(new, WAITING_FOR_CLUSTER_INFRASTRUCTURE, why, ctx.wait_requeue)
+                .await;
+        }
+        InfraCluster::Missing(why) => {
+            return write
+                .wait(new, WAITING_FOR_CLUSTER, why.clone(), ctx.wait_requeue)
+                .await;
+        }
+    };
+    let plan = match ctx.backend.plan(&machine) {
+        Ok(plan) => plan,
+        Err(problem) => {
+            return write
+                .wait(new, problem.reason, problem.message, PERMANENT_RETRY)
+                .await;
+        }
+    };
+    if view.bootstrap == BootstrapSource::Pending && !plan.readopting {
+        return write
+            .wait(
+                new,
+                WAITING_FOR_BOOTSTRAP_DATA,
+                "the owner's bootstrap data Secret is not set yet (the Machine's spec.bootstrap.dataSecretName)".to_owned(),
+                ctx.wait_requeue,
+            )
+            .await;
+    }
+    // Inputs before side effects: until the VM is provisioned, the user data must be readable
+    // before the hypervisor is asked anything (no VM while its Secret is missing); the Secret
+    // watch brings the machine back within seconds once it appears.
+    let user_data = if plan.needs_user_data && !plan.readopting {
+        match read_user_data(&ctx.client, &namespace, &view, &secrets).await? {
+            Ok(data) => Some(data),
+            Err((problem, retry)) => {
+                return write.wait(new, problem.reason, problem.message, retry).await;
+            }
+        }
+    } else {
+        None
+    };
+    let request = Provision {
+        machine: &machine,
+        view: &view,
+        cluster,
+        user_data: user_data.as_ref(),
+        secrets: &secrets,
+    };
+    let outcome = ctx.backend.provision(&ctx.client, request, &mut new).await;
+    let day2 = |reason: &str| {
+        B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && reason != VM_NOT_FOUND)
+    };
+    match outcome {
+        Ok(step) => apply_step::<B>(&write, &machine, new, step).await,
+        Err(StepFailure::Problem { problem, retry }) => {
+            let type_ = day2(problem.reason).unwrap_or(condition::READY);
+            let changed = condition::set(
+                new.conditions_mut(),
+                status::condition(type_, false, problem.reason, problem.message.clone(), generation),
+            );
+            write.status(&new).await?;
+            if changed {
+                write
+                    .event(EventType::Warning, problem.reason, problem.message)
+                    .await;
+            }
+            Ok(Action::requeue(retry))
+        }
+        Err(StepFailure::Transient { reason, error }) => {
+            let type_ = day2(reason).unwrap_or(condition::READY);
+            status::set(
+                new.conditions_mut(),
+                type_,
+                false,
+                reason,
+                error.to_string(),
+                generation,
+            );
+            write.status(&new).await?;
+            Err(Error::backend(error))
+        }
+    }
+}
+
+/// Publishes a successful step: `spec.providerID` (and the generation it bumps), addresses,
+/// `initialization.provisioned`, the conditions, the status, the Events.
+async fn apply_step<B: MachineBackend>(
+    write: &Writer<'_, B>,
+    machine: &B::Machine,
+    mut new: <B::Machine as InfraMachine>::Status,
+    step: Step,
+) -> Result<Action> {
+    let mut generation = machine.meta().generation;
+    if let Some(done) = &step.provisioned {
+        if machine.provider_id() != Some(done.provider_id.as_str()) {
+            let patch = serde_json::json!({"spec": {"providerID": done.provider_id}});
+            let patched = write
+                .api
+                .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::kube("setting spec.providerID", e))?;
+            write.ctx.metrics.count_write("spec");
+            // The spec change bumped the generation: describe the new one, or the next
+            // reconcile would write the status again just for observedGeneration.
+            generation = patched.meta().generation;
+            new.set_observed_generation(generation);
+            for c in new.conditions_mut() {
+                c.observed_generation = generation;
+            }
+        }
+        if let Some(addresses) = &done.addresses {
+            new.set_addresses(addresses.clone());
+        }
+        new.set_provisioned(true);
+    }
+    if let (Some(report), Some(type_)) = (&step.up_to_date, B::UP_TO_DATE_CONDITION) {
+        status::set(
+            new.conditions_mut(),
+            type_,
+            report.ok,
+            report.reason,
+            report.message.clone(),
+            generation,
+        );
+    }
+    let reason_changed = condition::find(new.conditions(), condition::READY)
+        .is_none_or(|c| c.reason != step.ready.reason);
+    status::set(
+        new.conditions_mut(),
+        condition::READY,
+        step.ready.ok,
+        step.ready.reason,
+        step.ready.message.clone(),
+        generation,
+    );
+    write.status(&new).await?;
+    for (reason, note) in step.events {
+        info!(reason, %note, "transition");
+        write.event(EventType::Normal, reason, note).await;
+    }
+    if step.warning && reason_changed {
+        write
+            .event(EventType::Warning, step.ready.reason, step.ready.message)
+            .await;
+    }
+    Ok(Action::requeue(step.requeue.max(Duration::from_millis(50))))
+}
+
+async fn delete<B: MachineBackend>(
+    ctx: &MachineContext<B>,
+    write: &Writer<'_, B>,
+    infra: &InfraCluster<<B::Machine as InfraMachine>::Cluster>,
+    mut new: <B::Machine as InfraMachine>::Status,
+    secrets: &ReadSecrets<B::Machine>,
+) -> Result<Action> {
+    let machine = write.machine;
+    if !ctx.backend.may_have_vm(machine) {
+        // Nothing was created on the hypervisor: release at once.
+        secrets.forget();
+        write.finalizer(false).await?;
+        return Ok(Action::await_change());
+    }
+    let Some(cluster) = infra.object() else {
+        let problem = Problem::new(
+            DELETION_FAILED,
+            format!(
+                "the {} is gone: cannot reach the hypervisor to delete the VM; restore it, or remove the finalizer {} by hand if the VM is gone",
+                <<B::Machine as InfraMachine>::Cluster as Resource>::kind(&()),
+                B::FINALIZER
+            ),
+        );
+        return write.wait(new, problem.reason, problem.message, PERMANENT_RETRY).await;
+    };
+    let request = Deletion {
+        machine,
+        cluster: Some(cluster),
+        secrets,
+    };
+    match ctx.backend.delete(&ctx.client, request, &mut new).await {
+        Ok(Deleted::Released { reason, note }) => {
+            write.event(EventType::Normal, reason, note).await;
+            secrets.forget();
+            write.finalizer(false).await?;
+            Ok(Action::await_change())
+        }
+        Ok(Deleted::InProgress { message, requeue }) => write.wait(new, DELETING, message, requeue).await,
+        Ok(Deleted::Blocked(problem)) => {
+            write
+                .wait(new, problem.reason, problem.message, PERMANENT_RETRY)
+                .await
+        }
+        Ok(Deleted::Again) => {
+            write.status(&new).await?;
+            Ok(Action::requeue(Duration::from_millis(100)))
+        }
+        Err(error) => {
+            let generation = machine.meta().generation;
+            status::set(
+                new.conditions_mut(),
+                condition::READY,
+                false,
+                DELETING,
+                error.to_string(),
+                generation,
+            );
+            write.status(&new).await?;
+            Err(Error::backend(error))
+        }
+    }
+}
+
+fn machine_to_infra<M: InfraMachine>(machine: Machine) -> Option<ObjectRef<M>> {
+    let r = &machine.spec.infrastructure_ref;
+    (r.kind == M::kind(&()) && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
+        .then(|| ObjectRef::new(&r.name).within(&machine.namespace().unwrap_or_default()))
+}
+
+fn virtual_machine_to_infra<M: InfraMachine>(vm: VirtualMachine) -> Option<ObjectRef<M>> {
+    let ns = vm.namespace().unwrap_or_default();
+    vm.status
+        .as_ref()
+        .and_then(|s| s.infrastructure_ref.as_ref())
+        .filter(|r| r.kind == M::kind(&()))
+        .map(|r| ObjectRef::new(&r.name).within(&ns))
+}
+
+fn api<K: banlieue_api::infrastructure::kinds::NamespacedKind>(client: &kube::Client, ns: Option<&str>) -> Api<K> {
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The `controller` label of an infra machine controller's metrics: the kind in lower case.
+pub fn metrics_name<B: MachineBackend>() -> String {
+    B::Machine::kind(&()).to_lowercase()
+}
+
+/// Runs the infra machine controller until `shutdown`, for one namespace or (`None`) all;
+/// restarted with the CAPI watches when Cluster API gets installed meanwhile.
+///
+/// Besides its own kind it watches what a reconcile reads, so that a change there is acted on at
+/// once rather than at the next requeue: the infra clusters (the machines of their namespace),
+/// banlieue VirtualMachines (the machine their status names), the Secrets each machine's last
+/// reconcile read, and with CAPI the Machines (bootstrap data) and Clusters (pause,
+/// infrastructure) of the labelled machines.
+pub async fn run<B: MachineBackend>(
+    ctx: Arc<MachineContext<B>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    crate::capi::run_until_shutdown(
+        ctx.client.clone(),
+        "inframachine",
+        ctx.capi_discovery_interval,
+        shutdown,
+        |capi, stop| run_once(ctx.clone(), namespace, concurrency, capi, stop),
+    )
+    .await;
+}
+
+async fn run_once<B: MachineBackend>(
+    ctx: Arc<MachineContext<B>>,
+    namespace: Option<&str>,
+    concurrency: u16,
+    capi: bool,
+    shutdown: crate::capi::Stop,
+) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(api::<B::Machine>(&client, namespace), watcher::Config::default());
+    let store = controller.store();
+    let in_namespace = {
+        let store = store.clone();
+        move |cluster: <B::Machine as InfraMachine>::Cluster| {
+            let ns = cluster.namespace();
+            store
+                .state()
+                .into_iter()
+                .filter(|m| m.namespace() == ns)
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut controller = controller
+        .watches(
+            api::<<B::Machine as InfraMachine>::Cluster>(&client, namespace),
+            watcher::Config::default(),
+            in_namespace,
+        )
+        .watches(
+            api::<VirtualMachine>(&client, namespace),
+            watcher::Config::default(),
+            virtual_machine_to_infra::<B::Machine>,
+        )
+        // A created or fixed credentials or user-data Secret concerns the machines that read it.
+        .watches(
+            secrets_api(client.clone(), namespace),
+            watcher::Config::default(),
+            ctx.secrets.mapper(),
+        );
+    if capi {
+        let labelled = move |cluster: Cluster| {
+            let (name, ns) = (cluster.name_any(), cluster.namespace());
+            store
+                .state()
+                .into_iter()
+                .filter(|m| m.namespace() == ns && contract::cluster_name(m.meta()) == Some(name.as_str()))
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        };
+        controller = controller
+            .watches(
+                api::<Machine>(&client, namespace),
+                watcher::Config::default(),
+                machine_to_infra::<B::Machine>,
+            )
+            .watches(api::<Cluster>(&client, namespace), watcher::Config::default(), labelled);
+    }
+    let metrics = ctx.metrics.clone();
+    let name = metrics_name::<B>();
+    controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj, ctx| {
+                let metrics = metrics.clone();
+                let name = name.clone();
+                async move { metrics.observe(&name, Error::metric_label, reconcile::<B>(obj, ctx)).await }
+            },
+            error_policy::<B>,
+            ctx,
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn secret(pairs: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn source(key: &str) -> BootstrapSource {
+        BootstrapSource::Secret {
+            name: "web-user-data".into(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn a_missing_secret_and_a_missing_key_are_told_apart() {
+        let (missing, retry) = user_data_from(None, &source("userdata"), true, "team-a").unwrap_err();
+        assert_eq!(missing.reason, USER_DATA_SECRET_NOT_FOUND);
+        assert!(
+            missing.message.contains("team-a/web-user-data") && missing.message.contains("userdata"),
+            "{}",
+            missing.message
+        );
+        assert_eq!(retry, WAIT_REQUEUE);
+        let (capi, _) = user_data_from(None, &source("value"), false, "ns").unwrap_err();
+        assert_eq!(capi.reason, BOOTSTRAP_DATA_SECRET_NOT_FOUND);
+        let (no_key, retry) =
+            user_data_from(Some(&secret(&[("other", "x")])), &source("userdata"), true, "ns").unwrap_err();
+        assert_eq!(no_key.reason, BOOTSTRAP_DATA_INVALID);
+        assert_eq!(retry, PERMANENT_RETRY);
+    }
+
+    #[test]
+    fn a_capi_secret_carries_its_format_and_a_virtual_machines_key_is_cloud_config() {
+        let ignition = secret(&[("value", "{}"), ("format", "ignition")]);
+        let data = user_data_from(Some(&ignition), &source("value"), false, "ns").unwrap();
+        assert_eq!(data.format, BootstrapFormat::Ignition);
+        let vm = user_data_from(Some(&secret(&[("userdata", "#cloud-config\n")])), &source("userdata"), true, "ns")
+            .unwrap();
+        assert_eq!(vm.format, BootstrapFormat::CloudConfig);
+        assert_eq!(vm.value, b"#cloud-config\n");
+        let empty = user_data_from(None, &BootstrapSource::Empty, true, "ns").unwrap();
+        assert!(empty.value.is_empty());
+    }
+}

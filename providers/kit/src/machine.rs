@@ -173,12 +173,13 @@ pub struct Step {
 #[derive(Debug)]
 pub enum StepFailure<E> {
     /// A human must act (bad spec, missing template, refused credentials): the condition says
-    /// so, a Warning Event when it appears; looked at again after `retry`.
+    /// so, a Warning Event when it appears; looked at again after `retry` (`None`: the
+    /// context's `wait_requeue`, for what is likely fixed soon, such as a host coming back).
     Problem {
         /// What is wrong.
         problem: Problem,
         /// When to look again.
-        retry: Duration,
+        retry: Option<Duration>,
     },
     /// A transient failure: the condition says so and the reconcile fails (backoff).
     Transient {
@@ -226,6 +227,9 @@ pub trait MachineBackend: Send + Sync + 'static {
     const FIELD_MANAGER: &'static str;
     /// The condition a provisioned VM's day-2 problems go to (`VMUpToDate`); `None`: `Ready`.
     const UP_TO_DATE_CONDITION: Option<&'static str> = None;
+    /// The bootstrap data formats the backend can deliver to a guest (cloud-init NoCloud seeds
+    /// by default); other data is refused before anything is created.
+    const BOOTSTRAP_FORMATS: &'static [BootstrapFormat] = &[BootstrapFormat::CloudConfig];
 
     /// What the next step needs, from the machine's persisted status.
     fn plan(&self, machine: &Self::Machine) -> std::result::Result<Plan, Problem>;
@@ -555,6 +559,18 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // watch brings the machine back within seconds once it appears.
     let user_data = if plan.needs_user_data && !plan.readopting {
         match read_user_data(&ctx.client, &namespace, &view, &secrets).await? {
+            Ok(data) if !B::BOOTSTRAP_FORMATS.contains(&data.format) => {
+                let message = format!(
+                    "bootstrap data format {} is not supported: {kind}s are bootstrapped from {}",
+                    data.format,
+                    B::BOOTSTRAP_FORMATS
+                        .iter()
+                        .map(|f| f.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                );
+                return write.wait(new, BOOTSTRAP_DATA_INVALID, message, PERMANENT_RETRY).await;
+            }
             Ok(data) => Some(data),
             Err((problem, retry)) => {
                 return write.wait(new, problem.reason, problem.message, retry).await;
@@ -588,7 +604,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                     .event(EventType::Warning, problem.reason, problem.message)
                     .await;
             }
-            Ok(Action::requeue(retry))
+            Ok(Action::requeue(retry.unwrap_or(ctx.wait_requeue)))
         }
         Err(StepFailure::Transient { reason, error }) => {
             let type_ = day2(reason).unwrap_or(condition::READY);

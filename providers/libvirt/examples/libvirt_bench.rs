@@ -21,7 +21,7 @@ use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::Hypervisor;
-use banlieue_libvirt::machine_controller::{self, MachineContext};
+use banlieue_libvirt::machine_controller;
 use banlieue_libvirt::xml::{self, DomainType};
 use banlieue_testenv::TestEnv;
 use kube::api::{DeleteParams, ListParams, PostParams};
@@ -74,7 +74,7 @@ async fn main() -> Result<()> {
         .create(&PostParams::default(), &lvc)
         .await?;
 
-    let mctx = Arc::new(MachineContext::new(
+    let mctx = Arc::new(machine_controller::context(
         client.clone(),
         connector.clone(),
         Settings {
@@ -142,7 +142,7 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let elapsed = started.elapsed();
-    let writes = mctx.total_writes();
+    let writes = mctx.metrics.writes();
     let mut domains = 0;
     for i in 0..n {
         if hv.domain_by_name(&format!("{ns}_vm-{i:04}")).await?.is_some() {

@@ -13,7 +13,7 @@ use banlieue_api::infrastructure::LibvirtMachineTemplate;
 use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
-use banlieue_libvirt::machine_controller::{self, MachineContext};
+use banlieue_libvirt::machine_controller;
 use banlieue_provider_kit::template::{self, TemplateContext};
 use banlieue_libvirt::xml::{DomainType, KernelBoot};
 use banlieue_provider_runtime::flags::RuntimeArgs;
@@ -75,7 +75,7 @@ async fn main() -> anyhow::Result<()> {
         .context("connecting to Kubernetes")?;
     let probes = Arc::new(Probes::default());
     let connector = VirtConnector::default();
-    let mut machine = MachineContext::new(client.clone(), connector.clone(), args.settings(), NAME);
+    let mut machine = machine_controller::context(client.clone(), connector.clone(), args.settings(), NAME);
     machine.metrics = probes.metrics.clone();
     let mut cluster = cluster_controller::context(client.clone(), connector);
     cluster.metrics = probes.metrics.clone();

@@ -403,7 +403,7 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
     use banlieue_api::standalone::infra_cluster_name;
     use banlieue_libvirt::desired::Settings;
     use banlieue_libvirt::hypervisor::Hypervisor;
-    use banlieue_libvirt::machine_controller::{self, MachineContext};
+    use banlieue_libvirt::machine_controller;
     use banlieue_libvirt::xml::{self, DomainType};
 
     let env = env().await?;
@@ -437,7 +437,7 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
         )
         .await?;
     let cctx = Arc::new(cluster_controller::context(client.clone(), connector.clone()));
-    let mctx = Arc::new(MachineContext::new(
+    let mctx = Arc::new(machine_controller::context(
         client.clone(),
         connector.clone(),
         Settings {

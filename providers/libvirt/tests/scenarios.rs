@@ -40,7 +40,7 @@ use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::{Hypervisor, RunState};
-use banlieue_libvirt::machine_controller::{self, FINALIZER, MachineContext};
+use banlieue_libvirt::machine_controller::{self, FINALIZER};
 use banlieue_libvirt::xml::{self, DomainType};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
@@ -162,7 +162,7 @@ impl Standalone {
             domain_type: DomainType::Qemu,
             ..Settings::default()
         };
-        let mut mctx = MachineContext::new(
+        let mut mctx = machine_controller::context(
             self.client.clone(),
             self.connector.clone(),
             settings,

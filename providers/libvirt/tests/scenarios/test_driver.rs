@@ -16,7 +16,7 @@ use banlieue_libvirt::hosts::Connector;
 use banlieue_libvirt::hypervisor::{
     DomainInfo, ErrorKind, GuestAddress, HostInfo, HvError, HvResult, Hypervisor, VolumeInfo,
 };
-use banlieue_libvirt::machine_controller::{self, MachineContext};
+use banlieue_libvirt::machine_controller;
 use banlieue_libvirt::xml::{self, DomainType, Owner};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use serde_json::{Value, json};
@@ -93,7 +93,7 @@ impl ProviderUnderTest for TestDriver {
             domain_type: DomainType::Qemu,
             ..Settings::default()
         };
-        let machines = Arc::new(MachineContext::new(
+        let machines = Arc::new(machine_controller::context(
             self.kube.clone(),
             self.connector.clone(),
             settings,

@@ -136,7 +136,7 @@ impl<C: Connector> ProxmoxMachines<C> {
             Ok(crate::ipam::PoolState::Waiting(_)) => Ok(crate::ipam::PoolAddresses::new()),
             Err(Error::Bootstrap(message)) => Err(Err(StepFailure::Problem {
                 problem: Problem::new("IPAddressInvalid", message),
-                retry: provision::PERMANENT_RETRY,
+                retry: Some(provision::PERMANENT_RETRY),
             })),
             // e.g. a 403 on the claims: say so instead of showing an older wait reason.
             Err(error) => Err(Err(StepFailure::Transient {
@@ -179,20 +179,20 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         let (pm, pxc) = (request.machine, request.cluster);
         let phase = Phase::read(pm.status.as_ref()).map_err(|e| StepFailure::Problem {
             problem: Problem::new(kit::INCONSISTENT_STATUS, e.to_string()),
-            retry: provision::PERMANENT_RETRY,
+            retry: Some(provision::PERMANENT_RETRY),
         })?;
         let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc).await {
             Ok(found) => found,
             Err(Error::Provider { reason, message }) => {
                 return Err(StepFailure::Problem {
                     problem: Problem::new(reason, message),
-                    retry: provision::PERMANENT_RETRY,
+                    retry: Some(provision::PERMANENT_RETRY),
                 });
             }
             Err(Error::Credentials(message)) => {
                 return Err(StepFailure::Problem {
                     problem: Problem::new("ProxmoxCredentialsInvalid", message),
-                    retry: provision::PERMANENT_RETRY,
+                    retry: Some(provision::PERMANENT_RETRY),
                 });
             }
             Err(error) => {
@@ -227,7 +227,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             Err(StepError::Permanent { reason, message }) => {
                 return Err(StepFailure::Problem {
                     problem: Problem::new(reason, message),
-                    retry: provision::PERMANENT_RETRY,
+                    retry: Some(provision::PERMANENT_RETRY),
                 });
             }
             Err(e) => return Err(transient(e)),

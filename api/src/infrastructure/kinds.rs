@@ -224,7 +224,10 @@ mod tests {
             "spec": {"providerRef": {"name": "lab"}, "controlPlaneEndpoint": {"host": "h", "port": 6443}}
         }))
         .unwrap();
-        assert_eq!(InfraCluster::provider_ref(&cluster).map(|p| p.name.as_str()), Some("lab"));
+        assert_eq!(
+            InfraCluster::provider_ref(&cluster).map(|p| p.name.as_str()),
+            Some("lab")
+        );
         assert_eq!(cluster.control_plane_endpoint().map(|e| e.port), Some(6443));
 
         let machine: ProxmoxMachine = serde_json::from_value(serde_json::json!({

@@ -245,7 +245,10 @@ pub fn readiness(check: &ClusterCheck, has_endpoint: bool) -> (bool, &'static st
 
 /// Reconciles one infra cluster.
 #[instrument(skip_all, fields(kind = %B::Cluster::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
-pub async fn reconcile<B: ClusterBackend>(obj: Arc<B::Cluster>, ctx: Arc<ClusterContext<B>>) -> Result<Action> {
+pub async fn reconcile<B: ClusterBackend>(
+    obj: Arc<B::Cluster>,
+    ctx: Arc<ClusterContext<B>>,
+) -> Result<Action> {
     let res = reconcile_inner::<B>(&obj, &ctx).await;
     if let Err(e) = &res {
         warn!(error = %e, "reconcile failed");
@@ -253,7 +256,11 @@ pub async fn reconcile<B: ClusterBackend>(obj: Arc<B::Cluster>, ctx: Arc<Cluster
     res
 }
 
-fn error_policy<B: ClusterBackend>(_obj: Arc<B::Cluster>, _err: &Error, ctx: Arc<ClusterContext<B>>) -> Action {
+fn error_policy<B: ClusterBackend>(
+    _obj: Arc<B::Cluster>,
+    _err: &Error,
+    ctx: Arc<ClusterContext<B>>,
+) -> Action {
     Action::requeue(ctx.retry)
 }
 
@@ -494,7 +501,11 @@ async fn run_once<B: ClusterBackend>(
             ctx.secrets.mapper(),
         );
     if capi {
-        controller = controller.watches(clusters, watcher::Config::default(), cluster_to_infra::<B::Cluster>);
+        controller = controller.watches(
+            clusters,
+            watcher::Config::default(),
+            cluster_to_infra::<B::Cluster>,
+        );
     }
     let metrics = ctx.metrics.clone();
     let name = metrics_name::<B>();
@@ -505,7 +516,11 @@ async fn run_once<B: ClusterBackend>(
             move |obj, ctx| {
                 let metrics = metrics.clone();
                 let name = name.clone();
-                async move { metrics.observe(&name, Error::metric_label, reconcile::<B>(obj, ctx)).await }
+                async move {
+                    metrics
+                        .observe(&name, Error::metric_label, reconcile::<B>(obj, ctx))
+                        .await
+                }
             },
             error_policy::<B>,
             ctx,
@@ -579,7 +594,10 @@ mod tests {
         );
         assert_eq!(endpoint_to_mirror(None, &cluster(Some(""), Some(6443))), None);
         assert_eq!(endpoint_to_mirror(None, &cluster(Some("h"), None)), None);
-        assert_eq!(endpoint_to_mirror(None, &Cluster::new("c1", Default::default())), None);
+        assert_eq!(
+            endpoint_to_mirror(None, &Cluster::new("c1", Default::default())),
+            None
+        );
         let user = ApiEndpoint {
             host: "user".into(),
             port: 443,
@@ -593,7 +611,13 @@ mod tests {
     #[test]
     fn machines_belong_by_provider_or_by_cluster_name() {
         let mut infra = VSphereCluster::new("banlieue-lab", Default::default());
-        let mut machine = VSphereMachine::new("m", serde_json::from_value(serde_json::json!({"source": {"template": "t"}, "cpu": {"cores": 1}, "memoryMiB": 512})).unwrap());
+        let mut machine = VSphereMachine::new(
+            "m",
+            serde_json::from_value(
+                serde_json::json!({"source": {"template": "t"}, "cpu": {"cores": 1}, "memoryMiB": 512}),
+            )
+            .unwrap(),
+        );
         assert!(!belongs_to(&machine, &infra));
         machine.spec.provider_ref = Some(banlieue_api::common::ProviderReference { name: "lab".into() });
         assert!(belongs_to(&machine, &infra));
@@ -601,7 +625,8 @@ mod tests {
         infra.metadata = owned_by("cluster.x-k8s.io/v1beta2", "Cluster");
         machine.metadata.labels = Some([(contract::CLUSTER_NAME_LABEL.to_owned(), "o".to_owned())].into());
         assert!(belongs_to(&machine, &infra));
-        machine.metadata.labels = Some([(contract::CLUSTER_NAME_LABEL.to_owned(), "other".to_owned())].into());
+        machine.metadata.labels =
+            Some([(contract::CLUSTER_NAME_LABEL.to_owned(), "other".to_owned())].into());
         assert!(!belongs_to(&machine, &infra));
     }
 
@@ -609,7 +634,10 @@ mod tests {
     fn the_waiting_message_names_ten_machines_at_most() {
         let names: Vec<String> = (0..12).map(|i| format!("m{i:02}")).collect();
         let message = waiting_message("LibvirtMachine", &names);
-        assert!(message.starts_with("deleting: waiting for 12 LibvirtMachine(s)"), "{message}");
+        assert!(
+            message.starts_with("deleting: waiting for 12 LibvirtMachine(s)"),
+            "{message}"
+        );
         assert!(message.contains("m09") && !message.contains("m10"), "{message}");
         assert!(message.ends_with(" and 2 more"), "{message}");
     }

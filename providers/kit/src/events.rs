@@ -112,23 +112,42 @@ mod tests {
     #[test]
     fn events_follow_status_or_reason_transitions_only() {
         let old = vec![
-            c("Ready", ConditionStatus::False, "WaitingForControlPlaneEndpoint", ""),
+            c(
+                "Ready",
+                ConditionStatus::False,
+                "WaitingForControlPlaneEndpoint",
+                "",
+            ),
             c("ProxmoxConnected", ConditionStatus::True, "Connected", ""),
         ];
         assert_eq!(transition_events(&[], &old, WATCHED).len(), 2);
         let same = vec![
-            c("Ready", ConditionStatus::False, "WaitingForControlPlaneEndpoint", "other text"),
+            c(
+                "Ready",
+                ConditionStatus::False,
+                "WaitingForControlPlaneEndpoint",
+                "other text",
+            ),
             c("ProxmoxConnected", ConditionStatus::True, "Connected", ""),
         ];
         assert!(transition_events(&old, &same, WATCHED).is_empty());
         let new = vec![
             c("Ready", ConditionStatus::True, "Provisioned", ""),
-            c("ProxmoxConnected", ConditionStatus::False, "AuthenticationFailed", "401 no ticket"),
+            c(
+                "ProxmoxConnected",
+                ConditionStatus::False,
+                "AuthenticationFailed",
+                "401 no ticket",
+            ),
         ];
         assert_eq!(
             transition_events(&old, &new, WATCHED),
             vec![
-                (EventType::Normal, "Provisioned".to_owned(), "Ready is True".to_owned()),
+                (
+                    EventType::Normal,
+                    "Provisioned".to_owned(),
+                    "Ready is True".to_owned()
+                ),
                 (
                     EventType::Warning,
                     "AuthenticationFailed".to_owned(),

@@ -113,8 +113,8 @@ pub struct Provision<'a, M: InfraMachine> {
 pub struct Deletion<'a, M: InfraMachine> {
     /// The machine, read fresh.
     pub machine: &'a M,
-    /// The infra cluster, provisioned or not; `None` when it is gone.
-    pub cluster: Option<&'a M::Cluster>,
+    /// The infra cluster, provisioned or not.
+    pub cluster: &'a M::Cluster,
     /// Records the Secrets the step reads.
     pub secrets: &'a ReadSecrets<M>,
 }
@@ -235,7 +235,8 @@ pub trait MachineBackend: Send + Sync + 'static {
     fn plan(&self, machine: &Self::Machine) -> std::result::Result<Plan, Problem>;
 
     /// Whether a VM may exist for the machine (something was created, or its providerID names
-    /// one); a deleted machine without one is released at once.
+    /// one): a deleted machine whose infra cluster is gone is released only without one (else
+    /// its deletion waits for a human, rather than leak a VM silently).
     fn may_have_vm(&self, machine: &Self::Machine) -> bool;
 
     /// One provisioning (or day-2) step. The backend writes its own status fields to `status`.
@@ -333,7 +334,9 @@ pub fn user_data_from(
         return Err((
             Problem::new(
                 reason,
-                format!("Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"),
+                format!(
+                    "Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"
+                ),
             ),
             WAIT_REQUEUE,
         ));
@@ -380,7 +383,12 @@ async fn read_user_data<M: InfraMachine>(
         BootstrapSource::Empty | BootstrapSource::Pending => None,
     };
     let for_vm = matches!(view.owner, Owner::VirtualMachine(_));
-    Ok(user_data_from(secret.as_ref(), &view.bootstrap, for_vm, namespace))
+    Ok(user_data_from(
+        secret.as_ref(),
+        &view.bootstrap,
+        for_vm,
+        namespace,
+    ))
 }
 
 /// One reconcile's writes and Events, made once at the end.
@@ -441,7 +449,10 @@ impl<B: MachineBackend> Writer<'_, B> {
 
 /// Reconciles one infra machine.
 #[instrument(skip_all, fields(kind = %B::Machine::kind(&()), namespace = obj.namespace().unwrap_or_default(), name = obj.name_any()))]
-pub async fn reconcile<B: MachineBackend>(obj: Arc<B::Machine>, ctx: Arc<MachineContext<B>>) -> Result<Action> {
+pub async fn reconcile<B: MachineBackend>(
+    obj: Arc<B::Machine>,
+    ctx: Arc<MachineContext<B>>,
+) -> Result<Action> {
     let res = reconcile_inner::<B>(&obj, &ctx).await;
     match &res {
         Ok(_) => ctx.reset_backoff(obj.uid().as_deref().unwrap_or_default()),
@@ -450,7 +461,11 @@ pub async fn reconcile<B: MachineBackend>(obj: Arc<B::Machine>, ctx: Arc<Machine
     res
 }
 
-fn error_policy<B: MachineBackend>(obj: Arc<B::Machine>, _err: &Error, ctx: Arc<MachineContext<B>>) -> Action {
+fn error_policy<B: MachineBackend>(
+    obj: Arc<B::Machine>,
+    _err: &Error,
+    ctx: Arc<MachineContext<B>>,
+) -> Action {
     Action::requeue(ctx.backoff(obj.uid().as_deref().unwrap_or_default()))
 }
 
@@ -483,7 +498,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             .event(
                 EventType::Normal,
                 "ReleasedForMove",
-                "clusterctl move deleted this object; its VM is kept for the copy on the target cluster".to_owned(),
+                "clusterctl move deleted this object; its VM is kept for the copy on the target cluster"
+                    .to_owned(),
             )
             .await;
         secrets.forget();
@@ -569,7 +585,9 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                         .collect::<Vec<_>>()
                         .join(" or ")
                 );
-                return write.wait(new, BOOTSTRAP_DATA_INVALID, message, PERMANENT_RETRY).await;
+                return write
+                    .wait(new, BOOTSTRAP_DATA_INVALID, message, PERMANENT_RETRY)
+                    .await;
             }
             Ok(data) => Some(data),
             Err((problem, retry)) => {
@@ -587,9 +605,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
         secrets: &secrets,
     };
     let outcome = ctx.backend.provision(&ctx.client, request, &mut new).await;
-    let day2 = |reason: &str| {
-        B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && reason != VM_NOT_FOUND)
-    };
+    let day2 = |reason: &str| B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && reason != VM_NOT_FOUND);
     match outcome {
         Ok(step) => apply_step::<B>(&write, &machine, new, step).await,
         Err(StepFailure::Problem { problem, retry }) => {
@@ -607,16 +623,23 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             Ok(Action::requeue(retry.unwrap_or(ctx.wait_requeue)))
         }
         Err(StepFailure::Transient { reason, error }) => {
+            // A Warning when the outage starts (the condition's reason changes), not at every
+            // retry of the same one.
             let type_ = day2(reason).unwrap_or(condition::READY);
+            let starts = condition::find(new.conditions(), type_).is_none_or(|c| c.reason != reason);
+            let message = error.to_string();
             status::set(
                 new.conditions_mut(),
                 type_,
                 false,
                 reason,
-                error.to_string(),
+                message.clone(),
                 generation,
             );
             write.status(&new).await?;
+            if starts {
+                write.event(EventType::Warning, reason, message).await;
+            }
             Err(Error::backend(error))
         }
     }
@@ -636,7 +659,11 @@ async fn apply_step<B: MachineBackend>(
             let patch = serde_json::json!({"spec": {"providerID": done.provider_id}});
             let patched = write
                 .api
-                .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &machine.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await
                 .map_err(|e| Error::kube("setting spec.providerID", e))?;
             write.ctx.metrics.count_write("spec");
@@ -663,8 +690,8 @@ async fn apply_step<B: MachineBackend>(
             generation,
         );
     }
-    let reason_changed = condition::find(new.conditions(), condition::READY)
-        .is_none_or(|c| c.reason != step.ready.reason);
+    let reason_changed =
+        condition::find(new.conditions(), condition::READY).is_none_or(|c| c.reason != step.ready.reason);
     status::set(
         new.conditions_mut(),
         condition::READY,
@@ -694,13 +721,13 @@ async fn delete<B: MachineBackend>(
     secrets: &ReadSecrets<B::Machine>,
 ) -> Result<Action> {
     let machine = write.machine;
-    if !ctx.backend.may_have_vm(machine) {
-        // Nothing was created on the hypervisor: release at once.
-        secrets.forget();
-        write.finalizer(false).await?;
-        return Ok(Action::await_change());
-    }
     let Some(cluster) = infra.object() else {
+        if !ctx.backend.may_have_vm(machine) {
+            // Nothing was created on the hypervisor: release at once.
+            secrets.forget();
+            write.finalizer(false).await?;
+            return Ok(Action::await_change());
+        }
         let problem = Problem::new(
             DELETION_FAILED,
             format!(
@@ -709,11 +736,13 @@ async fn delete<B: MachineBackend>(
                 B::FINALIZER
             ),
         );
-        return write.wait(new, problem.reason, problem.message, PERMANENT_RETRY).await;
+        return write
+            .wait(new, problem.reason, problem.message, PERMANENT_RETRY)
+            .await;
     };
     let request = Deletion {
         machine,
-        cluster: Some(cluster),
+        cluster,
         secrets,
     };
     match ctx.backend.delete(&ctx.client, request, &mut new).await {
@@ -764,7 +793,10 @@ fn virtual_machine_to_infra<M: InfraMachine>(vm: VirtualMachine) -> Option<Objec
         .map(|r| ObjectRef::new(&r.name).within(&ns))
 }
 
-fn api<K: banlieue_api::infrastructure::kinds::NamespacedKind>(client: &kube::Client, ns: Option<&str>) -> Api<K> {
+fn api<K: banlieue_api::infrastructure::kinds::NamespacedKind>(
+    client: &kube::Client,
+    ns: Option<&str>,
+) -> Api<K> {
     match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -855,7 +887,11 @@ async fn run_once<B: MachineBackend>(
                 watcher::Config::default(),
                 machine_to_infra::<B::Machine>,
             )
-            .watches(api::<Cluster>(&client, namespace), watcher::Config::default(), labelled);
+            .watches(
+                api::<Cluster>(&client, namespace),
+                watcher::Config::default(),
+                labelled,
+            );
     }
     let metrics = ctx.metrics.clone();
     let name = metrics_name::<B>();
@@ -866,7 +902,11 @@ async fn run_once<B: MachineBackend>(
             move |obj, ctx| {
                 let metrics = metrics.clone();
                 let name = name.clone();
-                async move { metrics.observe(&name, Error::metric_label, reconcile::<B>(obj, ctx)).await }
+                async move {
+                    metrics
+                        .observe(&name, Error::metric_label, reconcile::<B>(obj, ctx))
+                        .await
+                }
             },
             error_policy::<B>,
             ctx,
@@ -926,8 +966,13 @@ mod tests {
         let ignition = secret(&[("value", "{}"), ("format", "ignition")]);
         let data = user_data_from(Some(&ignition), &source("value"), false, "ns").unwrap();
         assert_eq!(data.format, BootstrapFormat::Ignition);
-        let vm = user_data_from(Some(&secret(&[("userdata", "#cloud-config\n")])), &source("userdata"), true, "ns")
-            .unwrap();
+        let vm = user_data_from(
+            Some(&secret(&[("userdata", "#cloud-config\n")])),
+            &source("userdata"),
+            true,
+            "ns",
+        )
+        .unwrap();
         assert_eq!(vm.format, BootstrapFormat::CloudConfig);
         assert_eq!(vm.value, b"#cloud-config\n");
         let empty = user_data_from(None, &BootstrapSource::Empty, true, "ns").unwrap();

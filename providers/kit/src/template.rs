@@ -87,7 +87,11 @@ pub async fn run<T: InfraMachineTemplate>(
             move |obj, ctx| {
                 let metrics = metrics.clone();
                 let name = name.clone();
-                async move { metrics.observe(&name, Error::metric_label, reconcile::<T>(obj, ctx)).await }
+                async move {
+                    metrics
+                        .observe(&name, Error::metric_label, reconcile::<T>(obj, ctx))
+                        .await
+                }
             },
             error_policy::<T>,
             ctx,

@@ -108,20 +108,14 @@ mod tests {
             vec!["c: refused".into()],
         );
         assert_eq!(partial.usable, Ok(()));
-        assert_eq!(
-            partial.connected,
-            Err(Problem::new("Unreachable", "c: refused"))
-        );
+        assert_eq!(partial.connected, Err(Problem::new("Unreachable", "c: refused")));
         let names: Vec<_> = partial
             .failure_domains
             .unwrap()
             .iter()
             .map(|d| (d.name.clone(), d.control_plane))
             .collect();
-        assert_eq!(
-            names,
-            vec![("a".into(), Some(true)), ("b".into(), Some(false))]
-        );
+        assert_eq!(names, vec![("a".into(), Some(true)), ("b".into(), Some(false))]);
         let none = check_from_hosts(vec![], vec!["a: down".into()]);
         assert_eq!(none.usable, Err(Problem::new("Unreachable", "a: down")));
         let all = check_from_hosts(vec![("a".into(), true)], vec![]);

@@ -47,7 +47,12 @@ pub struct LibvirtMachines<C: Connector> {
 pub type MachineContext<C> = kit::MachineContext<LibvirtMachines<C>>;
 
 /// The LibvirtMachine controller's context, reporting Events as `reporter`.
-pub fn context<C: Connector>(client: kube::Client, connector: C, settings: Settings, reporter: &str) -> MachineContext<C> {
+pub fn context<C: Connector>(
+    client: kube::Client,
+    connector: C,
+    settings: Settings,
+    reporter: &str,
+) -> MachineContext<C> {
     kit::MachineContext::new(client, LibvirtMachines { connector, settings }, reporter)
 }
 
@@ -82,7 +87,11 @@ fn me(lm: &LibvirtMachine) -> Owner {
 fn adopting(lm: &LibvirtMachine) -> Option<readopt::ProviderId> {
     match lm.status.as_ref().and_then(|s| s.node.as_ref()) {
         Some(_) => None,
-        None => lm.spec.provider_id.as_deref().and_then(readopt::ProviderId::parse),
+        None => lm
+            .spec
+            .provider_id
+            .as_deref()
+            .and_then(readopt::ProviderId::parse),
     }
 }
 
@@ -239,13 +248,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
                 note: "no domain was created".to_owned(),
             });
         };
-        let Some(lvc) = request.cluster else {
-            return Ok(Deleted::Blocked(Problem::new(
-                kit::DELETION_FAILED,
-                "the LibvirtCluster is gone: cannot reach the libvirt host to delete the domain",
-            )));
-        };
-        let spec = match hosts::resolve(client, lvc, request.secrets).await? {
+        let spec = match hosts::resolve(client, request.cluster, request.secrets).await? {
             Ok(specs) => specs.into_iter().find(|h| h.name == host),
             Err(e) => return Ok(Deleted::Blocked(Problem::new(kit::DELETION_FAILED, e.message))),
         };

@@ -361,7 +361,8 @@ async fn templates_publish_capacity_once() -> Result<()> {
     let namespace = ns.name().to_owned();
     let ctx2 = ctx.clone();
     let task = tokio::spawn(async move {
-        template_controller::run::<LibvirtMachineTemplate>(ctx2, Some(&namespace), std::future::pending()).await
+        template_controller::run::<LibvirtMachineTemplate>(ctx2, Some(&namespace), std::future::pending())
+            .await
     });
     let published = eventually("status.capacity", || async {
         let t = api.get("workers").await?;

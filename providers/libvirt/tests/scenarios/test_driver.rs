@@ -99,7 +99,10 @@ impl ProviderUnderTest for TestDriver {
             settings,
             "banlieue-libvirt-test",
         ));
-        let clusters = Arc::new(cluster_controller::context(self.kube.clone(), self.connector.clone()));
+        let clusters = Arc::new(cluster_controller::context(
+            self.kube.clone(),
+            self.connector.clone(),
+        ));
         let (a, b) = (self.ns.clone(), self.ns.clone());
         self.controllers.push(tokio::spawn(async move {
             machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;

@@ -165,7 +165,12 @@ async fn main() -> Result<()> {
         calls: calls.clone(),
         client: Default::default(),
     };
-    let ctx = Arc::new(machine_controller::context(client.clone(), connector, "local", "bench"));
+    let ctx = Arc::new(machine_controller::context(
+        client.clone(),
+        connector,
+        "local",
+        "bench",
+    ));
     let run_ctx = ctx.clone();
     let run_ns = ns.clone();
     let controller = tokio::spawn(async move {

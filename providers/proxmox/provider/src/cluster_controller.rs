@@ -119,13 +119,20 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
             Err(Error::Credentials(message)) => {
                 return Ok(ClusterCheck::failed(Problem::new("CredentialsInvalid", message)));
             }
-            Err(Error::Provider { reason, message }) => return Ok(ClusterCheck::failed(Problem::new(reason, message))),
+            Err(Error::Provider { reason, message }) => {
+                return Ok(ClusterCheck::failed(Problem::new(reason, message)));
+            }
             Err(e) => return Err(e),
             Ok(connection) => connection,
         };
         let key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
         let hv = match self.connector.connect(&key, &connection) {
-            Err(e) => return Ok(ClusterCheck::failed(Problem::new("CredentialsInvalid", e.to_string()))),
+            Err(e) => {
+                return Ok(ClusterCheck::failed(Problem::new(
+                    "CredentialsInvalid",
+                    e.to_string(),
+                )));
+            }
             Ok(hv) => hv,
         };
         Ok(match check(&hv, &connection.endpoint).await {

@@ -166,8 +166,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     }
 
     fn may_have_vm(&self, pm: &ProxmoxMachine) -> bool {
-        let status = pm.status.as_ref();
-        status.is_some_and(|s| s.vmid.is_some() || s.node.is_some()) || pm.spec.provider_id.is_some()
+        pm.status.as_ref().and_then(|s| s.vmid).is_some()
     }
 
     async fn provision(
@@ -222,7 +221,9 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             seed_storage: &self.seed_storage,
             pool_addresses: &pool_addresses,
         };
-        let step = match provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations).await {
+        let step = match provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
+            .await
+        {
             Ok(step) => step,
             Err(StepError::Permanent { reason, message }) => {
                 return Err(StepFailure::Problem {
@@ -254,7 +255,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 );
                 Report::new(ok, reason, message)
             }
-            _ => Report::new(false, step.phase.reason(), step.waiting.clone().unwrap_or_default()),
+            _ => Report::new(
+                false,
+                step.phase.reason(),
+                step.waiting.clone().unwrap_or_default(),
+            ),
         };
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
@@ -277,13 +282,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         request: Deletion<'_, ProxmoxMachine>,
         status: &mut ProxmoxMachineStatus,
     ) -> Result<Deleted, Error> {
-        let pm = request.machine;
-        let Some(pxc) = request.cluster else {
-            return Ok(Deleted::Blocked(Problem::new(
-                kit::DELETION_FAILED,
-                "the ProxmoxCluster is gone: cannot reach Proxmox to delete the VM",
-            )));
-        };
+        let (pm, pxc) = (request.machine, request.cluster);
         let uid = pm.uid().unwrap_or_default();
         let (hv, _) = hypervisor(client, &self.connector, pxc).await?;
         if pm.status.as_ref().and_then(|s| s.vmid).is_none()
@@ -322,7 +321,15 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 readopt::Found::Missing => {}
             }
         }
-        match provision::delete_step(&hv, &uid, &self.seed_storage, pm.status.as_ref(), &self.reservations).await? {
+        match provision::delete_step(
+            &hv,
+            &uid,
+            &self.seed_storage,
+            pm.status.as_ref(),
+            &self.reservations,
+        )
+        .await?
+        {
             DeleteStep::Gone { note } => Ok(Deleted::Released {
                 reason: "Deleted",
                 note,

@@ -9,11 +9,11 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use banlieue_api::infrastructure::ProxmoxMachineTemplate;
+use banlieue_provider_kit::template::{self, TemplateContext};
 use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
 use banlieue_provider_runtime::{logging, manager, shutdown};
-use banlieue_api::infrastructure::ProxmoxMachineTemplate;
-use banlieue_provider_kit::template::{self, TemplateContext};
 use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::machine_controller;

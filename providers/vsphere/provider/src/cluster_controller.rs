@@ -74,7 +74,11 @@ impl ClusterBackend for VSphereClusters {
         if let Err(e) = vcenter.login_if_needed().await {
             return Ok(failed(&e));
         }
-        let version = vcenter.service_content().await.ok().map(|c| c.api_version.clone());
+        let version = vcenter
+            .service_content()
+            .await
+            .ok()
+            .map(|c| c.api_version.clone());
         let not_usable = |problem: Problem| ClusterCheck {
             connected: Ok(String::new()),
             usable: Err(problem),

@@ -27,6 +27,9 @@ pub enum Error {
     /// The objects say something that cannot work (wrong Secret keys, bad status).
     #[error("{0}")]
     Invalid(String),
+    /// A provisioning or deletion step failed.
+    #[error(transparent)]
+    Step(#[from] crate::provision::StepError),
     /// The kit failed (a Kubernetes read of the contract).
     #[error(transparent)]
     Kit(#[from] banlieue_provider_kit::Error),
@@ -48,6 +51,8 @@ impl Error {
             Self::Vsphere { source, .. } => source.metric_label(),
             Self::Invalid(_) => "invalid",
             Self::Kit(e) => e.metric_label(),
+            Self::Step(crate::provision::StepError::Transient { source, .. }) => source.metric_label(),
+            Self::Step(_) => "step",
         }
     }
 }

@@ -9,12 +9,12 @@
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use banlieue_api::infrastructure::VSphereMachineTemplate;
+use banlieue_provider_kit::template::{self, TemplateContext};
 use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
 use banlieue_provider_runtime::{logging, manager, shutdown};
 use banlieue_vsphere::machine_controller::Context;
-use banlieue_api::infrastructure::VSphereMachineTemplate;
-use banlieue_provider_kit::template::{self, TemplateContext};
 use banlieue_vsphere::{cluster_controller, machine_controller};
 use clap::Parser;
 

@@ -14,10 +14,10 @@ use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine, VSphereMachineTemplate};
 use banlieue_api::standalone::infra_cluster_name;
+use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
 use banlieue_testenv::TestEnv;
 use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::provision::OWNER_KEY;
-use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
 use banlieue_vsphere::{cluster_controller, machine_controller};
 use banlieue_vsphere_client::{
     Client, ClientBuilder, MoRef, NetworkBacking, TlsVerification, VmInfo, VmPowerState,
@@ -134,8 +134,12 @@ async fn scenario(endpoint: &str, thumbprint: &str, prefix: &str) -> Result<Scen
                 metrics: ctx.metrics.clone(),
             });
             async move {
-                template_controller::run::<VSphereMachineTemplate>(templates, Some(&ns), std::future::pending())
-                    .await
+                template_controller::run::<VSphereMachineTemplate>(
+                    templates,
+                    Some(&ns),
+                    std::future::pending(),
+                )
+                .await
             }
         }),
     ];

@@ -9,8 +9,10 @@
 //! | [`cluster`] | the InfraCluster reconciler (owner, pause, finalizer, deletion after the machines, `controlPlaneEndpoint`, failure domains, `Ready`, Events), around a [`cluster::ClusterBackend`] |
 //! | [`machine`] | the InfraMachine reconciler (fresh read, move, owner, pause, deletion step by step, finalizer, waits, user data, one provisioning step, `providerID`, conditions, Events, backoff), around a [`machine::MachineBackend`] |
 //! | [`template`] | the InfraMachineTemplate reconciler (`status.capacity`) |
+//! | [`serve`] | a provider binary's main loop: the three controllers of its backends behind the runtime's manager |
 //! | [`status`] | conditions built with the time of now, `/status` written only when it changed, finalizers |
 //! | [`events`] | Events for condition transitions (a normal state is never a Warning) |
+//! | [`rbac`] | the contract's RBAC rules, declared per provider by [`contract_rbac!`] |
 //! | [`secrets`] | the Secrets one reconcile reads, for the Secret watch |
 //! | [`capi`] | whether Cluster API is served, and controllers restarted with CAPI watches once it is installed |
 //! | [`error`] | the kit's error, and [`error::ReconcileError`], which a backend's errors implement |
@@ -23,7 +25,9 @@ pub mod error;
 pub mod events;
 pub mod machine;
 pub mod owner;
+pub mod rbac;
 pub mod secrets;
+pub mod serve;
 pub mod status;
 pub mod template;
 

@@ -6,19 +6,16 @@
 //! JSON by default.
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use banlieue_api::infrastructure::LibvirtMachineTemplate;
-use banlieue_libvirt::cluster_controller;
+use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
-use banlieue_libvirt::machine_controller;
+use banlieue_libvirt::machine_controller::LibvirtMachines;
 use banlieue_libvirt::xml::{DomainType, KernelBoot};
-use banlieue_provider_kit::template::{self, TemplateContext};
+use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_provider_runtime::http::Probes;
-use banlieue_provider_runtime::{logging, manager, shutdown};
+use banlieue_provider_runtime::logging;
 use clap::Parser;
 
 /// Command-line flags.
@@ -73,36 +70,15 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes")?;
-    let probes = Arc::new(Probes::default());
     let connector = VirtConnector::default();
-    let mut machine = machine_controller::context(client.clone(), connector.clone(), args.settings(), NAME);
-    machine.metrics = probes.metrics.clone();
-    let mut cluster = cluster_controller::context(client.clone(), connector);
-    cluster.metrics = probes.metrics.clone();
-    let templates = Arc::new(TemplateContext {
-        client: client.clone(),
-        field_manager: machine_controller::FIELD_MANAGER,
-        metrics: probes.metrics.clone(),
-    });
-    let (machine, cluster) = (Arc::new(machine), Arc::new(cluster));
-    let (namespace, concurrency) = (args.runtime.namespace.as_deref(), args.runtime.concurrency);
-    let p = probes.clone();
-    manager::run(
-        client,
-        args.runtime.manager(NAME),
-        probes,
-        shutdown::signal(),
-        |stop| async move {
-            p.set_ready(true);
-            futures::future::join3(
-                machine_controller::run(machine, namespace, concurrency, stop.clone()),
-                cluster_controller::run(cluster, namespace, concurrency, stop.clone()),
-                template::run::<LibvirtMachineTemplate>(templates, namespace, stop),
-            )
-            .await;
-        },
-    )
-    .await?;
+    let machines = LibvirtMachines {
+        connector: connector.clone(),
+        settings: args.settings(),
+    };
+    let clusters = LibvirtClusters { connector };
+    Provider::<_, _, LibvirtMachineTemplate>::new(NAME, machines, clusters)
+        .serve(client, &args.runtime)
+        .await?;
     Ok(())
 }
 

@@ -6,17 +6,15 @@
 //! JSON by default. SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease
 //! is released).
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use banlieue_api::infrastructure::ProxmoxMachineTemplate;
-use banlieue_provider_kit::template::{self, TemplateContext};
+use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_provider_runtime::http::Probes;
-use banlieue_provider_runtime::{logging, manager, shutdown};
-use banlieue_proxmox::cluster_controller;
+use banlieue_provider_runtime::logging;
+use banlieue_proxmox::cluster_controller::ProxmoxClusters;
 use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller;
+use banlieue_proxmox::machine_controller::ProxmoxMachines;
+use banlieue_proxmox::provision::VmidReservations;
 use clap::Parser;
 
 /// Command-line flags (each also settable through the named environment variable).
@@ -39,40 +37,17 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes")?;
-    let probes = Arc::new(Probes::default());
-    let mut machine = machine_controller::context(
-        client.clone(),
-        ClientConnector::default(),
-        args.seed_storage.clone(),
-        NAME,
-    );
-    machine.metrics = probes.metrics.clone();
-    let mut cluster = cluster_controller::context(client.clone(), ClientConnector::default(), NAME);
-    cluster.metrics = probes.metrics.clone();
-    let (machine, cluster) = (Arc::new(machine), Arc::new(cluster));
-    let templates = Arc::new(TemplateContext {
-        client: client.clone(),
-        field_manager: machine_controller::FIELD_MANAGER,
-        metrics: probes.metrics.clone(),
-    });
-    let (namespace, concurrency) = (args.runtime.namespace.as_deref(), args.runtime.concurrency);
-    let p = probes.clone();
-    manager::run(
-        client,
-        args.runtime.manager(NAME),
-        probes,
-        shutdown::signal(),
-        |stop| async move {
-            p.set_ready(true);
-            futures::future::join3(
-                machine_controller::run(machine, namespace, concurrency, stop.clone()),
-                cluster_controller::run(cluster, namespace, concurrency, stop.clone()),
-                template::run::<ProxmoxMachineTemplate>(templates, namespace, stop),
-            )
-            .await;
-        },
-    )
-    .await?;
+    let machines = ProxmoxMachines {
+        connector: ClientConnector::default(),
+        reservations: VmidReservations::default(),
+        seed_storage: args.seed_storage.clone(),
+    };
+    let clusters = ProxmoxClusters {
+        connector: ClientConnector::default(),
+    };
+    Provider::<_, _, ProxmoxMachineTemplate>::new(NAME, machines, clusters)
+        .serve(client, &args.runtime)
+        .await?;
     Ok(())
 }
 

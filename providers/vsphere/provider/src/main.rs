@@ -6,19 +6,16 @@
 //! JSON by default.
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
-use std::sync::Arc;
-
 use anyhow::Context as _;
 use banlieue_api::infrastructure::VSphereMachineTemplate;
-use banlieue_provider_kit::template::{self, TemplateContext};
+use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_provider_runtime::http::Probes;
-use banlieue_provider_runtime::{logging, manager, shutdown};
-use banlieue_vsphere::machine_controller::Context;
-use banlieue_vsphere::{cluster_controller, machine_controller};
+use banlieue_provider_runtime::logging;
+use banlieue_vsphere::cluster_controller::VSphereClusters;
+use banlieue_vsphere::machine_controller::VSphereMachines;
 use clap::Parser;
 
-/// The banlieue vSphere infrastructure provider.
+/// Command-line flags.
 #[derive(Parser, Debug)]
 #[command(version, about = "Cluster API infrastructure provider for vSphere")]
 struct Args {
@@ -32,35 +29,15 @@ const NAME: &str = "banlieue-vsphere";
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     logging::init(args.runtime.log_format);
-    let kube = kube::Client::try_default()
+    let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes")?;
-    let probes = Arc::new(Probes::default());
-    let mut ctx = Context::new(kube.clone(), NAME);
-    ctx.metrics = probes.metrics.clone();
-    ctx.concurrency = args.runtime.concurrency;
-    let ctx = Arc::new(ctx);
-    let templates = Arc::new(TemplateContext {
-        client: kube.clone(),
-        field_manager: machine_controller::FIELD_MANAGER,
-        metrics: probes.metrics.clone(),
-    });
-    let namespace = args.runtime.namespace.as_deref();
-    let p = probes.clone();
-    manager::run(
-        kube,
-        args.runtime.manager(NAME),
-        probes,
-        shutdown::signal(),
-        |stop| async move {
-            p.set_ready(true);
-            tokio::join!(
-                machine_controller::run_until(ctx.clone(), namespace, stop.clone()),
-                cluster_controller::run_until(ctx.clone(), namespace, stop.clone()),
-                template::run::<VSphereMachineTemplate>(templates, namespace, stop)
-            );
-        },
+    Provider::<_, _, VSphereMachineTemplate>::new(
+        NAME,
+        VSphereMachines::default(),
+        VSphereClusters::default(),
     )
+    .serve(client, &args.runtime)
     .await?;
     Ok(())
 }

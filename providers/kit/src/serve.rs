@@ -1,0 +1,82 @@
+//! A provider binary's main loop, the same for every hypervisor: the InfraMachine, InfraCluster
+//! and InfraMachineTemplate controllers of one backend behind the runtime's manager (`/healthz`,
+//! `/readyz`, `/metrics`, optional Lease leader election, graceful shutdown on SIGTERM/SIGINT),
+//! all recording into one metrics registry.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use banlieue_api::infrastructure::kinds::{InfraMachine, InfraMachineTemplate};
+use banlieue_provider_runtime::flags::RuntimeArgs;
+use banlieue_provider_runtime::http::Probes;
+use banlieue_provider_runtime::{manager, shutdown};
+
+use crate::cluster::{self, ClusterBackend, ClusterContext};
+use crate::machine::{self, MachineBackend, MachineContext};
+use crate::template::{self, TemplateContext};
+
+/// The backends of one provider binary, and its template kind `T`.
+pub struct Provider<M, C, T> {
+    /// The binary's name (`banlieue-proxmox`): Events' reporter, default Lease name.
+    pub name: &'static str,
+    /// The machine backend.
+    pub machines: M,
+    /// The cluster backend.
+    pub clusters: C,
+    /// The template kind.
+    pub templates: PhantomData<T>,
+}
+
+impl<M, C, T> Provider<M, C, T>
+where
+    M: MachineBackend,
+    C: ClusterBackend<Cluster = <M::Machine as InfraMachine>::Cluster>,
+    T: InfraMachineTemplate,
+{
+    /// A provider of these backends.
+    pub fn new(name: &'static str, machines: M, clusters: C) -> Self {
+        Self {
+            name,
+            machines,
+            clusters,
+            templates: PhantomData,
+        }
+    }
+
+    /// Runs the three controllers until SIGTERM/SIGINT (or until the Lease is lost: an error).
+    pub async fn serve(
+        self,
+        client: kube::Client,
+        runtime: &RuntimeArgs,
+    ) -> banlieue_provider_runtime::Result<()> {
+        let probes = Arc::new(Probes::default());
+        let mut machines = MachineContext::new(client.clone(), self.machines, self.name);
+        machines.metrics = probes.metrics.clone();
+        let mut clusters = ClusterContext::new(client.clone(), self.clusters, self.name);
+        clusters.metrics = probes.metrics.clone();
+        let templates = Arc::new(TemplateContext {
+            client: client.clone(),
+            field_manager: M::FIELD_MANAGER,
+            metrics: probes.metrics.clone(),
+        });
+        let (machines, clusters) = (Arc::new(machines), Arc::new(clusters));
+        let (namespace, concurrency) = (runtime.namespace.as_deref(), runtime.concurrency);
+        let ready = probes.clone();
+        manager::run(
+            client,
+            runtime.manager(self.name),
+            probes,
+            shutdown::signal(),
+            |stop| async move {
+                ready.set_ready(true);
+                futures::future::join3(
+                    machine::run(machines, namespace, concurrency, stop.clone()),
+                    cluster::run(clusters, namespace, concurrency, stop.clone()),
+                    template::run::<T>(templates, namespace, stop),
+                )
+                .await;
+            },
+        )
+        .await
+    }
+}

@@ -31,7 +31,6 @@ use banlieue_capi::Cluster;
 use banlieue_capi::contract;
 use banlieue_provider_runtime::metrics::Metrics;
 use banlieue_provider_runtime::secret_watch::{SecretIndex, secrets_api};
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -441,11 +440,6 @@ fn cluster_to_infra<C: InfraCluster>(cluster: Cluster) -> Option<ObjectRef<C>> {
         .then(|| ObjectRef::new(&r.name).within(&cluster.namespace().unwrap_or_default()))
 }
 
-/// The `controller` label of an infra cluster controller's metrics: the kind in lower case.
-pub fn metrics_name<B: ClusterBackend>() -> String {
-    B::Cluster::kind(&()).to_lowercase()
-}
-
 /// Runs the infra cluster controller until `shutdown`, for one namespace or (`None`) all;
 /// restarted with the Cluster watch when Cluster API gets installed meanwhile.
 pub async fn run<B: ClusterBackend>(
@@ -508,29 +502,16 @@ async fn run_once<B: ClusterBackend>(
         );
     }
     let metrics = ctx.metrics.clone();
-    let name = metrics_name::<B>();
-    controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            move |obj, ctx| {
-                let metrics = metrics.clone();
-                let name = name.clone();
-                async move {
-                    metrics
-                        .observe(&name, Error::metric_label, reconcile::<B>(obj, ctx))
-                        .await
-                }
-            },
-            error_policy::<B>,
-            ctx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+    crate::drive::drive(
+        controller,
+        concurrency,
+        shutdown,
+        metrics,
+        reconcile::<B>,
+        error_policy::<B>,
+        ctx,
+    )
+    .await;
 }
 
 #[cfg(test)]

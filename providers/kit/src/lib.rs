@@ -21,6 +21,7 @@
 
 pub mod capi;
 pub mod cluster;
+mod drive;
 pub mod error;
 pub mod events;
 pub mod machine;

@@ -38,7 +38,6 @@ use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
 use banlieue_provider_runtime::metrics::Metrics;
 use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -188,6 +187,16 @@ pub enum StepFailure<E> {
         /// The error.
         error: E,
     },
+}
+
+impl<E> StepFailure<E> {
+    /// A [`StepFailure::Problem`] with `reason` and `message`, looked at again after `retry`.
+    pub fn problem(reason: &'static str, message: impl Into<String>, retry: Option<Duration>) -> Self {
+        Self::Problem {
+            problem: Problem::new(reason, message),
+            retry,
+        }
+    }
 }
 
 /// The outcome of one deletion step.
@@ -803,11 +812,6 @@ fn api<K: banlieue_api::infrastructure::kinds::NamespacedKind>(
     }
 }
 
-/// The `controller` label of an infra machine controller's metrics: the kind in lower case.
-pub fn metrics_name<B: MachineBackend>() -> String {
-    B::Machine::kind(&()).to_lowercase()
-}
-
 /// Runs the infra machine controller until `shutdown`, for one namespace or (`None`) all;
 /// restarted with the CAPI watches when Cluster API gets installed meanwhile.
 ///
@@ -894,29 +898,16 @@ async fn run_once<B: MachineBackend>(
             );
     }
     let metrics = ctx.metrics.clone();
-    let name = metrics_name::<B>();
-    controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
-        .graceful_shutdown_on(shutdown)
-        .run(
-            move |obj, ctx| {
-                let metrics = metrics.clone();
-                let name = name.clone();
-                async move {
-                    metrics
-                        .observe(&name, Error::metric_label, reconcile::<B>(obj, ctx))
-                        .await
-                }
-            },
-            error_policy::<B>,
-            ctx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+    crate::drive::drive(
+        controller,
+        concurrency,
+        shutdown,
+        metrics,
+        reconcile::<B>,
+        error_policy::<B>,
+        ctx,
+    )
+    .await;
 }
 
 #[cfg(test)]

@@ -10,7 +10,6 @@ use std::time::Duration;
 use banlieue_api::common::{Cpu, MachineTemplateStatus};
 use banlieue_api::infrastructure::kinds::InfraMachineTemplate;
 use banlieue_provider_runtime::metrics::Metrics;
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::watcher;
@@ -64,11 +63,6 @@ fn error_policy<T: InfraMachineTemplate>(_obj: Arc<T>, err: &Error, _ctx: Arc<Te
     Action::requeue(Duration::from_secs(30))
 }
 
-/// The `controller` label of a template controller's metrics: the kind in lower case.
-pub fn metrics_name<T: InfraMachineTemplate>() -> String {
-    T::kind(&()).to_lowercase()
-}
-
 /// Runs the template controller of kind `T` until `shutdown`, for one namespace or (`None`) all.
 pub async fn run<T: InfraMachineTemplate>(
     ctx: Arc<TemplateContext>,
@@ -80,28 +74,17 @@ pub async fn run<T: InfraMachineTemplate>(
         None => Api::all(ctx.client.clone()),
     };
     let metrics = ctx.metrics.clone();
-    let name = metrics_name::<T>();
-    Controller::new(api, watcher::Config::default())
-        .graceful_shutdown_on(shutdown)
-        .run(
-            move |obj, ctx| {
-                let metrics = metrics.clone();
-                let name = name.clone();
-                async move {
-                    metrics
-                        .observe(&name, Error::metric_label, reconcile::<T>(obj, ctx))
-                        .await
-                }
-            },
-            error_policy::<T>,
-            ctx,
-        )
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "template controller event");
-            }
-        })
-        .await;
+    let controller = Controller::new(api, watcher::Config::default());
+    crate::drive::drive(
+        controller,
+        0,
+        shutdown,
+        metrics,
+        reconcile::<T>,
+        error_policy::<T>,
+        ctx,
+    )
+    .await;
 }
 
 #[cfg(test)]
@@ -147,6 +130,5 @@ mod tests {
             capacity(vsphere.cpu(), vsphere.memory_mib()).capacity["memory"].0,
             "2048Mi"
         );
-        assert_eq!(metrics_name::<VSphereMachineTemplate>(), "vspheremachinetemplate");
     }
 }

@@ -96,10 +96,7 @@ fn adopting(lm: &LibvirtMachine) -> Option<readopt::ProviderId> {
 }
 
 fn problem(reason: &'static str, message: impl Into<String>) -> StepFailure<Error> {
-    StepFailure::Problem {
-        problem: Problem::new(reason, message),
-        retry: None,
-    }
+    StepFailure::problem(reason, message, None)
 }
 
 impl<C: Connector> MachineBackend for LibvirtMachines<C> {
@@ -129,9 +126,12 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         status: &mut LibvirtMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let lm = request.machine;
-        let phase = Phase::read(lm.status.as_ref()).map_err(|e| StepFailure::Problem {
-            problem: Problem::new(kit::INCONSISTENT_STATUS, e.to_string()),
-            retry: Some(provision::PERMANENT_RETRY),
+        let phase = Phase::read(lm.status.as_ref()).map_err(|e| {
+            StepFailure::problem(
+                kit::INCONSISTENT_STATUS,
+                e.to_string(),
+                Some(provision::PERMANENT_RETRY),
+            )
         })?;
         let host_specs = match hosts::resolve(client, request.cluster, request.secrets).await {
             Ok(Ok(h)) => h,
@@ -164,10 +164,11 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         let step = match provision::provision(&hosts, &input, phase, user_data).await {
             Ok(step) => step,
             Err(StepError::Permanent { reason, message }) => {
-                return Err(StepFailure::Problem {
-                    problem: Problem::new(reason, message),
-                    retry: Some(provision::PERMANENT_RETRY),
-                });
+                return Err(StepFailure::problem(
+                    reason,
+                    message,
+                    Some(provision::PERMANENT_RETRY),
+                ));
             }
             Err(e) => {
                 return Err(StepFailure::Transient {

@@ -223,10 +223,7 @@ impl Phase {
 pub struct MemoryMachines(pub Hypervisor);
 
 fn problem(reason: &'static str, message: String) -> StepFailure<Outage> {
-    StepFailure::Problem {
-        problem: Problem::new(reason, message),
-        retry: Some(kit::PERMANENT_RETRY),
-    }
+    StepFailure::problem(reason, message, Some(kit::PERMANENT_RETRY))
 }
 
 fn outage(error: Outage) -> StepFailure<Outage> {

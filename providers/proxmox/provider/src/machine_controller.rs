@@ -134,10 +134,11 @@ impl<C: Connector> ProxmoxMachines<C> {
                 requeue: IPAM_POLL,
             })),
             Ok(crate::ipam::PoolState::Waiting(_)) => Ok(crate::ipam::PoolAddresses::new()),
-            Err(Error::Bootstrap(message)) => Err(Err(StepFailure::Problem {
-                problem: Problem::new("IPAddressInvalid", message),
-                retry: Some(provision::PERMANENT_RETRY),
-            })),
+            Err(Error::Bootstrap(message)) => Err(Err(StepFailure::problem(
+                "IPAddressInvalid",
+                message,
+                Some(provision::PERMANENT_RETRY),
+            ))),
             // e.g. a 403 on the claims: say so instead of showing an older wait reason.
             Err(error) => Err(Err(StepFailure::Transient {
                 reason: "IPAddressClaimFailed",
@@ -176,23 +177,28 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         status: &mut ProxmoxMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let (pm, pxc) = (request.machine, request.cluster);
-        let phase = Phase::read(pm.status.as_ref()).map_err(|e| StepFailure::Problem {
-            problem: Problem::new(kit::INCONSISTENT_STATUS, e.to_string()),
-            retry: Some(provision::PERMANENT_RETRY),
+        let phase = Phase::read(pm.status.as_ref()).map_err(|e| {
+            StepFailure::problem(
+                kit::INCONSISTENT_STATUS,
+                e.to_string(),
+                Some(provision::PERMANENT_RETRY),
+            )
         })?;
         let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc).await {
             Ok(found) => found,
             Err(Error::Provider { reason, message }) => {
-                return Err(StepFailure::Problem {
-                    problem: Problem::new(reason, message),
-                    retry: Some(provision::PERMANENT_RETRY),
-                });
+                return Err(StepFailure::problem(
+                    reason,
+                    message,
+                    Some(provision::PERMANENT_RETRY),
+                ));
             }
             Err(Error::Credentials(message)) => {
-                return Err(StepFailure::Problem {
-                    problem: Problem::new("ProxmoxCredentialsInvalid", message),
-                    retry: Some(provision::PERMANENT_RETRY),
-                });
+                return Err(StepFailure::problem(
+                    "ProxmoxCredentialsInvalid",
+                    message,
+                    Some(provision::PERMANENT_RETRY),
+                ));
             }
             Err(error) => {
                 return Err(StepFailure::Transient {
@@ -226,10 +232,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         {
             Ok(step) => step,
             Err(StepError::Permanent { reason, message }) => {
-                return Err(StepFailure::Problem {
-                    problem: Problem::new(reason, message),
-                    retry: Some(provision::PERMANENT_RETRY),
-                });
+                return Err(StepFailure::problem(
+                    reason,
+                    message,
+                    Some(provision::PERMANENT_RETRY),
+                ));
             }
             Err(e) => return Err(transient(e)),
         };

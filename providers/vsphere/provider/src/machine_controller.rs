@@ -66,10 +66,7 @@ pub struct VSphereMachines {
 pub type MachineContext = kit::MachineContext<VSphereMachines>;
 
 fn problem(reason: &'static str, message: impl Into<String>, retry: Duration) -> StepFailure<Error> {
-    StepFailure::Problem {
-        problem: Problem::new(reason, message),
-        retry: Some(retry),
-    }
+    StepFailure::problem(reason, message, Some(retry))
 }
 
 impl VSphereMachines {

@@ -1,0 +1,53 @@
+//! Runs a built kube-runtime controller: bounded concurrency, graceful shutdown, every reconcile
+//! observed in the provider's metrics, its `controller` label the kind in lower case
+//! (`proxmoxmachine`, `libvirtcluster`, `vspheremachinetemplate`).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use banlieue_api::infrastructure::kinds::NamespacedKind;
+use banlieue_provider_runtime::metrics::Metrics;
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Config, Controller};
+
+use crate::error::{Error, Result};
+
+/// Runs `controller` until `shutdown`, `concurrency` reconciles at a time (0: unbounded).
+pub(crate) async fn drive<K, C, R, Fut, P>(
+    controller: Controller<K>,
+    concurrency: u16,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    metrics: Metrics,
+    reconcile: R,
+    error_policy: P,
+    ctx: Arc<C>,
+) where
+    K: NamespacedKind,
+    C: Send + Sync + 'static,
+    R: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + Clone + 'static,
+    Fut: Future<Output = Result<Action>> + Send + 'static,
+    P: Fn(Arc<K>, &Error, Arc<C>) -> Action + Send + Sync + 'static,
+{
+    let name = K::kind(&()).to_lowercase();
+    controller
+        .with_config(Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(
+            move |obj, ctx| {
+                let (metrics, name, reconcile) = (metrics.clone(), name.clone(), reconcile.clone());
+                async move {
+                    metrics
+                        .observe(&name, Error::metric_label, reconcile(obj, ctx))
+                        .await
+                }
+            },
+            error_policy,
+            ctx,
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}

@@ -199,6 +199,8 @@ impl Hypervisor for VirtHypervisor {
             Ok(HostInfo {
                 hostname,
                 version: format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000),
+                // Placement only: a driver that cannot tell is not an unreachable host.
+                free_memory: c.free_memory().unwrap_or(0),
             })
         })
         .await

@@ -114,6 +114,8 @@ pub struct HostInfo {
     pub hostname: String,
     /// libvirt version of the daemon (`major.minor.micro`).
     pub version: String,
+    /// Free memory of the host in bytes (0 when the driver does not tell).
+    pub free_memory: u64,
 }
 
 /// Access to one libvirt host.

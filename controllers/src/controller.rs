@@ -598,7 +598,9 @@ async fn update_status(
     };
     let status = mirror::mirror(current.as_ref(), input, &now());
     if let Some((reason, note)) = mirror::warning(current.as_ref(), &status, input) {
-        warn_event(ctx, vm, reason, note).await;
+        publish_event(ctx, vm, EventType::Warning, reason, note).await;
+    } else if let Some((reason, note)) = mirror::lifecycle(current.as_ref(), &status) {
+        publish_event(ctx, vm, EventType::Normal, reason, note).await;
     }
     if current.as_ref() != Some(&status) {
         let latest = write_status(ctx, vm, &status).await?;
@@ -619,11 +621,12 @@ async fn update_status(
     Ok(())
 }
 
-/// Publishes a Warning Event on the VirtualMachine for a new not-ready cause (once per new
-/// reason, not per retry: see [`mirror::warning`]). Failing to publish is logged, never fatal.
-async fn warn_event(ctx: &Context, vm: &VirtualMachine, reason: String, note: String) {
+/// Publishes an Event on the VirtualMachine: a Warning for a new not-ready cause (once per new
+/// reason, not per retry: see [`mirror::warning`]), a Normal one per lifecycle step
+/// ([`mirror::lifecycle`]). Failing to publish is logged, never fatal.
+async fn publish_event(ctx: &Context, vm: &VirtualMachine, type_: EventType, reason: String, note: String) {
     let event = Event {
-        type_: EventType::Warning,
+        type_,
         reason,
         note: Some(note),
         action: "Reconcile".to_owned(),

@@ -356,6 +356,61 @@ pub fn warning(
         .then(|| (now.reason.clone(), now.message.clone()))
 }
 
+/// The Normal Event to publish after a mirror from `before` to `after`: one per lifecycle step
+/// a user follows — a new phase (`Provisioning`, `Running`, `Stopped`, `Deleting`), and while
+/// provisioning each new step the provider reports (`Ready`'s reason: `Scheduled`, `Cloning`,
+/// `PoweringOn`, `WaitingForGuest`, …). None for `Pending` and `Failed` (that is the Warning's),
+/// none for a reason that needs a human, none when nothing changed.
+pub fn lifecycle(
+    before: Option<&VirtualMachineStatus>,
+    after: &VirtualMachineStatus,
+) -> Option<(String, String)> {
+    let phase = after.phase?;
+    if matches!(phase, VirtualMachinePhase::Pending | VirtualMachinePhase::Failed) {
+        return None;
+    }
+    let ready = condition::find(&after.conditions, condition::READY);
+    if ready.is_some_and(|c| c.status == "False" && condition::needs_human(&c.reason)) {
+        return None;
+    }
+    let step = |s: Option<&VirtualMachineStatus>| {
+        let phase = s.and_then(|s| s.phase);
+        let reason = match phase {
+            Some(VirtualMachinePhase::Provisioning) => s
+                .and_then(|s| condition::find(&s.conditions, condition::READY))
+                .map(|c| c.reason.clone()),
+            _ => None,
+        };
+        (phase, reason)
+    };
+    let now = step(Some(after));
+    if step(before) == now {
+        return None;
+    }
+    let (reason, note) = match (phase, now.1) {
+        (VirtualMachinePhase::Provisioning, Some(reason)) => {
+            let message = ready.map(|c| c.message.as_str()).unwrap_or_default();
+            let note = if message.is_empty() {
+                format!("provisioning: {reason}")
+            } else {
+                format!("provisioning: {reason}: {message}")
+            };
+            (reason, note)
+        }
+        (phase, _) => {
+            let name = format!("{phase:?}");
+            let note = match phase {
+                VirtualMachinePhase::Running => "the VM is provisioned and powered on".to_owned(),
+                VirtualMachinePhase::Stopped => "the VM is provisioned and powered off".to_owned(),
+                VirtualMachinePhase::Deleting => "deleting the VM".to_owned(),
+                _ => format!("phase {name}"),
+            };
+            (name, note)
+        }
+    };
+    Some((reason, note))
+}
+
 /// The `Ready` message while the VirtualMachine is being deleted: the provider's own message
 /// once it reports the deletion (its `Ready` is not `True` on a machine being deleted).
 fn deletion_message(machine: Option<&MachineView>, infra_ready: Option<&Condition>) -> String {

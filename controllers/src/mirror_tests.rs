@@ -512,3 +512,71 @@ fn a_missing_user_data_secret_needs_a_human() {
     assert_eq!(cond(&s, "Ready"), ("False", "WaitingForBootstrapData"));
     assert_eq!(s.phase, Some(VirtualMachinePhase::Provisioning));
 }
+
+/// A user follows the lifecycle in Events: one Normal Event per new phase, and per new
+/// provisioning step; none when nothing changed, none for Pending or Failed.
+#[test]
+fn lifecycle_events_follow_phases_and_provisioning_steps() {
+    fn status(phase: VirtualMachinePhase, ready: Option<(&str, &str, &str)>) -> VirtualMachineStatus {
+        VirtualMachineStatus {
+            phase: Some(phase),
+            conditions: ready
+                .map(|(st, reason, message)| {
+                    vec![condition::new_condition(
+                        condition::READY,
+                        parse_status(st),
+                        reason,
+                        message,
+                        Some(1),
+                        at(1),
+                    )]
+                })
+                .unwrap_or_default(),
+            ..Default::default()
+        }
+    }
+    let cloning = status(
+        VirtualMachinePhase::Provisioning,
+        Some(("False", "Cloning", "clone task")),
+    );
+    assert_eq!(
+        lifecycle(None, &cloning),
+        Some((
+            "Cloning".to_owned(),
+            "provisioning: Cloning: clone task".to_owned()
+        ))
+    );
+    assert_eq!(lifecycle(Some(&cloning), &cloning), None);
+    let powering = status(
+        VirtualMachinePhase::Provisioning,
+        Some(("False", "PoweringOn", "")),
+    );
+    assert_eq!(
+        lifecycle(Some(&cloning), &powering).map(|e| e.0),
+        Some("PoweringOn".to_owned())
+    );
+    let running = status(VirtualMachinePhase::Running, Some(("True", "Provisioned", "")));
+    assert_eq!(
+        lifecycle(Some(&powering), &running),
+        Some((
+            "Running".to_owned(),
+            "the VM is provisioned and powered on".to_owned()
+        ))
+    );
+    let deleting = status(VirtualMachinePhase::Deleting, Some(("False", "Deleting", "")));
+    assert_eq!(
+        lifecycle(Some(&running), &deleting).map(|e| e.0),
+        Some("Deleting".to_owned())
+    );
+    assert_eq!(lifecycle(None, &status(VirtualMachinePhase::Pending, None)), None);
+    assert_eq!(
+        lifecycle(
+            None,
+            &status(
+                VirtualMachinePhase::Failed,
+                Some(("False", "TemplateNotFound", "x"))
+            )
+        ),
+        None
+    );
+}

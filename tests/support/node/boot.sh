@@ -49,11 +49,15 @@ mount --bind "$dir/var/log" /var/log
 
 log "starting containerd"
 nice -n 19 containerd --config "$dir/containerd.toml" > "$dir/containerd.log" 2>&1 &
-for _ in $(seq 1 100); do
-    [ -S "$dir/containerd.sock" ] && break
+# Ready when it answers, not when its socket exists: the socket is bound a moment before
+# containerd serves on it, and under load (the node runs niced) a client can land in between
+# ("connection refused").
+containerd_answers() { ctr --address "$dir/containerd.sock" version > /dev/null 2>&1; }
+for _ in $(seq 1 300); do
+    containerd_answers && break
     sleep 0.1
 done
-[ -S "$dir/containerd.sock" ] || { log "containerd did not start: $(tail -5 "$dir/containerd.log")"; exit 1; }
+containerd_answers || { log "containerd did not start within 30 s: $(tail -5 "$dir/containerd.log")"; exit 1; }
 for image in $IMAGES; do
     reference="${image%%=*}" tarball="${image#*=}"
     ctr --address "$dir/containerd.sock" -n k8s.io images import --base-name "${reference%:*}" "$tarball" > /dev/null

@@ -102,6 +102,9 @@ pub struct Provision<'a, M: InfraMachine> {
     pub view: &'a OwnerView<M::Cluster>,
     /// The provisioned infra cluster.
     pub cluster: &'a M::Cluster,
+    /// The CAPI Cluster's name (the machine's `cluster.x-k8s.io/cluster-name` label), else the
+    /// infra cluster's: what objects made for the machine are labelled with (IPAM claims).
+    pub cluster_name: String,
     /// The user data, when the [`Plan`] asked for it.
     pub user_data: Option<&'a BootstrapData>,
     /// Records the Secrets the step reads (the Secret watch then follows them).
@@ -606,10 +609,14 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     } else {
         None
     };
+    let cluster_name = contract::cluster_name(machine.meta())
+        .map(str::to_owned)
+        .unwrap_or_else(|| cluster.name_any());
     let request = Provision {
         machine: &machine,
         view: &view,
         cluster,
+        cluster_name,
         user_data: user_data.as_ref(),
         secrets: &secrets,
     };

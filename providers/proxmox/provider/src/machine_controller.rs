@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
-use banlieue_capi::contract;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
@@ -114,16 +113,13 @@ impl<C: Connector> ProxmoxMachines<C> {
         &self,
         client: &kube::Client,
         pm: &ProxmoxMachine,
-        pxc: &ProxmoxCluster,
+        cluster_name: &str,
         phase: &Phase,
     ) -> Result<crate::ipam::PoolAddresses, std::result::Result<Step, StepFailure<Error>>> {
         if phase.is_provisioned() || crate::ipam::pool_requests(&pm.spec).is_empty() {
             return Ok(crate::ipam::PoolAddresses::new());
         }
-        let cluster_name = contract::cluster_name(&pm.metadata)
-            .map(str::to_owned)
-            .unwrap_or_else(|| pxc.name_any());
-        match crate::ipam::resolve(client, pm, &cluster_name).await {
+        match crate::ipam::resolve(client, pm, cluster_name).await {
             Ok(crate::ipam::PoolState::Ready(found)) => Ok(found),
             Ok(crate::ipam::PoolState::Waiting(message)) if phase.needs_bootstrap_data() => Err(Ok(Step {
                 provisioned: None,
@@ -207,7 +203,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 });
             }
         };
-        let pool_addresses = match self.pool_addresses(client, pm, pxc, &phase).await {
+        let pool_addresses = match self
+            .pool_addresses(client, pm, &request.cluster_name, &phase)
+            .await
+        {
             Ok(found) => found,
             Err(outcome) => return outcome,
         };

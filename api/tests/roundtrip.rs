@@ -194,6 +194,7 @@ fn proxmox_cluster_round_trips_with_failure_domains_as_a_list() {
             .to_vec(),
         conditions: vec![],
         observed_generation: Some(1),
+        version: Some("9.1.2".into()),
     });
     let json = round_trip(&c);
     assert_eq!(

@@ -8,8 +8,9 @@
 //! Modules: [`registry`] (backend → kind table), [`build`] (pure: provider choice, class and
 //! image resolution, the desired machine and infra cluster), [`mirror`] (pure: machine status
 //! → VirtualMachine status), [`finalizer`] (the VirtualMachine finalizer's patches),
-//! [`provider_use`] (pure: who uses a Provider, its capacity) and [`provider_controller`] (a
-//! Provider in use is not deleted; its `status.allocated`),
+//! [`provider_use`] (pure: who uses a Provider, its capacity), [`provider_health`] (pure: a
+//! Provider's `Ready` and version from its infrastructure clusters) and [`provider_controller`]
+//! (a Provider in use is not deleted; its status),
 //! [`infra_cluster`] (the infra cluster object per Provider and namespace), [`served`] (which
 //! providers' kinds are installed), [`controller`] (the kube-runtime reconciler). The crate also renders the CRDs for
 //! the `banlieue crds` subcommand.
@@ -22,6 +23,7 @@ pub mod infra_cluster;
 pub mod leader;
 pub mod mirror;
 pub mod provider_controller;
+pub mod provider_health;
 pub mod provider_use;
 pub mod rbac;
 pub mod registry;

@@ -1,6 +1,8 @@
 //! The Provider reconciler: a Provider that VirtualMachines use keeps the finalizer
 //! [`IN_USE_FINALIZER`] until the last of them is gone, its deletion says what it waits for,
-//! and `status.allocated.virtualMachines` counts the VirtualMachines placed on it.
+//! `status.allocated.virtualMachines` counts the VirtualMachines placed on it, and `Ready` and
+//! `status.version` say what the provider found when it connected
+//! ([`crate::provider_health`]).
 //!
 //! It watches Providers and VirtualMachines (two caches) and, after any change, looks at every
 //! Provider once the changes have settled for [`SETTLE`] (so a burst of VM placements costs
@@ -20,7 +22,7 @@ use banlieue_api::condition::{self, ConditionStatus};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -30,8 +32,10 @@ use tracing::{info, instrument, warn};
 
 use crate::build::FIELD_MANAGER;
 use crate::finalizer;
+use crate::provider_health;
 pub use crate::provider_use::IN_USE_FINALIZER;
 use crate::provider_use::{self, DELETION_BLOCKED};
+use crate::registry;
 use crate::{Error, Result};
 
 /// How long changes must settle before a pass over the Providers.
@@ -171,49 +175,87 @@ async fn reconcile(provider: &Provider, ctx: &Context) -> Result<()> {
         ensure_in_use_finalizer(&ctx.client, provider).await?;
     }
     let blocked = deleting.then(|| provider_use::deletion_blocked_message(&users));
-    write_status(ctx, provider, placed, blocked).await
+    let health = provider_health::health(&infra_clusters(ctx, provider).await?);
+    write_status(ctx, provider, placed, blocked, health).await
 }
 
-/// Writes `status.allocated` and, while a deletion waits for VirtualMachines, a `Ready=False`
-/// condition saying so (plus a Warning Event when that message changes); nothing when the
-/// status already says it.
+/// The infrastructure clusters the controller applied for `provider` (one per namespace).
+async fn infra_clusters(ctx: &Context, provider: &Provider) -> Result<Vec<DynamicObject>> {
+    let Some(entry) = registry::lookup(provider.spec.backend) else {
+        return Ok(Vec::new());
+    };
+    let name = banlieue_api::standalone::infra_cluster_name(&provider.name_any());
+    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &entry.cluster_api_resource());
+    let list = api
+        .list(&ListParams::default().fields(&format!("metadata.name={name}")))
+        .await
+        .map_err(|e| {
+            Error::kube(
+                format!(
+                    "listing the {}s of Provider {}",
+                    entry.cluster_kind,
+                    provider.name_any()
+                ),
+                e,
+            )
+        })?;
+    Ok(list.items)
+}
+
+/// Writes `status.allocated`, `status.version` and `Ready`: while a deletion waits for
+/// VirtualMachines, `Ready=False` saying so (plus a Warning Event when that message changes),
+/// otherwise the hypervisor's health; nothing when the status already says it.
 async fn write_status(
     ctx: &Context,
     provider: &Provider,
     placed: u32,
     blocked: Option<String>,
+    health: provider_health::Health,
 ) -> Result<()> {
     let status = provider.status.clone().unwrap_or_default();
     let allocation = provider_use::allocation(placed);
-    let current_ready = condition::find(&status.conditions, condition::READY);
-    let ready_matches = match (&blocked, current_ready) {
-        (None, _) => true,
-        (Some(message), Some(c)) => c.reason == DELETION_BLOCKED && &c.message == message,
-        (Some(_), None) => false,
+    let (ready_status, reason, message) = match &blocked {
+        Some(message) => (
+            ConditionStatus::False,
+            DELETION_BLOCKED.to_owned(),
+            message.clone(),
+        ),
+        None => (health.status, health.reason.clone(), health.message.clone()),
     };
-    if status.allocated.as_ref() == Some(&allocation) && ready_matches {
+    let current_ready = condition::find(&status.conditions, condition::READY);
+    let ready_matches = current_ready.is_some_and(|c| {
+        c.status == ready_status.as_str()
+            && c.reason == reason
+            && c.message == message
+            && c.observed_generation == provider.metadata.generation
+    });
+    if status.allocated.as_ref() == Some(&allocation) && ready_matches && status.version == health.version {
         return Ok(());
     }
+    // Merged into the current list, so lastTransitionTime moves only when the status flips.
+    let mut conditions = status.conditions.clone();
+    condition::set(
+        &mut conditions,
+        condition::new_condition(
+            condition::READY,
+            ready_status,
+            &reason,
+            message.clone(),
+            provider.metadata.generation,
+            Time(Timestamp::now()),
+        ),
+    );
     let mut body = json!({
         "apiVersion": Provider::api_version(&()),
         "kind": Provider::kind(&()),
-        "status": {"allocated": allocation},
+        "status": {
+            "allocated": allocation,
+            "conditions": [condition::find(&conditions, condition::READY)],
+            "observedGeneration": provider.metadata.generation,
+        },
     });
-    if let Some(message) = &blocked {
-        // Merged into the current list, so lastTransitionTime moves only when the status flips.
-        let mut conditions = status.conditions.clone();
-        condition::set(
-            &mut conditions,
-            condition::new_condition(
-                condition::READY,
-                ConditionStatus::False,
-                DELETION_BLOCKED,
-                message.clone(),
-                provider.metadata.generation,
-                Time(Timestamp::now()),
-            ),
-        );
-        body["status"]["conditions"] = json!([condition::find(&conditions, condition::READY)]);
+    if let Some(version) = &health.version {
+        body["status"]["version"] = json!(version);
     }
     let name = provider.name_any();
     Api::<Provider>::all(ctx.client.clone())
@@ -224,7 +266,8 @@ async fn write_status(
         )
         .await
         .map_err(|e| Error::kube(format!("writing the status of Provider {name}"), e))?;
-    if let (Some(message), false) = (blocked, ready_matches) {
+    let message_changed = current_ready.is_none_or(|c| c.reason != reason || c.message != message);
+    if let (Some(message), true) = (blocked, message_changed) {
         let event = Event {
             type_: EventType::Warning,
             reason: DELETION_BLOCKED.to_owned(),

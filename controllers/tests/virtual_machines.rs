@@ -1115,3 +1115,85 @@ async fn provider_capacity_is_honoured_and_a_provider_in_use_outlives_its_last_v
     controller.stop().await;
     Ok(())
 }
+
+/// A Provider's `Ready` and `status.version` say what the provider found when it connected,
+/// read from the infrastructure cluster applied for it: unknown before any VirtualMachine uses
+/// it, the cluster's failure with its namespace, then `Connected` with the hypervisor's version.
+#[tokio::test]
+async fn a_providers_ready_and_version_come_from_its_infra_cluster() -> anyhow::Result<()> {
+    let env = TestEnv::builder().crds(banlieue_api::crds::all()).start().await?;
+    let client = env.client().await?;
+    let ns = env.namespace("provider-health").await?;
+    let controller = RunningController::start_cluster_wide(client.clone());
+    let providers: Api<Provider> = Api::all(client.clone());
+    let clusters: Api<ProxmoxCluster> = Api::namespaced(client.clone(), &ns);
+    let machines: Api<ProxmoxMachine> = Api::namespaced(client.clone(), &ns);
+    create_provider(&client, "hv", json!({})).await?;
+    let ready_of = |p: &Provider| {
+        p.status
+            .as_ref()
+            .and_then(|s| condition::find(&s.conditions, condition::READY))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    eventually("Ready=Unknown NotUsedYet", || async {
+        let p = providers.get("hv").await?;
+        Ok(ready_of(&p).filter(|r| r.0 == "Unknown" && r.1 == "NotUsedYet"))
+    })
+    .await?;
+
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    vms.create(
+        &PostParams::default(),
+        &vm(
+            "web",
+            json!({"providerRef": {"name": "hv"}, "source": {"proxmox": {"vmid": 9000}},
+               "cpu": {"cores": 1}, "memoryMiB": 512}),
+        )?,
+    )
+    .await?;
+    eventually("the ProxmoxCluster", || async {
+        Ok(clusters.get_opt("banlieue-hv").await?)
+    })
+    .await?;
+    provider_reports_cluster(
+        &clusters,
+        "banlieue-hv",
+        false,
+        "AuthenticationFailed",
+        "401 invalid token",
+    )
+    .await?;
+    let failed = eventually("Ready=False AuthenticationFailed", || async {
+        let p = providers.get("hv").await?;
+        Ok(ready_of(&p).filter(|r| r.0 == "False" && r.1 == "AuthenticationFailed"))
+    })
+    .await?;
+    assert_eq!(failed.2, format!("in namespace {ns}: 401 invalid token"));
+
+    provider_reports_cluster(&clusters, "banlieue-hv", true, "Provisioned", "").await?;
+    clusters
+        .patch_status(
+            "banlieue-hv",
+            &PatchParams::apply("fake-proxmox-version").force(),
+            &Patch::Apply(
+                json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
+                "status": {"version": "9.1.2"}}),
+            ),
+        )
+        .await?;
+    provider_reports_running(&machines, "web").await?;
+    let connected = eventually("Ready=True Connected with the version", || async {
+        let p = providers.get("hv").await?;
+        let ok = ready_of(&p).is_some_and(|r| r.0 == "True" && r.1 == "Connected")
+            && p.status.as_ref().and_then(|s| s.version.as_deref()) == Some("9.1.2");
+        Ok(ok.then_some(p))
+    })
+    .await?;
+    assert_eq!(
+        connected.status.as_ref().and_then(|s| s.observed_generation),
+        connected.metadata.generation
+    );
+    controller.stop().await;
+    vms.delete("web", &DeleteParams::default()).await?;
+    Ok(())
+}

@@ -157,6 +157,9 @@ pub struct LibvirtClusterStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The libvirt version of the daemon of the first host that answered, from the last connection check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// A libvirt domain backing a Cluster API Machine (or a banlieue VirtualMachine).

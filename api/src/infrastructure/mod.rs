@@ -21,13 +21,13 @@ pub use vsphere::*;
 pub mod kinds;
 
 crate::impl_infra_kinds! {
-    cluster: ProxmoxCluster, ProxmoxClusterStatus;
+    cluster: ProxmoxCluster, ProxmoxClusterStatus, version: version;
     machine: ProxmoxMachine, ProxmoxMachineStatus;
     template: ProxmoxMachineTemplate;
 }
 
 crate::impl_infra_kinds! {
-    cluster: LibvirtCluster, LibvirtClusterStatus;
+    cluster: LibvirtCluster, LibvirtClusterStatus, version: version;
     machine: LibvirtMachine, LibvirtMachineStatus;
     template: LibvirtMachineTemplate;
 }

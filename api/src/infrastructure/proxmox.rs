@@ -158,6 +158,9 @@ pub struct ProxmoxClusterStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The Proxmox VE version (`GET /version`), from the last connection check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 /// A Proxmox VE virtual machine backing a Cluster API Machine (or a banlieue VirtualMachine).

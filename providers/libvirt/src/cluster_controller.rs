@@ -80,15 +80,20 @@ impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
             Err(e) => return Ok(ClusterCheck::failed(Problem::new(e.reason, e.message))),
             Ok(specs) => specs,
         };
-        let mut up = Vec::new();
-        let mut down = Vec::new();
+        let (mut up, mut down, mut version) = (Vec::new(), Vec::new(), None);
         for h in &specs {
             match self.connector.connect(&h.uri).host_info().await {
-                Ok(_) => up.push((h.name.clone(), h.control_plane)),
+                Ok(info) => {
+                    version.get_or_insert(info.version);
+                    up.push((h.name.clone(), h.control_plane));
+                }
                 Err(e) => down.push(format!("{}: {}", h.name, e.message)),
             }
         }
-        Ok(check_from_hosts(up, down))
+        Ok(ClusterCheck {
+            version,
+            ..check_from_hosts(up, down)
+        })
     }
 }
 

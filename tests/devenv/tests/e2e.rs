@@ -290,6 +290,29 @@ async fn create_ready_with_addresses_then_delete_leaves_no_orphans() -> anyhow::
     assert_eq!(clusters.len(), 1);
     assert_eq!(clusters[0].name_any(), format!("banlieue-{}", s.provider));
 
+    // The VirtualMachine's lifecycle is told in Normal Events, up to Running.
+    s.eventually("a Normal Event Running on the VirtualMachine", || async {
+        let events = s
+            .env
+            .kubectl()
+            .args([
+                "get",
+                "events",
+                "-n",
+                &s.ns,
+                "--field-selector",
+                "involvedObject.name=web",
+            ])
+            .args(["-o", "jsonpath={range .items[*]}{.type}/{.reason} {end}"])
+            .output()?;
+        let seen = String::from_utf8_lossy(&events.stdout).into_owned();
+        Ok(seen
+            .split_whitespace()
+            .any(|e| e == "Normal/Running")
+            .then_some(()))
+    })
+    .await?;
+
     // What a user sees with kubectl.
     let wait = banlieue_testenv::run_with_timeout(
         s.env.kubectl().args([

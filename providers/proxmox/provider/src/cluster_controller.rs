@@ -136,24 +136,27 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
             Ok(hv) => hv,
         };
         Ok(match check(&hv, &connection.endpoint).await {
-            Ok(nodes) => check_from_nodes(&connection.allowed_nodes, &nodes),
+            Ok((version, nodes)) => ClusterCheck {
+                version: Some(version),
+                ..check_from_nodes(&connection.allowed_nodes, &nodes)
+            },
             Err(problem) => ClusterCheck::failed(problem),
         })
     }
 }
 
-/// Connectivity and permission check: version, nodes, guests. A failure is reported with
+/// Connectivity and permission check: version, nodes, guests; the version and the nodes. A failure is reported with
 /// [`crate::error::connection_reason`]'s reason (`ProxmoxRequestFailed` for any other error,
 /// e.g. a 5xx) and the endpoint and the error as message.
-async fn check<H: Hypervisor>(hv: &H, endpoint: &str) -> Result<Vec<NodeLoad>, Problem> {
+async fn check<H: Hypervisor>(hv: &H, endpoint: &str) -> Result<(String, Vec<NodeLoad>), Problem> {
     let classify = |e: crate::hypervisor::PveError| {
         let reason = crate::error::connection_reason(&e).unwrap_or("ProxmoxRequestFailed");
         Problem::new(reason, format!("Proxmox VE at {endpoint}: {e}"))
     };
-    hv.version().await.map_err(classify)?;
+    let version = hv.version().await.map_err(classify)?;
     let nodes = hv.nodes().await.map_err(classify)?;
     hv.guests().await.map_err(classify)?;
-    Ok(nodes)
+    Ok((version, nodes))
 }
 
 #[cfg(test)]

@@ -1,0 +1,159 @@
+//! A Provider's health, read from the infrastructure clusters the controller applied for it (one
+//! `banlieue-<provider>` per namespace whose VirtualMachines use it): the provider of that
+//! backend checks the connection there, so the Provider says what they found rather than
+//! connecting a second time.
+//!
+//! | infra clusters | `Ready` | reason |
+//! |---|---|---|
+//! | none yet | `Unknown` | `NotUsedYet`: the connection is checked when the first VirtualMachine uses it |
+//! | one is `Ready=True` | `True` | `Connected` (the version the hypervisor reported, when its kind publishes one) |
+//! | none is ready | `False` | the first one's reason (`AuthenticationFailed`, `ProviderUnreachable`, …), its namespace and message |
+
+use banlieue_api::condition::ConditionStatus;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+
+/// `Ready` reason while no infrastructure cluster of the Provider exists.
+pub const NOT_USED_YET: &str = "NotUsedYet";
+/// `Ready` reason when an infrastructure cluster of the Provider is ready.
+pub const CONNECTED: &str = "Connected";
+
+/// What the Provider's status says of its hypervisor.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// `Ready`'s status.
+    pub status: ConditionStatus,
+    /// `Ready`'s reason.
+    pub reason: String,
+    /// `Ready`'s message.
+    pub message: String,
+    /// `status.version`: the hypervisor's, when an infra cluster reported it.
+    pub version: Option<String>,
+}
+
+fn ready_of(cluster: &DynamicObject) -> Option<(String, String, String)> {
+    let conditions = cluster.data.pointer("/status/conditions")?.as_array()?;
+    let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+    let text = |k: &str| ready[k].as_str().unwrap_or_default().to_owned();
+    Some((text("status"), text("reason"), text("message")))
+}
+
+/// The health from the Provider's infrastructure clusters (pure).
+pub fn health(clusters: &[DynamicObject]) -> Health {
+    let mut sorted: Vec<&DynamicObject> = clusters.iter().collect();
+    sorted.sort_by_key(|c| c.namespace());
+    let version = sorted
+        .iter()
+        .find_map(|c| c.data.pointer("/status/version").and_then(|v| v.as_str()))
+        .map(str::to_owned);
+    if sorted.is_empty() {
+        return Health {
+            status: ConditionStatus::Unknown,
+            reason: NOT_USED_YET.to_owned(),
+            message:
+                "no VirtualMachine uses this Provider yet: its connection is checked when the first one does"
+                    .to_owned(),
+            version,
+        };
+    }
+    if sorted.iter().any(|c| ready_of(c).is_some_and(|r| r.0 == "True")) {
+        return Health {
+            status: ConditionStatus::True,
+            reason: CONNECTED.to_owned(),
+            message: String::new(),
+            version,
+        };
+    }
+    let (namespace, (reason, message)) = sorted
+        .iter()
+        .find_map(|c| {
+            ready_of(c)
+                .filter(|r| r.0 == "False" && !r.1.is_empty())
+                .map(|r| (c.namespace().unwrap_or_default(), (r.1, r.2)))
+        })
+        .unwrap_or_else(|| {
+            (
+                sorted[0].namespace().unwrap_or_default(),
+                (
+                    "Checking".to_owned(),
+                    "the provider has not reported on the connection yet".to_owned(),
+                ),
+            )
+        });
+    Health {
+        status: ConditionStatus::False,
+        message: if message.is_empty() {
+            format!("in namespace {namespace}")
+        } else {
+            format!("in namespace {namespace}: {message}")
+        },
+        reason,
+        version,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn cluster(ns: &str, ready: Option<(&str, &str, &str)>, version: Option<&str>) -> DynamicObject {
+        let mut status = json!({});
+        if let Some((s, r, m)) = ready {
+            status["conditions"] = json!([{"type": "Ready", "status": s, "reason": r, "message": m}]);
+        }
+        if let Some(v) = version {
+            status["version"] = json!(v);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
+            "metadata": {"name": "banlieue-p", "namespace": ns},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn no_infra_cluster_yet_is_unknown() {
+        let h = health(&[]);
+        assert_eq!(
+            (h.status, h.reason.as_str()),
+            (ConditionStatus::Unknown, NOT_USED_YET)
+        );
+    }
+
+    #[test]
+    fn one_ready_infra_cluster_makes_the_provider_ready_with_its_version() {
+        let h = health(&[
+            cluster("a", Some(("False", "AuthenticationFailed", "401")), None),
+            cluster("b", Some(("True", "Provisioned", "")), Some("8.3.2")),
+        ]);
+        assert_eq!(
+            h,
+            Health {
+                status: ConditionStatus::True,
+                reason: CONNECTED.into(),
+                message: String::new(),
+                version: Some("8.3.2".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn otherwise_the_first_failure_says_why_and_where() {
+        let h = health(&[
+            cluster("z", Some(("False", "ProviderUnreachable", "refused")), None),
+            cluster(
+                "a",
+                Some(("False", "AuthenticationFailed", "401 no ticket")),
+                None,
+            ),
+        ]);
+        assert_eq!(h.status, ConditionStatus::False);
+        assert_eq!(h.reason, "AuthenticationFailed");
+        assert_eq!(h.message, "in namespace a: 401 no ticket");
+        let fresh = health(&[cluster("a", None, None)]);
+        assert_eq!(fresh.reason, "Checking");
+    }
+}

@@ -293,7 +293,8 @@ async fn machines_of<B: ClusterBackend>(client: &kube::Client, infra: &B::Cluste
         .map_err(|e| Error::kube(format!("listing {}s", B::Machine::kind(&())), e))?
         .items
         .iter()
-        .filter(|m| belongs_to(*m, infra))
+        // A machine without the finalizer has nothing on the hypervisor to delete.
+        .filter(|m| belongs_to(*m, infra) && status::has_finalizer(*m, B::FINALIZER))
         .map(ResourceExt::name_any)
         .collect();
     names.sort();

@@ -70,6 +70,8 @@ pub const WAITING_FOR_BOOTSTRAP_DATA: &str = condition::WAITING_FOR_BOOTSTRAP_DA
 pub const USER_DATA_SECRET_NOT_FOUND: &str = condition::USER_DATA_SECRET_NOT_FOUND;
 /// Condition reason: a CAPI Machine's bootstrap data Secret does not exist.
 pub const BOOTSTRAP_DATA_SECRET_NOT_FOUND: &str = "BootstrapDataSecretNotFound";
+/// Condition reason: the user-data Secret could not be read (the API refused).
+pub const USER_DATA_SECRET_UNREADABLE: &str = "UserDataSecretUnreadable";
 /// Condition reason: the user-data Secret has no such key, or its format is unknown.
 pub const BOOTSTRAP_DATA_INVALID: &str = "BootstrapDataInvalid";
 /// Condition reason: the persisted provisioning state cannot be read.
@@ -526,8 +528,9 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let view = owner::resolve(&ctx.client, &machine, owner).await?;
     if !view.owner_exists && !deleting {
         // CAPI has not created (or has deleted) the Machine; a deleted VirtualMachine's machine
-        // is deleted by the garbage collector. Nothing to do until then.
-        return Ok(Action::await_change());
+        // is deleted by the garbage collector. Nothing to do until then (looked at again in
+        // case no watched change announces the owner).
+        return Ok(Action::requeue(ctx.wait_requeue));
     }
     let generation = machine.meta().generation;
     let mut new = machine.status().cloned().unwrap_or_default();
@@ -586,7 +589,22 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // before the hypervisor is asked anything (no VM while its Secret is missing); the Secret
     // watch brings the machine back within seconds once it appears.
     let user_data = if plan.needs_user_data && !plan.readopting {
-        match read_user_data(&ctx.client, &namespace, &view, &secrets).await? {
+        let read = match read_user_data(&ctx.client, &namespace, &view, &secrets).await {
+            Ok(read) => read,
+            Err(error) => {
+                // e.g. a 403: say so instead of showing an older reason, then back off.
+                write
+                    .wait(
+                        new,
+                        USER_DATA_SECRET_UNREADABLE,
+                        error.to_string(),
+                        ctx.wait_requeue,
+                    )
+                    .await?;
+                return Err(error);
+            }
+        };
+        match read {
             Ok(data) if !B::BOOTSTRAP_FORMATS.contains(&data.format) => {
                 let message = format!(
                     "bootstrap data format {} is not supported: {kind}s are bootstrapped from {}",
@@ -625,13 +643,21 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     match outcome {
         Ok(step) => apply_step::<B>(&write, &machine, new, step).await,
         Err(StepFailure::Problem { problem, retry }) => {
+            // A Warning when the problem appears (the condition's reason changes), not when only
+            // its message or the generation does.
             let type_ = day2(problem.reason).unwrap_or(condition::READY);
-            let changed = condition::set(
+            let appears = condition::find(new.conditions(), type_)
+                .is_none_or(|c| c.reason != problem.reason || c.status != "False");
+            status::set(
                 new.conditions_mut(),
-                status::condition(type_, false, problem.reason, problem.message.clone(), generation),
+                type_,
+                false,
+                problem.reason,
+                problem.message.clone(),
+                generation,
             );
             write.status(&new).await?;
-            if changed {
+            if appears {
                 write
                     .event(EventType::Warning, problem.reason, problem.message)
                     .await;

@@ -40,6 +40,7 @@ use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tracing::{instrument, warn};
 
+use crate::drive::api;
 use crate::error::{Error, ReconcileError, Result};
 use crate::events::{self, Watched};
 use crate::secrets::ReadSecrets;
@@ -466,12 +467,10 @@ async fn run_once<B: ClusterBackend>(
     capi: bool,
     shutdown: crate::capi::Stop,
 ) {
-    let client = ctx.client.clone();
-    let (infras, clusters): (Api<B::Cluster>, Api<Cluster>) = match namespace {
-        Some(ns) => (Api::namespaced(client.clone(), ns), Api::namespaced(client, ns)),
-        None => (Api::all(client.clone()), Api::all(client)),
-    };
-    let controller = Controller::new(infras, watcher::Config::default());
+    let controller = Controller::new(
+        api::<B::Cluster>(&ctx.client, namespace),
+        watcher::Config::default(),
+    );
     let store = controller.store();
     // A Provider change (endpoint, credentials, nodes) concerns every cluster naming it.
     let provider_to_infra = move |provider: Provider| {
@@ -497,7 +496,7 @@ async fn run_once<B: ClusterBackend>(
         );
     if capi {
         controller = controller.watches(
-            clusters,
+            api::<Cluster>(&ctx.client, namespace),
             watcher::Config::default(),
             cluster_to_infra::<B::Cluster>,
         );

@@ -12,6 +12,14 @@ use kube::runtime::controller::{Action, Config, Controller};
 
 use crate::error::{Error, Result};
 
+/// The API of `K` in one namespace, or (`None`) in all.
+pub(crate) fn api<K: NamespacedKind>(client: &kube::Client, namespace: Option<&str>) -> kube::Api<K> {
+    match namespace {
+        Some(ns) => kube::Api::namespaced(client.clone(), ns),
+        None => kube::Api::all(client.clone()),
+    }
+}
+
 /// Runs `controller` until `shutdown`, `concurrency` reconciles at a time (0: unbounded).
 pub(crate) async fn drive<K, C, R, Fut, P>(
     controller: Controller<K>,

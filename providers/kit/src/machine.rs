@@ -48,6 +48,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{info, instrument, warn};
 
 use crate::cluster::Problem;
+use crate::drive::api;
 use crate::error::{Error, ReconcileError, Result};
 use crate::events;
 use crate::owner::{self, BootstrapSource, InfraCluster, Owner, OwnerView};
@@ -833,16 +834,6 @@ fn virtual_machine_to_infra<M: InfraMachine>(vm: VirtualMachine) -> Option<Objec
         .and_then(|s| s.infrastructure_ref.as_ref())
         .filter(|r| r.kind == M::kind(&()))
         .map(|r| ObjectRef::new(&r.name).within(&ns))
-}
-
-fn api<K: banlieue_api::infrastructure::kinds::NamespacedKind>(
-    client: &kube::Client,
-    ns: Option<&str>,
-) -> Api<K> {
-    match ns {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
 }
 
 /// Runs the infra machine controller until `shutdown`, for one namespace or (`None`) all;

@@ -69,12 +69,11 @@ pub async fn run<T: InfraMachineTemplate>(
     namespace: Option<&str>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let api: Api<T> = match namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
     let metrics = ctx.metrics.clone();
-    let controller = Controller::new(api, watcher::Config::default());
+    let controller = Controller::new(
+        crate::drive::api::<T>(&ctx.client, namespace),
+        watcher::Config::default(),
+    );
     crate::drive::drive(
         controller,
         0,

@@ -6,8 +6,6 @@
 //! Provider's), each asked for its host info (`LibvirtConnected`: every host answers), and one
 //! failure domain per reachable host. One reachable host is enough for the cluster to be usable.
 
-use std::sync::Arc;
-
 use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
@@ -95,11 +93,6 @@ impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
             ..check_from_hosts(up, down)
         })
     }
-}
-
-/// An `Arc`'d context (what [`run`] takes).
-pub fn shared<C: Connector>(client: kube::Client, connector: C) -> Arc<ClusterContext<C>> {
-    Arc::new(context(client, connector))
 }
 
 #[cfg(test)]

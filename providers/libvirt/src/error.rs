@@ -17,9 +17,6 @@ pub enum Error {
     /// A provisioning or deletion step failed transiently.
     #[error(transparent)]
     Step(#[from] StepError),
-    /// The kit failed (a Kubernetes read of the contract).
-    #[error(transparent)]
-    Kit(#[from] banlieue_provider_kit::Error),
 }
 
 impl Error {
@@ -36,7 +33,6 @@ impl Error {
         match self {
             Self::Kube { .. } => "kube",
             Self::Step(e) => e.metric_label(),
-            Self::Kit(e) => e.metric_label(),
         }
     }
 }

@@ -8,8 +8,6 @@
 //! that a domain named by the providerID of a machine created anew is its own,
 //! [`crate::readopt`]).
 
-use std::sync::Arc;
-
 use banlieue_api::common::{PowerState, ProvisioningState};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::{LibvirtMachine, LibvirtMachineStatus};
@@ -56,16 +54,6 @@ pub fn context<C: Connector>(
     kit::MachineContext::new(client, LibvirtMachines { connector, settings }, reporter)
 }
 
-/// An `Arc`'d [`context`] (what [`run`] takes).
-pub fn shared<C: Connector>(
-    client: kube::Client,
-    connector: C,
-    settings: Settings,
-    reporter: &str,
-) -> Arc<MachineContext<C>> {
-    Arc::new(context(client, connector, settings, reporter))
-}
-
 /// The domain uuid of a machine: the one recorded in status, else its UID.
 fn domain_uuid(lm: &LibvirtMachine) -> String {
     lm.status
@@ -93,10 +81,6 @@ fn adopting(lm: &LibvirtMachine) -> Option<readopt::ProviderId> {
             .as_deref()
             .and_then(readopt::ProviderId::parse),
     }
-}
-
-fn problem(reason: &'static str, message: impl Into<String>) -> StepFailure<Error> {
-    StepFailure::problem(reason, message, None)
 }
 
 impl<C: Connector> MachineBackend for LibvirtMachines<C> {
@@ -135,7 +119,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         })?;
         let host_specs = match hosts::resolve(client, request.cluster, request.secrets).await {
             Ok(Ok(h)) => h,
-            Ok(Err(e)) => return Err(problem(e.reason, e.message)),
+            Ok(Err(e)) => return Err(StepFailure::problem(e.reason, e.message, None)),
             Err(error) => {
                 return Err(StepFailure::Transient {
                     reason: "KubernetesError",

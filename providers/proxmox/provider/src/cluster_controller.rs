@@ -8,8 +8,6 @@
 //! [`crate::error::connection_reason`]), and one failure domain per allowed online node (every
 //! online node when `spec.allowedNodes` is empty).
 
-use std::sync::Arc;
-
 use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
@@ -38,11 +36,6 @@ pub type ClusterContext<C> = kit::ClusterContext<ProxmoxClusters<C>>;
 /// The ProxmoxCluster controller's context, reporting Events as `reporter`.
 pub fn context<C: Connector>(client: kube::Client, connector: C, reporter: &str) -> ClusterContext<C> {
     kit::ClusterContext::new(client, ProxmoxClusters { connector }, reporter)
-}
-
-/// An `Arc`'d [`context`] (what [`run`] takes).
-pub fn shared<C: Connector>(client: kube::Client, connector: C, reporter: &str) -> Arc<ClusterContext<C>> {
-    Arc::new(context(client, connector, reporter))
 }
 
 /// The failure domains for `allowed` nodes (all online nodes when empty), sorted by name, and

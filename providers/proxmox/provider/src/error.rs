@@ -31,9 +31,6 @@ pub enum Error {
     /// The bootstrap / user data Secret is unusable (missing key, unknown format).
     #[error("bootstrap data: {0}")]
     Bootstrap(String),
-    /// The kit failed (a Kubernetes read of the contract).
-    #[error(transparent)]
-    Kit(#[from] banlieue_provider_kit::Error),
     /// A referenced object does not exist (yet).
     #[error("{kind} {namespace}/{name} not found")]
     Missing {
@@ -64,7 +61,6 @@ impl Error {
             Self::Bootstrap(_) => "bootstrap",
             Self::Provider { .. } => "provider",
             Self::Missing { .. } => "missing",
-            Self::Kit(e) => e.metric_label(),
         }
     }
 }

@@ -8,7 +8,6 @@
 //! reservations, and deletion step by step (re-adopting a machine created anew first,
 //! [`crate::readopt`]).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
@@ -62,16 +61,6 @@ pub fn context<C: Connector>(
         seed_storage: seed_storage.into(),
     };
     kit::MachineContext::new(client, backend, reporter)
-}
-
-/// An `Arc`'d [`context`] (what [`run`] takes).
-pub fn shared<C: Connector>(
-    client: kube::Client,
-    connector: C,
-    seed_storage: impl Into<String>,
-    reporter: &str,
-) -> Arc<MachineContext<C>> {
-    Arc::new(context(client, connector, seed_storage, reporter))
 }
 
 /// Whether the user data must be readable before this reconcile calls Proxmox (inputs before

@@ -30,9 +30,6 @@ pub enum Error {
     /// A provisioning or deletion step failed.
     #[error(transparent)]
     Step(#[from] crate::provision::StepError),
-    /// The kit failed (a Kubernetes read of the contract).
-    #[error(transparent)]
-    Kit(#[from] banlieue_provider_kit::Error),
 }
 
 impl Error {
@@ -50,7 +47,6 @@ impl Error {
             Self::Kube { .. } => "kube",
             Self::Vsphere { source, .. } => source.metric_label(),
             Self::Invalid(_) => "invalid",
-            Self::Kit(e) => e.metric_label(),
             Self::Step(crate::provision::StepError::Transient { source, .. }) => source.metric_label(),
             Self::Step(_) => "step",
         }

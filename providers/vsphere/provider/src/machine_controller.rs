@@ -8,7 +8,6 @@
 //! only if it carries this object's UID, [`crate::readopt`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use banlieue_api::common::{PowerState, ProvisioningState};
 use banlieue_api::condition;
@@ -65,10 +64,6 @@ pub struct VSphereMachines {
 /// Shared state of the VSphereMachine controller.
 pub type MachineContext = kit::MachineContext<VSphereMachines>;
 
-fn problem(reason: &'static str, message: impl Into<String>, retry: Duration) -> StepFailure<Error> {
-    StepFailure::problem(reason, message, Some(retry))
-}
-
 impl VSphereMachines {
     /// A vCenter client for the VSphereCluster, or why there is none.
     async fn client(
@@ -120,7 +115,13 @@ impl MachineBackend for VSphereMachines {
         let (vm, cluster) = (request.machine, request.cluster);
         let client = match self.client(kube, cluster).await {
             Ok(Ok(client)) => client,
-            Ok(Err(p)) => return Err(problem(p.reason, p.message, provision::PERMANENT_RETRY)),
+            Ok(Err(p)) => {
+                return Err(StepFailure::problem(
+                    p.reason,
+                    p.message,
+                    Some(provision::PERMANENT_RETRY),
+                ));
+            }
             Err(error) => {
                 return Err(StepFailure::Transient {
                     reason: "KubernetesError",
@@ -129,10 +130,10 @@ impl MachineBackend for VSphereMachines {
             }
         };
         let phase = Phase::read(vm.status.as_ref()).map_err(|e| {
-            problem(
+            StepFailure::problem(
                 kit::INCONSISTENT_STATUS,
                 e.to_string(),
-                provision::PERMANENT_RETRY,
+                Some(provision::PERMANENT_RETRY),
             )
         })?;
         let (uid, name, namespace) = (
@@ -156,13 +157,17 @@ impl MachineBackend for VSphereMachines {
         let step = match provision::provision_step(&client, &input, phase, user_data, desired_power).await {
             Ok(step) => step,
             Err(StepError::Permanent { reason, message }) => {
-                return Err(problem(reason, message, provision::PERMANENT_RETRY));
+                return Err(StepFailure::problem(
+                    reason,
+                    message,
+                    Some(provision::PERMANENT_RETRY),
+                ));
             }
             Err(StepError::NeedBootstrapData) => {
-                return Err(problem(
+                return Err(StepFailure::problem(
                     kit::WAITING_FOR_BOOTSTRAP_DATA,
                     "the bootstrap data was not read",
-                    kit::WAIT_REQUEUE,
+                    Some(kit::WAIT_REQUEUE),
                 ));
             }
             Err(e) => {

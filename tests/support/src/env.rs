@@ -314,16 +314,21 @@ impl TestEnv {
         let binaries = Binaries::locate(options.controller_manager)?;
         let workdir = WorkDir::create()?;
         let etcd_ip = random_loopback_ip();
-        let etcd_port = free_port(etcd_ip)?;
-        let peer_port = free_port(etcd_ip)?;
         let node_network = if options.node_network {
             Some(NodeNetwork::create()?)
         } else {
             None
         };
-        // Real nodes reach the API server on their bridge; without nodes it stays on loopback.
+        // Real nodes reach the API server on their bridge; without nodes it stays on loopback,
+        // on etcd's address: then its port is picked with etcd's so that all three differ.
         let ip = node_network.as_ref().map_or(etcd_ip, NodeNetwork::gateway);
-        let apiserver_port = free_port(ip)?;
+        let (etcd_port, peer_port, apiserver_port) = if ip == etcd_ip {
+            let [client, peer, apiserver] = free_ports(etcd_ip)?;
+            (client, peer, apiserver)
+        } else {
+            let [client, peer] = free_ports(etcd_ip)?;
+            (client, peer, free_port(ip)?)
+        };
         let server = format!("https://{ip}:{apiserver_port}");
 
         let ca = Ca::generate()?;
@@ -935,9 +940,35 @@ pub fn free_port(ip: Ipv4Addr) -> Result<u16> {
     Ok(port)
 }
 
+/// `N` distinct TCP ports that were free on `ip` a moment ago. The listeners are held until all
+/// are chosen: one after the other, [`free_port`] could be handed the same port twice (a CI run
+/// saw etcd fail with "address already in use" on its own client and peer ports).
+pub fn free_ports<const N: usize>(ip: Ipv4Addr) -> Result<[u16; N]> {
+    let mut listeners = Vec::with_capacity(N);
+    let mut ports = [0u16; N];
+    for port in &mut ports {
+        let listener =
+            TcpListener::bind((ip, 0)).map_err(|e| Error::io("binding a free port on", ip.to_string(), e))?;
+        *port = listener
+            .local_addr()
+            .map_err(|e| Error::io("reading the bound port of", ip.to_string(), e))?
+            .port();
+        listeners.push(listener);
+    }
+    Ok(ports)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ports_picked_together_are_distinct() {
+        for _ in 0..50 {
+            let [a, b, c] = free_ports(random_loopback_ip()).unwrap();
+            assert!(a != b && b != c && a != c, "{a} {b} {c}");
+        }
+    }
 
     #[test]
     fn loopback_addresses_are_loopback_and_bindable() {

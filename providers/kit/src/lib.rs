@@ -8,6 +8,7 @@
 //! | [`owner`] | an InfraMachine's controlling owner (CAPI `Machine` or banlieue `VirtualMachine`) resolved into what provisioning needs: bootstrap data source, failure domain, infra cluster, pause |
 //! | [`cluster`] | the InfraCluster reconciler (owner, pause, finalizer, deletion after the machines, `controlPlaneEndpoint`, failure domains, `Ready`, Events), around a [`cluster::ClusterBackend`] |
 //! | [`machine`] | the InfraMachine reconciler (fresh read, move, owner, pause, deletion step by step, finalizer, waits, user data, one provisioning step, `providerID`, conditions, Events, backoff), around a [`machine::MachineBackend`] |
+//! | [`readopt`] | re-adoption by identity: which VM a machine created anew (`clusterctl move`, a restore) may take over, and what its deletion may delete |
 //! | [`template`] | the InfraMachineTemplate reconciler (`status.capacity`) |
 //! | [`serve`] | a provider binary's main loop: the three controllers of its backends behind the runtime's manager |
 //! | [`status`] | conditions built with the time of now, `/status` written only when it changed, finalizers |
@@ -27,6 +28,7 @@ pub mod events;
 pub mod machine;
 pub mod owner;
 pub mod rbac;
+pub mod readopt;
 pub mod secrets;
 pub mod serve;
 pub mod status;

@@ -256,20 +256,9 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         let mut uuid = domain_uuid(lm);
         if let Some(id) = &adopting {
             match readopt::on_deletion(&*hv, &owner, &host, &id.uuid).await? {
-                readopt::OnDeletion::Delete(d) => uuid = d.uuid,
+                readopt::OnDeletion::Delete(d) => uuid = d.vm.uuid,
                 // Nothing of this object's on the host: release it, touch nothing.
-                readopt::OnDeletion::LeftInPlace(note) => {
-                    return Ok(Deleted::Released {
-                        reason: "VMLeftInPlace",
-                        note,
-                    });
-                }
-                readopt::OnDeletion::Nothing(note) => {
-                    return Ok(Deleted::Released {
-                        reason: "Deleted",
-                        note,
-                    });
-                }
+                readopt::OnDeletion::Release(released) => return Ok(released),
             }
         }
         match provision::delete(&*hv, &owner, &lm.spec, &uuid).await {

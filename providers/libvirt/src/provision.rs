@@ -413,9 +413,9 @@ async fn readopt_step<H: Hypervisor>(
         Found::Foreign(_, why) | Found::TakenOver(_, why) => {
             return Err(StepError::permanent(readopt::ADOPTION_FAILED, why));
         }
-        Found::Owned(d) => d,
+        Found::Owned(d) => d.vm,
         Found::Remark(d) => {
-            let d = readopt::remark(&*h.hv, d, input.owner).await?;
+            let d = readopt::remark(&*h.hv, d.vm, input.owner).await?;
             step.events.push((
                 "Adopting",
                 format!(

@@ -1,40 +1,29 @@
-//! Re-adoption of a domain whose LibvirtMachine was created anew: `clusterctl move` re-creates
-//! every object on the target cluster with a **new UID and no status**, and a restore from a
-//! backup does the same. The domain still carries the owner marker of the old object (its
-//! `<metadata>` names the UID, namespace and name it was defined for); the new object knows
-//! the domain only by its `spec.providerID` (`libvirt://<host>/<domain uuid>`, which does move).
+//! Re-adoption of a domain whose LibvirtMachine was created anew (`clusterctl move`, a restore):
+//! the decision is the kit's ([`banlieue_provider_kit::readopt`]); this module reads and writes
+//! the marks. A domain is marked in its `<metadata>`: the owner element names the UID,
+//! namespace and name it was defined for, and its attribute
+//! [`xml::ADOPTED_FROM`](crate::xml::ADOPTED_FROM) the UID it was re-marked from. The new
+//! object knows the domain by its `spec.providerID` (`libvirt://<host>/<domain uuid>`, which
+//! does move); the host must be a failure domain of the LibvirtCluster.
 //!
 //! Without this, the new object would start provisioning from scratch: its default domain uuid
 //! is its (new) UID, so it would find no domain by uuid, rewrite the seed volume and stop on a
 //! name conflict, and deleting it would leak the domain.
-//!
-//! The domain is re-marked for the new object only when all of this holds, so a machine can
-//! never take over a domain that was not defined for it:
-//! - the host named in `spec.providerID` is a failure domain of the LibvirtCluster;
-//! - a domain with the uuid of `spec.providerID` exists there;
-//! - its banlieue metadata names **this** LibvirtMachine (`namespace/name`, which `clusterctl
-//!   move` keeps).
-//!
-//! Re-marking records the previous owner's UID on the domain (attribute
-//! [`xml::ADOPTED_FROM`](crate::xml::ADOPTED_FROM) of the owner element). An object whose UID
-//! the domain was taken over from never re-marks it back ([`taken_over`]): when the original
-//! object still exists next to its copy (e.g. `clusterctl move --to-directory` then
-//! `--from-directory` into a second management cluster while the first keeps running), the two
-//! would otherwise take the domain from each other forever.
-//!
-//! A domain with the right uuid but marked for another object is refused; no domain with that
-//! uuid means it was deleted behind the provider's back (never defined again: the Machine's
-//! providerID is fixed, CAPI's health checks replace the machine).
+
+use banlieue_provider_kit::readopt::{self as kit, Marks};
 
 use crate::desired::PROVIDER_ID_PREFIX;
 use crate::hypervisor::{DomainInfo, ErrorKind, HvError, Hypervisor};
 use crate::provision::StepError;
 use crate::xml::Owner;
 
-/// Condition reason of a refused or failed adoption.
-pub const ADOPTION_FAILED: &str = "AdoptionFailed";
-/// Condition reason when the domain of `spec.providerID` does not exist.
-pub const VM_NOT_FOUND: &str = "VMNotFound";
+pub use banlieue_provider_kit::readopt::{ADOPTION_FAILED, Candidate, Found, OnDeletion, VM_NOT_FOUND};
+
+/// How messages name this provider and its kind.
+pub const WORDS: kit::Words = kit::Words {
+    provider: "banlieue-libvirt",
+    kind: "LibvirtMachine",
+};
 
 /// What a `libvirt://<host>/<uuid>` providerID names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,66 +53,40 @@ pub fn parse(provider_id: &str) -> Result<ProviderId, StepError> {
     })
 }
 
-/// What the search for the domain named by `spec.providerID` found.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Found {
-    /// No domain has that uuid on that host.
-    Missing,
-    /// The domain already carries this object's owner marker.
-    Owned(DomainInfo),
-    /// The domain was defined for this object's previous incarnation: re-mark it.
-    Remark(DomainInfo),
-    /// The domain has that uuid but was not defined for this machine (why).
-    Foreign(DomainInfo, String),
-    /// The domain was taken over from this very object by a copy of it (why): never taken back.
-    TakenOver(DomainInfo, String),
+/// `me` as the kit's decision sees it.
+pub fn owner(me: &Owner) -> kit::Owner<'_> {
+    kit::Owner {
+        uid: &me.uid,
+        namespace: &me.namespace,
+        name: &me.name,
+    }
 }
 
-/// When the domain was re-marked for a copy of `me` (it records that it was adopted from `me`'s
-/// UID) and no longer carries `me`'s UID: why `me` must not take it back.
-pub fn taken_over(domain: &DomainInfo, me: &Owner) -> Option<String> {
-    let current = domain.owner.as_ref().map(|o| o.uid.as_str());
-    (domain.adopted_from.as_deref() == Some(me.uid.as_str()) && current != Some(me.uid.as_str())).then(|| {
-        format!(
-            "domain {} ({}) was taken over by a copy of this machine (object uid {}), created by clusterctl move or a restore while this object still exists; refusing to take it back",
-            domain.name,
-            domain.uuid,
-            current.unwrap_or("unknown")
-        )
-    })
+/// The owner marks of a domain.
+pub fn marks(domain: &DomainInfo) -> Marks {
+    Marks {
+        uid: domain.owner.as_ref().map(|o| o.uid.clone()),
+        name: domain
+            .owner
+            .as_ref()
+            .map(|o| format!("{}/{}", o.namespace, o.name)),
+        adopted_from: domain.adopted_from.clone(),
+        template: false,
+    }
 }
 
-/// Whether the domain's banlieue metadata names `me`'s namespace and name (any UID).
-pub fn created_for(domain: &DomainInfo, me: &Owner) -> bool {
-    domain
-        .owner
-        .as_ref()
-        .is_some_and(|o| o.namespace == me.namespace && o.name == me.name)
+/// The domain as the kit's decision sees it.
+pub fn candidate(domain: DomainInfo) -> Candidate<DomainInfo> {
+    Candidate {
+        marks: marks(&domain),
+        label: format!("domain {} ({})", domain.name, domain.uuid),
+        vm: domain,
+    }
 }
 
 /// Classifies the domain with the providerID's uuid for the machine `me`.
-pub fn classify(domain: DomainInfo, me: &Owner) -> Found {
-    if domain.owner.as_ref().is_some_and(|o| o.uid == me.uid) {
-        return Found::Owned(domain);
-    }
-    if let Some(why) = taken_over(&domain, me) {
-        return Found::TakenOver(domain, why);
-    }
-    if created_for(&domain, me) {
-        return Found::Remark(domain);
-    }
-    let marked = match &domain.owner {
-        Some(o) => format!(
-            "it was defined by banlieue-libvirt for LibvirtMachine {}/{}",
-            o.namespace, o.name
-        ),
-        None => "it carries no banlieue-libvirt owner metadata".to_owned(),
-    };
-    let why = format!(
-        "domain {} ({}) has this machine's providerID but {marked}, not for LibvirtMachine {}/{}; refusing to adopt it",
-        domain.name, domain.uuid, me.namespace, me.name
-    );
-    Found::Foreign(domain, why)
+pub fn classify(domain: DomainInfo, me: &Owner) -> Found<DomainInfo> {
+    kit::classify(candidate(domain), owner(me), WORDS)
 }
 
 /// A libvirt error while adopting: retried with backoff unless libvirt refuses the call itself.
@@ -141,7 +104,7 @@ fn hv_error(source: HvError) -> StepError {
 }
 
 /// Looks up the domain `uuid` on `hv` and classifies it for `me`.
-pub async fn find<H: Hypervisor>(hv: &H, me: &Owner, uuid: &str) -> Result<Found, StepError> {
+pub async fn find<H: Hypervisor>(hv: &H, me: &Owner, uuid: &str) -> Result<Found<DomainInfo>, StepError> {
     Ok(match hv.domain_by_uuid(uuid).await.map_err(hv_error)? {
         None => Found::Missing,
         Some(d) => classify(d, me),
@@ -150,79 +113,48 @@ pub async fn find<H: Hypervisor>(hv: &H, me: &Owner, uuid: &str) -> Result<Found
 
 /// Re-marks a domain found by [`find`] as [`Found::Remark`] for `me` (metadata only: the domain
 /// is neither redefined nor restarted), recording the previous owner's UID as the one it was
-/// adopted from, and returns it as now owned. A domain taken over from `me` ([`taken_over`]) is
-/// refused with [`ADOPTION_FAILED`] and not written to.
+/// adopted from, and returns it as now owned. A domain taken over from `me` is refused with
+/// [`ADOPTION_FAILED`] and not written to.
 pub async fn remark<H: Hypervisor>(hv: &H, domain: DomainInfo, me: &Owner) -> Result<DomainInfo, StepError> {
-    if let Some(why) = taken_over(&domain, me) {
+    let domain = candidate(domain);
+    if let Some(why) = kit::taken_over(&domain, owner(me)) {
         return Err(StepError::Permanent {
             reason: ADOPTION_FAILED,
             message: why,
         });
     }
-    let adopted_from = match &domain.owner {
-        Some(o) if o.uid != me.uid => Some(o.uid.clone()),
-        _ => domain.adopted_from.clone(),
-    };
-    hv.set_domain_owner(&domain.uuid, me, adopted_from.as_deref())
+    let adopted_from = domain.marks.previous_owner(owner(me));
+    hv.set_domain_owner(&domain.vm.uuid, me, adopted_from.as_deref())
         .await
         .map_err(hv_error)?;
     Ok(DomainInfo {
         owner: Some(me.clone()),
         adopted_from,
-        ..domain
+        ..domain.vm
     })
 }
 
-/// What deleting a machine with `spec.providerID` but no domain in its status (a copy made by
-/// `clusterctl move` or a restore that was never adopted) does with the domain.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OnDeletion {
-    /// The domain carries this object's UID: delete it.
-    Delete(DomainInfo),
-    /// The domain was created for an earlier object of this name: left untouched (Event text).
-    LeftInPlace(String),
-    /// No domain of this machine's (missing, or another object's): nothing to do (Event text).
-    Nothing(String),
-}
-
-/// Decides [`OnDeletion`] for the domain `uuid` on `host`; never writes to the domain.
+/// Decides what deleting a machine with `spec.providerID` but no domain in its status does with
+/// the domain `uuid` on `host` ([`kit::on_deletion`]); never writes to the domain.
 pub async fn on_deletion<H: Hypervisor>(
     hv: &H,
     me: &Owner,
     host: &str,
     uuid: &str,
-) -> Result<OnDeletion, StepError> {
-    Ok(match find(hv, me, uuid).await? {
-        Found::Owned(d) => OnDeletion::Delete(d),
-        Found::Remark(d) => OnDeletion::LeftInPlace(format!(
-            "domain {} ({}) on host {host} left untouched: it was created for an earlier object of this name (uid {}), not this one; delete it by hand if it is no longer wanted",
-            d.name,
-            d.uuid,
-            d.owner.as_ref().map_or("unknown", |o| o.uid.as_str())
-        )),
-        Found::Missing => OnDeletion::Nothing(format!(
-            "no domain has the uuid of spec.providerID ({uuid}) on host {host}: nothing deleted"
-        )),
-        Found::Foreign(d, _) | Found::TakenOver(d, _) => OnDeletion::Nothing(format!(
-            "domain {} ({}) on host {host} named by spec.providerID is owned by another object ({}): left untouched, nothing deleted",
-            d.name,
-            d.uuid,
-            d.owner.as_ref().map_or_else(
-                || "no banlieue-libvirt owner metadata".to_owned(),
-                |o| format!("LibvirtMachine {}/{} uid {}", o.namespace, o.name, o.uid)
-            )
-        )),
-    })
+) -> Result<OnDeletion<DomainInfo>, StepError> {
+    let missing =
+        || format!("no domain has the uuid of spec.providerID ({uuid}) on host {host}: nothing deleted");
+    Ok(kit::on_deletion(find(hv, me, uuid).await?, missing, WORDS))
 }
 
 /// For a provisioned machine whose domain does not carry its UID: whether the domain is this
 /// machine's from before it was re-created (restored with its status): `spec.providerID` names
 /// this host and domain, and the domain was defined for this `namespace/name`.
 pub fn remark_provisioned(domain: &DomainInfo, me: &Owner, provider_id: Option<&str>, host: &str) -> bool {
-    provider_id
+    let same = provider_id
         .and_then(ProviderId::parse)
-        .is_some_and(|p| p.host == host && p.uuid == domain.uuid.to_ascii_lowercase())
-        && created_for(domain, me)
+        .is_some_and(|p| p.host == host && p.uuid == domain.uuid.to_ascii_lowercase());
+    kit::remark_provisioned(&marks(domain), owner(me), same)
 }
 
 #[cfg(test)]
@@ -265,7 +197,7 @@ mod tests {
             "{why}"
         );
         assert!(why.contains("refusing to take it back"), "{why}");
-        assert!(taken_over(&d, &original).is_some());
+        assert!(kit::taken_over(&candidate(d.clone()), super::owner(&original)).is_some());
         assert!(remark_provisioned(
             &d,
             &original,

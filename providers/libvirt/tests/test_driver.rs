@@ -16,6 +16,7 @@ use banlieue_libvirt::phase::Phase;
 use banlieue_libvirt::provision::{self, Host, MachineInput, StepError};
 use banlieue_libvirt::readopt::{self, OnDeletion};
 use banlieue_libvirt::xml::{self, DomainType, Owner};
+use banlieue_provider_kit::machine::Deleted;
 
 const POOL: &str = "default-pool";
 
@@ -805,7 +806,11 @@ async fn deleting_a_copy_that_never_adopted_its_domain_leaves_it_in_place() {
     let copy = moved(&o);
     let before = hv.domain_by_uuid(&uuid).await.unwrap().unwrap();
     // Created for an earlier object of this name: left in place, not re-marked.
-    let OnDeletion::LeftInPlace(note) = readopt::on_deletion(&*hv, &copy, "h1", &uuid).await.unwrap() else {
+    let OnDeletion::Release(Deleted::Released {
+        reason: "VMLeftInPlace",
+        note,
+    }) = readopt::on_deletion(&*hv, &copy, "h1", &uuid).await.unwrap()
+    else {
         panic!("must be left in place");
     };
     assert!(
@@ -824,7 +829,11 @@ async fn deleting_a_copy_that_never_adopted_its_domain_leaves_it_in_place() {
         name: "other".into(),
         ..copy.clone()
     };
-    let OnDeletion::Nothing(note) = readopt::on_deletion(&*hv, &other, "h1", &uuid).await.unwrap() else {
+    let OnDeletion::Release(Deleted::Released {
+        reason: "Deleted",
+        note,
+    }) = readopt::on_deletion(&*hv, &other, "h1", &uuid).await.unwrap()
+    else {
         panic!("another object's domain");
     };
     assert!(
@@ -832,10 +841,12 @@ async fn deleting_a_copy_that_never_adopted_its_domain_leaves_it_in_place() {
         "{note}"
     );
     // No such domain.
-    let OnDeletion::Nothing(note) =
-        readopt::on_deletion(&*hv, &copy, "h1", "0000aaaa-0000-4000-8000-000000000777")
-            .await
-            .unwrap()
+    let OnDeletion::Release(Deleted::Released {
+        reason: "Deleted",
+        note,
+    }) = readopt::on_deletion(&*hv, &copy, "h1", "0000aaaa-0000-4000-8000-000000000777")
+        .await
+        .unwrap()
     else {
         panic!("no domain");
     };
@@ -845,7 +856,7 @@ async fn deleting_a_copy_that_never_adopted_its_domain_leaves_it_in_place() {
     let OnDeletion::Delete(d) = readopt::on_deletion(&*hv, &copy, "h1", &uuid).await.unwrap() else {
         panic!("owned: deleted");
     };
-    let note = provision::delete(&*hv, &copy, &s, &d.uuid).await.unwrap();
+    let note = provision::delete(&*hv, &copy, &s, &d.vm.uuid).await.unwrap();
     assert!(note.contains("destroyed and undefined"), "{note}");
     assert!(domains_of("ns", "del").is_empty());
 }

@@ -299,21 +299,15 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 Err(StepError::Permanent { .. }) => readopt::Found::Missing,
                 Err(e) => return Err(e.into()),
             };
-            match found {
-                readopt::Found::Owned(loc) => {
-                    Phase::Provisioned(loc).write(status);
-                    return Ok(Deleted::Again);
+            // Nothing found: whatever carries this object's UID is still looked for below.
+            if !matches!(found, readopt::Found::Missing) {
+                match readopt::on_deletion(found, String::new, readopt::WORDS) {
+                    readopt::OnDeletion::Delete(c) => {
+                        Phase::Provisioned(c.vm.loc).write(status);
+                        return Ok(Deleted::Again);
+                    }
+                    readopt::OnDeletion::Release(released) => return Ok(released),
                 }
-                readopt::Found::Remark(loc, _) | readopt::Found::Foreign(loc, _) => {
-                    return Ok(Deleted::Released {
-                        reason: "VMLeftInPlace",
-                        note: format!(
-                            "VM {} on {} has this machine's providerID but is marked for another object (an earlier object of this name, or its copy); left untouched: delete it by hand if it is no longer wanted",
-                            loc.vmid, loc.node
-                        ),
-                    });
-                }
-                readopt::Found::Missing => {}
             }
         }
         match provision::delete_step(

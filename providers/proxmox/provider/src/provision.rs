@@ -467,15 +467,17 @@ async fn readopt_step<H: Hypervisor>(
 ) -> Result<Step, StepError> {
     let reason = "AdoptionFailed";
     let pve = |e| StepError::from_pve(reason, e);
-    match readopt::find(hv, input.into(), provider_id).await? {
+    match readopt::find(hv, readopt::owner(input), provider_id).await? {
         Found::Missing => Err(permanent(
             "VMNotFound",
             format!(
                 "spec.providerID is {provider_id} but no VM on Proxmox has that SMBIOS uuid (deleted outside banlieue?): delete this machine to replace it"
             ),
         )),
-        Found::Foreign(_, why) => Err(permanent(reason, why)),
-        Found::Remark(loc, update) => {
+        Found::Foreign(_, why) | Found::TakenOver(_, why) => Err(permanent(reason, why)),
+        Found::Remark(c) => {
+            let loc = c.vm.loc;
+            let update = readopt::remark(&c.vm.config, readopt::owner(input));
             let requeue = apply_remark(hv, &loc, &update, reason).await?;
             let why = format!(
                 "marking VM {} on {} as this machine's: the object was created anew (clusterctl move or a restore)",
@@ -483,7 +485,8 @@ async fn readopt_step<H: Hypervisor>(
             );
             Ok(Step::wait(Phase::SelectNode, requeue, why.clone()).with_event("Adopting", why))
         }
-        Found::Owned(loc) => {
+        Found::Owned(c) => {
+            let loc = c.vm.loc;
             let message = format!(
                 "adopted VM {} on node {} by its providerID {provider_id}",
                 loc.vmid, loc.node
@@ -592,23 +595,26 @@ async fn update_step<H: Hypervisor>(
         });
     }
     if !desired::is_owned_by(&config, input.uid) {
-        match readopt::classify_provisioned(loc.clone(), &config, input) {
-            Some(Found::Foreign(_, why)) => return Err(permanent("AdoptionFailed", why)),
-            Some(Found::Remark(_, update)) => {
-                // The object was created anew with its status (e.g. restored): re-mark the VM.
-                let requeue = apply_remark(hv, &loc, &update, reason).await?;
-                let why = format!(
-                    "marking VM {} on {} as this machine's: the object was created anew",
-                    loc.vmid, loc.node
-                );
-                return Ok(Step {
-                    power,
-                    up_to_date: Some(UpToDate::no("Adopting", why.clone())),
-                    ..Step::wait(current, requeue, why.clone())
-                }
-                .with_event("Adopting", why));
+        if let Some(why) = readopt::taken_over(
+            &readopt::candidate(loc.clone(), config.clone()),
+            readopt::owner(input),
+        ) {
+            return Err(permanent(readopt::ADOPTION_FAILED, why));
+        }
+        if readopt::remark_provisioned(&config, input) {
+            // The object was created anew with its status (e.g. restored): re-mark the VM.
+            let update = readopt::remark(&config, readopt::owner(input));
+            let requeue = apply_remark(hv, &loc, &update, reason).await?;
+            let why = format!(
+                "marking VM {} on {} as this machine's: the object was created anew",
+                loc.vmid, loc.node
+            );
+            return Ok(Step {
+                power,
+                up_to_date: Some(UpToDate::no("Adopting", why.clone())),
+                ..Step::wait(current, requeue, why.clone())
             }
-            Some(Found::Owned(_) | Found::Missing) | None => {}
+            .with_event("Adopting", why));
         }
         return Err(permanent(
             reason,

@@ -1085,7 +1085,7 @@ async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused() {
     .await
     .unwrap_err();
     assert!(
-        matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message } if message.contains("not created by banlieue-proxmox for ProxmoxMachine ns/m2")),
+        matches!(&err, StepError::Permanent { reason: "AdoptionFailed", message } if message.contains("was created by banlieue-proxmox for ProxmoxMachine ns/m1, not for ProxmoxMachine ns/m2; refusing to adopt it")),
         "{err}"
     );
     let vm = hv.vms().into_values().next().unwrap();

@@ -1,21 +1,13 @@
-//! Re-adoption of a VM whose ProxmoxMachine was created anew: `clusterctl move` re-creates every
-//! object on the target cluster with a **new UID and no status**, and a restore from a backup
-//! does the same. The VM still carries the owner marker of the old object (its UID in the
-//! description and the `banlieue-uid-…` tag); the new object knows the VM only by its
-//! `spec.providerID` (`proxmox://<smbios uuid>`, which does move).
-//!
-//! The VM is re-marked for the new object only when all of this holds, so a machine can never
-//! take over a VM that was not created for it:
-//! - its SMBIOS uuid is the one in `spec.providerID`;
-//! - its description names **this** ProxmoxMachine (`namespace/name`, which `clusterctl move`
-//!   keeps) and carries a banlieue owner marker.
-//!
-//! A VM with the right uuid but marked for another object is refused; no VM with that uuid means
-//! the VM was deleted behind the provider's back (never re-cloned: the Machine's providerID is
-//! fixed, CAPI's health checks replace it).
+//! Re-adoption of a VM whose ProxmoxMachine was created anew (`clusterctl move`, a restore):
+//! the decision is the kit's ([`banlieue_provider_kit::readopt`]); this module reads and writes
+//! the marks. A VM is marked in its description (the line naming the ProxmoxMachine, the
+//! [`OWNER_DESCRIPTION_MARKER`] line with its UID, an [`ADOPTED_FROM_MARKER`] line after a
+//! re-mark) and its `banlieue-uid-…` tag. The new object knows the VM by its `spec.providerID`
+//! (`proxmox://<smbios uuid>`, which does move).
 
 use std::collections::BTreeSet;
 
+use banlieue_provider_kit::readopt::{self as kit, Marks};
 use banlieue_pve_client::{ConfigUpdate, VmConfig};
 
 use crate::desired::{self, OWNER_DESCRIPTION_MARKER, OWNER_TAG_PREFIX};
@@ -23,44 +15,36 @@ use crate::hypervisor::Hypervisor;
 use crate::phase::VmLocation;
 use crate::provision::{MachineInput, StepError};
 
-/// The object a VM is (to be) marked for.
-#[derive(Clone, Copy, Debug)]
-pub struct Owner<'a> {
-    /// The ProxmoxMachine's UID.
-    pub uid: &'a str,
-    /// Its namespace.
-    pub namespace: &'a str,
-    /// Its name.
-    pub name: &'a str,
-}
-
-impl<'a> From<&MachineInput<'a>> for Owner<'a> {
-    fn from(input: &MachineInput<'a>) -> Self {
-        Self {
-            uid: input.uid,
-            namespace: input.namespace,
-            name: input.name,
-        }
-    }
-}
+pub use banlieue_provider_kit::readopt::{
+    ADOPTION_FAILED, Candidate, Found, OnDeletion, Owner, VM_NOT_FOUND, on_deletion, taken_over,
+};
 
 /// Description line recording the UID a VM was re-marked from (the previous object).
 pub const ADOPTED_FROM_MARKER: &str = "banlieue.io/adopted-from: ";
-
 /// Prefix of the providerID this provider sets.
 pub const PROVIDER_ID_PREFIX: &str = "proxmox://";
+/// How messages name this provider and its kind.
+pub const WORDS: kit::Words = kit::Words {
+    provider: "banlieue-proxmox",
+    kind: "ProxmoxMachine",
+};
 
-/// What the search for the VM named by `spec.providerID` found.
+/// A VM found by its SMBIOS uuid: where it is and its config.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Found {
-    /// No VM has that SMBIOS uuid.
-    Missing,
-    /// The VM already carries this object's owner marker.
-    Owned(VmLocation),
-    /// The VM was created for this object's previous incarnation: apply `update` to re-mark it.
-    Remark(VmLocation, ConfigUpdate),
-    /// The VM has that uuid but was not created for this machine (why).
-    Foreign(VmLocation, String),
+pub struct Vm {
+    /// Node and VMID.
+    pub loc: VmLocation,
+    /// Its config (marks, digest).
+    pub config: VmConfig,
+}
+
+/// The owner of the machine `input` describes.
+pub fn owner<'a>(input: &MachineInput<'a>) -> Owner<'a> {
+    Owner {
+        uid: input.uid,
+        namespace: input.namespace,
+        name: input.name,
+    }
 }
 
 /// The SMBIOS uuid in a `proxmox://<uuid>` providerID (lower case).
@@ -72,41 +56,51 @@ pub fn uuid_of(provider_id: &str) -> Option<String> {
 }
 
 /// The first line of [`desired::owner_description`]: names the object the VM was created for.
-fn created_for_line(namespace: &str, name: &str) -> String {
-    format!("Created by banlieue-proxmox for ProxmoxMachine {namespace}/{name}.")
-}
+const CREATED_FOR: &str = "Created by banlieue-proxmox for ProxmoxMachine ";
 
-/// Whether the VM's description says it was created by banlieue for `namespace/name` (any UID).
-pub fn created_for(config: &VmConfig, namespace: &str, name: &str) -> bool {
-    let Some(description) = config.get("description") else {
-        return false;
+/// The owner marks of a VM: the description's lines (the UID also from the owner tag).
+pub fn marks(config: &VmConfig) -> Marks {
+    let tag_uid = || {
+        config
+            .tags()
+            .unwrap_or_default()
+            .iter()
+            .find_map(|t| t.strip_prefix(OWNER_TAG_PREFIX).map(str::to_owned))
     };
-    let line = created_for_line(namespace, name);
-    description.lines().any(|l| l.trim() == line)
-        && description
-            .lines()
-            .any(|l| l.trim().starts_with(OWNER_DESCRIPTION_MARKER))
+    Marks {
+        uid: owner_uid(config).or_else(tag_uid),
+        name: description_value(config, CREATED_FOR).map(|n| n.trim_end_matches('.').to_owned()),
+        adopted_from: description_value(config, ADOPTED_FROM_MARKER),
+        template: config.is_template(),
+    }
 }
 
-/// The config change that moves the VM's owner marker to `uid`: the description's marker lines
+/// The VM as the kit's decision sees it.
+pub fn candidate(loc: VmLocation, config: VmConfig) -> Candidate<Vm> {
+    Candidate {
+        marks: marks(&config),
+        label: format!("VM {} on {}", loc.vmid, loc.node),
+        vm: Vm { loc, config },
+    }
+}
+
+/// The config change that moves the VM's owner marker to `owner`: the description's marker lines
 /// are replaced (other lines the user added stay), the old `banlieue-uid-…` tags are replaced by
 /// the new one. Guarded by the config digest, so a concurrent change makes it fail and retry.
-pub fn remark(config: &VmConfig, uid: &str, namespace: &str, name: &str) -> ConfigUpdate {
-    let created = created_for_line(namespace, name);
+pub fn remark(config: &VmConfig, owner: Owner<'_>) -> ConfigUpdate {
     let description_now = config.get("description").unwrap_or_default();
-    let previous = owner_uid(config);
     let kept: Vec<&str> = description_now
         .lines()
         .filter(|l| {
             let l = l.trim();
-            l != created && !l.starts_with(OWNER_DESCRIPTION_MARKER) && !l.starts_with(ADOPTED_FROM_MARKER)
+            !l.starts_with(CREATED_FOR)
+                && !l.starts_with(OWNER_DESCRIPTION_MARKER)
+                && !l.starts_with(ADOPTED_FROM_MARKER)
         })
         .collect();
-    let mut description = desired::owner_description(uid, namespace, name);
-    if let Some(previous) = previous {
-        description.push_str(ADOPTED_FROM_MARKER);
-        description.push_str(&previous);
-        description.push('\n');
+    let mut description = desired::owner_description(owner.uid, owner.namespace, owner.name);
+    if let Some(previous) = marks(config).previous_owner(owner) {
+        description.push_str(&format!("{ADOPTED_FROM_MARKER}{previous}\n"));
     }
     for line in kept {
         description.push_str(line);
@@ -118,7 +112,7 @@ pub fn remark(config: &VmConfig, uid: &str, namespace: &str, name: &str) -> Conf
         .into_iter()
         .filter(|t| !t.starts_with(OWNER_TAG_PREFIX))
         .collect();
-    tags.insert(desired::owner_tag(uid));
+    tags.insert(desired::owner_tag(owner.uid));
     let mut update = ConfigUpdate::default()
         .set("description", description)
         .set("tags", tags.into_iter().collect::<Vec<_>>().join(";"));
@@ -140,44 +134,21 @@ fn description_value(config: &VmConfig, marker: &str) -> Option<String> {
         .filter(|v| !v.is_empty())
 }
 
-/// Classifies a VM whose SMBIOS uuid is the one of `spec.providerID` for this machine.
-pub fn classify(loc: VmLocation, config: &VmConfig, input: Owner<'_>) -> Found {
-    if desired::is_owned_by(config, input.uid) {
-        return Found::Owned(loc);
-    }
-    if description_value(config, ADOPTED_FROM_MARKER).as_deref() == Some(input.uid) {
-        // A copy of this object (clusterctl move or a restore while this one still exists)
-        // took the VM over: taking it back would start a tug of war between the two.
-        let why = format!(
-            "VM {} on {} was taken over by a copy of this machine (object uid {}), created by clusterctl move or a restore while this object still exists; refusing to take it back",
-            loc.vmid,
-            loc.node,
-            owner_uid(config).unwrap_or_default()
-        );
-        return Found::Foreign(loc, why);
-    }
-    if created_for(config, input.namespace, input.name) {
-        let update = remark(config, input.uid, input.namespace, input.name);
-        return Found::Remark(loc, update);
-    }
-    let why = format!(
-        "VM {} on {} has this machine's providerID but was not created by banlieue-proxmox for ProxmoxMachine {}/{}; refusing to adopt it",
-        loc.vmid, loc.node, input.namespace, input.name
-    );
-    Found::Foreign(loc, why)
-}
-
 /// Finds the VM of `provider_id`. Candidates are the non-template VMs named like the machine
 /// (the clone's name), then the other VMs carrying a banlieue owner tag; each candidate's config
 /// is read until one has the uuid.
-pub async fn find<H: Hypervisor>(hv: &H, input: Owner<'_>, provider_id: &str) -> Result<Found, StepError> {
-    let reason = "AdoptionFailed";
+pub async fn find<H: Hypervisor>(
+    hv: &H,
+    owner: Owner<'_>,
+    provider_id: &str,
+) -> Result<Found<Vm>, StepError> {
     let uuid = uuid_of(provider_id).ok_or_else(|| StepError::Permanent {
-        reason,
+        reason: ADOPTION_FAILED,
         message: format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<uuid> ID"),
     })?;
-    let guests = hv.guests().await.map_err(|e| StepError::from_pve(reason, e))?;
-    let named = |g: &&crate::hypervisor::Guest| g.name.as_deref() == Some(input.name);
+    let pve = |e| StepError::from_pve(ADOPTION_FAILED, e);
+    let guests = hv.guests().await.map_err(pve)?;
+    let named = |g: &&crate::hypervisor::Guest| g.name.as_deref() == Some(owner.name);
     let tagged = |g: &&crate::hypervisor::Guest| g.tags.iter().any(|t| t.starts_with(OWNER_TAG_PREFIX));
     let live = guests.iter().filter(|g| !g.template);
     let candidates = live
@@ -185,11 +156,7 @@ pub async fn find<H: Hypervisor>(hv: &H, input: Owner<'_>, provider_id: &str) ->
         .filter(named)
         .chain(live.filter(|g| !named(g) && tagged(g)));
     for guest in candidates {
-        let Some(config) = hv
-            .vm_config(&guest.node, guest.vmid)
-            .await
-            .map_err(|e| StepError::from_pve(reason, e))?
-        else {
+        let Some(config) = hv.vm_config(&guest.node, guest.vmid).await.map_err(pve)? else {
             continue;
         };
         if config.smbios_uuid().map(str::to_ascii_lowercase).as_deref() != Some(uuid.as_str()) {
@@ -199,17 +166,22 @@ pub async fn find<H: Hypervisor>(hv: &H, input: Owner<'_>, provider_id: &str) ->
             node: guest.node.clone(),
             vmid: guest.vmid,
         };
-        return Ok(classify(loc, &config, input));
+        return Ok(kit::classify(candidate(loc, config), owner, WORDS));
     }
     Ok(Found::Missing)
 }
 
-/// For a provisioned machine whose VM does not carry its owner marker: [`classify`] when the VM
-/// has the machine's providerID (re-created object with its status, e.g. restored), else `None`.
-pub fn classify_provisioned(loc: VmLocation, config: &VmConfig, input: &MachineInput<'_>) -> Option<Found> {
-    let wanted = input.spec.provider_id.as_deref()?;
-    let actual = desired::provider_id(config)?;
-    (uuid_of(wanted) == uuid_of(&actual)).then(|| classify(loc, config, input.into()))
+/// For a provisioned machine whose VM does not carry its owner marker: whether the VM is this
+/// machine's from before it was re-created with its status (a restore): it has the machine's
+/// providerID and was created for this `namespace/name` ([`kit::remark_provisioned`]).
+pub fn remark_provisioned(config: &VmConfig, input: &MachineInput<'_>) -> bool {
+    let same = input
+        .spec
+        .provider_id
+        .as_deref()
+        .zip(desired::provider_id(config))
+        .is_some_and(|(wanted, actual)| uuid_of(wanted).is_some() && uuid_of(wanted) == uuid_of(&actual));
+    kit::remark_provisioned(&marks(config), owner(input), same)
 }
 
 #[cfg(test)]
@@ -245,10 +217,15 @@ mod tests {
             ("tags", "k8s;banlieue-uid-old-uid"),
             ("digest", "abc"),
         ]);
-        assert!(created_for(&before, "ns", "m1"));
-        assert!(!created_for(&before, "ns", "m2"));
-        assert!(!created_for(&before, "other", "m1"));
-        let update = remark(&before, "new-uid", "ns", "m1");
+        let me = |namespace, name| Owner {
+            uid: "new-uid",
+            namespace,
+            name,
+        };
+        assert!(marks(&before).created_for(me("ns", "m1")));
+        assert!(!marks(&before).created_for(me("ns", "m2")));
+        assert!(!marks(&before).created_for(me("other", "m1")));
+        let update = remark(&before, me("ns", "m1"));
         assert_eq!(update.digest.as_deref(), Some("abc"));
         assert_eq!(update.set["tags"], "banlieue-uid-new-uid;k8s");
         let after = config(&[
@@ -279,9 +256,10 @@ mod tests {
             namespace: "ns",
             name: "m1",
         };
-        let Found::Remark(_, update) = classify(loc.clone(), &vm, copy) else {
+        let Found::Remark(_) = kit::classify(candidate(loc.clone(), vm.clone()), copy, WORDS) else {
             panic!("the copy adopts");
         };
+        let update = remark(&vm, copy);
         assert!(update.set["description"].contains("banlieue.io/adopted-from: old-uid"));
         let adopted = config(&[
             ("description", &update.set["description"]),
@@ -291,8 +269,8 @@ mod tests {
             uid: "old-uid",
             ..copy
         };
-        match classify(loc.clone(), &adopted, back) {
-            Found::Foreign(_, why) => assert!(why.contains("taken over by a copy"), "{why}"),
+        match kit::classify(candidate(loc.clone(), adopted.clone()), back, WORDS) {
+            Found::TakenOver(_, why) => assert!(why.contains("taken over by a copy"), "{why}"),
             other => panic!("the original must not re-mark it: {other:?}"),
         }
         // A third incarnation (e.g. moved again) still adopts from the copy.
@@ -300,9 +278,10 @@ mod tests {
             uid: "third-uid",
             ..copy
         };
-        let Found::Remark(_, again) = classify(loc, &adopted, third) else {
+        let Found::Remark(_) = kit::classify(candidate(loc, adopted.clone()), third, WORDS) else {
             panic!("a later copy adopts");
         };
+        let again = remark(&adopted, third);
         assert_eq!(again.set["description"].matches(ADOPTED_FROM_MARKER).count(), 1);
         assert!(again.set["description"].contains("banlieue.io/adopted-from: new-uid"));
     }
@@ -313,6 +292,11 @@ mod tests {
             "description",
             "Created by banlieue-proxmox for ProxmoxMachine ns/m1.\n",
         )]);
-        assert!(!created_for(&forged, "ns", "m1"));
+        let me = Owner {
+            uid: "x",
+            namespace: "ns",
+            name: "m1",
+        };
+        assert!(!marks(&forged).created_for(me));
     }
 }

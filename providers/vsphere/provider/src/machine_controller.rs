@@ -260,25 +260,14 @@ impl MachineBackend for VSphereMachines {
             // an earlier object of this name is left in place (never re-marked here).
             (None, None, Some(provider_id)) => match readopt::on_deletion(&client, owner, provider_id).await?
             {
-                readopt::OnDeletion::Delete(vm) => {
-                    found = Some(vm);
+                readopt::OnDeletion::Delete(candidate) => {
+                    found = Some(candidate.vm.vm);
                     provision::delete_step(&client, &uid, found.clone(), None).await?
                 }
-                readopt::OnDeletion::LeftInPlace(note) => {
-                    return Ok(Deleted::Released {
-                        reason: "VMLeftInPlace",
-                        note,
-                    });
-                }
-                readopt::OnDeletion::Nothing(note) => {
+                readopt::OnDeletion::Release(released) => {
                     // Still nothing carrying this object's UID may be left behind.
                     match provision::delete_step(&client, &uid, None, None).await? {
-                        DeleteStep::Gone => {
-                            return Ok(Deleted::Released {
-                                reason: "Deleted",
-                                note,
-                            });
-                        }
+                        DeleteStep::Gone => return Ok(released),
                         other => other,
                     }
                 }

@@ -152,7 +152,7 @@ pub fn guestinfo(input: &MachineInput<'_>, user_data: Option<&[u8]>) -> Vec<(Str
         out.push(("guestinfo.userdata".to_owned(), b64(ud)));
         out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
     }
-    out.extend(readopt::Owner::from(input).marker());
+    out.extend(readopt::marker(readopt::owner(input)));
     out
 }
 
@@ -540,7 +540,7 @@ pub async fn provision_step(
                 }
             }
             let info = existing_vm(c, &vm).await?;
-            let owner = readopt::Owner::from(input);
+            let owner = readopt::owner(input);
             if readopt::remark_provisioned(&info, owner, input.spec.provider_id.as_deref())
                 || readopt::missing_name_marker(&info, owner)
             {
@@ -601,7 +601,7 @@ pub async fn provision_step(
 /// restore; see [`readopt`]): its VM is found by the providerID, re-marked for this object and
 /// adopted like a VM found after a crash (never cloned again, no new bootstrap data).
 async fn readopt_step(c: &Client, input: &MachineInput<'_>, provider_id: &str) -> Result<Step, StepError> {
-    let owner = readopt::Owner::from(input);
+    let owner = readopt::owner(input);
     match readopt::find(c, owner, provider_id).await? {
         Found::Missing => Err(permanent(
             readopt::VM_NOT_FOUND,
@@ -610,7 +610,7 @@ async fn readopt_step(c: &Client, input: &MachineInput<'_>, provider_id: &str) -
             ),
         )),
         Found::Foreign(_, why) | Found::TakenOver(_, why) => Err(permanent(readopt::ADOPTION_FAILED, why)),
-        Found::Remark(info) => {
+        Found::Remark(readopt::Candidate { vm: info, .. }) => {
             let task = readopt::remark(c, &info, owner).await?;
             let why = format!(
                 "marking VM {} as this machine's: the object was created anew (clusterctl move or a restore)",
@@ -622,10 +622,12 @@ async fn readopt_step(c: &Client, input: &MachineInput<'_>, provider_id: &str) -
                     .event("Adopting", why),
             )
         }
-        Found::Owned(info) => Ok(Step::to(Phase::Configure(info.vm.clone(), None)).event(
-            "Adopted",
-            format!("adopted VM {} by its providerID {provider_id}", info.vm.value),
-        )),
+        Found::Owned(readopt::Candidate { vm: info, .. }) => {
+            Ok(Step::to(Phase::Configure(info.vm.clone(), None)).event(
+                "Adopted",
+                format!("adopted VM {} by its providerID {provider_id}", info.vm.value),
+            ))
+        }
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail, ensure};
 use banlieue_api::common::PowerState;
 use banlieue_api::infrastructure::{VSphereCluster, VSphereClusterSpec, VSphereMachineSpec};
+use banlieue_provider_kit::machine::Deleted;
 use banlieue_vsphere::phase::Phase;
 use banlieue_vsphere::provision::{
     self, DeleteStep, MachineInput, OWNER_KEY, OWNER_NAME_KEY, Step, StepError,
@@ -273,7 +274,10 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
         name: "pp",
     };
     // Deleting a copy that never adopted the VM: left in place, not re-marked.
-    let OnDeletion::LeftInPlace(note) = readopt::on_deletion(&c, copy_owner, &provider_id)
+    let OnDeletion::Release(Deleted::Released {
+        reason: "VMLeftInPlace",
+        note,
+    }) = readopt::on_deletion(&c, copy_owner, &provider_id)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?
     else {
@@ -285,7 +289,10 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
     );
     let untouched = c.vm_info(&before.vm).await?.context("VM gone")?;
     ensure!(untouched.extra_config.get(OWNER_KEY).map(String::as_str) == Some(OLD_UID));
-    let OnDeletion::Nothing(note) = readopt::on_deletion(&c, copy_owner, "vsphere-bogus")
+    let OnDeletion::Release(Deleted::Released {
+        reason: "Deleted",
+        note,
+    }) = readopt::on_deletion(&c, copy_owner, "vsphere-bogus")
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?
     else {
@@ -335,13 +342,14 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
     }
 
     // Owned by the copy now: its deletion deletes it.
-    let OnDeletion::Delete(vm) = readopt::on_deletion(&c, copy_owner, &provider_id)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?
+    let OnDeletion::Delete(readopt::Candidate { vm, .. }) =
+        readopt::on_deletion(&c, copy_owner, &provider_id)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
     else {
         bail!("owned: deleted");
     };
-    delete(&c, NEW_UID, Some(vm)).await?;
+    delete(&c, NEW_UID, Some(vm.vm)).await?;
     ensure!(vms_named(&c, "pp").await?.is_empty());
     Ok(())
 }

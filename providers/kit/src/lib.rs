@@ -5,6 +5,7 @@
 //!
 //! | module | job |
 //! |---|---|
+//! | [`connection`] | an infra cluster's endpoint, credentials Secret and TLS trust, its own or its `Provider`'s, with one set of reasons for what cannot work |
 //! | [`owner`] | an InfraMachine's controlling owner (CAPI `Machine` or banlieue `VirtualMachine`) resolved into what provisioning needs: bootstrap data source, failure domain, infra cluster, pause |
 //! | [`cluster`] | the InfraCluster reconciler (owner, pause, finalizer, deletion after the machines, `controlPlaneEndpoint`, failure domains, `Ready`, Events), around a [`cluster::ClusterBackend`] |
 //! | [`machine`] | the InfraMachine reconciler (fresh read, move, owner, pause, deletion step by step, finalizer, waits, user data, one provisioning step, `providerID`, conditions, Events, backoff), around a [`machine::MachineBackend`] |
@@ -22,6 +23,7 @@
 
 pub mod capi;
 pub mod cluster;
+pub mod connection;
 mod drive;
 pub mod error;
 pub mod events;

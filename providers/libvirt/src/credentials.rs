@@ -23,8 +23,6 @@ use std::hash::{Hash, Hasher};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::ByteString;
-
 /// Key of the SSH private key (OpenSSH or PEM format).
 pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
 /// Key of the `known_hosts` lines of the libvirt host.
@@ -104,10 +102,10 @@ impl std::fmt::Debug for Plan {
 }
 
 /// Decides which Secret keys a URI needs and the files they become.
-pub fn plan(uri: &str, secret: &str, data: &BTreeMap<String, ByteString>) -> Result<Plan, CredentialsError> {
+pub fn plan(uri: &str, secret: &str, data: &BTreeMap<String, Vec<u8>>) -> Result<Plan, CredentialsError> {
     let take = |key: &str| -> Result<Vec<u8>, CredentialsError> {
         match data.get(key) {
-            Some(v) if !v.0.is_empty() => Ok(v.0.clone()),
+            Some(v) if !v.is_empty() => Ok(v.clone()),
             _ => Err(CredentialsError::new(
                 "CredentialsInvalid",
                 format!("Secret {secret:?} has no (or an empty) key {key:?}, needed for {uri}"),
@@ -267,7 +265,7 @@ pub fn materialize(
     namespace: &str,
     secret: &str,
     uri: &str,
-    data: &BTreeMap<String, ByteString>,
+    data: &BTreeMap<String, Vec<u8>>,
 ) -> Result<String, CredentialsError> {
     let plan = plan(uri, secret, data)?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -306,14 +304,9 @@ mod tests {
 
     const MARKER: &str = "SECRET-MARKER-7f3a";
 
-    fn data(keys: &[&str]) -> BTreeMap<String, ByteString> {
+    fn data(keys: &[&str]) -> BTreeMap<String, Vec<u8>> {
         keys.iter()
-            .map(|k| {
-                (
-                    (*k).to_owned(),
-                    ByteString(format!("{MARKER} {k}\n").into_bytes()),
-                )
-            })
+            .map(|k| ((*k).to_owned(), format!("{MARKER} {k}\n").into_bytes()))
             .collect()
     }
 
@@ -432,7 +425,7 @@ mod tests {
         assert_eq!(std::fs::metadata(&keyfile).unwrap().modified().unwrap(), mtime);
         // Rotated Secret: a new directory, the old one is gone.
         let mut rotated = d.clone();
-        rotated.insert(SSH_PRIVATE_KEY.into(), ByteString(b"new key".to_vec()));
+        rotated.insert(SSH_PRIVATE_KEY.into(), b"new key".to_vec());
         let got2 = materialize(&base, "ns", "creds", uri, &rotated).unwrap();
         assert_ne!(got2, got);
         assert!(!dir.exists());

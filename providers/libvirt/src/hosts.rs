@@ -16,12 +16,13 @@ use std::sync::Arc;
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::SecretReference;
 use banlieue_api::infrastructure::LibvirtCluster;
+use banlieue_provider_kit::cluster::Problem;
+use banlieue_provider_kit::connection::{self, in_namespace};
 use banlieue_provider_runtime::secret_watch::SecretKey;
-use k8s_openapi::api::core::v1::Secret;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Resource, ResourceExt};
 
 use crate::credentials;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::hypervisor::Hypervisor;
 use crate::provision::Host;
 use banlieue_provider_kit::secrets::ReadSecrets;
@@ -66,20 +67,21 @@ pub struct HostsError {
     pub message: String,
 }
 
+impl From<Problem> for HostsError {
+    fn from(p: Problem) -> Self {
+        Self {
+            reason: p.reason,
+            message: p.message,
+        }
+    }
+}
+
 impl From<credentials::CredentialsError> for HostsError {
     fn from(e: credentials::CredentialsError) -> Self {
         Self {
             reason: e.reason,
             message: e.message,
         }
-    }
-}
-
-/// A reference with its namespace defaulted to `namespace`.
-fn in_namespace(r: &SecretReference, namespace: &str) -> SecretReference {
-    SecretReference {
-        name: r.name.clone(),
-        namespace: Some(r.namespace.clone().unwrap_or_else(|| namespace.to_owned())),
     }
 }
 
@@ -116,16 +118,6 @@ pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec
                 reason: "ProviderNotFound",
                 message: format!("Provider {:?} not found", r.name),
             })?;
-            if p.spec.backend != Backend::Libvirt {
-                return Err(HostsError {
-                    reason: "ProviderBackendMismatch",
-                    message: format!(
-                        "Provider {:?} has backend {}, a LibvirtCluster needs libvirt",
-                        r.name,
-                        p.spec.backend.as_str()
-                    ),
-                });
-            }
             // A Provider is cluster-scoped: its reference names its namespace (CEL rule).
             let creds = p
                 .spec
@@ -170,10 +162,12 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
     read: &ReadSecrets<K>,
 ) -> Result<std::result::Result<Vec<HostSpec>, HostsError>> {
     let provider = match &lvc.spec.provider_ref {
-        Some(r) if lvc.spec.uri.is_none() => Api::<Provider>::all(client.clone())
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| Error::kube("reading the Provider", e))?,
+        Some(r) if lvc.spec.uri.is_none() && lvc.spec.hosts.is_empty() => {
+            match connection::provider(client, &r.name, Backend::Libvirt, "LibvirtCluster").await? {
+                Ok(p) => Some(p),
+                Err(problem) => return Ok(Err(problem.into())),
+            }
+        }
         _ => None,
     };
     let mut hosts = match hosts_of(lvc, provider.as_ref()) {
@@ -183,18 +177,15 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
     read.record(credentials_secrets(&hosts));
     for h in &mut hosts {
         let Some(r) = &h.credentials else { continue };
-        let ns = r.namespace.clone().unwrap_or_default();
-        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| Error::kube(format!("reading credentials Secret {ns}/{}", r.name), e))?;
-        let Some(secret) = secret else {
-            return Ok(Err(HostsError {
-                reason: "CredentialsNotFound",
-                message: format!("credentials Secret {ns}/{} of host {} not found", r.name, h.name),
-            }));
+        let secret = match connection::credentials(client, Some(r)).await? {
+            Ok(secret) => secret,
+            Err(problem) => {
+                let mut e = HostsError::from(problem);
+                e.message = format!("{} (host {})", e.message, h.name);
+                return Ok(Err(e));
+            }
         };
-        let data = secret.data.unwrap_or_default();
+        let (ns, data) = (r.namespace.clone().unwrap_or_default(), secret.data);
         match credentials::materialize(&credentials::default_dir(), &ns, &r.name, &h.uri, &data) {
             Ok(uri) => h.uri = uri,
             Err(e) => return Ok(Err(e.into())),
@@ -277,12 +268,6 @@ mod tests {
         assert_eq!(
             hosts_of(&lvc, Some(&provider(Backend::Libvirt))).unwrap()[0].name,
             "kvm2"
-        );
-        assert_eq!(
-            hosts_of(&lvc, Some(&provider(Backend::Proxmox)))
-                .unwrap_err()
-                .reason,
-            "ProviderBackendMismatch"
         );
         assert_eq!(hosts_of(&lvc, None).unwrap_err().reason, "ProviderNotFound");
     }

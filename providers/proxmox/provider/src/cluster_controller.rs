@@ -3,7 +3,7 @@
 //! deletion after the machines, endpoint, `Ready`, Events, watches).
 //!
 //! What is Proxmox's: the connection (the ProxmoxCluster's endpoint and credentials Secret, or
-//! its Provider's, see [`crate::credentials::connection_source`]), checked with `GET /version`
+//! its Provider's, see [`crate::credentials::read_connection`]), checked with `GET /version`
 //! and the node and guest listings (`ProxmoxConnected`, with the reason of
 //! [`crate::error::connection_reason`]), and one failure domain per allowed online node (every
 //! online node when `spec.allowedNodes` is empty).
@@ -14,7 +14,7 @@ use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, 
 use banlieue_provider_kit::secrets::ReadSecrets;
 use kube::ResourceExt;
 
-use crate::credentials::{Connector, connection_from, read_source, referenced_secrets};
+use crate::credentials::{Connector, read_connection};
 use crate::error::Error;
 use crate::hypervisor::{Hypervisor, NodeLoad};
 use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
@@ -100,29 +100,15 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
         pxc: &ProxmoxCluster,
         secrets: &ReadSecrets<ProxmoxCluster>,
     ) -> Result<ClusterCheck, Error> {
-        let connection = match read_source(client, pxc).await {
-            Ok((source, provider)) => {
-                // Recorded before the Secret is read: a missing one is what the watch waits for.
-                secrets.record(referenced_secrets(&source));
-                connection_from(client, pxc, source, provider.as_ref()).await
-            }
-            Err(e) => Err(e),
-        };
-        let connection = match connection {
-            Err(Error::Credentials(message)) => {
-                return Ok(ClusterCheck::failed(Problem::new("CredentialsInvalid", message)));
-            }
-            Err(Error::Provider { reason, message }) => {
-                return Ok(ClusterCheck::failed(Problem::new(reason, message)));
-            }
-            Err(e) => return Err(e),
+        let connection = match read_connection(client, pxc, |keys| secrets.record(keys)).await? {
+            Err(problem) => return Ok(ClusterCheck::failed(problem)),
             Ok(connection) => connection,
         };
         let key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
         let hv = match self.connector.connect(&key, &connection) {
             Err(e) => {
                 return Ok(ClusterCheck::failed(Problem::new(
-                    "CredentialsInvalid",
+                    banlieue_provider_kit::connection::CREDENTIALS_INVALID,
                     e.to_string(),
                 )));
             }

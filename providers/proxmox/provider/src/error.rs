@@ -17,30 +17,15 @@ pub enum Error {
     /// The credentials or connection settings of the ProxmoxCluster are unusable.
     #[error("Proxmox credentials: {0}")]
     Credentials(String),
-    /// The banlieue Provider named by `spec.providerRef` is unusable (missing, wrong backend).
-    #[error("Provider: {reason}: {message}")]
-    Provider {
-        /// Condition reason, e.g. `ProviderBackendMismatch`.
-        reason: &'static str,
-        /// Actionable message.
-        message: String,
-    },
+    /// The kit failed (a Kubernetes read while resolving the connection).
+    #[error(transparent)]
+    Kit(#[from] banlieue_provider_kit::Error),
     /// A provisioning or deletion step failed transiently.
     #[error(transparent)]
     Step(#[from] StepError),
     /// The bootstrap / user data Secret is unusable (missing key, unknown format).
     #[error("bootstrap data: {0}")]
     Bootstrap(String),
-    /// A referenced object does not exist (yet).
-    #[error("{kind} {namespace}/{name} not found")]
-    Missing {
-        /// Kind of the object.
-        kind: &'static str,
-        /// Namespace.
-        namespace: String,
-        /// Name.
-        name: String,
-    },
 }
 
 impl Error {
@@ -59,8 +44,7 @@ impl Error {
             Self::Credentials(_) => "credentials",
             Self::Step(e) => e.metric_label(),
             Self::Bootstrap(_) => "bootstrap",
-            Self::Provider { .. } => "provider",
-            Self::Missing { .. } => "missing",
+            Self::Kit(e) => e.metric_label(),
         }
     }
 }

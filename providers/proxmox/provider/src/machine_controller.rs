@@ -22,6 +22,7 @@ use crate::error::Error;
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 use crate::readopt;
+use banlieue_provider_kit::connection::CREDENTIALS_INVALID;
 
 pub use banlieue_provider_kit::machine::{WAIT_REQUEUE, run};
 
@@ -76,15 +77,22 @@ pub fn user_data_needed(phase: &Phase, has_provider_id: bool) -> bool {
     }
 }
 
-/// A hypervisor handle for the ProxmoxCluster, and the nodes machines may use.
+/// A hypervisor handle for the ProxmoxCluster and the nodes machines may use, or why there is
+/// none.
 async fn hypervisor<C: Connector>(
     client: &kube::Client,
     connector: &C,
     pxc: &ProxmoxCluster,
-) -> Result<(C::Hv, Vec<String>), Error> {
-    let connection = read_connection(client, pxc).await?;
+) -> Result<Result<(C::Hv, Vec<String>), Problem>, Error> {
+    let connection = match read_connection(client, pxc, |_| {}).await? {
+        Ok(connection) => connection,
+        Err(problem) => return Ok(Err(problem)),
+    };
     let key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
-    Ok((connector.connect(&key, &connection)?, connection.allowed_nodes))
+    Ok(match connector.connect(&key, &connection) {
+        Ok(hv) => Ok((hv, connection.allowed_nodes)),
+        Err(e) => Err(Problem::new(CREDENTIALS_INVALID, e.to_string())),
+    })
 }
 
 /// A transient error as a step failure, its reason the error's.
@@ -170,18 +178,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             )
         })?;
         let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc).await {
-            Ok(found) => found,
-            Err(Error::Provider { reason, message }) => {
+            Ok(Ok(found)) => found,
+            Ok(Err(problem)) => {
                 return Err(StepFailure::problem(
-                    reason,
-                    message,
-                    Some(provision::PERMANENT_RETRY),
-                ));
-            }
-            Err(Error::Credentials(message)) => {
-                return Err(StepFailure::problem(
-                    "ProxmoxCredentialsInvalid",
-                    message,
+                    problem.reason,
+                    problem.message,
                     Some(provision::PERMANENT_RETRY),
                 ));
             }
@@ -279,7 +280,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     ) -> Result<Deleted, Error> {
         let (pm, pxc) = (request.machine, request.cluster);
         let uid = pm.uid().unwrap_or_default();
-        let (hv, _) = hypervisor(client, &self.connector, pxc).await?;
+        let hv = match hypervisor(client, &self.connector, pxc).await? {
+            Ok((hv, _)) => hv,
+            Err(problem) => return Ok(Deleted::Blocked(problem)),
+        };
         if pm.status.as_ref().and_then(|s| s.vmid).is_none()
             && let Some(provider_id) = pm.spec.provider_id.as_deref()
         {

@@ -952,8 +952,8 @@ async fn connection_failures_say_why_and_a_late_credentials_secret_is_noticed_wi
     }))
     .await?;
     let c = s
-        .wait_connected(TIMEOUT, "CredentialsInvalid", |c| {
-            c.reason == "CredentialsInvalid"
+        .wait_connected(TIMEOUT, "CredentialsNotFound", |c| {
+            c.reason == "CredentialsNotFound"
         })
         .await?;
     assert!(c.message.contains("pve-late"), "{}", c.message);

@@ -65,11 +65,11 @@ impl ClusterBackend for VSphereClusters {
     ) -> Result<ClusterCheck, Error> {
         let endpoint = match connection::resolve(client, vsc, |keys| secrets.record(keys)).await? {
             Ok(e) => e,
-            Err(p) => return Ok(ClusterCheck::failed(Problem::new(p.reason, p.message))),
+            Err(p) => return Ok(ClusterCheck::failed(p)),
         };
         let vcenter = match self.clients.client(&endpoint) {
             Ok(c) => c,
-            Err(p) => return Ok(ClusterCheck::failed(Problem::new(p.reason, p.message))),
+            Err(p) => return Ok(ClusterCheck::failed(p)),
         };
         if let Err(e) = vcenter.login_if_needed().await {
             return Ok(failed(&e));

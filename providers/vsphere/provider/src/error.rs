@@ -27,6 +27,9 @@ pub enum Error {
     /// The objects say something that cannot work (wrong Secret keys, bad status).
     #[error("{0}")]
     Invalid(String),
+    /// The kit failed (a Kubernetes read while resolving the connection).
+    #[error(transparent)]
+    Kit(#[from] banlieue_provider_kit::Error),
     /// A provisioning or deletion step failed.
     #[error(transparent)]
     Step(#[from] crate::provision::StepError),
@@ -47,6 +50,7 @@ impl Error {
             Self::Kube { .. } => "kube",
             Self::Vsphere { source, .. } => source.metric_label(),
             Self::Invalid(_) => "invalid",
+            Self::Kit(e) => e.metric_label(),
             Self::Step(crate::provision::StepError::Transient { source, .. }) => source.metric_label(),
             Self::Step(_) => "step",
         }

@@ -71,13 +71,9 @@ impl VSphereMachines {
         kube: &kube::Client,
         cluster: &banlieue_api::infrastructure::VSphereCluster,
     ) -> Result<Result<banlieue_vsphere_client::Client, Problem>, Error> {
-        Ok(match connection::resolve(kube, cluster, |_| {}).await? {
-            Err(p) => Err(Problem::new(p.reason, p.message)),
-            Ok(endpoint) => self
-                .clients
-                .client(&endpoint)
-                .map_err(|p| Problem::new(p.reason, p.message)),
-        })
+        Ok(connection::resolve(kube, cluster, |_| {})
+            .await?
+            .and_then(|endpoint| self.clients.client(&endpoint)))
     }
 }
 

@@ -1,0 +1,433 @@
+//! Where an infra cluster's hypervisor connection comes from, read the same way for every
+//! backend: the cluster's own endpoint, credentials Secret and TLS trust, or those of the
+//! cluster-scoped banlieue `Provider` its `spec.providerRef` names. What cannot work is a
+//! [`Problem`] with one of this module's reasons, for `Ready=False` and the VirtualMachine.
+//!
+//! References without a namespace resolve to the infra cluster's. Secrets are recorded for the
+//! Secret watch before they are read (a missing one is what the watch waits for), and their
+//! content never appears in a message: messages name the object and the key only.
+
+use std::collections::BTreeMap;
+
+use banlieue_api::banlieue::{Backend, Provider};
+use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
+use banlieue_provider_runtime::secret_watch::SecretKey;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::{Api, ResourceExt};
+
+use crate::cluster::Problem;
+use crate::error::{Error, Result};
+
+/// `spec.providerRef` names no Provider.
+pub const PROVIDER_NOT_FOUND: &str = "ProviderNotFound";
+/// The Provider is for another hypervisor.
+pub const PROVIDER_BACKEND_MISMATCH: &str = "ProviderBackendMismatch";
+/// No credentials Secret is named, or it does not exist.
+pub const CREDENTIALS_NOT_FOUND: &str = "CredentialsNotFound";
+/// The credentials Secret lacks a key the backend needs.
+pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
+/// The CA bundle Secret or ConfigMap, or its key, does not exist.
+pub const CA_BUNDLE_NOT_FOUND: &str = "CABundleNotFound";
+/// Neither the infra cluster nor its Provider names an endpoint.
+pub const NO_ENDPOINT: &str = "NoEndpoint";
+
+/// What an infra cluster's own spec says about its connection.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Own<'a> {
+    /// Its endpoint (`spec.endpoint`, `spec.server`, `spec.uri`).
+    pub endpoint: Option<&'a str>,
+    /// `spec.credentialsRef`.
+    pub credentials: Option<&'a SecretReference>,
+    /// `spec.tls`.
+    pub tls: Option<&'a TlsTrust>,
+    /// `spec.providerRef`'s name.
+    pub provider: Option<&'a str>,
+}
+
+/// The connection settings of an infra cluster, references resolved, nothing read yet.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Source {
+    /// The endpoint.
+    pub endpoint: String,
+    /// The credentials Secret (namespace filled in).
+    pub credentials: Option<SecretReference>,
+    /// TLS trust (CA bundle namespace filled in).
+    pub tls: Option<TlsTrust>,
+    /// The Provider the settings come from.
+    pub provider: Option<Provider>,
+}
+
+impl Source {
+    /// The Secrets this source references (credentials, a CA bundle Secret), for the watch.
+    pub fn secrets(&self) -> Vec<SecretKey> {
+        let key = |ns: &Option<String>, name: &str| SecretKey::new(ns.clone().unwrap_or_default(), name);
+        let ca = self
+            .tls
+            .as_ref()
+            .and_then(|t| t.ca_bundle_ref.as_ref())
+            .filter(|ca| matches!(ca.kind, CaBundleKind::Secret))
+            .map(|ca| key(&ca.namespace, &ca.name));
+        self.credentials
+            .iter()
+            .map(|r| key(&r.namespace, &r.name))
+            .chain(ca)
+            .collect()
+    }
+
+    /// Nodes machines may use, as the Provider lists them (empty: all).
+    pub fn provider_nodes(&self) -> &[String] {
+        self.provider.as_ref().map_or(&[], |p| &p.spec.nodes)
+    }
+}
+
+/// `r` with its namespace defaulted to `namespace`.
+pub fn in_namespace(r: &SecretReference, namespace: &str) -> SecretReference {
+    SecretReference {
+        name: r.name.clone(),
+        namespace: Some(r.namespace.clone().unwrap_or_else(|| namespace.to_owned())),
+    }
+}
+
+/// The Provider `name`, which must be for `backend` (`kind`: the infra cluster kind, for
+/// messages).
+pub async fn provider(
+    client: &kube::Client,
+    name: &str,
+    backend: Backend,
+    kind: &str,
+) -> Result<std::result::Result<Provider, Problem>> {
+    let Some(provider) = Api::<Provider>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("reading Provider {name}"), e))?
+    else {
+        return Ok(Err(Problem::new(
+            PROVIDER_NOT_FOUND,
+            format!("Provider {name:?} (spec.providerRef) does not exist"),
+        )));
+    };
+    if provider.spec.backend != backend {
+        return Ok(Err(Problem::new(
+            PROVIDER_BACKEND_MISMATCH,
+            format!(
+                "Provider {name:?} has backend {}, a {kind} needs a {} Provider",
+                provider.spec.backend.as_str(),
+                backend.as_str()
+            ),
+        )));
+    }
+    Ok(Ok(provider))
+}
+
+/// Resolves the connection settings of an infra cluster in `namespace` of `kind` for `backend`:
+/// its own, or its Provider's.
+pub async fn source(
+    client: &kube::Client,
+    namespace: &str,
+    own: Own<'_>,
+    backend: Backend,
+    kind: &str,
+) -> Result<std::result::Result<Source, Problem>> {
+    let (endpoint, credentials, mut tls, provider) = match own.provider {
+        Some(name) => match provider(client, name, backend, kind).await? {
+            Err(problem) => return Ok(Err(problem)),
+            Ok(p) => (
+                Some(p.spec.endpoint.clone()),
+                p.spec.credentials_ref.clone(),
+                p.spec.tls.clone(),
+                Some(p),
+            ),
+        },
+        None => (
+            own.endpoint.map(str::to_owned),
+            own.credentials.cloned(),
+            own.tls.cloned(),
+            None,
+        ),
+    };
+    let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) else {
+        return Ok(Err(Problem::new(
+            NO_ENDPOINT,
+            format!("the {kind} names no endpoint: set it, or spec.providerRef"),
+        )));
+    };
+    if let Some(ca) = tls.as_mut().and_then(|t| t.ca_bundle_ref.as_mut()) {
+        ca.namespace.get_or_insert_with(|| namespace.to_owned());
+    }
+    Ok(Ok(Source {
+        endpoint,
+        credentials: credentials.map(|r| in_namespace(&r, namespace)),
+        tls,
+        provider,
+    }))
+}
+
+/// A credentials Secret's data. Its `Debug` shows the keys only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// `namespace/name` of the Secret, for messages.
+    pub secret: String,
+    /// Key to value (`data`, then `stringData`).
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// Changes whenever the Secret does.
+    pub version: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("secret", &self.secret)
+            .field("keys", &self.data.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// The non-empty, trimmed text of `key`.
+    pub fn text(&self, key: &str) -> Option<String> {
+        self.data
+            .get(key)
+            .map(|v| String::from_utf8_lossy(v).trim().to_owned())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The text of every key of `keys`, or a [`CREDENTIALS_INVALID`] problem naming them.
+    pub fn texts<const N: usize>(&self, keys: [&str; N]) -> std::result::Result<[String; N], Problem> {
+        let mut out = std::array::from_fn(|_| String::new());
+        for (slot, key) in out.iter_mut().zip(keys) {
+            *slot = self.text(key).ok_or_else(|| {
+                Problem::new(
+                    CREDENTIALS_INVALID,
+                    format!("Secret {} needs non-empty keys {}", self.secret, keys.join(", ")),
+                )
+            })?;
+        }
+        Ok(out)
+    }
+}
+
+/// Reads the credentials Secret `r` (its namespace filled in, see [`in_namespace`]).
+pub async fn credentials(
+    client: &kube::Client,
+    r: Option<&SecretReference>,
+) -> Result<std::result::Result<Credentials, Problem>> {
+    let Some(r) = r else {
+        return Ok(Err(Problem::new(
+            CREDENTIALS_NOT_FOUND,
+            "no credentialsRef: name the Secret with the hypervisor credentials",
+        )));
+    };
+    let ns = r.namespace.clone().unwrap_or_default();
+    let Some(secret) = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get_opt(&r.name)
+        .await
+        .map_err(|e| Error::kube(format!("reading Secret {ns}/{}", r.name), e))?
+    else {
+        return Ok(Err(Problem::new(
+            CREDENTIALS_NOT_FOUND,
+            format!("credentials Secret {ns}/{} does not exist", r.name),
+        )));
+    };
+    let version = format!(
+        "{}|{}",
+        secret.uid().unwrap_or_default(),
+        secret.resource_version().unwrap_or_default()
+    );
+    let mut data: BTreeMap<String, Vec<u8>> = secret
+        .string_data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.into_bytes()))
+        .collect();
+    data.extend(secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
+    Ok(Ok(Credentials {
+        secret: format!("{ns}/{}", r.name),
+        data,
+        version,
+    }))
+}
+
+/// How to verify the endpoint's certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trust {
+    /// The system roots.
+    WebPki,
+    /// Only this PEM bundle.
+    CaBundle(String),
+    /// Only the leaf certificate with this SHA-256 fingerprint.
+    Fingerprint(String),
+    /// Nothing (labs only).
+    InsecureSkipVerify,
+}
+
+/// Reads the trust `tls` asks for (a CA bundle from its Secret or ConfigMap), and a version
+/// that changes with the bundle.
+pub async fn trust(
+    client: &kube::Client,
+    tls: Option<&TlsTrust>,
+) -> Result<std::result::Result<(Trust, String), Problem>> {
+    let Some(tls) = tls else {
+        return Ok(Ok((Trust::WebPki, String::new())));
+    };
+    if let Some(fingerprint) = &tls.sha256_fingerprint {
+        return Ok(Ok((Trust::Fingerprint(fingerprint.clone()), String::new())));
+    }
+    if tls.insecure_skip_verify == Some(true) {
+        return Ok(Ok((Trust::InsecureSkipVerify, String::new())));
+    }
+    let Some(ca) = &tls.ca_bundle_ref else {
+        return Ok(Ok((Trust::WebPki, String::new())));
+    };
+    let ns = ca.namespace.clone().unwrap_or_default();
+    let key = ca.key.as_deref().unwrap_or("ca.crt");
+    let context = format!("reading CA bundle {:?} {ns}/{}", ca.kind, ca.name);
+    let found = match ca.kind {
+        CaBundleKind::Secret => Api::<Secret>::namespaced(client.clone(), &ns)
+            .get_opt(&ca.name)
+            .await
+            .map_err(|e| Error::kube(context, e))?
+            .map(|s| {
+                let pem = s.data.as_ref().and_then(|d| d.get(key));
+                let pem = pem.map(|v| String::from_utf8_lossy(&v.0).into_owned());
+                (pem, s.resource_version())
+            }),
+        CaBundleKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .get_opt(&ca.name)
+            .await
+            .map_err(|e| Error::kube(context, e))?
+            .map(|c| {
+                (
+                    c.data.as_ref().and_then(|d| d.get(key)).cloned(),
+                    c.resource_version(),
+                )
+            }),
+    };
+    Ok(match found {
+        Some((Some(pem), version)) if !pem.trim().is_empty() => {
+            Ok((Trust::CaBundle(pem), version.unwrap_or_default()))
+        }
+        Some(_) => Err(Problem::new(
+            CA_BUNDLE_NOT_FOUND,
+            format!("CA bundle {:?} {ns}/{} has no key {key}", ca.kind, ca.name),
+        )),
+        None => Err(Problem::new(
+            CA_BUNDLE_NOT_FOUND,
+            format!("CA bundle {:?} {ns}/{} does not exist", ca.kind, ca.name),
+        )),
+    })
+}
+
+/// Everything a backend needs to build its client: endpoint, credentials, trust, and a version
+/// that changes whenever any of them (or the Provider) does, for client caches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Connection {
+    /// The endpoint.
+    pub endpoint: String,
+    /// The credentials Secret's data.
+    pub credentials: Credentials,
+    /// Certificate trust.
+    pub trust: Trust,
+    /// Nodes the Provider lists (empty: all).
+    pub provider_nodes: Vec<String>,
+    /// Cache key.
+    pub version: String,
+}
+
+/// Resolves and reads the connection of an infra cluster ([`source`], [`credentials`],
+/// [`trust`]); `record` gets the referenced Secrets before any is read.
+pub async fn connect(
+    client: &kube::Client,
+    namespace: &str,
+    own: Own<'_>,
+    backend: Backend,
+    kind: &str,
+    record: impl FnOnce(Vec<SecretKey>),
+) -> Result<std::result::Result<Connection, Problem>> {
+    let source = match source(client, namespace, own, backend, kind).await? {
+        Ok(source) => source,
+        Err(problem) => return Ok(Err(problem)),
+    };
+    record(source.secrets());
+    let credentials = match credentials(client, source.credentials.as_ref()).await? {
+        Ok(c) => c,
+        Err(problem) => return Ok(Err(problem)),
+    };
+    let (trust, ca_version) = match trust(client, source.tls.as_ref()).await? {
+        Ok(t) => t,
+        Err(problem) => return Ok(Err(problem)),
+    };
+    let provider_version = source.provider.as_ref().and_then(|p| p.resource_version());
+    let version = format!(
+        "{}|{}|{trust:?}|{ca_version}|{}",
+        source.endpoint,
+        credentials.version,
+        provider_version.unwrap_or_default()
+    );
+    Ok(Ok(Connection {
+        provider_nodes: source.provider_nodes().to_vec(),
+        endpoint: source.endpoint,
+        credentials,
+        trust,
+        version,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn creds(pairs: &[(&str, &str)]) -> Credentials {
+        Credentials {
+            secret: "ns/s".into(),
+            data: pairs
+                .iter()
+                .map(|(k, v)| ((*k).into(), v.as_bytes().to_vec()))
+                .collect(),
+            version: String::new(),
+        }
+    }
+
+    #[test]
+    fn credentials_show_no_value_and_name_the_missing_keys() {
+        let c = creds(&[("username", " root "), ("password", "hunter2")]);
+        assert_eq!(c.texts(["username", "password"]).unwrap(), ["root", "hunter2"]);
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let problem = creds(&[("username", "root"), ("password", " ")])
+            .texts(["username", "password"])
+            .unwrap_err();
+        assert_eq!(problem.reason, CREDENTIALS_INVALID);
+        assert_eq!(
+            problem.message,
+            "Secret ns/s needs non-empty keys username, password"
+        );
+    }
+
+    #[test]
+    fn a_source_lists_its_credentials_and_ca_secret_for_the_watch() {
+        let tls = TlsTrust {
+            ca_bundle_ref: Some(banlieue_api::common::CaBundleReference {
+                kind: CaBundleKind::Secret,
+                name: "ca".into(),
+                namespace: Some("ns".into()),
+                key: None,
+            }),
+            ..TlsTrust::default()
+        };
+        let source = Source {
+            endpoint: "https://pve:8006".into(),
+            credentials: Some(in_namespace(
+                &SecretReference {
+                    name: "creds".into(),
+                    namespace: None,
+                },
+                "ns",
+            )),
+            tls: Some(tls),
+            provider: None,
+        };
+        assert_eq!(
+            source.secrets(),
+            vec![SecretKey::new("ns", "creds"), SecretKey::new("ns", "ca")]
+        );
+    }
+}

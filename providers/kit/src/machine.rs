@@ -55,6 +55,8 @@ use crate::owner::{self, BootstrapSource, InfraCluster, Owner, OwnerView};
 use crate::secrets::ReadSecrets;
 use crate::status;
 
+/// Condition reason while a Kubernetes read a step needs fails (retried with backoff).
+pub const KUBERNETES_ERROR: &str = "KubernetesError";
 /// Requeue while waiting on something another controller does (cluster infrastructure,
 /// bootstrap data; Secrets are watched besides).
 pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
@@ -201,6 +203,87 @@ impl<E> StepFailure<E> {
         Self::Problem {
             problem: Problem::new(reason, message),
             retry,
+        }
+    }
+}
+
+/// Why one provisioning step of a backend failed; `S` is its hypervisor client's error.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError<S: std::error::Error + 'static> {
+    /// Will not pass without a change of the spec, the template or the hypervisor: reported in
+    /// the condition, retried slowly.
+    #[error("{reason}: {message}")]
+    Permanent {
+        /// Condition reason, e.g. `CloningFailed`.
+        reason: &'static str,
+        /// What to fix.
+        message: String,
+    },
+    /// A hypervisor call failed in a way that may pass (network, lock): back off and retry.
+    #[error("{reason}: {source}")]
+    Transient {
+        /// Condition reason.
+        reason: &'static str,
+        /// The client's error.
+        #[source]
+        source: S,
+    },
+    /// The step needs the bootstrap data, which was not read ([`Plan::needs_user_data`]).
+    #[error("bootstrap data is needed for this step")]
+    NeedBootstrapData,
+}
+
+impl<S: std::error::Error + 'static> StepError<S> {
+    /// A [`StepError::Permanent`].
+    pub fn permanent(reason: &'static str, message: impl Into<String>) -> Self {
+        Self::Permanent {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// The condition reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Permanent { reason, .. } | Self::Transient { reason, .. } => reason,
+            Self::NeedBootstrapData => WAITING_FOR_BOOTSTRAP_DATA,
+        }
+    }
+
+    /// A short stable metric label.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Permanent { .. } => "permanent",
+            Self::Transient { .. } => "transient",
+            Self::NeedBootstrapData => "need_bootstrap_data",
+        }
+    }
+
+    /// As the kit's [`StepFailure`]: a permanent error is a problem looked at again after
+    /// `retry`, a transient one backs off, missing bootstrap data waits for it.
+    pub fn into_failure<E: From<Self>>(self, retry: Duration) -> StepFailure<E> {
+        match self {
+            Self::Permanent { reason, message } => StepFailure::problem(reason, message, Some(retry)),
+            Self::NeedBootstrapData => StepFailure::problem(
+                WAITING_FOR_BOOTSTRAP_DATA,
+                "the bootstrap data was not read",
+                Some(WAIT_REQUEUE),
+            ),
+            Self::Transient { reason, .. } => StepFailure::Transient {
+                reason,
+                error: self.into(),
+            },
+        }
+    }
+}
+
+impl<E> StepFailure<E> {
+    /// A connection [`Problem`] (no usable hypervisor client) as a failure looked at again
+    /// after `retry`.
+    pub fn unusable(problem: Problem, retry: Duration) -> Self {
+        Self::Problem {
+            problem,
+            retry: Some(retry),
         }
     }
 }

@@ -22,7 +22,7 @@ use crate::desired::Settings;
 use crate::error::Error;
 use crate::hosts::{self, Connector};
 use crate::phase::Phase;
-use crate::provision::{self, MachineInput, StepError};
+use crate::provision::{self, MachineInput};
 use crate::readopt;
 use crate::xml::Owner;
 
@@ -122,7 +122,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             Ok(Err(e)) => return Err(StepFailure::problem(e.reason, e.message, None)),
             Err(error) => {
                 return Err(StepFailure::Transient {
-                    reason: "KubernetesError",
+                    reason: kit::KUBERNETES_ERROR,
                     error,
                 });
             }
@@ -145,22 +145,9 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
                 .map(|t| t.0),
         };
         let user_data = request.user_data.map(|d| d.value.as_slice());
-        let step = match provision::provision(&hosts, &input, phase, user_data).await {
-            Ok(step) => step,
-            Err(StepError::Permanent { reason, message }) => {
-                return Err(StepFailure::problem(
-                    reason,
-                    message,
-                    Some(provision::PERMANENT_RETRY),
-                ));
-            }
-            Err(e) => {
-                return Err(StepFailure::Transient {
-                    reason: e.reason(),
-                    error: e.into(),
-                });
-            }
-        };
+        let step = provision::provision(&hosts, &input, phase, user_data)
+            .await
+            .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         if let Some(p) = &step.phase {
             p.write(status);
             status.failure_domain = p.host().map(str::to_owned);

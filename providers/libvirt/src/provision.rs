@@ -25,51 +25,8 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 /// Retry after a permanent error (the user may have fixed the input meanwhile).
 pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
 
-/// A failed step.
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    /// Needs a change of input (spec, base volume, host); retried slowly.
-    #[error("{message}")]
-    Permanent {
-        /// Condition reason.
-        reason: &'static str,
-        /// Actionable message.
-        message: String,
-    },
-    /// A libvirt call failed; retried with backoff.
-    #[error("{reason}: {source}")]
-    Transient {
-        /// Condition reason.
-        reason: &'static str,
-        /// The libvirt error.
-        #[source]
-        source: HvError,
-    },
-}
-
-impl StepError {
-    /// Condition reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Permanent { reason, .. } | Self::Transient { reason, .. } => reason,
-        }
-    }
-
-    /// Metric label.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Permanent { .. } => "permanent",
-            Self::Transient { .. } => "libvirt",
-        }
-    }
-
-    fn permanent(reason: &'static str, message: impl Into<String>) -> Self {
-        Self::Permanent {
-            reason,
-            message: message.into(),
-        }
-    }
-}
+/// Why a step failed (the kit's, with libvirt's errors).
+pub type StepError = banlieue_provider_kit::machine::StepError<HvError>;
 
 /// Wraps a libvirt error: "invalid input" kinds become permanent failures of `phase`.
 fn hv_error(phase: &Phase, e: HvError) -> StepError {
@@ -78,10 +35,9 @@ fn hv_error(phase: &Phase, e: HvError) -> StepError {
             reason: phase.failure_reason(),
             source: e,
         },
-        ErrorKind::Other | ErrorKind::Unsupported => StepError::Permanent {
-            reason: phase.failure_reason(),
-            message: e.to_string(),
-        },
+        ErrorKind::Other | ErrorKind::Unsupported => {
+            StepError::permanent(phase.failure_reason(), e.to_string())
+        }
     }
 }
 

@@ -95,14 +95,6 @@ async fn hypervisor<C: Connector>(
     })
 }
 
-/// A transient error as a step failure, its reason the error's.
-fn transient(error: StepError) -> StepFailure<Error> {
-    StepFailure::Transient {
-        reason: error.reason(),
-        error: error.into(),
-    }
-}
-
 impl<C: Connector> ProxmoxMachines<C> {
     /// Addresses from IPAM pools: claims are created as soon as provisioning starts; the seed
     /// (built in Configure) waits for their allocation. `Err`: the step to report instead.
@@ -179,16 +171,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         })?;
         let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc).await {
             Ok(Ok(found)) => found,
-            Ok(Err(problem)) => {
-                return Err(StepFailure::problem(
-                    problem.reason,
-                    problem.message,
-                    Some(provision::PERMANENT_RETRY),
-                ));
-            }
+            Ok(Err(problem)) => return Err(StepFailure::unusable(problem, provision::PERMANENT_RETRY)),
             Err(error) => {
                 return Err(StepFailure::Transient {
-                    reason: "KubernetesError",
+                    reason: kit::KUBERNETES_ERROR,
                     error,
                 });
             }
@@ -216,19 +202,9 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             seed_storage: &self.seed_storage,
             pool_addresses: &pool_addresses,
         };
-        let step = match provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
+        let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
             .await
-        {
-            Ok(step) => step,
-            Err(StepError::Permanent { reason, message }) => {
-                return Err(StepFailure::problem(
-                    reason,
-                    message,
-                    Some(provision::PERMANENT_RETRY),
-                ));
-            }
-            Err(e) => return Err(transient(e)),
-        };
+            .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         step.phase.write(status);
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);

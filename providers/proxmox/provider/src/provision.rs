@@ -146,75 +146,31 @@ pub struct ProvisionedVm {
     pub addresses: Vec<MachineAddress>,
 }
 
-/// Why a step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    /// Nothing will change without a change of the spec, the template or Proxmox: report the
-    /// reason in the `Ready` condition and retry slowly.
-    #[error("{reason}: {message}")]
-    Permanent {
-        /// Condition reason, e.g. `CloningFailed`.
-        reason: &'static str,
-        /// Actionable message.
-        message: String,
-    },
-    /// A Proxmox call failed in a way that may pass (network, 5xx, lock): back off and retry.
-    #[error("{reason}: {source}")]
-    Transient {
-        /// Condition reason, e.g. `CloningFailed`.
-        reason: &'static str,
-        /// The Proxmox error.
-        #[source]
-        source: PveError,
-    },
-    /// The bootstrap data must be read before this step can run.
-    #[error("bootstrap data is needed for this step")]
-    NeedBootstrapData,
-}
+/// Why a step failed (the kit's, with Proxmox's errors).
+pub type StepError = banlieue_provider_kit::machine::StepError<PveError>;
 
-impl StepError {
-    /// The condition reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Permanent { reason, .. } | Self::Transient { reason, .. } => reason,
-            Self::NeedBootstrapData => "WaitingForBootstrapData",
+/// Classifies a Proxmox error raised during a step whose failures carry `reason`: network, 5xx,
+/// locks and a guest agent not running yet pass; refused credentials are the connection's
+/// reason; anything else needs a change.
+pub fn pve_error(reason: &'static str, err: PveError) -> StepError {
+    match err.class() {
+        ErrorClass::Transient | ErrorClass::Locked | ErrorClass::AgentNotRunning => {
+            StepError::Transient { reason, source: err }
         }
-    }
-
-    /// Short stable label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Permanent { .. } => "permanent",
-            Self::Transient { .. } => "transient",
-            Self::NeedBootstrapData => "need_bootstrap_data",
-        }
-    }
-
-    /// Classifies a Proxmox error raised during a step whose failures carry `reason`.
-    pub fn from_pve(reason: &'static str, err: PveError) -> Self {
-        match err.class() {
-            ErrorClass::Transient | ErrorClass::Locked | ErrorClass::AgentNotRunning => {
-                Self::Transient { reason, source: err }
-            }
-            ErrorClass::Auth => Self::Permanent {
-                reason: crate::error::connection_reason(&err).unwrap_or("AuthenticationFailed"),
-                message: err.to_string(),
-            },
-            _ => Self::Permanent {
-                reason,
-                message: err
-                    .message()
-                    .map_or_else(|| err.to_string(), |m| m.trim().to_owned()),
-            },
-        }
+        ErrorClass::Auth => StepError::permanent(
+            crate::error::connection_reason(&err).unwrap_or("AuthenticationFailed"),
+            err.to_string(),
+        ),
+        _ => StepError::permanent(
+            reason,
+            err.message()
+                .map_or_else(|| err.to_string(), |m| m.trim().to_owned()),
+        ),
     }
 }
 
 fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
-    StepError::Permanent {
-        reason,
-        message: message.into(),
-    }
+    StepError::permanent(reason, message)
 }
 
 /// The highest VMID Proxmox accepts.
@@ -332,7 +288,7 @@ async fn task_done<H: Hypervisor>(hv: &H, reason: &'static str, upid: &Upid) -> 
         Ok(TaskOutcome::Failed(text)) => Err(task_failed(reason, upid, &text)),
         Ok(_) => Ok(true),
         Err(e) if e.class() == ErrorClass::NotFound || e.status() == Some(400) => Ok(true),
-        Err(e) => Err(StepError::from_pve(reason, e)),
+        Err(e) => Err(pve_error(reason, e)),
     }
 }
 
@@ -342,7 +298,7 @@ async fn allocate_vmid<H: Hypervisor>(
     reservations: &VmidReservations,
 ) -> Result<u32, StepError> {
     let reason = "VMIDAllocationFailed";
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     if let Some(range) = input.spec.vmid_range.as_ref().or(input.cluster_vmid_range) {
         let used: std::collections::HashSet<u32> =
             hv.guests().await.map_err(pve)?.iter().map(|g| g.vmid).collect();
@@ -381,7 +337,7 @@ pub async fn provision_step<H: Hypervisor>(
     reservations: &VmidReservations,
 ) -> Result<Step, StepError> {
     let reason = phase.failure_reason();
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     match phase {
         Phase::SelectNode if input.spec.provider_id.is_some() => {
             readopt_step(hv, input, input.spec.provider_id.as_deref().unwrap_or_default()).await
@@ -466,7 +422,7 @@ async fn readopt_step<H: Hypervisor>(
     provider_id: &str,
 ) -> Result<Step, StepError> {
     let reason = "AdoptionFailed";
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     match readopt::find(hv, readopt::owner(input), provider_id).await? {
         Found::Missing => Err(permanent(
             "VMNotFound",
@@ -530,7 +486,7 @@ async fn apply_remark<H: Hypervisor>(
     let upid = hv
         .update_config(&loc.node, loc.vmid, update)
         .await
-        .map_err(|e| StepError::from_pve(reason, e))?;
+        .map_err(|e| pve_error(reason, e))?;
     Ok(if upid.is_some() { TASK_POLL } else { Duration::ZERO })
 }
 
@@ -543,7 +499,7 @@ async fn update_step<H: Hypervisor>(
     in_flight: Option<(ProvisioningState, Option<Upid>)>,
 ) -> Result<Step, StepError> {
     let reason = "UpdateFailed";
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     let progress_reason = |state: ProvisioningState| match state {
         ProvisioningState::PoweringOff => "PoweringOff",
         ProvisioningState::PoweringOn => "PoweringOn",
@@ -733,7 +689,7 @@ async fn clone<H: Hypervisor>(
     reservations: &VmidReservations,
 ) -> Result<Step, StepError> {
     let reason = "CloningFailed";
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     let guests = hv.guests().await.map_err(pve)?;
     if let Some(existing) = guests.iter().find(|g| g.vmid == loc.vmid) {
         let found = VmLocation {
@@ -833,7 +789,7 @@ async fn configure<H: Hypervisor>(
     bootstrap: Option<&BootstrapData>,
 ) -> Result<Step, StepError> {
     let reason = "ConfigurationFailed";
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
         return Ok(vanished(loc));
     };
@@ -910,7 +866,7 @@ async fn configure<H: Hypervisor>(
                     iso,
                 )
                 .await
-                .map_err(|e| StepError::from_pve("BootstrapDeliveryFailed", e))?;
+                .map_err(|e| pve_error("BootstrapDeliveryFailed", e))?;
             Ok(running(Some(upid), "uploading the bootstrap seed"))
         }
         ConfigureAction::Done if update::desired_power(input.spec) == PowerState::Off => {
@@ -940,7 +896,7 @@ async fn provisioned_powered_off<H: Hypervisor>(
     let Some(running) = hv
         .vm_running(&loc.node, loc.vmid)
         .await
-        .map_err(|e| StepError::from_pve(reason, e))?
+        .map_err(|e| pve_error(reason, e))?
     else {
         return Ok(vanished(loc));
     };
@@ -972,7 +928,7 @@ async fn wait_guest<H: Hypervisor>(
     loc: VmLocation,
 ) -> Result<Step, StepError> {
     let reason = "GuestNotReady";
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     let skip_agent = input
         .spec
         .readiness_checks
@@ -1063,7 +1019,7 @@ async fn first_boot_addresses<H: Hypervisor>(
     let ips = hv
         .guest_addresses(&loc.node, loc.vmid)
         .await
-        .map_err(|e| StepError::from_pve("GuestNotReady", e))?;
+        .map_err(|e| pve_error("GuestNotReady", e))?;
     Ok(ips.filter(|ips| desired::machine_addresses(input.name, ips).len() >= 2))
 }
 
@@ -1101,7 +1057,7 @@ pub async fn delete_step<H: Hypervisor>(
     reservations: &VmidReservations,
 ) -> Result<DeleteStep, StepError> {
     let reason = "DeletionFailed";
-    let pve = |e| StepError::from_pve(reason, e);
+    let pve = |e| pve_error(reason, e);
     let provisioning = status.and_then(|s| s.provisioning.as_ref());
     if let Some(p) = provisioning.filter(|p| {
         matches!(
@@ -1137,7 +1093,7 @@ pub async fn delete_step<H: Hypervisor>(
             {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(StepError::from_pve(reason, e)),
+                Err(e) => return Err(pve_error(reason, e)),
             }
         }
         reservations.release(uid);

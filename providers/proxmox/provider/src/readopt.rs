@@ -13,7 +13,7 @@ use banlieue_pve_client::{ConfigUpdate, VmConfig};
 use crate::desired::{self, OWNER_DESCRIPTION_MARKER, OWNER_TAG_PREFIX};
 use crate::hypervisor::Hypervisor;
 use crate::phase::VmLocation;
-use crate::provision::{MachineInput, StepError};
+use crate::provision::{MachineInput, StepError, pve_error};
 
 pub use banlieue_provider_kit::readopt::{
     ADOPTION_FAILED, Candidate, Found, OnDeletion, Owner, VM_NOT_FOUND, on_deletion, taken_over,
@@ -146,7 +146,7 @@ pub async fn find<H: Hypervisor>(
         reason: ADOPTION_FAILED,
         message: format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<uuid> ID"),
     })?;
-    let pve = |e| StepError::from_pve(ADOPTION_FAILED, e);
+    let pve = |e| pve_error(ADOPTION_FAILED, e);
     let guests = hv.guests().await.map_err(pve)?;
     let named = |g: &&crate::hypervisor::Guest| g.name.as_deref() == Some(owner.name);
     let tagged = |g: &&crate::hypervisor::Guest| g.tags.iter().any(|t| t.starts_with(OWNER_TAG_PREFIX));

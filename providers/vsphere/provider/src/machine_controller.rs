@@ -22,7 +22,7 @@ use kube::ResourceExt;
 use crate::connection::{self, ClientCache};
 use crate::error::Error;
 use crate::phase::{Phase, task_ref, vm_ref};
-use crate::provision::{self, DeleteStep, MachineInput, StepError};
+use crate::provision::{self, DeleteStep, MachineInput};
 use crate::readopt;
 
 /// Finalizer of VSphereMachines and VSphereClusters.
@@ -111,16 +111,10 @@ impl MachineBackend for VSphereMachines {
         let (vm, cluster) = (request.machine, request.cluster);
         let client = match self.client(kube, cluster).await {
             Ok(Ok(client)) => client,
-            Ok(Err(p)) => {
-                return Err(StepFailure::problem(
-                    p.reason,
-                    p.message,
-                    Some(provision::PERMANENT_RETRY),
-                ));
-            }
+            Ok(Err(p)) => return Err(StepFailure::unusable(p, provision::PERMANENT_RETRY)),
             Err(error) => {
                 return Err(StepFailure::Transient {
-                    reason: "KubernetesError",
+                    reason: kit::KUBERNETES_ERROR,
                     error,
                 });
             }
@@ -150,29 +144,9 @@ impl MachineBackend for VSphereMachines {
         let user_data = request
             .user_data
             .map(|d| (!d.value.is_empty()).then_some(d.value.as_slice()));
-        let step = match provision::provision_step(&client, &input, phase, user_data, desired_power).await {
-            Ok(step) => step,
-            Err(StepError::Permanent { reason, message }) => {
-                return Err(StepFailure::problem(
-                    reason,
-                    message,
-                    Some(provision::PERMANENT_RETRY),
-                ));
-            }
-            Err(StepError::NeedBootstrapData) => {
-                return Err(StepFailure::problem(
-                    kit::WAITING_FOR_BOOTSTRAP_DATA,
-                    "the bootstrap data was not read",
-                    Some(kit::WAIT_REQUEUE),
-                ));
-            }
-            Err(e) => {
-                return Err(StepFailure::Transient {
-                    reason: e.reason(),
-                    error: e.into(),
-                });
-            }
-        };
+        let step = provision::provision_step(&client, &input, phase, user_data, desired_power)
+            .await
+            .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         step.phase.write(status);
         if let Some(fd) = &step.failure_domain {
             status.failure_domain = Some(fd.clone());

@@ -218,78 +218,37 @@ impl Step {
     }
 }
 
-/// Why a step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum StepError {
-    /// Will not pass without a change: reported in `Ready`, retried slowly.
-    #[error("{reason}: {message}")]
-    Permanent {
-        /// Condition reason.
-        reason: &'static str,
-        /// Actionable message.
-        message: String,
-    },
-    /// May pass: back off and retry.
-    #[error("{reason}: {source}")]
-    Transient {
-        /// Condition reason.
-        reason: &'static str,
-        /// The client error.
-        #[source]
-        source: banlieue_vsphere_client::Error,
-    },
-    /// The bootstrap data must be read first.
-    #[error("bootstrap data is needed for this step")]
-    NeedBootstrapData,
-}
+/// Why a step failed (the kit's, with the vSphere client's errors).
+pub type StepError = banlieue_provider_kit::machine::StepError<banlieue_vsphere_client::Error>;
 
-impl StepError {
-    /// The condition reason.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Self::Permanent { reason, .. } | Self::Transient { reason, .. } => reason,
-            Self::NeedBootstrapData => "WaitingForBootstrapData",
-        }
-    }
-
-    /// Classifies a client error raised while doing `reason`.
-    pub fn from_client(reason: &'static str, err: banlieue_vsphere_client::Error) -> Self {
-        match err.class() {
-            ErrorClass::Transient => {
-                let unreachable = matches!(
-                    err,
-                    banlieue_vsphere_client::Error::Connect { .. }
-                        | banlieue_vsphere_client::Error::Timeout { .. }
-                        | banlieue_vsphere_client::Error::Transport { .. }
-                );
-                Self::Transient {
-                    reason: if unreachable { "VCenterUnreachable" } else { reason },
-                    source: err,
-                }
+/// Classifies a client error raised while doing `reason`.
+pub fn client_error(reason: &'static str, err: banlieue_vsphere_client::Error) -> StepError {
+    match err.class() {
+        ErrorClass::Transient => {
+            let unreachable = matches!(
+                err,
+                banlieue_vsphere_client::Error::Connect { .. }
+                    | banlieue_vsphere_client::Error::Timeout { .. }
+                    | banlieue_vsphere_client::Error::Transport { .. }
+            );
+            StepError::Transient {
+                reason: if unreachable { "VCenterUnreachable" } else { reason },
+                source: err,
             }
-            ErrorClass::Auth | ErrorClass::Tls => Self::Permanent {
-                reason: reason_of(&err),
-                message: err.to_string(),
-            },
-            _ => Self::Permanent {
-                reason,
-                message: err.to_string(),
-            },
         }
+        ErrorClass::Auth | ErrorClass::Tls => StepError::permanent(reason_of(&err), err.to_string()),
+        _ => StepError::permanent(reason, err.to_string()),
     }
 }
 
 fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
-    StepError::Permanent {
-        reason,
-        message: message.into(),
-    }
+    StepError::permanent(reason, message)
 }
 
 async fn find(c: &Client, path: &str, reason: &'static str, what: &str) -> Result<MoRef, StepError> {
     c.find_by_inventory_path(path)
         .await
-        .map_err(|e| StepError::from_client(reason, e))?
+        .map_err(|e| client_error(reason, e))?
         .ok_or_else(|| permanent(reason, format!("{what} {path:?} not found in vCenter")))
 }
 
@@ -297,7 +256,7 @@ async fn adoptable(c: &Client, uid: &str) -> Result<Option<MoRef>, StepError> {
     let vms = c
         .find_vms_by_extra_config(OWNER_KEY, uid)
         .await
-        .map_err(|e| StepError::from_client("CloningFailed", e))?;
+        .map_err(|e| client_error("CloningFailed", e))?;
     Ok(vms.into_iter().next())
 }
 
@@ -337,7 +296,7 @@ pub async fn provision_step(
                 CloneMode::Linked => Some(
                     c.properties(&template, &["snapshot.currentSnapshot"])
                         .await
-                        .map_err(|e| StepError::from_client("CloningFailed", e))?
+                        .map_err(|e| client_error("CloningFailed", e))?
                         .and_then(|p| p.get("snapshot.currentSnapshot").and_then(MoRef::from_xml))
                         .ok_or_else(|| {
                             permanent(
@@ -363,7 +322,7 @@ pub async fn provision_step(
             let task = c
                 .clone_vm(&template, &spec)
                 .await
-                .map_err(|e| StepError::from_client("CloningFailed", e))?;
+                .map_err(|e| client_error("CloningFailed", e))?;
             let mut step = Step::wait(
                 Phase::WaitClone(task.clone()),
                 TASK_POLL,
@@ -377,7 +336,7 @@ pub async fn provision_step(
             Ok(step)
         }
         Phase::WaitClone(task) => match c.task_info(&task).await {
-            Err(e) => Err(StepError::from_client("CloningFailed", e)),
+            Err(e) => Err(client_error("CloningFailed", e)),
             Ok(None) => Ok(Step::to(Phase::Clone)),
             Ok(Some(info)) => match info.outcome() {
                 Ok(None) => Ok(Step::wait(
@@ -435,7 +394,7 @@ pub async fn provision_step(
                     let task = c
                         .reconfigure(&vm, &spec)
                         .await
-                        .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
+                        .map_err(|e| client_error("ConfiguringFailed", e))?;
                     Ok(Step::wait(
                         Phase::Configure(vm, Some(task)),
                         TASK_POLL,
@@ -446,7 +405,7 @@ pub async fn provision_step(
                     let task = c
                         .power_off(&vm)
                         .await
-                        .map_err(|e| StepError::from_client("ConfiguringFailed", e))?;
+                        .map_err(|e| client_error("ConfiguringFailed", e))?;
                     Ok(Step::wait(
                         Phase::Configure(vm, Some(task)),
                         TASK_POLL,
@@ -483,7 +442,7 @@ pub async fn provision_step(
             let task = c
                 .power_on(&vm)
                 .await
-                .map_err(|e| StepError::from_client("PowerOnFailed", e))?;
+                .map_err(|e| client_error("PowerOnFailed", e))?;
             Ok(
                 Step::wait(Phase::PowerOn(vm, Some(task)), TASK_POLL, "powering on")
                     .event("PoweringOn", "powering the VM on"),
@@ -570,21 +529,21 @@ pub async fn provision_step(
                     UpdateAction::Reconfigure { spec, what } => (
                         c.reconfigure(&vm, &spec)
                             .await
-                            .map_err(|e| StepError::from_client("UpdateFailed", e))?,
+                            .map_err(|e| client_error("UpdateFailed", e))?,
                         format!("applying {what}"),
                         ("Reconfiguring", what),
                     ),
                     UpdateAction::PowerOff { why } => (
                         c.power_off(&vm)
                             .await
-                            .map_err(|e| StepError::from_client("PowerOffFailed", e))?,
+                            .map_err(|e| client_error("PowerOffFailed", e))?,
                         format!("powering off {why}"),
                         ("PoweringOff", format!("powering the VM off {why}")),
                     ),
                     UpdateAction::PowerOn => (
                         c.power_on(&vm)
                             .await
-                            .map_err(|e| StepError::from_client("PowerOnFailed", e))?,
+                            .map_err(|e| client_error("PowerOnFailed", e))?,
                         "powering on (spec.powerState On)".to_owned(),
                         ("PoweringOn", "powering the VM on".to_owned()),
                     ),
@@ -655,7 +614,7 @@ async fn desired_nics(c: &Client, input: &MachineInput<'_>) -> Result<Vec<Desire
         let backing = c
             .network_backing(&net)
             .await
-            .map_err(|e| StepError::from_client("NetworkNotFound", e))?
+            .map_err(|e| client_error("NetworkNotFound", e))?
             .ok_or_else(|| {
                 permanent(
                     "NetworkNotFound",
@@ -694,7 +653,7 @@ async fn existing_vm(c: &Client, vm: &MoRef) -> Result<VmInfo, StepError> {
 }
 
 async fn vm_info(c: &Client, vm: &MoRef, reason: &'static str) -> Result<Option<VmInfo>, StepError> {
-    c.vm_info(vm).await.map_err(|e| StepError::from_client(reason, e))
+    c.vm_info(vm).await.map_err(|e| client_error(reason, e))
 }
 
 /// A recorded task, looked at.
@@ -708,11 +667,7 @@ enum Polled {
 }
 
 async fn poll(c: &Client, task: &MoRef, reason: &'static str, same: Phase) -> Result<Polled, StepError> {
-    match c
-        .task_info(task)
-        .await
-        .map_err(|e| StepError::from_client(reason, e))?
-    {
+    match c.task_info(task).await.map_err(|e| client_error(reason, e))? {
         None => Ok(Polled::Done),
         Some(info) => match info.outcome() {
             Ok(None) => Ok(Polled::Running(Box::new(Step::wait(
@@ -746,7 +701,7 @@ pub async fn delete_step(
         && let Some(info) = c
             .task_info(task)
             .await
-            .map_err(|e| StepError::from_client("DeletionFailed", e))?
+            .map_err(|e| client_error("DeletionFailed", e))?
         && !info.done()
     {
         return Ok(DeleteStep::Wait(task.clone(), "waiting for the running task"));
@@ -761,7 +716,7 @@ pub async fn delete_step(
     let Some(info) = c
         .vm_info(&vm)
         .await
-        .map_err(|e| StepError::from_client("DeletionFailed", e))?
+        .map_err(|e| client_error("DeletionFailed", e))?
     else {
         // status.vmRef is gone; a VM carrying our UID may still exist (e.g. a lost clone).
         return match adoptable(c, uid).await? {
@@ -777,13 +732,13 @@ pub async fn delete_step(
         let t = c
             .power_off(&vm)
             .await
-            .map_err(|e| StepError::from_client("DeletionFailed", e))?;
+            .map_err(|e| client_error("DeletionFailed", e))?;
         return Ok(DeleteStep::Wait(t, "powering off"));
     }
     let t = c
         .destroy(&vm)
         .await
-        .map_err(|e| StepError::from_client("DeletionFailed", e))?;
+        .map_err(|e| client_error("DeletionFailed", e))?;
     Ok(DeleteStep::Wait(t, "destroying"))
 }
 

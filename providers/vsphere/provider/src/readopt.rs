@@ -12,7 +12,7 @@ use banlieue_provider_kit::readopt::{self as kit, Marks};
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, MoRef, VmInfo};
 
-use crate::provision::{MachineInput, OWNER_KEY, OWNER_NAME_KEY, StepError};
+use crate::provision::{MachineInput, OWNER_KEY, OWNER_NAME_KEY, StepError, client_error};
 
 pub use banlieue_provider_kit::readopt::{
     ADOPTION_FAILED, Candidate, Found, OnDeletion, Owner, VM_NOT_FOUND,
@@ -79,7 +79,7 @@ pub async fn find(c: &Client, owner: Owner<'_>, provider_id: &str) -> Result<Fou
         reason: ADOPTION_FAILED,
         message: format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<bios uuid> ID"),
     })?;
-    let client = |e| StepError::from_client(ADOPTION_FAILED, e);
+    let client = |e| client_error(ADOPTION_FAILED, e);
     let Some(vm) = c.find_vm_by_bios_uuid(None, uuid).await.map_err(client)? else {
         return Ok(Found::Missing);
     };
@@ -114,7 +114,7 @@ pub async fn remark(c: &Client, info: &VmInfo, owner: Owner<'_>) -> Result<MoRef
     }
     c.reconfigure(&info.vm, &remark_spec_for(info, owner))
         .await
-        .map_err(|e| StepError::from_client(ADOPTION_FAILED, e))
+        .map_err(|e| client_error(ADOPTION_FAILED, e))
 }
 
 /// Decides what deleting a machine with `spec.providerID` but no VM in its status does

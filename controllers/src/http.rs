@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use banlieue_provider_runtime::http::Probe;
-use banlieue_provider_runtime::metrics::{Exposition, write_reconcile_counters};
+use banlieue_provider_runtime::metrics::Snapshot;
 
 use crate::controller::{Metrics, MetricsSnapshot};
 
@@ -15,21 +15,22 @@ pub const CONTROLLER_LABEL: &str = "virtualmachine";
 
 /// The Prometheus text exposition of `m`.
 pub fn render(m: &MetricsSnapshot) -> String {
-    let mut out = Exposition::default();
     let success = m.reconciles.saturating_sub(m.errors);
-    write_reconcile_counters(&mut out, &[(CONTROLLER_LABEL, success, m.errors)]);
-    let w = "banlieue_controller_writes_total";
-    out.family(w, "counter", "API writes by the banlieue controller, by target");
-    for (target, n) in [
-        ("infrastructure_machine", m.machine_applies),
-        ("virtualmachine_status", m.status_writes),
-        ("infrastructure_cluster", m.cluster_applies),
-        ("virtualmachine_finalizer", m.finalizer_writes),
-        ("infrastructure_machine_delete", m.machine_deletes),
-    ] {
-        out.sample(w, &[("target", target)], n);
-    }
-    out.finish()
+    Snapshot::default()
+        .reconciles(CONTROLLER_LABEL, success, m.errors)
+        .counter(
+            "banlieue_controller_writes",
+            "API writes by the banlieue controller, by target",
+            "target",
+            &[
+                ("infrastructure_machine", m.machine_applies),
+                ("virtualmachine_status", m.status_writes),
+                ("infrastructure_cluster", m.cluster_applies),
+                ("virtualmachine_finalizer", m.finalizer_writes),
+                ("infrastructure_machine_delete", m.machine_deletes),
+            ],
+        )
+        .render()
 }
 
 /// The endpoint's view of the controller: ready once its caches are filled, counters as above.

@@ -2,8 +2,8 @@
 //! module.
 //!
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
-//! - [`metrics`]: reconcile counters and durations named like controller-runtime's, rendered in
-//!   the Prometheus text format.
+//! - [`metrics`]: reconcile counters and durations named like controller-runtime's, kept and
+//!   rendered (Prometheus text format 0.0.4) by the `prometheus-client` crate.
 //! - [`http`]: the `/healthz`, `/readyz` and `/metrics` endpoint.
 //! - [`flags`]: the command-line flags every provider takes (namespace, concurrency, endpoints,
 //!   leader election, log format).

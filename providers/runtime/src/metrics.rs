@@ -1,5 +1,5 @@
-//! Prometheus metrics named like controller-runtime's (so existing dashboards work), rendered
-//! in the text exposition format:
+//! Prometheus metrics named like controller-runtime's (so existing dashboards work), kept and
+//! rendered by the `prometheus-client` crate in the classic text format (0.0.4):
 //!
 //! - `controller_runtime_reconcile_total{controller,result="success"|"error"}` (counter)
 //! - `controller_runtime_reconcile_errors_total{controller}` (counter)
@@ -7,101 +7,143 @@
 //!   buckets)
 //! - `controller_runtime_active_workers{controller}` (gauge: reconciles in flight)
 //! - `banlieue_kubernetes_writes_total{write}` (counter: writes to the Kubernetes API by kind)
+//!
+//! Counters are registered without their `_total` suffix: the encoder adds it.
 
-use std::collections::BTreeMap;
-use std::fmt::{Display, Write as _};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// Histogram buckets of `controller_runtime_reconcile_time_seconds` (controller-runtime's).
 pub const BUCKETS: [f64; 13] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
-/// A writer of the Prometheus text format: one `family` header, then its samples.
-#[derive(Debug, Default)]
-pub struct Exposition(String);
+/// Labels: one label name and its value.
+type Labels = [(&'static str, String); 1];
+/// Labels of the reconcile counter: controller and result.
+type ResultLabels = [(&'static str, String); 2];
 
-impl Exposition {
-    /// Starts metric family `name` (`kind`: `counter`, `gauge`, `histogram`).
-    pub fn family(&mut self, name: &str, kind: &str, help: &str) -> &mut Self {
-        let _ = writeln!(self.0, "# HELP {name} {help}");
-        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+fn controller(name: &str) -> Labels {
+    [("controller", name.to_owned())]
+}
+
+fn result(name: &str, ok: bool) -> ResultLabels {
+    let result = if ok { "success" } else { "error" };
+    [("controller", name.to_owned()), ("result", result.to_owned())]
+}
+
+/// The two reconcile counter families of controller-runtime, registered in `registry`.
+fn reconcile_counters(registry: &mut Registry) -> (Family<ResultLabels, Counter>, Family<Labels, Counter>) {
+    let (total, errors) = (Family::default(), Family::default());
+    registry.register(
+        "controller_runtime_reconcile",
+        "Total number of reconciliations per controller",
+        Family::clone(&total),
+    );
+    registry.register(
+        "controller_runtime_reconcile_errors",
+        "Total number of reconciliation errors per controller",
+        Family::clone(&errors),
+    );
+    (total, errors)
+}
+
+fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_text::encode(&mut out, registry);
+    out
+}
+
+/// A one-off exposition of counts kept elsewhere (the banlieue controller's counters).
+#[derive(Debug, Default)]
+pub struct Snapshot(Registry);
+
+impl Snapshot {
+    /// Adds controller-runtime's reconcile counters of `name`.
+    pub fn reconciles(&mut self, name: &str, success: u64, errors: u64) -> &mut Self {
+        let (total, failed) = reconcile_counters(&mut self.0);
+        total.get_or_create(&result(name, true)).inc_by(success);
+        total.get_or_create(&result(name, false)).inc_by(errors);
+        failed.get_or_create(&controller(name)).inc_by(errors);
         self
     }
 
-    /// One sample of `name` with `labels` (values escaped as the format requires).
-    pub fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl Display) -> &mut Self {
-        self.0.push_str(name);
-        if !labels.is_empty() {
-            self.0.push('{');
-            for (i, (k, v)) in labels.iter().enumerate() {
-                if i > 0 {
-                    self.0.push(',');
-                }
-                let v = v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
-                let _ = write!(self.0, "{k}=\"{v}\"");
-            }
-            self.0.push('}');
+    /// Adds counter `name` (without `_total`) with one sample per `(value of label, count)`.
+    pub fn counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        label: &'static str,
+        rows: &[(&str, u64)],
+    ) -> &mut Self {
+        let family = Family::<Labels, Counter>::default();
+        for (value, n) in rows {
+            family.get_or_create(&[(label, (*value).to_owned())]).inc_by(*n);
         }
-        let _ = writeln!(self.0, " {value}");
+        self.0.register(name, help, family);
         self
     }
 
     /// The text.
-    pub fn finish(self) -> String {
-        self.0
+    pub fn render(&self) -> String {
+        render(&self.0)
     }
 }
 
-/// Writes the two reconcile counter families of controller-runtime for `(controller,
-/// successes, errors)` rows (for callers that keep their own counters).
-pub fn write_reconcile_counters(out: &mut Exposition, rows: &[(&str, u64, u64)]) {
-    out.family(
-        "controller_runtime_reconcile_total",
-        "counter",
-        "Total number of reconciliations per controller",
-    );
-    for (name, success, errors) in rows {
-        out.sample(
-            "controller_runtime_reconcile_total",
-            &[("controller", name), ("result", "success")],
-            success,
-        );
-        out.sample(
-            "controller_runtime_reconcile_total",
-            &[("controller", name), ("result", "error")],
-            errors,
-        );
-    }
-    out.family(
-        "controller_runtime_reconcile_errors_total",
-        "counter",
-        "Total number of reconciliation errors per controller",
-    );
-    for (name, _, errors) in rows {
-        out.sample(
-            "controller_runtime_reconcile_errors_total",
-            &[("controller", name)],
-            errors,
-        );
-    }
-}
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
-#[derive(Debug, Default)]
-struct PerController {
-    success: u64,
-    errors: BTreeMap<String, u64>,
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
-    active: u64,
-}
-
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
-    controllers: Mutex<BTreeMap<String, PerController>>,
-    writes: Mutex<BTreeMap<String, u64>>,
+    registry: Registry,
+    reconciles: Family<ResultLabels, Counter>,
+    errors: Family<Labels, Counter>,
+    time: HistogramFamily,
+    active: Family<Labels, Gauge>,
+    writes: Family<Labels, Counter>,
+    writes_total: AtomicU64,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let (reconciles, errors) = reconcile_counters(&mut registry);
+        let time: HistogramFamily = Family::new_with_constructor(|| Histogram::new(BUCKETS));
+        registry.register(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            time.clone(),
+        );
+        let active = Family::<Labels, Gauge>::default();
+        registry.register(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            active.clone(),
+        );
+        let writes = Family::<Labels, Counter>::default();
+        registry.register(
+            "banlieue_kubernetes_writes",
+            "Writes to the Kubernetes API by kind of write",
+            writes.clone(),
+        );
+        Self {
+            registry,
+            reconciles,
+            errors,
+            time,
+            active,
+            writes,
+            writes_total: AtomicU64::new(0),
+        }
+    }
 }
 
 /// Reconcile counters and durations per controller, and Kubernetes writes per kind. Cloning
@@ -110,127 +152,82 @@ struct Inner {
 pub struct Metrics(Arc<Inner>);
 
 /// Decrements the active-workers gauge when a reconcile ends (or is cancelled).
-struct Active<'a>(&'a Metrics, &'a str);
+struct Active(Gauge);
 
-impl Drop for Active<'_> {
+impl Drop for Active {
     fn drop(&mut self) {
-        let mut map = self.0.controllers();
-        if let Some(c) = map.get_mut(self.1) {
-            c.active = c.active.saturating_sub(1);
-        }
+        self.0.dec();
     }
 }
 
 impl Metrics {
-    fn controllers(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, PerController>> {
-        self.0.controllers.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn writes_map(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, u64>> {
-        self.0.writes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Counts one Kubernetes write (`status`, `finalizer`, `spec`, …).
     pub fn count_write(&self, what: &str) {
-        *self.writes_map().entry(what.to_owned()).or_default() += 1;
+        self.0.writes.get_or_create(&[("write", what.to_owned())]).inc();
+        self.0.writes_total.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Kubernetes writes so far, all kinds.
     pub fn writes(&self) -> u64 {
-        self.writes_map().values().sum()
+        self.0.writes_total.load(Ordering::Relaxed)
     }
 
     /// Records one reconcile of `controller` that took `took`, failed with `error` (a metric
     /// label) or not.
-    pub fn record(&self, controller: &str, took: Duration, error: Option<&str>) {
-        let mut map = self.controllers();
-        let c = map.entry(controller.to_owned()).or_default();
-        match error {
-            None => c.success += 1,
-            Some(label) => *c.errors.entry(label.to_owned()).or_default() += 1,
-        }
-        let secs = took.as_secs_f64();
-        for (i, le) in BUCKETS.iter().enumerate() {
-            if secs <= *le {
-                c.buckets[i] += 1;
+    pub fn record(&self, name: &str, took: Duration, error: Option<&str>) {
+        // Both results and the error counter are shown (at 0) once a controller reconciled,
+        // as controller-runtime does.
+        for ok in [true, false] {
+            let counter = self.0.reconciles.get_or_create(&result(name, ok));
+            if ok == error.is_none() {
+                counter.inc();
             }
         }
-        c.count += 1;
-        c.sum += secs;
+        let errors = self.0.errors.get_or_create(&controller(name));
+        if error.is_some() {
+            errors.inc();
+        }
+        drop(errors);
+        self.0
+            .time
+            .get_or_create(&controller(name))
+            .observe(took.as_secs_f64());
+        // Shown (at 0) for every controller that reconciled, not only while one runs.
+        drop(self.0.active.get_or_create(&controller(name)));
     }
 
     /// Runs one reconcile of `controller`, counting it as active while it runs and recording
     /// its duration and result (`label` names an error for the metrics).
     pub async fn observe<T, E>(
         &self,
-        controller: &str,
+        name: &str,
         label: impl FnOnce(&E) -> &'static str,
         reconcile: impl Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
-        self.controllers()
-            .entry(controller.to_owned())
-            .or_default()
-            .active += 1;
-        let active = Active(self, controller);
+        let gauge = self.0.active.get_or_create_owned(&controller(name));
+        gauge.inc();
+        let active = Active(gauge);
         let started = std::time::Instant::now();
         let result = reconcile.await;
         drop(active);
-        self.record(controller, started.elapsed(), result.as_ref().err().map(label));
+        self.record(name, started.elapsed(), result.as_ref().err().map(label));
         result
     }
 
     /// Total reconciles of `controller` (successes and errors).
-    pub fn total(&self, controller: &str) -> u64 {
-        self.controllers().get(controller).map_or(0, |c| c.count)
+    pub fn total(&self, name: &str) -> u64 {
+        let count = |ok| self.0.reconciles.get(&result(name, ok)).map_or(0, |c| c.get());
+        count(true) + count(false)
     }
 
     /// Failed reconciles of `controller`.
-    pub fn errors(&self, controller: &str) -> u64 {
-        self.controllers()
-            .get(controller)
-            .map_or(0, |c| c.errors.values().sum())
+    pub fn errors(&self, name: &str) -> u64 {
+        self.0.errors.get(&controller(name)).map_or(0, |c| c.get())
     }
 
     /// The metrics in the Prometheus text format.
     pub fn render(&self) -> String {
-        let mut out = Exposition::default();
-        {
-            let map = self.controllers();
-            let rows: Vec<(&str, u64, u64)> = map
-                .iter()
-                .map(|(name, c)| (name.as_str(), c.success, c.errors.values().sum()))
-                .collect();
-            write_reconcile_counters(&mut out, &rows);
-            let h = "controller_runtime_reconcile_time_seconds";
-            out.family(h, "histogram", "Length of time per reconciliation per controller");
-            for (name, c) in map.iter() {
-                for (i, le) in BUCKETS.iter().enumerate() {
-                    out.sample(
-                        &format!("{h}_bucket"),
-                        &[("controller", name), ("le", &le.to_string())],
-                        c.buckets[i],
-                    );
-                }
-                out.sample(
-                    &format!("{h}_bucket"),
-                    &[("controller", name), ("le", "+Inf")],
-                    c.count,
-                );
-                out.sample(&format!("{h}_sum"), &[("controller", name)], c.sum);
-                out.sample(&format!("{h}_count"), &[("controller", name)], c.count);
-            }
-            let a = "controller_runtime_active_workers";
-            out.family(a, "gauge", "Number of currently used workers per controller");
-            for (name, c) in map.iter() {
-                out.sample(a, &[("controller", name)], c.active);
-            }
-        }
-        let w = "banlieue_kubernetes_writes_total";
-        out.family(w, "counter", "Writes to the Kubernetes API by kind of write");
-        for (what, n) in self.writes_map().iter() {
-            out.sample(w, &[("write", what)], n);
-        }
-        out.finish()
+        render(&self.0.registry)
     }
 }
 
@@ -277,13 +274,23 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("controller_runtime_reconcile_total{controller=\"b\",result=\"success\"} 1"));
+        // A controller without errors shows them at 0 (every family is there from the start).
+        assert!(
+            text.contains("controller_runtime_reconcile_total{controller=\"b\",result=\"error\"} 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("controller_runtime_reconcile_errors_total{controller=\"b\"} 0"),
+            "{text}"
+        );
     }
 
     #[test]
     fn label_values_are_escaped() {
-        let mut out = Exposition::default();
-        out.sample("m", &[("l", "a\"b\\c\nd")], 1);
-        assert_eq!(out.finish(), "m{l=\"a\\\"b\\\\c\\nd\"} 1\n");
+        let text = Snapshot::default()
+            .counter("m", "help", "l", &[("a\"b\\c\nd", 1)])
+            .render();
+        assert!(text.contains("m_total{l=\"a\\\"b\\\\c\\nd\"} 1\n"), "{text}");
     }
 
     #[tokio::test]

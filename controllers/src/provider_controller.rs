@@ -229,7 +229,11 @@ async fn write_status(
             && c.message == message
             && c.observed_generation == provider.metadata.generation
     });
-    if status.allocated.as_ref() == Some(&allocation) && ready_matches && status.version == health.version {
+    if status.allocated.as_ref() == Some(&allocation)
+        && ready_matches
+        && status.version == health.version
+        && status.nodes == health.nodes
+    {
         return Ok(());
     }
     // Merged into the current list, so lastTransitionTime moves only when the status flips.
@@ -256,6 +260,9 @@ async fn write_status(
     });
     if let Some(version) = &health.version {
         body["status"]["version"] = json!(version);
+    }
+    if !health.nodes.is_empty() {
+        body["status"]["nodes"] = json!(health.nodes);
     }
     let name = provider.name_any();
     Api::<Provider>::all(ctx.client.clone())

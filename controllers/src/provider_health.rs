@@ -9,6 +9,8 @@
 //! | one is `Ready=True` | `True` | `Connected` (the version the hypervisor reported, when its kind publishes one) |
 //! | none is ready | `False` | the first one's reason (`AuthenticationFailed`, `ProviderUnreachable`, …), its namespace and message |
 
+use banlieue_api::banlieue::ProviderNode;
+use banlieue_api::common::FailureDomain;
 use banlieue_api::condition::ConditionStatus;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -29,6 +31,33 @@ pub struct Health {
     pub message: String,
     /// `status.version`: the hypervisor's, when an infra cluster reported it.
     pub version: Option<String>,
+    /// `status.nodes`: the failure domains the infra clusters report (each once, by name), with
+    /// the capacity among their attributes.
+    pub nodes: Vec<ProviderNode>,
+}
+
+/// The nodes of the infra clusters' `status.failureDomains` (each once, by name).
+pub fn nodes(clusters: &[&DynamicObject]) -> Vec<ProviderNode> {
+    let mut nodes: Vec<ProviderNode> = Vec::new();
+    for cluster in clusters {
+        let Some(domains) = cluster.data.pointer("/status/failureDomains") else {
+            continue;
+        };
+        let domains: Vec<FailureDomain> = serde_json::from_value(domains.clone()).unwrap_or_default();
+        for domain in domains {
+            if nodes.iter().any(|n| n.name == domain.name) {
+                continue;
+            }
+            let (cpus, memory_mib) = domain.capacity();
+            nodes.push(ProviderNode {
+                name: domain.name,
+                cpus,
+                memory_mib,
+            });
+        }
+    }
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    nodes
 }
 
 fn ready_of(cluster: &DynamicObject) -> Option<(String, String, String)> {
@@ -46,6 +75,7 @@ pub fn health(clusters: &[DynamicObject]) -> Health {
         .iter()
         .find_map(|c| c.data.pointer("/status/version").and_then(|v| v.as_str()))
         .map(str::to_owned);
+    let nodes = nodes(&sorted);
     if sorted.is_empty() {
         return Health {
             status: ConditionStatus::Unknown,
@@ -54,6 +84,7 @@ pub fn health(clusters: &[DynamicObject]) -> Health {
                 "no VirtualMachine uses this Provider yet: its connection is checked when the first one does"
                     .to_owned(),
             version,
+            nodes,
         };
     }
     if sorted.iter().any(|c| ready_of(c).is_some_and(|r| r.0 == "True")) {
@@ -62,6 +93,7 @@ pub fn health(clusters: &[DynamicObject]) -> Health {
             reason: CONNECTED.to_owned(),
             message: String::new(),
             version,
+            nodes,
         };
     }
     let (namespace, (reason, message)) = sorted
@@ -89,6 +121,7 @@ pub fn health(clusters: &[DynamicObject]) -> Health {
         },
         reason,
         version,
+        nodes,
     }
 }
 
@@ -136,7 +169,37 @@ mod tests {
                 reason: CONNECTED.into(),
                 message: String::new(),
                 version: Some("8.3.2".into()),
+                nodes: Vec::new(),
             }
+        );
+    }
+
+    #[test]
+    fn the_nodes_are_the_infra_clusters_failure_domains_with_their_capacity() {
+        let mut a = cluster("a", Some(("True", "Provisioned", "")), None);
+        a.data["status"]["failureDomains"] = json!([
+            {"name": "pve2", "attributes": {"banlieue.io/cpus": "8", "banlieue.io/memoryMiB": "16384"}},
+            {"name": "pve1"},
+        ]);
+        let mut b = cluster("b", Some(("True", "Provisioned", "")), None);
+        b.data["status"]["failureDomains"] =
+            json!([{"name": "pve1", "attributes": {"banlieue.io/cpus": "4"}}]);
+        let h = health(&[b, a]);
+        assert_eq!(
+            h.nodes,
+            vec![
+                ProviderNode {
+                    name: "pve1".into(),
+                    cpus: None,
+                    memory_mib: None
+                },
+                ProviderNode {
+                    name: "pve2".into(),
+                    cpus: Some(8),
+                    memory_mib: Some(16384)
+                },
+            ],
+            "each node once, from the first cluster by namespace"
         );
     }
 

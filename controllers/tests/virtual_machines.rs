@@ -1177,18 +1177,30 @@ async fn a_providers_ready_and_version_come_from_its_infra_cluster() -> anyhow::
             &PatchParams::apply("fake-proxmox-version").force(),
             &Patch::Apply(
                 json!({"apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxCluster",
-                "status": {"version": "9.1.2"}}),
+                "status": {"version": "9.1.2", "failureDomains": [
+                    {"name": "pve1", "controlPlane": true,
+                     "attributes": {"banlieue.io/cpus": "16", "banlieue.io/memoryMiB": "65536"}}]}}),
             ),
         )
         .await?;
     provider_reports_running(&machines, "web").await?;
-    let connected = eventually("Ready=True Connected with the version", || async {
+    let connected = eventually("Ready=True Connected with the version and the nodes", || async {
         let p = providers.get("hv").await?;
         let ok = ready_of(&p).is_some_and(|r| r.0 == "True" && r.1 == "Connected")
-            && p.status.as_ref().and_then(|s| s.version.as_deref()) == Some("9.1.2");
+            && p.status.as_ref().and_then(|s| s.version.as_deref()) == Some("9.1.2")
+            && p.status.as_ref().is_some_and(|s| !s.nodes.is_empty());
         Ok(ok.then_some(p))
     })
     .await?;
+    assert_eq!(
+        connected.status.as_ref().map(|s| s.nodes.clone()),
+        Some(vec![banlieue_api::banlieue::ProviderNode {
+            name: "pve1".into(),
+            cpus: Some(16),
+            memory_mib: Some(65536),
+        }]),
+        "the nodes and their capacity, from the infra cluster's failure domains"
+    );
     assert_eq!(
         connected.status.as_ref().and_then(|s| s.observed_generation),
         connected.metadata.generation

@@ -60,6 +60,13 @@ impl Backend {
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
+    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes[*].name"),
+    printcolumn(
+        name = "CPUs",
+        type_ = "string",
+        json_path = ".status.nodes[*].cpus",
+        priority = 1
+    ),
     printcolumn(
         name = "Version",
         type_ = "string",
@@ -197,6 +204,22 @@ pub struct ProviderAllocation {
     pub virtual_machines: Option<u32>,
 }
 
+/// A node of the hypervisor (a failure domain of the Provider's infrastructure clusters), with
+/// the capacity the hypervisor reports for it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderNode {
+    /// Node (failure domain) name.
+    #[schemars(length(min = 1, max = 256))]
+    pub name: String,
+    /// Its CPUs, when the hypervisor tells them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// Its memory in MiB, when the hypervisor tells it.
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+}
+
 /// Observed state of a Provider.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -215,4 +238,8 @@ pub struct ProviderStatus {
     /// Resources used by banlieue's VirtualMachines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated: Option<ProviderAllocation>,
+    /// The hypervisor's reachable nodes, as its infrastructure clusters report them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub nodes: Vec<ProviderNode>,
 }

@@ -98,6 +98,38 @@ pub struct FailureDomain {
     pub attributes: Option<BTreeMap<String, String>>,
 }
 
+impl FailureDomain {
+    /// Attribute a banlieue provider sets to the failure domain's CPUs, when the hypervisor
+    /// tells them.
+    pub const CPUS_ATTRIBUTE: &str = "banlieue.io/cpus";
+    /// Attribute a banlieue provider sets to the failure domain's memory in MiB.
+    pub const MEMORY_MIB_ATTRIBUTE: &str = "banlieue.io/memoryMiB";
+
+    /// This failure domain with its capacity among its attributes (nothing added for what is
+    /// unknown).
+    pub fn with_capacity(mut self, cpus: Option<u32>, memory_mib: Option<u64>) -> Self {
+        let mut set = |key: &str, value: Option<String>| {
+            if let Some(value) = value {
+                self.attributes
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key.to_owned(), value);
+            }
+        };
+        set(Self::CPUS_ATTRIBUTE, cpus.map(|c| c.to_string()));
+        set(Self::MEMORY_MIB_ATTRIBUTE, memory_mib.map(|m| m.to_string()));
+        self
+    }
+
+    /// The capacity among its attributes: CPUs and memory in MiB.
+    pub fn capacity(&self) -> (Option<u32>, Option<u64>) {
+        let get = |key: &str| self.attributes.as_ref().and_then(|a| a.get(key));
+        (
+            get(Self::CPUS_ATTRIBUTE).and_then(|v| v.parse().ok()),
+            get(Self::MEMORY_MIB_ATTRIBUTE).and_then(|v| v.parse().ok()),
+        )
+    }
+}
+
 /// Labels and annotations for objects created from a template (`spec.template.metadata`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

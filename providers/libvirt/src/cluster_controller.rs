@@ -35,18 +35,11 @@ pub fn context<C: Connector>(client: kube::Client, connector: C) -> ClusterConte
     kit::ClusterContext::new(client, LibvirtClusters { connector }, FIELD_MANAGER)
 }
 
-/// The check's outcome from the hosts that answered (`up`: name and whether control planes may
-/// run there) and those that did not (`down`: "name: why"). Pure.
-pub fn check_from_hosts(mut up: Vec<(String, bool)>, down: Vec<String>) -> ClusterCheck {
-    up.sort();
-    let failure_domains = up
-        .iter()
-        .map(|(name, control_plane)| FailureDomain {
-            name: name.clone(),
-            control_plane: Some(*control_plane),
-            attributes: None,
-        })
-        .collect();
+/// The check's outcome from the hosts that answered (`up`: their failure domains) and those that
+/// did not (`down`: "name: why"). Pure.
+pub fn check_from_hosts(mut up: Vec<FailureDomain>, down: Vec<String>) -> ClusterCheck {
+    up.sort_by(|a, b| a.name.cmp(&b.name));
+    let failure_domains = up;
     let unreachable = Problem::new("Unreachable", down.join("; "));
     ClusterCheck {
         connected: if down.is_empty() {
@@ -54,7 +47,11 @@ pub fn check_from_hosts(mut up: Vec<(String, bool)>, down: Vec<String>) -> Clust
         } else {
             Err(unreachable.clone())
         },
-        usable: if up.is_empty() { Err(unreachable) } else { Ok(()) },
+        usable: if failure_domains.is_empty() {
+            Err(unreachable)
+        } else {
+            Ok(())
+        },
         failure_domains: Some(failure_domains),
         version: None,
     }
@@ -83,7 +80,12 @@ impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
             match self.connector.connect(&h.uri).host_info().await {
                 Ok(info) => {
                     version.get_or_insert(info.version);
-                    up.push((h.name.clone(), h.control_plane));
+                    let domain = FailureDomain {
+                        name: h.name.clone(),
+                        control_plane: Some(h.control_plane),
+                        attributes: None,
+                    };
+                    up.push(domain.with_capacity(info.cpus, info.memory_mib));
                 }
                 Err(e) => down.push(format!("{}: {}", h.name, e.message)),
             }
@@ -99,12 +101,17 @@ impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
 mod tests {
     use super::*;
 
+    fn host(name: &str, control_plane: bool) -> FailureDomain {
+        FailureDomain {
+            name: name.into(),
+            control_plane: Some(control_plane),
+            attributes: None,
+        }
+    }
+
     #[test]
     fn one_reachable_host_is_usable_and_every_host_must_answer_to_be_connected() {
-        let partial = check_from_hosts(
-            vec![("b".into(), false), ("a".into(), true)],
-            vec!["c: refused".into()],
-        );
+        let partial = check_from_hosts(vec![host("b", false), host("a", true)], vec!["c: refused".into()]);
         assert_eq!(partial.usable, Ok(()));
         assert_eq!(partial.connected, Err(Problem::new("Unreachable", "c: refused")));
         let names: Vec<_> = partial
@@ -116,7 +123,7 @@ mod tests {
         assert_eq!(names, vec![("a".into(), Some(true)), ("b".into(), Some(false))]);
         let none = check_from_hosts(vec![], vec!["a: down".into()]);
         assert_eq!(none.usable, Err(Problem::new("Unreachable", "a: down")));
-        let all = check_from_hosts(vec![("a".into(), true)], vec![]);
+        let all = check_from_hosts(vec![host("a", true)], vec![]);
         assert_eq!(all.connected, Ok(String::new()));
     }
 }

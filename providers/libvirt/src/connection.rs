@@ -196,11 +196,15 @@ impl Hypervisor for VirtHypervisor {
         self.call("host info", |c| {
             let hostname = c.hostname().map_err(|e| classify("hostname", &e))?;
             let v = c.lib_version().map_err(|e| classify("version", &e))?;
+            let node = c.node_info().ok();
             Ok(HostInfo {
                 hostname,
                 version: format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000),
-                // Placement only: a driver that cannot tell is not an unreachable host.
+                // Placement and capacity only: a driver that cannot tell is not an unreachable
+                // host.
                 free_memory: c.free_memory().unwrap_or(0),
+                cpus: node.as_ref().map(|n| n.cpus),
+                memory_mib: node.map(|n| n.memory >> 10),
             })
         })
         .await

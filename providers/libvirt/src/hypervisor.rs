@@ -116,6 +116,10 @@ pub struct HostInfo {
     pub version: String,
     /// Free memory of the host in bytes (0 when the driver does not tell).
     pub free_memory: u64,
+    /// Active CPUs, when the driver tells them.
+    pub cpus: Option<u32>,
+    /// Memory in MiB, when the driver tells it.
+    pub memory_mib: Option<u64>,
 }
 
 /// Access to one libvirt host.

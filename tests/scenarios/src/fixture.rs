@@ -148,6 +148,21 @@ impl<P: ProviderUnderTest> Scenario<P> {
             .pointer("/status/failureDomains")
             .cloned()
             .unwrap_or_else(|| json!([]));
+        // Every backend tells the capacity of its failure domains (the Provider's status shows
+        // it).
+        for domain in domains.as_array().into_iter().flatten() {
+            let cpus = domain
+                .pointer("/attributes/banlieue.io~1cpus")
+                .and_then(Value::as_str);
+            let memory = domain
+                .pointer("/attributes/banlieue.io~1memoryMiB")
+                .and_then(Value::as_str);
+            anyhow::ensure!(
+                cpus.and_then(|c| c.parse::<u32>().ok()).is_some_and(|c| c > 0)
+                    && memory.and_then(|m| m.parse::<u64>().ok()).is_some_and(|m| m > 0),
+                "failure domain without its capacity (banlieue.io/cpus, banlieue.io/memoryMiB): {domain}"
+            );
+        }
         let status = json!({"status": {
             "initialization": {"infrastructureProvisioned": true},
             "failureDomains": domains,

@@ -42,6 +42,10 @@ pub const MEMORY_CONNECTED: &str = "MemoryConnected";
 pub const IMAGE_NOT_FOUND: &str = "ImageNotFound";
 /// Condition reason: the endpoint does not answer.
 pub const UNREACHABLE: &str = "Unreachable";
+/// CPUs every in-memory host reports.
+pub const HOST_CPUS: u32 = 4;
+/// Memory in MiB every in-memory host reports.
+pub const HOST_MEMORY_MIB: u64 = 8192;
 
 /// A VM of the in-memory hypervisor.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -166,10 +170,13 @@ impl ClusterBackend for MemoryClusters {
                 failure_domains: Some(
                     hosts
                         .into_iter()
-                        .map(|name| FailureDomain {
-                            name,
-                            control_plane: Some(true),
-                            attributes: None,
+                        .map(|name| {
+                            let domain = FailureDomain {
+                                name,
+                                control_plane: Some(true),
+                                attributes: None,
+                            };
+                            domain.with_capacity(Some(HOST_CPUS), Some(HOST_MEMORY_MIB))
                         })
                         .collect(),
                 ),

@@ -56,10 +56,14 @@ pub fn failure_domains(allowed: &[String], nodes: &[NodeLoad]) -> (Vec<FailureDo
     let missing = allowed.iter().filter(|n| !online(n)).cloned().collect();
     let domains = names
         .into_iter()
-        .map(|name| FailureDomain {
-            name,
-            control_plane: Some(true),
-            attributes: None,
+        .map(|name| {
+            let node = nodes.iter().find(|n| n.name == name);
+            FailureDomain {
+                name,
+                control_plane: Some(true),
+                attributes: None,
+            }
+            .with_capacity(node.and_then(|n| n.cpus), node.and_then(|n| n.memory_mib))
         })
         .collect();
     (domains, missing)
@@ -150,6 +154,8 @@ mod tests {
                 name: n.to_string(),
                 online: *n != "pve3",
                 free_memory: 0,
+                cpus: Some(4),
+                memory_mib: None,
             })
             .collect()
     }
@@ -169,6 +175,10 @@ mod tests {
         let names: Vec<&str> = domains.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, want);
         assert!(domains.iter().all(|d| d.control_plane == Some(true)));
+        assert!(
+            domains.iter().all(|d| d.capacity() == (Some(4), None)),
+            "with the CPUs Proxmox lists"
+        );
         assert_eq!(got_missing, missing);
     }
 

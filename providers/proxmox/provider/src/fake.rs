@@ -100,6 +100,8 @@ impl FakePve {
                     name: format!("pve{i}"),
                     online: true,
                     free_memory: (i as u64) << 30,
+                    cpus: Some(16),
+                    memory_mib: Some(64 << 10),
                 })
                 .collect();
             let config = [

@@ -28,6 +28,10 @@ pub struct NodeLoad {
     pub online: bool,
     /// Free memory in bytes (`maxmem - mem`), `0` when unknown.
     pub free_memory: u64,
+    /// CPUs (`maxcpu`), when listed.
+    pub cpus: Option<u32>,
+    /// Memory in MiB (`maxmem`), when listed.
+    pub memory_mib: Option<u64>,
 }
 
 /// A guest (VM or template) as listed cluster-wide.
@@ -163,6 +167,8 @@ impl Hypervisor for Client {
             .map(|n| NodeLoad {
                 online: n.status == "online",
                 free_memory: n.maxmem.unwrap_or(0).saturating_sub(n.mem.unwrap_or(0)),
+                cpus: n.maxcpu.and_then(|c| u32::try_from(c).ok()),
+                memory_mib: n.maxmem.map(|m| m >> 20),
                 name: n.node,
             })
             .collect())

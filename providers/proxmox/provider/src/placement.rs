@@ -119,6 +119,8 @@ mod tests {
             name: name.into(),
             online,
             free_memory: free_gib << 30,
+            cpus: None,
+            memory_mib: None,
         }
     }
 

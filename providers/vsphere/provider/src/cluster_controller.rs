@@ -108,11 +108,15 @@ impl ClusterBackend for VSphereClusters {
                         format!("failure domain {:?}: compute cluster {path:?} not found", fd.name),
                     )));
                 }
-                Ok(Some(_)) => domains.push(FailureDomain {
-                    name: fd.name.clone(),
-                    control_plane: Some(fd.control_plane.unwrap_or(true)),
-                    attributes: (!fd.attributes.is_empty()).then(|| fd.attributes.clone()),
-                }),
+                Ok(Some(compute)) => {
+                    let (cpus, memory_mib) = capacity(&vcenter, &compute).await;
+                    let domain = FailureDomain {
+                        name: fd.name.clone(),
+                        control_plane: Some(fd.control_plane.unwrap_or(true)),
+                        attributes: (!fd.attributes.is_empty()).then(|| fd.attributes.clone()),
+                    };
+                    domains.push(domain.with_capacity(cpus, memory_mib));
+                }
             }
         }
         Ok(ClusterCheck {
@@ -122,6 +126,25 @@ impl ClusterBackend for VSphereClusters {
             version,
         })
     }
+}
+
+/// A compute cluster's CPU cores and memory in MiB (`summary.numCpuCores`,
+/// `summary.totalMemory`), when vCenter tells them: capacity is informative, so a failed read
+/// leaves it out rather than failing the check.
+async fn capacity(
+    vcenter: &banlieue_vsphere_client::Client,
+    compute: &banlieue_vsphere_client::MoRef,
+) -> (Option<u32>, Option<u64>) {
+    const CPUS: &str = "summary.numCpuCores";
+    const MEMORY: &str = "summary.totalMemory";
+    let Ok(Some(props)) = vcenter.properties(compute, &[CPUS, MEMORY]).await else {
+        return (None, None);
+    };
+    let number = |path: &str| props.get(path).and_then(|e| e.text.trim().parse::<u64>().ok());
+    (
+        number(CPUS).and_then(|c| u32::try_from(c).ok()),
+        number(MEMORY).map(|bytes| bytes >> 20),
+    )
 }
 
 /// [`run_until`] without a shutdown signal of its own (tests stop it by aborting its task).

@@ -15,6 +15,14 @@ pub const PROVISIONED: &str = "Provisioned";
 pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
 /// The object is paused (Cluster `spec.paused` or the `cluster.x-k8s.io/paused` annotation).
 pub const PAUSED: &str = "Paused";
+/// On an infrastructure machine of every provider: its provisioned VM matches the spec (power
+/// state, CPU, memory, disks); False with what is being done (`Updating`, `PoweringOff`, …) or
+/// the day-2 problem. `Ready` stays about the VM existing and running.
+pub const VM_UP_TO_DATE: &str = "VMUpToDate";
+/// On a `VirtualMachine`: mirrors its infrastructure machine's [`VM_UP_TO_DATE`].
+pub const UP_TO_DATE: &str = "UpToDate";
+/// [`VM_UP_TO_DATE`] reason while a provisioned VM is brought to a changed spec.
+pub const UPDATING: &str = "Updating";
 
 /// `Ready` reason of a provisioned machine whose VM is powered off: provisioned (CAPI's
 /// `status.initialization.provisioned` stays true) but not ready.
@@ -75,6 +83,8 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     // TLS trust (spec.tls: CA bundle or fingerprint).
     "TLSVerificationFailed",
     "CABundleNotFound",
+    // The infra cluster (or its Provider) names no endpoint.
+    "NoEndpoint",
     // The Provider and its placement.
     "ProviderNotFound",
     "ProviderBackendMismatch",

@@ -164,6 +164,10 @@ pub fn mirror(
         .provider
         .map(str::to_owned)
         .or_else(|| status.provider.clone());
+    let vm_up_to_date = machine.and_then(|m| condition::find(&m.status.conditions, condition::VM_UP_TO_DATE));
+    if vm_up_to_date.is_none() {
+        status.conditions.retain(|c| c.type_ != condition::UP_TO_DATE);
+    }
     let mut set = |type_: &str, s: ConditionStatus, reason: &str, message: &str| {
         condition::set(
             &mut status.conditions,
@@ -192,6 +196,17 @@ pub fn mirror(
             &c.reason,
             &c.message,
         ),
+    }
+
+    // UpToDate: the machine's VMUpToDate, verbatim (what a provisioned VM's day-2 work does or
+    // why it failed), absent while the machine reports none.
+    if let Some(c) = vm_up_to_date {
+        set(
+            condition::UP_TO_DATE,
+            parse_status(&c.status),
+            &c.reason,
+            &c.message,
+        );
     }
 
     // Provisioned: initialization.provisioned, or the provisioning state machine's step.

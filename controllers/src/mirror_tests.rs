@@ -94,6 +94,33 @@ fn copies_contract_fields_and_the_providers_message() {
 }
 
 #[test]
+fn a_day2_problem_shows_as_up_to_date_and_goes_when_the_machine_reports_none() {
+    let failing = machine(json!({"status": {
+        "initialization": {"provisioned": true}, "powerState": "On",
+        "conditions": [ready_cond("True", "Provisioned"),
+            {"type": "VMUpToDate", "status": "False", "reason": "ResizeFailed", "message": "disk cannot shrink",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}));
+    let input = MirrorInput {
+        generation: Some(1),
+        machine: Some(&failing),
+        ..Default::default()
+    };
+    let s = mirror(None, &input, &at(10));
+    assert_eq!(cond(&s, "UpToDate"), ("False", "ResizeFailed"));
+    assert_eq!(cond(&s, "Ready"), ("True", "Provisioned"), "the VM still runs");
+    let none = machine(json!({"status": {"conditions": [ready_cond("False", "Cloning")]}}));
+    let again = mirror(
+        Some(&s),
+        &MirrorInput {
+            machine: Some(&none),
+            ..input
+        },
+        &at(20),
+    );
+    assert!(condition::find(&again.conditions, "UpToDate").is_none());
+}
+
+#[test]
 fn invalid_input_wins_over_the_machine_and_keeps_the_recorded_provider() {
     let invalid = Invalid::ClassNotFound("small".into());
     let before = VirtualMachineStatus {

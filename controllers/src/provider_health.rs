@@ -57,8 +57,13 @@ pub fn nodes(clusters: &[&DynamicObject]) -> Vec<ProviderNode> {
         }
     }
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    // The CRD caps the list (a longer one would make every status write fail).
+    nodes.truncate(MAX_NODES);
     nodes
 }
+
+/// The most nodes `status.nodes` holds (its `maxItems`).
+pub const MAX_NODES: usize = 256;
 
 fn ready_of(cluster: &DynamicObject) -> Option<(String, String, String)> {
     let conditions = cluster.data.pointer("/status/conditions")?.as_array()?;

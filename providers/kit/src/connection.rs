@@ -183,11 +183,16 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
-    /// The non-empty, trimmed text of `key`.
+    /// The non-empty text of `key`, without a trailing line end (`echo` adds one; spaces are
+    /// kept: they may belong to a password).
     pub fn text(&self, key: &str) -> Option<String> {
         self.data
             .get(key)
-            .map(|v| String::from_utf8_lossy(v).trim().to_owned())
+            .map(|v| {
+                String::from_utf8_lossy(v)
+                    .trim_end_matches(['\n', '\r'])
+                    .to_owned()
+            })
             .filter(|v| !v.is_empty())
     }
 
@@ -389,10 +394,14 @@ mod tests {
 
     #[test]
     fn credentials_show_no_value_and_name_the_missing_keys() {
-        let c = creds(&[("username", " root "), ("password", "hunter2")]);
-        assert_eq!(c.texts(["username", "password"]).unwrap(), ["root", "hunter2"]);
+        let c = creds(&[("username", "root\n"), ("password", " hunter2 ")]);
+        assert_eq!(
+            c.texts(["username", "password"]).unwrap(),
+            ["root", " hunter2 "],
+            "a line end goes, a password's spaces stay"
+        );
         assert!(!format!("{c:?}").contains("hunter2"));
-        let problem = creds(&[("username", "root"), ("password", " ")])
+        let problem = creds(&[("username", "root"), ("password", "\n")])
             .texts(["username", "password"])
             .unwrap_err();
         assert_eq!(problem.reason, CREDENTIALS_INVALID);

@@ -147,7 +147,18 @@ impl Report {
             message: message.into(),
         }
     }
+
+    /// The day-2 report of a provisioned VM: up to date, or being updated (`why`).
+    pub fn up_to_date(updating: Option<String>) -> Self {
+        match updating {
+            Some(why) => Self::new(false, condition::UPDATING, why),
+            None => Self::new(true, UP_TO_DATE, ""),
+        }
+    }
 }
+
+/// [`condition::VM_UP_TO_DATE`] reason when the VM matches the spec.
+pub const UP_TO_DATE: &str = "UpToDate";
 
 /// The VM is provisioned: what the contract publishes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -323,8 +334,10 @@ pub trait MachineBackend: Send + Sync + 'static {
     const FINALIZER: &'static str;
     /// The provider's field manager for server-side apply.
     const FIELD_MANAGER: &'static str;
-    /// The condition a provisioned VM's day-2 problems go to (`VMUpToDate`); `None`: `Ready`.
-    const UP_TO_DATE_CONDITION: Option<&'static str> = None;
+    /// The condition a provisioned VM's day-2 state and problems go to
+    /// ([`condition::VM_UP_TO_DATE`]); `None`: `Ready` (a backend that cannot compare its VMs
+    /// with the spec).
+    const UP_TO_DATE_CONDITION: Option<&'static str> = Some(condition::VM_UP_TO_DATE);
     /// The bootstrap data formats the backend can deliver to a guest (cloud-init NoCloud seeds
     /// by default); other data is refused before anything is created.
     const BOOTSTRAP_FORMATS: &'static [BootstrapFormat] = &[BootstrapFormat::CloudConfig];
@@ -740,6 +753,19 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 problem.message.clone(),
                 generation,
             );
+            // A provisioned VM that is gone is not up to date either (never a stale True).
+            if let Some(up_to_date) =
+                B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && problem.reason == VM_NOT_FOUND)
+            {
+                status::set(
+                    new.conditions_mut(),
+                    up_to_date,
+                    false,
+                    problem.reason,
+                    problem.message.clone(),
+                    generation,
+                );
+            }
             write.status(&new).await?;
             if appears {
                 write
@@ -806,6 +832,12 @@ async fn apply_step<B: MachineBackend>(
         }
         new.set_provisioned(true);
     }
+    let day2_problem = match (&step.up_to_date, B::UP_TO_DATE_CONDITION) {
+        (Some(report), Some(type_)) if !report.ok => condition::find(new.conditions(), type_)
+            .is_none_or(|c| c.reason != report.reason)
+            .then_some(report),
+        _ => None,
+    };
     if let (Some(report), Some(type_)) = (&step.up_to_date, B::UP_TO_DATE_CONDITION) {
         status::set(
             new.conditions_mut(),
@@ -831,10 +863,22 @@ async fn apply_step<B: MachineBackend>(
         info!(reason, %note, "transition");
         write.event(EventType::Normal, reason, note).await;
     }
-    if step.warning && reason_changed {
-        write
-            .event(EventType::Warning, step.ready.reason, step.ready.message)
-            .await;
+    // A Warning when the problem appears: on the day-2 condition when it carries it, else on
+    // `Ready`.
+    if step.warning {
+        match day2_problem {
+            Some(report) => {
+                write
+                    .event(EventType::Warning, report.reason, report.message.clone())
+                    .await;
+            }
+            None if reason_changed && !step.ready.ok && step.up_to_date.is_none() => {
+                write
+                    .event(EventType::Warning, step.ready.reason, step.ready.message)
+                    .await;
+            }
+            None => {}
+        }
     }
     Ok(Action::requeue(step.requeue.max(Duration::from_millis(50))))
 }

@@ -177,19 +177,26 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
                     condition::powered_off_message(&domain, lm.spec.power_state),
                 )
             }
-            provisioned => Report::new(
-                provisioned.is_some(),
+            Some(_) => Report::new(true, condition::PROVISIONED, ""),
+            None => Report::new(
+                false,
                 step.phase.as_ref().map_or("Unknown", Phase::reason),
                 step.waiting.clone().unwrap_or_default(),
             ),
         };
+        // Once provisioned, what is being brought to the spec (a resize, a power change) is
+        // VMUpToDate's, as on every provider.
+        let up_to_date = step
+            .provisioned
+            .as_ref()
+            .map(|_| Report::up_to_date(step.waiting.clone()));
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
                 provider_id: done.provider_id,
                 addresses: (!done.addresses.is_empty()).then_some(done.addresses),
             }),
             ready,
-            up_to_date: None,
+            up_to_date,
             events: step.events,
             warning: false,
             requeue: step.requeue,

@@ -16,7 +16,8 @@ use banlieue_api::infrastructure::LibvirtMachineStatus;
 /// One state of provisioning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Phase {
-    /// Choose the host (the owner's failure domain, else the first host).
+    /// Choose the host (the owner's failure domain, else the reachable host with the most free
+    /// memory).
     SelectHost,
     /// Create the disk volumes (overlay on the base volume) and the seed volume.
     Volumes {

@@ -189,7 +189,7 @@ pub async fn provision<H: Hypervisor>(
                 let hv = &host(hosts, name)?.hv;
                 let Some(d) = hv.domain_by_uuid(uuid).await.map_err(|e| hv_error(&phase, e))? else {
                     return Err(StepError::permanent(
-                        "DomainNotFound",
+                        readopt::VM_NOT_FOUND,
                         format!("domain {uuid} vanished from host {name}; delete the machine to replace it"),
                     ));
                 };

@@ -55,6 +55,11 @@ async fn check_provisioned<P: ProviderUnderTest>(
         condition(m, "Paused")
     );
     ensure!(
+        condition(m, "VMUpToDate").is_some_and(|c| c.status == "True"),
+        "{name}: VMUpToDate is not True on a provisioned machine: {:?}",
+        condition(m, "VMUpToDate")
+    );
+    ensure!(
         m["metadata"]["finalizers"]
             .as_array()
             .is_some_and(|f| !f.is_empty()),

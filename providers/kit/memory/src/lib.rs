@@ -257,9 +257,10 @@ fn step(phase: &Phase, ready: Report, events: Vec<(&'static str, String)>) -> St
         } else {
             Duration::ZERO
         },
+        // The in-memory VM never drifts from its spec.
+        up_to_date: provisioned.as_ref().map(|_| Report::up_to_date(None)),
         provisioned,
         ready,
-        up_to_date: None,
         events,
         warning: false,
     }

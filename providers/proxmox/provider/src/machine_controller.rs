@@ -23,6 +23,7 @@ use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 use crate::readopt;
 use banlieue_provider_kit::connection::CREDENTIALS_INVALID;
+use banlieue_provider_kit::secrets::ReadSecrets;
 
 pub use banlieue_provider_kit::machine::{WAIT_REQUEUE, run};
 
@@ -32,7 +33,7 @@ pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
 pub const FIELD_MANAGER: &str = "banlieue-proxmox";
 /// Condition type: a provisioned VM matches the spec (power state, CPU, memory, disks,
 /// networks, tags); False with the action in progress (`PoweringOff`, `Reconfiguring`, …).
-pub const VM_UP_TO_DATE: &str = "VMUpToDate";
+pub use banlieue_api::condition::VM_UP_TO_DATE;
 /// Requeue while waiting for an IPAM provider to allocate a claimed address.
 pub const IPAM_POLL: Duration = Duration::from_secs(2);
 
@@ -83,8 +84,10 @@ async fn hypervisor<C: Connector>(
     client: &kube::Client,
     connector: &C,
     pxc: &ProxmoxCluster,
+    secrets: &ReadSecrets<ProxmoxMachine>,
 ) -> Result<Result<(C::Hv, Vec<String>), Problem>, Error> {
-    let connection = match read_connection(client, pxc, |_| {}).await? {
+    // The connection's Secrets are watched for the machine too: fixing them wakes it at once.
+    let connection = match read_connection(client, pxc, |keys| secrets.record(keys)).await? {
         Ok(connection) => connection,
         Err(problem) => return Ok(Err(problem)),
     };
@@ -138,7 +141,6 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     type Error = Error;
     const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
-    const UP_TO_DATE_CONDITION: Option<&'static str> = Some(VM_UP_TO_DATE);
 
     fn plan(&self, pm: &ProxmoxMachine) -> Result<Plan, Problem> {
         let phase = Phase::read(pm.status.as_ref())
@@ -169,7 +171,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 Some(provision::PERMANENT_RETRY),
             )
         })?;
-        let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc).await {
+        let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc, request.secrets).await {
             Ok(Ok(found)) => found,
             Ok(Err(problem)) => return Err(StepFailure::unusable(problem, provision::PERMANENT_RETRY)),
             Err(error) => {
@@ -256,7 +258,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     ) -> Result<Deleted, Error> {
         let (pm, pxc) = (request.machine, request.cluster);
         let uid = pm.uid().unwrap_or_default();
-        let hv = match hypervisor(client, &self.connector, pxc).await? {
+        let hv = match hypervisor(client, &self.connector, pxc, request.secrets).await? {
             Ok((hv, _)) => hv,
             Err(problem) => return Ok(Deleted::Blocked(problem)),
         };

@@ -67,9 +67,15 @@ pub fn marks(config: &VmConfig) -> Marks {
             .iter()
             .find_map(|t| t.strip_prefix(OWNER_TAG_PREFIX).map(str::to_owned))
     };
+    // The name counts only beside the description's owner marker (both are written at clone
+    // time): a tag alone proves ownership, never that the VM was made for this name.
+    let described = owner_uid(config);
     Marks {
-        uid: owner_uid(config).or_else(tag_uid),
-        name: description_value(config, CREATED_FOR).map(|n| n.trim_end_matches('.').to_owned()),
+        name: described
+            .as_ref()
+            .and_then(|_| description_value(config, CREATED_FOR))
+            .map(|n| n.trim_end_matches('.').to_owned()),
+        uid: described.or_else(tag_uid),
         adopted_from: description_value(config, ADOPTED_FROM_MARKER),
         template: config.is_template(),
     }
@@ -284,6 +290,30 @@ mod tests {
         let again = remark(&adopted, third);
         assert_eq!(again.set["description"].matches(ADOPTED_FROM_MARKER).count(), 1);
         assert!(again.set["description"].contains("banlieue.io/adopted-from: new-uid"));
+    }
+
+    #[test]
+    fn a_tag_without_the_description_marker_is_never_remarked() {
+        let vm = config(&[
+            (
+                "description",
+                "Created by banlieue-proxmox for ProxmoxMachine ns/m1.\n",
+            ),
+            ("tags", "banlieue-uid-old-uid"),
+        ]);
+        let me = Owner {
+            uid: "new-uid",
+            namespace: "ns",
+            name: "m1",
+        };
+        let loc = VmLocation {
+            node: "pve1".into(),
+            vmid: 100,
+        };
+        assert!(matches!(
+            kit::classify(candidate(loc, vm), me, WORDS),
+            Found::Foreign(..)
+        ));
     }
 
     #[test]

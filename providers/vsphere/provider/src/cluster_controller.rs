@@ -109,7 +109,13 @@ impl ClusterBackend for VSphereClusters {
                     )));
                 }
                 Ok(Some(compute)) => {
-                    let (cpus, memory_mib) = capacity(&vcenter, &compute).await;
+                    // A failed read keeps what was published (no status churn on a blip).
+                    let published = vsc
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.failure_domains.iter().find(|d| d.name == fd.name))
+                        .map_or((None, None), FailureDomain::capacity);
+                    let (cpus, memory_mib) = capacity(&vcenter, &compute).await.unwrap_or(published);
                     let domain = FailureDomain {
                         name: fd.name.clone(),
                         control_plane: Some(fd.control_plane.unwrap_or(true)),
@@ -129,22 +135,20 @@ impl ClusterBackend for VSphereClusters {
 }
 
 /// A compute cluster's CPU cores and memory in MiB (`summary.numCpuCores`,
-/// `summary.totalMemory`), when vCenter tells them: capacity is informative, so a failed read
-/// leaves it out rather than failing the check.
+/// `summary.totalMemory`); `None` when vCenter could not be asked. Capacity is informative: a
+/// failed read never fails the check.
 async fn capacity(
     vcenter: &banlieue_vsphere_client::Client,
     compute: &banlieue_vsphere_client::MoRef,
-) -> (Option<u32>, Option<u64>) {
+) -> Option<(Option<u32>, Option<u64>)> {
     const CPUS: &str = "summary.numCpuCores";
     const MEMORY: &str = "summary.totalMemory";
-    let Ok(Some(props)) = vcenter.properties(compute, &[CPUS, MEMORY]).await else {
-        return (None, None);
-    };
+    let props = vcenter.properties(compute, &[CPUS, MEMORY]).await.ok()??;
     let number = |path: &str| props.get(path).and_then(|e| e.text.trim().parse::<u64>().ok());
-    (
+    Some((
         number(CPUS).and_then(|c| u32::try_from(c).ok()),
         number(MEMORY).map(|bytes| bytes >> 20),
-    )
+    ))
 }
 
 /// [`run_until`] without a shutdown signal of its own (tests stop it by aborting its task).

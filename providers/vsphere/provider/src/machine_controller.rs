@@ -16,6 +16,7 @@ use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
+use banlieue_provider_kit::secrets::ReadSecrets;
 use banlieue_provider_runtime::metrics::Metrics;
 use kube::ResourceExt;
 
@@ -70,8 +71,10 @@ impl VSphereMachines {
         &self,
         kube: &kube::Client,
         cluster: &banlieue_api::infrastructure::VSphereCluster,
+        secrets: &ReadSecrets<VSphereMachine>,
     ) -> Result<Result<banlieue_vsphere_client::Client, Problem>, Error> {
-        Ok(connection::resolve(kube, cluster, |_| {})
+        // The connection's Secrets are watched for the machine too: fixing them wakes it at once.
+        Ok(connection::resolve(kube, cluster, |keys| secrets.record(keys))
             .await?
             .and_then(|endpoint| self.clients.client(&endpoint)))
     }
@@ -109,7 +112,7 @@ impl MachineBackend for VSphereMachines {
         status: &mut VSphereMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let (vm, cluster) = (request.machine, request.cluster);
-        let client = match self.client(kube, cluster).await {
+        let client = match self.client(kube, cluster, request.secrets).await {
             Ok(Ok(client)) => client,
             Ok(Err(p)) => return Err(StepFailure::unusable(p, provision::PERMANENT_RETRY)),
             Err(error) => {
@@ -171,25 +174,28 @@ impl MachineBackend for VSphereMachines {
             });
         }
         let why = step.waiting.clone().unwrap_or_default();
+        let provisioned_phase = matches!(step.phase, Phase::Provisioned(..));
         let ready = match (&step.phase, &step.failed) {
-            (_, Some((reason, message))) => Report::new(false, reason, message.clone()),
             // Provisioned is not Ready while the VM is off (`status.initialization.provisioned`
             // stays true), the same semantics as every provider.
-            (Phase::Provisioned(..), None)
-                if step.waiting.is_none() && status.power_state == Some(PowerState::Off) =>
-            {
+            (Phase::Provisioned(..), _) if status.power_state == Some(PowerState::Off) => {
                 let message = condition::powered_off_message(&format!("VM {name}"), vm.spec.power_state);
                 Report::new(false, condition::POWERED_OFF, message)
             }
-            (Phase::Provisioned(..), None) if step.waiting.is_none() => Report::new(true, "Provisioned", ""),
-            // A provisioned VM being brought back to its spec (drift, power state).
-            (Phase::Provisioned(..), None) => Report::new(false, "Updating", why),
+            (Phase::Provisioned(..), _) => Report::new(true, condition::PROVISIONED, ""),
+            (_, Some((reason, message))) => Report::new(false, reason, message.clone()),
             (phase, None) => Report::new(false, phase.reason(), why),
         };
+        // Once provisioned, drift being corrected and a failed correction are VMUpToDate's, as on
+        // every provider.
+        let up_to_date = provisioned_phase.then(|| match &step.failed {
+            Some((reason, message)) => Report::new(false, reason, message.clone()),
+            None => Report::up_to_date(step.waiting.clone()),
+        });
         Ok(Step {
             provisioned,
             ready,
-            up_to_date: None,
+            up_to_date,
             events: if step.failed.is_some() {
                 vec![]
             } else {
@@ -207,7 +213,7 @@ impl MachineBackend for VSphereMachines {
         status: &mut VSphereMachineStatus,
     ) -> Result<Deleted, Error> {
         let vm = request.machine;
-        let client = match self.client(kube, request.cluster).await? {
+        let client = match self.client(kube, request.cluster, request.secrets).await? {
             Ok(client) => client,
             Err(problem) => return Ok(Deleted::Blocked(problem)),
         };

@@ -642,12 +642,16 @@ async fn desired_nics(c: &Client, input: &MachineInput<'_>) -> Result<Vec<Desire
     Ok(out)
 }
 
-/// The VM's facts; its absence is `VMVanished` (a provisioned machine never clones again).
+/// The VM's facts; its absence is `VMNotFound` (a provisioned machine never clones again; `Ready`
+/// turns False, as on every provider).
 async fn existing_vm(c: &Client, vm: &MoRef) -> Result<VmInfo, StepError> {
     vm_info(c, vm, "VMUnreachable").await?.ok_or_else(|| {
         permanent(
-            "VMVanished",
-            format!("VM {} no longer exists in vCenter", vm.value),
+            readopt::VM_NOT_FOUND,
+            format!(
+                "VM {} no longer exists in vCenter (deleted outside banlieue?): delete this machine to replace it",
+                vm.value
+            ),
         )
     })
 }

@@ -80,7 +80,9 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     let owner = Owner {
         uid: uid.clone(),
         namespace: "qemu-test".into(),
-        name: format!("tiny-{}", &uid[..8]),
+        // The uid's last digits: its first 8 are always 0 (the clock's nanoseconds fit in 96
+        // bits), which would give every run the same domain name.
+        name: format!("tiny-{}", &uid[28..]),
     };
     let spec: LibvirtMachineSpec = serde_json::from_value(serde_json::json!({
         "source": {"volume": base, "pool": POOL},

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::banlieue::{Provider, VirtualMachine};
+use banlieue_api::banlieue::{Provider, ProviderNodeTotals, VirtualMachine};
 use banlieue_api::condition::{self, ConditionStatus};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -233,6 +233,7 @@ async fn write_status(
         && ready_matches
         && status.version == health.version
         && status.nodes == health.nodes
+        && status.capacity == ProviderNodeTotals::of(&health.nodes)
     {
         return Ok(());
     }
@@ -261,8 +262,9 @@ async fn write_status(
     if let Some(version) = &health.version {
         body["status"]["version"] = json!(version);
     }
-    if !health.nodes.is_empty() {
+    if let Some(capacity) = ProviderNodeTotals::of(&health.nodes) {
         body["status"]["nodes"] = json!(health.nodes);
+        body["status"]["capacity"] = json!(capacity);
     }
     let name = provider.name_any();
     Api::<Provider>::all(ctx.client.clone())

@@ -1202,6 +1202,15 @@ async fn a_providers_ready_and_version_come_from_its_infra_cluster() -> anyhow::
         "the nodes and their capacity, from the infra cluster's failure domains"
     );
     assert_eq!(
+        connected.status.as_ref().and_then(|s| s.capacity.clone()),
+        Some(banlieue_api::banlieue::ProviderNodeTotals {
+            nodes: 1,
+            cpus: Some(16),
+            memory_mib: Some(65536),
+        }),
+        "their totals, for the printer columns"
+    );
+    assert_eq!(
         connected.status.as_ref().and_then(|s| s.observed_generation),
         connected.metadata.generation
     );

@@ -18,8 +18,8 @@ pub use image::{
     ImageSource, OsType, VirtualMachineImage, VirtualMachineImageSource, VirtualMachineImageSpec,
 };
 pub use provider::{
-    Backend, Provider, ProviderAllocation, ProviderCapacity, ProviderDefaults, ProviderNode, ProviderSpec,
-    ProviderStatus,
+    Backend, Provider, ProviderAllocation, ProviderCapacity, ProviderDefaults, ProviderNode,
+    ProviderNodeTotals, ProviderSpec, ProviderStatus,
 };
 pub use virtual_machine::{
     Placement, VirtualMachine, VirtualMachinePhase, VirtualMachineSpec, VirtualMachineStatus,

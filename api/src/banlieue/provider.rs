@@ -60,11 +60,17 @@ impl Backend {
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Ready\")].status"
     ),
-    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes[*].name"),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".status.capacity.nodes"),
     printcolumn(
         name = "CPUs",
-        type_ = "string",
-        json_path = ".status.nodes[*].cpus",
+        type_ = "integer",
+        json_path = ".status.capacity.cpus",
+        priority = 1
+    ),
+    printcolumn(
+        name = "MemoryMiB",
+        type_ = "integer",
+        json_path = ".status.capacity.memoryMiB",
         priority = 1
     ),
     printcolumn(
@@ -220,6 +226,37 @@ pub struct ProviderNode {
     pub memory_mib: Option<u64>,
 }
 
+/// The totals of a Provider's nodes (what its printer columns show).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderNodeTotals {
+    /// Number of nodes.
+    pub nodes: u32,
+    /// CPUs of the nodes that report them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u64>,
+    /// Memory in MiB of the nodes that report it.
+    #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+}
+
+impl ProviderNodeTotals {
+    /// The totals of `nodes` (`None`: no node).
+    pub fn of(nodes: &[ProviderNode]) -> Option<Self> {
+        let sum = |part: fn(&ProviderNode) -> Option<u64>| {
+            nodes
+                .iter()
+                .filter_map(part)
+                .fold(None, |acc: Option<u64>, n| Some(acc.unwrap_or(0) + n))
+        };
+        (!nodes.is_empty()).then(|| Self {
+            nodes: u32::try_from(nodes.len()).unwrap_or(u32::MAX),
+            cpus: sum(|n| n.cpus.map(u64::from)),
+            memory_mib: sum(|n| n.memory_mib),
+        })
+    }
+}
+
 /// Observed state of a Provider.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -242,4 +279,37 @@ pub struct ProviderStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 256), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub nodes: Vec<ProviderNode>,
+    /// The totals of `nodes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<ProviderNodeTotals>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(cpus: Option<u32>, memory_mib: Option<u64>) -> ProviderNode {
+        ProviderNode {
+            name: "n".into(),
+            cpus,
+            memory_mib,
+        }
+    }
+
+    #[test]
+    fn totals_count_every_node_and_sum_what_they_report() {
+        assert_eq!(ProviderNodeTotals::of(&[]), None);
+        assert_eq!(
+            ProviderNodeTotals::of(&[node(Some(8), None), node(Some(4), Some(1024)), node(None, None)]),
+            Some(ProviderNodeTotals {
+                nodes: 3,
+                cpus: Some(12),
+                memory_mib: Some(1024),
+            })
+        );
+        assert_eq!(
+            ProviderNodeTotals::of(&[node(None, None)]).and_then(|t| t.cpus),
+            None
+        );
+    }
 }

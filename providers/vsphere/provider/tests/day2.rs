@@ -491,7 +491,12 @@ async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()
     loop {
         let m = s.machines().get("app-1").await?;
         let now = hw(&info(&vc, &vm).await?);
-        if is_ready(&m) && now == want {
+        let up_to_date = m
+            .status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == "VMUpToDate"))
+            .map(|c| (c.status.clone(), c.reason.clone()));
+        if is_ready(&m) && now == want && up_to_date == Some(("True".into(), "UpToDate".into())) {
             ensure!(vm_of(&m)? == vm, "the machine moved to another VM");
             break;
         }

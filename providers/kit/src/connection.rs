@@ -334,6 +334,9 @@ pub struct Connection {
     pub trust: Trust,
     /// Nodes the Provider lists (empty: all).
     pub provider_nodes: Vec<String>,
+    /// `tls.serverName`: the name the certificate is verified against, when not the endpoint's
+    /// host.
+    pub server_name: Option<String>,
     /// Cache key.
     pub version: String,
 }
@@ -362,14 +365,16 @@ pub async fn connect(
         Err(problem) => return Ok(Err(problem)),
     };
     let provider_version = source.provider.as_ref().and_then(|p| p.resource_version());
+    let server_name = source.tls.as_ref().and_then(|t| t.server_name.clone());
     let version = format!(
-        "{}|{}|{trust:?}|{ca_version}|{}",
+        "{}|{}|{trust:?}|{server_name:?}|{ca_version}|{}",
         source.endpoint,
         credentials.version,
         provider_version.unwrap_or_default()
     );
     Ok(Ok(Connection {
         provider_nodes: source.provider_nodes().to_vec(),
+        server_name,
         endpoint: source.endpoint,
         credentials,
         trust,

@@ -52,6 +52,9 @@ pub enum ConfigError {
     /// The CA bundle is not PEM or holds no usable certificate.
     #[error("CA bundle: {0}")]
     CaBundle(String),
+    /// `tls.serverName` is neither a DNS name nor an IP address.
+    #[error("server name {0:?} is neither a DNS name nor an IP address")]
+    ServerName(String),
     /// rustls refused the protocol versions (a build problem).
     #[error("TLS protocol versions: {0}")]
     Protocol(#[source] rustls::Error),
@@ -398,16 +401,28 @@ pub struct HttpsConnector {
     pub tls: tokio_rustls::TlsConnector,
     /// Timeout of TCP connect plus handshake.
     pub connect_timeout: Duration,
+    /// The name the certificate is verified against (and sent as SNI) when it differs from the
+    /// URL's host (`tls.serverName`: an endpoint reached by address, a certificate issued for
+    /// a name).
+    pub server_name: Option<String>,
 }
 
 impl HttpsConnector {
-    /// A connector for `config` with `connect_timeout`.
+    /// A connector for `config` with `connect_timeout`, verifying the URL's host.
     pub fn new(config: rustls::ClientConfig, connect_timeout: Duration) -> Self {
         Self {
             tls: tokio_rustls::TlsConnector::from(Arc::new(config)),
             connect_timeout,
+            server_name: None,
         }
     }
+}
+
+/// Checks a `tls.serverName` before any connection: a DNS name or an IP address.
+pub fn check_server_name(name: &str) -> Result<(), ConfigError> {
+    ServerName::try_from(name.to_owned())
+        .map(|_| ())
+        .map_err(|_| ConfigError::ServerName(name.to_owned()))
 }
 
 impl tower_service::Service<http::Uri> for HttpsConnector {
@@ -422,6 +437,7 @@ impl tower_service::Service<http::Uri> for HttpsConnector {
     fn call(&mut self, uri: http::Uri) -> Self::Future {
         let tls = self.tls.clone();
         let timeout = self.connect_timeout;
+        let server_name = self.server_name.clone();
         Box::pin(async move {
             let host = uri.host().ok_or("URL has no host")?;
             let host = host.trim_start_matches('[').trim_end_matches(']').to_owned();
@@ -432,7 +448,7 @@ impl tower_service::Service<http::Uri> for HttpsConnector {
                     .await
                     .map_err(|e| ConnectError::io(&addr, e))?;
                 tcp.set_nodelay(true).map_err(|e| ConnectError::io(&addr, e))?;
-                let name = ServerName::try_from(host.clone())?;
+                let name = ServerName::try_from(server_name.unwrap_or_else(|| host.clone()))?;
                 let stream = tls
                     .connect(name, tcp)
                     .await
@@ -555,6 +571,19 @@ mod tests {
             parse_sha256(&colon.replace(':', "").to_lowercase()).unwrap(),
             parsed
         );
+    }
+
+    #[test]
+    fn a_server_name_is_a_dns_name_or_an_address() {
+        for ok in ["pve.example.com", "pve1", "10.0.0.5", "::1"] {
+            assert!(check_server_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["not a name", "", "pve..example"] {
+            assert!(
+                matches!(check_server_name(bad), Err(ConfigError::ServerName(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

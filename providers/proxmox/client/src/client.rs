@@ -116,6 +116,7 @@ pub struct ClientBuilder {
     url: String,
     auth: Option<Auth>,
     tls: TlsVerification,
+    server_name: Option<String>,
     timeout: Duration,
     upload_timeout: Duration,
     connect_timeout: Duration,
@@ -143,6 +144,7 @@ impl ClientBuilder {
             url: url.into(),
             auth: None,
             tls: TlsVerification::default(),
+            server_name: None,
             timeout: Duration::from_secs(30),
             upload_timeout: Duration::from_secs(600),
             connect_timeout: Duration::from_secs(10),
@@ -178,6 +180,12 @@ impl ClientBuilder {
     /// Sets how the server certificate is verified (default: web PKI roots).
     pub fn tls(mut self, tls: TlsVerification) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// Verifies the certificate against `name` instead of the URL's host (`tls.serverName`).
+    pub fn server_name(mut self, name: Option<String>) -> Self {
+        self.server_name = name;
         self
     }
 
@@ -250,9 +258,13 @@ impl ClientBuilder {
             },
         };
         let tls = tokio_rustls::TlsConnector::from(Arc::new(client_config(&self.tls)?));
+        if let Some(name) = &self.server_name {
+            crate::tls::check_server_name(name)?;
+        }
         let connector = HttpsConnector {
             tls,
             connect_timeout: self.connect_timeout,
+            server_name: self.server_name,
         };
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))

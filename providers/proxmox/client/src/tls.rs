@@ -26,6 +26,11 @@ pub enum TlsVerification {
     InsecureSkipVerify,
 }
 
+/// Checks a `tls.serverName` (a DNS name or an IP address).
+pub(crate) fn check_server_name(name: &str) -> Result<()> {
+    shared::check_server_name(name).map_err(|e| Error::Config(e.to_string()))
+}
+
 /// Parses a SHA-256 fingerprint: 32 bytes as hex, with or without `:` separators, any case.
 pub fn parse_fingerprint(text: &str) -> Result<[u8; 32]> {
     shared::parse_sha256(text)

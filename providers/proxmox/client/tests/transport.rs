@@ -108,6 +108,38 @@ async fn an_unknown_ca_and_a_host_name_mismatch_say_so() {
 }
 
 #[tokio::test]
+async fn a_server_name_verifies_a_certificate_issued_for_another_name_than_the_address() {
+    let named = mock::start_named(&["pve.example.invalid"], |_, _| version()).await;
+    let client = builder(&named)
+        .tls(TlsVerification::CaBundle(named.cert_pem.clone()))
+        .server_name(Some("pve.example.invalid".into()))
+        .build()
+        .unwrap();
+    assert_eq!(client.version().await.unwrap().version, "9.1.2");
+    let err = builder(&named)
+        .tls(TlsVerification::CaBundle(named.cert_pem.clone()))
+        .server_name(Some("other.example.invalid".into()))
+        .build()
+        .unwrap()
+        .version()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.tls_failure().map(|t| t.kind),
+        Some(TlsFailureKind::HostnameMismatch),
+        "the name is still checked: {err}"
+    );
+    let err = builder(&named)
+        .server_name(Some("not a name".into()))
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(&err, Error::Config(m) if m.contains("not a name")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn ca_bundle_accepts_and_default_webpki_rejects_a_self_signed_server() {
     let mock = mock::start(|_, _| version()).await;
     let client = builder(&mock)

@@ -37,6 +37,8 @@ pub struct Connection {
     pub auth: Auth,
     /// Certificate trust.
     pub tls: TlsVerification,
+    /// `tls.serverName`: the name the certificate is verified against.
+    pub server_name: Option<String>,
     /// Changes whenever a referenced Secret/ConfigMap or the settings change (cache key).
     pub version: String,
     /// Nodes machines may use: the ProxmoxCluster's `allowedNodes`, else its Provider's
@@ -129,6 +131,7 @@ pub async fn read_connection(
         endpoint: c.endpoint,
         auth,
         tls,
+        server_name: c.server_name,
         version: c.version,
         allowed_nodes: allowed_nodes(&spec.allowed_nodes, &c.provider_nodes),
     }))
@@ -161,6 +164,7 @@ impl Connector for ClientConnector {
         let client = Client::builder(connection.endpoint.clone())
             .auth(connection.auth.clone())
             .tls(connection.tls.clone())
+            .server_name(connection.server_name.clone())
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| {

@@ -30,6 +30,7 @@ pub struct ClientBuilder {
     username: String,
     password: Secret,
     tls: TlsVerification,
+    server_name: Option<String>,
     timeout: Duration,
     connect_timeout: Duration,
 }
@@ -54,6 +55,7 @@ impl ClientBuilder {
             username: username.into(),
             password: password.into(),
             tls: TlsVerification::default(),
+            server_name: None,
             timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
         }
@@ -62,6 +64,12 @@ impl ClientBuilder {
     /// How vCenter's certificate is verified (default: web PKI).
     pub fn tls(mut self, tls: TlsVerification) -> Self {
         self.tls = tls;
+        self
+    }
+
+    /// Verifies the certificate against `name` instead of the server's host (`tls.serverName`).
+    pub fn server_name(mut self, name: Option<String>) -> Self {
+        self.server_name = name;
         self
     }
 
@@ -81,9 +89,13 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client> {
         let endpoint = sdk_url(&self.server)?;
         let tls = client_config(&self.tls)?;
+        if let Some(name) = &self.server_name {
+            crate::tls::check_server_name(name)?;
+        }
         let connector = HttpsConnector {
             tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
             connect_timeout: self.connect_timeout,
+            server_name: self.server_name,
         };
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))

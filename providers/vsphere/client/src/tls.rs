@@ -22,6 +22,11 @@ pub enum TlsVerification {
     InsecureSkipVerify,
 }
 
+/// Checks a `tls.serverName` (a DNS name or an IP address).
+pub(crate) fn check_server_name(name: &str) -> Result<()> {
+    shared::check_server_name(name).map_err(|e| Error::Config(e.to_string()))
+}
+
 /// Parses a SHA-256 thumbprint: 64 hex digits, optionally colon-separated.
 pub fn parse_thumbprint(text: &str) -> Result<[u8; 32]> {
     shared::parse_sha256(text)

@@ -27,6 +27,8 @@ pub struct Endpoint {
     pub password: banlieue_vsphere_client::Secret,
     /// Certificate trust.
     pub tls: TlsVerification,
+    /// `tls.serverName`: the name the certificate is verified against.
+    pub server_name: Option<String>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -41,7 +43,10 @@ impl std::fmt::Debug for Endpoint {
 impl Endpoint {
     fn cache_key(&self) -> String {
         let digest = Sha256::digest(self.password.expose().as_bytes());
-        format!("{}|{}|{:x}|{:?}", self.server, self.username, digest, self.tls)
+        format!(
+            "{}|{}|{:x}|{:?}|{:?}",
+            self.server, self.username, digest, self.tls, self.server_name
+        )
     }
 }
 
@@ -82,6 +87,7 @@ pub async fn resolve(
         username,
         password: password.into(),
         tls,
+        server_name: c.server_name,
     }))
 }
 
@@ -99,6 +105,7 @@ impl ClientCache {
         }
         let client = ClientBuilder::new(&endpoint.server, &endpoint.username, endpoint.password.clone())
             .tls(endpoint.tls.clone())
+            .server_name(endpoint.server_name.clone())
             .build()
             .map_err(|e| Problem::new("InvalidServer", e.to_string()))?;
         map.insert(key, client.clone());

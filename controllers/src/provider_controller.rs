@@ -13,11 +13,12 @@
 //! infrastructure machine on a Provider ([`ensure_in_use_finalizer`]), so a Provider deleted at
 //! that moment cannot vanish before this reconciler notices the new VM.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::banlieue::{Provider, ProviderNodeTotals, VirtualMachine};
+use banlieue_api::banlieue::{Backend, Provider, ProviderNodeTotals, VirtualMachine};
 use banlieue_api::condition::{self, ConditionStatus};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -30,7 +31,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tracing::{info, instrument, warn};
 
-use crate::build::FIELD_MANAGER;
+use crate::build::{FIELD_MANAGER, PROVIDER_LABEL};
 use crate::finalizer;
 use crate::provider_health;
 pub use crate::provider_use::IN_USE_FINALIZER;
@@ -137,11 +138,13 @@ pub async fn run(client: Client, shutdown: impl Future<Output = ()> + Send + 'st
     driver.abort();
 }
 
-/// One look at every Provider; returns how many could not be brought in line.
+/// One look at every Provider; returns how many could not be brought in line. The infra
+/// clusters applied for Providers are listed once per backend per pass, not once per Provider.
 async fn pass(ctx: &Context) -> usize {
     let mut failures = 0;
+    let mut listed = InfraClusters::default();
     for provider in ctx.providers.state() {
-        if let Err(error) = reconcile(&provider, ctx).await {
+        if let Err(error) = reconcile(&provider, ctx, &mut listed).await {
             failures += 1;
             warn!(
                 provider = provider.name_any(),
@@ -155,7 +158,7 @@ async fn pass(ctx: &Context) -> usize {
 }
 
 #[instrument(skip_all, fields(provider = provider.name_any()))]
-async fn reconcile(provider: &Provider, ctx: &Context) -> Result<()> {
+async fn reconcile(provider: &Provider, ctx: &Context, listed: &mut InfraClusters) -> Result<()> {
     let name = provider.name_any();
     let vms = ctx.vms.state();
     let users = provider_use::users(&name, vms.iter().map(AsRef::as_ref));
@@ -175,31 +178,38 @@ async fn reconcile(provider: &Provider, ctx: &Context) -> Result<()> {
         ensure_in_use_finalizer(&ctx.client, provider).await?;
     }
     let blocked = deleting.then(|| provider_use::deletion_blocked_message(&users));
-    let health = provider_health::health(&infra_clusters(ctx, provider).await?);
+    let health = provider_health::health(&listed.of(ctx, provider).await?);
     write_status(ctx, provider, placed, blocked, health).await
 }
 
-/// The infrastructure clusters the controller applied for `provider` (one per namespace).
-async fn infra_clusters(ctx: &Context, provider: &Provider) -> Result<Vec<DynamicObject>> {
-    let Some(entry) = registry::lookup(provider.spec.backend) else {
-        return Ok(Vec::new());
-    };
-    let name = banlieue_api::standalone::infra_cluster_name(&provider.name_any());
-    let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &entry.cluster_api_resource());
-    let list = api
-        .list(&ListParams::default().fields(&format!("metadata.name={name}")))
-        .await
-        .map_err(|e| {
-            Error::kube(
-                format!(
-                    "listing the {}s of Provider {}",
-                    entry.cluster_kind,
-                    provider.name_any()
-                ),
-                e,
-            )
-        })?;
-    Ok(list.items)
+/// The infrastructure clusters the controller applied for Providers (labelled
+/// [`PROVIDER_LABEL`]), listed once per backend and kept for one pass.
+#[derive(Default)]
+struct InfraClusters(HashMap<Backend, Vec<DynamicObject>>);
+
+impl InfraClusters {
+    /// Those applied for `provider` (one per namespace).
+    async fn of(&mut self, ctx: &Context, provider: &Provider) -> Result<Vec<DynamicObject>> {
+        let backend = provider.spec.backend;
+        let Some(entry) = registry::lookup(backend) else {
+            return Ok(Vec::new());
+        };
+        if !self.0.contains_key(&backend) {
+            let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &entry.cluster_api_resource());
+            let list = api
+                .list(&ListParams::default().labels(PROVIDER_LABEL))
+                .await
+                .map_err(|e| Error::kube(format!("listing the {}s of Providers", entry.cluster_kind), e))?;
+            self.0.insert(backend, list.items);
+        }
+        let name = provider.name_any();
+        let cluster_name = banlieue_api::standalone::infra_cluster_name(&name);
+        Ok(self.0[&backend]
+            .iter()
+            .filter(|c| c.name_any() == cluster_name && c.labels().get(PROVIDER_LABEL) == Some(&name))
+            .cloned()
+            .collect())
+    }
 }
 
 /// Writes `status.allocated`, `status.version` and `Ready`: while a deletion waits for

@@ -14,6 +14,7 @@
 //! that moment cannot vanish before this reconciler notices the new VM.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -194,13 +195,13 @@ impl InfraClusters {
         let Some(entry) = registry::lookup(backend) else {
             return Ok(Vec::new());
         };
-        if !self.0.contains_key(&backend) {
+        if let Entry::Vacant(slot) = self.0.entry(backend) {
             let api = Api::<DynamicObject>::all_with(ctx.client.clone(), &entry.cluster_api_resource());
             let list = api
                 .list(&ListParams::default().labels(PROVIDER_LABEL))
                 .await
                 .map_err(|e| Error::kube(format!("listing the {}s of Providers", entry.cluster_kind), e))?;
-            self.0.insert(backend, list.items);
+            slot.insert(list.items);
         }
         let name = provider.name_any();
         let cluster_name = banlieue_api::standalone::infra_cluster_name(&name);

@@ -514,9 +514,12 @@ fn domains_of(namespace: &str, name: &str) -> Vec<(String, String)> {
         .unwrap()
         .iter()
         .filter_map(|d| {
-            let owner = xml::owner_from_xml(&d.xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE).unwrap())?;
+            // The test driver's state is shared by the tests running in parallel: a domain
+            // another test deletes between the listing and this read is skipped.
+            let owner = xml::owner_from_xml(&d.xml_desc(virt::sys::VIR_DOMAIN_XML_INACTIVE).ok()?)?;
             (owner.namespace == namespace && owner.name == name)
-                .then(|| (d.uuid_string().unwrap().to_ascii_lowercase(), owner.uid))
+                .then(|| Some((d.uuid_string().ok()?.to_ascii_lowercase(), owner.uid)))
+                .flatten()
         })
         .collect()
 }

@@ -30,14 +30,17 @@ pub type StepError = banlieue_provider_kit::machine::StepError<HvError>;
 
 /// Wraps a libvirt error: "invalid input" kinds become permanent failures of `phase`.
 fn hv_error(phase: &Phase, e: HvError) -> StepError {
+    step_error(phase.failure_reason(), e)
+}
+
+/// A libvirt error as a step failure with `reason`: retried with backoff unless libvirt refuses
+/// the call itself (invalid input, unsupported).
+pub(crate) fn step_error(reason: &'static str, e: HvError) -> StepError {
     match e.kind {
-        ErrorKind::Transient | ErrorKind::NotFound | ErrorKind::Exists => StepError::Transient {
-            reason: phase.failure_reason(),
-            source: e,
-        },
-        ErrorKind::Other | ErrorKind::Unsupported => {
-            StepError::permanent(phase.failure_reason(), e.to_string())
+        ErrorKind::Transient | ErrorKind::NotFound | ErrorKind::Exists => {
+            StepError::Transient { reason, source: e }
         }
+        ErrorKind::Other | ErrorKind::Unsupported => StepError::permanent(reason, e.to_string()),
     }
 }
 

@@ -13,7 +13,7 @@
 use banlieue_provider_kit::readopt::{self as kit, Marks};
 
 use crate::desired::PROVIDER_ID_PREFIX;
-use crate::hypervisor::{DomainInfo, ErrorKind, HvError, Hypervisor};
+use crate::hypervisor::{DomainInfo, HvError, Hypervisor};
 use crate::provision::StepError;
 use crate::xml::Owner;
 
@@ -89,18 +89,9 @@ pub fn classify(domain: DomainInfo, me: &Owner) -> Found<DomainInfo> {
     kit::classify(candidate(domain), owner(me), WORDS)
 }
 
-/// A libvirt error while adopting: retried with backoff unless libvirt refuses the call itself.
+/// A libvirt error while adopting.
 fn hv_error(source: HvError) -> StepError {
-    match source.kind {
-        ErrorKind::Other | ErrorKind::Unsupported => StepError::Permanent {
-            reason: ADOPTION_FAILED,
-            message: source.to_string(),
-        },
-        ErrorKind::Transient | ErrorKind::NotFound | ErrorKind::Exists => StepError::Transient {
-            reason: ADOPTION_FAILED,
-            source,
-        },
-    }
+    crate::provision::step_error(ADOPTION_FAILED, source)
 }
 
 /// Looks up the domain `uuid` on `hv` and classifies it for `me`.

@@ -127,13 +127,12 @@ pub enum Found<V> {
     TakenOver(Candidate<V>, String),
 }
 
-/// Why `owner` must not take back a VM a copy of it took over, if that is the case.
-pub fn taken_over<V>(vm: &Candidate<V>, owner: Owner<'_>) -> Option<String> {
-    let marks = &vm.marks;
+/// Why `owner` must not take back the VM with `marks` (named `label` in messages) that a copy
+/// of it took over, if that is the case.
+pub fn taken_over(marks: &Marks, label: &str, owner: Owner<'_>) -> Option<String> {
     marks.taken_over_from(owner).then(|| {
         format!(
-            "{} was taken over by a copy of this machine (object uid {}), created by clusterctl move or a restore while this object still exists; refusing to take it back",
-            vm.label,
+            "{label} was taken over by a copy of this machine (object uid {}), created by clusterctl move or a restore while this object still exists; refusing to take it back",
             marks.uid().unwrap_or("unknown")
         )
     })
@@ -145,7 +144,7 @@ pub fn classify<V>(vm: Candidate<V>, owner: Owner<'_>, words: Words) -> Found<V>
     if marks.owned_by(owner) {
         return Found::Owned(vm);
     }
-    if let Some(why) = taken_over(&vm, owner) {
+    if let Some(why) = taken_over(&vm.marks, &vm.label, owner) {
         return Found::TakenOver(vm, why);
     }
     if marks.created_for(owner) {

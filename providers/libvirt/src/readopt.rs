@@ -108,7 +108,7 @@ pub async fn find<H: Hypervisor>(hv: &H, me: &Owner, uuid: &str) -> Result<Found
 /// [`ADOPTION_FAILED`] and not written to.
 pub async fn remark<H: Hypervisor>(hv: &H, domain: DomainInfo, me: &Owner) -> Result<DomainInfo, StepError> {
     let domain = candidate(domain);
-    if let Some(why) = kit::taken_over(&domain, owner(me)) {
+    if let Some(why) = kit::taken_over(&domain.marks, &domain.label, owner(me)) {
         return Err(StepError::Permanent {
             reason: ADOPTION_FAILED,
             message: why,
@@ -188,7 +188,8 @@ mod tests {
             "{why}"
         );
         assert!(why.contains("refusing to take it back"), "{why}");
-        assert!(kit::taken_over(&candidate(d.clone()), super::owner(&original)).is_some());
+        let c = candidate(d.clone());
+        assert!(kit::taken_over(&c.marks, &c.label, super::owner(&original)).is_some());
         assert!(remark_provisioned(
             &d,
             &original,

@@ -552,7 +552,8 @@ async fn update_step<H: Hypervisor>(
     }
     if !desired::is_owned_by(&config, input.uid) {
         if let Some(why) = readopt::taken_over(
-            &readopt::candidate(loc.clone(), config.clone()),
+            &readopt::marks(&config),
+            &readopt::label(&loc),
             readopt::owner(input),
         ) {
             return Err(permanent(readopt::ADOPTION_FAILED, why));

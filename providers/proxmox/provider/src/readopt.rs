@@ -85,9 +85,14 @@ pub fn marks(config: &VmConfig) -> Marks {
 pub fn candidate(loc: VmLocation, config: VmConfig) -> Candidate<Vm> {
     Candidate {
         marks: marks(&config),
-        label: format!("VM {} on {}", loc.vmid, loc.node),
+        label: label(&loc),
         vm: Vm { loc, config },
     }
+}
+
+/// How messages name a VM.
+pub fn label(loc: &VmLocation) -> String {
+    format!("VM {} on {}", loc.vmid, loc.node)
 }
 
 /// The config change that moves the VM's owner marker to `owner`: the description's marker lines

@@ -61,9 +61,14 @@ pub fn marks(info: &VmInfo) -> Marks {
 pub fn candidate(info: VmInfo) -> Candidate<VmInfo> {
     Candidate {
         marks: marks(&info),
-        label: format!("VM {} ({})", info.name, info.vm.value),
+        label: label(&info),
         vm: info,
     }
+}
+
+/// How messages name a VM.
+fn label(info: &VmInfo) -> String {
+    format!("VM {} ({})", info.name, info.vm.value)
 }
 
 /// The BIOS uuid in a `vsphere://<uuid>` providerID.
@@ -106,7 +111,7 @@ pub fn remark_spec_for(info: &VmInfo, owner: Owner<'_>) -> ConfigSpec {
 /// returns its task. A VM taken over from `owner` is refused with [`ADOPTION_FAILED`] and not
 /// written to.
 pub async fn remark(c: &Client, info: &VmInfo, owner: Owner<'_>) -> Result<MoRef, StepError> {
-    if let Some(why) = kit::taken_over(&candidate(info.clone()), owner) {
+    if let Some(why) = kit::taken_over(&marks(info), &label(info), owner) {
         return Err(StepError::Permanent {
             reason: ADOPTION_FAILED,
             message: why,

@@ -1,5 +1,6 @@
 //! The conformance run: Cluster API v1.14.2's own controllers drive `banlieue-proxmox` on the
-//! Proxmox VE simulator, and every step asserts what CAPI itself reports.
+//! Proxmox VE simulator (and `banlieue-vsphere` on vcsim), and every step asserts what CAPI
+//! itself reports. What differs per hypervisor is in `capi/hypervisor.rs`.
 //!
 //! One environment for the whole run: a harness control plane (etcd + kube-apiserver +
 //! kube-controller-manager) with CAPI's and banlieue's CRDs; CAPI's core, kubeadm bootstrap and
@@ -12,11 +13,17 @@
 //! the control-plane endpoint, and when a simulated VM boots with kubeadm cloud-init the emulator
 //! does what `kubeadm init`/`join` + kubelet would visibly do to that API: the `kubeadm-config`
 //! ConfigMap (init) and a Node whose `spec.providerID` is `proxmox://<meta-data instance-id>`
-//! (the kubelet flag of the cluster template).
+//! (the kubelet flag of the cluster template) or, on vSphere, `vsphere://<BIOS uuid>` (what
+//! vSphere's cloud provider sets); on vcsim it also plays VMware Tools (the guest's IP).
 //!
-//! Writes `target/conformance/capi.md`. Run: `cargo build -p banlieue-proxmox --bin
-//! banlieue-proxmox && cargo test -p banlieue-conformance --test capi` (needs
-//! `tests/controlplane/build.sh`).
+//! Writes `target/conformance/capi.md` (and `capi-pods.md`, `capi-vsphere.md`). Run: `cargo
+//! build -p banlieue-proxmox -p banlieue-vsphere -p banlieue-controllers && cargo test -p
+//! banlieue-conformance --test capi` (needs `tests/controlplane/build.sh`).
+
+#[path = "capi/hypervisor.rs"]
+mod hypervisor;
+#[path = "../../../providers/vsphere/client/tests/support/vcsim.rs"]
+mod vcsim_support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -26,8 +33,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use banlieue_clusterctl::repository::CAPI_VERSION;
 use banlieue_conformance::report::{Outcome, Report, report_dir};
-use banlieue_pve_sim::{SimConfig, SimHandle};
+use banlieue_pve_sim::SimConfig;
 use banlieue_testenv::{ManagedProcess, TestEnv, bin_dir, cert_manager_stub_crds};
+use hypervisor::{Guest, Hypervisor};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -36,7 +44,6 @@ use serde_json::{Value, json};
 
 const CLUSTER: &str = "conf";
 const KUBERNETES_VERSION: &str = "v1.33.1";
-const TEMPLATE_VMID: &str = "9000";
 const STEP_TIMEOUT: Duration = Duration::from_secs(120);
 
 fn workspace() -> PathBuf {
@@ -130,8 +137,14 @@ enum Managers {
 
 impl Managers {
     /// Starts the managers of management cluster `env`, on which `clusterctl init` ran: CAPI's
-    /// three and banlieue-proxmox.
-    async fn start(mode: Mode, env: &TestEnv, node_name: &str, controller_dir: &Path) -> Result<Self> {
+    /// three and the banlieue provider of `hv`.
+    async fn start(
+        mode: Mode,
+        hv: &Hypervisor,
+        env: &TestEnv,
+        node_name: &str,
+        controller_dir: &Path,
+    ) -> Result<Self> {
         match mode {
             Mode::Processes => {
                 let mut processes = Vec::new();
@@ -140,9 +153,10 @@ impl Managers {
                 {
                     processes.push(manager.process);
                 }
+                // Every provider takes banlieue-provider-runtime's flags, as the Proxmox one does.
                 processes.push(banlieue_dev::start_controller(
                     controller_dir,
-                    banlieue_dev::PROXMOX_PROVIDER,
+                    &hv.infra().name(),
                     banlieue_dev::controller_args(banlieue_dev::PROXMOX_PROVIDER),
                     env.admin().path(),
                     &env.workdir().join("logs"),
@@ -150,6 +164,10 @@ impl Managers {
                 Ok(Self::Processes(processes))
             }
             Mode::Pods => {
+                ensure!(
+                    hv.infra() == banlieue_clusterctl::Infra::Proxmox,
+                    "the run with Pods is Proxmox's"
+                );
                 let proxmox = banlieue_dev::pods::PROXMOX_COMPONENTS;
                 let node = banlieue_dev::capi_pods::run_installed(
                     env,
@@ -320,7 +338,7 @@ async fn poll<T>(
 struct Run {
     client: kube::Client,
     ns: String,
-    sim: Arc<SimHandle>,
+    hv: Arc<Hypervisor>,
     report: Report,
 }
 
@@ -344,14 +362,33 @@ impl Run {
         Ok(self.api(ar).get_opt(name).await?.as_ref().map(to_value))
     }
 
-    /// Simulated VMs (templates excluded), by VMID.
-    fn vms(&self) -> BTreeMap<u32, banlieue_pve_sim::VmInfo> {
-        self.sim
-            .vms()
+    /// The provider's kind `suffix` (`Machine` → `ProxmoxMachine`).
+    fn infra(&self, suffix: &str) -> ApiResource {
+        infra(&self.hv.kind(suffix))
+    }
+
+    /// The hypervisor's VMs (templates excluded), by id.
+    async fn vms(&self) -> Result<BTreeMap<String, Guest>> {
+        Ok(self
+            .hv
+            .guests()
+            .await?
             .into_iter()
-            .filter(|v| !v.template)
-            .map(|v| (v.vmid, v))
-            .collect()
+            .map(|g| (g.id.clone(), g))
+            .collect())
+    }
+
+    /// The VM an infra machine's status names, with what its guest reads.
+    async fn vm_of(&self, infra_machine: &Value) -> Result<Guest> {
+        let name = infra_machine["metadata"]["name"].as_str().unwrap_or_default();
+        let id = self
+            .hv
+            .vm_id(infra_machine)
+            .with_context(|| format!("{name}: no VM in its status"))?;
+        self.vms()
+            .await?
+            .remove(&id)
+            .with_context(|| format!("{name}: VM {id} not on the hypervisor"))
     }
 
     fn record(&mut self, section: &str, check: &str, started: Instant, result: &Result<String>) {
@@ -364,7 +401,7 @@ impl Run {
     }
 }
 
-/// Machines of the cluster with their ProxmoxMachines, checked for what CAPI copies: provisioned,
+/// Machines of the cluster with their infra machines, checked for what CAPI copies: provisioned,
 /// providerID, addresses, failure domain. `Err(state)` until every one of `expected` matches.
 async fn machines_provisioned(
     run: &Run,
@@ -391,12 +428,12 @@ async fn machines_provisioned(
         let infra_name = m["spec"]["infrastructureRef"]["name"]
             .as_str()
             .unwrap_or_default();
-        let Some(pm) = run.get(&infra("ProxmoxMachine"), infra_name).await? else {
-            return Ok(Err(format!("{name}: no ProxmoxMachine {infra_name} yet")));
+        let Some(pm) = run.get(&run.infra("Machine"), infra_name).await? else {
+            return Ok(Err(format!("{name}: no infra machine {infra_name} yet")));
         };
         if m["status"]["initialization"]["infrastructureProvisioned"] != true {
             return Ok(Err(format!(
-                "{name}: infrastructure not provisioned (ProxmoxMachine state {})",
+                "{name}: infrastructure not provisioned (infra machine state {})",
                 pm["status"]["provisioning"]["state"]
             )));
         }
@@ -417,10 +454,22 @@ async fn machines_provisioned(
                 &pm["status"]["failureDomain"],
             ),
         ];
+        let prefix = run.hv.provider_id_prefix();
+        if !pm["spec"]["providerID"]
+            .as_str()
+            .is_some_and(|id| id.starts_with(prefix) && id.len() > prefix.len())
+        {
+            return Ok(Err(format!(
+                "{name}: providerID {} is not {prefix}…",
+                pm["spec"]["providerID"]
+            )));
+        }
         for (field, on_machine, on_infra) in checks {
-            if on_infra.is_null() || on_machine != on_infra {
+            // Without failure domains a machine has none.
+            let may_be_unset = field == "status.failureDomain" && !run.hv.publishes_failure_domains();
+            if (on_infra.is_null() && !may_be_unset) || on_machine != on_infra {
                 return Ok(Err(format!(
-                    "{name}: {field} on the Machine {on_machine} != ProxmoxMachine {on_infra}"
+                    "{name}: {field} on the Machine {on_machine} != infra machine {on_infra}"
                 )));
             }
         }
@@ -454,15 +503,11 @@ async fn bootstrap_bytes_match(run: &Run, pairs: &[(Value, Value)]) -> Result<St
             .as_ref()
             .and_then(|d| d.get("value"))
             .with_context(|| format!("{secret_name}: no value"))?;
-        let vmid = pm["status"]["vmid"]
-            .as_u64()
-            .with_context(|| format!("{name}: ProxmoxMachine without status.vmid"))?
-            as u32;
-        let seed = run
-            .sim
-            .seed(vmid)
-            .with_context(|| format!("VM {vmid} booted without a seed"))?;
-        let user_data = seed.user_data.unwrap_or_default();
+        let vm = run.vm_of(pm).await?;
+        let vmid = &vm.id;
+        let user_data = vm
+            .user_data
+            .with_context(|| format!("VM {vmid} booted without user data"))?;
         ensure!(
             user_data.as_bytes() == value.0.as_slice(),
             "{name}: VM {vmid} user-data ({} bytes) differs from {secret_name} value ({} bytes)",
@@ -483,12 +528,9 @@ async fn bootstrap_bytes_match(run: &Run, pairs: &[(Value, Value)]) -> Result<St
 /// was generated by KCP (not by the test) for that CA.
 async fn cluster_ca_in_bootstrap_data(run: &Run, pairs: &[(Value, Value)], ca_pem: &str) -> Result<String> {
     let (_, pm) = pairs.first().context("no control-plane machine")?;
-    let vmid = pm["status"]["vmid"].as_u64().context("no vmid")? as u32;
-    let user_data = run
-        .sim
-        .seed(vmid)
-        .and_then(|s| s.user_data)
-        .context("control-plane VM without user-data")?;
+    let vm = run.vm_of(pm).await?;
+    let vmid = &vm.id;
+    let user_data = vm.user_data.context("control-plane VM without user-data")?;
     let config: Value = serde_yaml::from_str(&user_data).context("kubeadm cloud-config is not YAML")?;
     let written = config["write_files"]
         .as_array()
@@ -522,11 +564,13 @@ async fn cluster_ca_in_bootstrap_data(run: &Run, pairs: &[(Value, Value)], ca_pe
     ))
 }
 
-/// The guest emulator: registers what kubeadm + kubelet would in the workload API server.
-async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBuf) {
+/// The guest emulator: registers what kubeadm + kubelet would in the workload API server, and
+/// reports the guest's address where the hypervisor does not (vcsim has no VMware Tools).
+async fn emulate_guests(hv: Arc<Hypervisor>, workload: kube::Client, log: PathBuf) {
     let nodes: Api<Node> = Api::all(workload.clone());
     let config_maps: Api<ConfigMap> = Api::namespaced(workload, "kube-system");
     let mut registered = BTreeSet::new();
+    let mut addresses = 0u8;
     let mut initialized = false;
     let note = |line: String| {
         use std::io::Write as _;
@@ -535,20 +579,29 @@ async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBu
         }
     };
     loop {
-        for vm in sim.vms().into_iter().filter(|v| !v.template && v.running) {
-            let Some(seed) = sim.seed(vm.vmid) else { continue };
-            let (Some(user), Some(meta)) = (seed.user_data, seed.meta_data) else {
+        let guests = match hv.guests().await {
+            Ok(guests) => guests,
+            Err(e) => {
+                note(format!("listing the VMs: {e:#}"));
+                Vec::new()
+            }
+        };
+        for vm in guests.into_iter().filter(|v| v.running) {
+            if !vm.has_address {
+                addresses = addresses.wrapping_add(1).max(10);
+                match hv.report_address(&vm, addresses).await {
+                    Ok(()) => note(format!("VM {}: guest address reported", vm.id)),
+                    Err(e) => note(format!("VM {}: reporting its address: {e:#}", vm.id)),
+                }
+            }
+            let (Some(user), Some(host), Some(provider_id)) = (
+                vm.user_data.as_deref(),
+                vm.hostname.as_deref(),
+                vm.node_provider_id.as_deref(),
+            ) else {
                 continue;
             };
-            let Ok(meta) = serde_yaml::from_str::<Value>(&meta) else {
-                continue;
-            };
-            let (Some(instance), Some(host)) =
-                (meta["instance-id"].as_str(), meta["local-hostname"].as_str())
-            else {
-                continue;
-            };
-            if !user.contains("kubeadm") || registered.contains(instance) {
+            if !user.contains("kubeadm") || registered.contains(provider_id) {
                 continue;
             }
             if user.contains("kubeadm init") && !initialized {
@@ -561,7 +614,7 @@ async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBu
                 match config_maps.create(&PostParams::default(), &cm).await {
                     Ok(_) => note(format!(
                         "kubeadm init on VM {} ({host}): kubeadm-config created",
-                        vm.vmid
+                        vm.id
                     )),
                     Err(kube::Error::Api(e)) if e.code == 409 => {}
                     Err(e) => {
@@ -573,7 +626,7 @@ async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBu
             }
             let node: Node = serde_json::from_value(json!({
                 "metadata": {"name": host},
-                "spec": {"providerID": format!("proxmox://{instance}")},
+                "spec": {"providerID": provider_id},
             }))
             .expect("static Node");
             let created = match nodes.create(&PostParams::default(), &node).await {
@@ -585,19 +638,17 @@ async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBu
                 }
             };
             if created {
-                {
-                    let ready = json!({"status": {"conditions": [{
-                        "type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "emulated by the conformance test"}]}});
-                    let _ = nodes
-                        .patch_status(host, &PatchParams::default(), &Patch::Merge(&ready))
-                        .await;
-                    note(format!(
-                        "kubelet on VM {} registered Node {host} proxmox://{instance}",
-                        vm.vmid
-                    ));
-                    registered.insert(instance.to_owned());
-                }
+                let ready = json!({"status": {"conditions": [{
+                    "type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "emulated by the conformance test"}]}});
+                let _ = nodes
+                    .patch_status(host, &PatchParams::default(), &Patch::Merge(&ready))
+                    .await;
+                note(format!(
+                    "kubelet on VM {} registered Node {host} {provider_id}",
+                    vm.id
+                ));
+                registered.insert(provider_id.to_owned());
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -608,8 +659,8 @@ async fn emulate_guests(sim: Arc<SimHandle>, workload: kube::Client, log: PathBu
 /// core, kubeadm bootstrap and control-plane providers (with [`Mode::Processes`] their CRDs from
 /// `tests/controlplane/bin/capi-crds`, no Deployments: the managers run as processes; with
 /// [`Mode::Pods`] CAPI's release components from `tests/controlplane/bin/capi-components`) and
-/// banlieue-proxmox from this tree. Returns the `clusterctl.yaml` pointing at it.
-fn write_repository(env: &TestEnv, mode: Mode) -> Result<PathBuf> {
+/// the banlieue provider `infra` from this tree. Returns the `clusterctl.yaml` pointing at it.
+fn write_repository(env: &TestEnv, infra: banlieue_clusterctl::Infra, mode: Mode) -> Result<PathBuf> {
     let repo = env.workdir().join("clusterctl/repository");
     let mut entries = match mode {
         Mode::Processes => {
@@ -621,9 +672,9 @@ fn write_repository(env: &TestEnv, mode: Mode) -> Result<PathBuf> {
             CAPI_VERSION,
         )?,
     };
-    entries.push(banlieue_clusterctl::repository::write_proxmox(
-        &repo,
-        &workspace().join("templates"),
+    let templates = banlieue_clusterctl::repository::templates_dir(&workspace().join("templates"), infra);
+    entries.push(banlieue_clusterctl::repository::write_infra(
+        &repo, infra, &templates,
     )?);
     Ok(banlieue_clusterctl::repository::write_config(&repo, &entries)?)
 }
@@ -656,11 +707,11 @@ fn run_clusterctl(cmd: &mut std::process::Command, what: &str) -> Result<String>
 }
 
 /// Makes `env` a management cluster the way a user does: the real `clusterctl init` with CAPI's
-/// core, kubeadm bootstrap and kubeadm control-plane providers and banlieue-proxmox from the
-/// local repository (cert-manager is skipped: the env has its stub CRDs). Waits until the
-/// installed CRDs are served. Returns the `clusterctl.yaml` of the repository.
-async fn clusterctl_init(env: &TestEnv, sim: &SimHandle, mode: Mode) -> Result<PathBuf> {
-    let config = write_repository(env, mode)?;
+/// core, kubeadm bootstrap and kubeadm control-plane providers and the banlieue provider of `hv`
+/// from the local repository (cert-manager is skipped: the env has its stub CRDs). Waits until
+/// the installed CRDs are served. Returns the `clusterctl.yaml` of the repository.
+async fn clusterctl_init(env: &TestEnv, hv: &Hypervisor, mode: Mode) -> Result<PathBuf> {
+    let config = write_repository(env, hv.infra(), mode)?;
     let output = run_clusterctl(
         clusterctl(env)?
             .arg("init")
@@ -672,12 +723,11 @@ async fn clusterctl_init(env: &TestEnv, sim: &SimHandle, mode: Mode) -> Result<P
                 &format!("--control-plane=kubeadm:{CAPI_VERSION}"),
                 &format!(
                     "--infrastructure={}:{}",
-                    banlieue_clusterctl::PROXMOX_PROVIDER,
+                    hv.infra().name(),
                     banlieue_clusterctl::VERSION
                 ),
             ])
-            .env("PROXMOX_TOKEN", sim.token_id())
-            .env("PROXMOX_SECRET", sim.token_secret())
+            .envs(hv.init_variables())
             // CAPI's release components take their feature gates from clusterctl variables; the
             // processes get ClusterTopology from banlieue_dev::capi.
             .env("CLUSTER_TOPOLOGY", "true"),
@@ -693,8 +743,8 @@ async fn clusterctl_init(env: &TestEnv, sim: &SimHandle, mode: Mode) -> Result<P
         capi("Machine"),
         resource("controlplane.cluster.x-k8s.io", "v1beta2", "KubeadmControlPlane"),
         resource("bootstrap.cluster.x-k8s.io", "v1beta2", "KubeadmConfig"),
-        infra("ProxmoxMachine"),
-        infra("ProxmoxCluster"),
+        infra(&hv.kind("Machine")),
+        infra(&hv.kind("Cluster")),
     ];
     let deadline = Instant::now() + Duration::from_secs(60);
     for ar in &kinds {
@@ -718,16 +768,12 @@ fn generate_cluster(
     env: &TestEnv,
     config: &Path,
     ns: &str,
-    sim: &SimHandle,
+    hv: &Hypervisor,
     endpoint: (&str, u16),
 ) -> Result<String> {
     let output = clusterctl(env)?
         .args(["generate", "cluster", CLUSTER, "--infrastructure"])
-        .arg(format!(
-            "{}:{}",
-            banlieue_clusterctl::PROXMOX_PROVIDER,
-            banlieue_clusterctl::VERSION
-        ))
+        .arg(format!("{}:{}", hv.infra().name(), banlieue_clusterctl::VERSION))
         .arg(format!("--config={}", config.display()))
         .arg(format!("--kubeconfig={}", env.admin().path().display()))
         .args([
@@ -742,11 +788,7 @@ fn generate_cluster(
             "--worker-machine-count",
             "2",
         ])
-        .env("PROXMOX_URL", sim.url())
-        .env("PROXMOX_TLS_FINGERPRINT", sim.fingerprint_sha256())
-        .env("PROXMOX_TEMPLATE_VMID", TEMPLATE_VMID)
-        .env("PROXMOX_CREDENTIALS_SECRET", "pve-sim")
-        .env("PROXMOX_CREDENTIALS_NAMESPACE", ns)
+        .envs(hv.template_variables(ns))
         .env("CONTROL_PLANE_ENDPOINT_IP", endpoint.0)
         .env("CONTROL_PLANE_ENDPOINT_PORT", endpoint.1.to_string())
         .output()
@@ -779,7 +821,13 @@ fn parse_docs(text: &str) -> Result<Vec<Value>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
-    conformance(Mode::Processes).await
+    conformance(Backend::Proxmox, Mode::Processes).await
+}
+
+/// The same run for `banlieue-vsphere` on vcsim (managers as processes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capi_drives_banlieue_vsphere_on_vcsim() -> Result<()> {
+    conformance(Backend::VSphere, Mode::Processes).await
 }
 
 /// The same run with every manager (CAPI's three, banlieue-proxmox, the banlieue controller) a
@@ -787,21 +835,36 @@ async fn capi_drives_banlieue_proxmox_on_the_simulator() -> Result<()> {
 /// installed, under their ServiceAccounts and installed RBAC: no admin credentials anywhere.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capi_drives_banlieue_proxmox_with_every_manager_in_a_pod() -> Result<()> {
-    conformance(Mode::Pods).await
+    conformance(Backend::Proxmox, Mode::Pods).await
 }
 
-async fn conformance(mode: Mode) -> Result<()> {
-    let (title, file, notes) = match mode {
-        Mode::Processes => (
+/// Which provider and hypervisor a run drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    /// banlieue-proxmox on pve-sim.
+    Proxmox,
+    /// banlieue-vsphere on vcsim.
+    VSphere,
+}
+
+async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
+    let (title, file, notes) = match (backend, mode) {
+        (Backend::Proxmox, Mode::Processes) => (
             "banlieue CAPI conformance: real CAPI v1.14.2 controllers + banlieue-proxmox + pve-sim",
             "capi.md",
             NOTES,
         ),
-        Mode::Pods => (
+        (Backend::Proxmox, Mode::Pods) => (
             "banlieue CAPI conformance, every manager a Pod: CAPI v1.14.2's release components + banlieue-proxmox + pve-sim",
             "capi-pods.md",
             POD_NOTES,
         ),
+        (Backend::VSphere, Mode::Processes) => (
+            "banlieue CAPI conformance: real CAPI v1.14.2 controllers + banlieue-vsphere + vcsim",
+            "capi-vsphere.md",
+            VSPHERE_NOTES,
+        ),
+        (Backend::VSphere, Mode::Pods) => bail!("the run with Pods is Proxmox's"),
     };
     let mut report = Report::new(title);
     let started = Instant::now();
@@ -840,38 +903,44 @@ async fn conformance(mode: Mode) -> Result<()> {
     let client = mgmt.client().await?;
     let ns = mgmt.namespace("conformance").await?;
     let ns_name = ns.name().to_owned();
-    let sim_config = SimConfig {
-        // One node: the template lives on pve1 and the simulator (like PVE) refuses linked and
-        // full clones to another node from non-shared storage.
-        nodes: vec!["pve1".into()],
-        agent_delay: Duration::from_millis(500),
-        bind_address: match mgmt.node_network() {
-            Some(network) => network.gateway(),
-            None => SimConfig::fast().bind_address,
-        },
-        ..SimConfig::fast()
-    };
-    let sim = Arc::new(banlieue_pve_sim::start(sim_config).await?);
+    let hv = Arc::new(match backend {
+        Backend::Proxmox => {
+            let sim_config = SimConfig {
+                // One node: the template lives on pve1 and the simulator (like PVE) refuses
+                // linked and full clones to another node from non-shared storage.
+                nodes: vec!["pve1".into()],
+                agent_delay: Duration::from_millis(500),
+                bind_address: match mgmt.node_network() {
+                    Some(network) => network.gateway(),
+                    None => SimConfig::fast().bind_address,
+                },
+                ..SimConfig::fast()
+            };
+            Hypervisor::Proxmox(Arc::new(banlieue_pve_sim::start(sim_config).await?))
+        }
+        Backend::VSphere => Hypervisor::vcsim().await?,
+    });
+    let provider = hv.infra().name();
     let t = Instant::now();
-    let config = clusterctl_init(&mgmt, &sim, mode)
+    let config = clusterctl_init(&mgmt, &hv, mode)
         .await
         .context("clusterctl init on the management cluster")?;
     report.record(
         "install",
-        "clusterctl init --core cluster-api --bootstrap kubeadm --control-plane kubeadm --infrastructure banlieue-proxmox (local repository)",
+        &format!("clusterctl init --core cluster-api --bootstrap kubeadm --control-plane kubeadm --infrastructure {provider} (local repository)"),
         Outcome::pass("providers in clusterctl's inventory, CRDs served"),
         Some(t.elapsed()),
     );
-    let mut procs = Managers::start(mode, &mgmt, "mgmt-node", &controller_dir).await?;
+    let mut procs = Managers::start(mode, &hv, &mgmt, "mgmt-node", &controller_dir).await?;
     let emulator_log = mgmt.workdir().join("logs/guest-emulator.log");
     let emulator = tokio::spawn(emulate_guests(
-        sim.clone(),
+        hv.clone(),
         workload.client().await?,
         emulator_log.clone(),
     ));
     report.record(
         "environment",
-        "harness + workload apiserver + 3 CAPI managers + banlieue-proxmox + pve-sim up",
+        &format!("harness + workload apiserver + 3 CAPI managers + {provider} + its hypervisor up"),
         Outcome::pass(format!(
             "management {} workload {}",
             mgmt.server(),
@@ -883,7 +952,7 @@ async fn conformance(mode: Mode) -> Result<()> {
     let mut run = Run {
         client,
         ns: ns_name.clone(),
-        sim: sim.clone(),
+        hv: hv.clone(),
         report,
     };
     let envs = Envs {
@@ -926,9 +995,10 @@ async fn conformance(mode: Mode) -> Result<()> {
     eprintln!("report: {}", path.display());
     if result.is_err() {
         eprintln!(
-            "{}\n--- guest emulator ---\n{}",
+            "{}\n--- guest emulator ---\n{}\n--- hypervisor ---\n{}",
             procs.tails(),
-            std::fs::read_to_string(&emulator_log).unwrap_or_default()
+            std::fs::read_to_string(&emulator_log).unwrap_or_default(),
+            hv.log_tail()
         );
     }
     result?;
@@ -955,6 +1025,19 @@ const NOTES: &[&str] = &[
      a Node with `spec.providerID = proxmox://<meta-data instance-id>` once a VM boots with \
      kubeadm cloud-init. Without it KCP never reports the control plane initialized, so CABPK \
      never generates join data and workers stop at bootstrap (no VM).",
+];
+
+const VSPHERE_NOTES: &[&str] = &[
+    "The same run as Proxmox's with the managers as processes, for `banlieue-vsphere` on govmomi's \
+     vcsim (its default inventory: datacenter `DC0`, its model VM made the template): the \
+     management cluster is set up by the real `clusterctl init --infrastructure banlieue-vsphere`, \
+     the cluster by the real `clusterctl generate cluster` over `templates/vsphere/`, vCenter's \
+     certificate pinned by `VSPHERE_TLS_FINGERPRINT`.",
+    "vcsim boots no guest: the emulator plays VMware Tools (it reports an IP for every powered-on \
+     VM through vcsim's `SET.guest.ipAddress`) and, as on Proxmox, kubeadm and the kubelet; the \
+     Node's `spec.providerID` is `vsphere://<BIOS uuid>`, what vSphere's cloud provider sets. \
+     The template names no failure domain, so none is published. vcsim's task history is not \
+     read: the move is checked by the VMs' ids and BIOS uuids, not by a task count.",
 ];
 
 const POD_NOTES: &[&str] = &[
@@ -1002,7 +1085,7 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
 
     // ---- generate + apply ----
     let t = Instant::now();
-    let generated = generate_cluster(mgmt, envs.config, &ns, &run.sim, (&endpoint.0, endpoint.1));
+    let generated = generate_cluster(mgmt, envs.config, &ns, &run.hv, (&endpoint.0, endpoint.1));
     let docs = generated.and_then(|text| parse_docs(&text));
     let result = docs.as_ref().map(|d| {
         let kinds: Vec<&str> = d.iter().filter_map(|d| d["kind"].as_str()).collect();
@@ -1020,11 +1103,12 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
 
     let t = Instant::now();
     let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &ns);
+    let (creds_name, creds_data) = run.hv.credentials();
     let creds: Secret = serde_json::from_value(json!({
         // In the cluster's namespace and owned by no Cluster: `clusterctl move` takes it along
         // only with this label (see the provider README, "Moving a cluster").
-        "metadata": {"name": "pve-sim", "labels": {"clusterctl.cluster.x-k8s.io/move": ""}},
-        "stringData": {"tokenID": run.sim.token_id(), "secret": run.sim.token_secret()},
+        "metadata": {"name": creds_name, "labels": {"clusterctl.cluster.x-k8s.io/move": ""}},
+        "stringData": creds_data,
     }))?;
     secrets.create(&PostParams::default(), &creds).await?;
     // The cluster CA, provided the way CAPI documents for custom certificates: the emulated
@@ -1068,17 +1152,26 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
         async || {
             let c = run.get(&capi("Cluster"), CLUSTER).await?.context("no Cluster")?;
             let px = run
-                .get(&infra("ProxmoxCluster"), CLUSTER)
+                .get(&run.infra("Cluster"), CLUSTER)
                 .await?
-                .context("no ProxmoxCluster")?;
+                .context("no infra cluster")?;
             if c["status"]["initialization"]["infrastructureProvisioned"] != true {
                 return Ok(Err(format!("Cluster status {}", c["status"])));
             }
             if condition_status(&c, "InfrastructureReady").as_deref() != Some("True") {
                 return Ok(Err("InfrastructureReady not True".into()));
             }
+            // CAPI drops an empty list: none published is none copied.
             let fds = &c["status"]["failureDomains"];
-            if fds != &px["status"]["failureDomains"] || fds.as_array().is_none_or(Vec::is_empty) {
+            let published = &px["status"]["failureDomains"];
+            let published = if published.as_array().is_some_and(Vec::is_empty) {
+                &Value::Null
+            } else {
+                published
+            };
+            if fds != published
+                || (run.hv.publishes_failure_domains() && fds.as_array().is_none_or(Vec::is_empty))
+            {
                 return Ok(Err(format!(
                     "failure domains {fds} vs {}",
                     px["status"]["failureDomains"]
@@ -1100,16 +1193,16 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     let r = poll(procs, "control plane endpoint", STEP_TIMEOUT, async || {
         let c = run.get(&capi("Cluster"), CLUSTER).await?.context("no Cluster")?;
         let px = run
-            .get(&infra("ProxmoxCluster"), CLUSTER)
+            .get(&run.infra("Cluster"), CLUSTER)
             .await?
-            .context("no ProxmoxCluster")?;
+            .context("no infra cluster")?;
         let ep = &c["spec"]["controlPlaneEndpoint"];
         if ep != &px["spec"]["controlPlaneEndpoint"]
             || ep["host"] != endpoint.0.as_str()
             || ep["port"] != endpoint.1
         {
             return Ok(Err(format!(
-                "Cluster {ep} vs ProxmoxCluster {}",
+                "Cluster {ep} vs infra cluster {}",
                 px["spec"]["controlPlaneEndpoint"]
             )));
         }
@@ -1122,7 +1215,10 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     .await;
     run.record(
         "cluster",
-        "control plane endpoint on the Cluster = ProxmoxCluster's",
+        &format!(
+            "control plane endpoint on the Cluster = {}'s",
+            run.hv.kind("Cluster")
+        ),
         t,
         &r,
     );
@@ -1251,7 +1347,11 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     let r = check_no_nulls(run).await;
     run.record(
         "contract",
-        "no null values in any ProxmoxMachine/ProxmoxCluster (CAPI reads them unstructured)",
+        &format!(
+            "no null values in any {}/{} (CAPI reads them unstructured)",
+            run.hv.kind("Machine"),
+            run.hv.kind("Cluster")
+        ),
         t,
         &r,
     );
@@ -1261,7 +1361,11 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     let r = check_owner_references(run).await;
     run.record(
         "contract",
-        "owner references as CAPI sets them (Machine controller ref on ProxmoxMachines, Cluster ref on the ProxmoxCluster) + provider finalizers",
+        &format!(
+            "owner references as CAPI sets them (Machine controller ref on {}s, Cluster ref on the {}) + provider finalizers",
+            run.hv.kind("Machine"),
+            run.hv.kind("Cluster")
+        ),
         t,
         &r,
     );
@@ -1271,7 +1375,11 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     let r = check_resource_versions_stable(run, procs).await;
     run.record(
         "contract",
-        "converged: no ProxmoxMachine/ProxmoxCluster/Machine/Cluster write in a quiet window (CAPI e2e resourceVersion check)",
+        &format!(
+            "converged: no {}/{}/Machine/Cluster write in a quiet window (CAPI e2e resourceVersion check)",
+            run.hv.kind("Machine"),
+            run.hv.kind("Cluster")
+        ),
         t,
         &r,
     );
@@ -1319,7 +1427,10 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     let r = move_cluster(run, procs, envs).await;
     run.record(
         "move",
-        "clusterctl move to a second management cluster (clusterctl init, CAPI + banlieue-proxmox running): the objects arrive, banlieue-proxmox there adopts the same VMs (VMIDs, uuids) without cloning, starting or deleting any, CAPI there reports every Machine provisioned with its providerID and nodeRef; nothing left on the source",
+        &format!(
+            "clusterctl move to a second management cluster (clusterctl init, CAPI + {provider} running): the objects arrive, {provider} there adopts the same VMs (ids, uuids) without cloning, starting or deleting any, CAPI there reports every Machine provisioned with its providerID and nodeRef; nothing left on the source",
+            provider = run.hv.infra().name()
+        ),
         t,
         &r,
     );
@@ -1330,7 +1441,7 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     let r = delete_cluster(run, procs).await;
     run.record(
         "delete",
-        "delete the Cluster: no VM, no seed ISO, no banlieue object left",
+        "delete the Cluster: no VM, no seed, no banlieue object left",
         t,
         &r,
     );
@@ -1365,8 +1476,8 @@ const NOT_RUNNABLE: &[(&str, &str)] = &[
 async fn check_no_nulls(run: &Run) -> Result<String> {
     let mut paths = Vec::new();
     let mut count = 0;
-    for kind in ["ProxmoxMachine", "ProxmoxCluster", "ProxmoxMachineTemplate"] {
-        for obj in run.list(&infra(kind)).await? {
+    for kind in ["Machine", "Cluster", "MachineTemplate"].map(|k| run.hv.kind(k)) {
+        for obj in run.list(&infra(&kind)).await? {
             count += 1;
             let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_owned();
             null_paths(&obj["spec"], &format!("{kind}/{name}.spec"), &mut paths);
@@ -1388,11 +1499,11 @@ fn owner_kinds(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The cluster's ProxmoxMachines and ProxmoxCluster by name → resourceVersion.
+/// The cluster's infra machines and infra cluster by name → resourceVersion.
 async fn capi_side_versions(run: &Run) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
-    for kind in ["ProxmoxMachine", "ProxmoxCluster"] {
-        for obj in run.list(&infra(kind)).await? {
+    for kind in ["Machine", "Cluster"].map(|k| run.hv.kind(k)) {
+        for obj in run.list(&infra(&kind)).await? {
             if obj["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == CLUSTER
                 || obj["metadata"]["name"] == CLUSTER
             {
@@ -1410,12 +1521,13 @@ async fn capi_side_versions(run: &Run) -> Result<BTreeMap<String, String>> {
 }
 
 /// Issue step 7: the banlieue controller and a standalone VirtualMachine in the cluster's
-/// namespace. The VM gets its own ProxmoxMachine (controlled by the VirtualMachine, never by a
-/// Machine) and VM; the cluster's ProxmoxMachines/ProxmoxCluster are not written while it
+/// namespace. The VM gets its own infra machine (controlled by the VirtualMachine, never by a
+/// Machine) and VM; the cluster's infra machines and infra cluster are not written while it
 /// lives and dies; CAPI creates no Machine for it; the cluster's VMs stay.
 async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir: &Path) -> Result<String> {
     const VM: &str = "standalone";
-    banlieue_dev::register_simulator_as(&run.client, &run.sim, "pve-sim").await?;
+    const PROVIDER: &str = "conformance-hypervisor";
+    let hypervisor_spec = run.hv.register_provider(&run.client, PROVIDER, &run.ns).await?;
     procs.add_banlieue_controller(mgmt, controller_dir).await?;
     let capi_before = capi_side_versions(run).await?;
     let machines_before: BTreeSet<String> = run
@@ -1424,7 +1536,7 @@ async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir
         .iter()
         .filter_map(|m| m["metadata"]["name"].as_str().map(str::to_owned))
         .collect();
-    let cluster_vms: BTreeSet<u32> = run.vms().keys().copied().collect();
+    let cluster_vms: BTreeSet<String> = run.vms().await?.into_keys().collect();
 
     let user_data = "#cloud-config\nruncmd:\n  - [echo, standalone beside a CAPI cluster]\n";
     let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &run.ns);
@@ -1434,17 +1546,19 @@ async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir
     }))?;
     secrets.create(&PostParams::default(), &secret).await?;
     let vm_ar = resource("banlieue.io", "v1alpha1", "VirtualMachine");
+    let mut spec = json!({
+        "providerRef": {"name": PROVIDER},
+        "cpu": {"cores": 1}, "memoryMiB": 1024,
+        "userDataSecretRef": {"name": "standalone-user-data"},
+        "powerState": "On",
+    });
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), hypervisor_spec.as_object()) {
+        spec.extend(extra.clone());
+    }
     let vm: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
         "metadata": {"name": VM},
-        "spec": {
-            "providerRef": {"name": "pve-sim"},
-            "source": {"proxmox": {"vmid": 9000}},
-            "cpu": {"cores": 1}, "memoryMiB": 1024,
-            "networks": [{"name": "net0", "network": "vmbr0"}],
-            "userDataSecretRef": {"name": "standalone-user-data"},
-            "powerState": "On",
-        },
+        "spec": spec,
     }))?;
     run.api(&vm_ar).create(&PostParams::default(), &vm).await?;
     let pm = poll(
@@ -1461,26 +1575,25 @@ async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir
                     vm["status"]["conditions"]
                 )));
             }
-            let pms = run.list(&infra("ProxmoxMachine")).await?;
+            let pms = run.list(&run.infra("Machine")).await?;
             match pms
                 .into_iter()
                 .find(|pm| owner_kinds(pm).iter().any(|k| k == "VirtualMachine"))
             {
                 Some(pm) => Ok(Ok(pm)),
-                None => Ok(Err("no ProxmoxMachine owned by the VirtualMachine".into())),
+                None => Ok(Err("no infra machine owned by the VirtualMachine".into())),
             }
         },
     )
     .await?;
     ensure!(
         owner_kinds(&pm) == ["VirtualMachine"],
-        "the VM's ProxmoxMachine has owners {:?}",
+        "the VM's infra machine has owners {:?}",
         owner_kinds(&pm)
     );
-    let vmid = pm["status"]["vmid"]
-        .as_u64()
-        .context("standalone ProxmoxMachine without vmid")? as u32;
-    let seed = run.sim.seed(vmid).and_then(|s| s.user_data).unwrap_or_default();
+    let vm = run.vm_of(&pm).await?;
+    let vmid = &vm.id;
+    let seed = vm.user_data.clone().unwrap_or_default();
     ensure!(
         seed == user_data,
         "standalone VM {vmid} booted with other user-data: {seed:?}"
@@ -1504,11 +1617,11 @@ async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir
         STEP_TIMEOUT,
         async || {
             if run.get(&vm_ar, VM).await?.is_some()
-                || run.get(&infra("ProxmoxMachine"), &pm_name).await?.is_some()
+                || run.get(&run.infra("Machine"), &pm_name).await?.is_some()
             {
-                return Ok(Err("VirtualMachine or its ProxmoxMachine still there".into()));
+                return Ok(Err("VirtualMachine or its infra machine still there".into()));
             }
-            let vms: BTreeSet<u32> = run.vms().keys().copied().collect();
+            let vms: BTreeSet<String> = run.vms().await?.into_keys().collect();
             if vms != cluster_vms {
                 return Ok(Err(format!("VMs {vms:?}, the cluster's {cluster_vms:?}")));
             }
@@ -1519,7 +1632,7 @@ async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir
     let capi_after = capi_side_versions(run).await?;
     ensure!(
         capi_after == capi_before,
-        "the cluster's Proxmox objects were written meanwhile: before {capi_before:?} after {capi_after:?}"
+        "the cluster's infra objects were written meanwhile: before {capi_before:?} after {capi_after:?}"
     );
     Ok(format!(
         "VM {vmid} provisioned with its user-data and deleted; {} cluster objects unchanged, cluster VMs {cluster_vms:?} kept",
@@ -1540,39 +1653,40 @@ async fn check_owner_references(run: &Run) -> Result<String> {
             .as_array()
             .is_some_and(|l| l.iter().any(|x| x == f))
     };
-    let pms = run.list(&infra("ProxmoxMachine")).await?;
+    let (machine_kind, cluster_kind) = (run.hv.kind("Machine"), run.hv.kind("Cluster"));
+    let pms = run.list(&run.infra("Machine")).await?;
     for pm in &pms {
         let name = &pm["metadata"]["name"];
-        let o = owner(pm, "Machine").with_context(|| format!("ProxmoxMachine {name}: no Machine owner"))?;
+        let o = owner(pm, "Machine").with_context(|| format!("{machine_kind} {name}: no Machine owner"))?;
         ensure!(
             o["controller"] == true && o["blockOwnerDeletion"] == true,
-            "ProxmoxMachine {name}: Machine owner ref {o} is not controller+blockOwnerDeletion"
+            "{machine_kind} {name}: Machine owner ref {o} is not controller+blockOwnerDeletion"
         );
         ensure!(
             pm["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == CLUSTER,
-            "ProxmoxMachine {name}: no cluster-name label"
+            "{machine_kind} {name}: no cluster-name label"
         );
         ensure!(
-            has_finalizer(pm, "infrastructure.banlieue.io/proxmox"),
-            "ProxmoxMachine {name}: no provider finalizer"
+            has_finalizer(pm, &run.hv.finalizer()),
+            "{machine_kind} {name}: no provider finalizer"
         );
     }
     let pxc = run
-        .get(&infra("ProxmoxCluster"), CLUSTER)
+        .get(&run.infra("Cluster"), CLUSTER)
         .await?
-        .context("no ProxmoxCluster")?;
-    let o = owner(&pxc, "Cluster").context("ProxmoxCluster without a Cluster owner")?;
+        .with_context(|| format!("no {cluster_kind}"))?;
+    let o = owner(&pxc, "Cluster").with_context(|| format!("{cluster_kind} without a Cluster owner"))?;
     ensure!(
         o["controller"] != true,
-        "ProxmoxCluster: Cluster owner ref {o} is a controller ref (CAPI sets a plain one without topology)"
+        "{cluster_kind}: Cluster owner ref {o} is a controller ref (CAPI sets a plain one without topology)"
     );
     let finalizers = pxc["metadata"]["finalizers"].clone();
     ensure!(
         finalizers.as_array().is_some_and(|l| !l.is_empty()),
-        "ProxmoxCluster without a finalizer"
+        "{cluster_kind} without a finalizer"
     );
     Ok(format!(
-        "{} ProxmoxMachines owned by their Machine; ProxmoxCluster finalizers {finalizers}",
+        "{} {machine_kind}s owned by their Machine; {cluster_kind} finalizers {finalizers}",
         pms.len()
     ))
 }
@@ -1583,8 +1697,8 @@ async fn check_resource_versions_stable(run: &Run, procs: &mut Managers) -> Resu
     async fn versions(run: &Run) -> Result<BTreeMap<String, String>> {
         let mut out = BTreeMap::new();
         for ar in [
-            infra("ProxmoxMachine"),
-            infra("ProxmoxCluster"),
+            run.infra("Machine"),
+            run.infra("Cluster"),
             capi("Machine"),
             capi("Cluster"),
         ] {
@@ -1653,23 +1767,23 @@ async fn scale(run: &Run, procs: &mut Managers, workers: &str, replicas: usize) 
             Err(state) => return Ok(Err(state)),
         };
         let cp_pms: Vec<Value> = run
-            .list(&infra("ProxmoxMachine"))
+            .list(&run.infra("Machine"))
             .await?
             .into_iter()
             .filter(|pm| pm["metadata"]["labels"]["cluster.x-k8s.io/control-plane"].is_string())
             .collect();
-        let machine_vmids: BTreeSet<u64> = pairs
+        let machine_vmids: BTreeSet<String> = pairs
             .iter()
-            .map(|(_, pm)| &pm["status"]["vmid"])
-            .chain(cp_pms.iter().map(|pm| &pm["status"]["vmid"]))
-            .filter_map(Value::as_u64)
+            .map(|(_, pm)| pm)
+            .chain(cp_pms.iter())
+            .filter_map(|pm| run.hv.vm_id(pm))
             .collect();
-        let vms: BTreeSet<u64> = run.vms().keys().map(|v| u64::from(*v)).collect();
+        let vms: BTreeSet<String> = run.vms().await?.into_keys().collect();
         if machine_vmids != vms || vms.len() != replicas + 1 {
-            return Ok(Err(format!("VMs {vms:?}, machines' VMIDs {machine_vmids:?}")));
+            return Ok(Err(format!("VMs {vms:?}, machines' VMs {machine_vmids:?}")));
         }
         Ok(Ok(format!(
-            "{} VMs for {} Machines (VMIDs {vms:?})",
+            "{} VMs for {} Machines (VMs {vms:?})",
             vms.len(),
             replicas + 1
         )))
@@ -1684,8 +1798,8 @@ async fn pause(run: &Run, procs: &mut Managers, paused: bool) -> Result<String> 
         .await?;
     let want = if paused { "True" } else { "False" };
     poll(procs, &format!("Paused={want}"), STEP_TIMEOUT, async || {
-        let mut objects = run.list(&infra("ProxmoxMachine")).await?;
-        objects.extend(run.list(&infra("ProxmoxCluster")).await?);
+        let mut objects = run.list(&run.infra("Machine")).await?;
+        objects.extend(run.list(&run.infra("Cluster")).await?);
         objects.extend(run.list(&capi("Machine")).await?);
         for obj in &objects {
             let status = condition_status(obj, "Paused");
@@ -1701,21 +1815,14 @@ async fn pause(run: &Run, procs: &mut Managers, paused: bool) -> Result<String> 
     .await
 }
 
-/// `(VMID, smbios1)` of every simulated VM: what must not change across a move.
-fn vm_identities(run: &Run) -> BTreeMap<u32, String> {
-    run.vms()
+/// `(id, SMBIOS / BIOS uuid)` of every VM: what must not change across a move.
+async fn vm_identities(run: &Run) -> Result<BTreeMap<String, String>> {
+    Ok(run
+        .vms()
+        .await?
         .into_iter()
-        .map(|(vmid, vm)| (vmid, vm.config.get("smbios1").cloned().unwrap_or_default()))
-        .collect()
-}
-
-/// Tasks of the simulator of these types (e.g. `qmclone`).
-fn task_count(run: &Run, kinds: &[&str]) -> usize {
-    run.sim
-        .tasks()
-        .iter()
-        .filter(|t| kinds.contains(&t.kind.as_str()))
-        .count()
+        .map(|(id, vm)| (id, vm.identity))
+        .collect())
 }
 
 /// CAPI's SelfHosted step: `clusterctl move` from the management cluster to `envs.target`, where
@@ -1723,9 +1830,8 @@ fn task_count(run: &Run, kinds: &[&str]) -> usize {
 /// target (`run.client`, `procs`).
 async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Result<String> {
     let all = format!("cluster.x-k8s.io/cluster-name={CLUSTER}");
-    let before_vms = vm_identities(run);
-    let lifecycle_tasks = ["qmclone", "qmstart", "qmstop", "qmshutdown", "qmdestroy"];
-    let tasks_before = task_count(run, &lifecycle_tasks);
+    let before_vms = vm_identities(run).await?;
+    let tasks_before = run.hv.lifecycle_tasks();
     let provider_ids: BTreeMap<String, Value> = run
         .list(&capi("Machine"))
         .await?
@@ -1746,10 +1852,17 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
 
     // The target management cluster: `clusterctl init` (inventory, CRDs) and the controllers its
     // Deployments would run.
-    let config = clusterctl_init(envs.target, &run.sim, envs.mode)
+    let config = clusterctl_init(envs.target, &run.hv, envs.mode)
         .await
         .context("clusterctl init on the target management cluster")?;
-    let target = Managers::start(envs.mode, envs.target, "target-node", envs.controller_dir).await?;
+    let target = Managers::start(
+        envs.mode,
+        &run.hv,
+        envs.target,
+        "target-node",
+        envs.controller_dir,
+    )
+    .await?;
 
     let output = run_clusterctl(
         clusterctl(envs.mgmt)?
@@ -1764,15 +1877,15 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
         "clusterctl move",
     )?;
 
-    // Nothing of the cluster is left on the source (the Provider-owned ProxmoxCluster of the
+    // Nothing of the cluster is left on the source (the Provider-owned infra cluster of the
     // standalone step is not the cluster's).
     let mut left = Vec::new();
     for ar in [
         capi("Cluster"),
         capi("Machine"),
-        infra("ProxmoxMachine"),
-        infra("ProxmoxCluster"),
-        infra("ProxmoxMachineTemplate"),
+        run.infra("Machine"),
+        run.infra("Cluster"),
+        run.infra("MachineTemplate"),
     ] {
         for obj in run.list(&ar).await? {
             if owner_kinds(&obj) != ["Provider"] {
@@ -1820,7 +1933,7 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
                 }
                 if condition_status(pm, "Ready").as_deref() != Some("True") {
                     return Ok(Err(format!(
-                        "{name}: ProxmoxMachine not Ready: {}",
+                        "{name}: infra machine not Ready: {}",
                         pm["status"]["conditions"]
                     )));
                 }
@@ -1831,39 +1944,40 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
     .await?;
 
     // The same VMs, none cloned, started, stopped or deleted, each now marked for the target's
-    // ProxmoxMachine (so that deleting it deletes the VM).
-    let after_vms = vm_identities(run);
+    // infra machine (so that deleting it deletes the VM).
+    let after_vms = vm_identities(run).await?;
     ensure!(
         after_vms == before_vms,
         "VMs changed across the move: before {before_vms:?}, after {after_vms:?}"
     );
-    let tasks_after = task_count(run, &lifecycle_tasks);
-    ensure!(
-        tasks_after == tasks_before,
-        "{} clone/start/stop/delete tasks ran during the move",
-        tasks_after - tasks_before
-    );
+    let tasks = match (tasks_before, run.hv.lifecycle_tasks()) {
+        (Some(before), Some(after)) => {
+            ensure!(
+                after == before,
+                "{} clone/start/stop/delete tasks ran during the move",
+                after - before
+            );
+            ", 0 clone/start/stop/delete tasks"
+        }
+        _ => "",
+    };
     for (_, pm) in &pairs {
-        let vmid = pm["status"]["vmid"]
-            .as_u64()
-            .context("ProxmoxMachine without vmid")? as u32;
         let uid = pm["metadata"]["uid"].as_str().unwrap_or_default();
-        let vm = run.sim.vm(vmid).context("VM of a moved ProxmoxMachine")?;
-        ensure!(before_vms.contains_key(&vmid), "VM {vmid} is new");
+        let vm = run.vm_of(pm).await?;
+        let vmid = &vm.id;
+        ensure!(before_vms.contains_key(vmid), "VM {vmid} is new");
         ensure!(vm.running, "VM {vmid} is not running");
-        let tag = format!("banlieue-uid-{uid}");
         ensure!(
-            vm.config
-                .get("tags")
-                .is_some_and(|t| t.split([';', ',', ' ']).any(|t| t == tag)),
-            "VM {vmid} is not marked for the target's ProxmoxMachine {uid}: tags {:?}",
-            vm.config.get("tags")
+            vm.owner_uid.as_deref() == Some(uid),
+            "VM {vmid} is not marked for the target's infra machine {uid}: marked for {:?}",
+            vm.owner_uid
         );
     }
     Ok(format!(
-        "{} Machines provisioned with their nodeRef on the target; VMIDs {:?} and uuids unchanged, 0 clone/start/stop/delete tasks; VMs re-marked for the new ProxmoxMachine UIDs",
+        "{} Machines provisioned with their nodeRef on the target; VMs {:?} and uuids unchanged{tasks}; VMs re-marked for the new {} UIDs",
         pairs.len(),
-        before_vms.keys().collect::<Vec<_>>()
+        before_vms.keys().collect::<Vec<_>>(),
+        run.hv.kind("Machine")
     ))
 }
 
@@ -1871,36 +1985,25 @@ async fn delete_cluster(run: &Run, procs: &mut Managers) -> Result<String> {
     run.api(&capi("Cluster"))
         .delete(CLUSTER, &DeleteParams::default())
         .await?;
-    let pve = banlieue_pve_client::Client::builder(run.sim.url())
-        .token(run.sim.token_id(), run.sim.token_secret())
-        .tls(banlieue_pve_client::TlsVerification::Fingerprint(
-            run.sim.fingerprint_sha256(),
-        ))
-        .build()?;
     poll(procs, "everything gone", Duration::from_secs(180), async || {
         if run.get(&capi("Cluster"), CLUSTER).await?.is_some() {
             let machines = run.list(&capi("Machine")).await?.len();
             return Ok(Err(format!("Cluster still there ({machines} Machines left)")));
         }
-        let vms = run.vms();
+        let vms = run.vms().await?;
         if !vms.is_empty() {
             return Ok(Err(format!("VMs left: {:?}", vms.keys().collect::<Vec<_>>())));
         }
-        let isos: Vec<String> = pve
-            .storage_content("pve1", "local", Some("iso"))
-            .await?
-            .into_iter()
-            .map(|c| c.volid)
-            .collect();
-        if !isos.is_empty() {
-            return Ok(Err(format!("ISOs left: {isos:?}")));
+        let leftovers = run.hv.leftovers().await?;
+        if !leftovers.is_empty() {
+            return Ok(Err(format!("left on the hypervisor: {leftovers:?}")));
         }
         let mut left = Vec::new();
-        for kind in ["ProxmoxCluster", "ProxmoxMachine", "ProxmoxMachineTemplate"] {
-            // The Provider-owned ProxmoxCluster of the standalone step is the banlieue
+        for kind in ["Cluster", "Machine", "MachineTemplate"].map(|k| run.hv.kind(k)) {
+            // The Provider-owned infra cluster of the standalone step is the banlieue
             // controller's, not the Cluster's: it stays with its Provider.
             for obj in run
-                .list(&infra(kind))
+                .list(&infra(&kind))
                 .await?
                 .into_iter()
                 .filter(|o| owner_kinds(o) != ["Provider"])
@@ -1914,7 +2017,10 @@ async fn delete_cluster(run: &Run, procs: &mut Managers) -> Result<String> {
         if !left.is_empty() {
             return Ok(Err(format!("banlieue objects left: {left:?}")));
         }
-        Ok(Ok("0 VMs, 0 ISOs, 0 Proxmox objects".to_owned()))
+        Ok(Ok(format!(
+            "0 VMs, nothing else on the hypervisor, 0 {} objects",
+            run.hv.infra().kind_prefix()
+        )))
     })
     .await
 }

@@ -927,7 +927,7 @@ async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
         .context("clusterctl init on the management cluster")?;
     report.record(
         "install",
-        &format!("clusterctl init --core cluster-api --bootstrap kubeadm --control-plane kubeadm --infrastructure {provider} (local repository)"),
+        format!("clusterctl init --core cluster-api --bootstrap kubeadm --control-plane kubeadm --infrastructure {provider} (local repository)"),
         Outcome::pass("providers in clusterctl's inventory, CRDs served"),
         Some(t.elapsed()),
     );
@@ -940,7 +940,7 @@ async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
     ));
     report.record(
         "environment",
-        &format!("harness + workload apiserver + 3 CAPI managers + {provider} + its hypervisor up"),
+        format!("harness + workload apiserver + 3 CAPI managers + {provider} + its hypervisor up"),
         Outcome::pass(format!(
             "management {} workload {}",
             mgmt.server(),

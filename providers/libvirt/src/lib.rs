@@ -31,3 +31,27 @@ pub mod rbac;
 pub mod readopt;
 pub mod update;
 pub mod xml;
+
+/// The provider binary's name: Events' reporter, default Lease name.
+pub const NAME: &str = "banlieue-libvirt";
+
+/// The provider binary's controllers (the kit's InfraMachine, InfraCluster and template
+/// reconcilers with libvirt's backends) over real libvirt connections: what `banlieue-libvirt`
+/// serves, and what a test serves in its own process (libvirt's `test:///default` driver keeps
+/// its state in the process that opened it).
+#[cfg(feature = "libvirt")]
+pub fn provider(
+    connector: connection::VirtConnector,
+    settings: desired::Settings,
+) -> banlieue_provider_kit::serve::Provider<
+    machine_controller::LibvirtMachines<connection::VirtConnector>,
+    cluster_controller::LibvirtClusters<connection::VirtConnector>,
+    banlieue_api::infrastructure::LibvirtMachineTemplate,
+> {
+    let machines = machine_controller::LibvirtMachines {
+        connector: connector.clone(),
+        settings,
+    };
+    let clusters = cluster_controller::LibvirtClusters { connector };
+    banlieue_provider_kit::serve::Provider::new(NAME, machines, clusters)
+}

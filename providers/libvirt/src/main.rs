@@ -7,13 +7,9 @@
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
 use anyhow::Context as _;
-use banlieue_api::infrastructure::LibvirtMachineTemplate;
-use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
-use banlieue_libvirt::machine_controller::LibvirtMachines;
 use banlieue_libvirt::xml::{DomainType, KernelBoot};
-use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::logging;
 use clap::Parser;
@@ -61,8 +57,6 @@ impl Args {
     }
 }
 
-const NAME: &str = "banlieue-libvirt";
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
@@ -70,13 +64,7 @@ async fn main() -> anyhow::Result<()> {
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes")?;
-    let connector = VirtConnector::default();
-    let machines = LibvirtMachines {
-        connector: connector.clone(),
-        settings: args.settings(),
-    };
-    let clusters = LibvirtClusters { connector };
-    Provider::<_, _, LibvirtMachineTemplate>::new(NAME, machines, clusters)
+    banlieue_libvirt::provider(VirtConnector::default(), args.settings())
         .serve(client, &args.runtime)
         .await?;
     Ok(())
@@ -109,7 +97,10 @@ mod tests {
         assert_eq!(s.domain_type, DomainType::Qemu);
         assert_eq!(s.kernel_boot.map(|k| k.cmdline), Some("console=ttyS0".into()));
         assert_eq!(
-            args.runtime.manager(NAME).leader.map(|l| l.name),
+            args.runtime
+                .manager(banlieue_libvirt::NAME)
+                .leader
+                .map(|l| l.name),
             Some("banlieue-libvirt-leader".into())
         );
         assert!(Args::try_parse_from(["banlieue-libvirt", "--kernel", "/k"]).is_err());

@@ -125,7 +125,8 @@ enum Mode {
 
 /// The managers of a management cluster; checked while waiting so a crashed one fails fast.
 enum Managers {
-    Processes(Vec<ManagedProcess>),
+    /// Processes, and the provider's controllers when they run in the test process.
+    Processes(Vec<ManagedProcess>, InProcess),
     Pods {
         node: Box<banlieue_testenv::nodes::Node>,
         admin: Box<banlieue_testenv::KubeconfigFile>,
@@ -133,6 +134,17 @@ enum Managers {
         /// Namespace and Deployment of every manager.
         deployments: Vec<(&'static str, &'static str)>,
     },
+}
+
+/// Controllers running in the test process (aborted on drop).
+struct InProcess(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
 }
 
 impl Managers {
@@ -153,6 +165,9 @@ impl Managers {
                 {
                     processes.push(manager.process);
                 }
+                if let Some(task) = hv.serve_in_process(&env.client().await?) {
+                    return Ok(Self::Processes(processes, InProcess(vec![task])));
+                }
                 // Every provider takes banlieue-provider-runtime's flags, as the Proxmox one does.
                 processes.push(banlieue_dev::start_controller(
                     controller_dir,
@@ -161,7 +176,7 @@ impl Managers {
                     env.admin().path(),
                     &env.workdir().join("logs"),
                 )?);
-                Ok(Self::Processes(processes))
+                Ok(Self::Processes(processes, InProcess(Vec::new())))
             }
             Mode::Pods => {
                 ensure!(
@@ -191,7 +206,7 @@ impl Managers {
     /// Adds the banlieue controller (standalone VirtualMachines) on `env`.
     async fn add_banlieue_controller(&mut self, env: &TestEnv, controller_dir: &Path) -> Result<()> {
         match self {
-            Self::Processes(processes) => processes.push(banlieue_dev::start_controller(
+            Self::Processes(processes, _) => processes.push(banlieue_dev::start_controller(
                 controller_dir,
                 banlieue_dev::BANLIEUE,
                 banlieue_dev::controller_args(banlieue_dev::BANLIEUE),
@@ -220,7 +235,11 @@ impl Managers {
     /// Fails when a manager stopped (a process exited, a container restarted or terminated).
     async fn check(&mut self) -> Result<()> {
         match self {
-            Self::Processes(processes) => {
+            Self::Processes(processes, in_process) => {
+                ensure!(
+                    !in_process.0.iter().any(tokio::task::JoinHandle::is_finished),
+                    "a controller running in the test process stopped"
+                );
                 for p in processes {
                     p.check_running().with_context(|| {
                         format!(
@@ -271,7 +290,7 @@ impl Managers {
     /// With Pods, the resident memory of the node running them.
     fn node_memory(&self) -> Option<Result<u64>> {
         match self {
-            Self::Processes(_) => None,
+            Self::Processes(..) => None,
             Self::Pods { node, .. } => Some(node.resident_memory_bytes().map_err(Into::into)),
         }
     }
@@ -279,7 +298,7 @@ impl Managers {
     /// The last lines of every manager's log.
     fn tails(&self) -> String {
         match self {
-            Self::Processes(processes) => processes
+            Self::Processes(processes, _) => processes
                 .iter()
                 .map(|p| format!("--- {} ---\n{}", p.log().display(), p.log_tail(15)))
                 .collect::<Vec<_>>()
@@ -830,6 +849,13 @@ async fn capi_drives_banlieue_vsphere_on_vcsim() -> Result<()> {
     conformance(Backend::VSphere, Mode::Processes).await
 }
 
+/// The same run for the libvirt provider on libvirt's test driver (CAPI's managers as processes,
+/// the provider's controllers in the test process: the test driver's state is per process).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capi_drives_banlieue_libvirt_on_the_test_driver() -> Result<()> {
+    conformance(Backend::Libvirt, Mode::Processes).await
+}
+
 /// The same run with every manager (CAPI's three, banlieue-proxmox, the banlieue controller) a
 /// Pod on a real node of its management cluster, from the Deployments `clusterctl init`
 /// installed, under their ServiceAccounts and installed RBAC: no admin credentials anywhere.
@@ -845,6 +871,8 @@ enum Backend {
     Proxmox,
     /// banlieue-vsphere on vcsim.
     VSphere,
+    /// The libvirt provider on libvirt's test driver.
+    Libvirt,
 }
 
 async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
@@ -864,7 +892,12 @@ async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
             "capi-vsphere.md",
             VSPHERE_NOTES,
         ),
-        (Backend::VSphere, Mode::Pods) => bail!("the run with Pods is Proxmox's"),
+        (Backend::Libvirt, Mode::Processes) => (
+            "banlieue CAPI conformance: real CAPI v1.14.2 controllers + the libvirt provider + libvirt's test driver",
+            "capi-libvirt.md",
+            LIBVIRT_NOTES,
+        ),
+        (Backend::VSphere | Backend::Libvirt, Mode::Pods) => bail!("the run with Pods is Proxmox's"),
     };
     let mut report = Report::new(title);
     let started = Instant::now();
@@ -919,6 +952,7 @@ async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
             Hypervisor::Proxmox(Arc::new(banlieue_pve_sim::start(sim_config).await?))
         }
         Backend::VSphere => Hypervisor::vcsim().await?,
+        Backend::Libvirt => Hypervisor::libvirt_test_driver().await?,
     });
     let provider = hv.infra().name();
     let t = Instant::now();
@@ -1040,6 +1074,24 @@ const VSPHERE_NOTES: &[&str] = &[
      read: the move is checked by the VMs' ids and BIOS uuids, not by a task count.",
 ];
 
+const LIBVIRT_NOTES: &[&str] = &[
+    "The same run as Proxmox's for the libvirt provider on libvirt's `test:///default` driver: the \
+     management clusters are set up by the real `clusterctl init --infrastructure \
+     banlieue-libvirt` and the cluster by the real `clusterctl generate cluster` over \
+     `templates/libvirt/` (URI `test:///default`, pool `default-pool`, base volume `base.qcow2`, \
+     256 MiB and 1 GiB per machine: the test driver's pool is small). CAPI's managers run as \
+     processes; the libvirt provider's LibvirtCluster and LibvirtMachine controllers run in the \
+     test process, from the provider's library with the settings of its binary (domain type \
+     `qemu`): the test driver's state lives in the process that opened it, so the provider's \
+     binary would see domains the test cannot. On the move, the source's controllers stop and the \
+     target's start against the same driver. The `banlieue-libvirt` binary and its Pod run \
+     against a real libvirtd in `tests/devenv/tests/e2e_backends.rs` and `pods.rs`.",
+    "The test driver boots no guest: the emulator reads the seed ISO the provider uploaded \
+     (user-data, meta-data) and plays kubeadm and the kubelet; the Node's `spec.providerID` is \
+     `libvirt://localhost/<meta-data instance-id>`, the kubelet flag of the cluster template. The \
+     move is checked by the domains' uuids (the test driver keeps no task history).",
+];
+
 const POD_NOTES: &[&str] = &[
     "Every manager is a Pod on a real node (containerd, kubelet, kube-proxy; \
      `banlieue_testenv::nodes`) of its management cluster: CAPI's core, kubeadm bootstrap and \
@@ -1103,14 +1155,15 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
 
     let t = Instant::now();
     let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &ns);
-    let (creds_name, creds_data) = run.hv.credentials();
-    let creds: Secret = serde_json::from_value(json!({
-        // In the cluster's namespace and owned by no Cluster: `clusterctl move` takes it along
-        // only with this label (see the provider README, "Moving a cluster").
-        "metadata": {"name": creds_name, "labels": {"clusterctl.cluster.x-k8s.io/move": ""}},
-        "stringData": creds_data,
-    }))?;
-    secrets.create(&PostParams::default(), &creds).await?;
+    if let Some((creds_name, creds_data)) = run.hv.credentials() {
+        let creds: Secret = serde_json::from_value(json!({
+            // In the cluster's namespace and owned by no Cluster: `clusterctl move` takes it
+            // along only with this label (see the provider README, "Moving a cluster").
+            "metadata": {"name": creds_name, "labels": {"clusterctl.cluster.x-k8s.io/move": ""}},
+            "stringData": creds_data,
+        }))?;
+        secrets.create(&PostParams::default(), &creds).await?;
+    }
     // The cluster CA, provided the way CAPI documents for custom certificates: the emulated
     // workload API server serves with this CA, KCP puts it into the `kubeadm init` bootstrap
     // data and signs the `<cluster>-kubeconfig` it generates with it.

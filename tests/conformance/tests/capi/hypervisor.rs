@@ -1,5 +1,7 @@
 //! The hypervisor a conformance run drives, as its admin sees it: the Proxmox VE simulator
-//! (in process) or govmomi's vcsim (a process). What the run needs from each: the clusterctl
+//! (in process), govmomi's vcsim (a process) or libvirt's `test:///default` driver (in process:
+//! its state lives in the process that opened it, so the libvirt provider's controllers run in
+//! the test process, from the provider's library, instead of as the `banlieue-libvirt` binary). What the run needs from each: the clusterctl
 //! variables that point the provider and the cluster template at it, its VMs with what their
 //! guest would read at boot (user data, meta-data) and the identity a kubelet or cloud provider
 //! would put on the Node, and what must be left of it after deletion.
@@ -17,6 +19,15 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::vcsim_support::{PASSWORD, USER, Vcsim};
+
+/// libvirt's in-process test driver, shared by every connection of this process.
+const LIBVIRT_URI: &str = "test:///default";
+/// The test driver's storage pool.
+const LIBVIRT_POOL: &str = "default-pool";
+/// The base volume the cluster template clones.
+const LIBVIRT_BASE_VOLUME: &str = "base.qcow2";
+/// The test driver's own domain (not the run's).
+const LIBVIRT_OWN_DOMAIN: &str = "test";
 
 /// The Proxmox template VM the cluster template clones.
 pub const PROXMOX_TEMPLATE_VMID: u32 = 9000;
@@ -57,12 +68,21 @@ pub struct VSphere {
     inventory: BTreeSet<String>,
 }
 
+/// libvirt's test driver and the provider's connections to it.
+pub struct Libvirt {
+    connector: banlieue_libvirt::connection::VirtConnector,
+    /// Kept open: the test driver's state lives while a connection does.
+    conn: virt::connect::Connect,
+}
+
 /// The hypervisor of a run.
 pub enum Hypervisor {
     /// pve-sim, one node `pve1` holding template 9000.
     Proxmox(Arc<SimHandle>),
     /// vcsim's default inventory (datacenter `DC0`), its model VM made the template.
     VSphere(Box<VSphere>),
+    /// `test:///default` with a base volume, one host `localhost`.
+    Libvirt(Box<Libvirt>),
 }
 
 impl Hypervisor {
@@ -92,12 +112,61 @@ impl Hypervisor {
         Ok(Self::VSphere(Box::new(VSphere { sim, vc, inventory })))
     }
 
+    /// libvirt's test driver with the base volume of the cluster template.
+    pub async fn libvirt_test_driver() -> Result<Self> {
+        use banlieue_libvirt::hypervisor::Hypervisor as _;
+        let conn = virt::connect::Connect::open(Some(LIBVIRT_URI)).context("opening test:///default")?;
+        let connector = banlieue_libvirt::connection::VirtConnector::default();
+        let hv = connector.get(LIBVIRT_URI);
+        if hv.volume(LIBVIRT_POOL, LIBVIRT_BASE_VOLUME).await?.is_none() {
+            hv.create_volume(
+                LIBVIRT_POOL,
+                &banlieue_libvirt::xml::plain_volume_xml(LIBVIRT_BASE_VOLUME, 1 << 30, "qcow2"),
+            )
+            .await?;
+        }
+        Ok(Self::Libvirt(Box::new(Libvirt { connector, conn })))
+    }
+
     /// The banlieue provider driving it.
     pub fn infra(&self) -> Infra {
         match self {
             Self::Proxmox(_) => Infra::Proxmox,
             Self::VSphere(_) => Infra::Vsphere,
+            Self::Libvirt(_) => Infra::Libvirt,
         }
+    }
+
+    /// Serves the provider's controllers in this process, as its binary's `main` does, when the
+    /// binary cannot run (libvirt's test driver keeps its state in the process that opened it);
+    /// `None`: run the binary.
+    pub fn serve_in_process(&self, client: &kube::Client) -> Option<tokio::task::JoinHandle<()>> {
+        let Self::Libvirt(lv) = self else {
+            return None;
+        };
+        /// The binary's runtime flags.
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            runtime: banlieue_provider_runtime::flags::RuntimeArgs,
+        }
+        let flags = <Flags as clap::Parser>::parse_from([
+            banlieue_libvirt::NAME,
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+        ]);
+        // `--domain-type qemu`: no KVM here.
+        let settings = banlieue_libvirt::desired::Settings {
+            domain_type: banlieue_libvirt::xml::DomainType::Qemu,
+            ..Default::default()
+        };
+        let provider = banlieue_libvirt::provider(lv.connector.clone(), settings);
+        let client = client.clone();
+        Some(tokio::spawn(async move {
+            if let Err(e) = provider.serve(client, &flags.runtime).await {
+                eprintln!("{}: {e}", banlieue_libvirt::NAME);
+            }
+        }))
     }
 
     /// The provider's kind `suffix` (`Machine` → `ProxmoxMachine`).
@@ -115,13 +184,14 @@ impl Hypervisor {
         match self {
             Self::Proxmox(_) => "proxmox://",
             Self::VSphere(_) => "vsphere://",
+            Self::Libvirt(_) => "libvirt://localhost/",
         }
     }
 
     /// Whether the infra cluster of the default cluster template publishes failure domains
-    /// (Proxmox: its nodes; the vSphere template names none).
+    /// (Proxmox: its nodes; libvirt: its host; the vSphere template names none).
     pub fn publishes_failure_domains(&self) -> bool {
-        matches!(self, Self::Proxmox(_))
+        matches!(self, Self::Proxmox(_) | Self::Libvirt(_))
     }
 
     /// The variables of `clusterctl init` (the default credentials Secret of the components).
@@ -135,17 +205,20 @@ impl Hypervisor {
                 ("VSPHERE_USERNAME", USER.to_owned()),
                 ("VSPHERE_PASSWORD", PASSWORD.to_owned()),
             ],
+            Self::Libvirt(_) => vec![],
         }
     }
 
-    /// The credentials Secret a user creates in the cluster's namespace: name and `stringData`.
-    pub fn credentials(&self) -> (&'static str, Value) {
+    /// The credentials Secret a user creates in the cluster's namespace: name and `stringData`
+    /// (none for a local libvirt URI).
+    pub fn credentials(&self) -> Option<(&'static str, Value)> {
         match self {
-            Self::Proxmox(sim) => (
+            Self::Proxmox(sim) => Some((
                 "pve-sim",
                 json!({"tokenID": sim.token_id(), "secret": sim.token_secret()}),
-            ),
-            Self::VSphere(_) => ("vc-sim", json!({"username": USER, "password": PASSWORD})),
+            )),
+            Self::VSphere(_) => Some(("vc-sim", json!({"username": USER, "password": PASSWORD}))),
+            Self::Libvirt(_) => None,
         }
     }
 
@@ -153,7 +226,7 @@ impl Hypervisor {
     /// the hypervisor with its certificate pinned, the template, the Secret of
     /// [`Hypervisor::credentials`] in namespace `ns`.
     pub fn template_variables(&self, ns: &str) -> Vec<(&'static str, String)> {
-        let (secret, _) = self.credentials();
+        let secret = self.credentials().map(|(name, _)| name).unwrap_or_default();
         match self {
             Self::Proxmox(sim) => vec![
                 ("PROXMOX_URL", sim.url()),
@@ -172,6 +245,18 @@ impl Hypervisor {
                 ("VSPHERE_CREDENTIALS_SECRET", secret.to_owned()),
                 ("VSPHERE_CREDENTIALS_NAMESPACE", ns.to_owned()),
             ],
+            // The test driver has no room for the template's default sizes (4 GiB, 32 GiB).
+            Self::Libvirt(_) => vec![
+                ("LIBVIRT_URI", LIBVIRT_URI.to_owned()),
+                ("LIBVIRT_HOST_NAME", "localhost".to_owned()),
+                ("LIBVIRT_POOL", LIBVIRT_POOL.to_owned()),
+                ("LIBVIRT_BASE_VOLUME", LIBVIRT_BASE_VOLUME.to_owned()),
+                ("LIBVIRT_NETWORK", "default".to_owned()),
+                ("CONTROL_PLANE_MEMORY_MIB", "256".to_owned()),
+                ("WORKER_MEMORY_MIB", "256".to_owned()),
+                ("CONTROL_PLANE_DISK_GIB", "1".to_owned()),
+                ("WORKER_DISK_GIB", "1".to_owned()),
+            ],
         }
     }
 
@@ -188,7 +273,7 @@ impl Hypervisor {
                 }))
             }
             Self::VSphere(v) => {
-                let (secret, _) = self.credentials();
+                let secret = self.credentials().map(|(name, _)| name).unwrap_or_default();
                 let provider: banlieue_api::banlieue::Provider = serde_json::from_value(json!({
                     "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
                     "metadata": {"name": name},
@@ -206,6 +291,22 @@ impl Hypervisor {
                     .context("creating the vSphere Provider")?;
                 Ok(json!({"source": {"vsphere": {"template": VSPHERE_TEMPLATE}}}))
             }
+            Self::Libvirt(_) => {
+                let provider: banlieue_api::banlieue::Provider = serde_json::from_value(json!({
+                    "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "backend": "libvirt",
+                        "endpoint": LIBVIRT_URI,
+                        "defaults": {"storage": LIBVIRT_POOL, "network": "default"},
+                    }
+                }))?;
+                kube::Api::<banlieue_api::banlieue::Provider>::all(client.clone())
+                    .create(&Default::default(), &provider)
+                    .await
+                    .context("creating the libvirt Provider")?;
+                Ok(json!({"source": {"libvirt": {"pool": LIBVIRT_POOL, "volume": LIBVIRT_BASE_VOLUME}}}))
+            }
         }
     }
 
@@ -214,6 +315,7 @@ impl Hypervisor {
         match self {
             Self::Proxmox(_) => infra_machine["status"]["vmid"].as_u64().map(|v| v.to_string()),
             Self::VSphere(_) => infra_machine["status"]["vmRef"].as_str().map(str::to_owned),
+            Self::Libvirt(_) => infra_machine["status"]["domainUuid"].as_str().map(str::to_owned),
         }
     }
 
@@ -282,6 +384,45 @@ impl Hypervisor {
                 }
                 Ok(out)
             }
+            Self::Libvirt(lv) => {
+                use banlieue_libvirt::hypervisor::Hypervisor as _;
+                let hv = lv.connector.get(LIBVIRT_URI);
+                let mut out = Vec::new();
+                for domain in lv.conn.list_all_domains(0)? {
+                    let name = domain.name()?;
+                    if name == LIBVIRT_OWN_DOMAIN {
+                        continue;
+                    }
+                    let uuid = domain.uuid_string()?;
+                    let owner_uid = hv
+                        .domain_by_uuid(&uuid)
+                        .await?
+                        .and_then(|d| d.owner)
+                        .map(|o| o.uid);
+                    let seed = hv
+                        .uploaded(LIBVIRT_POOL, &format!("{name}-seed.iso"))
+                        .and_then(|iso| banlieue_cloudinit::SeedFiles::from_iso(&iso).ok())
+                        .unwrap_or_default();
+                    let meta: Value = seed
+                        .meta_data
+                        .as_deref()
+                        .and_then(|m| serde_yaml::from_str(m).ok())
+                        .unwrap_or_default();
+                    out.push(Guest {
+                        id: uuid.clone(),
+                        running: domain.is_active()?,
+                        identity: uuid,
+                        owner_uid,
+                        user_data: seed.user_data.map(|d| String::from_utf8_lossy(&d).into_owned()),
+                        hostname: meta["local-hostname"].as_str().map(str::to_owned),
+                        node_provider_id: meta["instance-id"]
+                            .as_str()
+                            .map(|i| format!("libvirt://localhost/{i}")),
+                        has_address: true,
+                    });
+                }
+                Ok(out)
+            }
         }
     }
 
@@ -290,7 +431,7 @@ impl Hypervisor {
     /// address.
     pub async fn report_address(&self, guest: &Guest, n: u8) -> Result<()> {
         match self {
-            Self::Proxmox(_) => Ok(()),
+            Self::Proxmox(_) | Self::Libvirt(_) => Ok(()),
             Self::VSphere(v) => {
                 let ip = ConfigSpec {
                     extra_config: vec![("SET.guest.ipAddress".into(), format!("192.0.2.{n}"))],
@@ -315,7 +456,7 @@ impl Hypervisor {
                     .filter(|t| PROXMOX_LIFECYCLE_TASKS.contains(&t.kind.as_str()))
                     .count(),
             ),
-            Self::VSphere(_) => None,
+            Self::VSphere(_) | Self::Libvirt(_) => None,
         }
     }
 
@@ -337,13 +478,21 @@ impl Hypervisor {
                     .collect())
             }
             Self::VSphere(_) => Ok(Vec::new()),
+            Self::Libvirt(lv) => Ok(lv
+                .conn
+                .lookup_storage_pool_by_name(LIBVIRT_POOL)?
+                .list_volumes()?
+                .into_iter()
+                .filter(|v| v != LIBVIRT_BASE_VOLUME)
+                .map(|v| format!("volume {v}"))
+                .collect()),
         }
     }
 
     /// The last lines of the hypervisor's own log, where it has one.
     pub fn log_tail(&self) -> String {
         match self {
-            Self::Proxmox(_) => String::new(),
+            Self::Proxmox(_) | Self::Libvirt(_) => String::new(),
             Self::VSphere(v) => v.sim.log_tail(20),
         }
     }

@@ -11,8 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::common::{
-    ApiEndpoint, Cpu, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus, PowerState,
-    ProviderReference,
+    ApiEndpoint, Cpu, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus, NetworkInterface,
+    PowerState, ProviderReference,
 };
 use crate::condition::Condition;
 
@@ -96,6 +96,8 @@ pub trait InfraMachine: NamespacedKind {
     fn provider_id(&self) -> Option<&str>;
     /// `spec.powerState`.
     fn power_state(&self) -> Option<PowerState>;
+    /// `spec.networks`: the interfaces and how each gets its addresses.
+    fn networks(&self) -> &[NetworkInterface];
 }
 
 /// An InfraMachineTemplate kind: its machines' size, and `status.capacity`.
@@ -164,6 +166,9 @@ macro_rules! impl_infra_kinds {
             }
             fn power_state(&self) -> Option<$crate::common::PowerState> {
                 self.spec.power_state
+            }
+            fn networks(&self) -> &[$crate::common::NetworkInterface] {
+                &self.spec.networks
             }
         }
         impl $crate::infrastructure::kinds::InfraMachineTemplate for $template {

@@ -9,6 +9,7 @@
 //! | [`owner`] | an InfraMachine's controlling owner (CAPI `Machine` or banlieue `VirtualMachine`) resolved into what provisioning needs: bootstrap data source, failure domain, infra cluster, pause |
 //! | [`cluster`] | the InfraCluster reconciler (owner, pause, finalizer, deletion after the machines, `controlPlaneEndpoint`, failure domains, `Ready`, Events), around a [`cluster::ClusterBackend`] |
 //! | [`machine`] | the InfraMachine reconciler (fresh read, move, owner, pause, deletion step by step, finalizer, waits, user data, one provisioning step, `providerID`, conditions, Events, backoff), around a [`machine::MachineBackend`] |
+//! | [`network`] | `spec.networks` for the guest: IPAM pool claims and their allocations, cloud-init `network-config` with DHCP, static and pool addresses |
 //! | [`readopt`] | re-adoption by identity: which VM a machine created anew (`clusterctl move`, a restore) may take over, and what its deletion may delete |
 //! | [`template`] | the InfraMachineTemplate reconciler (`status.capacity`) |
 //! | [`serve`] | a provider binary's main loop: the three controllers of its backends behind the runtime's manager |
@@ -28,6 +29,7 @@ mod drive;
 pub mod error;
 pub mod events;
 pub mod machine;
+pub mod network;
 pub mod owner;
 pub mod rbac;
 pub mod readopt;

@@ -51,6 +51,7 @@ use crate::cluster::Problem;
 use crate::drive::api;
 use crate::error::{Error, ReconcileError, Result};
 use crate::events;
+use crate::network::{self, IpamError, PoolAddresses, PoolState};
 use crate::owner::{self, BootstrapSource, InfraCluster, Owner, OwnerView};
 use crate::secrets::ReadSecrets;
 use crate::status;
@@ -63,6 +64,8 @@ pub const WAIT_REQUEUE: Duration = Duration::from_secs(15);
 /// Requeue of a problem a human must fix (the watches bring the machine back at once when the
 /// objects change).
 pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+/// Requeue while an IPAM provider allocates the machine's addresses (claims are not watched).
+pub const IPAM_POLL: Duration = Duration::from_secs(2);
 /// Condition reason: the owner names no infra cluster, or it does not exist.
 pub const WAITING_FOR_CLUSTER: &str = "WaitingForCluster";
 /// Condition reason: the infra cluster is not provisioned yet.
@@ -112,6 +115,9 @@ pub struct Provision<'a, M: InfraMachine> {
     pub cluster_name: String,
     /// The user data, when the [`Plan`] asked for it.
     pub user_data: Option<&'a BootstrapData>,
+    /// The addresses allocated from IPAM pools for `spec.networks` (empty once provisioned,
+    /// when none is asked for, or while a step that does not need them waits for them).
+    pub pool_addresses: &'a PoolAddresses,
     /// Records the Secrets the step reads (the Secret watch then follows them).
     pub secrets: &'a ReadSecrets<M>,
 }
@@ -556,6 +562,24 @@ impl<B: MachineBackend> Writer<'_, B> {
         self.status(&new).await?;
         Ok(Action::requeue(requeue))
     }
+
+    /// [`Writer::wait`] for a problem a human must fix: a Warning Event when it appears (the
+    /// `Ready` reason changes).
+    async fn problem(
+        &self,
+        new: <B::Machine as InfraMachine>::Status,
+        reason: &'static str,
+        message: String,
+        requeue: Duration,
+    ) -> Result<Action> {
+        let appears = condition::find(new.conditions(), condition::READY)
+            .is_none_or(|c| c.reason != reason || c.status != "False");
+        let action = self.wait(new, reason, message.clone(), requeue).await?;
+        if appears {
+            self.event(EventType::Warning, reason, message).await;
+        }
+        Ok(action)
+    }
 }
 
 /// Reconciles one infra machine.
@@ -727,12 +751,47 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let cluster_name = contract::cluster_name(machine.meta())
         .map(str::to_owned)
         .unwrap_or_else(|| cluster.name_any());
+    // Addresses from IPAM pools, claimed as soon as provisioning starts; the step that needs
+    // the user data (the one writing the guest's seed) waits for their allocation.
+    let pool_addresses =
+        if plan.provisioned || plan.readopting || network::pool_requests(machine.networks()).is_empty() {
+            PoolAddresses::new()
+        } else {
+            match network::resolve(&ctx.client, &machine, &cluster_name).await {
+                Ok(PoolState::Ready(found)) => found,
+                Ok(PoolState::Waiting(message)) if plan.needs_user_data => {
+                    return write
+                        .wait(new, network::WAITING_FOR_IP_ADDRESS, message, IPAM_POLL)
+                        .await;
+                }
+                Ok(PoolState::Waiting(_)) => PoolAddresses::new(),
+                Err(IpamError::Invalid(message)) => {
+                    return write
+                        .problem(new, network::IP_ADDRESS_INVALID, message, PERMANENT_RETRY)
+                        .await;
+                }
+                Err(IpamError::Kube { context, source }) => {
+                    // e.g. a 403 on the claims: say so instead of showing an older wait reason.
+                    let error = Error::kube(context, source);
+                    write
+                        .wait(
+                            new,
+                            network::IP_ADDRESS_CLAIM_FAILED,
+                            error.to_string(),
+                            ctx.wait_requeue,
+                        )
+                        .await?;
+                    return Err(error);
+                }
+            }
+        };
     let request = Provision {
         machine: &machine,
         view: &view,
         cluster,
         cluster_name,
         user_data: user_data.as_ref(),
+        pool_addresses: &pool_addresses,
         secrets: &secrets,
     };
     let outcome = ctx.backend.provision(&ctx.client, request, &mut new).await;

@@ -67,6 +67,24 @@ macro_rules! contract_rbac {
                 verbs: &["create", "patch"],
                 why: "Kubernetes Events on each condition and provisioning transition",
             },
+            Rule {
+                api_groups: &["infrastructure.banlieue.io"],
+                resources: &[concat!($prefix, "machines/finalizers")],
+                verbs: &["update"],
+                why: "IPAddressClaims are owned by their machine with blockOwnerDeletion, which the OwnerReferencesPermissionEnforcement admission plugin allows only to who may update the owner's finalizers",
+            },
+            Rule {
+                api_groups: &["ipam.cluster.x-k8s.io"],
+                resources: &["ipaddressclaims"],
+                verbs: &["get", "create"],
+                why: "CAPI IPAM: claim an address per `mode: Pool` interface and family, read the claim's addressRef (by name; the owner reference lets the garbage collector delete them)",
+            },
+            Rule {
+                api_groups: &["ipam.cluster.x-k8s.io"],
+                resources: &["ipaddresses"],
+                verbs: &["get"],
+                why: "CAPI IPAM: read the IPAddress a claim points at (by name, polled while waiting)",
+            },
             $($extra),*
         ];
 

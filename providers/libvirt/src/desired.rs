@@ -1,9 +1,10 @@
 //! Pure functions from a LibvirtMachine to what should exist on the host: names of the domain
 //! and its volumes, the domain configuration, the NoCloud seed, addresses and the providerID.
 
-use banlieue_api::common::{MachineAddress, MachineAddressType};
+use banlieue_api::common::{MachineAddress, MachineAddressType, NetworkInterface};
 use banlieue_api::infrastructure::{Firmware, LibvirtMachineSpec};
 use banlieue_cloudinit::{MetaData, NoCloudSeed};
+use banlieue_provider_kit::network::{self, PoolAddresses};
 
 use crate::hypervisor::GuestAddress;
 use crate::xml::{
@@ -190,16 +191,36 @@ pub fn keep_macs(config: &mut DomainConfig, spec: &LibvirtMachineSpec, current: 
 }
 
 /// The NoCloud seed: user data byte for byte, instance-id = machine UID, hostname = machine
-/// name. No network-config: guests use DHCP on their first interface.
-pub fn seed(owner: &Owner, user_data: &[u8]) -> NoCloudSeed {
-    NoCloudSeed {
+/// name, and a `network-config` matching each interface by its MAC when `spec.networks` asks
+/// for more than DHCP on the first interface (static or pool addresses, IPv6, MTU, DNS).
+/// `Err`: an address from an IPAM pool is not allocated yet.
+pub fn seed(
+    owner: &Owner,
+    spec: &LibvirtMachineSpec,
+    user_data: &[u8],
+    pool: &PoolAddresses,
+) -> Result<NoCloudSeed, String> {
+    let network_config = if network::needs_network_config(&spec.networks) {
+        let mac = |net: &NetworkInterface| {
+            let index = spec.networks.iter().position(|n| n.name == net.name).unwrap_or(0);
+            Ok(Some(
+                net.mac_address
+                    .clone()
+                    .unwrap_or_else(|| mac_address(&owner.uid, index)),
+            ))
+        };
+        Some(network::network_config(&spec.networks, mac, pool)?)
+    } else {
+        None
+    };
+    Ok(NoCloudSeed {
         user_data: user_data.to_vec(),
         meta_data: MetaData {
             instance_id: owner.uid.clone(),
             local_hostname: owner.name.clone(),
         },
-        network_config: None,
-    }
+        network_config,
+    })
 }
 
 /// `libvirt://<host>/<uuid>`.
@@ -398,10 +419,48 @@ mod tests {
     #[test]
     fn provider_id_and_seed() {
         assert_eq!(provider_id("h1", "ABC-1"), "libvirt://h1/abc-1");
-        let s = seed(&owner(), b"#!/bin/sh\necho hi\n");
+        let s = seed(&owner(), &spec(), b"#!/bin/sh\necho hi\n", &PoolAddresses::new()).unwrap();
         assert_eq!(s.meta_data.instance_id, owner().uid);
         assert_eq!(s.meta_data.local_hostname, "m1");
+        // DHCP on the first interface is the guest's default: no network-config.
+        assert_eq!(s.network_config, None);
         let files = banlieue_cloudinit::SeedFiles::from_iso(&s.to_iso().unwrap()).unwrap();
         assert_eq!(files.user_data.as_deref(), Some(&b"#!/bin/sh\necho hi\n"[..]));
+        assert_eq!(files.network_config, None);
+    }
+
+    #[test]
+    fn static_and_pool_addresses_reach_the_seed_matched_by_the_domains_macs() {
+        let mut s = spec();
+        s.networks = serde_json::from_value(serde_json::json!([
+            {"name": "eth0", "network": "default",
+             "ipv4": {"mode": "Static", "addresses": ["192.0.2.10/24"], "gateway": "192.0.2.1"}},
+            {"name": "eth1", "network": "bridge:br1", "macAddress": "52:54:00:AA:BB:CC",
+             "ipv4": {"mode": "Pool", "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "p"}}}
+        ]))
+        .unwrap();
+        let err = seed(&owner(), &s, b"x", &PoolAddresses::new()).unwrap_err();
+        assert!(err.contains("eth1: no address from the IPAM pool yet"), "{err}");
+        let mut pool = PoolAddresses::new();
+        pool.insert(
+            ("eth1".into(), false),
+            banlieue_capi::ipam::Allocation {
+                address: "198.51.100.7".parse().unwrap(),
+                prefix: 24,
+                gateway: None,
+            },
+        );
+        let files = banlieue_cloudinit::SeedFiles::from_iso(
+            &seed(&owner(), &s, b"x", &pool).unwrap().to_iso().unwrap(),
+        )
+        .unwrap();
+        let config = files.parsed_network_config().unwrap().unwrap();
+        let domain = domain_config(&s, &owner(), "u", &Settings::default());
+        let eth0 = &config.ethernets["eth0"];
+        assert_eq!(eth0.match_mac.as_ref().unwrap().macaddress, domain.nics[0].mac);
+        assert_eq!(eth0.addresses, vec!["192.0.2.10/24".to_owned()]);
+        let eth1 = &config.ethernets["eth1"];
+        assert_eq!(eth1.match_mac.as_ref().unwrap().macaddress, "52:54:00:aa:bb:cc");
+        assert_eq!(eth1.addresses, vec!["198.51.100.7/24".to_owned()]);
     }
 }

@@ -143,6 +143,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
                 .filter(|p| p.task_id.as_deref() == Some(crate::update::SHUTDOWN_TASK))
                 .and_then(|p| p.task_started_at.as_ref())
                 .map(|t| t.0),
+            pool_addresses: request.pool_addresses,
         };
         let user_data = request.user_data.map(|d| d.value.as_slice());
         let step = provision::provision(&hosts, &input, phase, user_data)

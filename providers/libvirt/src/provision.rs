@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use banlieue_api::common::{MachineAddress, PowerState};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
+use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::desired::{self, GIB, Settings};
@@ -68,6 +69,8 @@ pub struct MachineInput<'a> {
     pub power: PowerState,
     /// When the pending ACPI shutdown was first requested (from `status.provisioning`), if any.
     pub shutdown_requested_at: Option<Timestamp>,
+    /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
+    pub pool_addresses: &'a PoolAddresses,
 }
 
 /// Result of provisioning.
@@ -457,9 +460,15 @@ async fn create_volumes<H: Hypervisor>(
             .await
             .map_err(|e| hv_error(phase, e))?;
     }
-    let iso = desired::seed(input.owner, user_data.unwrap_or_default())
-        .to_iso()
-        .map_err(|e| StepError::permanent("BootstrapDataInvalid", e.to_string()))?;
+    let iso = desired::seed(
+        input.owner,
+        input.spec,
+        user_data.unwrap_or_default(),
+        input.pool_addresses,
+    )
+    .map_err(|e| StepError::permanent(WAITING_FOR_IP_ADDRESS, e))?
+    .to_iso()
+    .map_err(|e| StepError::permanent("BootstrapDataInvalid", e.to_string()))?;
     let (pool, name) = desired::seed_volume(input.spec, domain);
     let size = iso.len() as u64;
     match hv.volume(&pool, &name).await.map_err(|e| hv_error(phase, e))? {

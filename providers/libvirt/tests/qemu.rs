@@ -30,6 +30,8 @@ use banlieue_libvirt::update;
 use banlieue_libvirt::xml::{self, DomainType, KernelBoot, Owner};
 use sha2::{Digest, Sha256};
 
+static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
+    banlieue_provider_kit::network::PoolAddresses::new();
 const URI: &str = "qemu:///system";
 const POOL: &str = "default";
 const NETWORK: &str = "banlieue-test";
@@ -111,6 +113,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         settings: &settings,
         power: PowerState::On,
         shutdown_requested_at: None,
+        pool_addresses: &NO_POOL,
     };
     let hosts = [Host {
         name: "localhost".into(),

@@ -25,6 +25,7 @@ banlieue_scenarios::scenario_tests!(
     bad_credentials,
     crash_restart,
     outage,
+    address_modes,
 );
 
 use std::sync::Arc;

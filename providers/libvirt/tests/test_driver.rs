@@ -18,6 +18,8 @@ use banlieue_libvirt::readopt::{self, OnDeletion};
 use banlieue_libvirt::xml::{self, DomainType, Owner};
 use banlieue_provider_kit::machine::Deleted;
 
+static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
+    banlieue_provider_kit::network::PoolAddresses::new();
 const POOL: &str = "default-pool";
 
 fn spec(disks: serde_json::Value) -> LibvirtMachineSpec {
@@ -56,6 +58,7 @@ fn machine_input<'a>(
         settings,
         power: PowerState::On,
         shutdown_requested_at: None,
+        pool_addresses: &NO_POOL,
     }
 }
 
@@ -177,6 +180,7 @@ async fn a_foreign_domain_with_our_name_is_never_adopted_or_deleted() {
         settings: &settings,
         power: PowerState::On,
         shutdown_requested_at: None,
+        pool_addresses: &NO_POOL,
     };
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
@@ -324,6 +328,7 @@ async fn machines_land_on_the_host_of_their_failure_domain() {
             settings: &settings,
             power: PowerState::On,
             shutdown_requested_at: None,
+            pool_addresses: &NO_POOL,
         };
         let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
             .await
@@ -718,6 +723,7 @@ async fn a_restored_provisioned_machine_remarks_its_domain_and_keeps_its_macs() 
         settings: &settings,
         power: PowerState::On,
         shutdown_requested_at: None,
+        pool_addresses: &NO_POOL,
     };
     let (reasons, step) = settle(
         &hosts,
@@ -771,6 +777,7 @@ async fn the_original_never_takes_back_a_domain_its_copy_adopted() {
         settings: &settings,
         power: PowerState::On,
         shutdown_requested_at: None,
+        pool_addresses: &NO_POOL,
     };
     for phase in [provisioned.clone(), Phase::SelectHost] {
         let err = provision::provision(&hosts, &original, phase, None)

@@ -190,6 +190,17 @@ impl<P: ProviderUnderTest> Scenario<P> {
         failure_domain: Option<&str>,
         template: Template,
     ) -> Result<String> {
+        let spec = self.provider.machine_spec(template);
+        self.machine_with_spec(name, failure_domain, spec).await
+    }
+
+    /// [`Scenario::machine`] with the infra machine's `spec` given.
+    pub async fn machine_with_spec(
+        &mut self,
+        name: &str,
+        failure_domain: Option<&str>,
+        infra_spec: Value,
+    ) -> Result<String> {
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {"name": format!("{name}-bootstrap"), "labels": {CLUSTER_NAME_LABEL: CLUSTER}},
             "type": "cluster.x-k8s.io/secret",
@@ -229,7 +240,7 @@ impl<P: ProviderUnderTest> Scenario<P> {
                     "controller": true, "blockOwnerDeletion": true,
                 }],
             },
-            "spec": self.provider.machine_spec(template),
+            "spec": infra_spec,
         }))?;
         let infra = self.machines().create(&PostParams::default(), &infra).await?;
         let uid = infra.uid().context("infra machine uid")?;

@@ -15,6 +15,9 @@ pub struct Vm {
     pub failure_domain: Option<String>,
     /// The bootstrap data the guest would see (seed ISO user-data, `guestinfo.userdata`).
     pub user_data: Option<Vec<u8>>,
+    /// The cloud-init `network-config` the guest would see (seed ISO `network-config`, the
+    /// meta-data's `network`), YAML.
+    pub network_config: Option<String>,
 }
 
 /// A machine the scenario created, so providers that cannot list every VM (libvirt looks
@@ -84,6 +87,9 @@ pub trait ProviderUnderTest: Sized + 'static {
 
     /// The infra machine `spec` (without providerID).
     fn machine_spec(&self, template: Template) -> Value;
+
+    /// What an interface of `spec.networks` attaches to (bridge, network, port group).
+    const NETWORK: &'static str;
 
     /// Starts the provider's cluster and machine controllers for the namespace.
     fn start(&mut self);

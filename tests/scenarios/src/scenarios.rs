@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use banlieue_capi::Machine;
+use banlieue_capi::{IpAddress, IpAddressClaim, Machine};
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::fixture::{CLUSTER, Scenario, USER_DATA};
@@ -162,6 +162,98 @@ pub async fn scale<P: ProviderUnderTest>() -> Result<()> {
     ensure!(
         vms.len() == 1 && vms[0].owner_uid.as_deref() == Some(machines[0].1.as_str()),
         "after scaling down to m1: {vms:?}"
+    );
+    Ok(())
+}
+
+/// Address modes: one interface with a static address (and DNS server), one with an address
+/// from a CAPI IPAM pool. The machine claims the pool address and waits for it without creating
+/// a VM (`WaitingForIPAddress`); once the IPAM provider (played here) allocates it, exactly one
+/// VM is created and its guest's `network-config` carries both addresses and their gateways.
+pub async fn address_modes<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("addr").await?;
+    s.ready_cluster().await?;
+    let pool = json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"});
+    let mut spec = s.provider.machine_spec(Template::Valid);
+    spec["networks"] = json!([
+        {"name": "net0", "network": P::NETWORK, "dnsServers": ["192.0.2.53"],
+         "ipv4": {"mode": "Static", "addresses": ["192.0.2.10/24"], "gateway": "192.0.2.1"}},
+        {"name": "net1", "network": P::NETWORK, "ipv4": {"mode": "Pool", "poolRef": pool}},
+    ]);
+    let uid = s.machine_with_spec("m1", Some(&fd_at(&s, 0)?), spec).await?;
+    let claim_name = "m1-net1-ipv4";
+    s.wait_machine("m1", "waiting for its pool address", |m| {
+        condition(m, "Ready")
+            .is_some_and(|c| c.reason == "WaitingForIPAddress" && c.message.contains(claim_name))
+    })
+    .await?;
+    tokio::time::sleep(QUIET).await;
+    ensure!(
+        s.vms_of(&uid).await?.is_empty(),
+        "a VM was created before its address was allocated"
+    );
+    let claim = s.api::<IpAddressClaim>().get(claim_name).await?;
+    ensure!(
+        claim.spec.pool_ref.name == "nodes",
+        "claim of pool {:?}",
+        claim.spec.pool_ref
+    );
+    ensure!(
+        claim.spec.cluster_name.as_deref() == Some(CLUSTER),
+        "claim labelled for cluster {:?}",
+        claim.spec.cluster_name
+    );
+    ensure!(
+        claim
+            .owner_references()
+            .iter()
+            .any(|o| o.kind == P::MACHINE_KIND && o.uid == uid && o.controller == Some(true)),
+        "the claim is not controlled by the machine: {:?}",
+        claim.owner_references()
+    );
+
+    // The IPAM provider answers.
+    let address: IpAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+        "metadata": {"name": claim_name},
+        "spec": {"address": "198.51.100.7", "prefix": 24, "gateway": "198.51.100.1",
+                 "claimRef": {"name": claim_name}, "poolRef": pool},
+    }))?;
+    s.api::<IpAddress>()
+        .create(&PostParams::default(), &address)
+        .await?;
+    s.api::<IpAddressClaim>()
+        .patch_status(
+            claim_name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"addressRef": {"name": claim_name}}})),
+        )
+        .await?;
+    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    let vms = s.vms_of(&uid).await?;
+    ensure!(vms.len() == 1, "{} VMs for one machine: {vms:?}", vms.len());
+    let config = vms[0]
+        .network_config
+        .as_deref()
+        .context("the guest gets no network-config")?;
+    let config: Value = serde_yaml::from_str(config).context("network-config is not YAML")?;
+    let ethernet = |name: &str| {
+        config["ethernets"]
+            .as_object()
+            .and_then(|e| e.get(name))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (net0, net1) = (ethernet("net0"), ethernet("net1"));
+    ensure!(
+        net0["addresses"] == json!(["192.0.2.10/24"])
+            && net0["routes"][0]["via"] == "192.0.2.1"
+            && net0["nameservers"]["addresses"] == json!(["192.0.2.53"]),
+        "net0 is not the static configuration: {config:#}"
+    );
+    ensure!(
+        net1["addresses"] == json!(["198.51.100.7/24"]) && net1["routes"][0]["via"] == "198.51.100.1",
+        "net1 does not carry the pool's address: {config:#}"
     );
     Ok(())
 }

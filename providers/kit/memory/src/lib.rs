@@ -25,6 +25,7 @@ use banlieue_provider_kit::cluster::{ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
+use banlieue_provider_kit::network;
 use banlieue_provider_kit::secrets::ReadSecrets;
 use kube::ResourceExt;
 
@@ -60,6 +61,9 @@ pub struct Vm {
     pub owner_uid: String,
     /// The user data the guest sees.
     pub user_data: Vec<u8>,
+    /// The cloud-init `network-config` the guest sees (YAML), when `spec.networks` asks for
+    /// more than DHCP.
+    pub network_config: Option<String>,
     /// Whether it runs.
     pub running: bool,
 }
@@ -353,12 +357,27 @@ impl MachineBackend for MemoryMachines {
             }
             Phase::Create { host } => {
                 let user_data = request.user_data.map(|d| d.value.clone()).unwrap_or_default();
+                // Addresses as the spec asks (pool addresses resolved by the kit), interfaces
+                // matched by name.
+                let networks = &request.machine.spec.networks;
+                let network_config = if network::needs_network_config(networks) {
+                    let config = network::network_config(networks, |_| Ok(None), request.pool_addresses)
+                        .map_err(|message| problem(network::WAITING_FOR_IP_ADDRESS, message))?;
+                    Some(
+                        config
+                            .to_yaml()
+                            .map_err(|e| problem("NetworkConfigInvalid", e.to_string()))?,
+                    )
+                } else {
+                    None
+                };
                 let vm = Vm {
                     id: uid.clone(),
                     host: host.clone(),
                     owner: owner.clone(),
                     owner_uid: uid.clone(),
                     user_data,
+                    network_config,
                     running: false,
                 };
                 // Idempotent: the id is the machine's UID.
@@ -479,6 +498,7 @@ mod tests {
                     owner: "ns/m".into(),
                     owner_uid: "u".into(),
                     user_data: vec![],
+                    network_config: None,
                     running: true,
                 },
             )

@@ -25,6 +25,7 @@ banlieue_scenarios::scenario_tests!(
     bad_credentials,
     crash_restart,
     outage,
+    address_modes,
 );
 
 /// One in-memory hypervisor per scenario, and the kit's controllers with its backends.
@@ -44,6 +45,7 @@ impl ProviderUnderTest for Memory {
     const MISSING_TEMPLATE: &'static str = "missing.img";
     const BAD_ACCESS_REASONS: &'static [&'static str] = &[banlieue_provider_memory::UNREACHABLE];
     const OUTAGE_MESSAGE: &'static str = "(test outage)";
+    const NETWORK: &'static str = "default";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         Ok(Self {
@@ -107,6 +109,7 @@ impl ProviderUnderTest for Memory {
                 owner_uid: Some(v.owner_uid),
                 failure_domain: Some(v.host),
                 user_data: Some(v.user_data),
+                network_config: v.network_config,
             })
             .collect())
     }

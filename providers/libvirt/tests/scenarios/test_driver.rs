@@ -46,6 +46,7 @@ impl ProviderUnderTest for TestDriver {
     // daemon here, bad access is a host that does not answer.
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["Unreachable"];
     const OUTAGE_MESSAGE: &'static str = "(test outage)";
+    const NETWORK: &'static str = "default";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let connector = SlowConnector::default();
@@ -134,14 +135,18 @@ impl ProviderUnderTest for TestDriver {
         }
         Ok(found
             .into_iter()
-            .map(|(d, name)| Vm {
-                id: d.uuid.clone(),
-                owner_uid: d.owner.as_ref().map(|o| o.uid.clone()),
-                failure_domain: Some("localhost".into()),
-                user_data: hv
+            .map(|(d, name)| {
+                let seed = hv
                     .uploaded(POOL, &format!("{name}-seed.iso"))
                     .and_then(|iso| SeedFiles::from_iso(&iso).ok())
-                    .and_then(|f| f.user_data),
+                    .unwrap_or_default();
+                Vm {
+                    id: d.uuid.clone(),
+                    owner_uid: d.owner.as_ref().map(|o| o.uid.clone()),
+                    failure_domain: Some("localhost".into()),
+                    user_data: seed.user_data,
+                    network_config: seed.network_config,
+                }
             })
             .collect())
     }

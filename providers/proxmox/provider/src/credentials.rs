@@ -176,9 +176,11 @@ impl Connector for ClientConnector {
 }
 
 /// Hands out one shared [`crate::fake::FakePve`] whatever the settings (tests).
+#[cfg(any(test, feature = "testing"))]
 #[derive(Clone, Default)]
 pub struct FakeConnector(pub crate::fake::FakePve);
 
+#[cfg(any(test, feature = "testing"))]
 impl Connector for FakeConnector {
     type Hv = crate::fake::FakePve;
 

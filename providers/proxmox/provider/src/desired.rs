@@ -1,17 +1,17 @@
 //! Desired Proxmox VE state of a machine, derived from its spec (pure): the VM config to apply,
 //! the disks to grow, the ownership markers, and the NoCloud seed carrying the bootstrap data.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use banlieue_api::common::{IpAddressing, IpAddressingMode, MachineAddress, MachineAddressType};
+use banlieue_api::common::{IpAddressingMode, MachineAddress, MachineAddressType, NetworkInterface};
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_capi::bootstrap::{BootstrapData, BootstrapFormat};
-use banlieue_cloudinit::{Ethernet, MacMatch, MetaData, NameServers, NetworkConfig, NoCloudSeed, Route};
+use banlieue_cloudinit::{MetaData, NetworkConfig, NoCloudSeed};
 use banlieue_pve_client::config::{is_disk_key, normalize_tags};
 use banlieue_pve_client::{ConfigUpdate, DiskSpec, NetDevice, Size, VmConfig};
 
-use crate::ipam::PoolAddresses;
+use banlieue_provider_kit::network::PoolAddresses;
 
 /// Prefix of the tag put on every VM this provider creates; the owner's UID follows.
 pub const OWNER_TAG_PREFIX: &str = "banlieue-uid-";
@@ -277,46 +277,9 @@ pub fn disk_to_grow(
     Ok(None)
 }
 
-fn family_config(
-    eth: &mut Ethernet,
-    addressing: &IpAddressing,
-    v6: bool,
-    nic: &str,
-    pool: &PoolAddresses,
-) -> Result<(), SpecError> {
-    match addressing.mode {
-        IpAddressingMode::DHCP if v6 => eth.dhcp6 = Some(true),
-        IpAddressingMode::DHCP => eth.dhcp4 = Some(true),
-        IpAddressingMode::Static => {
-            eth.addresses.extend(addressing.addresses.iter().cloned());
-            if let Some(gw) = &addressing.gateway {
-                eth.routes.push(Route {
-                    to: if v6 { "::/0" } else { "0.0.0.0/0" }.to_owned(),
-                    via: gw.clone(),
-                });
-            }
-        }
-        IpAddressingMode::Pool => {
-            let a = pool.get(&(nic.to_owned(), v6)).ok_or_else(|| {
-                spec_err(format!(
-                    "{nic}: no address from the IPAM pool yet (IPAddressClaim not allocated)"
-                ))
-            })?;
-            eth.addresses.push(format!("{}/{}", a.address, a.prefix));
-            if let Some(gw) = a.gateway {
-                eth.routes.push(Route {
-                    to: if v6 { "::/0" } else { "0.0.0.0/0" }.to_owned(),
-                    via: gw.to_string(),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The `network-config` v2 for the VM: one ethernet per interface, matched by the MAC the VM
-/// really has. Without `spec.networks`, every NIC of the clone uses DHCP.
-/// `pool` holds the addresses allocated from IPAM pools ([`crate::ipam`]).
+/// The `network-config` v2 for the VM (the kit's, [`banlieue_provider_kit::network`]): one
+/// ethernet per interface, matched by the MAC the VM really has. Without `spec.networks`, every
+/// NIC of the clone uses DHCP. `pool` holds the addresses allocated from IPAM pools.
 pub fn network_config(
     spec: &ProxmoxMachineSpec,
     actual: &VmConfig,
@@ -327,52 +290,28 @@ pub fn network_config(
         .map_err(|e| spec_err(format!("cannot read the VM's network devices: {e}")))?;
     let mac_of = |index: u8, name: &str| {
         nets.get(&index)
-            .and_then(|d| d.mac.as_deref())
-            .map(str::to_ascii_lowercase)
-            .ok_or_else(|| spec_err(format!("{name} has no MAC address on the VM")))
+            .and_then(|d| d.mac.clone())
+            .ok_or_else(|| format!("{name} has no MAC address on the VM"))
     };
-    let mut ethernets = BTreeMap::new();
-    if spec.networks.is_empty() {
-        for index in nets.keys() {
-            let name = format!("net{index}");
-            let eth = Ethernet {
-                match_mac: Some(MacMatch {
-                    macaddress: mac_of(*index, &name)?,
-                }),
-                dhcp4: Some(true),
-                ..Ethernet::default()
-            };
-            ethernets.insert(name, eth);
-        }
-    }
-    for net in &spec.networks {
-        let index = net_index(&net.name)?;
-        let mut eth = Ethernet {
-            match_mac: Some(MacMatch {
-                macaddress: mac_of(index, &net.name)?,
-            }),
-            mtu: net.mtu,
-            ..Ethernet::default()
-        };
-        family_config(
-            &mut eth,
-            net.ipv4.as_ref().unwrap_or(&IpAddressing::default()),
-            false,
-            &net.name,
-            pool,
-        )?;
-        if let Some(v6) = &net.ipv6 {
-            family_config(&mut eth, v6, true, &net.name, pool)?;
-        }
-        if !net.dns_servers.is_empty() {
-            eth.nameservers = Some(NameServers {
-                addresses: net.dns_servers.clone(),
-                search: Vec::new(),
-            });
-        }
-        ethernets.insert(net.name.clone(), eth);
-    }
-    Ok(NetworkConfig::new(ethernets))
+    let clone_nics: Vec<NetworkInterface>;
+    let networks = if spec.networks.is_empty() {
+        clone_nics = nets
+            .keys()
+            .map(|index| NetworkInterface::dhcp(format!("net{index}"), ""))
+            .collect();
+        &clone_nics
+    } else {
+        &spec.networks
+    };
+    banlieue_provider_kit::network::network_config(
+        networks,
+        |net| {
+            let index = net_index(&net.name).map_err(|e| e.0)?;
+            mac_of(index, &net.name).map(Some)
+        },
+        pool,
+    )
+    .map_err(SpecError)
 }
 
 /// The NoCloud seed: `user-data` is the bootstrap Secret's `value` byte for byte, `meta-data`
@@ -432,7 +371,7 @@ pub fn static_addresses(spec: &ProxmoxMachineSpec) -> Vec<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use banlieue_api::common::{Cpu, Disk, NetworkInterface};
+    use banlieue_api::common::{Cpu, Disk, IpAddressing};
     use banlieue_api::infrastructure::ProxmoxTemplateSource;
     use pretty_assertions::assert_eq;
     use rstest::rstest;

@@ -6,7 +6,7 @@
 //! - [`placement`], [`desired`]: pure functions — node choice, desired VM config, seed content.
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
-//! - [`fake`]: an in-memory hypervisor double for tests.
+//! - `fake` (feature `testing`, and unit tests): an in-memory hypervisor double for tests.
 //! - [`machine_controller`]: the ProxmoxMachine controller; [`cluster_controller`]: the
 //!   ProxmoxCluster's backend for the kit's InfraCluster reconciler.
 //!
@@ -17,9 +17,9 @@ pub mod cluster_controller;
 pub mod credentials;
 pub mod desired;
 pub mod error;
+#[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod hypervisor;
-pub mod ipam;
 pub mod leader;
 pub mod machine_controller;
 pub mod metrics;

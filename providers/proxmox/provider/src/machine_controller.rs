@@ -2,13 +2,10 @@
 //! ([`banlieue_provider_kit::machine`], which owns the contract: fresh read, clusterctl move,
 //! owner, pause, finalizer, waits, user data, `providerID`, conditions, Events, backoff).
 //!
-//! What is Proxmox's: the connection (the ProxmoxCluster's, [`crate::credentials`]), addresses
-//! from IPAM pools ([`crate::ipam`]), one step of the provisioning state machine
+//! What is Proxmox's: the connection (the ProxmoxCluster's, [`crate::credentials`]), one step of the provisioning state machine
 //! ([`crate::provision`], persisted in status by [`crate::phase`]) with its in-process VMID
 //! reservations, and deletion step by step (re-adopting a machine created anew first,
 //! [`crate::readopt`]).
-
-use std::time::Duration;
 
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
 use banlieue_provider_kit::cluster::Problem;
@@ -34,8 +31,6 @@ pub const FIELD_MANAGER: &str = "banlieue-proxmox";
 /// Condition type: a provisioned VM matches the spec (power state, CPU, memory, disks,
 /// networks, tags); False with the action in progress (`PoweringOff`, `Reconfiguring`, …).
 pub use banlieue_api::condition::VM_UP_TO_DATE;
-/// Requeue while waiting for an IPAM provider to allocate a claimed address.
-pub const IPAM_POLL: Duration = Duration::from_secs(2);
 
 /// The Proxmox side of the ProxmoxMachine reconciler.
 pub struct ProxmoxMachines<C: Connector> {
@@ -98,44 +93,6 @@ async fn hypervisor<C: Connector>(
     })
 }
 
-impl<C: Connector> ProxmoxMachines<C> {
-    /// Addresses from IPAM pools: claims are created as soon as provisioning starts; the seed
-    /// (built in Configure) waits for their allocation. `Err`: the step to report instead.
-    async fn pool_addresses(
-        &self,
-        client: &kube::Client,
-        pm: &ProxmoxMachine,
-        cluster_name: &str,
-        phase: &Phase,
-    ) -> Result<crate::ipam::PoolAddresses, std::result::Result<Step, StepFailure<Error>>> {
-        if phase.is_provisioned() || crate::ipam::pool_requests(&pm.spec).is_empty() {
-            return Ok(crate::ipam::PoolAddresses::new());
-        }
-        match crate::ipam::resolve(client, pm, cluster_name).await {
-            Ok(crate::ipam::PoolState::Ready(found)) => Ok(found),
-            Ok(crate::ipam::PoolState::Waiting(message)) if phase.needs_bootstrap_data() => Err(Ok(Step {
-                provisioned: None,
-                ready: Report::new(false, "WaitingForIPAddress", message),
-                up_to_date: None,
-                events: vec![],
-                warning: false,
-                requeue: IPAM_POLL,
-            })),
-            Ok(crate::ipam::PoolState::Waiting(_)) => Ok(crate::ipam::PoolAddresses::new()),
-            Err(Error::Bootstrap(message)) => Err(Err(StepFailure::problem(
-                "IPAddressInvalid",
-                message,
-                Some(provision::PERMANENT_RETRY),
-            ))),
-            // e.g. a 403 on the claims: say so instead of showing an older wait reason.
-            Err(error) => Err(Err(StepFailure::Transient {
-                reason: "IPAddressClaimFailed",
-                error,
-            })),
-        }
-    }
-}
-
 impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     type Machine = ProxmoxMachine;
     type Error = Error;
@@ -181,13 +138,6 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 });
             }
         };
-        let pool_addresses = match self
-            .pool_addresses(client, pm, &request.cluster_name, &phase)
-            .await
-        {
-            Ok(found) => found,
-            Err(outcome) => return outcome,
-        };
         let (uid, namespace, name) = (
             pm.uid().unwrap_or_default(),
             pm.namespace().unwrap_or_default(),
@@ -202,7 +152,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             cluster_allowed_nodes: &allowed_nodes,
             cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
             seed_storage: &self.seed_storage,
-            pool_addresses: &pool_addresses,
+            pool_addresses: request.pool_addresses,
         };
         let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
             .await

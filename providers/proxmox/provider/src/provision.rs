@@ -57,8 +57,8 @@ pub struct MachineInput<'a> {
     pub cluster_vmid_range: Option<&'a VmidRange>,
     /// Storage (content `iso`) the seed ISO is uploaded to.
     pub seed_storage: &'a str,
-    /// Addresses allocated from IPAM pools for `mode: Pool` interfaces ([`crate::ipam`]).
-    pub pool_addresses: &'a crate::ipam::PoolAddresses,
+    /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
+    pub pool_addresses: &'a banlieue_provider_kit::network::PoolAddresses,
 }
 
 /// What a provisioning step decided.

@@ -16,7 +16,8 @@ use crate::provision::{
     DeleteStep, MachineInput, Step, StepError, VmidReservations, delete_step, provision_step,
 };
 
-static NO_POOL: crate::ipam::PoolAddresses = crate::ipam::PoolAddresses::new();
+static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
+    banlieue_provider_kit::network::PoolAddresses::new();
 const UID: &str = "0b7c6a52-1d2e-4f00-9a8b-77c6d5e4f301";
 const USER_DATA: &[u8] = b"#cloud-config\nwrite_files:\n- path: /etc/x\n  content: \"\xe2\x9c\x93 bytes\"\n";
 

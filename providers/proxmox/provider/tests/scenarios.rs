@@ -20,6 +20,7 @@ banlieue_scenarios::scenario_tests!(
     bad_credentials,
     crash_restart,
     outage,
+    address_modes,
 );
 
 use std::sync::Arc;
@@ -342,58 +343,6 @@ async fn a_machine_without_owner_is_left_alone() -> Result<()> {
 }
 
 impl Scenario {
-    /// Like [`Scenario::machine`] with a ProxmoxMachine given as JSON.
-    async fn machine_from_json(&self, name: &str, pm: serde_json::Value) -> Result<()> {
-        self.machine_objects(name).await?;
-        let machine = self.api::<Machine>().get(name).await?;
-        let mut pm: ProxmoxMachine = serde_json::from_value(pm)?;
-        pm.metadata.owner_references = Some(vec![OwnerReference {
-            api_version: "cluster.x-k8s.io/v1beta2".into(),
-            kind: "Machine".into(),
-            name: name.into(),
-            uid: machine.uid().context("machine uid")?,
-            controller: Some(true),
-            block_owner_deletion: Some(true),
-        }]);
-        self.api::<ProxmoxMachine>()
-            .create(&PostParams::default(), &pm)
-            .await?;
-        Ok(())
-    }
-
-    async fn machine_objects(&self, name: &str) -> Result<()> {
-        let secret = Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some(format!("{name}-bootstrap")),
-                ..Default::default()
-            },
-            data: Some([("value".to_owned(), ByteString(USER_DATA.to_vec()))].into()),
-            ..Default::default()
-        };
-        self.api::<Secret>()
-            .create(&PostParams::default(), &secret)
-            .await?;
-        let machine = Machine::new(
-            name,
-            MachineSpec {
-                cluster_name: "c1".into(),
-                bootstrap: MachineBootstrap {
-                    data_secret_name: Some(format!("{name}-bootstrap")),
-                    ..Default::default()
-                },
-                infrastructure_ref: ContractRef::new("infrastructure.banlieue.io", "ProxmoxMachine", name)
-                    .into(),
-                ..Default::default()
-            },
-        );
-        self.api::<Machine>()
-            .create(&PostParams::default(), &machine)
-            .await?;
-        Ok(())
-    }
-}
-
-impl Scenario {
     fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
         let ctx = Arc::new(cluster_controller::context(
             self.client.clone(),
@@ -686,70 +635,6 @@ async fn machine_templates_publish_their_capacity() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    controller.abort();
-    Ok(())
-}
-
-#[tokio::test]
-async fn an_address_from_an_ipam_pool_is_claimed_and_written_into_the_seed() -> Result<()> {
-    use banlieue_capi::{IpAddress, IpAddressClaim};
-    let (s, _ns) = Scenario::new("pxm-ipam").await?;
-    let controller = s.start_controller();
-    let pm = serde_json::json!({
-        "apiVersion": "infrastructure.banlieue.io/v1alpha1",
-        "kind": "ProxmoxMachine",
-        "metadata": {"name": "m3", "labels": {CLUSTER_NAME_LABEL: "c1"}},
-        "spec": {
-            "source": {"vmid": 9000}, "cpu": {"cores": 1}, "memoryMiB": 1024,
-            "networks": [{"name": "net0", "network": "vmbr0", "ipv4": {"mode": "Pool",
-                "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}}}]
-        }
-    });
-    s.machine_from_json("m3", pm).await?;
-    // The machine claims an address and waits for it before building the seed.
-    let waiting = s
-        .wait_for("m3", "waiting for its address", |pm| {
-            condition(pm, "Ready").is_some_and(|c| c.reason == "WaitingForIPAddress")
-        })
-        .await?;
-    assert!(s.pve.uploads().is_empty(), "no seed without the address");
-    let claim = s.api::<IpAddressClaim>().get("m3-net0-ipv4").await?;
-    assert_eq!(claim.spec.pool_ref.name, "nodes");
-    assert_eq!(claim.spec.cluster_name.as_deref(), Some("c1"));
-    assert!(
-        claim
-            .owner_references()
-            .iter()
-            .any(|o| o.kind == "ProxmoxMachine" && Some(&o.uid) == waiting.uid().as_ref()),
-        "owned by the machine"
-    );
-    // The IPAM provider answers.
-    let address = serde_json::json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
-        "kind": "IPAddress",
-        "metadata": {"name": "m3-net0-ipv4"},
-        "spec": {"address": "10.10.0.5", "prefix": 24, "gateway": "10.10.0.1",
-                 "claimRef": {"name": "m3-net0-ipv4"},
-                 "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}}
-    });
-    let address: IpAddress = serde_json::from_value(address)?;
-    s.api::<IpAddress>()
-        .create(&PostParams::default(), &address)
-        .await?;
-    s.api::<IpAddressClaim>()
-        .patch_status(
-            "m3-net0-ipv4",
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({"status": {"addressRef": {"name": "m3-net0-ipv4"}}})),
-        )
-        .await?;
-    s.wait_for("m3", "provisioned", provisioned).await?;
-    let uploads = s.pve.uploads();
-    assert_eq!(uploads.len(), 1);
-    let files = SeedFiles::from_iso(&uploads[0].2)?;
-    let network = files.network_config.context("network-config")?;
-    assert!(network.contains("10.10.0.5/24"), "{network}");
-    assert!(network.contains("10.10.0.1"), "{network}");
     controller.abort();
     Ok(())
 }

@@ -14,7 +14,8 @@ use banlieue_proxmox::provision::{
 use banlieue_pve_client::{Client, TlsVerification};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 
-static NO_POOL: banlieue_proxmox::ipam::PoolAddresses = banlieue_proxmox::ipam::PoolAddresses::new();
+static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
+    banlieue_provider_kit::network::PoolAddresses::new();
 const UID: &str = "4f1c2d3e-0000-4000-8000-00000000abcd";
 const USER_DATA: &str = "#cloud-config\nruncmd:\n- [sh, -c, 'echo ✓ > /tmp/x']\n";
 

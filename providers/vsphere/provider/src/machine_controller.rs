@@ -141,6 +141,7 @@ impl MachineBackend for VSphereMachines {
             spec: &vm.spec,
             cluster,
             failure_domain: request.view.failure_domain.as_deref(),
+            pool_addresses: request.pool_addresses,
         };
         let desired_power = vm.spec.power_state.unwrap_or(PowerState::On);
         // `None`: not read (the step says so if it needs it); `Some(None)`: no user data.

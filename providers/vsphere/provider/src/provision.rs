@@ -7,10 +7,12 @@
 //! UID and such a VM is adopted instead of cloning again. Deletion only ever touches the VM in
 //! `status.vmRef` or one carrying our UID.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachineSpec};
+use banlieue_provider_kit::network::{self, PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use banlieue_vsphere_client::device::nic_type_for_model;
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, CloneSpec, ErrorClass, MoRef, VmInfo, VmPowerState};
@@ -50,6 +52,8 @@ pub struct MachineInput<'a> {
     pub cluster: &'a VSphereCluster,
     /// Requested failure domain.
     pub failure_domain: Option<&'a str>,
+    /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
+    pub pool_addresses: &'a PoolAddresses,
 }
 
 /// The inventory paths a machine resolves to.
@@ -140,10 +144,28 @@ pub fn placement(input: &MachineInput<'_>) -> Result<Placement, StepError> {
     })
 }
 
-/// The guestinfo extraConfig of a clone: user data and meta-data, base64, plus our UID.
-pub fn guestinfo(input: &MachineInput<'_>, user_data: Option<&[u8]>) -> Vec<(String, String)> {
+/// The guestinfo extraConfig of a clone: user data and meta-data, base64, plus our UID. When
+/// `spec.networks` asks for more than DHCP on the first interface (static or pool addresses,
+/// IPv6, MTU, DNS), the meta-data carries a `network` (cloud-init's VMware datasource), its
+/// interfaces matched by name, or by MAC where the spec sets one. `Err`: an address from an IPAM
+/// pool is not allocated yet.
+pub fn guestinfo(
+    input: &MachineInput<'_>,
+    user_data: Option<&[u8]>,
+) -> Result<Vec<(String, String)>, String> {
     let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
-    let meta = format!("instance-id: {}\nlocal-hostname: {}\n", input.uid, input.name);
+    let mut meta = format!("instance-id: {}\nlocal-hostname: {}\n", input.uid, input.name);
+    let networks = &input.spec.networks;
+    if network::needs_network_config(networks) {
+        let config = network::network_config(networks, |n| Ok(n.mac_address.clone()), input.pool_addresses)?
+            .to_yaml()
+            .map_err(|e| e.to_string())?;
+        let _ = write!(
+            meta,
+            "network: {}\nnetwork.encoding: base64\n",
+            b64(config.as_bytes())
+        );
+    }
     let mut out = vec![
         ("guestinfo.metadata".to_owned(), b64(meta.as_bytes())),
         ("guestinfo.metadata.encoding".to_owned(), "base64".to_owned()),
@@ -153,7 +175,7 @@ pub fn guestinfo(input: &MachineInput<'_>, user_data: Option<&[u8]>) -> Vec<(Str
         out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
     }
     out.extend(readopt::marker(readopt::owner(input)));
-    out
+    Ok(out)
 }
 
 /// Addresses from the guest (pure): hostname plus every reported IP.
@@ -314,7 +336,8 @@ pub async fn provision_step(
                 host: None,
                 linked_snapshot,
                 config: ConfigSpec {
-                    extra_config: guestinfo(input, user_data),
+                    extra_config: guestinfo(input, user_data)
+                        .map_err(|e| permanent(WAITING_FOR_IP_ADDRESS, e))?,
                     ..ConfigSpec::default()
                 },
                 power_on: false,
@@ -750,6 +773,8 @@ pub async fn delete_step(
 mod tests {
     use super::*;
     use banlieue_api::common::Cpu;
+
+    static NO_POOL: PoolAddresses = PoolAddresses::new();
     use banlieue_api::infrastructure::{VSphereClusterSpec, VSphereFailureDomain, VSphereTemplateSource};
 
     fn spec() -> VSphereMachineSpec {
@@ -802,6 +827,7 @@ mod tests {
             spec: &s,
             cluster: &c,
             failure_domain: None,
+            pool_addresses: &NO_POOL,
         };
         let p = placement(&input).unwrap();
         assert_eq!(p.template, "/dc1/vm/ubuntu");
@@ -860,14 +886,16 @@ mod tests {
             spec: &s,
             cluster: &c,
             failure_domain: None,
+            pool_addresses: &NO_POOL,
         };
-        let gi = guestinfo(&input, Some(b"#cloud-config\n"));
+        let gi = guestinfo(&input, Some(b"#cloud-config\n")).unwrap();
         let get = |k: &str| gi.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
         assert_eq!(get("guestinfo.userdata"), Some("I2Nsb3VkLWNvbmZpZwo="));
         assert_eq!(get(OWNER_KEY), Some("u-1"));
         assert_eq!(get(OWNER_NAME_KEY), Some("ns/m"));
         assert!(
             guestinfo(&input, None)
+                .unwrap()
                 .iter()
                 .all(|(k, _)| k != "guestinfo.userdata")
         );

@@ -25,6 +25,8 @@ const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 const TIMEOUT: Duration = Duration::from_secs(60);
 const OLD_UID: &str = "3f2c1d4e-0000-4000-8000-00000000a001";
 const NEW_UID: &str = "7d0c5e1a-2b3c-4d5e-8f90-a1b2c3d4e5f6";
+static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
+    banlieue_provider_kit::network::PoolAddresses::new();
 
 async fn vcenter() -> Result<(Vcsim, Client)> {
     let sim = Vcsim::start(&[])?;
@@ -133,6 +135,7 @@ async fn provisioned(
         spec: &s,
         cluster,
         failure_domain: None,
+        pool_addresses: &NO_POOL,
     };
     let steps = drive(c, &input, Phase::Clone, b"#cloud-config\n").await?;
     let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
@@ -168,6 +171,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
         spec: &s,
         cluster: &cluster,
         failure_domain: None,
+        pool_addresses: &NO_POOL,
     };
     let steps = drive(&c, &copy, Phase::Clone, b"#cloud-config\nnew: data\n").await?;
     let events: Vec<&str> = steps
@@ -220,6 +224,7 @@ async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused_and_a_vani
         spec: &s,
         cluster: &cluster,
         failure_domain: None,
+        pool_addresses: &NO_POOL,
     };
     let err = provision::provision_step(&c, &thief, Phase::Clone, Some(Some(b"")), PowerState::On)
         .await
@@ -247,6 +252,7 @@ async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused_and_a_vani
         spec: &gone,
         cluster: &cluster,
         failure_domain: None,
+        pool_addresses: &NO_POOL,
     };
     let err = provision::provision_step(&c, &input, Phase::Clone, Some(Some(b"")), PowerState::On)
         .await
@@ -308,6 +314,7 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
         spec: &s,
         cluster: &cluster,
         failure_domain: None,
+        pool_addresses: &NO_POOL,
     };
     drive(&c, &copy, Phase::Clone, b"").await?;
     let adopted = c.vm_info(&before.vm).await?.context("VM gone")?;
@@ -322,6 +329,7 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
         spec: &s,
         cluster: &cluster,
         failure_domain: None,
+        pool_addresses: &NO_POOL,
     };
     for phase in [Phase::Provisioned(before.vm.clone(), None), Phase::Clone] {
         let err = provision::provision_step(&c, &original, phase, Some(None), PowerState::On)

@@ -23,6 +23,7 @@ banlieue_scenarios::scenario_tests!(
     crash_restart,
     pause,
     outage,
+    address_modes,
 );
 
 use std::sync::Arc;

@@ -37,6 +37,7 @@ impl ProviderUnderTest for PveSim {
     const MISSING_TEMPLATE: &'static str = "no-such-template";
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["AuthenticationFailed"];
     const OUTAGE_MESSAGE: &'static str = "transport error";
+    const NETWORK: &'static str = "vmbr0";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let mut config = SimConfig::fast();
@@ -130,6 +131,7 @@ impl ProviderUnderTest for PveSim {
                     .seed(v.vmid)
                     .and_then(|s| s.user_data)
                     .map(String::into_bytes),
+                network_config: self.sim.seed(v.vmid).and_then(|s| s.network_config),
             })
             .collect())
     }

@@ -53,6 +53,7 @@ impl ProviderUnderTest for VcSim {
     // The proxy accepts and closes: the connection breaks during the TLS handshake, an
     // unreachable endpoint (`VCenterUnreachable`), said with its address.
     const OUTAGE_MESSAGE: &'static str = "cannot connect to 127.0.0.1:";
+    const NETWORK: &'static str = "VM Network";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let sim = Vcsim::start(&["-cluster", "3", "-host", "1", "-vm", "1", "-standalone-host", "0"])?;
@@ -140,15 +141,25 @@ impl ProviderUnderTest for VcSim {
                     .compute_cluster(&vm)
                     .await?
                     .and_then(|c| (0..CLUSTERS).find(|i| c == format!("DC0_C{i}")).map(fd_name));
+                let decode = |b64: &str| base64::engine::general_purpose::STANDARD.decode(b64).ok();
                 let user_data = info
                     .extra_config
                     .get("guestinfo.userdata")
-                    .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok());
+                    .and_then(|b| decode(b));
+                // cloud-init's VMware datasource: the meta-data's `network`, base64.
+                let network_config = info
+                    .extra_config
+                    .get("guestinfo.metadata")
+                    .and_then(|b| decode(b))
+                    .and_then(|meta| serde_yaml::from_slice::<Value>(&meta).ok())
+                    .and_then(|meta| meta["network"].as_str().and_then(decode))
+                    .and_then(|config| String::from_utf8(config).ok());
                 vms.push(Vm {
                     id: vm.value.clone(),
                     owner_uid: info.extra_config.get(OWNER_KEY).cloned(),
                     failure_domain,
                     user_data,
+                    network_config,
                 });
             }
         }

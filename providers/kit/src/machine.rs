@@ -336,6 +336,9 @@ pub trait MachineBackend: Send + Sync + 'static {
     type Machine: InfraMachine;
     /// The backend's errors (transient: the reconcile backs off).
     type Error: ReconcileError;
+    /// Where provisioning stands, as the backend reads it from the machine's status: read once
+    /// per reconcile by [`MachineBackend::plan`], handed to [`MachineBackend::provision`].
+    type Phase: Send;
     /// The provider's finalizer.
     const FINALIZER: &'static str;
     /// The provider's field manager for server-side apply.
@@ -348,19 +351,22 @@ pub trait MachineBackend: Send + Sync + 'static {
     /// by default); other data is refused before anything is created.
     const BOOTSTRAP_FORMATS: &'static [BootstrapFormat] = &[BootstrapFormat::CloudConfig];
 
-    /// What the next step needs, from the machine's persisted status.
-    fn plan(&self, machine: &Self::Machine) -> std::result::Result<Plan, Problem>;
+    /// Where provisioning stands (from the machine's persisted status) and what the next step
+    /// needs; `Err`: the status cannot be read back (`INCONSISTENT_STATUS`).
+    fn plan(&self, machine: &Self::Machine) -> std::result::Result<(Plan, Self::Phase), Problem>;
 
     /// Whether a VM may exist for the machine (something was created, or its providerID names
     /// one): a deleted machine whose infra cluster is gone is released only without one (else
     /// its deletion waits for a human, rather than leak a VM silently).
     fn may_have_vm(&self, machine: &Self::Machine) -> bool;
 
-    /// One provisioning (or day-2) step. The backend writes its own status fields to `status`.
+    /// One provisioning (or day-2) step from `phase`. The backend writes its own status fields
+    /// to `status`.
     fn provision(
         &self,
         client: &kube::Client,
         request: Provision<'_, Self::Machine>,
+        phase: Self::Phase,
         status: &mut <Self::Machine as InfraMachine>::Status,
     ) -> impl Future<Output = std::result::Result<Step, StepFailure<Self::Error>>> + Send;
 
@@ -688,8 +694,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 .await;
         }
     };
-    let plan = match ctx.backend.plan(&machine) {
-        Ok(plan) => plan,
+    let (plan, phase) = match ctx.backend.plan(&machine) {
+        Ok(planned) => planned,
         Err(problem) => {
             return write
                 .wait(new, problem.reason, problem.message, PERMANENT_RETRY)
@@ -794,7 +800,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
         pool_addresses: &pool_addresses,
         secrets: &secrets,
     };
-    let outcome = ctx.backend.provision(&ctx.client, request, &mut new).await;
+    let outcome = ctx.backend.provision(&ctx.client, request, phase, &mut new).await;
     let day2 = |reason: &str| B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && reason != VM_NOT_FOUND);
     match outcome {
         Ok(step) => apply_step::<B>(&write, &machine, new, step).await,

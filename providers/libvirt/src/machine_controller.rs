@@ -86,17 +86,19 @@ fn adopting(lm: &LibvirtMachine) -> Option<readopt::ProviderId> {
 impl<C: Connector> MachineBackend for LibvirtMachines<C> {
     type Machine = LibvirtMachine;
     type Error = Error;
+    type Phase = Phase;
     const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
-    fn plan(&self, lm: &LibvirtMachine) -> Result<Plan, Problem> {
+    fn plan(&self, lm: &LibvirtMachine) -> Result<(Plan, Phase), Problem> {
         let phase = Phase::read(lm.status.as_ref())
             .map_err(|e| Problem::new(kit::INCONSISTENT_STATUS, e.to_string()))?;
-        Ok(Plan {
+        let plan = Plan {
             needs_user_data: phase.needs_bootstrap_data(),
             readopting: provision::readopts(&phase, &lm.spec),
             provisioned: matches!(phase, Phase::Provisioned { .. }),
-        })
+        };
+        Ok((plan, phase))
     }
 
     fn may_have_vm(&self, lm: &LibvirtMachine) -> bool {
@@ -107,16 +109,10 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         &self,
         client: &kube::Client,
         request: Provision<'_, LibvirtMachine>,
+        phase: Phase,
         status: &mut LibvirtMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let lm = request.machine;
-        let phase = Phase::read(lm.status.as_ref()).map_err(|e| {
-            StepFailure::problem(
-                kit::INCONSISTENT_STATUS,
-                e.to_string(),
-                Some(provision::PERMANENT_RETRY),
-            )
-        })?;
         let host_specs = match hosts::resolve(client, request.cluster, request.secrets).await {
             Ok(Ok(h)) => h,
             Ok(Err(e)) => return Err(StepFailure::problem(e.reason, e.message, None)),

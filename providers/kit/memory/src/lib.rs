@@ -193,11 +193,28 @@ impl ClusterBackend for MemoryClusters {
 /// Where a machine is, from its persisted status: `node` = host, `domainUUID` = VM id,
 /// `provisioning.state` = `Ready` once started.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Phase {
+pub enum Phase {
+    /// Choose the host.
     Place,
-    Create { host: String },
-    Start { host: String, id: String },
-    Provisioned { host: String, id: String },
+    /// Create the VM on `host`.
+    Create {
+        /// The chosen host.
+        host: String,
+    },
+    /// Start VM `id`.
+    Start {
+        /// Its host.
+        host: String,
+        /// Its id.
+        id: String,
+    },
+    /// Done.
+    Provisioned {
+        /// Its host.
+        host: String,
+        /// Its id.
+        id: String,
+    },
 }
 
 impl Phase {
@@ -273,17 +290,19 @@ fn step(phase: &Phase, ready: Report, events: Vec<(&'static str, String)>) -> St
 impl MachineBackend for MemoryMachines {
     type Machine = LibvirtMachine;
     type Error = Outage;
+    type Phase = Phase;
     const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
-    fn plan(&self, machine: &LibvirtMachine) -> Result<Plan, Problem> {
+    fn plan(&self, machine: &LibvirtMachine) -> Result<(Plan, Phase), Problem> {
         let phase = Phase::read(machine.status.as_ref());
         let readopting = phase == Phase::Place && machine.spec.provider_id.is_some();
-        Ok(Plan {
+        let plan = Plan {
             needs_user_data: matches!(phase, Phase::Place | Phase::Create { .. }) && !readopting,
             readopting,
             provisioned: matches!(phase, Phase::Provisioned { .. }),
-        })
+        };
+        Ok((plan, phase))
     }
 
     fn may_have_vm(&self, machine: &LibvirtMachine) -> bool {
@@ -294,6 +313,7 @@ impl MachineBackend for MemoryMachines {
         &self,
         _client: &kube::Client,
         request: Provision<'_, LibvirtMachine>,
+        phase: Phase,
         status: &mut LibvirtMachineStatus,
     ) -> Result<Step, StepFailure<Outage>> {
         let machine = request.machine;
@@ -303,7 +323,6 @@ impl MachineBackend for MemoryMachines {
             machine.namespace().unwrap_or_default(),
             machine.name_any()
         );
-        let phase = Phase::read(machine.status.as_ref());
         let next = match &phase {
             // A machine created anew with a providerID (clusterctl move): adopt its VM.
             Phase::Place if machine.spec.provider_id.is_some() => {

@@ -96,18 +96,20 @@ async fn hypervisor<C: Connector>(
 impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     type Machine = ProxmoxMachine;
     type Error = Error;
+    type Phase = Phase;
     const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
-    fn plan(&self, pm: &ProxmoxMachine) -> Result<Plan, Problem> {
+    fn plan(&self, pm: &ProxmoxMachine) -> Result<(Plan, Phase), Problem> {
         let phase = Phase::read(pm.status.as_ref())
             .map_err(|e| Problem::new(kit::INCONSISTENT_STATUS, e.to_string()))?;
         let has_provider_id = pm.spec.provider_id.is_some();
-        Ok(Plan {
+        let plan = Plan {
             needs_user_data: user_data_needed(&phase, has_provider_id),
             readopting: matches!(phase, Phase::SelectNode) && has_provider_id,
             provisioned: phase.is_provisioned(),
-        })
+        };
+        Ok((plan, phase))
     }
 
     fn may_have_vm(&self, pm: &ProxmoxMachine) -> bool {
@@ -118,16 +120,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         &self,
         client: &kube::Client,
         request: Provision<'_, ProxmoxMachine>,
+        phase: Phase,
         status: &mut ProxmoxMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let (pm, pxc) = (request.machine, request.cluster);
-        let phase = Phase::read(pm.status.as_ref()).map_err(|e| {
-            StepFailure::problem(
-                kit::INCONSISTENT_STATUS,
-                e.to_string(),
-                Some(provision::PERMANENT_RETRY),
-            )
-        })?;
         let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc, request.secrets).await {
             Ok(Ok(found)) => found,
             Ok(Err(problem)) => return Err(StepFailure::unusable(problem, provision::PERMANENT_RETRY)),

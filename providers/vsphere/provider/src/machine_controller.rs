@@ -83,19 +83,21 @@ impl VSphereMachines {
 impl MachineBackend for VSphereMachines {
     type Machine = VSphereMachine;
     type Error = Error;
+    type Phase = Phase;
     const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
-    fn plan(&self, vm: &VSphereMachine) -> Result<Plan, Problem> {
+    fn plan(&self, vm: &VSphereMachine) -> Result<(Plan, Phase), Problem> {
         let phase = Phase::read(vm.status.as_ref())
             .map_err(|e| Problem::new(kit::INCONSISTENT_STATUS, e.to_string()))?;
         let cloning = matches!(phase, Phase::Clone);
         let has_provider_id = vm.spec.provider_id.is_some();
-        Ok(Plan {
+        let plan = Plan {
             needs_user_data: cloning && !has_provider_id,
             readopting: cloning && has_provider_id,
             provisioned: matches!(phase, Phase::Provisioned(..)),
-        })
+        };
+        Ok((plan, phase))
     }
 
     fn may_have_vm(&self, vm: &VSphereMachine) -> bool {
@@ -109,6 +111,7 @@ impl MachineBackend for VSphereMachines {
         &self,
         kube: &kube::Client,
         request: Provision<'_, VSphereMachine>,
+        phase: Phase,
         status: &mut VSphereMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let (vm, cluster) = (request.machine, request.cluster);
@@ -122,13 +125,6 @@ impl MachineBackend for VSphereMachines {
                 });
             }
         };
-        let phase = Phase::read(vm.status.as_ref()).map_err(|e| {
-            StepFailure::problem(
-                kit::INCONSISTENT_STATUS,
-                e.to_string(),
-                Some(provision::PERMANENT_RETRY),
-            )
-        })?;
         let (uid, name, namespace) = (
             vm.uid().unwrap_or_default(),
             vm.name_any(),

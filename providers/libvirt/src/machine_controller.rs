@@ -15,7 +15,7 @@ use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use banlieue_provider_kit::power;
 use kube::ResourceExt;
 
 use crate::desired::Settings;
@@ -132,13 +132,9 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             failure_domain: request.view.failure_domain.as_deref(),
             settings: &self.settings,
             power: lm.spec.power_state.unwrap_or_default(),
-            shutdown_requested_at: lm
-                .status
-                .as_ref()
-                .and_then(|s| s.provisioning.as_ref())
-                .filter(|p| p.task_id.as_deref() == Some(crate::update::SHUTDOWN_TASK))
-                .and_then(|p| p.task_started_at.as_ref())
-                .map(|t| t.0),
+            shutdown_requested_at: power::shutdown_requested_at(
+                lm.status.as_ref().and_then(|s| s.provisioning.as_ref()),
+            ),
             pool_addresses: request.pool_addresses,
         };
         let user_data = request.user_data.map(|d| d.value.as_slice());
@@ -152,10 +148,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);
             // A pending ACPI shutdown is remembered (forced power-off after a timeout).
-            p.task_id = step
-                .shutdown_requested_at
-                .map(|_| crate::update::SHUTDOWN_TASK.to_owned());
-            p.task_started_at = step.shutdown_requested_at.map(Time);
+            power::record_shutdown(p, step.shutdown_requested_at);
         }
         if let Some(done) = &step.provisioned {
             status.power_state = Some(done.power_state);

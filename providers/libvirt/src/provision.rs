@@ -263,7 +263,7 @@ pub async fn provision<H: Hypervisor>(
                     UpdateAction::PowerCut { why } => {
                         hv.destroy_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
                         step.events.push((
-                            "PoweredOffForcibly",
+                            banlieue_provider_kit::power::POWERED_OFF_FORCIBLY,
                             format!("domain {domain} powered off: {why}"),
                         ));
                         // Next poll: the domain is off, the change proceeds.

@@ -10,8 +10,8 @@
 //! - **Power**: `Off` shuts the domain down by ACPI; `On` starts a shut-off or crashed domain.
 //! - A guest that ignores ACPI for [`SHUTDOWN_TIMEOUT`] after the first request is powered off
 //!   hard (`virDomainDestroy`, a `PoweredOffForcibly` event), like Proxmox's `forceStop`. The
-//!   time of the first request is persisted in `status.provisioning` (`taskID: acpi-shutdown`,
-//!   `taskStartedAt`) so a restarted controller keeps counting.
+//!   time of the first request is persisted in `status.provisioning` by the kit's
+//!   [`banlieue_provider_kit::power`] so a restarted controller keeps counting.
 
 use std::time::Duration;
 
@@ -21,10 +21,9 @@ use banlieue_api::infrastructure::LibvirtMachineSpec;
 use crate::hypervisor::RunState;
 use crate::xml::Sizing;
 
-/// How long a guest may ignore the ACPI shutdown before it is powered off hard.
-pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(120);
-/// `status.provisioning.taskID` while an ACPI shutdown is pending.
-pub const SHUTDOWN_TASK: &str = "acpi-shutdown";
+/// How long a guest may ignore the ACPI shutdown before it is powered off hard (the kit's, the
+/// same on every hypervisor).
+pub use banlieue_provider_kit::power::SHUTDOWN_TIMEOUT;
 
 /// The next step to bring a provisioned domain to its spec.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -20,8 +20,11 @@ use banlieue_pve_client::{ConfigUpdate, Size, VmConfig};
 
 use crate::desired::{self, SpecError};
 
-/// Seconds PVE waits for a guest to shut down before it stops it hard (`forceStop`).
-pub const SHUTDOWN_TIMEOUT_SECS: u32 = 120;
+/// Seconds PVE waits for a guest to shut down before it stops it hard (`forceStop`): the kit's
+/// [`banlieue_provider_kit::power::SHUTDOWN_TIMEOUT`], the same on every hypervisor (PVE counts
+/// it in its own shutdown task).
+#[allow(clippy::cast_possible_truncation)]
+pub const SHUTDOWN_TIMEOUT_SECS: u32 = banlieue_provider_kit::power::SHUTDOWN_TIMEOUT.as_secs() as u32;
 
 /// Config keys PVE cannot apply to a running VM without hotplug support (cold changes).
 pub const COLD_KEYS: &[&str] = &["cores", "sockets", "memory"];

@@ -613,6 +613,13 @@ impl Client {
         self.task_call("PowerOffVM_Task", &vm.to_xml("_this")).await
     }
 
+    /// `VirtualMachine.ShutdownGuest`: asks the guest OS to shut down through VMware Tools (no
+    /// task; the VM powers off when the guest is done). Fails with `ToolsUnavailable` when the
+    /// Tools are not running.
+    pub async fn shutdown_guest(&self, vm: &MoRef) -> Result<()> {
+        self.call("ShutdownGuest", &vm.to_xml("_this")).await.map(|_| ())
+    }
+
     /// `ManagedEntity.Destroy_Task`.
     pub async fn destroy(&self, obj: &MoRef) -> Result<MoRef> {
         self.task_call("Destroy_Task", &obj.to_xml("_this")).await

@@ -95,7 +95,7 @@ impl MachineBackend for VSphereMachines {
         let plan = Plan {
             needs_user_data: cloning && !has_provider_id,
             readopting: cloning && has_provider_id,
-            provisioned: matches!(phase, Phase::Provisioned(..)),
+            provisioned: phase.is_provisioned(),
         };
         Ok((plan, phase))
     }
@@ -171,15 +171,15 @@ impl MachineBackend for VSphereMachines {
             });
         }
         let why = step.waiting.clone().unwrap_or_default();
-        let provisioned_phase = matches!(step.phase, Phase::Provisioned(..));
+        let provisioned_phase = step.phase.is_provisioned();
         let ready = match (&step.phase, &step.failed) {
             // Provisioned is not Ready while the VM is off (`status.initialization.provisioned`
             // stays true), the same semantics as every provider.
-            (Phase::Provisioned(..), _) if status.power_state == Some(PowerState::Off) => {
+            (phase, _) if phase.is_provisioned() && status.power_state == Some(PowerState::Off) => {
                 let message = condition::powered_off_message(&format!("VM {name}"), vm.spec.power_state);
                 Report::new(false, condition::POWERED_OFF, message)
             }
-            (Phase::Provisioned(..), _) => Report::new(true, condition::PROVISIONED, ""),
+            (phase, _) if phase.is_provisioned() => Report::new(true, condition::PROVISIONED, ""),
             (_, Some((reason, message))) => Report::new(false, reason, message.clone()),
             (phase, None) => Report::new(false, phase.reason(), why),
         };
@@ -216,10 +216,12 @@ impl MachineBackend for VSphereMachines {
         };
         let uid = vm.uid().unwrap_or_default();
         let mut found = status.vm_ref.as_deref().map(vm_ref);
+        // A task in flight (a pending guest shutdown is not one: the VM is powered off anyway).
         let task = status
             .provisioning
             .as_ref()
             .and_then(|p| p.task_id.as_deref())
+            .filter(|t| *t != banlieue_provider_kit::power::SHUTDOWN_TASK)
             .map(task_ref);
         let (namespace, name) = (vm.namespace().unwrap_or_default(), vm.name_any());
         let owner = readopt::Owner {

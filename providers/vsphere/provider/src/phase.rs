@@ -4,11 +4,15 @@
 //!
 //! ```text
 //! Clone → WaitClone(task) → Configure(vm, task?) → PowerOn(vm, task?) → WaitGuest(vm) → Provisioned(vm, task?)
+//!                                                                                  ⇅
+//!                                                                   ShuttingDown(vm, since)
 //! ```
 
 use banlieue_api::common::{ProvisioningState, ProvisioningStatus};
 use banlieue_api::infrastructure::VSphereMachineStatus;
+use banlieue_provider_kit::power;
 use banlieue_vsphere_client::MoRef;
+use k8s_openapi::jiff::Timestamp;
 
 /// One provisioning state.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,6 +30,10 @@ pub enum Phase {
     WaitGuest(MoRef),
     /// Done; drift is corrected here (`Some` while a reconfigure or power task runs).
     Provisioned(MoRef, Option<MoRef>),
+    /// Provisioned, the guest asked to shut down (VMware Tools) at that time: waiting for it
+    /// to power off, powered off hard once it ignored the request too long (the kit's
+    /// [`banlieue_provider_kit::power`]).
+    ShuttingDown(MoRef, Timestamp),
 }
 
 /// A persisted status that cannot be read back.
@@ -67,6 +75,11 @@ impl Phase {
             ProvisioningState::PoweringOn => Self::PowerOn(need_vm()?, task),
             ProvisioningState::WaitingForGuest => Self::WaitGuest(need_vm()?),
             ProvisioningState::Ready => Self::Provisioned(need_vm()?, task),
+            ProvisioningState::PoweringOff => Self::ShuttingDown(
+                need_vm()?,
+                power::shutdown_requested_at(prov)
+                    .ok_or_else(|| InconsistentStatus("PoweringOff without the shutdown's time".into()))?,
+            ),
             other => {
                 return Err(InconsistentStatus(format!(
                     "{other:?} is not a provisioning state"
@@ -84,6 +97,16 @@ impl Phase {
             Self::PowerOn(v, t) => (ProvisioningState::PoweringOn, Some(v), t.as_ref()),
             Self::WaitGuest(v) => (ProvisioningState::WaitingForGuest, Some(v), None),
             Self::Provisioned(v, t) => (ProvisioningState::Ready, Some(v), t.as_ref()),
+            Self::ShuttingDown(v, since) => {
+                status.vm_ref = Some(v.value.clone());
+                let mut provisioning = ProvisioningStatus {
+                    state: ProvisioningState::PoweringOff,
+                    ..ProvisioningStatus::default()
+                };
+                power::record_shutdown(&mut provisioning, Some(*since));
+                status.provisioning = Some(provisioning);
+                return;
+            }
         };
         status.vm_ref = vm.map(|v| v.value.clone());
         let previous = status.provisioning.take().unwrap_or_default();
@@ -101,6 +124,11 @@ impl Phase {
         });
     }
 
+    /// Whether the VM is provisioned (shutting down for a day-2 change included).
+    pub fn is_provisioned(&self) -> bool {
+        matches!(self, Self::Provisioned(..) | Self::ShuttingDown(..))
+    }
+
     /// The `Ready` condition reason while in this phase.
     pub fn reason(&self) -> &'static str {
         match self {
@@ -109,7 +137,7 @@ impl Phase {
             Self::Configure(..) => "Configuring",
             Self::PowerOn(..) => "PoweringOn",
             Self::WaitGuest(_) => "WaitingForGuest",
-            Self::Provisioned(..) => "Provisioned",
+            Self::Provisioned(..) | Self::ShuttingDown(..) => "Provisioned",
         }
     }
 }
@@ -131,6 +159,7 @@ mod tests {
             Phase::WaitGuest(vm.clone()),
             Phase::Provisioned(vm.clone(), None),
             Phase::Provisioned(vm.clone(), Some(t.clone())),
+            Phase::ShuttingDown(vm.clone(), "2026-12-04T10:00:00Z".parse().unwrap()),
         ] {
             let mut status = VSphereMachineStatus::default();
             phase.write(&mut status);
@@ -147,6 +176,11 @@ mod tests {
         let mut status = VSphereMachineStatus::default();
         Phase::WaitGuest(vm_ref("vm-1")).write(&mut status);
         status.vm_ref = None;
+        assert!(Phase::read(Some(&status)).is_err());
+        // A pending shutdown without its time cannot be resumed (the timeout would restart).
+        let mut status = VSphereMachineStatus::default();
+        Phase::ShuttingDown(vm_ref("vm-1"), "2026-12-04T10:00:00Z".parse().unwrap()).write(&mut status);
+        status.provisioning.as_mut().unwrap().task_started_at = None;
         assert!(Phase::read(Some(&status)).is_err());
     }
 }

@@ -13,10 +13,12 @@ use std::time::Duration;
 use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachineSpec};
 use banlieue_provider_kit::network::{self, PoolAddresses, WAITING_FOR_IP_ADDRESS};
+use banlieue_provider_kit::power;
 use banlieue_vsphere_client::device::nic_type_for_model;
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, CloneSpec, ErrorClass, MoRef, VmInfo, VmPowerState};
 use base64::Engine as _;
+use k8s_openapi::jiff::Timestamp;
 
 use crate::connection::reason_of;
 use crate::phase::Phase;
@@ -494,6 +496,37 @@ pub async fn provision_step(
                 "VMware Tools has reported no IP address yet",
             ))
         }
+        Phase::ShuttingDown(vm, since) => {
+            let info = existing_vm(c, &vm).await?;
+            if info.power_state != Some(VmPowerState::PoweredOn) {
+                // Off: the change that needed it proceeds from the provisioned phase.
+                let mut step = Step::to(Phase::Provisioned(vm, None));
+                step.vm = Some(info);
+                return Ok(step);
+            }
+            if power::shutdown_overdue(Some(since), Timestamp::now()) {
+                let task = c
+                    .power_off(&vm)
+                    .await
+                    .map_err(|e| client_error("PowerOffFailed", e))?;
+                let why = format!(
+                    "the guest ignored the shutdown request for {}s: VM {} powered off",
+                    power::SHUTDOWN_TIMEOUT.as_secs(),
+                    vm.value
+                );
+                let mut step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone())
+                    .event(power::POWERED_OFF_FORCIBLY, why);
+                step.vm = Some(info);
+                return Ok(step);
+            }
+            let mut step = Step::wait(
+                Phase::ShuttingDown(vm, since),
+                GUEST_POLL,
+                "waiting for the guest to shut down".to_owned(),
+            );
+            step.vm = Some(info);
+            Ok(step)
+        }
         Phase::Provisioned(vm, task) => {
             if let Some(task) = &task {
                 match poll(
@@ -556,13 +589,33 @@ pub async fn provision_step(
                         format!("applying {what}"),
                         ("Reconfiguring", what),
                     ),
-                    UpdateAction::PowerOff { why } => (
-                        c.power_off(&vm)
-                            .await
-                            .map_err(|e| client_error("PowerOffFailed", e))?,
-                        format!("powering off {why}"),
-                        ("PoweringOff", format!("powering the VM off {why}")),
-                    ),
+                    UpdateAction::PowerOff { why } => match c.shutdown_guest(&vm).await {
+                        // The guest is asked first; powered off hard once it ignored that too long.
+                        Ok(()) => {
+                            let mut step = Step::wait(
+                                Phase::ShuttingDown(vm, Timestamp::now()),
+                                GUEST_POLL,
+                                format!("waiting for the guest to shut down {why}"),
+                            )
+                            .event("PoweringOff", format!("guest shutdown requested {why}"));
+                            step.vm = Some(info);
+                            return Ok(step);
+                        }
+                        // Without VMware Tools the guest cannot be asked: power it off.
+                        Err(e) if e.fault() == Some("ToolsUnavailable") => (
+                            c.power_off(&vm)
+                                .await
+                                .map_err(|e| client_error("PowerOffFailed", e))?,
+                            format!("powering off {why}"),
+                            (
+                                "PoweringOff",
+                                format!(
+                                    "powering the VM off {why} (VMware Tools not running: no guest shutdown)"
+                                ),
+                            ),
+                        ),
+                        Err(e) => return Err(client_error("PowerOffFailed", e)),
+                    },
                     UpdateAction::PowerOn => (
                         c.power_on(&vm)
                             .await

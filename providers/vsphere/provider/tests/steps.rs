@@ -1,7 +1,11 @@
+//! Provisioning driven step by step against a real vcsim (no Kubernetes needed).
+//!
 //! A VSphereMachine created anew by `clusterctl move` (or a restore): same namespace, name and
-//! spec with its providerID, a new UID, no status. Driven step by step against a real vcsim
-//! (no Kubernetes needed): the VM is re-adopted and re-marked, never cloned again; a VM created
-//! for another machine is refused; a vanished VM is reported.
+//! spec with its providerID, a new UID, no status: the VM is re-adopted and re-marked, never
+//! cloned again; a VM created for another machine is refused; a vanished VM is reported.
+//!
+//! Powering off for a day-2 change: the guest is asked to shut down (VMware Tools) and the
+//! request survives a restart; a guest that ignored it for the kit's timeout is powered off.
 
 #[path = "../../client/tests/support/vcsim.rs"]
 mod vcsim_support;
@@ -359,5 +363,111 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
     };
     delete(&c, NEW_UID, Some(vm.vm)).await?;
     ensure!(vms_named(&c, "pp").await?.is_empty());
+    Ok(())
+}
+
+/// `spec.powerState: Off` on a provisioned VM asks the guest to shut down (no hard power-off
+/// task) and records when; a guest still running after the kit's timeout is powered off hard
+/// with a `PoweredOffForcibly` Event.
+#[tokio::test]
+async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> Result<()> {
+    use banlieue_provider_kit::power;
+    let (_sim, c) = vcenter().await?;
+    let cluster = cluster();
+    let (info, s) = provisioned(&c, &cluster, "off-1").await?;
+    let vm = info.vm.clone();
+    let input = MachineInput {
+        uid: OLD_UID,
+        namespace: "ns",
+        name: "off-1",
+        spec: &s,
+        cluster: &cluster,
+        failure_domain: None,
+        pool_addresses: &NO_POOL,
+    };
+    let step = provision::provision_step(
+        &c,
+        &input,
+        Phase::Provisioned(vm.clone(), None),
+        None,
+        PowerState::Off,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let Phase::ShuttingDown(_, since) = step.phase else {
+        bail!("not shutting down: {:?}", step.phase);
+    };
+    ensure!(
+        step.event
+            .as_ref()
+            .is_some_and(|(reason, _)| *reason == "PoweringOff"),
+        "{:?}",
+        step.event
+    );
+    // vcsim's guest obeys at once: the next step finds it off and goes on from Provisioned.
+    let step = provision::provision_step(
+        &c,
+        &input,
+        Phase::ShuttingDown(vm.clone(), since),
+        None,
+        PowerState::Off,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ensure!(
+        step.phase == Phase::Provisioned(vm.clone(), None),
+        "{:?}",
+        step.phase
+    );
+    ensure!(
+        c.vm_info(&vm).await?.context("VM gone")?.power_state == Some(VmPowerState::PoweredOff),
+        "the guest shutdown did not power the VM off"
+    );
+
+    // A guest that ignores the request: powered on again, the request made long ago.
+    let t = c.power_on(&vm).await?;
+    c.wait_task(&t, Duration::from_millis(50), TIMEOUT).await?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let recent = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
+    let step = provision::provision_step(
+        &c,
+        &input,
+        Phase::ShuttingDown(vm.clone(), recent),
+        None,
+        PowerState::Off,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    ensure!(
+        step.phase == Phase::ShuttingDown(vm.clone(), recent) && step.waiting.is_some(),
+        "a guest within its timeout is waited for: {:?}",
+        step.phase
+    );
+    let long_ago =
+        now - k8s_openapi::jiff::SignedDuration::from_secs(power::SHUTDOWN_TIMEOUT.as_secs() as i64 + 1);
+    let step = provision::provision_step(
+        &c,
+        &input,
+        Phase::ShuttingDown(vm.clone(), long_ago),
+        None,
+        PowerState::Off,
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let Phase::Provisioned(_, Some(task)) = &step.phase else {
+        bail!("no hard power-off: {:?}", step.phase);
+    };
+    ensure!(
+        step.event
+            .as_ref()
+            .is_some_and(|(reason, _)| *reason == power::POWERED_OFF_FORCIBLY),
+        "{:?}",
+        step.event
+    );
+    c.wait_task(task, Duration::from_millis(50), TIMEOUT).await?;
+    ensure!(
+        c.vm_info(&vm).await?.context("VM gone")?.power_state == Some(VmPowerState::PoweredOff),
+        "not powered off"
+    );
     Ok(())
 }

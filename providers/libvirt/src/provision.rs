@@ -13,7 +13,7 @@ use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::desired::{self, GIB, Settings};
-use crate::hypervisor::{ErrorKind, HvError, Hypervisor, RunState};
+use crate::hypervisor::{HvError, Hypervisor, RunState};
 use crate::phase::Phase;
 use crate::readopt::{self, Found};
 use crate::update::{self, UpdateAction};
@@ -26,23 +26,12 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 /// Retry after a permanent error (the user may have fixed the input meanwhile).
 pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
 
-/// Why a step failed (the kit's, with libvirt's errors).
-pub type StepError = banlieue_provider_kit::machine::StepError<HvError>;
+pub use crate::error::StepError;
+use crate::error::step_error;
 
 /// Wraps a libvirt error: "invalid input" kinds become permanent failures of `phase`.
 fn hv_error(phase: &Phase, e: HvError) -> StepError {
     step_error(phase.failure_reason(), e)
-}
-
-/// A libvirt error as a step failure with `reason`: retried with backoff unless libvirt refuses
-/// the call itself (invalid input, unsupported).
-pub(crate) fn step_error(reason: &'static str, e: HvError) -> StepError {
-    match e.kind {
-        ErrorKind::Transient | ErrorKind::NotFound | ErrorKind::Exists => {
-            StepError::Transient { reason, source: e }
-        }
-        ErrorKind::Other | ErrorKind::Unsupported => StepError::permanent(reason, e.to_string()),
-    }
 }
 
 /// A host a machine may be placed on: its failure-domain name and a handle.

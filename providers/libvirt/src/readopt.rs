@@ -13,8 +13,8 @@
 use banlieue_provider_kit::readopt::{self as kit, Marks};
 
 use crate::desired::PROVIDER_ID_PREFIX;
+use crate::error::{StepError, step_error};
 use crate::hypervisor::{DomainInfo, HvError, Hypervisor};
-use crate::provision::StepError;
 use crate::xml::Owner;
 
 pub use banlieue_provider_kit::readopt::{ADOPTION_FAILED, Candidate, Found, OnDeletion, VM_NOT_FOUND};
@@ -91,7 +91,7 @@ pub fn classify(domain: DomainInfo, me: &Owner) -> Found<DomainInfo> {
 
 /// A libvirt error while adopting.
 fn hv_error(source: HvError) -> StepError {
-    crate::provision::step_error(ADOPTION_FAILED, source)
+    step_error(ADOPTION_FAILED, source)
 }
 
 /// Looks up the domain `uuid` on `hv` and classifies it for `me`.

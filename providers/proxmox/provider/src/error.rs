@@ -1,6 +1,32 @@
-//! The crate's error type.
+//! The crate's errors: the reconcilers' error, and a step's (the kit's `StepError` over
+//! Proxmox's errors) with the one classification of Proxmox errors into step failures.
 
-use crate::provision::StepError;
+use banlieue_pve_client::ErrorClass;
+
+use crate::hypervisor::PveError;
+
+/// Why a step failed (the kit's, with Proxmox's errors).
+pub type StepError = banlieue_provider_kit::machine::StepError<PveError>;
+
+/// Classifies a Proxmox error raised during a step whose failures carry `reason`: network, 5xx,
+/// locks and a guest agent not running yet pass; refused credentials are the connection's
+/// reason; anything else needs a change.
+pub fn pve_error(reason: &'static str, err: PveError) -> StepError {
+    match err.class() {
+        ErrorClass::Transient | ErrorClass::Locked | ErrorClass::AgentNotRunning => {
+            StepError::Transient { reason, source: err }
+        }
+        ErrorClass::Auth => StepError::permanent(
+            connection_reason(&err).unwrap_or("AuthenticationFailed"),
+            err.to_string(),
+        ),
+        _ => StepError::permanent(
+            reason,
+            err.message()
+                .map_or_else(|| err.to_string(), |m| m.trim().to_owned()),
+        ),
+    }
+}
 
 /// Errors of the reconcilers.
 #[derive(Debug, thiserror::Error)]

@@ -22,7 +22,7 @@ use banlieue_capi::bootstrap::BootstrapData;
 use banlieue_pve_client::{CloneRequest, ErrorClass, SizeChange, TaskOutcome, Upid};
 
 use crate::desired::{self, ConfigureAction};
-use crate::hypervisor::{Guest, Hypervisor, PveError};
+use crate::hypervisor::{Guest, Hypervisor};
 use crate::phase::{Phase, VmLocation};
 use crate::placement::{PlacementInput, choose_node};
 use crate::readopt::{self, Found};
@@ -59,6 +59,17 @@ pub struct MachineInput<'a> {
     pub seed_storage: &'a str,
     /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
     pub pool_addresses: &'a banlieue_provider_kit::network::PoolAddresses,
+}
+
+impl<'a> MachineInput<'a> {
+    /// The owner the machine's VM is marked for.
+    pub fn owner(&self) -> readopt::Owner<'a> {
+        readopt::Owner {
+            uid: self.uid,
+            namespace: self.namespace,
+            name: self.name,
+        }
+    }
 }
 
 /// What a provisioning step decided.
@@ -146,28 +157,7 @@ pub struct ProvisionedVm {
     pub addresses: Vec<MachineAddress>,
 }
 
-/// Why a step failed (the kit's, with Proxmox's errors).
-pub type StepError = banlieue_provider_kit::machine::StepError<PveError>;
-
-/// Classifies a Proxmox error raised during a step whose failures carry `reason`: network, 5xx,
-/// locks and a guest agent not running yet pass; refused credentials are the connection's
-/// reason; anything else needs a change.
-pub fn pve_error(reason: &'static str, err: PveError) -> StepError {
-    match err.class() {
-        ErrorClass::Transient | ErrorClass::Locked | ErrorClass::AgentNotRunning => {
-            StepError::Transient { reason, source: err }
-        }
-        ErrorClass::Auth => StepError::permanent(
-            crate::error::connection_reason(&err).unwrap_or("AuthenticationFailed"),
-            err.to_string(),
-        ),
-        _ => StepError::permanent(
-            reason,
-            err.message()
-                .map_or_else(|| err.to_string(), |m| m.trim().to_owned()),
-        ),
-    }
-}
+pub use crate::error::{StepError, pve_error};
 
 fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
     StepError::permanent(reason, message)
@@ -423,7 +413,7 @@ async fn readopt_step<H: Hypervisor>(
 ) -> Result<Step, StepError> {
     let reason = "AdoptionFailed";
     let pve = |e| pve_error(reason, e);
-    match readopt::find(hv, readopt::owner(input), provider_id).await? {
+    match readopt::find(hv, input.owner(), provider_id).await? {
         Found::Missing => Err(permanent(
             "VMNotFound",
             format!(
@@ -433,7 +423,7 @@ async fn readopt_step<H: Hypervisor>(
         Found::Foreign(_, why) | Found::TakenOver(_, why) => Err(permanent(reason, why)),
         Found::Remark(c) => {
             let loc = c.vm.loc;
-            let update = readopt::remark(&c.vm.config, readopt::owner(input));
+            let update = readopt::remark(&c.vm.config, input.owner());
             let requeue = apply_remark(hv, &loc, &update, reason).await?;
             let why = format!(
                 "marking VM {} on {} as this machine's: the object was created anew (clusterctl move or a restore)",
@@ -551,16 +541,13 @@ async fn update_step<H: Hypervisor>(
         });
     }
     if !desired::is_owned_by(&config, input.uid) {
-        if let Some(why) = readopt::taken_over(
-            &readopt::marks(&config),
-            &readopt::label(&loc),
-            readopt::owner(input),
-        ) {
+        if let Some(why) = readopt::taken_over(&readopt::marks(&config), &readopt::label(&loc), input.owner())
+        {
             return Err(permanent(readopt::ADOPTION_FAILED, why));
         }
-        if readopt::remark_provisioned(&config, input) {
+        if readopt::remark_provisioned(&config, input.owner(), input.spec.provider_id.as_deref()) {
             // The object was created anew with its status (e.g. restored): re-mark the VM.
-            let update = readopt::remark(&config, readopt::owner(input));
+            let update = readopt::remark(&config, input.owner());
             let requeue = apply_remark(hv, &loc, &update, reason).await?;
             let why = format!(
                 "marking VM {} on {} as this machine's: the object was created anew",

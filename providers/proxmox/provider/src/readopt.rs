@@ -11,9 +11,9 @@ use banlieue_provider_kit::readopt::{self as kit, Marks};
 use banlieue_pve_client::{ConfigUpdate, VmConfig};
 
 use crate::desired::{self, OWNER_DESCRIPTION_MARKER, OWNER_TAG_PREFIX};
+use crate::error::{StepError, pve_error};
 use crate::hypervisor::Hypervisor;
 use crate::phase::VmLocation;
-use crate::provision::{MachineInput, StepError, pve_error};
 
 pub use banlieue_provider_kit::readopt::{
     ADOPTION_FAILED, Candidate, Found, OnDeletion, Owner, VM_NOT_FOUND, on_deletion, taken_over,
@@ -36,15 +36,6 @@ pub struct Vm {
     pub loc: VmLocation,
     /// Its config (marks, digest).
     pub config: VmConfig,
-}
-
-/// The owner of the machine `input` describes.
-pub fn owner<'a>(input: &MachineInput<'a>) -> Owner<'a> {
-    Owner {
-        uid: input.uid,
-        namespace: input.namespace,
-        name: input.name,
-    }
 }
 
 /// The SMBIOS uuid in a `proxmox://<uuid>` providerID (lower case).
@@ -185,14 +176,11 @@ pub async fn find<H: Hypervisor>(
 /// For a provisioned machine whose VM does not carry its owner marker: whether the VM is this
 /// machine's from before it was re-created with its status (a restore): it has the machine's
 /// providerID and was created for this `namespace/name` ([`kit::remark_provisioned`]).
-pub fn remark_provisioned(config: &VmConfig, input: &MachineInput<'_>) -> bool {
-    let same = input
-        .spec
-        .provider_id
-        .as_deref()
+pub fn remark_provisioned(config: &VmConfig, owner: Owner<'_>, provider_id: Option<&str>) -> bool {
+    let same = provider_id
         .zip(desired::provider_id(config))
         .is_some_and(|(wanted, actual)| uuid_of(wanted).is_some() && uuid_of(wanted) == uuid_of(&actual));
-    kit::remark_provisioned(&marks(config), owner(input), same)
+    kit::remark_provisioned(&marks(config), owner, same)
 }
 
 #[cfg(test)]

@@ -14,9 +14,9 @@ use tokio::sync::{Mutex, OnceCell};
 use tracing::debug;
 
 use crate::error::{Error, Result};
+use crate::objects::{MoRef, ServiceContent};
 use crate::secret::Secret;
 use crate::tls::{HttpsConnector, TlsHandshakeError, TlsVerification, client_config};
-use crate::vim::{MoRef, ServiceContent};
 use crate::xml::{self, Element};
 
 /// The `SOAPAction` vim25 version sent with every call.

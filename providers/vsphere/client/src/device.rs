@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use crate::vim::MoRef;
+use crate::objects::MoRef;
 use crate::xml::{self, Element};
 
 /// A `VirtualDisk` of a VM.

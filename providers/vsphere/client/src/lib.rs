@@ -2,6 +2,7 @@
 //! calls a Cluster API provider needs. See the crate README for why it is not `vim_rs`.
 //!
 //! - [`client`]: transport, session cookie, re-login on `NotAuthenticated`, timeouts.
+//! - [`objects`]: managed object references and the service content.
 //! - [`device`]: disks and NICs of a VM, network backings, `deviceChange` entries.
 //! - [`vim`]: typed calls (find, clone, reconfigure, power, destroy, tasks, properties).
 //! - [`tls`]: web PKI, CA bundle, SHA-256 thumbprint pinning, explicit insecure.
@@ -10,6 +11,7 @@
 pub mod client;
 pub mod device;
 pub mod error;
+pub mod objects;
 pub mod secret;
 pub mod tls;
 pub mod vim;

@@ -13,8 +13,9 @@ use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
 
-use crate::connection::{self, ClientCache, reason_of};
+use crate::connection::{self, ClientCache};
 use crate::error::Error;
+use crate::error::reason_of;
 use crate::machine_controller::{Context, FIELD_MANAGER, FINALIZER};
 
 /// Condition type: vCenter accepts the credentials.

@@ -112,38 +112,3 @@ impl ClientCache {
         Ok(client)
     }
 }
-
-/// Maps a client error to a condition reason: a distinct word per cause (the banlieue
-/// controller copies the infra cluster's reason to the VirtualMachine): `PermissionDenied` (a
-/// `NoPermission` fault: logged in, not allowed) apart from `AuthenticationFailed`.
-pub fn reason_of(err: &banlieue_vsphere_client::Error) -> &'static str {
-    use banlieue_vsphere_client::ErrorClass;
-    match err.class() {
-        ErrorClass::Auth if err.fault() == Some("NoPermission") => "PermissionDenied",
-        ErrorClass::Auth => "AuthenticationFailed",
-        ErrorClass::Tls => "TLSVerificationFailed",
-        ErrorClass::Transient => "VCenterUnreachable",
-        ErrorClass::NotFound => "NotFound",
-        ErrorClass::Permanent => "VCenterError",
-    }
-}
-
-#[cfg(test)]
-mod reason_tests {
-    use super::*;
-
-    fn fault(name: &str) -> banlieue_vsphere_client::Error {
-        banlieue_vsphere_client::Error::Fault {
-            method: "RetrieveProperties".into(),
-            fault: name.into(),
-            message: "denied".into(),
-        }
-    }
-
-    #[test]
-    fn permission_denied_is_told_apart_from_a_failed_login() {
-        assert_eq!(reason_of(&fault("NoPermission")), "PermissionDenied");
-        assert_eq!(reason_of(&fault("InvalidLogin")), "AuthenticationFailed");
-        assert_eq!(reason_of(&fault("NotAuthenticated")), "AuthenticationFailed");
-    }
-}

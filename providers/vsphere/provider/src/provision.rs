@@ -16,20 +16,15 @@ use banlieue_provider_kit::network::{self, PoolAddresses, WAITING_FOR_IP_ADDRESS
 use banlieue_provider_kit::power;
 use banlieue_vsphere_client::device::nic_type_for_model;
 use banlieue_vsphere_client::vim::ConfigSpec;
-use banlieue_vsphere_client::{Client, CloneSpec, ErrorClass, MoRef, VmInfo, VmPowerState};
+use banlieue_vsphere_client::{Client, CloneSpec, MoRef, VmInfo, VmPowerState};
 use base64::Engine as _;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::connection::reason_of;
 use crate::phase::Phase;
 use crate::readopt::{self, Found};
 use crate::update::{self, DesiredNic, UpdateAction};
 
-/// extraConfig key holding the owning VSphereMachine's UID.
-pub const OWNER_KEY: &str = "guestinfo.banlieue.owner-uid";
-/// extraConfig key holding the owning VSphereMachine's `namespace/name`: what a machine created
-/// anew by `clusterctl move` (new UID) re-adopts its VM by.
-pub const OWNER_NAME_KEY: &str = "guestinfo.banlieue.owner-name";
+pub use crate::readopt::{OWNER_KEY, OWNER_NAME_KEY};
 /// How often a running task is polled.
 pub const TASK_POLL: Duration = Duration::from_secs(2);
 /// How often the guest is asked for its IP.
@@ -56,6 +51,17 @@ pub struct MachineInput<'a> {
     pub failure_domain: Option<&'a str>,
     /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
     pub pool_addresses: &'a PoolAddresses,
+}
+
+impl<'a> MachineInput<'a> {
+    /// The owner the machine's VM is marked for.
+    pub fn owner(&self) -> readopt::Owner<'a> {
+        readopt::Owner {
+            uid: self.uid,
+            namespace: self.namespace,
+            name: self.name,
+        }
+    }
 }
 
 /// The inventory paths a machine resolves to.
@@ -176,7 +182,7 @@ pub fn guestinfo(
         out.push(("guestinfo.userdata".to_owned(), b64(ud)));
         out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
     }
-    out.extend(readopt::marker(readopt::owner(input)));
+    out.extend(readopt::marker(input.owner()));
     Ok(out)
 }
 
@@ -242,28 +248,7 @@ impl Step {
     }
 }
 
-/// Why a step failed (the kit's, with the vSphere client's errors).
-pub type StepError = banlieue_provider_kit::machine::StepError<banlieue_vsphere_client::Error>;
-
-/// Classifies a client error raised while doing `reason`.
-pub fn client_error(reason: &'static str, err: banlieue_vsphere_client::Error) -> StepError {
-    match err.class() {
-        ErrorClass::Transient => {
-            let unreachable = matches!(
-                err,
-                banlieue_vsphere_client::Error::Connect { .. }
-                    | banlieue_vsphere_client::Error::Timeout { .. }
-                    | banlieue_vsphere_client::Error::Transport { .. }
-            );
-            StepError::Transient {
-                reason: if unreachable { "VCenterUnreachable" } else { reason },
-                source: err,
-            }
-        }
-        ErrorClass::Auth | ErrorClass::Tls => StepError::permanent(reason_of(&err), err.to_string()),
-        _ => StepError::permanent(reason, err.to_string()),
-    }
-}
+pub use crate::error::{StepError, client_error};
 
 fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
     StepError::permanent(reason, message)
@@ -555,7 +540,7 @@ pub async fn provision_step(
                 }
             }
             let info = existing_vm(c, &vm).await?;
-            let owner = readopt::owner(input);
+            let owner = input.owner();
             if readopt::remark_provisioned(&info, owner, input.spec.provider_id.as_deref())
                 || readopt::missing_name_marker(&info, owner)
             {
@@ -636,7 +621,7 @@ pub async fn provision_step(
 /// restore; see [`readopt`]): its VM is found by the providerID, re-marked for this object and
 /// adopted like a VM found after a crash (never cloned again, no new bootstrap data).
 async fn readopt_step(c: &Client, input: &MachineInput<'_>, provider_id: &str) -> Result<Step, StepError> {
-    let owner = readopt::owner(input);
+    let owner = input.owner();
     match readopt::find(c, owner, provider_id).await? {
         Found::Missing => Err(permanent(
             readopt::VM_NOT_FOUND,

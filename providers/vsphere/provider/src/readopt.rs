@@ -12,12 +12,17 @@ use banlieue_provider_kit::readopt::{self as kit, Marks};
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, MoRef, VmInfo};
 
-use crate::provision::{MachineInput, OWNER_KEY, OWNER_NAME_KEY, StepError, client_error};
+use crate::error::{StepError, client_error};
 
 pub use banlieue_provider_kit::readopt::{
     ADOPTION_FAILED, Candidate, Found, OnDeletion, Owner, VM_NOT_FOUND,
 };
 
+/// extraConfig key holding the owning VSphereMachine's UID.
+pub const OWNER_KEY: &str = "guestinfo.banlieue.owner-uid";
+/// extraConfig key holding the owning VSphereMachine's `namespace/name`: what a machine created
+/// anew by `clusterctl move` (new UID) re-adopts its VM by.
+pub const OWNER_NAME_KEY: &str = "guestinfo.banlieue.owner-name";
 /// extraConfig key holding the UID of the object a VM was taken over from when it was re-marked
 /// for a copy (`clusterctl move`, a restore).
 pub const ADOPTED_FROM_KEY: &str = "guestinfo.banlieue.adopted-from";
@@ -28,15 +33,6 @@ pub const WORDS: kit::Words = kit::Words {
     provider: "banlieue-vsphere",
     kind: "VSphereMachine",
 };
-
-/// The owner of the machine `input` describes.
-pub fn owner<'a>(input: &MachineInput<'a>) -> Owner<'a> {
-    Owner {
-        uid: input.uid,
-        namespace: input.namespace,
-        name: input.name,
-    }
-}
 
 /// The extraConfig entries that mark a VM as `owner`'s.
 pub fn marker(owner: Owner<'_>) -> Vec<(String, String)> {

@@ -790,25 +790,13 @@ mod vcsim_support;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_vsphere_provider_provisions_a_machine_with_only_the_generated_rbac() -> Result<()> {
+    use banlieue_vsphere_client::MoRef;
     use banlieue_vsphere_client::vim::ConfigSpec;
-    use banlieue_vsphere_client::{ClientBuilder, MoRef, TlsVerification};
     const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 
     let sim = vcsim_support::Vcsim::start(&[])?;
-    let vc = ClientBuilder::new(&sim.url, vcsim_support::USER, vcsim_support::PASSWORD)
-        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
-        .build()?;
-    let template = vc
-        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
-        .await?
-        .context("no model VM in vcsim")?;
-    vc.wait_task(
-        &vc.power_off(&template).await?,
-        Duration::from_millis(100),
-        TIMEOUT,
-    )
-    .await?;
-    vc.mark_as_template(&template).await?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
 
     let (env, client, kubeconfig) = infra_case(Infra::Vsphere, None).await?;
     Api::<Secret>::namespaced(client.clone(), NS)

@@ -44,7 +44,7 @@ use banlieue_api::standalone::infra_cluster_name;
 use banlieue_dev::BANLIEUE;
 use banlieue_testenv::{ManagedProcess, TestEnv, TestNamespace};
 use banlieue_vsphere_client::vim::ConfigSpec;
-use banlieue_vsphere_client::{ClientBuilder, MoRef, TlsVerification, VmPowerState};
+use banlieue_vsphere_client::{MoRef, VmPowerState};
 use base64::Engine as _;
 use common::{env, executable};
 use k8s_openapi::api::core::v1::Secret;
@@ -348,21 +348,9 @@ const GUEST_IP: &str = "192.0.2.41";
 #[tokio::test]
 async fn vsphere_virtual_machine_through_the_banlieue_controller() -> anyhow::Result<()> {
     let sim = Vcsim::start(&[])?;
-    let vc = ClientBuilder::new(&sim.url, USER, PASSWORD)
-        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
-        .build()?;
+    let vc = sim.client()?;
     // vcsim's model VM becomes the template.
-    let model = vc
-        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
-        .await?
-        .context("no model VM in vcsim")?;
-    vc.wait_task(
-        &vc.power_off(&model).await?,
-        Duration::from_millis(100),
-        Duration::from_secs(30),
-    )
-    .await?;
-    vc.mark_as_template(&model).await?;
+    let model = sim.make_template(&vc, TEMPLATE).await?;
 
     let mut s = Stack::new("e2e-vsphere", VSPHERE_PROVIDER, common::WAIT).await?;
     s.create_secret("vc-creds", json!({"username": USER, "password": PASSWORD}))

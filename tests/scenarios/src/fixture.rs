@@ -378,3 +378,32 @@ impl<P: ProviderUnderTest> Scenario<P> {
         Ok(())
     }
 }
+
+/// Plays a CAPI IPAM provider for claim `claim` of namespace `ns`: the `IPAddress`
+/// `address/prefix` via `gateway` in pool `pool` (a `poolRef`), then the claim's
+/// `status.addressRef`.
+pub async fn allocate_address(
+    kube: &kube::Client,
+    ns: &str,
+    claim: &str,
+    pool: &Value,
+    (address, prefix, gateway): (&str, u8, &str),
+) -> Result<()> {
+    let ip: banlieue_capi::IpAddress = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
+        "metadata": {"name": claim},
+        "spec": {"address": address, "prefix": prefix, "gateway": gateway,
+                 "claimRef": {"name": claim}, "poolRef": pool},
+    }))?;
+    Api::<banlieue_capi::IpAddress>::namespaced(kube.clone(), ns)
+        .create(&PostParams::default(), &ip)
+        .await?;
+    Api::<banlieue_capi::IpAddressClaim>::namespaced(kube.clone(), ns)
+        .patch_status(
+            claim,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"addressRef": {"name": claim}}})),
+        )
+        .await?;
+    Ok(())
+}

@@ -5,12 +5,12 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use banlieue_capi::{IpAddress, IpAddressClaim, Machine};
+use banlieue_capi::{IpAddressClaim, Machine};
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
-use crate::fixture::{CLUSTER, Scenario, USER_DATA};
+use crate::fixture::{CLUSTER, Scenario, USER_DATA, allocate_address};
 use crate::object::{self, condition, fully_provisioned, paused_is, provider_id};
 use crate::provider::{Access, ProviderUnderTest, Template};
 
@@ -213,22 +213,14 @@ pub async fn address_modes<P: ProviderUnderTest>() -> Result<()> {
     );
 
     // The IPAM provider answers.
-    let address: IpAddress = serde_json::from_value(json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddress",
-        "metadata": {"name": claim_name},
-        "spec": {"address": "198.51.100.7", "prefix": 24, "gateway": "198.51.100.1",
-                 "claimRef": {"name": claim_name}, "poolRef": pool},
-    }))?;
-    s.api::<IpAddress>()
-        .create(&PostParams::default(), &address)
-        .await?;
-    s.api::<IpAddressClaim>()
-        .patch_status(
-            claim_name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"addressRef": {"name": claim_name}}})),
-        )
-        .await?;
+    allocate_address(
+        &s.kube,
+        &s.ns,
+        claim_name,
+        &pool,
+        ("198.51.100.7", 24, "198.51.100.1"),
+    )
+    .await?;
     s.wait_machine("m1", "provisioned", fully_provisioned).await?;
     let vms = s.vms_of(&uid).await?;
     ensure!(vms.len() == 1, "{} VMs for one machine: {vms:?}", vms.len());

@@ -717,7 +717,7 @@ async fn a_virtual_machine_created_powered_off_is_provisioned_without_booting() 
 /// is provisioned with the address in its seed. A missing verb stalls it with a 403.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ipam_pool_address_is_claimed_under_the_generated_rbac() -> Result<()> {
-    use banlieue_capi::{IpAddress, IpAddressClaim};
+    use banlieue_capi::IpAddressClaim;
     let (s, _ns) = Standalone::start_as("pxm-ipam-rbac", true).await?;
     s.virtual_machine_with("addr", None, None, |spec| {
         spec.networks = vec![
@@ -745,24 +745,14 @@ async fn an_ipam_pool_address_is_claimed_under_the_generated_rbac() -> Result<()
         "owned by the machine"
     );
     // The IPAM provider answers (as the admin).
-    let address: IpAddress = serde_json::from_value(serde_json::json!({
-        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2",
-        "kind": "IPAddress",
-        "metadata": {"name": "addr-net0-ipv4"},
-        "spec": {"address": "10.10.0.7", "prefix": 24, "gateway": "10.10.0.1",
-                 "claimRef": {"name": "addr-net0-ipv4"},
-                 "poolRef": {"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}}
-    }))?;
-    s.api::<IpAddress>()
-        .create(&PostParams::default(), &address)
-        .await?;
-    s.api::<IpAddressClaim>()
-        .patch_status(
-            "addr-net0-ipv4",
-            &PatchParams::default(),
-            &Patch::Merge(&serde_json::json!({"status": {"addressRef": {"name": "addr-net0-ipv4"}}})),
-        )
-        .await?;
+    banlieue_scenarios::fixture::allocate_address(
+        &s.client,
+        &s.ns,
+        "addr-net0-ipv4",
+        &serde_json::json!({"apiGroup": "ipam.cluster.x-k8s.io", "kind": "InClusterIPPool", "name": "nodes"}),
+        ("10.10.0.7", 24, "10.10.0.1"),
+    )
+    .await?;
     let pm = s.wait_for("addr", "provisioned", provisioned).await?;
     let vmid = pm.status.as_ref().and_then(|st| st.vmid).context("vmid")?;
     let seed = s.sim.seed(vmid).context("seed")?;

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine};
 use banlieue_api::standalone::infra_cluster_name;
@@ -25,8 +25,8 @@ use banlieue_testenv::TestEnv;
 use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::provision::OWNER_KEY;
 use banlieue_vsphere::{cluster_controller, machine_controller};
+use banlieue_vsphere_client::MoRef;
 use banlieue_vsphere_client::vim::ConfigSpec;
-use banlieue_vsphere_client::{ClientBuilder, MoRef, TlsVerification};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -51,20 +51,8 @@ async fn main() -> Result<()> {
         .transpose()?
         .unwrap_or(20);
     let sim = Vcsim::start(&[])?;
-    let vc = ClientBuilder::new(&sim.url, USER, PASSWORD)
-        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
-        .build()?;
-    let t = vc
-        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
-        .await?
-        .context("template")?;
-    vc.wait_task(
-        &vc.power_off(&t).await?,
-        Duration::from_millis(100),
-        Duration::from_secs(60),
-    )
-    .await?;
-    vc.mark_as_template(&t).await?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
 
     let env = TestEnv::builder().crds(banlieue_api::crds::all()).start().await?;
     let ns = env.namespace("vs-bench").await?.to_string();

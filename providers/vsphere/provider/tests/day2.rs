@@ -35,23 +35,6 @@ async fn env() -> Result<&'static TestEnv> {
     Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
 }
 
-fn sim_client(url: &str, ca_pem: &str) -> Result<Client> {
-    Ok(ClientBuilder::new(url, USER, PASSWORD)
-        .tls(TlsVerification::CaBundle(ca_pem.to_owned()))
-        .build()?)
-}
-
-async fn make_template(c: &Client) -> Result<()> {
-    let vm = c
-        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
-        .await?
-        .context("no model VM")?;
-    let t = c.power_off(&vm).await?;
-    c.wait_task(&t, Duration::from_millis(100), TIMEOUT).await?;
-    c.mark_as_template(&vm).await?;
-    Ok(())
-}
-
 /// A namespace with a credentials Secret, a Provider (pinned thumbprint, `endpoint`) and its
 /// standalone VSphereCluster, and the three controllers running for that namespace.
 struct Scenario {
@@ -352,8 +335,8 @@ async fn a_machine_template_publishes_its_capacity() -> Result<()> {
 #[tokio::test]
 async fn cluster_deletion_waits_for_its_machines() -> Result<()> {
     let sim = Vcsim::start(&[])?;
-    let vc = sim_client(&sim.url, &sim.ca_pem)?;
-    make_template(&vc).await?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
     let s = scenario(&sim.url, &sim.thumbprint, "vs-cluster-del").await?;
     s.machine("db-1", json!({})).await?;
     let m = s
@@ -411,8 +394,8 @@ async fn cluster_deletion_waits_for_its_machines() -> Result<()> {
 #[tokio::test]
 async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()> {
     let sim = Vcsim::start(&[])?;
-    let vc = sim_client(&sim.url, &sim.ca_pem)?;
-    make_template(&vc).await?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
     let template = vc
         .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
         .await?
@@ -654,8 +637,11 @@ async fn a_clone_whose_answer_is_lost_is_adopted_not_repeated() -> Result<()> {
     // vcsim without TLS behind the fault proxy, which serves vcsim's test certificate.
     let sim = Vcsim::start(&["-tls=false"])?;
     let proxy = fault_proxy::start(&sim.host, &sim.cert_der, &sim.key_der, "CloneVM_Task", 1).await?;
-    let vc = sim_client(&proxy.url, &sim.ca_pem)?;
-    make_template(&vc).await?;
+    // Through the proxy: the fault it injects is what this test is about.
+    let vc = ClientBuilder::new(&proxy.url, USER, PASSWORD)
+        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
+        .build()?;
+    sim.make_template(&vc, TEMPLATE).await?;
     let s = scenario(&proxy.url, &sim.thumbprint, "vs-fault").await?;
     s.machine("lost-1", json!({"readinessChecks": {"skipGuestAgent": true}}))
         .await?;

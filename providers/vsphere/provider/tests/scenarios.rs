@@ -38,7 +38,7 @@ use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::provision::OWNER_KEY;
 use banlieue_vsphere::{cluster_controller, machine_controller};
 use banlieue_vsphere_client::vim::ConfigSpec;
-use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification, VmPowerState};
+use banlieue_vsphere_client::{MoRef, VmPowerState};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -51,23 +51,6 @@ const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 
 async fn env() -> Result<&'static TestEnv> {
     banlieue_scenarios::env().await
-}
-
-fn sim_client(sim: &Vcsim) -> Result<Client> {
-    Ok(ClientBuilder::new(&sim.url, USER, PASSWORD)
-        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
-        .build()?)
-}
-
-async fn make_template(c: &Client) -> Result<()> {
-    let vm = c
-        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
-        .await?
-        .context("no model VM")?;
-    let t = c.power_off(&vm).await?;
-    c.wait_task(&t, Duration::from_millis(100), TIMEOUT).await?;
-    c.mark_as_template(&vm).await?;
-    Ok(())
 }
 
 /// A namespace with a credentials Secret, a Provider (pinned thumbprint) and its standalone
@@ -282,8 +265,8 @@ fn state(m: &VSphereMachine) -> Option<String> {
 #[tokio::test]
 async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
     let sim = Vcsim::start(&[])?;
-    let vc = sim_client(&sim)?;
-    make_template(&vc).await?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
     let s = scenario(&sim, "vs-provision", PASSWORD).await?;
     s.machine("web-1", TEMPLATE).await?;
 
@@ -402,8 +385,8 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
 #[tokio::test]
 async fn a_vm_carrying_the_machine_uid_is_adopted_not_cloned_again() -> Result<()> {
     let sim = Vcsim::start(&[])?;
-    let vc = sim_client(&sim)?;
-    make_template(&vc).await?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
     let s = scenario(&sim, "vs-adopt", PASSWORD).await?;
     // Paused: the controller only reports Paused, so the test can play "a previous controller
     // started the clone and crashed before recording the task".
@@ -487,8 +470,8 @@ async fn a_vm_carrying_the_machine_uid_is_adopted_not_cloned_again() -> Result<(
 #[tokio::test]
 async fn vcenter_going_away_is_a_clear_condition() -> Result<()> {
     let mut sim = Vcsim::start(&[])?;
-    let vc = sim_client(&sim)?;
-    make_template(&vc).await?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
     let s = scenario(&sim, "vs-outage", PASSWORD).await?;
     s.machine("o-1", TEMPLATE).await?;
     s.wait_machine("o-1", "WaitingForGuest", |m| {

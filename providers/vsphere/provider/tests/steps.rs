@@ -21,9 +21,9 @@ use banlieue_vsphere::provision::{
     self, DeleteStep, MachineInput, OWNER_KEY, OWNER_NAME_KEY, Step, StepError,
 };
 use banlieue_vsphere::readopt::{self, ADOPTED_FROM_KEY, OnDeletion, Owner};
-use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification, VmInfo, VmPowerState};
+use banlieue_vsphere_client::{Client, MoRef, VmInfo, VmPowerState};
 use serde_json::json;
-use vcsim_support::{PASSWORD, USER, Vcsim};
+use vcsim_support::Vcsim;
 
 const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -34,16 +34,8 @@ static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
 
 async fn vcenter() -> Result<(Vcsim, Client)> {
     let sim = Vcsim::start(&[])?;
-    let c = ClientBuilder::new(&sim.url, USER, PASSWORD)
-        .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
-        .build()?;
-    let vm = c
-        .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
-        .await?
-        .context("no model VM")?;
-    let t = c.power_off(&vm).await?;
-    c.wait_task(&t, Duration::from_millis(50), TIMEOUT).await?;
-    c.mark_as_template(&vm).await?;
+    let c = sim.client()?;
+    sim.make_template(&c, TEMPLATE).await?;
     Ok((sim, c))
 }
 
@@ -366,6 +358,13 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
     Ok(())
 }
 
+/// One provisioning step of `input` from `phase` with `spec.powerState: Off`.
+async fn off_step(c: &Client, input: &MachineInput<'_>, phase: Phase) -> Result<Step> {
+    provision::provision_step(c, input, phase, None, PowerState::Off)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
 /// `spec.powerState: Off` on a provisioned VM asks the guest to shut down (no hard power-off
 /// task) and records when; a guest still running after the kit's timeout is powered off hard
 /// with a `PoweredOffForcibly` Event.
@@ -385,15 +384,7 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
         failure_domain: None,
         pool_addresses: &NO_POOL,
     };
-    let step = provision::provision_step(
-        &c,
-        &input,
-        Phase::Provisioned(vm.clone(), None),
-        None,
-        PowerState::Off,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let step = off_step(&c, &input, Phase::Provisioned(vm.clone(), None)).await?;
     let Phase::ShuttingDown(_, since) = step.phase else {
         bail!("not shutting down: {:?}", step.phase);
     };
@@ -405,15 +396,7 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
         step.event
     );
     // vcsim's guest obeys at once: the next step finds it off and goes on from Provisioned.
-    let step = provision::provision_step(
-        &c,
-        &input,
-        Phase::ShuttingDown(vm.clone(), since),
-        None,
-        PowerState::Off,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let step = off_step(&c, &input, Phase::ShuttingDown(vm.clone(), since)).await?;
     ensure!(
         step.phase == Phase::Provisioned(vm.clone(), None),
         "{:?}",
@@ -429,15 +412,7 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
     c.wait_task(&t, Duration::from_millis(50), TIMEOUT).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let recent = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
-    let step = provision::provision_step(
-        &c,
-        &input,
-        Phase::ShuttingDown(vm.clone(), recent),
-        None,
-        PowerState::Off,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let step = off_step(&c, &input, Phase::ShuttingDown(vm.clone(), recent)).await?;
     ensure!(
         step.phase == Phase::ShuttingDown(vm.clone(), recent) && step.waiting.is_some(),
         "a guest within its timeout is waited for: {:?}",
@@ -445,15 +420,7 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
     );
     let long_ago =
         now - k8s_openapi::jiff::SignedDuration::from_secs(power::SHUTDOWN_TIMEOUT.as_secs() as i64 + 1);
-    let step = provision::provision_step(
-        &c,
-        &input,
-        Phase::ShuttingDown(vm.clone(), long_ago),
-        None,
-        PowerState::Off,
-    )
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let step = off_step(&c, &input, Phase::ShuttingDown(vm.clone(), long_ago)).await?;
     let Phase::Provisioned(_, Some(task)) = &step.phase else {
         bail!("no hard power-off: {:?}", step.phase);
     };

@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result};
 use banlieue_clusterctl::Infra;
 use banlieue_pve_sim::SimHandle;
 use banlieue_vsphere_client::vim::ConfigSpec;
-use banlieue_vsphere_client::{Client, ClientBuilder, MoRef, TlsVerification, VmPowerState};
+use banlieue_vsphere_client::{Client, MoRef, VmPowerState};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
@@ -89,20 +89,8 @@ impl Hypervisor {
     /// vcsim, with its model VM powered off and marked as the template.
     pub async fn vcsim() -> Result<Self> {
         let sim = Vcsim::start(&[])?;
-        let vc = ClientBuilder::new(&sim.url, USER, PASSWORD)
-            .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
-            .build()?;
-        let model = vc
-            .find_by_inventory_path(&format!("/DC0/vm/{VSPHERE_TEMPLATE}"))
-            .await?
-            .context("no model VM in vcsim")?;
-        vc.wait_task(
-            &vc.power_off(&model).await?,
-            Duration::from_millis(100),
-            Duration::from_secs(30),
-        )
-        .await?;
-        vc.mark_as_template(&model).await?;
+        let vc = sim.client()?;
+        sim.make_template(&vc, VSPHERE_TEMPLATE).await?;
         let inventory = vc
             .all_vms(&["name"])
             .await?

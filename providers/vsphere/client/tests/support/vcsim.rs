@@ -137,6 +137,36 @@ impl Vcsim {
         })
     }
 
+    /// A client of this vcsim, trusting its CA.
+    pub fn client(&self) -> Result<banlieue_vsphere_client::Client> {
+        Ok(
+            banlieue_vsphere_client::ClientBuilder::new(&self.url, USER, PASSWORD)
+                .tls(banlieue_vsphere_client::TlsVerification::CaBundle(
+                    self.ca_pem.clone(),
+                ))
+                .build()?,
+        )
+    }
+
+    /// Powers vcsim's model VM `/DC0/vm/<name>` off and marks it as a template (what the tests
+    /// clone from); returns it.
+    pub async fn make_template(
+        &self,
+        client: &banlieue_vsphere_client::Client,
+        name: &str,
+    ) -> Result<banlieue_vsphere_client::MoRef> {
+        let model = client
+            .find_by_inventory_path(&format!("/DC0/vm/{name}"))
+            .await?
+            .with_context(|| format!("no model VM {name} in vcsim"))?;
+        let task = client.power_off(&model).await?;
+        client
+            .wait_task(&task, Duration::from_millis(50), Duration::from_secs(60))
+            .await?;
+        client.mark_as_template(&model).await?;
+        Ok(model)
+    }
+
     /// The last lines of vcsim's log.
     pub fn log_tail(&self, n: usize) -> String {
         self.process.log_tail(n)

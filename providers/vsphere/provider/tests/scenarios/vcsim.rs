@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::provision::OWNER_KEY;
 use banlieue_vsphere::{cluster_controller, machine_controller};
-use banlieue_vsphere_client::{Client, ClientBuilder, ConfigSpec, MoRef, TlsVerification, VmPowerState};
+use banlieue_vsphere_client::{Client, ConfigSpec, MoRef, VmPowerState};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -57,17 +57,8 @@ impl ProviderUnderTest for VcSim {
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
         let sim = Vcsim::start(&["-cluster", "3", "-host", "1", "-vm", "1", "-standalone-host", "0"])?;
-        let vc = ClientBuilder::new(&sim.url, USER, PASSWORD)
-            .tls(TlsVerification::CaBundle(sim.ca_pem.clone()))
-            .build()?;
-        let template = vc
-            .find_by_inventory_path(&format!("/DC0/vm/{TEMPLATE}"))
-            .await?
-            .context("no model VM to make the template from")?;
-        let task = vc.power_off(&template).await?;
-        vc.wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
-            .await?;
-        vc.mark_as_template(&template).await?;
+        let vc = sim.client()?;
+        sim.make_template(&vc, TEMPLATE).await?;
         let proxy = Proxy::start(sim.host.clone()).await?;
         Ok(Self {
             kube,

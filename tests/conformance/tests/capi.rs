@@ -136,8 +136,8 @@ enum Managers {
     },
 }
 
-/// Controllers running in the test process (aborted on drop).
-struct InProcess(Vec<tokio::task::JoinHandle<()>>);
+/// Controllers running in the test process (aborted on drop), and their log.
+struct InProcess(Vec<tokio::task::JoinHandle<()>>, PathBuf);
 
 impl Drop for InProcess {
     fn drop(&mut self) {
@@ -165,8 +165,12 @@ impl Managers {
                 {
                     processes.push(manager.process);
                 }
-                if let Some(task) = hv.serve_in_process(&env.client().await?) {
-                    return Ok(Self::Processes(processes, InProcess(vec![task])));
+                let log = env
+                    .workdir()
+                    .join("logs")
+                    .join(format!("{}.log", hv.infra().name()));
+                if let Some(task) = hv.serve_in_process(&env.client().await?, &log) {
+                    return Ok(Self::Processes(processes, InProcess(vec![task], log)));
                 }
                 // Every provider takes banlieue-provider-runtime's flags, as the Proxmox one does.
                 processes.push(banlieue_dev::start_controller(
@@ -176,7 +180,7 @@ impl Managers {
                     env.admin().path(),
                     &env.workdir().join("logs"),
                 )?);
-                Ok(Self::Processes(processes, InProcess(Vec::new())))
+                Ok(Self::Processes(processes, InProcess(Vec::new(), log)))
             }
             Mode::Pods => {
                 ensure!(
@@ -298,11 +302,22 @@ impl Managers {
     /// The last lines of every manager's log.
     fn tails(&self) -> String {
         match self {
-            Self::Processes(processes, _) => processes
-                .iter()
-                .map(|p| format!("--- {} ---\n{}", p.log().display(), p.log_tail(15)))
-                .collect::<Vec<_>>()
-                .join("\n"),
+            Self::Processes(processes, in_process) => {
+                let mut tails: Vec<String> = processes
+                    .iter()
+                    .map(|p| format!("--- {} ---\n{}", p.log().display(), p.log_tail(15)))
+                    .collect();
+                if !in_process.0.is_empty() {
+                    let text = std::fs::read_to_string(&in_process.1).unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    tails.push(format!(
+                        "--- {} (in this process) ---\n{}",
+                        in_process.1.display(),
+                        lines[lines.len().saturating_sub(15)..].join("\n")
+                    ));
+                }
+                tails.join("\n")
+            }
             Self::Pods {
                 admin, deployments, ..
             } => deployments

@@ -126,12 +126,25 @@ impl Hypervisor {
     }
 
     /// Serves the provider's controllers in this process, as its binary's `main` does, when the
-    /// binary cannot run (libvirt's test driver keeps its state in the process that opened it);
-    /// `None`: run the binary.
-    pub fn serve_in_process(&self, client: &kube::Client) -> Option<tokio::task::JoinHandle<()>> {
+    /// binary cannot run (libvirt's test driver keeps its state in the process that opened it),
+    /// its log (this process's `tracing` output, plain text) appended to `log`; `None`: run the
+    /// binary.
+    pub fn serve_in_process(
+        &self,
+        client: &kube::Client,
+        log: &std::path::Path,
+    ) -> Option<tokio::task::JoinHandle<()>> {
         let Self::Libvirt(lv) = self else {
             return None;
         };
+        // One subscriber per process: the first in-process provider's log file keeps it.
+        if let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(log) {
+            let _ = tracing_subscriber::fmt()
+                .with_writer(std::sync::Mutex::new(file))
+                .with_ansi(false)
+                .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
+                .try_init();
+        }
         /// The binary's runtime flags.
         #[derive(clap::Parser)]
         struct Flags {

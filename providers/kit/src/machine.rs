@@ -115,8 +115,8 @@ pub struct Provision<'a, M: InfraMachine> {
     pub cluster_name: String,
     /// The user data, when the [`Plan`] asked for it.
     pub user_data: Option<&'a BootstrapData>,
-    /// The addresses allocated from IPAM pools for `spec.networks` (empty once provisioned,
-    /// when none is asked for, or while a step that does not need them waits for them).
+    /// The addresses allocated from IPAM pools for `spec.networks`, for a step that needs the
+    /// user data (else empty: the guest's seed is written by then).
     pub pool_addresses: &'a PoolAddresses,
     /// Records the Secrets the step reads (the Secret watch then follows them).
     pub secrets: &'a ReadSecrets<M>,
@@ -757,40 +757,40 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let cluster_name = contract::cluster_name(machine.meta())
         .map(str::to_owned)
         .unwrap_or_else(|| cluster.name_any());
-    // Addresses from IPAM pools, claimed as soon as provisioning starts; the step that needs
-    // the user data (the one writing the guest's seed) waits for their allocation.
-    let pool_addresses =
-        if plan.provisioned || plan.readopting || network::pool_requests(machine.networks()).is_empty() {
-            PoolAddresses::new()
-        } else {
-            match network::resolve(&ctx.client, &machine, &cluster_name).await {
-                Ok(PoolState::Ready(found)) => found,
-                Ok(PoolState::Waiting(message)) if plan.needs_user_data => {
-                    return write
-                        .wait(new, network::WAITING_FOR_IP_ADDRESS, message, IPAM_POLL)
-                        .await;
-                }
-                Ok(PoolState::Waiting(_)) => PoolAddresses::new(),
-                Err(IpamError::Invalid(message)) => {
-                    return write
-                        .problem(new, network::IP_ADDRESS_INVALID, message, PERMANENT_RETRY)
-                        .await;
-                }
-                Err(IpamError::Kube { context, source }) => {
-                    // e.g. a 403 on the claims: say so instead of showing an older wait reason.
-                    let error = Error::kube(context, source);
-                    write
-                        .wait(
-                            new,
-                            network::IP_ADDRESS_CLAIM_FAILED,
-                            error.to_string(),
-                            ctx.wait_requeue,
-                        )
-                        .await?;
-                    return Err(error);
-                }
+    // Addresses from IPAM pools, claimed once the user data is there, for the steps that need
+    // the user data (up to the one writing the guest's seed), which wait for their allocation;
+    // later steps never look at the claims again.
+    let asks_pools = !network::pool_requests(machine.networks()).is_empty();
+    let pool_addresses = if !asks_pools || !plan.needs_user_data || plan.provisioned || plan.readopting {
+        PoolAddresses::new()
+    } else {
+        match network::resolve(&ctx.client, &machine, &cluster_name).await {
+            Ok(PoolState::Ready(found)) => found,
+            Ok(PoolState::Waiting(message)) => {
+                return write
+                    .wait(new, network::WAITING_FOR_IP_ADDRESS, message, IPAM_POLL)
+                    .await;
             }
-        };
+            Err(IpamError::Invalid(message)) => {
+                return write
+                    .problem(new, network::IP_ADDRESS_INVALID, message, PERMANENT_RETRY)
+                    .await;
+            }
+            Err(IpamError::Kube { context, source }) => {
+                // e.g. a 403 on the claims: say so instead of showing an older wait reason.
+                let error = Error::kube(context, source);
+                write
+                    .wait(
+                        new,
+                        network::IP_ADDRESS_CLAIM_FAILED,
+                        error.to_string(),
+                        ctx.wait_requeue,
+                    )
+                    .await?;
+                return Err(error);
+            }
+        }
+    };
     let request = Provision {
         machine: &machine,
         view: &view,

@@ -136,6 +136,17 @@ pub async fn resolve<M: InfraMachine>(
                 }
             }
         };
+        // A claim of an earlier object of the same name (not yet garbage-collected) is not
+        // this machine's: its address goes away with it.
+        let uid = machine.uid();
+        let controller = claim
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true));
+        if controller.is_some_and(|o| Some(&o.uid) != uid.as_ref()) {
+            waiting.push(format!("{name} (still held by an earlier object of this name)"));
+            continue;
+        }
         let Some(address_name) = allocated_address_name(&claim) else {
             waiting.push(name);
             continue;
@@ -243,16 +254,18 @@ pub fn network_config(
     Ok(NetworkConfig::new(ethernets))
 }
 
-/// Whether `networks` asks for anything DHCP on the first interface would not give: a static
-/// or pool address, IPv6, an MTU or DNS servers (else the guest's default is enough and no
-/// `network-config` needs to be written).
+/// Whether `networks` asks for anything DHCP on the first interface would not give: a second
+/// interface, a static or pool address, IPv6, an MTU or DNS servers (else the guest's default,
+/// cloud-init's fallback of DHCP on one interface, is enough and no `network-config` needs to
+/// be written).
 pub fn needs_network_config(networks: &[NetworkInterface]) -> bool {
-    networks.iter().any(|n| {
-        n.ipv4.as_ref().is_some_and(|a| a.mode != IpAddressingMode::DHCP)
-            || n.ipv6.is_some()
-            || n.mtu.is_some()
-            || !n.dns_servers.is_empty()
-    })
+    networks.len() > 1
+        || networks.iter().any(|n| {
+            n.ipv4.as_ref().is_some_and(|a| a.mode != IpAddressingMode::DHCP)
+                || n.ipv6.is_some()
+                || n.mtu.is_some()
+                || !n.dns_servers.is_empty()
+        })
 }
 
 #[cfg(test)]
@@ -377,6 +390,11 @@ mod tests {
         assert!(!needs_network_config(&[NetworkInterface::dhcp(
             "eth0", "default"
         )]));
+        // A second interface is not brought up by cloud-init's fallback.
+        assert!(needs_network_config(&[
+            NetworkInterface::dhcp("eth0", "default"),
+            NetworkInterface::dhcp("eth1", "default"),
+        ]));
         assert!(needs_network_config(&two_interfaces()));
         let mtu = NetworkInterface {
             mtu: Some(9000),

@@ -15,13 +15,20 @@ use k8s_openapi::jiff::Timestamp;
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(120);
 /// `status.provisioning.taskID` while a guest shutdown is pending.
 pub const SHUTDOWN_TASK: &str = "guest-shutdown";
+/// The libvirt provider's id for it before the kit owned the rule, still read (a shutdown
+/// pending across an upgrade keeps its time) and cleared.
+const LEGACY_SHUTDOWN_TASKS: [&str; 1] = ["acpi-shutdown"];
+
+fn is_shutdown_task(id: Option<&str>) -> bool {
+    id.is_some_and(|id| id == SHUTDOWN_TASK || LEGACY_SHUTDOWN_TASKS.contains(&id))
+}
 /// Event reason of a hard power-off after the guest ignored the shutdown request.
 pub const POWERED_OFF_FORCIBLY: &str = "PoweredOffForcibly";
 
 /// When the pending guest shutdown was first requested, if one is pending.
 pub fn shutdown_requested_at(provisioning: Option<&ProvisioningStatus>) -> Option<Timestamp> {
     provisioning
-        .filter(|p| p.task_id.as_deref() == Some(SHUTDOWN_TASK))
+        .filter(|p| is_shutdown_task(p.task_id.as_deref()))
         .and_then(|p| p.task_started_at.as_ref())
         .map(|t| t.0)
 }
@@ -34,7 +41,7 @@ pub fn record_shutdown(provisioning: &mut ProvisioningStatus, requested_at: Opti
             provisioning.task_id = Some(SHUTDOWN_TASK.to_owned());
             provisioning.task_started_at = Some(Time(at));
         }
-        None if provisioning.task_id.as_deref() == Some(SHUTDOWN_TASK) => {
+        None if is_shutdown_task(provisioning.task_id.as_deref()) => {
             provisioning.task_id = None;
             provisioning.task_started_at = None;
         }
@@ -69,6 +76,19 @@ mod tests {
         assert!(!shutdown_overdue(None, later(1000)));
         // A clock behind the request is not overdue.
         assert!(!shutdown_overdue(read, later(-5)));
+        record_shutdown(&mut p, None);
+        assert_eq!((p.task_id, p.task_started_at), (None, None));
+    }
+
+    #[test]
+    fn a_shutdown_recorded_under_the_old_libvirt_id_is_read_and_cleared() {
+        let at: Timestamp = "2026-12-04T10:00:00Z".parse().unwrap();
+        let mut p = ProvisioningStatus {
+            task_id: Some("acpi-shutdown".into()),
+            task_started_at: Some(Time(at)),
+            ..ProvisioningStatus::default()
+        };
+        assert_eq!(shutdown_requested_at(Some(&p)), Some(at));
         record_shutdown(&mut p, None);
         assert_eq!((p.task_id, p.task_started_at), (None, None));
     }

@@ -54,7 +54,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The `crate::<module>` paths of `code` (`crate::a::X`, `crate::{a, b::Y}`).
+/// The `crate::<module>` paths of `code` (`crate::a::X`, `crate::{a, b::{X, Y}, c}`).
 fn crate_paths(code: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let ident = |s: &str| -> String {
@@ -65,13 +65,29 @@ fn crate_paths(code: &str) -> BTreeSet<String> {
     };
     for (i, _) in code.match_indices("crate::") {
         let rest = &code[i + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let group = group.split('}').next().unwrap_or_default();
-            out.extend(group.split(',').map(ident).filter(|m| !m.is_empty()));
-        } else {
+        let Some(group) = rest.strip_prefix('{') else {
             out.insert(ident(rest));
+            continue;
+        };
+        // The group's top-level items, up to its own closing brace.
+        let (mut depth, mut start) = (0usize, 0usize);
+        for (at, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    out.insert(ident(&group[start..at]));
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    out.insert(ident(&group[start..at]));
+                    start = at + 1;
+                }
+                _ => {}
+            }
         }
     }
+    out.remove("");
     out
 }
 
@@ -90,7 +106,8 @@ fn module_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
             continue;
         }
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        let production = text.split("#[cfg(test)]").next().unwrap_or_default();
+        // A file's unit tests: its `#[cfg(test)] mod …` and what follows.
+        let production = text.split("#[cfg(test)]\nmod ").next().unwrap_or_default();
         let code: String = production
             .lines()
             .filter(|l| !l.trim_start().starts_with("//"))
@@ -164,7 +181,7 @@ fn the_circle_check_sees_a_circle() {
         vec![vec!["a".to_owned(), "b".to_owned(), "c".to_owned()]]
     );
     assert_eq!(
-        crate_paths("use crate::{x::Y, z};\nlet v = crate::w::f();"),
+        crate_paths("use crate::{x::{Y, Z}, z};\nlet v = crate::w::f();"),
         ["w", "x", "z"].map(str::to_owned).into()
     );
 }

@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use banlieue_capi::{IpAddressClaim, Machine};
+use banlieue_capi::{IpAddress, IpAddressClaim, Machine};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use crate::fixture::{CLUSTER, Scenario, USER_DATA, allocate_address};
@@ -180,8 +181,45 @@ pub async fn address_modes<P: ProviderUnderTest>() -> Result<()> {
          "ipv4": {"mode": "Static", "addresses": ["192.0.2.10/24"], "gateway": "192.0.2.1"}},
         {"name": "net1", "network": P::NETWORK, "ipv4": {"mode": "Pool", "poolRef": pool}},
     ]);
-    let uid = s.machine_with_spec("m1", Some(&fd_at(&s, 0)?), spec).await?;
+    // A claim of the same name controlled by another object (an earlier machine named m1 whose
+    // claim is not garbage-collected yet; here a ConfigMap, which keeps it alive) holds an
+    // address: it is not the new machine's.
+    let earlier: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "earlier-m1"}}))?;
+    let earlier = s
+        .api::<ConfigMap>()
+        .create(&PostParams::default(), &earlier)
+        .await?;
     let claim_name = "m1-net1-ipv4";
+    let stale: IpAddressClaim = serde_json::from_value(json!({
+        "apiVersion": "ipam.cluster.x-k8s.io/v1beta2", "kind": "IPAddressClaim",
+        "metadata": {"name": claim_name, "ownerReferences": [{
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "earlier-m1",
+            "uid": earlier.uid().context("ConfigMap uid")?, "controller": true}]},
+        "spec": {"clusterName": CLUSTER, "poolRef": pool},
+    }))?;
+    s.api::<IpAddressClaim>()
+        .create(&PostParams::default(), &stale)
+        .await?;
+    allocate_address(
+        &s.kube,
+        &s.ns,
+        claim_name,
+        &pool,
+        ("198.51.100.99", 24, "198.51.100.1"),
+    )
+    .await?;
+    let uid = s.machine_with_spec("m1", Some(&fd_at(&s, 0)?), spec).await?;
+    s.wait_machine("m1", "waiting for the earlier object's claim to go", |m| {
+        condition(m, "Ready")
+            .is_some_and(|c| c.reason == "WaitingForIPAddress" && c.message.contains("earlier object"))
+    })
+    .await?;
+    s.api::<IpAddressClaim>()
+        .delete(claim_name, &Default::default())
+        .await?;
+    s.api::<IpAddress>()
+        .delete(claim_name, &Default::default())
+        .await?;
     s.wait_machine("m1", "waiting for its pool address", |m| {
         condition(m, "Ready")
             .is_some_and(|c| c.reason == "WaitingForIPAddress" && c.message.contains(claim_name))

@@ -258,6 +258,9 @@ impl MachineBackend for VSphereMachines {
                 status.vm_ref = status.vm_ref.take().or(found.map(|v| v.value));
                 let prov = status.provisioning.get_or_insert_with(Default::default);
                 prov.state = ProvisioningState::Deleting;
+                if prov.task_id.as_deref() != Some(task.value.as_str()) {
+                    prov.task_started_at = None;
+                }
                 prov.task_id = Some(task.value.clone());
                 Ok(Deleted::InProgress {
                     message: what.to_owned(),

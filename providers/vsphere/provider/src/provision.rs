@@ -586,8 +586,9 @@ pub async fn provision_step(
                             step.vm = Some(info);
                             return Ok(step);
                         }
-                        // Without VMware Tools the guest cannot be asked: power it off.
-                        Err(e) if e.fault() == Some("ToolsUnavailable") => (
+                        // Without VMware Tools (or in a state the guest cannot be asked in) the
+                        // guest cannot be asked: power it off.
+                        Err(e) if matches!(e.fault(), Some("ToolsUnavailable" | "InvalidState")) => (
                             c.power_off(&vm)
                                 .await
                                 .map_err(|e| client_error("PowerOffFailed", e))?,

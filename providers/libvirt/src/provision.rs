@@ -90,26 +90,16 @@ pub struct Done {
     pub power_state: PowerState,
 }
 
-/// The host with the most free memory, ties by name; a host that does not answer is passed
-/// over, and when none answers the first by name is taken (its step then reports why). Pure.
-pub fn pick_roomiest(hosts: &[(String, Option<u64>)]) -> Option<String> {
-    let answering = hosts
-        .iter()
-        .filter_map(|(name, free)| free.map(|f| (f, name)))
-        .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)));
-    answering
-        .map(|(_, name)| name.clone())
-        .or_else(|| hosts.iter().map(|(name, _)| name.clone()).min())
-}
-
 /// Where a machine without a failure domain goes: spread over the hosts by free memory
-/// ([`pick_roomiest`]) instead of filling the first one.
+/// ([`banlieue_provider_kit::placement::roomiest`]) instead of filling the first one.
 async fn roomiest_host<H: Hypervisor>(hosts: &[Host<H>]) -> Result<String, StepError> {
     let mut free = Vec::with_capacity(hosts.len());
     for h in hosts {
         free.push((h.name.clone(), h.hv.host_info().await.ok().map(|i| i.free_memory)));
     }
-    pick_roomiest(&free).ok_or_else(|| StepError::permanent("NoHost", "the LibvirtCluster has no host"))
+    banlieue_provider_kit::placement::roomiest(free.iter().map(|(name, free)| (name.as_str(), *free)))
+        .map(str::to_owned)
+        .ok_or_else(|| StepError::permanent("NoHost", "the LibvirtCluster has no host"))
 }
 
 fn host<'h, H>(hosts: &'h [Host<H>], name: &str) -> Result<&'h Host<H>, StepError> {
@@ -567,31 +557,4 @@ pub async fn delete<H: Hypervisor>(
         }
     }
     Ok(format!("{note}; {} volumes deleted", volumes.len()))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn hosts(free: &[(&str, Option<u64>)]) -> Vec<(String, Option<u64>)> {
-        free.iter().map(|(n, f)| ((*n).to_owned(), *f)).collect()
-    }
-
-    #[test]
-    fn machines_without_a_failure_domain_go_where_memory_is_free() {
-        assert_eq!(
-            pick_roomiest(&hosts(&[("a", Some(1)), ("b", Some(8)), ("c", Some(4))])).as_deref(),
-            Some("b")
-        );
-        // Ties by name; a host that does not answer is passed over.
-        assert_eq!(
-            pick_roomiest(&hosts(&[("b", Some(8)), ("a", Some(8)), ("z", None)])).as_deref(),
-            Some("a")
-        );
-        assert_eq!(
-            pick_roomiest(&hosts(&[("z", None), ("y", None)])).as_deref(),
-            Some("y")
-        );
-        assert_eq!(pick_roomiest(&[]), None);
-    }
 }

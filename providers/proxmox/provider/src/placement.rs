@@ -95,15 +95,12 @@ pub fn choose_node(input: &PlacementInput<'_>, nodes: &[NodeLoad]) -> Result<Str
             }),
         };
     }
-    nodes
+    let candidates = nodes
         .iter()
         .filter(|n| n.online && input.allows(&n.name))
-        .max_by(|a, b| {
-            a.free_memory
-                .cmp(&b.free_memory)
-                .then_with(|| b.name.cmp(&a.name))
-        })
-        .map(|n| n.name.clone())
+        .map(|n| (n.name.as_str(), Some(n.free_memory)));
+    banlieue_provider_kit::placement::roomiest(candidates)
+        .map(str::to_owned)
         .ok_or_else(|| PlacementError::NoneOnline {
             allowed: input.allowed_text(),
         })

@@ -4,6 +4,7 @@
 //! - [`client`]: transport, session cookie, re-login on `NotAuthenticated`, timeouts.
 //! - [`objects`]: managed object references and the service content.
 //! - [`device`]: disks and NICs of a VM, network backings, `deviceChange` entries.
+//! - [`hosts`]: the hosts a clone into a resource pool may land on, with their memory left.
 //! - [`vim`]: typed calls (find, clone, reconfigure, power, destroy, tasks, properties).
 //! - [`tls`]: web PKI, CA bundle, SHA-256 thumbprint pinning, explicit insecure.
 //! - [`xml`]: the XML subset SOAP uses.
@@ -11,6 +12,7 @@
 pub mod client;
 pub mod device;
 pub mod error;
+pub mod hosts;
 pub mod objects;
 pub mod secret;
 pub mod tls;
@@ -20,6 +22,7 @@ pub mod xml;
 pub use client::{Client, ClientBuilder};
 pub use device::{DeviceChange, Hardware, NetworkBacking, VirtualDisk, VirtualNic};
 pub use error::{Error, ErrorClass, Result};
+pub use hosts::{HostRoom, PoolHosts};
 pub use secret::Secret;
 pub use tls::{TlsVerification, thumbprint_of};
 pub use vim::{CloneSpec, ConfigSpec, MoRef, TaskInfo, TaskState, VmInfo, VmPowerState};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{
-    Client, ClientBuilder, CloneSpec, ErrorClass, MoRef, TlsVerification, VmPowerState,
+    Client, ClientBuilder, CloneSpec, ErrorClass, HostRoom, MoRef, PoolHosts, TlsVerification, VmPowerState,
 };
 use base64::Engine as _;
 use vcsim_support::{PASSWORD, USER, Vcsim};
@@ -221,5 +221,84 @@ async fn clone_configure_power_guest_ip_find_and_destroy() -> Result<()> {
     c.wait_task(&c.destroy(&vm).await?, POLL, TASK_TIMEOUT).await?;
     ensure!(c.vm_info(&vm).await?.is_none(), "VM still there");
     ensure!(c.find_vm_by_bios_uuid(None, &uuid).await?.is_none());
+    Ok(())
+}
+
+fn rooms(hosts: PoolHosts) -> Result<Vec<HostRoom>> {
+    match hosts {
+        PoolHosts::Hosts(rooms) => Ok(rooms),
+        PoolHosts::Drs => anyhow::bail!("DRS places the VM"),
+    }
+}
+
+#[tokio::test]
+async fn a_pool_lists_its_hosts_with_the_memory_committed_to_their_vms_unless_drs_places() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let c = client(&sim)?;
+    let template = make_template(&c).await?;
+    let pool = find(&c, "/DC0/host/DC0_C0/Resources").await?;
+    ensure!(
+        c.pool_hosts(&pool).await? == PoolHosts::Drs,
+        "vcsim's clusters have DRS on"
+    );
+
+    sim.disable_drs(&c, "/DC0/host/DC0_C0").await?;
+    let before = rooms(c.pool_hosts(&pool).await?)?;
+    let mut names: Vec<&str> = before.iter().map(|h| h.name.as_str()).collect();
+    names.sort_unstable();
+    ensure!(names == ["DC0_C0_H0", "DC0_C0_H1", "DC0_C0_H2"], "{before:?}");
+    ensure!(
+        before
+            .iter()
+            .all(|h| h.usable && h.memory_mib > 0 && h.free_mib() <= h.memory_mib),
+        "{before:?}"
+    );
+
+    // A clone pinned to a host commits its configured memory there, whether powered on or not.
+    let target = before.iter().find(|h| h.name == "DC0_C0_H2").context("no H2")?;
+    let spec = CloneSpec {
+        folder: find(&c, "/DC0/vm").await?,
+        name: "placed".into(),
+        pool: pool.clone(),
+        datastore: None,
+        host: Some(target.host.clone()),
+        linked_snapshot: None,
+        config: ConfigSpec::default(),
+        power_on: false,
+    };
+    let vm = c
+        .wait_task(&c.clone_vm(&template, &spec).await?, POLL, TASK_TIMEOUT)
+        .await?
+        .context("clone returned no VM")?;
+    let info = c.vm_info(&vm).await?.context("clone vanished")?;
+    ensure!(info.host.as_ref() == Some(&target.host), "{info:?}");
+    let reconf = ConfigSpec {
+        memory_mb: Some(1536),
+        ..ConfigSpec::default()
+    };
+    c.wait_task(&c.reconfigure(&vm, &reconf).await?, POLL, TASK_TIMEOUT)
+        .await?;
+    let after = rooms(c.pool_hosts(&pool).await?)?;
+    for host in &after {
+        let was = before
+            .iter()
+            .find(|h| h.host == host.host)
+            .context("a host vanished")?;
+        let grew = if host.host == target.host { 1536 } else { 0 };
+        ensure!(
+            host.committed_mib == was.committed_mib + grew,
+            "{was:?} -> {host:?}"
+        );
+    }
+
+    // A standalone host's pool has that one host.
+    let standalone = rooms(
+        c.pool_hosts(&find(&c, "/DC0/host/DC0_H0/Resources").await?)
+            .await?,
+    )?;
+    ensure!(
+        standalone.len() == 1 && standalone[0].name == "DC0_H0",
+        "{standalone:?}"
+    );
     Ok(())
 }

@@ -16,7 +16,7 @@ use banlieue_provider_kit::network::{self, PoolAddresses, WAITING_FOR_IP_ADDRESS
 use banlieue_provider_kit::power;
 use banlieue_vsphere_client::device::nic_type_for_model;
 use banlieue_vsphere_client::vim::ConfigSpec;
-use banlieue_vsphere_client::{Client, CloneSpec, MoRef, VmInfo, VmPowerState};
+use banlieue_vsphere_client::{Client, CloneSpec, MoRef, PoolHosts, VmInfo, VmPowerState};
 use base64::Engine as _;
 use k8s_openapi::jiff::Timestamp;
 
@@ -254,6 +254,32 @@ fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
     StepError::permanent(reason, message)
 }
 
+/// The host of a clone into `pool`: none in a DRS cluster (vCenter places the VM), else the
+/// connected host out of maintenance with the most memory left
+/// ([`banlieue_provider_kit::placement`]), so machines without a failure domain spread over the
+/// hosts instead of landing on the template's.
+async fn choose_host(c: &Client, pool: &MoRef, pool_path: &str) -> Result<Option<MoRef>, StepError> {
+    let hosts = match c
+        .pool_hosts(pool)
+        .await
+        .map_err(|e| client_error("CloningFailed", e))?
+    {
+        PoolHosts::Drs => return Ok(None),
+        PoolHosts::Hosts(hosts) => hosts,
+    };
+    let usable: Vec<_> = hosts.into_iter().filter(|h| h.usable).collect();
+    let chosen = banlieue_provider_kit::placement::roomiest(
+        usable.iter().map(|h| (h.name.as_str(), Some(h.free_mib()))),
+    );
+    match chosen.and_then(|name| usable.iter().find(|h| h.name == name)) {
+        Some(room) => Ok(Some(room.host.clone())),
+        None => Err(permanent(
+            "NoUsableHost",
+            format!("no host of resource pool {pool_path:?} is connected and out of maintenance mode"),
+        )),
+    }
+}
+
 async fn find(c: &Client, path: &str, reason: &'static str, what: &str) -> Result<MoRef, StepError> {
     c.find_by_inventory_path(path)
         .await
@@ -296,6 +322,7 @@ pub async fn provision_step(
             let template = find(c, &p.template, "TemplateNotFound", "template").await?;
             let folder = find(c, &p.folder, "FolderNotFound", "folder").await?;
             let pool = find(c, &p.pool, "ResourcePoolNotFound", "resource pool").await?;
+            let host = choose_host(c, &pool, &p.pool).await?;
             let datastore = match &p.datastore {
                 Some(d) => Some(find(c, d, "DatastoreNotFound", "datastore").await?),
                 None => None,
@@ -320,7 +347,7 @@ pub async fn provision_step(
                 name: input.name.to_owned(),
                 pool,
                 datastore,
-                host: None,
+                host,
                 linked_snapshot,
                 config: ConfigSpec {
                     extra_config: guestinfo(input, user_data)
@@ -504,11 +531,17 @@ pub async fn provision_step(
                 step.vm = Some(info);
                 return Ok(step);
             }
-            let mut step = Step::wait(
-                Phase::ShuttingDown(vm, since),
-                GUEST_POLL,
-                "waiting for the guest to shut down".to_owned(),
+            let why = if desired_power == PowerState::Off {
+                "spec.powerState is Off"
+            } else {
+                "to apply a change that needs the VM off"
+            };
+            let asked = Timestamp::now().duration_since(since).as_secs().max(0);
+            let message = format!(
+                "waiting for the guest to shut down ({why}): asked {asked}s ago, powered off hard after {}s",
+                power::SHUTDOWN_TIMEOUT.as_secs()
             );
+            let mut step = Step::wait(Phase::ShuttingDown(vm, since), GUEST_POLL, message);
             step.vm = Some(info);
             Ok(step)
         }
@@ -580,7 +613,7 @@ pub async fn provision_step(
                             let mut step = Step::wait(
                                 Phase::ShuttingDown(vm, Timestamp::now()),
                                 GUEST_POLL,
-                                format!("waiting for the guest to shut down {why}"),
+                                format!("waiting for the guest to shut down ({why})"),
                             )
                             .event("PoweringOff", format!("guest shutdown requested {why}"));
                             step.vm = Some(info);

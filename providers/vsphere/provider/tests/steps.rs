@@ -4,6 +4,8 @@
 //! spec with its providerID, a new UID, no status: the VM is re-adopted and re-marked, never
 //! cloned again; a VM created for another machine is refused; a vanished VM is reported.
 //!
+//! A cluster without DRS: machines without a failure domain spread over its hosts by memory left.
+//!
 //! Powering off for a day-2 change: the guest is asked to shut down (VMware Tools) and the
 //! request survives a restart; a guest that ignored it for the kit's timeout is powered off.
 
@@ -414,9 +416,15 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
     let recent = now - k8s_openapi::jiff::SignedDuration::from_secs(5);
     let step = off_step(&c, &input, Phase::ShuttingDown(vm.clone(), recent)).await?;
     ensure!(
-        step.phase == Phase::ShuttingDown(vm.clone(), recent) && step.waiting.is_some(),
+        step.phase == Phase::ShuttingDown(vm.clone(), recent),
         "a guest within its timeout is waited for: {:?}",
         step.phase
+    );
+    let waiting = step.waiting.clone().unwrap_or_default();
+    ensure!(
+        waiting.contains("(spec.powerState is Off): asked ")
+            && waiting.contains("powered off hard after 120s"),
+        "the wait says what for and since when: {waiting:?}"
     );
     let long_ago =
         now - k8s_openapi::jiff::SignedDuration::from_secs(power::SHUTDOWN_TIMEOUT.as_secs() as i64 + 1);
@@ -435,6 +443,44 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
     ensure!(
         c.vm_info(&vm).await?.context("VM gone")?.power_state == Some(VmPowerState::PoweredOff),
         "not powered off"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn machines_without_a_failure_domain_spread_over_the_hosts_of_a_cluster_without_drs() -> Result<()> {
+    let (sim, c) = vcenter().await?;
+    sim.disable_drs(&c, "/DC0/host/DC0_C0").await?;
+    let cluster = cluster();
+    let s = spec()?;
+    let mut hosts = Vec::new();
+    for (i, uid) in [OLD_UID, NEW_UID, "5e6f7a8b-0000-4000-8000-00000000a003"]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("spread-{i}");
+        let input = MachineInput {
+            uid,
+            namespace: "ns",
+            name: &name,
+            spec: &s,
+            cluster: &cluster,
+            failure_domain: None,
+            pool_addresses: &NO_POOL,
+        };
+        let steps = drive(&c, &input, Phase::Clone, b"#cloud-config\n").await?;
+        let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
+            bail!("{name} not provisioned");
+        };
+        let info = c.vm_info(&vm).await?.context("VM gone")?;
+        hosts.push(info.host.context("no host")?.value);
+    }
+    let mut distinct = hosts.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    ensure!(
+        distinct.len() == 3,
+        "three 2 GiB machines on three 4 GiB hosts, each where the most memory was left: {hosts:?}"
     );
     Ok(())
 }

@@ -167,6 +167,28 @@ impl Vcsim {
         Ok(model)
     }
 
+    /// Turns DRS off on cluster `path` (vcsim's clusters have it on): VMs cloned into its pool
+    /// are then placed by the caller.
+    pub async fn disable_drs(&self, client: &banlieue_vsphere_client::Client, path: &str) -> Result<()> {
+        let cluster = client
+            .find_by_inventory_path(path)
+            .await?
+            .with_context(|| format!("no cluster {path} in vcsim"))?;
+        let body = format!(
+            "{}<spec xsi:type=\"ClusterConfigSpecEx\"><drsConfig><enabled>false</enabled></drsConfig></spec><modify>true</modify>",
+            cluster.to_xml("_this")
+        );
+        let response = client.call("ReconfigureComputeResource_Task", &body).await?;
+        let task = response
+            .child("returnval")
+            .and_then(banlieue_vsphere_client::MoRef::from_xml)
+            .context("ReconfigureComputeResource_Task returned no task")?;
+        client
+            .wait_task(&task, Duration::from_millis(50), Duration::from_secs(60))
+            .await?;
+        Ok(())
+    }
+
     /// The last lines of vcsim's log.
     pub fn log_tail(&self, n: usize) -> String {
         self.process.log_tail(n)

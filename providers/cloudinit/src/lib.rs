@@ -4,10 +4,12 @@
 //! `cidata`) with `user-data` (the bytes of the bootstrap Secret's `value`, untouched), `meta-data`
 //! (instance-id and hostname) and an optional `network-config` (version 2). This crate renders
 //! those files and the ISO 9660 image that carries them, and reads seeds back (for simulators and
-//! tests).
+//! tests). What cloud-init parses is written by [`yaml11`], so YAML 1.1 (cloud-init's PyYAML)
+//! reads every string as a string.
 
 pub mod iso9660;
 mod network;
+pub mod yaml11;
 
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +34,7 @@ pub enum Error {
     Render {
         file: &'static str,
         #[source]
-        source: serde_yaml::Error,
+        source: serde_json::Error,
     },
     #[error("cannot parse {file} of the seed")]
     Parse {
@@ -72,7 +74,7 @@ impl NoCloudSeed {
                 "meta-data instance-id must not be empty".into(),
             ));
         }
-        let meta_data = serde_yaml::to_string(&self.meta_data).map_err(|source| Error::Render {
+        let meta_data = yaml11::to_string(&self.meta_data).map_err(|source| Error::Render {
             file: META_DATA,
             source,
         })?;
@@ -204,6 +206,13 @@ mod tests {
         let files = seed().files().unwrap();
         let meta = String::from_utf8(files[1].data.clone()).unwrap();
         assert_eq!(meta, "instance-id: uid-1234\nlocal-hostname: worker-0\n");
+        let mut on = seed();
+        on.meta_data.local_hostname = "on".into();
+        let meta = String::from_utf8(on.files().unwrap()[1].data.clone()).unwrap();
+        assert_eq!(
+            meta, "instance-id: uid-1234\nlocal-hostname: \"on\"\n",
+            "YAML 1.1 reads on as true"
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ impl NetworkConfig {
     }
 
     pub fn to_yaml(&self) -> Result<String> {
-        serde_yaml::to_string(self).map_err(|source| Error::Render {
+        crate::yaml11::to_string(self).map_err(|source| Error::Render {
             file: NETWORK_CONFIG,
             source,
         })
@@ -47,6 +47,9 @@ pub struct Ethernet {
     pub addresses: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub routes: Vec<Route>,
+    /// The IPv6 default gateway (see the kit's `network` for why not a route).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway6: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nameservers: Option<NameServers>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -95,7 +98,7 @@ mod tests {
         let yaml = NetworkConfig::new(ethernets).to_yaml().unwrap();
         assert_eq!(
             yaml,
-            "version: 2\nethernets:\n  eth0:\n    match:\n      macaddress: bc:24:11:00:00:01\n    set-name: eth0\n    dhcp4: true\n"
+            "ethernets:\n  eth0:\n    dhcp4: true\n    match:\n      macaddress: \"bc:24:11:00:00:01\"\n    set-name: eth0\nversion: 2\n"
         );
     }
 }

@@ -177,11 +177,23 @@ pub async fn resolve<M: InfraMachine>(
     }
 }
 
-/// The default route of a family through `gateway`.
-fn default_route(v6: bool, gateway: String) -> Route {
+/// The IPv4 default route through `gateway`.
+fn default_route(gateway: String) -> Route {
     Route {
-        to: if v6 { "::/0" } else { "0.0.0.0/0" }.to_owned(),
+        to: "0.0.0.0/0".to_owned(),
         via: gateway,
+    }
+}
+
+/// The default gateway of one family: IPv4 as a route to `0.0.0.0/0`; IPv6 as `gateway6`, since
+/// cloud-init up to 22.4 (Debian bookworm's) renders a route to `::/0` as `::/64` for ifupdown
+/// and networkd (the route's prefix 0 is lost), while `gateway6` renders as a default route on
+/// every renderer.
+fn set_gateway(eth: &mut Ethernet, v6: bool, gateway: String) {
+    if v6 {
+        eth.gateway6 = Some(gateway);
+    } else {
+        eth.routes.push(default_route(gateway));
     }
 }
 
@@ -199,7 +211,7 @@ fn family_config(
         IpAddressingMode::Static => {
             eth.addresses.extend(addressing.addresses.iter().cloned());
             if let Some(gw) = &addressing.gateway {
-                eth.routes.push(default_route(v6, gw.clone()));
+                set_gateway(eth, v6, gw.clone());
             }
         }
         IpAddressingMode::Pool => {
@@ -208,7 +220,7 @@ fn family_config(
             })?;
             eth.addresses.push(format!("{}/{}", a.address, a.prefix));
             if let Some(gw) = a.gateway {
-                eth.routes.push(default_route(v6, gw.to_string()));
+                set_gateway(eth, v6, gw.to_string());
             }
         }
     }
@@ -216,7 +228,9 @@ fn family_config(
 }
 
 /// The `network-config` v2 of `networks`: one ethernet per interface, keyed by its name and
-/// matched by the MAC `mac` gives it (`None`: the guest's interface of that name). IPv4 is DHCP
+/// matched by the MAC `mac` gives it and renamed to the key (`None`: the guest's interface of that
+/// name). What cloud-init makes of it is tested against the real cloud-init
+/// (`providers/kit/tests/real_cloud_init.rs`). IPv4 is DHCP
 /// unless said otherwise; IPv6 is written only when set. `pool` holds the addresses allocated
 /// from IPAM pools ([`resolve`]). `Err`: why the configuration cannot be written yet.
 pub fn network_config(
@@ -226,10 +240,14 @@ pub fn network_config(
 ) -> Result<NetworkConfig, String> {
     let mut ethernets = BTreeMap::new();
     for net in networks {
+        let match_mac = mac(net)?.map(|m| MacMatch {
+            macaddress: m.to_ascii_lowercase(),
+        });
         let mut eth = Ethernet {
-            match_mac: mac(net)?.map(|m| MacMatch {
-                macaddress: m.to_ascii_lowercase(),
-            }),
+            // Matched by MAC, the interface is renamed to its key: cloud-init renames only for
+            // `set-name`, and its ifupdown and networkd renderers configure the key's name.
+            set_name: match_mac.as_ref().map(|_| net.name.clone()),
+            match_mac,
             mtu: net.mtu,
             ..Ethernet::default()
         };
@@ -370,7 +388,7 @@ mod tests {
         let net0 = &config.ethernets["net0"];
         assert_eq!(net0.match_mac.as_ref().unwrap().macaddress, "52:54:00:aa:bb:cc");
         assert_eq!(net0.addresses, vec!["192.0.2.10/24".to_owned()]);
-        assert_eq!(net0.routes, vec![default_route(false, "192.0.2.1".into())]);
+        assert_eq!(net0.routes, vec![default_route("192.0.2.1".into())]);
         assert_eq!(net0.dhcp4, None);
         assert_eq!(
             net0.nameservers.as_ref().unwrap().addresses,
@@ -382,7 +400,7 @@ mod tests {
             net1.addresses,
             vec!["198.51.100.7/24".to_owned(), "2001:db8::7/64".to_owned()]
         );
-        assert_eq!(net1.routes, vec![default_route(false, "198.51.100.1".into())]);
+        assert_eq!(net1.routes, vec![default_route("198.51.100.1".into())]);
     }
 
     #[test]

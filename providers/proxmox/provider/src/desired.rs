@@ -705,7 +705,7 @@ mod tests {
             .to_yaml()
             .unwrap();
         assert!(yaml.contains("10.10.0.5/24"), "{yaml}");
-        assert!(yaml.contains("via: 10.10.0.1"), "{yaml}");
+        assert!(yaml.contains("via: \"10.10.0.1\""), "{yaml}");
         assert!(!yaml.contains("dhcp4: true"), "{yaml}");
     }
 

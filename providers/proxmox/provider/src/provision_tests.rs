@@ -175,9 +175,9 @@ async fn the_seed_carries_the_bootstrap_data_byte_for_byte() {
     assert_eq!(files.user_data.as_deref(), Some(USER_DATA));
     let meta = files.meta_data.unwrap();
     assert!(meta.contains("local-hostname: m1"), "{meta}");
-    assert!(meta.contains("instance-id: 0000AAAA-0000-0000-0000-"), "{meta}");
+    assert!(meta.contains("instance-id: \"0000AAAA-0000-0000-0000-"), "{meta}");
     let network = files.network_config.unwrap();
-    assert!(network.contains("macaddress: bc:24:11:"), "{network}");
+    assert!(network.contains("macaddress: \"bc:24:11:"), "{network}");
     let vm = hv.vms().into_values().next().unwrap();
     assert_eq!(
         vm.config["ide2"],

@@ -7,7 +7,6 @@
 //! UID and such a VM is adopted instead of cloning again. Deletion only ever touches the VM in
 //! `status.vmRef` or one carrying our UID.
 
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState};
@@ -152,6 +151,20 @@ pub fn placement(input: &MachineInput<'_>) -> Result<Placement, StepError> {
     })
 }
 
+/// `guestinfo.metadata`, read by cloud-init's VMware datasource (YAML 1.1: written by
+/// [`banlieue_cloudinit::yaml11`] so a name such as `on` stays a string).
+#[derive(serde::Serialize)]
+struct GuestMetadata<'a> {
+    #[serde(rename = "instance-id")]
+    instance_id: &'a str,
+    #[serde(rename = "local-hostname")]
+    local_hostname: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    network: Option<String>,
+    #[serde(rename = "network.encoding", skip_serializing_if = "Option::is_none")]
+    network_encoding: Option<&'static str>,
+}
+
 /// The guestinfo extraConfig of a clone: user data and meta-data, base64, plus our UID. When
 /// `spec.networks` asks for more than DHCP on the first interface (static or pool addresses,
 /// IPv6, MTU, DNS), the meta-data carries a `network` (cloud-init's VMware datasource), its
@@ -162,18 +175,22 @@ pub fn guestinfo(
     user_data: Option<&[u8]>,
 ) -> Result<Vec<(String, String)>, String> {
     let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
-    let mut meta = format!("instance-id: {}\nlocal-hostname: {}\n", input.uid, input.name);
     let networks = &input.spec.networks;
-    if network::needs_network_config(networks) {
+    let network = if network::needs_network_config(networks) {
         let config = network::network_config(networks, |n| Ok(n.mac_address.clone()), input.pool_addresses)?
             .to_yaml()
             .map_err(|e| e.to_string())?;
-        let _ = write!(
-            meta,
-            "network: {}\nnetwork.encoding: base64\n",
-            b64(config.as_bytes())
-        );
-    }
+        Some(b64(config.as_bytes()))
+    } else {
+        None
+    };
+    let meta = banlieue_cloudinit::yaml11::to_string(&GuestMetadata {
+        instance_id: input.uid,
+        local_hostname: input.name,
+        network_encoding: network.as_ref().map(|_| "base64"),
+        network,
+    })
+    .map_err(|e| format!("cannot render guestinfo.metadata: {e}"))?;
     let mut out = vec![
         ("guestinfo.metadata".to_owned(), b64(meta.as_bytes())),
         ("guestinfo.metadata.encoding".to_owned(), "base64".to_owned()),

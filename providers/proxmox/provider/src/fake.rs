@@ -67,6 +67,7 @@ struct State {
     uploads: Vec<(String, String, Vec<u8>)>,
     pending: Vec<(u32, String)>,
     yielding: bool,
+    local_storages: Vec<String>,
 }
 
 /// The fake Proxmox VE cluster. Cheap to clone (shared state).
@@ -140,6 +141,11 @@ impl FakePve {
     /// only apply them at the next boot. `(vmid, key)`.
     pub fn pending_changes(&self) -> Vec<(u32, String)> {
         self.lock().pending.clone()
+    }
+
+    /// Declares `storages` not shared between nodes (by default every storage is shared).
+    pub fn set_local_storages(&self, storages: &[&str]) {
+        self.lock().local_storages = storages.iter().map(|s| (*s).to_owned()).collect();
     }
 
     /// Tasks report `running` this many times before finishing (default 0: done at first poll).
@@ -377,8 +383,18 @@ impl Hypervisor for FakePve {
                     .get("tags")
                     .and_then(|t| normalize_tags(t).ok())
                     .unwrap_or_default(),
+                memory: vm
+                    .config
+                    .get("memory")
+                    .and_then(|m| m.parse::<u64>().ok())
+                    .map_or(0, |mib| mib << 20),
+                running: vm.running,
             })
             .collect())
+    }
+
+    async fn local_storages(&self, _node: &str) -> Result<Vec<String>, PveError> {
+        Ok(self.enter("local_storages")?.local_storages.clone())
     }
 
     async fn next_vmid(&self) -> Result<u32, PveError> {

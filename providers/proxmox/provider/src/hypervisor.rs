@@ -47,6 +47,10 @@ pub struct Guest {
     pub template: bool,
     /// Normalised tags.
     pub tags: Vec<String>,
+    /// Configured memory in bytes (`maxmem`), `0` when not listed.
+    pub memory: u64,
+    /// `status == running`.
+    pub running: bool,
 }
 
 /// What the reconcilers need from a Proxmox VE cluster. Implemented by
@@ -58,6 +62,9 @@ pub trait Hypervisor: Send + Sync + 'static {
     fn nodes(&self) -> impl Future<Output = Result<Vec<NodeLoad>, PveError>> + Send;
     /// Every QEMU guest of the cluster (templates included).
     fn guests(&self) -> impl Future<Output = Result<Vec<Guest>, PveError>> + Send;
+    /// The storages of `node` that are not shared with the other nodes (a guest with a disk on
+    /// one cannot be cloned to another node).
+    fn local_storages(&self, node: &str) -> impl Future<Output = Result<Vec<String>, PveError>> + Send;
     /// The next free VMID PVE proposes.
     fn next_vmid(&self) -> impl Future<Output = Result<u32, PveError>> + Send;
     /// Whether `vmid` is unused.
@@ -193,8 +200,20 @@ impl Hypervisor for Client {
                         .as_deref()
                         .and_then(|t| banlieue_pve_client::config::normalize_tags(t).ok())
                         .unwrap_or_default(),
+                    memory: r.maxmem.unwrap_or(0),
+                    running: r.status.as_deref() == Some("running"),
                 })
             })
+            .collect())
+    }
+
+    async fn local_storages(&self, node: &str) -> Result<Vec<String>, PveError> {
+        let node = node.to_owned();
+        let storages = with_client(self, move |c| async move { c.list_storage(&node, None).await }).await?;
+        Ok(storages
+            .into_iter()
+            .filter(|s| !s.shared)
+            .map(|s| s.storage)
             .collect())
     }
 

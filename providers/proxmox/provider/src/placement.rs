@@ -3,9 +3,12 @@
 //! Order of precedence: the ProxmoxMachine's `spec.targetNode`; else the Machine's
 //! `spec.failureDomain` (a node name: the ProxmoxCluster publishes one failure domain per
 //! allowed node); else the online allowed node with the most free memory (ties: by name, so the
-//! choice is deterministic).
+//! choice is deterministic), among the nodes the template can be cloned to: only its own when a
+//! disk of it is on storage the nodes do not share (Proxmox VE refuses the clone elsewhere). A
+//! node's free memory is what it reports free less the configured memory of its guests that do
+//! not run yet ([`reserve_for_stopped_guests`]).
 
-use crate::hypervisor::NodeLoad;
+use crate::hypervisor::{Guest, NodeLoad};
 
 /// Why no node could be chosen. Every variant is permanent until the spec, the Machine or the
 /// Proxmox cluster changes.
@@ -35,6 +38,18 @@ pub enum PlacementError {
         /// The allowed nodes, comma-separated, or `any`.
         allowed: String,
     },
+    /// The template can be cloned on its own node only, which cannot be used.
+    #[error(
+        "the template has disks on storage local to node {node:?} (Proxmox VE clones it to that node only), \
+         which is not an online allowed node (allowed: {allowed}): move the template's disks to shared \
+         storage, keep a template on each node, or allow {node:?}"
+    )]
+    TemplateNodeUnavailable {
+        /// The template's node.
+        node: String,
+        /// The allowed nodes, comma-separated, or `any`.
+        allowed: String,
+    },
 }
 
 /// What placement depends on.
@@ -48,6 +63,9 @@ pub struct PlacementInput<'a> {
     pub machine_allowed: &'a [String],
     /// ProxmoxCluster `spec.allowedNodes` (empty = every node).
     pub cluster_allowed: &'a [String],
+    /// The template's node when it has a disk on storage the nodes do not share: the only node
+    /// a VM without a requested node may go to.
+    pub template_node: Option<&'a str>,
 }
 
 impl PlacementInput<'_> {
@@ -98,12 +116,35 @@ pub fn choose_node(input: &PlacementInput<'_>, nodes: &[NodeLoad]) -> Result<Str
     let candidates = nodes
         .iter()
         .filter(|n| n.online && input.allows(&n.name))
+        .filter(|n| input.template_node.is_none_or(|t| t == n.name))
         .map(|n| (n.name.as_str(), Some(n.free_memory)));
     banlieue_provider_kit::placement::roomiest(candidates)
         .map(str::to_owned)
-        .ok_or_else(|| PlacementError::NoneOnline {
-            allowed: input.allowed_text(),
+        .ok_or_else(|| match input.template_node {
+            Some(node) => PlacementError::TemplateNodeUnavailable {
+                node: node.to_owned(),
+                allowed: input.allowed_text(),
+            },
+            None => PlacementError::NoneOnline {
+                allowed: input.allowed_text(),
+            },
         })
+}
+
+/// `nodes` with the configured memory of their guests that do not run (templates aside) taken
+/// off their free memory: such a guest (being cloned, or stopped) uses its memory once it starts,
+/// which its node does not count as used yet. So machines created together spread over the nodes
+/// instead of all choosing the one that looked freest before any of them started.
+pub fn reserve_for_stopped_guests(mut nodes: Vec<NodeLoad>, guests: &[Guest]) -> Vec<NodeLoad> {
+    for node in &mut nodes {
+        let reserved: u64 = guests
+            .iter()
+            .filter(|g| g.node == node.name && !g.template && !g.running)
+            .map(|g| g.memory)
+            .sum();
+        node.free_memory = node.free_memory.saturating_sub(reserved);
+    }
+    nodes
 }
 
 #[cfg(test)]
@@ -155,6 +196,7 @@ mod tests {
             failure_domain: fd,
             machine_allowed: &machine,
             cluster_allowed: &cluster,
+            template_node: None,
         };
         assert_eq!(choose_node(&input, &nodes()).unwrap(), want);
     }
@@ -211,5 +253,80 @@ mod tests {
             choose_node(&PlacementInput::default(), &[]),
             Err(PlacementError::NoneOnline { allowed }) if allowed == "any"
         ));
+    }
+}
+
+#[cfg(test)]
+mod storage_and_reservation_tests {
+    use super::*;
+
+    fn node(name: &str, online: bool) -> NodeLoad {
+        NodeLoad {
+            name: name.into(),
+            online,
+            free_memory: 56 << 30,
+            cpus: None,
+            memory_mib: None,
+        }
+    }
+
+    fn guest(node: &str, memory_gib: u64, running: bool, template: bool) -> Guest {
+        Guest {
+            node: node.into(),
+            vmid: 100,
+            name: None,
+            template,
+            tags: vec![],
+            memory: memory_gib << 30,
+            running,
+        }
+    }
+
+    #[test]
+    fn guests_that_do_not_run_yet_take_their_memory_off_their_node() {
+        let guests = [
+            guest("pve1", 4, false, false), // being cloned
+            guest("pve1", 8, true, false),  // running: already in the node's used memory
+            guest("pve2", 2, false, true),  // a template never starts
+            guest("pve3", 64, false, false),
+        ];
+        let nodes = vec![node("pve1", true), node("pve2", true), node("pve3", true)];
+        let free: Vec<u64> = reserve_for_stopped_guests(nodes, &guests)
+            .iter()
+            .map(|n| n.free_memory >> 30)
+            .collect();
+        assert_eq!(free, [52, 56, 0]);
+        let nodes = reserve_for_stopped_guests(vec![node("pve1", true), node("pve2", true)], &guests[..1]);
+        assert_eq!(
+            choose_node(&PlacementInput::default(), &nodes).unwrap(),
+            "pve2",
+            "the clone in flight on pve1 counts"
+        );
+    }
+
+    #[test]
+    fn a_template_on_local_storage_keeps_machines_on_its_node_or_says_why_not() {
+        let nodes = vec![node("pve1", true), node("pve2", true), node("pve3", false)];
+        let pinned = |t| PlacementInput {
+            template_node: Some(t),
+            ..PlacementInput::default()
+        };
+        assert_eq!(choose_node(&pinned("pve2"), &nodes).unwrap(), "pve2");
+        let err = choose_node(&pinned("pve3"), &nodes).unwrap_err();
+        assert_eq!(
+            err,
+            PlacementError::TemplateNodeUnavailable {
+                node: "pve3".into(),
+                allowed: "any".into()
+            }
+        );
+        assert!(err.to_string().contains("shared storage"), "{err}");
+        // A node asked for explicitly is the user's choice (the clone reports a refusal).
+        let asked = PlacementInput {
+            failure_domain: Some("pve1"),
+            template_node: Some("pve2"),
+            ..PlacementInput::default()
+        };
+        assert_eq!(choose_node(&asked, &nodes).unwrap(), "pve1");
     }
 }

@@ -24,7 +24,7 @@ use banlieue_pve_client::{CloneRequest, ErrorClass, SizeChange, TaskOutcome, Upi
 use crate::desired::{self, ConfigureAction};
 use crate::hypervisor::{Guest, Hypervisor};
 use crate::phase::{Phase, VmLocation};
-use crate::placement::{PlacementInput, choose_node};
+use crate::placement::{PlacementInput, choose_node, reserve_for_stopped_guests};
 use crate::readopt::{self, Found};
 use crate::update::{self, UpdateAction};
 
@@ -265,6 +265,31 @@ pub fn find_template(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Result<(Str
     }
 }
 
+/// The template's node when one of its disks (not a CD-ROM) is on storage local to that node:
+/// Proxmox VE clones it to that node only. `None` when any node will do, or when no single
+/// template matches yet (the clone step says why).
+async fn template_pinned_to<H: Hypervisor>(
+    hv: &H,
+    spec: &ProxmoxMachineSpec,
+    guests: &[Guest],
+) -> Result<Option<String>, banlieue_pve_client::Error> {
+    let Ok((node, vmid)) = find_template(spec, guests) else {
+        return Ok(None);
+    };
+    let Some(config) = hv.vm_config(&node, vmid).await? else {
+        return Ok(None);
+    };
+    let local = hv.local_storages(&node).await?;
+    let pinned = config
+        .disks()
+        .unwrap_or_default()
+        .values()
+        .filter(|d| d.media.as_deref() != Some("cdrom"))
+        .filter_map(|d| d.storage())
+        .any(|storage| local.iter().any(|l| l == storage));
+    Ok(pinned.then_some(node))
+}
+
 fn task_failed(reason: &'static str, upid: &Upid, text: &str) -> StepError {
     permanent(reason, format!("task {} failed: {text}", upid.task_type))
 }
@@ -333,12 +358,22 @@ pub async fn provision_step<H: Hypervisor>(
             readopt_step(hv, input, input.spec.provider_id.as_deref().unwrap_or_default()).await
         }
         Phase::SelectNode => {
+            let requested =
+                input.spec.target_node.is_some() || input.failure_domain.is_some_and(|f| !f.is_empty());
             let nodes = hv.nodes().await.map_err(pve)?;
+            let (nodes, template_node) = if requested {
+                (nodes, None)
+            } else {
+                let guests = hv.guests().await.map_err(pve)?;
+                let pinned = template_pinned_to(hv, input.spec, &guests).await.map_err(pve)?;
+                (reserve_for_stopped_guests(nodes, &guests), pinned)
+            };
             let placement = PlacementInput {
                 target_node: input.spec.target_node.as_deref(),
                 failure_domain: input.failure_domain,
                 machine_allowed: &input.spec.allowed_nodes,
                 cluster_allowed: input.cluster_allowed_nodes,
+                template_node: template_node.as_deref(),
             };
             let node = choose_node(&placement, &nodes).map_err(|e| permanent(reason, e.to_string()))?;
             Ok(Step::to(Phase::AllocateVmid { node }))

@@ -62,7 +62,11 @@ fn input<'a>(spec: &'a ProxmoxMachineSpec, uid: &'a str) -> MachineInput<'a> {
 }
 
 async fn sim() -> Result<(SimHandle, Client)> {
-    let sim = banlieue_pve_sim::start(SimConfig::fast()).await?;
+    sim_with(SimConfig::fast()).await
+}
+
+async fn sim_with(config: SimConfig) -> Result<(SimHandle, Client)> {
+    let sim = banlieue_pve_sim::start(config).await?;
     let client = Client::builder(sim.url())
         .token(sim.token_id(), sim.token_secret())
         .tls(TlsVerification::CaBundle(sim.ca_pem()))
@@ -168,5 +172,66 @@ async fn a_restart_after_clone_start_adopts_the_vm() -> Result<()> {
     let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
     assert_eq!(vms.len(), 1, "adopted, not cloned twice");
     sim.shutdown().await;
+    Ok(())
+}
+
+/// Places three machines without a failure domain, each cloned and configured but not started
+/// (so the next sees it only as memory reserved on its node); returns their nodes.
+async fn place_three(client: &Client) -> Result<Vec<String>> {
+    let spec = spec();
+    let uids = [
+        UID,
+        "4f1c2d3e-0000-4000-8000-00000000abce",
+        "4f1c2d3e-0000-4000-8000-00000000abcf",
+    ];
+    let mut nodes = Vec::new();
+    for uid in uids {
+        let input = MachineInput {
+            failure_domain: None,
+            ..input(&spec, uid)
+        };
+        let phase = drive(client, &input, Phase::SelectNode, |p| {
+            matches!(p, Phase::PowerOn(..))
+        })
+        .await?;
+        nodes.push(phase.location().context("location")?.node.clone());
+    }
+    Ok(nodes)
+}
+
+/// A template on shared storage: machines without a failure domain spread over the nodes (a
+/// clone that does not run yet reserves its memory on its node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_without_a_failure_domain_spread_over_the_nodes() -> Result<()> {
+    let mut config = SimConfig::fast();
+    let mut shared = banlieue_pve_sim::StorageSpec::new("ceph", "rbd", &["images", "rootdir"]);
+    shared.shared = true;
+    config.storages.push(shared);
+    for template in &mut config.templates {
+        for value in template.config.values_mut() {
+            if let Some(rest) = value.strip_prefix("local-lvm:") {
+                *value = format!("ceph:{rest}");
+            }
+        }
+    }
+    let (sim, client) = sim_with(config).await?;
+    let mut nodes = place_three(&client).await?;
+    nodes.sort();
+    assert_eq!(
+        nodes,
+        ["pve1", "pve2", "pve3"],
+        "three machines on three equal nodes"
+    );
+    assert!(sim.vms().iter().filter(|v| !v.template).all(|v| !v.running));
+    Ok(())
+}
+
+/// A template on storage local to its node (the simulator's default, `local-lvm` on pve1): Proxmox
+/// VE would refuse a clone to another node, so every machine without a failure domain goes to the
+/// template's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_on_local_storage_keeps_machines_on_its_node() -> Result<()> {
+    let (_sim, client) = sim().await?;
+    assert_eq!(place_three(&client).await?, ["pve1", "pve1", "pve1"]);
     Ok(())
 }

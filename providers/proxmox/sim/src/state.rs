@@ -226,6 +226,11 @@ pub(crate) fn value_text(v: &Value) -> String {
     }
 }
 
+/// Every simulated node's memory (bytes).
+const NODE_MEMORY: u64 = 64 << 30;
+/// Memory a simulated node uses for itself, before any VM.
+const HOST_MEMORY_USED: u64 = 8 << 30;
+
 const DISK_PREFIXES: [&str; 6] = ["scsi", "virtio", "sata", "ide", "efidisk", "tpmstate"];
 
 fn is_disk_key(key: &str) -> bool {
@@ -731,7 +736,7 @@ impl State {
                 .iter()
                 .map(|n| {
                     json!({"node": n, "id": format!("node/{n}"), "type": "node", "status": "online",
-                        "cpu": 0.03, "maxcpu": 16, "mem": 8u64 << 30, "maxmem": 64u64 << 30,
+                        "cpu": 0.03, "maxcpu": 16, "mem": self.node_memory_used(n), "maxmem": NODE_MEMORY,
                         "disk": 10u64 << 30, "maxdisk": 100u64 << 30, "uptime": uptime, "level": "",
                         "ssl_fingerprint": self.fingerprint})
                 })
@@ -739,12 +744,26 @@ impl State {
         )
     }
 
-    fn node_status(&self, _node: &str) -> Value {
+    /// Memory in use on `node`: the host's own plus what its running VMs use (as
+    /// [`Self::vm_summary`] reports it), so placement by free memory sees the VMs a node runs.
+    fn node_memory_used(&self, node: &str) -> u64 {
+        let vms: u64 = self
+            .vms
+            .iter()
+            .filter(|(_, vm)| vm.node == node && vm.running)
+            .filter_map(|(vmid, vm)| self.vm_summary(*vmid, vm).get("mem").and_then(Value::as_u64))
+            .sum();
+        (HOST_MEMORY_USED + vms).min(NODE_MEMORY)
+    }
+
+    fn node_status(&self, node: &str) -> Value {
         let uptime = Instant::now().duration_since(self.boot).as_secs() + 86_400;
+        let used = self.node_memory_used(node);
+        let free = NODE_MEMORY - used;
         json!({
             "uptime": uptime, "cpu": 0.03, "wait": 0.0, "idle": 0,
             "loadavg": ["0.10", "0.05", "0.01"],
-            "memory": {"total": 64u64 << 30, "used": 8u64 << 30, "free": 56u64 << 30, "available": 56u64 << 30},
+            "memory": {"total": NODE_MEMORY, "used": used, "free": free, "available": free},
             "swap": {"total": 0, "used": 0, "free": 0},
             "rootfs": {"total": 100u64 << 30, "used": 10u64 << 30, "free": 90u64 << 30, "avail": 90u64 << 30},
             "ksm": {"shared": 0},

@@ -117,10 +117,10 @@ pub struct IpAddressing {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NetworkInterface {
-    /// Name of the interface, unique within the machine. Proxmox: `net0`…; libvirt: free (the
-    /// guest's network configuration matches the interface by its MAC); vSphere: the guest's
-    /// interface name (`ens192` for a vmxnet3 adapter on most distributions), which the guest's
-    /// network configuration matches, unless `macAddress` is set.
+    /// Name of the interface, unique within the machine. Proxmox: `net0`…; libvirt and vSphere:
+    /// free. When a network configuration is written for the guest (static or pool addresses,
+    /// IPv6, MTU, DNS, several interfaces), it matches the interface by its MAC and renames it to
+    /// this name (cloud-init `set-name`).
     #[schemars(length(min = 1, max = 15), regex(pattern = r"^[a-z][a-z0-9]*$"))]
     pub name: String,
     /// What the interface attaches to: Proxmox bridge (`vmbr0`), libvirt network (`default`)

@@ -92,8 +92,10 @@ impl MachineBackend for VSphereMachines {
             .map_err(|e| Problem::new(kit::INCONSISTENT_STATUS, e.to_string()))?;
         let cloning = matches!(phase, Phase::Clone);
         let has_provider_id = vm.spec.provider_id.is_some();
+        // Configure rewrites the meta-data's network for the VM's MACs: pool addresses again.
+        let configuring = matches!(phase, Phase::Configure(..));
         let plan = Plan {
-            needs_user_data: cloning && !has_provider_id,
+            needs_user_data: (cloning || configuring) && !has_provider_id,
             readopting: cloning && has_provider_id,
             provisioned: phase.is_provisioned(),
         };

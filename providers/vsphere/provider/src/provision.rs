@@ -165,22 +165,24 @@ struct GuestMetadata<'a> {
     network_encoding: Option<&'static str>,
 }
 
-/// The guestinfo extraConfig of a clone: user data and meta-data, base64, plus our UID. When
-/// `spec.networks` asks for more than DHCP on the first interface (static or pool addresses,
-/// IPv6, MTU, DNS), the meta-data carries a `network` (cloud-init's VMware datasource), its
-/// interfaces matched by name, or by MAC where the spec sets one. `Err`: an address from an IPAM
-/// pool is not allocated yet.
-pub fn guestinfo(
+/// `guestinfo.metadata` (base64): instance id and hostname, and when `spec.networks` asks for
+/// more than DHCP on the first interface (static or pool addresses, IPv6, MTU, DNS) a `network`
+/// (cloud-init's VMware datasource) whose interfaces are matched by the MAC `mac` gives the
+/// interface at that index of `spec.networks` (and renamed to its name), else by name. `Err`: an
+/// address from an IPAM pool is not allocated yet.
+pub fn guest_metadata(
     input: &MachineInput<'_>,
-    user_data: Option<&[u8]>,
-) -> Result<Vec<(String, String)>, String> {
-    let b64 = |d: &[u8]| base64::engine::general_purpose::STANDARD.encode(d);
+    mac: impl Fn(usize) -> Option<String>,
+) -> Result<String, String> {
     let networks = &input.spec.networks;
     let network = if network::needs_network_config(networks) {
-        let config = network::network_config(networks, |n| Ok(n.mac_address.clone()), input.pool_addresses)?
-            .to_yaml()
-            .map_err(|e| e.to_string())?;
-        Some(b64(config.as_bytes()))
+        let index =
+            |n: &banlieue_api::common::NetworkInterface| networks.iter().position(|m| m.name == n.name);
+        let config =
+            network::network_config(networks, |n| Ok(index(n).and_then(&mac)), input.pool_addresses)?
+                .to_yaml()
+                .map_err(|e| e.to_string())?;
+        Some(base64(config.as_bytes()))
     } else {
         None
     };
@@ -191,16 +193,82 @@ pub fn guestinfo(
         network,
     })
     .map_err(|e| format!("cannot render guestinfo.metadata: {e}"))?;
+    Ok(base64(meta.as_bytes()))
+}
+
+fn base64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// The guestinfo extraConfig of a clone: user data and meta-data ([`guest_metadata`], its
+/// interfaces matched by the MACs the spec sets: the VM's own are known once it exists, and
+/// Configure rewrites the meta-data with them), base64, plus our UID.
+pub fn guestinfo(
+    input: &MachineInput<'_>,
+    user_data: Option<&[u8]>,
+) -> Result<Vec<(String, String)>, String> {
+    let networks = &input.spec.networks;
+    let meta = guest_metadata(input, |i| networks.get(i).and_then(|n| n.mac_address.clone()))?;
     let mut out = vec![
-        ("guestinfo.metadata".to_owned(), b64(meta.as_bytes())),
+        (GUESTINFO_METADATA.to_owned(), meta),
         ("guestinfo.metadata.encoding".to_owned(), "base64".to_owned()),
     ];
     if let Some(ud) = user_data {
-        out.push(("guestinfo.userdata".to_owned(), b64(ud)));
+        out.push(("guestinfo.userdata".to_owned(), base64(ud)));
         out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
     }
     out.extend(readopt::marker(input.owner()));
     Ok(out)
+}
+
+/// The extraConfig key of the meta-data.
+pub const GUESTINFO_METADATA: &str = "guestinfo.metadata";
+
+/// Before the first power-on: the meta-data's `network` matched by the MACs the VM's NICs really
+/// have (vCenter assigns them at clone time), so the guest configures and renames the right
+/// interfaces whatever names its kernel gives them. `None` when the meta-data already says
+/// that (or carries no `network`, or cannot be written: a machine re-adopted after a move keeps
+/// what it has).
+async fn metadata_rewrite(
+    c: &Client,
+    input: &MachineInput<'_>,
+    vm: &MoRef,
+    info: &VmInfo,
+    nics: &[DesiredNic],
+) -> Result<Option<Step>, StepError> {
+    if !network::needs_network_config(&input.spec.networks) {
+        return Ok(None);
+    }
+    let macs = update::paired_macs(nics, &info.hardware);
+    let networks = &input.spec.networks;
+    let mac = |i: usize| {
+        networks
+            .get(i)
+            .and_then(|n| n.mac_address.clone())
+            .or_else(|| macs.get(i).cloned().flatten())
+    };
+    let Ok(meta) = guest_metadata(input, mac) else {
+        return Ok(None);
+    };
+    if info.extra_config.get(GUESTINFO_METADATA) == Some(&meta) {
+        return Ok(None);
+    }
+    let spec = ConfigSpec {
+        extra_config: vec![
+            (GUESTINFO_METADATA.to_owned(), meta),
+            ("guestinfo.metadata.encoding".to_owned(), "base64".to_owned()),
+        ],
+        ..ConfigSpec::default()
+    };
+    let task = c
+        .reconfigure(vm, &spec)
+        .await
+        .map_err(|e| client_error("ConfiguringFailed", e))?;
+    Ok(Some(Step::wait(
+        Phase::Configure(vm.clone(), Some(task)),
+        TASK_POLL,
+        "writing the guest's network configuration for the VM's MACs".to_owned(),
+    )))
 }
 
 /// Addresses from the guest (pure): hostname plus every reported IP.
@@ -443,7 +511,12 @@ pub async fn provision_step(
             };
             let nics = desired_nics(c, input).await?;
             match update::next_action(input.spec, &info, &nics, None) {
-                UpdateAction::InSync | UpdateAction::PowerOn => Ok(Step::to(Phase::PowerOn(vm, None))),
+                UpdateAction::InSync | UpdateAction::PowerOn => {
+                    match metadata_rewrite(c, input, &vm, &info, &nics).await? {
+                        Some(step) => Ok(step),
+                        None => Ok(Step::to(Phase::PowerOn(vm, None))),
+                    }
+                }
                 UpdateAction::Reconfigure { spec, what } => {
                     let task = c
                         .reconfigure(&vm, &spec)

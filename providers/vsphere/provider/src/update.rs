@@ -16,7 +16,9 @@
 
 use banlieue_api::common::PowerState;
 use banlieue_api::infrastructure::VSphereMachineSpec;
-use banlieue_vsphere_client::{ConfigSpec, DeviceChange, Hardware, NetworkBacking, VmInfo, VmPowerState};
+use banlieue_vsphere_client::{
+    ConfigSpec, DeviceChange, Hardware, NetworkBacking, VirtualNic, VmInfo, VmPowerState,
+};
 
 /// A NIC the spec asks for, with its network resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,6 +82,43 @@ fn same_mac(a: &str, b: &str) -> bool {
     a.eq_ignore_ascii_case(b)
 }
 
+/// Which of the VM's NICs (index into `have`) stands for each desired NIC: by MAC, then by
+/// network, then whatever is left; `None`: a NIC to add.
+pub fn pair_nics(nics: &[DesiredNic], have: &[VirtualNic]) -> Vec<Option<usize>> {
+    let mut pair: Vec<Option<usize>> = vec![None; nics.len()];
+    let mut used = vec![false; have.len()];
+    let mut take = |pair: &mut Vec<Option<usize>>, matches: &dyn Fn(&DesiredNic, usize) -> bool| {
+        for (i, want) in nics.iter().enumerate() {
+            if pair[i].is_some() {
+                continue;
+            }
+            if let Some(j) = (0..have.len()).find(|&j| !used[j] && matches(want, j)) {
+                used[j] = true;
+                pair[i] = Some(j);
+            }
+        }
+    };
+    take(&mut pair, &|want, j| {
+        want.mac
+            .as_deref()
+            .zip(have[j].mac.as_deref())
+            .is_some_and(|(a, b)| same_mac(a, b))
+    });
+    take(&mut pair, &|want, j| {
+        want.mac.is_none() && want.backing.same_network(&have[j].backing)
+    });
+    take(&mut pair, &|_, _| true);
+    pair
+}
+
+/// The MAC of the VM's NIC standing for each desired NIC ([`pair_nics`]), where it has one.
+pub fn paired_macs(nics: &[DesiredNic], hw: &Hardware) -> Vec<Option<String>> {
+    pair_nics(nics, &hw.nics)
+        .into_iter()
+        .map(|j| j.and_then(|j| hw.nics[j].mac.clone()))
+        .collect()
+}
+
 /// Disk growth and NIC changes (hot); empty when the VM matches.
 pub fn device_changes(spec: &VSphereMachineSpec, hw: &Hardware, nics: &[DesiredNic]) -> Vec<DeviceChange> {
     let mut out = Vec::new();
@@ -112,30 +151,8 @@ pub fn device_changes(spec: &VSphereMachineSpec, hw: &Hardware, nics: &[DesiredN
     if nics.is_empty() {
         return out;
     }
-    // Pair desired NICs with the VM's: by MAC, then by network, then whatever is left.
-    let mut pair: Vec<Option<usize>> = vec![None; nics.len()];
-    let mut used = vec![false; hw.nics.len()];
-    let mut take = |pair: &mut Vec<Option<usize>>, matches: &dyn Fn(&DesiredNic, usize) -> bool| {
-        for (i, want) in nics.iter().enumerate() {
-            if pair[i].is_some() {
-                continue;
-            }
-            if let Some(j) = (0..hw.nics.len()).find(|&j| !used[j] && matches(want, j)) {
-                used[j] = true;
-                pair[i] = Some(j);
-            }
-        }
-    };
-    take(&mut pair, &|want, j| {
-        want.mac
-            .as_deref()
-            .zip(hw.nics[j].mac.as_deref())
-            .is_some_and(|(a, b)| same_mac(a, b))
-    });
-    take(&mut pair, &|want, j| {
-        want.mac.is_none() && want.backing.same_network(&hw.nics[j].backing)
-    });
-    take(&mut pair, &|_, _| true);
+    let pair = pair_nics(nics, &hw.nics);
+    let used: Vec<bool> = (0..hw.nics.len()).map(|j| pair.contains(&Some(j))).collect();
     let mut new_key = -1;
     for (want, paired) in nics.iter().zip(&pair) {
         match paired {

@@ -6,9 +6,14 @@
 //!
 //! A cluster without DRS: machines without a failure domain spread over its hosts by memory left.
 //!
+//! The meta-data's network is rewritten before the first power-on for the MACs vCenter gave the
+//! clone's NICs, which the real cloud-init then renames to the spec's names.
+//!
 //! Powering off for a day-2 change: the guest is asked to shut down (VMware Tools) and the
 //! request survives a restart; a guest that ignored it for the kit's timeout is powered off.
 
+#[path = "../../../../tests/cloud-init/support.rs"]
+mod cloud_init;
 #[path = "../../client/tests/support/vcsim.rs"]
 mod vcsim_support;
 
@@ -481,6 +486,59 @@ async fn machines_without_a_failure_domain_spread_over_the_hosts_of_a_cluster_wi
     ensure!(
         distinct.len() == 3,
         "three 2 GiB machines on three 4 GiB hosts, each where the most memory was left: {hosts:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_guest_network_is_matched_by_the_macs_vcenter_assigned() -> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let cluster = cluster();
+    let mut s = spec()?;
+    s.networks = serde_json::from_value(json!([{
+        "name": "ens192", "network": "VM Network",
+        "ipv4": {"mode": "Static", "addresses": ["192.0.2.10/24"], "gateway": "192.0.2.1"},
+    }]))?;
+    let input = MachineInput {
+        uid: OLD_UID,
+        namespace: "ns",
+        name: "net-1",
+        spec: &s,
+        cluster: &cluster,
+        failure_domain: None,
+        pool_addresses: &NO_POOL,
+    };
+    let steps = drive(&c, &input, Phase::Clone, b"#cloud-config\n").await?;
+    let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
+        bail!("not provisioned");
+    };
+    let info = c.vm_info(&vm).await?.context("VM gone")?;
+    let mac = info
+        .hardware
+        .nics
+        .first()
+        .and_then(|n| n.mac.clone())
+        .context("no NIC MAC")?;
+    let guestinfo: Vec<(String, String)> = info
+        .extra_config
+        .iter()
+        .filter(|(k, _)| k.starts_with("guestinfo."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let read = cloud_init::read_vmware(&guestinfo)?;
+    let renames: Vec<(String, String)> = read
+        .renames
+        .iter()
+        .map(|r| (r.0.to_ascii_lowercase(), r.1.clone()))
+        .collect();
+    ensure!(
+        renames == [(mac.to_ascii_lowercase(), "ens192".to_owned())],
+        "{renames:?} (VM MAC {mac})"
+    );
+    let netplan = read.file("netplan", "50-cloud-init.yaml")?;
+    ensure!(
+        netplan.contains("- 192.0.2.10/24") && netplan.contains("set-name: ens192"),
+        "{netplan}"
     );
     Ok(())
 }

@@ -5,6 +5,8 @@
     read_seed.py vmware OUT_DIR             guestinfo given as VMX_GUESTINFO_* environment
                                             variables (cloud-init's own test transport), read by
                                             its VMware datasource
+    read_seed.py yaml                       a YAML document on stdin, loaded by cloud-init's
+                                            YAML loader (util.load_yaml); prints it as JSON
 
 Output: {"metadata", "instance_id", "userdata", "network_config", "renames", "rendered"}: the
 interfaces cloud-init renames before networking ([mac, new name, driver, device id]) and the
@@ -56,6 +58,14 @@ def render(config, distro, out):
 
 def main():
     kind = sys.argv[1]
+    if kind == "yaml":
+        from cloudinit import util
+
+        loaded = util.load_yaml(sys.stdin.read(), default=None, allowed=(dict, list))
+        if loaded is None:
+            sys.exit("cloud-init's YAML loader refused the document")
+        json.dump(loaded, sys.stdout, default=repr)
+        return
     out = sys.argv[-1]
     if kind == "nocloud":
         seed = os.path.join(out, "cloud", "seed", "nocloud")

@@ -54,7 +54,8 @@ fn here() -> PathBuf {
         .expect("tests/cloud-init/read_seed.py above the crate")
 }
 
-fn cloud_init(args: &[&str], env: &[(String, String)]) -> Result<Read> {
+fn python(args: &[&str], env: &[(String, String)], stdin: Option<&str>) -> Result<Vec<u8>> {
+    use std::io::Write as _;
     let root = here().join("root");
     if !root.join("usr/bin/cloud-init").is_file() {
         bail!(
@@ -62,20 +63,36 @@ fn cloud_init(args: &[&str], env: &[(String, String)]) -> Result<Read> {
             root.display()
         );
     }
-    let out = Command::new("/usr/bin/python3")
+    let mut child = Command::new("/usr/bin/python3")
         .arg(here().join("read_seed.py"))
         .args(args)
         .env("PYTHONPATH", root.join("usr/lib/python3/dist-packages"))
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .output()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .context("running Debian's /usr/bin/python3")?;
+    let mut input = child.stdin.take().context("stdin")?;
+    input.write_all(stdin.unwrap_or_default().as_bytes())?;
+    drop(input);
+    let out = child.wait_with_output()?;
     if !out.status.success() {
         bail!(
-            "cloud-init could not read the seed:\n{}",
+            "cloud-init could not read it:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    serde_json::from_slice(&out.stdout).context("read_seed.py's output")
+    Ok(out.stdout)
+}
+
+/// `text` loaded by cloud-init's own YAML loader, as JSON.
+pub fn load_yaml(text: &str) -> Result<serde_json::Value> {
+    serde_json::from_slice(&python(&["yaml"], &[], Some(text))?).context("read_seed.py's output")
+}
+
+fn cloud_init(args: &[&str], env: &[(String, String)]) -> Result<Read> {
+    serde_json::from_slice(&python(args, env, None)?).context("read_seed.py's output")
 }
 
 /// The NoCloud seed made of `files` (name, content), read by cloud-init's NoCloud datasource.

@@ -6,8 +6,9 @@
 //! base-60 integer. So a machine named `on` got the hostname `True`, and a libvirt MAC
 //! (`52:54:00:…`) an integer in `match.macaddress`. Here a string is written plain only when it
 //! starts with a letter, holds only letters, digits, `-`, `_` and `.`, and is not one of YAML
-//! 1.1's boolean or null words; every other string is double-quoted (JSON's escaping, which
-//! YAML's double-quoted style reads the same).
+//! 1.1's boolean or null words; every other string is double-quoted, with every character a
+//! YAML 1.1 reader would reject or fold escaped. Checked against the real cloud-init's YAML loader
+//! with random strings (`tests/yaml11_real.rs`).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -26,8 +27,37 @@ fn scalar(s: &str) -> String {
     if plain_is_safe(s) {
         s.to_owned()
     } else {
-        Value::String(s.to_owned()).to_string()
+        double_quoted(s)
     }
+}
+
+/// `s` as a YAML double-quoted scalar. Besides `"` and `\`, escaped: what YAML 1.1 readers reject
+/// in a stream (C0 and C1 controls, DEL, U+FFFE, U+FFFF) and what they fold as a line break
+/// inside quotes (LF, CR, NEL, U+2028, U+2029), and a byte-order mark.
+fn double_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\u{0}'..='\u{1f}'
+            | '\u{7f}'..='\u{9f}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{feff}'
+            | '\u{fffe}'
+            | '\u{ffff}' => {
+                out.push_str(&format!("\\u{:04x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 fn is_block(value: &Value) -> bool {
@@ -140,7 +170,7 @@ mod tests {
         ] {
             assert_eq!(
                 to_string(&BTreeMap::from([("k", retyped)])).unwrap(),
-                format!("k: {}\n", Value::String(retyped.into())),
+                format!("k: {}\n", double_quoted(retyped)),
                 "{retyped:?}"
             );
         }

@@ -162,6 +162,10 @@ pub fn escape(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
+            // Kept as they are through attribute-value normalization.
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
+            '\t' => out.push_str("&#9;"),
             c => out.push(c),
         }
     }
@@ -240,17 +244,25 @@ pub fn owner_metadata(owner: &Owner, adopted_from: Option<&str>) -> String {
     )
 }
 
-/// Value of attribute `name` in the start tag `tag` (e.g. `<banlieue:owner uid="…"`).
+/// Value of attribute `name` in the start tag `tag` (e.g. `<banlieue:owner uid="…"`), read
+/// attribute by attribute (so a value that contains ` name=` is not mistaken for one).
 fn attribute(tag: &str, name: &str) -> Option<String> {
-    let needle = format!(" {name}=");
-    let start = tag.find(&needle)? + needle.len();
-    let quote = tag[start..].chars().next()?;
-    if quote != '"' && quote != '\'' {
-        return None;
+    // Past the element name.
+    let mut rest = tag.trim_start_matches('<');
+    rest = &rest[rest.find(char::is_whitespace)?..];
+    loop {
+        rest = rest.trim_start();
+        let eq = rest.find('=')?;
+        let key = rest[..eq].trim_end();
+        let after = rest[eq + 1..].trim_start();
+        let quote = after.chars().next().filter(|q| *q == '"' || *q == '\'')?;
+        let value = &after[1..];
+        let end = value.find(quote)?;
+        if key == name {
+            return Some(unescape(&value[..end]));
+        }
+        rest = &value[end + 1..];
     }
-    let value = &tag[start + 1..];
-    let end = value.find(quote)?;
-    Some(unescape(&value[..end]))
 }
 
 /// The owner recorded in a domain's XML (or in the element returned by `virDomainGetMetadata`),

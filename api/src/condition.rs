@@ -11,6 +11,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 pub const READY: &str = "Ready";
 /// The machine exists on the hypervisor and is configured.
 pub const PROVISIONED: &str = "Provisioned";
+/// Reason of a `…Connected` condition that is True over TLS whose certificate is not verified
+/// (`tls.insecureSkipVerify`): usable, and announced by a Warning Event when it starts.
+pub const CONNECTED_WITHOUT_TLS_VERIFICATION: &str = "ConnectedWithoutTLSVerification";
 /// On a `VirtualMachine`: mirrors the `Ready` condition of the infrastructure object it drives.
 pub const INFRASTRUCTURE_READY: &str = "InfrastructureReady";
 /// The object is paused (Cluster `spec.paused` or the `cluster.x-k8s.io/paused` annotation).

@@ -93,6 +93,8 @@ pub struct ClusterCheck {
     pub failure_domains: Option<Vec<FailureDomain>>,
     /// The hypervisor's version, where known.
     pub version: Option<String>,
+    /// The connection does not verify the server's TLS certificate (`tls.insecureSkipVerify`).
+    pub insecure_tls: bool,
 }
 
 impl ClusterCheck {
@@ -103,9 +105,16 @@ impl ClusterCheck {
             usable: Err(problem),
             failure_domains: None,
             version: None,
+            insecure_tls: false,
         }
     }
 }
+
+/// The message of a connection condition that is True without verifying the server's
+/// certificate, before the backend's `note`.
+pub const INSECURE_TLS_MESSAGE: &str = "the server's TLS certificate is not verified (tls.insecureSkipVerify): a host on the \
+     path can impersonate it and read the credentials; pin it with tls.sha256Fingerprint or trust its CA with \
+     tls.caBundleRef";
 
 /// The hypervisor side of the InfraCluster reconciler.
 pub trait ClusterBackend: Send + Sync + 'static {
@@ -392,6 +401,18 @@ async fn reconcile_inner<B: ClusterBackend>(obj: &B::Cluster, ctx: &ClusterConte
         .await
         .map_err(Error::backend)?;
     match &check.connected {
+        Ok(note) if check.insecure_tls => status::set(
+            new.conditions_mut(),
+            B::CONNECTED_CONDITION,
+            ConditionStatus::True,
+            condition::CONNECTED_WITHOUT_TLS_VERIFICATION,
+            if note.is_empty() {
+                INSECURE_TLS_MESSAGE.to_owned()
+            } else {
+                format!("{INSECURE_TLS_MESSAGE}; {note}")
+            },
+            generation,
+        ),
         Ok(note) => status::set(
             new.conditions_mut(),
             B::CONNECTED_CONDITION,
@@ -630,6 +651,7 @@ mod tests {
             usable: Ok(()),
             failure_domains: Some(vec![]),
             version: None,
+            insecure_tls: false,
         };
         assert_eq!(readiness(&ok, true), (true, PROVISIONED, String::new()));
         assert_eq!(readiness(&ok, false).1, WAITING_FOR_CONTROL_PLANE_ENDPOINT);

@@ -6,6 +6,10 @@ use banlieue_api::condition::{self, Condition};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::warn;
 
+/// Reasons that are a Warning even in a condition's good state: usable, but a human should know
+/// (a connection whose TLS certificate is not verified).
+const WARNING_REASONS: [&str; 1] = [condition::CONNECTED_WITHOUT_TLS_VERIFICATION];
+
 /// A condition whose transitions are published, and which status is its good one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Watched<'a> {
@@ -47,7 +51,7 @@ pub fn transition_events(
             if !w.good && !is_true && before.is_none() {
                 return None;
             }
-            let type_ = if w.good && !is_true {
+            let type_ = if (w.good && !is_true) || WARNING_REASONS.contains(&after.reason.as_str()) {
                 EventType::Warning
             } else {
                 EventType::Normal
@@ -169,5 +173,22 @@ mod tests {
         assert_eq!(resuming.len(), 1);
         assert_eq!(resuming[0].0, EventType::Normal);
         assert_eq!(resuming[0].1, "NotPaused");
+    }
+
+    #[test]
+    fn a_connection_without_tls_verification_is_a_warning_once() {
+        let verified = vec![c("ProxmoxConnected", ConditionStatus::True, "Connected", "")];
+        let unverified = vec![c(
+            "ProxmoxConnected",
+            ConditionStatus::True,
+            condition::CONNECTED_WITHOUT_TLS_VERIFICATION,
+            "not verified",
+        )];
+        let events = transition_events(&verified, &unverified, WATCHED);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].0, EventType::Warning);
+        assert!(transition_events(&unverified, &unverified, WATCHED).is_empty());
+        let back = transition_events(&unverified, &verified, WATCHED);
+        assert_eq!(back[0].0, EventType::Normal);
     }
 }

@@ -42,6 +42,7 @@ pub fn check_from_hosts(mut up: Vec<FailureDomain>, down: Vec<String>) -> Cluste
     let failure_domains = up;
     let unreachable = Problem::new("Unreachable", down.join("; "));
     ClusterCheck {
+        insecure_tls: false,
         connected: if down.is_empty() {
             Ok(String::new())
         } else {

@@ -165,6 +165,7 @@ impl ClusterBackend for MemoryClusters {
         Ok(match self.0.call(|s| s.hosts.clone()).await {
             Err(e) => ClusterCheck::failed(Problem::new(UNREACHABLE, e.to_string())),
             Ok(hosts) => ClusterCheck {
+                insecure_tls: false,
                 connected: Ok(String::new()),
                 usable: if hosts.is_empty() {
                     Err(Problem::new("NoHost", "the in-memory hypervisor has no host"))

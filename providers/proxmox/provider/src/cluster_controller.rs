@@ -87,6 +87,7 @@ pub fn check_from_nodes(allowed: &[String], nodes: &[NodeLoad]) -> ClusterCheck 
         },
         failure_domains: Some(domains),
         version: None,
+        insecure_tls: false,
     }
 }
 
@@ -121,6 +122,10 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
         Ok(match check(&hv, &connection.endpoint).await {
             Ok((version, nodes)) => ClusterCheck {
                 version: Some(version),
+                insecure_tls: matches!(
+                    connection.tls,
+                    banlieue_pve_client::TlsVerification::InsecureSkipVerify
+                ),
                 ..check_from_nodes(&connection.allowed_nodes, &nodes)
             },
             Err(problem) => ClusterCheck::failed(problem),

@@ -459,6 +459,82 @@ async fn proxmox_cluster_checks_connectivity_and_publishes_failure_domains() -> 
     Ok(())
 }
 
+/// A connection that does not verify the server's certificate works, says so in the condition
+/// and is announced by one Warning Event, not one per reconcile.
+#[tokio::test]
+async fn a_connection_without_tls_verification_is_shown_and_warned_about_once() -> Result<()> {
+    use banlieue_api::condition::CONNECTED_WITHOUT_TLS_VERIFICATION;
+    use k8s_openapi::api::core::v1::Event;
+    let (s, _ns) = Scenario::new("pxc-insecure").await?;
+    s.owned_cluster("c5", "pve-credentials").await?;
+    s.api::<ProxmoxCluster>()
+        .patch(
+            "c5",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"spec": {"tls": {"insecureSkipVerify": true}}})),
+        )
+        .await?;
+    let controller = s.start_cluster_controller();
+    let insecure = |p: &ProxmoxCluster| {
+        cluster_condition(p, "ProxmoxConnected")
+            .is_some_and(|c| c.reason == CONNECTED_WITHOUT_TLS_VERIFICATION)
+    };
+    let pxc = s.wait_cluster("c5", insecure).await?;
+    let connected = cluster_condition(&pxc, "ProxmoxConnected").context("condition")?;
+    assert_eq!(connected.status, "True");
+    assert!(
+        connected.message.contains("tls.insecureSkipVerify"),
+        "{}",
+        connected.message
+    );
+    assert_eq!(
+        cluster_condition(&pxc, "Ready").map(|c| c.status.as_str()),
+        Some("True")
+    );
+    // Another reconcile (a label change) writes nothing and warns no more.
+    s.api::<ProxmoxCluster>()
+        .patch(
+            "c5",
+            &PatchParams::default(),
+            &Patch::Merge(&serde_json::json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await?;
+    let warnings = || async {
+        let events = s.api::<Event>().list(&Default::default()).await?;
+        Ok::<_, anyhow::Error>(
+            events
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.involved_object.name.as_deref() == Some("c5")
+                        && e.reason.as_deref() == Some(CONNECTED_WITHOUT_TLS_VERIFICATION)
+                })
+                .collect::<Vec<_>>(),
+        )
+    };
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = warnings().await?;
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let found_after = warnings().await?;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found_after.len(), 1, "{found_after:?}");
+    assert_eq!(found_after[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        found_after[0].count.unwrap_or(1),
+        1,
+        "warned once: {:?}",
+        found_after[0]
+    );
+    controller.abort();
+    Ok(())
+}
+
 #[tokio::test]
 async fn proxmox_cluster_reports_bad_credentials_and_auth_failures() -> Result<()> {
     let (s, _ns) = Scenario::new("pxc-bad").await?;

@@ -80,11 +80,16 @@ impl ClusterBackend for VSphereClusters {
             .await
             .ok()
             .map(|c| c.api_version.clone());
+        let insecure_tls = matches!(
+            endpoint.tls,
+            banlieue_vsphere_client::TlsVerification::InsecureSkipVerify
+        );
         let not_usable = |problem: Problem| ClusterCheck {
             connected: Ok(String::new()),
             usable: Err(problem),
             failure_domains: None,
             version: version.clone(),
+            insecure_tls,
         };
         if let Some(dc) = &vsc.spec.datacenter {
             match vcenter.find_by_inventory_path(&format!("/{dc}")).await {
@@ -131,6 +136,7 @@ impl ClusterBackend for VSphereClusters {
             usable: Ok(()),
             failure_domains: Some(domains),
             version,
+            insecure_tls,
         })
     }
 }

@@ -139,7 +139,10 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
 async fn check<H: Hypervisor>(hv: &H, endpoint: &str) -> Result<(String, Vec<NodeLoad>), Problem> {
     let classify = |e: crate::hypervisor::PveError| {
         let reason = crate::error::connection_reason(&e).unwrap_or("ProxmoxRequestFailed");
-        Problem::new(reason, format!("Proxmox VE at {endpoint}: {e}"))
+        Problem::new(
+            reason,
+            format!("Proxmox VE at {endpoint}: {}", crate::error::describe(&e)),
+        )
     };
     let version = hv.version().await.map_err(classify)?;
     let nodes = hv.nodes().await.map_err(classify)?;

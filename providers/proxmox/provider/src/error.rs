@@ -18,7 +18,7 @@ pub fn pve_error(reason: &'static str, err: PveError) -> StepError {
         }
         ErrorClass::Auth => StepError::permanent(
             connection_reason(&err).unwrap_or("AuthenticationFailed"),
-            err.to_string(),
+            describe(&err),
         ),
         _ => StepError::permanent(
             reason,
@@ -99,6 +99,33 @@ pub fn connection_reason(err: &banlieue_pve_client::Error) -> Option<&'static st
     }
 }
 
+/// The missing privilege and its path in a 403 of Proxmox VE (`Permission check failed
+/// (/vms/100, VM.Clone)`), if it names them.
+pub fn missing_privilege(err: &banlieue_pve_client::Error) -> Option<(&str, &str)> {
+    let banlieue_pve_client::Error::Api {
+        status: 403, message, ..
+    } = err
+    else {
+        return None;
+    };
+    let inside = message.split_once('(')?.1.rsplit_once(')')?.0;
+    let (path, privilege) = inside.split_once(',')?;
+    let (path, privilege) = (path.trim(), privilege.trim());
+    (path.starts_with('/') && !privilege.is_empty()).then_some((path, privilege))
+}
+
+/// The error as a condition message: for a 403 that names what is missing, the privilege, the
+/// path and how to grant it first (Proxmox's own text follows).
+pub fn describe(err: &banlieue_pve_client::Error) -> String {
+    match missing_privilege(err) {
+        Some((path, privilege)) => format!(
+            "the API token lacks the privilege {privilege} on {path}: grant a role with it on that path \
+             (pveum acl modify {path} --tokens <user@realm!token> --roles <role>); {err}"
+        ),
+        None => err.to_string(),
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -129,5 +156,35 @@ mod tests {
         #[case] want: Option<&str>,
     ) {
         assert_eq!(connection_reason(&err), want);
+    }
+
+    #[rstest]
+    #[case("Permission check failed (/vms/100, VM.Clone)", Some(("/vms/100", "VM.Clone")))]
+    #[case("Permission check failed (/storage/local-lvm, Datastore.AllocateSpace)\n", Some(("/storage/local-lvm", "Datastore.AllocateSpace")))]
+    #[case("Permission check failed (user != root@pam)", None)]
+    #[case("Permission check failed", None)]
+    fn a_403_names_the_missing_privilege_and_its_path(
+        #[case] message: &str,
+        #[case] want: Option<(&str, &str)>,
+    ) {
+        let err = api_error(403, message);
+        assert_eq!(missing_privilege(&err), want);
+        let StepError::Permanent {
+            reason,
+            message: text,
+        } = pve_error("CloningFailed", err)
+        else {
+            panic!("a 403 is permanent");
+        };
+        assert_eq!(reason, "PermissionDenied");
+        match want {
+            Some((path, privilege)) => assert!(
+                text.starts_with(&format!(
+                    "the API token lacks the privilege {privilege} on {path}"
+                )),
+                "{text}"
+            ),
+            None => assert!(!text.contains("lacks"), "{text}"),
+        }
     }
 }

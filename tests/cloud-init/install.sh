@@ -20,7 +20,9 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 download="$(mktemp -d)"
 trap 'rm -rf "$download"' EXIT
 chmod 0755 "$download"
-(cd "$download" && apt-get download -qq cloud-init 2>/dev/null)
+# (apt warns that it downloads as root, outside its sandbox: expected here.)
+(cd "$download" && apt-get download -qq cloud-init 2>/dev/null) \
+    || { echo "apt-get download cloud-init failed (is Debian's archive reachable?)" >&2; exit 1; }
 rm -rf "$root.partial"
 dpkg-deb -x "$download"/cloud-init_*.deb "$root.partial"
 mv "$root.partial" "$root"

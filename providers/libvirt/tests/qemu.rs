@@ -218,7 +218,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     );
     // Quoted when YAML 1.1 would read it as something else (a uuid starting with a digit).
     assert!(
-        log.contains(&format!("instance-id: {uid}\n")) || log.contains(&format!("instance-id: \"{uid}\"\n")),
+        log.contains(&format!("instance-id: {uid}")) || log.contains(&format!("instance-id: \"{uid}\"")),
         "serial log:\n{log}"
     );
     assert!(

@@ -539,3 +539,106 @@ pub async fn outage<P: ProviderUnderTest>() -> Result<()> {
     );
     Ok(())
 }
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Keys of Secrets whose values name rather than hide (a token's or user's name, a public CA, a
+/// host key list, the bootstrap format).
+const PUBLIC_KEYS: [&str; 5] = ["tokenID", "username", "ca.crt", "known_hosts", "format"];
+
+/// What the scenario left: the secret values of its Secrets, and its Events, infra machine and
+/// infra cluster as text.
+struct Left {
+    secrets: Vec<String>,
+    outputs: Vec<(&'static str, String)>,
+}
+
+async fn provision_and_delete<P: ProviderUnderTest>() -> Result<Left> {
+    use base64::Engine as _;
+    use k8s_openapi::api::core::v1::{Event, Secret};
+    let mut s = Scenario::<P>::new("secrets").await?;
+    s.ready_cluster().await?;
+    let fd = fd_at(&s, 0)?;
+    s.machine("m1", Some(&fd), Template::Valid).await?;
+    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    let machine = s.machines().get("m1").await?;
+    s.delete_machine("m1").await?;
+    s.wait_machine_gone("m1").await?;
+    let cluster = s.infra(P::CLUSTER_KIND).get(CLUSTER).await?;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut secrets = Vec::new();
+    for secret in s.api::<Secret>().list(&Default::default()).await?.items {
+        for (key, value) in secret.data.unwrap_or_default() {
+            if PUBLIC_KEYS.contains(&key.as_str()) || value.0.len() < 8 {
+                continue;
+            }
+            secrets.push(String::from_utf8_lossy(&value.0).into_owned());
+            secrets.push(b64.encode(&value.0));
+        }
+    }
+    let events = s.api::<Event>().list(&Default::default()).await?.items;
+    Ok(Left {
+        secrets,
+        outputs: vec![
+            ("the Events", serde_json::to_string(&events)?),
+            ("the infra machine", serde_json::to_string(&machine)?),
+            ("the infra cluster", serde_json::to_string(&cluster)?),
+        ],
+    })
+}
+
+/// At TRACE level (the provider, the Kubernetes client, the HTTP stack), a machine's whole life
+/// (cluster ready, provisioned, deleted) leaves no value of the scenario's Secrets (credentials,
+/// bootstrap data), as written or base64-encoded, in a log line, an Event, or the infra objects.
+/// The scenario runs on a thread and runtime of its own, so every task it starts logs to the
+/// capturing subscriber (what runs on the blocking pool is not seen).
+pub async fn no_secret_leaks<P: ProviderUnderTest>() -> Result<()> {
+    let logs = Captured::default();
+    let writer = logs.clone();
+    let scenario = std::thread::spawn(move || -> Result<Left> {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _capture = tracing::subscriber::set_default(subscriber);
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(provision_and_delete::<P>())
+    });
+    let left = tokio::task::spawn_blocking(move || scenario.join())
+        .await?
+        .map_err(|_| anyhow::anyhow!("the scenario's thread panicked"))??;
+    let logs = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+        .into_owned();
+    ensure!(
+        logs.lines().count() > 100 && logs.contains("reconcil"),
+        "the verbose logs were captured ({} lines)",
+        logs.lines().count()
+    );
+    ensure!(!left.secrets.is_empty(), "the scenario has Secrets to look for");
+    let mut outputs = left.outputs;
+    outputs.push(("the logs", logs));
+    for secret in &left.secrets {
+        for (what, text) in &outputs {
+            ensure!(!text.contains(secret.as_str()), "{what} contain a Secret's value");
+        }
+    }
+    Ok(())
+}

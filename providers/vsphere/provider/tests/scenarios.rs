@@ -24,6 +24,7 @@ banlieue_scenarios::scenario_tests!(
     pause,
     outage,
     address_modes,
+    no_secret_leaks,
 );
 
 use std::sync::Arc;

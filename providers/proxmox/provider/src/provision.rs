@@ -243,7 +243,11 @@ pub fn find_template(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Result<(Str
     match candidates.as_slice() {
         [] => Err(permanent(
             "TemplateNotFound",
-            format!("no Proxmox template with {}", wanted()),
+            format!(
+                "no Proxmox template with {} among the guests the API token can see (Proxmox VE \
+                 leaves out of its listings what the token lacks VM.Audit on)",
+                wanted()
+            ),
         )),
         [one] if !one.template => Err(permanent(
             "TemplateNotFound",

@@ -26,7 +26,6 @@ banlieue_scenarios::scenario_tests!(
     crash_restart,
     outage,
     address_modes,
-    no_secret_leaks,
 );
 
 use std::sync::Arc;

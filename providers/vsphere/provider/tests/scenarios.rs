@@ -24,7 +24,6 @@ banlieue_scenarios::scenario_tests!(
     pause,
     outage,
     address_modes,
-    no_secret_leaks,
 );
 
 use std::sync::Arc;

@@ -115,7 +115,7 @@ impl ProviderUnderTest for Memory {
     }
 
     async fn slow_down(&self) -> Result<()> {
-        self.hv.set_delay(Duration::from_millis(60));
+        self.hv.set_delay(Duration::from_millis(150));
         Ok(())
     }
 

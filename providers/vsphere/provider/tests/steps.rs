@@ -67,6 +67,24 @@ fn spec() -> Result<VSphereMachineSpec> {
     }))?)
 }
 
+/// The input of machine `ns/name` with `uid`, no failure domain and no pool addresses.
+fn input<'a>(
+    uid: &'a str,
+    name: &'a str,
+    spec: &'a VSphereMachineSpec,
+    cluster: &'a VSphereCluster,
+) -> MachineInput<'a> {
+    MachineInput {
+        uid,
+        namespace: "ns",
+        name,
+        spec,
+        cluster,
+        failure_domain: None,
+        pool_addresses: &NO_POOL,
+    }
+}
+
 /// Runs provisioning steps from `phase` until the machine is provisioned and settled; returns
 /// every step.
 async fn drive(
@@ -131,15 +149,7 @@ async fn provisioned(
     name: &str,
 ) -> Result<(VmInfo, VSphereMachineSpec)> {
     let mut s = spec()?;
-    let input = MachineInput {
-        uid: OLD_UID,
-        namespace: "ns",
-        name,
-        spec: &s,
-        cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let input = input(OLD_UID, name, &s, cluster);
     let steps = drive(c, &input, Phase::Clone, b"#cloud-config\n").await?;
     let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
         bail!("not provisioned");
@@ -167,15 +177,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
 
     // The copy: new UID, providerID, no status (Phase::Clone). Its bootstrap data differs to
     // show it is never delivered.
-    let copy = MachineInput {
-        uid: NEW_UID,
-        namespace: "ns",
-        name: "m1",
-        spec: &s,
-        cluster: &cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let copy = input(NEW_UID, "m1", &s, &cluster);
     let steps = drive(&c, &copy, Phase::Clone, b"#cloud-config\nnew: data\n").await?;
     let events: Vec<&str> = steps
         .iter()
@@ -220,15 +222,7 @@ async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused_and_a_vani
     let (_sim, c) = vcenter().await?;
     let cluster = cluster();
     let (before, s) = provisioned(&c, &cluster, "mine").await?;
-    let thief = MachineInput {
-        uid: NEW_UID,
-        namespace: "ns",
-        name: "thief",
-        spec: &s,
-        cluster: &cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let thief = input(NEW_UID, "thief", &s, &cluster);
     let err = provision::provision_step(&c, &thief, Phase::Clone, Some(Some(b"")), PowerState::On)
         .await
         .err()
@@ -248,15 +242,7 @@ async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused_and_a_vani
     // A providerID whose VM is gone: VMNotFound, never a new clone.
     let mut gone = spec()?;
     gone.provider_id = Some("vsphere://4218a0f3-dead-4000-8000-000000000777".into());
-    let input = MachineInput {
-        uid: NEW_UID,
-        namespace: "ns",
-        name: "gone",
-        spec: &gone,
-        cluster: &cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let input = input(NEW_UID, "gone", &gone, &cluster);
     let err = provision::provision_step(&c, &input, Phase::Clone, Some(Some(b"")), PowerState::On)
         .await
         .err()
@@ -310,30 +296,14 @@ async fn the_original_never_takes_back_a_vm_its_copy_adopted_and_an_unadopted_co
     ensure!(note.contains("nothing deleted"), "{note}");
 
     // The copy adopts the VM while the original still exists.
-    let copy = MachineInput {
-        uid: NEW_UID,
-        namespace: "ns",
-        name: "pp",
-        spec: &s,
-        cluster: &cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let copy = input(NEW_UID, "pp", &s, &cluster);
     drive(&c, &copy, Phase::Clone, b"").await?;
     let adopted = c.vm_info(&before.vm).await?.context("VM gone")?;
     ensure!(adopted.extra_config.get(OWNER_KEY).map(String::as_str) == Some(NEW_UID));
     ensure!(adopted.extra_config.get(ADOPTED_FROM_KEY).map(String::as_str) == Some(OLD_UID));
 
     // The original's provisioned path (and a fresh look) refuse to take it back.
-    let original = MachineInput {
-        uid: OLD_UID,
-        namespace: "ns",
-        name: "pp",
-        spec: &s,
-        cluster: &cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let original = input(OLD_UID, "pp", &s, &cluster);
     for phase in [Phase::Provisioned(before.vm.clone(), None), Phase::Clone] {
         let err = provision::provision_step(&c, &original, phase, Some(None), PowerState::On)
             .await
@@ -382,15 +352,7 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
     let cluster = cluster();
     let (info, s) = provisioned(&c, &cluster, "off-1").await?;
     let vm = info.vm.clone();
-    let input = MachineInput {
-        uid: OLD_UID,
-        namespace: "ns",
-        name: "off-1",
-        spec: &s,
-        cluster: &cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let input = input(OLD_UID, "off-1", &s, &cluster);
     let step = off_step(&c, &input, Phase::Provisioned(vm.clone(), None)).await?;
     let Phase::ShuttingDown(_, since) = step.phase else {
         bail!("not shutting down: {:?}", step.phase);
@@ -464,15 +426,7 @@ async fn machines_without_a_failure_domain_spread_over_the_hosts_of_a_cluster_wi
         .enumerate()
     {
         let name = format!("spread-{i}");
-        let input = MachineInput {
-            uid,
-            namespace: "ns",
-            name: &name,
-            spec: &s,
-            cluster: &cluster,
-            failure_domain: None,
-            pool_addresses: &NO_POOL,
-        };
+        let input = input(uid, &name, &s, &cluster);
         let steps = drive(&c, &input, Phase::Clone, b"#cloud-config\n").await?;
         let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
             bail!("{name} not provisioned");
@@ -499,15 +453,7 @@ async fn the_guest_network_is_matched_by_the_macs_vcenter_assigned() -> Result<(
         "name": "ens192", "network": "VM Network",
         "ipv4": {"mode": "Static", "addresses": ["192.0.2.10/24"], "gateway": "192.0.2.1"},
     }]))?;
-    let input = MachineInput {
-        uid: OLD_UID,
-        namespace: "ns",
-        name: "net-1",
-        spec: &s,
-        cluster: &cluster,
-        failure_domain: None,
-        pool_addresses: &NO_POOL,
-    };
+    let input = input(OLD_UID, "net-1", &s, &cluster);
     let steps = drive(&c, &input, Phase::Clone, b"#cloud-config\n").await?;
     let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
         bail!("not provisioned");

@@ -191,6 +191,11 @@ pub struct Step {
     pub warning: bool,
     /// When to look again.
     pub requeue: Duration,
+    /// The step met a failure that passes by itself (a hypervisor task that failed on a lock
+    /// or a timeout) and set the phase to try again: looked at again after the object's
+    /// backoff (2 s, 4 s, … 5 min, as a failed reconcile) instead of `requeue`, so a busy
+    /// hypervisor is not hammered.
+    pub backoff: bool,
 }
 
 /// A failed step.
@@ -395,7 +400,7 @@ pub struct MachineContext<B: MachineBackend> {
     pub wait_requeue: Duration,
     /// How often discovery is asked whether Cluster API got installed ([`crate::capi`]).
     pub capi_discovery_interval: Duration,
-    failures: Mutex<HashMap<String, u32>>,
+    backoffs: Mutex<Backoffs>,
 }
 
 impl<B: MachineBackend> MachineContext<B> {
@@ -409,23 +414,56 @@ impl<B: MachineBackend> MachineContext<B> {
             secrets: SecretIndex::default(),
             wait_requeue: WAIT_REQUEUE,
             capi_discovery_interval: crate::capi::CAPI_DISCOVERY_INTERVAL,
-            failures: Mutex::default(),
+            backoffs: Mutex::default(),
         }
     }
 
-    /// The next backoff of the object `uid`: 2 s, 4 s, … 256 s, then 5 min.
+    fn backoffs(&self) -> std::sync::MutexGuard<'_, Backoffs> {
+        self.backoffs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next backoff of the object `uid` after a failed reconcile.
     fn backoff(&self, uid: &str) -> Duration {
-        let mut map = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let n = map.entry(uid.to_owned()).or_insert(0);
-        *n = n.saturating_add(1);
-        Duration::from_secs(1u64 << (*n).min(8)).min(Duration::from_secs(300))
+        self.backoffs().next(uid)
+    }
+
+    /// The next backoff of `uid`, for a successful step that asked for it ([`Step::backoff`]).
+    fn step_backoff(&self, uid: &str) -> Duration {
+        self.backoffs().hold(uid)
     }
 
     fn reset_backoff(&self, uid: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
+        self.backoffs().succeeded(uid);
+    }
+}
+
+/// Per-object backoff: 2 s, 4 s, … 256 s, then 5 min, counted over consecutive failures.
+#[derive(Debug, Default)]
+struct Backoffs {
+    failures: HashMap<String, u32>,
+    /// Objects whose last successful reconcile asked for a backoff: their count survives it.
+    held: std::collections::HashSet<String>,
+}
+
+impl Backoffs {
+    /// Counts one more failure of `uid`; its delay.
+    fn next(&mut self, uid: &str) -> Duration {
+        let n = self.failures.entry(uid.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n).min(9)).min(Duration::from_secs(300))
+    }
+
+    /// [`Self::next`], kept through the success that reports it.
+    fn hold(&mut self, uid: &str) -> Duration {
+        self.held.insert(uid.to_owned());
+        self.next(uid)
+    }
+
+    /// A reconcile of `uid` succeeded: its count starts again, unless the step held it.
+    fn succeeded(&mut self, uid: &str) {
+        if !self.held.remove(uid) {
+            self.failures.remove(uid);
+        }
     }
 }
 
@@ -945,6 +983,11 @@ async fn apply_step<B: MachineBackend>(
             None => {}
         }
     }
+    if step.backoff {
+        return Ok(Action::requeue(
+            write.ctx.step_backoff(machine.uid().as_deref().unwrap_or_default()),
+        ));
+    }
     Ok(Action::requeue(step.requeue.max(Duration::from_millis(50))))
 }
 
@@ -1130,6 +1173,26 @@ async fn run_once<B: MachineBackend>(
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
+
+    #[test]
+    fn a_step_that_asks_for_backoff_keeps_growing_it_until_a_plain_success() {
+        let mut b = Backoffs::default();
+        let secs = |d: Duration| d.as_secs();
+        assert_eq!(secs(b.next("a")), 2);
+        b.succeeded("a");
+        assert_eq!(secs(b.next("a")), 2, "a plain success starts again");
+        let held: Vec<u64> = (0..10)
+            .map(|_| {
+                let d = b.hold("a");
+                b.succeeded("a");
+                secs(d)
+            })
+            .collect();
+        assert_eq!(held, [4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        b.succeeded("a");
+        assert_eq!(secs(b.hold("a")), 2, "after a plain success, from the start");
+        assert_eq!(secs(b.next("b")), 2, "per object");
+    }
 
     fn secret(pairs: &[(&str, &str)]) -> Secret {
         Secret {

@@ -6,6 +6,7 @@
 //! - [`placement`], [`desired`]: pure functions — node choice, desired VM config, seed content.
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
+//! - [`task_failure`]: what a failed Proxmox task means (retry, another VMID, or a human).
 //! - `fake` (feature `testing`, and unit tests): an in-memory hypervisor double for tests.
 //! - [`machine_controller`]: the ProxmoxMachine controller; [`cluster_controller`]: the
 //!   ProxmoxCluster's backend for the kit's InfraCluster reconciler.
@@ -28,6 +29,7 @@ pub mod placement;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;
+pub mod task_failure;
 pub mod update;
 
 #[cfg(test)]

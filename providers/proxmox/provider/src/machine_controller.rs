@@ -175,11 +175,21 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 );
                 Report::new(ok, reason, message)
             }
-            _ => Report::new(
-                false,
-                step.phase.reason(),
-                step.waiting.clone().unwrap_or_default(),
-            ),
+            _ => match &step.failed {
+                Some(failed) => Report::new(false, failed.reason, failed.message.clone()),
+                None => Report::new(
+                    false,
+                    step.phase.reason(),
+                    step.waiting.clone().unwrap_or_default(),
+                ),
+            },
+        };
+        // A failed task of a provisioned VM (an update) is VMUpToDate's.
+        let up_to_date = match &step.failed {
+            Some(failed) if provisioned => Some(Report::new(false, failed.reason, failed.message.clone())),
+            _ => step
+                .up_to_date
+                .map(|up| Report::new(up.status, up.reason, up.message)),
         };
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
@@ -187,11 +197,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 addresses: Some(done.addresses),
             }),
             ready,
-            up_to_date: step
-                .up_to_date
-                .map(|up| Report::new(up.status, up.reason, up.message)),
+            up_to_date,
             events: step.event.into_iter().collect(),
-            warning: false,
+            warning: step.failed.is_some(),
+            backoff: step.failed.as_ref().is_some_and(|f| f.busy),
             requeue: step.requeue,
         })
     }

@@ -26,6 +26,7 @@ use crate::hypervisor::{Guest, Hypervisor};
 use crate::phase::{Phase, VmLocation};
 use crate::placement::{PlacementInput, choose_node, reserve_for_stopped_guests};
 use crate::readopt::{self, Found};
+use crate::task_failure::{self, TaskFailure};
 use crate::update::{self, UpdateAction};
 
 /// How often a running task is polled.
@@ -89,6 +90,21 @@ pub struct Step {
     pub power: Option<PowerState>,
     /// Whether a provisioned VM matches its spec (the `VMUpToDate` condition), when known.
     pub up_to_date: Option<UpToDate>,
+    /// A task of the previous step failed; `phase` is the one that tries again.
+    pub failed: Option<FailedTask>,
+}
+
+/// A task that failed (see [`crate::task_failure`]): reported in `Ready` (in `VMUpToDate` once
+/// provisioned) with a Warning Event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailedTask {
+    /// The condition reason: [`PROXMOX_BUSY`], else the phase's failure reason.
+    pub reason: &'static str,
+    /// The task type and PVE's exit status, and what happens next.
+    pub message: String,
+    /// Proxmox was busy: tried again after the object's backoff rather than
+    /// [`PERMANENT_RETRY`].
+    pub busy: bool,
 }
 
 /// The `VMUpToDate` condition of a provisioned machine: does the VM match the spec (power state,
@@ -131,6 +147,7 @@ impl Step {
             provisioned: None,
             power: None,
             up_to_date: None,
+            failed: None,
         }
     }
 
@@ -294,20 +311,50 @@ async fn template_pinned_to<H: Hypervisor>(
     Ok(pinned.then_some(node))
 }
 
-fn task_failed(reason: &'static str, upid: &Upid, text: &str) -> StepError {
-    permanent(reason, format!("task {} failed: {text}", upid.task_type))
+/// What polling a task found.
+enum Polled {
+    Running,
+    Done,
+    /// It failed, with PVE's exit status.
+    Failed(String),
 }
 
-/// Polls a task; `Ok(true)` when it finished successfully, `Ok(false)` while it runs.
-/// An unknown UPID (PVE forgot it, e.g. after a node restart) counts as finished: the caller
-/// re-inspects the VM anyway.
-async fn task_done<H: Hypervisor>(hv: &H, reason: &'static str, upid: &Upid) -> Result<bool, StepError> {
+/// Polls a task. An unknown UPID (PVE forgot it, e.g. after a node restart) counts as
+/// finished: the caller re-inspects the VM anyway.
+async fn poll_task<H: Hypervisor>(hv: &H, reason: &'static str, upid: &Upid) -> Result<Polled, StepError> {
     match hv.task(upid).await {
-        Ok(TaskOutcome::Running) => Ok(false),
-        Ok(TaskOutcome::Failed(text)) => Err(task_failed(reason, upid, &text)),
-        Ok(_) => Ok(true),
-        Err(e) if e.class() == ErrorClass::NotFound || e.status() == Some(400) => Ok(true),
+        Ok(TaskOutcome::Running) => Ok(Polled::Running),
+        Ok(TaskOutcome::Failed(text)) => Ok(Polled::Failed(text)),
+        Ok(_) => Ok(Polled::Done),
+        Err(e) if e.class() == ErrorClass::NotFound || e.status() == Some(400) => Ok(Polled::Done),
         Err(e) => Err(pve_error(reason, e)),
+    }
+}
+
+/// The step after task `upid` failed with `exitstatus`: `again` (the phase without the task)
+/// tries the step again, after a backoff when Proxmox was busy, else after
+/// [`PERMANENT_RETRY`] with PVE's words in the condition (see [`crate::task_failure`]).
+fn task_failed(again: Phase, reason: &'static str, upid: &Upid, exitstatus: &str) -> Step {
+    let what = format!("task {} failed: {}", upid.task_type, exitstatus.trim());
+    let failed = match task_failure::classify(exitstatus) {
+        TaskFailure::Busy => FailedTask {
+            reason: task_failure::PROXMOX_BUSY,
+            message: format!("{what} (Proxmox was busy: trying again)"),
+            busy: true,
+        },
+        TaskFailure::VmidTaken | TaskFailure::Refused => FailedTask {
+            reason,
+            message: format!(
+                "{what} (tried again every {} min; fix what Proxmox reports, or the spec)",
+                PERMANENT_RETRY.as_secs() / 60
+            ),
+            busy: false,
+        },
+    };
+    let requeue = if failed.busy { TASK_POLL } else { PERMANENT_RETRY };
+    Step {
+        failed: Some(failed),
+        ..Step::wait(again, requeue, what)
     }
 }
 
@@ -387,43 +434,53 @@ pub async fn provision_step<H: Hypervisor>(
             Ok(Step::to(Phase::Clone(VmLocation { node, vmid })))
         }
         Phase::Clone(loc) => clone(hv, input, loc, reservations).await,
-        Phase::WaitClone(loc, upid) => {
-            if task_done(hv, reason, &upid).await? {
+        Phase::WaitClone(loc, upid) => match poll_task(hv, reason, &upid).await? {
+            Polled::Done => {
                 reservations.release(input.uid);
                 // Ownership and config are checked by the next step (Configure re-reads the VM).
                 let message = format!("VM {} cloned on node {}", loc.vmid, loc.node);
                 Ok(Step::to(Phase::Configure(loc, None)).with_event("Cloned", message))
-            } else {
-                Ok(Step::wait(
-                    Phase::WaitClone(loc, upid.clone()),
-                    TASK_POLL,
-                    format!("clone task {upid} running"),
+            }
+            Polled::Running => Ok(Step::wait(
+                Phase::WaitClone(loc, upid.clone()),
+                TASK_POLL,
+                format!("clone task {upid} running"),
+            )),
+            // PVE removes what a failed clone made: the VMID is free again, unless a guest the
+            // synchronous check could not see holds it.
+            Polled::Failed(text) if task_failure::classify(&text) == TaskFailure::VmidTaken => {
+                reservations.release(input.uid);
+                Ok(Step::to(Phase::AllocateVmid { node: loc.node }).with_event(
+                    "VMIDTaken",
+                    format!(
+                        "the clone to VMID {} failed because a guest holds that VMID ({}); choosing another",
+                        loc.vmid,
+                        text.trim()
+                    ),
                 ))
             }
-        }
-        Phase::Configure(loc, Some(upid)) => {
-            if task_done(hv, reason, &upid).await? {
-                Ok(Step::to(Phase::Configure(loc, None)))
-            } else {
-                Ok(Step::wait(
-                    Phase::Configure(loc, Some(upid.clone())),
-                    TASK_POLL,
-                    format!("task {} running", upid.task_type),
-                ))
-            }
-        }
+            Polled::Failed(text) => Ok(task_failed(Phase::Clone(loc), reason, &upid, &text)),
+        },
+        Phase::Configure(loc, Some(upid)) => match poll_task(hv, reason, &upid).await? {
+            Polled::Done => Ok(Step::to(Phase::Configure(loc, None))),
+            Polled::Running => Ok(Step::wait(
+                Phase::Configure(loc, Some(upid.clone())),
+                TASK_POLL,
+                format!("task {} running", upid.task_type),
+            )),
+            Polled::Failed(text) => Ok(task_failed(Phase::Configure(loc, None), reason, &upid, &text)),
+        },
         Phase::Configure(loc, None) => configure(hv, input, loc, bootstrap).await,
-        Phase::PowerOn(loc, Some(upid)) => {
-            if task_done(hv, reason, &upid).await? {
-                Ok(Step::to(Phase::WaitGuest(loc)).with_event("PoweredOn", "VM started"))
-            } else {
-                Ok(Step::wait(
-                    Phase::PowerOn(loc, Some(upid)),
-                    TASK_POLL,
-                    "start task running",
-                ))
-            }
-        }
+        Phase::PowerOn(loc, Some(upid)) => match poll_task(hv, reason, &upid).await? {
+            Polled::Done => Ok(Step::to(Phase::WaitGuest(loc)).with_event("PoweredOn", "VM started")),
+            Polled::Running => Ok(Step::wait(
+                Phase::PowerOn(loc, Some(upid)),
+                TASK_POLL,
+                "start task running",
+            )),
+            // A failed start may still have started the VM: the next step looks.
+            Polled::Failed(text) => Ok(task_failed(Phase::PowerOn(loc, None), reason, &upid, &text)),
+        },
         Phase::PowerOn(loc, None) => match hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? {
             None => Ok(vanished(loc)),
             Some(true) => Ok(Step::to(Phase::WaitGuest(loc))),
@@ -534,18 +591,29 @@ async fn update_step<H: Hypervisor>(
         ProvisioningState::PoweringOn => "PoweringOn",
         _ => "Reconfiguring",
     };
-    if let Some((state, Some(upid))) = &in_flight
-        && !task_done(hv, reason, upid).await?
-    {
-        let message = format!("task {} running", upid.task_type);
-        return Ok(Step {
-            up_to_date: Some(UpToDate::no(progress_reason(*state), message.clone())),
-            ..Step::wait(
-                Phase::Update(loc.clone(), *state, Some(upid.clone())),
-                TASK_POLL,
-                message,
-            )
-        });
+    if let Some((state, Some(upid))) = &in_flight {
+        match poll_task(hv, reason, upid).await? {
+            Polled::Done => {}
+            Polled::Running => {
+                let message = format!("task {} running", upid.task_type);
+                return Ok(Step {
+                    up_to_date: Some(UpToDate::no(progress_reason(*state), message.clone())),
+                    ..Step::wait(
+                        Phase::Update(loc.clone(), *state, Some(upid.clone())),
+                        TASK_POLL,
+                        message,
+                    )
+                });
+            }
+            Polled::Failed(text) => {
+                return Ok(task_failed(
+                    Phase::Update(loc.clone(), *state, None),
+                    reason,
+                    upid,
+                    &text,
+                ));
+            }
+        }
     }
     let gone = || {
         permanent(

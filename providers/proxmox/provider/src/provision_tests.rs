@@ -441,13 +441,28 @@ async fn a_template_found_by_name_and_tags_is_cloned() {
     assert_eq!(hv.vms().len(), 1);
 }
 
+/// The steps up to and including the first that reports a failed task, and the first one.
+fn first_failure(steps: &[Step]) -> (usize, &crate::provision::FailedTask) {
+    steps
+        .iter()
+        .enumerate()
+        .find_map(|(i, s)| s.failed.as_ref().map(|f| (i, f)))
+        .expect("a step reports the failed task")
+}
+
+/// A clone task that failed on a lock timeout (REAL-PVE.md R1: parallel clones on one storage)
+/// is not the end: the UPID is dropped, the clone starts again at the same VMID after a
+/// backoff, and the machine ends with one VM.
 #[tokio::test]
-async fn a_failed_clone_task_reports_the_pve_error() {
+async fn a_clone_task_that_failed_on_a_lock_is_cloned_again() {
     let hv = FakePve::new(1);
-    hv.fail_next_task("clone_vm", "storage 'fast' does not exist on node pve1");
+    hv.fail_next_task(
+        "clone_vm",
+        "clone failed: can't lock file '/var/lock/pve-manager/pve-storage-local-lvm' - got timeout",
+    );
     let spec = spec();
     let input = input(&spec, None);
-    let err = drive(
+    let steps = drive(
         &hv,
         &input,
         Phase::SelectNode,
@@ -455,9 +470,131 @@ async fn a_failed_clone_task_reports_the_pve_error() {
         provisioned,
     )
     .await
-    .unwrap_err();
-    assert_eq!(err.reason(), "CloningFailed");
-    assert!(err.to_string().contains("storage 'fast' does not exist"), "{err}");
+    .unwrap();
+    let (i, failed) = first_failure(&steps);
+    assert_eq!(failed.reason, "ProxmoxBusy");
+    assert!(failed.busy, "retried with backoff");
+    assert!(failed.message.contains("got timeout"), "{}", failed.message);
+    let Phase::WaitClone(cloned_to, _) = &steps[i - 1].phase else {
+        panic!("the failure is the clone's: {:?}", steps[i - 1].phase)
+    };
+    assert_eq!(steps[i].phase, Phase::Clone(cloned_to.clone()), "same VMID, no UPID");
+    assert_eq!(hv.calls().iter().filter(|c| *c == "clone_vm").count(), 2, "cloned once more");
+    assert_eq!(hv.vms().len(), 1, "one VM in the end");
+}
+
+/// A clone Proxmox refuses inside the task for a reason that needs a human (a storage that
+/// does not exist) says so in PVE's words and is tried again only slowly.
+#[tokio::test]
+async fn a_clone_task_refused_for_good_says_why_and_is_retried_slowly() {
+    let hv = FakePve::new(1);
+    hv.fail_next_task("clone_vm", "storage 'fast' does not exist on node pve1");
+    let spec = spec();
+    let input = input(&spec, None);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let (i, failed) = first_failure(&steps);
+    assert_eq!(failed.reason, "CloningFailed");
+    assert!(!failed.busy);
+    assert!(failed.message.contains("storage 'fast' does not exist"), "{}", failed.message);
+    assert_eq!(steps[i].requeue, crate::provision::PERMANENT_RETRY);
+    assert!(matches!(steps[i].phase, Phase::Clone(_)), "{:?}", steps[i].phase);
+    assert_eq!(hv.vms().len(), 1, "the next try (the storage came back) provisions it");
+}
+
+/// A clone whose VMID is taken by a guest on another node fails inside the task
+/// (`File exists` from pmxcfs): a new VMID is chosen and nothing of that guest is touched.
+#[tokio::test]
+async fn a_clone_task_that_met_a_taken_vmid_chooses_another() {
+    let hv = FakePve::new(1);
+    hv.fail_next_task(
+        "clone_vm",
+        "clone failed: close (rename) atomic file '/etc/pve/nodes/pve2/qemu-server/100.conf' failed: File exists",
+    );
+    let spec = spec();
+    let input = input(&spec, None);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let i = steps
+        .iter()
+        .position(|s| s.event.as_ref().is_some_and(|(r, _)| *r == "VMIDTaken"))
+        .expect("a VMIDTaken event");
+    assert!(matches!(steps[i].phase, Phase::AllocateVmid { .. }), "{:?}", steps[i].phase);
+    assert!(steps.iter().all(|s| s.failed.is_none()), "not a failure a human must see");
+    assert_eq!(hv.vms().len(), 1);
+}
+
+/// A start refused because a backup holds the VM's lock (inside the task on a real PVE) is
+/// retried: the next step looks at the VM (a failed start may still have started it).
+#[tokio::test]
+async fn a_start_blocked_by_a_backup_lock_is_retried() {
+    let hv = FakePve::new(1);
+    hv.fail_next_task("start_vm", "VM 100 is locked (backup)");
+    let spec = spec();
+    let input = input(&spec, None);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let (i, failed) = first_failure(&steps);
+    assert_eq!(failed.reason, "ProxmoxBusy");
+    assert!(matches!(steps[i].phase, Phase::PowerOn(_, None)), "{:?}", steps[i].phase);
+    assert_eq!(hv.calls().iter().filter(|c| *c == "start_vm").count(), 2);
+    assert!(hv.vms().values().all(|vm| vm.running), "started in the end");
+}
+
+/// A failed task while a provisioned VM is updated is a day-2 problem: the update is looked at
+/// again (no UPID kept), and Ready stays with the running VM.
+#[tokio::test]
+async fn a_failed_update_task_is_tried_again_without_its_upid() {
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let input = input(&spec, None);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let provisioned_at = steps.last().unwrap().phase.clone();
+    let mut bigger = spec.clone();
+    bigger.disks[0].size_gib = 40;
+    let input = crate::provision::MachineInput {
+        spec: &bigger,
+        ..input
+    };
+    hv.fail_next_task("resize_disk", "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout");
+    let started = provision_step(&hv, &input, provisioned_at, None, &VmidReservations::default())
+        .await
+        .unwrap();
+    assert!(matches!(started.phase, Phase::Update(_, _, Some(_))), "{:?}", started.phase);
+    let failed = provision_step(&hv, &input, started.phase, None, &VmidReservations::default())
+        .await
+        .unwrap();
+    assert!(matches!(failed.phase, Phase::Update(_, _, None)), "{:?}", failed.phase);
+    assert_eq!(failed.failed.as_ref().map(|f| f.reason), Some("ProxmoxBusy"));
 }
 
 /// Proxmox refuses to clone a template on node-local storage to another node: that needs a

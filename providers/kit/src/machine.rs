@@ -985,7 +985,9 @@ async fn apply_step<B: MachineBackend>(
     }
     if step.backoff {
         return Ok(Action::requeue(
-            write.ctx.step_backoff(machine.uid().as_deref().unwrap_or_default()),
+            write
+                .ctx
+                .step_backoff(machine.uid().as_deref().unwrap_or_default()),
         ));
     }
     Ok(Action::requeue(step.requeue.max(Duration::from_millis(50))))

@@ -478,8 +478,16 @@ async fn a_clone_task_that_failed_on_a_lock_is_cloned_again() {
     let Phase::WaitClone(cloned_to, _) = &steps[i - 1].phase else {
         panic!("the failure is the clone's: {:?}", steps[i - 1].phase)
     };
-    assert_eq!(steps[i].phase, Phase::Clone(cloned_to.clone()), "same VMID, no UPID");
-    assert_eq!(hv.calls().iter().filter(|c| *c == "clone_vm").count(), 2, "cloned once more");
+    assert_eq!(
+        steps[i].phase,
+        Phase::Clone(cloned_to.clone()),
+        "same VMID, no UPID"
+    );
+    assert_eq!(
+        hv.calls().iter().filter(|c| *c == "clone_vm").count(),
+        2,
+        "cloned once more"
+    );
     assert_eq!(hv.vms().len(), 1, "one VM in the end");
 }
 
@@ -503,10 +511,18 @@ async fn a_clone_task_refused_for_good_says_why_and_is_retried_slowly() {
     let (i, failed) = first_failure(&steps);
     assert_eq!(failed.reason, "CloningFailed");
     assert!(!failed.busy);
-    assert!(failed.message.contains("storage 'fast' does not exist"), "{}", failed.message);
+    assert!(
+        failed.message.contains("storage 'fast' does not exist"),
+        "{}",
+        failed.message
+    );
     assert_eq!(steps[i].requeue, crate::provision::PERMANENT_RETRY);
     assert!(matches!(steps[i].phase, Phase::Clone(_)), "{:?}", steps[i].phase);
-    assert_eq!(hv.vms().len(), 1, "the next try (the storage came back) provisions it");
+    assert_eq!(
+        hv.vms().len(),
+        1,
+        "the next try (the storage came back) provisions it"
+    );
 }
 
 /// A clone whose VMID is taken by a guest on another node fails inside the task
@@ -533,8 +549,15 @@ async fn a_clone_task_that_met_a_taken_vmid_chooses_another() {
         .iter()
         .position(|s| s.event.as_ref().is_some_and(|(r, _)| *r == "VMIDTaken"))
         .expect("a VMIDTaken event");
-    assert!(matches!(steps[i].phase, Phase::AllocateVmid { .. }), "{:?}", steps[i].phase);
-    assert!(steps.iter().all(|s| s.failed.is_none()), "not a failure a human must see");
+    assert!(
+        matches!(steps[i].phase, Phase::AllocateVmid { .. }),
+        "{:?}",
+        steps[i].phase
+    );
+    assert!(
+        steps.iter().all(|s| s.failed.is_none()),
+        "not a failure a human must see"
+    );
     assert_eq!(hv.vms().len(), 1);
 }
 
@@ -557,7 +580,11 @@ async fn a_start_blocked_by_a_backup_lock_is_retried() {
     .unwrap();
     let (i, failed) = first_failure(&steps);
     assert_eq!(failed.reason, "ProxmoxBusy");
-    assert!(matches!(steps[i].phase, Phase::PowerOn(_, None)), "{:?}", steps[i].phase);
+    assert!(
+        matches!(steps[i].phase, Phase::PowerOn(_, None)),
+        "{:?}",
+        steps[i].phase
+    );
     assert_eq!(hv.calls().iter().filter(|c| *c == "start_vm").count(), 2);
     assert!(hv.vms().values().all(|vm| vm.running), "started in the end");
 }
@@ -585,15 +612,26 @@ async fn a_failed_update_task_is_tried_again_without_its_upid() {
         spec: &bigger,
         ..input
     };
-    hv.fail_next_task("resize_disk", "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout");
+    hv.fail_next_task(
+        "resize_disk",
+        "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
+    );
     let started = provision_step(&hv, &input, provisioned_at, None, &VmidReservations::default())
         .await
         .unwrap();
-    assert!(matches!(started.phase, Phase::Update(_, _, Some(_))), "{:?}", started.phase);
+    assert!(
+        matches!(started.phase, Phase::Update(_, _, Some(_))),
+        "{:?}",
+        started.phase
+    );
     let failed = provision_step(&hv, &input, started.phase, None, &VmidReservations::default())
         .await
         .unwrap();
-    assert!(matches!(failed.phase, Phase::Update(_, _, None)), "{:?}", failed.phase);
+    assert!(
+        matches!(failed.phase, Phase::Update(_, _, None)),
+        "{:?}",
+        failed.phase
+    );
     assert_eq!(failed.failed.as_ref().map(|f| f.reason), Some("ProxmoxBusy"));
 }
 

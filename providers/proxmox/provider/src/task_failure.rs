@@ -84,14 +84,18 @@ mod tests {
     }
 
     #[rstest]
-    #[case("clone failed: close (rename) atomic file '/etc/pve/nodes/pve2/qemu-server/105.conf' failed: File exists")]
+    #[case(
+        "clone failed: close (rename) atomic file '/etc/pve/nodes/pve2/qemu-server/105.conf' failed: File exists"
+    )]
     #[case("unable to create VM 105: config file already exists")]
     fn a_taken_vmid_is_redone_elsewhere(#[case] exitstatus: &str) {
         assert_eq!(classify(exitstatus), TaskFailure::VmidTaken);
     }
 
     #[rstest]
-    #[case("clone failed: lvcreate 'pve/vm-105-disk-0' error:   Volume group \"pve\" has insufficient free space")]
+    #[case(
+        "clone failed: lvcreate 'pve/vm-105-disk-0' error:   Volume group \"pve\" has insufficient free space"
+    )]
     #[case("storage 'fast' does not exist")]
     #[case("unable to parse value of 'net0' - format error")]
     fn anything_else_needs_a_change(#[case] exitstatus: &str) {

@@ -168,6 +168,7 @@ struct Installed {
     rule: FaultRule,
     regex: Option<Regex>,
     calls: u64,
+    fired: u64,
 }
 
 #[derive(Debug)]
@@ -226,8 +227,14 @@ impl FaultInjector {
             rule,
             regex,
             calls: 0,
+            fired: 0,
         });
         Ok(inner.rules.len() - 1)
+    }
+
+    /// Restarts the random generator from `seed` (a test replaying a run).
+    pub fn reseed(&self, seed: u64) {
+        self.lock().rng = ChaCha8Rng::seed_from_u64(seed);
     }
 
     /// Removes all rules (the random generator keeps its position).
@@ -238,6 +245,12 @@ impl FaultInjector {
     /// The installed rules.
     pub fn rules(&self) -> Vec<FaultRule> {
         self.lock().rules.iter().map(|r| r.rule.clone()).collect()
+    }
+
+    /// How many calls each installed rule has affected, in rule order (a test can check that
+    /// what it injected did happen).
+    pub fn fired(&self) -> Vec<u64> {
+        self.lock().rules.iter().map(|r| r.fired).collect()
     }
 
     /// Invalidates every ticket issued so far (API tokens are unaffected).
@@ -281,6 +294,7 @@ impl FaultInjector {
                 Trigger::Probability(p) => rng.random::<f64>() < p,
             };
             if fire {
+                installed.fired += 1;
                 out.push(rule.effect.clone());
             }
         }
@@ -312,6 +326,19 @@ mod tests {
         assert_ne!(a, pattern(8));
         let hits = a.iter().filter(|h| **h).count();
         assert!((30..90).contains(&hits), "{hits} hits for p=0.3 out of 200");
+    }
+
+    #[test]
+    fn fired_counts_the_affected_calls_per_rule() {
+        let f = FaultInjector::new(3);
+        f.add(FaultRule::status(503, "busy").path_prefix("/nodes").first(2))
+            .unwrap();
+        f.add(FaultRule::drop_connection().path_prefix("/version"))
+            .unwrap();
+        for _ in 0..5 {
+            f.evaluate("GET", "/nodes/pve1/status");
+        }
+        assert_eq!(f.fired(), [2, 0]);
     }
 
     #[test]

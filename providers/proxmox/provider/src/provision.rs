@@ -624,16 +624,20 @@ async fn update_step<H: Hypervisor>(
             ),
         )
     };
-    let running = hv
-        .vm_running(&loc.node, loc.vmid)
-        .await
-        .map_err(pve)?
-        .ok_or_else(gone)?;
-    let config = hv
-        .vm_config(&loc.node, loc.vmid)
-        .await
-        .map_err(pve)?
-        .ok_or_else(gone)?;
+    let again = |to: VmLocation| match &in_flight {
+        Some((state, _)) => Phase::Update(to, *state, None),
+        None => Phase::Provisioned(to),
+    };
+    let Some(running) = hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? else {
+        return follow_moved(hv, input, &loc, reason, again)
+            .await?
+            .ok_or_else(gone);
+    };
+    let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
+        return follow_moved(hv, input, &loc, reason, again)
+            .await?
+            .ok_or_else(gone);
+    };
     let power = Some(update::observed_power(running));
     let current = in_flight
         .as_ref()
@@ -763,6 +767,44 @@ async fn update_step<H: Hypervisor>(
             Ok(start(ProvisioningState::PoweringOn, Some(upid), why.clone()).with_event("PoweringOn", why))
         }
     }
+}
+
+/// The VM is not on `loc.node` any more. A migration (by a user, node maintenance or HA) keeps
+/// its VMID, config and SMBIOS uuid: when the cluster lists that VMID on another node and the
+/// VM there carries this machine's owner marker (and, once published, its providerID), the
+/// machine follows it (`again` at the new location, an Event `VMMoved`). `None`: it is gone.
+async fn follow_moved<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: &VmLocation,
+    reason: &'static str,
+    again: impl FnOnce(VmLocation) -> Phase,
+) -> Result<Option<Step>, StepError> {
+    let pve = |e| pve_error(reason, e);
+    let guests = hv.guests().await.map_err(pve)?;
+    let Some(guest) = guests.iter().find(|g| g.vmid == loc.vmid && g.node != loc.node) else {
+        return Ok(None);
+    };
+    let Some(config) = hv.vm_config(&guest.node, loc.vmid).await.map_err(pve)? else {
+        return Ok(None);
+    };
+    let same_identity = input
+        .spec
+        .provider_id
+        .as_deref()
+        .is_none_or(|id| desired::provider_id(&config).as_deref() == Some(id));
+    if !desired::is_owned_by(&config, input.uid) || !same_identity {
+        return Ok(None);
+    }
+    let to = VmLocation {
+        node: guest.node.clone(),
+        vmid: loc.vmid,
+    };
+    let message = format!(
+        "VM {} moved from node {} to {} (a migration, node maintenance or HA); following it",
+        loc.vmid, loc.node, to.node
+    );
+    Ok(Some(Step::to(again(to)).with_event("VMMoved", message)))
 }
 
 /// The VM disappeared before provisioning finished: start over from the clone (the VMID is kept;
@@ -1033,7 +1075,14 @@ async fn wait_guest<H: Hypervisor>(
     let ips = if skip_agent {
         desired::static_addresses(input.spec)
     } else {
-        match hv.guest_addresses(&loc.node, loc.vmid).await.map_err(pve)? {
+        let answer = match hv.guest_addresses(&loc.node, loc.vmid).await {
+            Err(e) if e.class() == ErrorClass::NotFound => {
+                let moved = follow_moved(hv, input, &loc, reason, Phase::WaitGuest).await?;
+                return Ok(moved.unwrap_or_else(|| vanished(loc)));
+            }
+            answer => answer.map_err(pve)?,
+        };
+        match answer {
             None => {
                 return Ok(Step::wait(
                     Phase::WaitGuest(loc),

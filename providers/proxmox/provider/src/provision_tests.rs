@@ -1001,6 +1001,128 @@ async fn a_vm_deleted_behind_our_back_is_reported() {
     assert_eq!(err.reason(), "VMNotFound");
 }
 
+/// Moves VM `vmid` to `node` as a migration does (same VMID, same config).
+fn migrate(hv: &FakePve, vmid: u32, node: &str) {
+    let mut vm = hv.remove_vm(vmid).expect("the VM exists");
+    vm.node = node.to_owned();
+    hv.insert_vm(vmid, vm);
+}
+
+/// A provisioned VM migrated to another node (by a user, node maintenance or HA) is followed
+/// there: no VMNotFound, no new clone, the same providerID, and the next step finds it in sync.
+#[tokio::test]
+async fn a_provisioned_vm_that_migrated_is_followed_to_its_new_node() {
+    let hv = FakePve::new(2);
+    let spec = spec();
+    let input = input(&spec, Some("pve1"));
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let Phase::Provisioned(loc) = steps.last().unwrap().phase.clone() else {
+        panic!("provisioned")
+    };
+    assert_eq!(loc.node, "pve1");
+    migrate(&hv, loc.vmid, "pve2");
+    let moved = provision_step(
+        &hv,
+        &input,
+        Phase::Provisioned(loc.clone()),
+        None,
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap();
+    let to = VmLocation {
+        node: "pve2".into(),
+        vmid: loc.vmid,
+    };
+    assert_eq!(moved.phase, Phase::Provisioned(to.clone()));
+    assert_eq!(moved.event.as_ref().map(|(r, _)| *r), Some("VMMoved"));
+    let next = provision_step(&hv, &input, moved.phase, None, &VmidReservations::default())
+        .await
+        .unwrap();
+    assert_eq!(next.phase, Phase::Provisioned(to));
+    assert!(next.up_to_date.as_ref().is_some_and(|u| u.status), "{next:?}");
+    assert_eq!(
+        hv.calls().iter().filter(|c| *c == "clone_vm").count(),
+        1,
+        "never cloned again"
+    );
+}
+
+/// A VM that migrates while the provider waits for its guest agent is followed too.
+#[tokio::test]
+async fn a_vm_that_migrated_while_booting_is_followed() {
+    let hv = FakePve::new(2);
+    let spec = spec();
+    let input = input(&spec, Some("pve1"));
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        |p| matches!(p, Phase::WaitGuest(_)),
+    )
+    .await
+    .unwrap();
+    let Phase::WaitGuest(loc) = steps.last().unwrap().phase.clone() else {
+        panic!("waiting for the guest")
+    };
+    migrate(&hv, loc.vmid, "pve2");
+    let moved = provision_step(
+        &hv,
+        &input,
+        Phase::WaitGuest(loc.clone()),
+        None,
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        moved.phase,
+        Phase::WaitGuest(VmLocation {
+            node: "pve2".into(),
+            vmid: loc.vmid
+        })
+    );
+    assert_eq!(moved.event.as_ref().map(|(r, _)| *r), Some("VMMoved"));
+}
+
+/// A guest listed at the VMID on another node that does not carry this machine's marker is not
+/// followed: the machine's VM is reported gone.
+#[tokio::test]
+async fn a_vm_at_the_vmid_elsewhere_without_our_marker_is_not_followed() {
+    let hv = FakePve::new(2);
+    let spec = spec();
+    let input = input(&spec, Some("pve1"));
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let phase = steps.last().unwrap().phase.clone();
+    let vmid = phase.location().unwrap().vmid;
+    let mut vm = hv.remove_vm(vmid).unwrap();
+    vm.node = "pve2".into();
+    vm.config.remove("description");
+    vm.config.remove("tags");
+    hv.insert_vm(vmid, vm);
+    let err = provision_step(&hv, &input, phase, None, &VmidReservations::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason(), "VMNotFound");
+}
+
 /// A spec that wants the VM off from the start, with a static address on `net0`.
 fn created_off() -> ProxmoxMachineSpec {
     ProxmoxMachineSpec {

@@ -149,6 +149,63 @@ async fn provisions_and_deletes_through_the_wire() -> Result<()> {
     Ok(())
 }
 
+/// A provisioned VM that a user (or HA) migrates with `qm migrate` is followed to its new node
+/// by its VMID and owner marker: the same VM, its providerID unchanged, and deletion finds it
+/// there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrated_vm_is_followed_and_deleted_on_its_new_node() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    let phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Provisioned(_))
+    })
+    .await?;
+    let loc = phase.location().context("location")?.clone();
+    assert_eq!(loc.node, "pve1");
+    let uuid_before = sim.vm(loc.vmid).context("VM")?.config.get("smbios1").cloned();
+
+    let mut probe = banlieue_pve_sim::probe::Probe::for_sim(&sim)?;
+    let answer = probe
+        .call(
+            "POST".parse()?,
+            &format!("/nodes/pve1/qemu/{}/migrate", loc.vmid),
+            &[("target", "pve3"), ("online", "1")],
+        )
+        .await?;
+    let upid = answer.data().as_str().context("a migration task")?.to_owned();
+    probe.wait_task("pve1", &upid).await?;
+
+    let reservations = VmidReservations::default();
+    let step = provision_step(&client, &input, phase, None, &reservations).await?;
+    assert_eq!(step.event.as_ref().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
+    assert_eq!(step.phase.location().map(|l| l.node.as_str()), Some("pve3"));
+    let step = provision_step(&client, &input, step.phase, None, &reservations).await?;
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
+    let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
+    assert_eq!(vms.len(), 1, "never cloned again");
+    assert_eq!(vms[0].config.get("smbios1").cloned(), uuid_before, "the same VM");
+
+    let mut status = ProxmoxMachineStatus::default();
+    step.phase.write(&mut status);
+    for _ in 0..100 {
+        match delete_step(&client, UID, "local", Some(&status), &reservations).await? {
+            DeleteStep::Gone { .. } => break,
+            DeleteStep::InProgress { state, task, .. } => {
+                status.provisioning = Some(ProvisioningStatus {
+                    state,
+                    task_id: task.map(|t| t.to_string()),
+                    ..Default::default()
+                });
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    assert!(sim.vms().iter().all(|v| v.template), "deleted on its new node");
+    sim.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_after_clone_start_adopts_the_vm() -> Result<()> {
     let (sim, client) = sim().await?;

@@ -152,6 +152,10 @@ enum Action {
     Destroy {
         vmid: u32,
     },
+    Migrate {
+        vmid: u32,
+        target: String,
+    },
     Config {
         vmid: u32,
         updates: Vec<(String, Option<String>)>,
@@ -414,9 +418,18 @@ impl State {
         let forced = task.forced_failure.take();
         let result = match (forced, action) {
             (Some(msg), action) => {
-                // A failed clone leaves no VM behind; other failed tasks change nothing.
-                if let Some(Action::CloneDone { newid, .. }) = action {
-                    self.vms.remove(&newid);
+                // A failed clone leaves no VM behind; a failed migration leaves the VM where
+                // it was, unlocked; other failed tasks change nothing.
+                match action {
+                    Some(Action::CloneDone { newid, .. }) => {
+                        self.vms.remove(&newid);
+                    }
+                    Some(Action::Migrate { vmid, .. }) => {
+                        if let Some(vm) = self.vms.get_mut(&vmid) {
+                            vm.config.remove("lock");
+                        }
+                    }
+                    _ => {}
                 }
                 Err(msg)
             }
@@ -499,6 +512,12 @@ impl State {
                 self.vms
                     .remove(&vmid)
                     .ok_or_else(|| format!("VM {vmid} does not exist"))?;
+                Ok(())
+            }
+            Action::Migrate { vmid, target } => {
+                let vm = self.vm_mut(vmid)?;
+                vm.config.remove("lock");
+                vm.node = target;
                 Ok(())
             }
             Action::Config { vmid, updates } => {
@@ -690,6 +709,7 @@ impl State {
             ("POST", "/nodes/{node}/qemu/{vmid}/status/shutdown") => self.power(req, "qmshutdown"),
             ("POST", "/nodes/{node}/qemu/{vmid}/status/reboot") => self.power(req, "qmreboot"),
             ("DELETE", "/nodes/{node}/qemu/{vmid}") => self.destroy(req),
+            ("POST", "/nodes/{node}/qemu/{vmid}/migrate") => self.migrate(req),
             ("GET", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces") => self.agent_interfaces(req),
             ("GET", "/nodes/{node}/tasks/{upid}/status") => self.task_status(req),
             ("GET", "/nodes/{node}/tasks/{upid}/log") => self.task_log(req),
@@ -1315,6 +1335,37 @@ impl State {
             kind,
             &vmid.to_string(),
             Some(action),
+            log
+        )))
+    }
+
+    /// `qm migrate`: the VM is locked (`migrate`) while the task runs, then lives on `target`
+    /// with the same VMID and config (what a user's migration, node maintenance or HA does).
+    /// A running VM needs `online`; local disks are not checked (see the README).
+    fn migrate(&mut self, req: &Request) -> ApiResult {
+        let vmid = self.vm_on_node(req)?;
+        let node = req.req("node")?;
+        let target = req.req("target")?;
+        if !self.cfg.nodes.contains(&target) {
+            return Err(ApiError::internal(format!("no such cluster node '{target}'")));
+        }
+        if target == node {
+            return Err(ApiError::internal("target is local node."));
+        }
+        self.check_unlocked(vmid)?;
+        if self.vms[&vmid].running && req.flag("online") != Some(true) {
+            return Err(ApiError::internal("can't migrate running VM without --online"));
+        }
+        if let Some(vm) = self.vms.get_mut(&vmid) {
+            vm.config.insert("lock".into(), "migrate".into());
+        }
+        let log = vec![format!("starting migration of VM {vmid} to node '{target}'")];
+        Ok(json!(self.new_task(
+            req,
+            &node,
+            "qmigrate",
+            &vmid.to_string(),
+            Some(Action::Migrate { vmid, target }),
             log
         )))
     }

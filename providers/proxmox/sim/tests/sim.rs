@@ -602,6 +602,74 @@ async fn task_failures() {
     finish(sim).await;
 }
 
+/// `qm migrate` as a user, node maintenance or HA does it: the VM keeps its VMID and config on
+/// the target node, is locked while the task runs, and is gone from the source node.
+#[tokio::test]
+async fn migration_moves_the_vm_to_the_target_node() {
+    let (sim, mut p) = sim_with(|c| c.nodes = vec!["pve1".into(), "pve2".into()]).await;
+    clone_template(&mut p, "101", "web1").await;
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    assert_error(
+        &post(&mut p, "/nodes/pve1/qemu/101/migrate", &[("target", "pve2")]).await,
+        500,
+        "can't migrate running VM without --online",
+    );
+    assert_error(
+        &post(
+            &mut p,
+            "/nodes/pve1/qemu/101/migrate",
+            &[("target", "pve1"), ("online", "1")],
+        )
+        .await,
+        500,
+        "target is local node.",
+    );
+    let before = sim.vm(101).unwrap().config;
+    let id = upid(
+        &post(
+            &mut p,
+            "/nodes/pve1/qemu/101/migrate",
+            &[("target", "pve2"), ("online", "1")],
+        )
+        .await,
+    );
+    assert!(id.contains(":qmigrate:101:"), "{id}");
+    assert_eq!(wait(&mut p, &id).await["exitstatus"], "OK");
+    let moved = sim.vm(101).unwrap();
+    assert_eq!(
+        (moved.node.as_str(), moved.running, moved.lock),
+        ("pve2", true, None)
+    );
+    assert_eq!(moved.config, before, "same config");
+    assert_error(
+        &get(&mut p, "/nodes/pve1/qemu/101/status/current").await,
+        500,
+        "Configuration file 'nodes/pve1/qemu-server/101.conf' does not exist",
+    );
+    assert_eq!(
+        get(&mut p, "/nodes/pve2/qemu/101/status/current").await.status,
+        200
+    );
+
+    // A failed migration leaves the VM where it was, unlocked.
+    sim.faults()
+        .add(banlieue_pve_sim::FaultRule::task_failure("migration aborted").path_regex("/migrate$"))
+        .unwrap();
+    let id = upid(
+        &post(
+            &mut p,
+            "/nodes/pve2/qemu/101/migrate",
+            &[("target", "pve1"), ("online", "1")],
+        )
+        .await,
+    );
+    assert_eq!(wait(&mut p, &id).await["exitstatus"], "migration aborted");
+    let stayed = sim.vm(101).unwrap();
+    assert_eq!((stayed.node.as_str(), stayed.lock), ("pve2", None));
+    sim.faults().clear();
+    finish(sim).await;
+}
+
 #[tokio::test]
 async fn config_update_semantics() {
     let (sim, mut p) = sim().await;

@@ -68,6 +68,8 @@ struct State {
     pending: Vec<(u32, String)>,
     yielding: bool,
     local_storages: Vec<String>,
+    /// VMIDs the token lacks VM.Audit on: left out of listings, 403 when read.
+    hidden: std::collections::BTreeSet<u32>,
 }
 
 /// The fake Proxmox VE cluster. Cheap to clone (shared state).
@@ -161,6 +163,12 @@ impl FakePve {
     /// The next task started by `op` fails inside the worker with `exitstatus`.
     pub fn fail_next_task(&self, op: &'static str, exitstatus: &str) {
         self.lock().task_failures.insert(op, exitstatus.to_owned());
+    }
+
+    /// The token loses VM.Audit on `vmid`: Proxmox leaves it out of `/cluster/resources` and
+    /// refuses to show its config (403).
+    pub fn hide_from_listings(&self, vmid: u32) {
+        self.lock().hidden.insert(vmid);
     }
 
     /// Adds a VM (e.g. one not created by banlieue).
@@ -373,6 +381,7 @@ impl Hypervisor for FakePve {
         let s = self.enter("guests")?;
         Ok(s.vms
             .iter()
+            .filter(|(vmid, _)| !s.hidden.contains(vmid))
             .map(|(vmid, vm)| Guest {
                 node: vm.node.clone(),
                 vmid: *vmid,
@@ -410,6 +419,12 @@ impl Hypervisor for FakePve {
 
     async fn vm_config(&self, node: &str, vmid: u32) -> Result<Option<VmConfig>, PveError> {
         let mut s = self.enter("vm_config")?;
+        if s.hidden.contains(&vmid) {
+            return Err(api_error(
+                403,
+                &format!("Permission check failed (/vms/{vmid}, VM.Audit)"),
+            ));
+        }
         Ok(vm_on(&mut s, node, vmid)
             .ok()
             .map(|vm| VmConfig(vm.config.clone())))

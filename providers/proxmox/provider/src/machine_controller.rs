@@ -247,15 +247,23 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 }
             }
         }
-        match provision::delete_step(
+        let step = match provision::delete_step(
             &hv,
             &uid,
             &self.seed_storage,
             pm.status.as_ref(),
             &self.reservations,
         )
-        .await?
+        .await
         {
+            // A human must act (a privilege the token lacks): said with its own reason, retried
+            // slowly; the finalizer stays.
+            Err(StepError::Permanent { reason, message }) => {
+                return Ok(Deleted::Blocked(Problem::new(reason, message)));
+            }
+            other => other?,
+        };
+        match step {
             DeleteStep::Gone { note } => Ok(Deleted::Released {
                 reason: "Deleted",
                 note,

@@ -1237,6 +1237,19 @@ pub async fn delete_step<H: Hypervisor>(
             {
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => {}
+                // Deleting a volume needs Datastore.Allocate, more than uploading it: a token
+                // without it must not keep the finalizer once the VM is deleted.
+                Err(e) if e.class() == ErrorClass::Auth => {
+                    let volid = desired::seed_volid(seed_storage, uid);
+                    tracing::warn!(%volid, node = %node, "seed ISO left behind: {}", crate::error::describe(&e));
+                    reservations.release(uid);
+                    return Ok(DeleteStep::Gone {
+                        note: format!(
+                            "{note}; the seed ISO {volid} on {node} was left behind: {}",
+                            crate::error::describe(&e)
+                        ),
+                    });
+                }
                 Err(e) => return Err(pve_error(reason, e)),
             }
         }
@@ -1247,12 +1260,17 @@ pub async fn delete_step<H: Hypervisor>(
         return cleanup_seed("no VM was created".to_owned()).await;
     };
     let guests = hv.guests().await.map_err(pve)?;
-    let Some(guest) = guests.iter().find(|g| g.vmid == vmid) else {
+    // Proxmox leaves out of `/cluster/resources` what the token lacks VM.Audit on: a VM not
+    // listed is asked for on its node before it counts as gone (a 403 there names the
+    // privilege, and the VM is not leaked by releasing the finalizer).
+    let listed_on = guests.iter().find(|g| g.vmid == vmid).map(|g| g.node.clone());
+    let Some(vm_node) = listed_on.or_else(|| node.clone()) else {
         return cleanup_seed(format!("VM {vmid} is gone")).await;
     };
-    let Some(config) = hv.vm_config(&guest.node, vmid).await.map_err(pve)? else {
+    let Some(config) = hv.vm_config(&vm_node, vmid).await.map_err(pve)? else {
         return cleanup_seed(format!("VM {vmid} is gone")).await;
     };
+
     if config.lock() == Some("clone") {
         return Ok(DeleteStep::InProgress {
             state: ProvisioningState::Deleting,
@@ -1264,14 +1282,14 @@ pub async fn delete_step<H: Hypervisor>(
     if !desired::is_owned_by(&config, uid) {
         return cleanup_seed(format!(
             "VM {vmid} on {} was not created for this machine; left untouched",
-            guest.node
+            vm_node
         ))
         .await;
     }
-    match hv.vm_running(&guest.node, vmid).await.map_err(pve)? {
+    match hv.vm_running(&vm_node, vmid).await.map_err(pve)? {
         None => cleanup_seed(format!("VM {vmid} is gone")).await,
         Some(true) => {
-            let upid = hv.stop_vm(&guest.node, vmid).await.map_err(pve)?;
+            let upid = hv.stop_vm(&vm_node, vmid).await.map_err(pve)?;
             Ok(DeleteStep::InProgress {
                 state: ProvisioningState::PoweringOff,
                 task: Some(upid),
@@ -1279,7 +1297,7 @@ pub async fn delete_step<H: Hypervisor>(
                 message: format!("stopping VM {vmid}"),
             })
         }
-        Some(false) => match hv.delete_vm(&guest.node, vmid).await {
+        Some(false) => match hv.delete_vm(&vm_node, vmid).await {
             Ok(upid) => Ok(DeleteStep::InProgress {
                 state: ProvisioningState::Deleting,
                 task: Some(upid),

@@ -784,6 +784,59 @@ async fn deletion_stops_then_deletes_then_removes_the_seed() {
     assert!(hv.volumes().is_empty());
 }
 
+/// A token that lacks VM.Audit on the machine's VM does not see it in `/cluster/resources`
+/// (REAL-PVE.md R2): deletion must not take that for "gone" and release the finalizer over a
+/// VM it leaks; it names the missing privilege instead.
+#[tokio::test]
+async fn deletion_does_not_take_a_vm_hidden_by_acls_for_gone() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    let vmid = phase.location().unwrap().vmid;
+    hv.hide_from_listings(vmid);
+    let err = delete_step(
+        &hv,
+        UID,
+        "local",
+        Some(&status_at(&phase)),
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.to_string().contains("VM.Audit"), "{err}");
+    assert!(err.to_string().contains(&format!("/vms/{vmid}")), "{err}");
+    assert_eq!(hv.vms().len(), 1, "the VM is still there, and still known");
+}
+
+/// Deleting a volume needs Datastore.Allocate, more than uploading one: a token without it
+/// still finishes the deletion once the VM is gone, saying which seed ISO was left and why.
+#[tokio::test]
+async fn a_seed_iso_the_token_may_not_delete_does_not_keep_the_finalizer() {
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let input = input(&spec, None);
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        |p| matches!(p, Phase::WaitGuest(_)),
+    )
+    .await
+    .unwrap();
+    let phase = steps.last().unwrap().phase.clone();
+    hv.fail_next(
+        "delete_volume",
+        api_error(
+            403,
+            "Permission check failed (/storage/local, Datastore.Allocate)",
+        ),
+    );
+    let (note, _) = delete_all(&hv, status_at(&phase)).await;
+    assert!(hv.vms().is_empty(), "the VM is deleted");
+    assert!(note.contains("left behind"), "{note}");
+    assert!(note.contains("Datastore.Allocate on /storage/local"), "{note}");
+}
+
 #[tokio::test]
 async fn deleting_a_machine_whose_vm_is_already_gone_or_never_existed_succeeds() {
     let hv = FakePve::new(1);

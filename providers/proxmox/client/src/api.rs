@@ -154,7 +154,21 @@ impl Client {
         .await
     }
 
-    /// `GET /nodes/{node}/qemu/{vmid}/config` (the current config, pending changes not applied).
+    /// `GET /nodes/{node}/qemu/{vmid}/pending`: the config with its pending changes, and which
+    /// keys are pending (one call, as `GET …/config`).
+    pub async fn vm_pending(&self, node: &str, vmid: u32) -> Result<crate::PendingConfig> {
+        let items: Vec<crate::PendingItem> = self
+            .call(
+                Method::GET,
+                &format!("{}/pending", vm_path(node, vmid)),
+                Params::new(),
+            )
+            .await?;
+        Ok(crate::PendingConfig::from_items(items))
+    }
+
+    /// `GET /nodes/{node}/qemu/{vmid}/config`: the config with pending changes applied (PVE's
+    /// default; `current=1` would show the running values).
     pub async fn vm_config(&self, node: &str, vmid: u32) -> Result<VmConfig> {
         self.call(
             Method::GET,

@@ -38,7 +38,9 @@ pub use api::{CloneRequest, ConfigUpdate, DeleteVmOptions};
 pub use client::{
     API_PREFIX, Auth, Client, ClientBuilder, RequestHook, RequestRecord, RetryPolicy, path_segment,
 };
-pub use config::{DiskSpec, IpAssign, IpConfig, NetDevice, Size, SizeChange, VmConfig};
+pub use config::{
+    DiskSpec, IpAssign, IpConfig, NetDevice, PendingConfig, PendingItem, Size, SizeChange, VmConfig,
+};
 pub use error::{BoxError, Error, ErrorClass, Result};
 pub use secret::Secret;
 pub use task::{TaskLogLine, TaskOutcome, TaskStatus, Upid};

@@ -11,7 +11,9 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use banlieue_pve_client::config::normalize_tags;
-use banlieue_pve_client::{CloneRequest, ConfigUpdate, SizeChange, TaskOutcome, Upid, VmConfig};
+use banlieue_pve_client::{
+    CloneRequest, ConfigUpdate, PendingConfig, SizeChange, TaskOutcome, Upid, VmConfig,
+};
 
 use crate::hypervisor::{Guest, Hypervisor, NodeLoad, PveError};
 
@@ -70,6 +72,10 @@ struct State {
     local_storages: Vec<String>,
     /// VMIDs the token lacks VM.Audit on: left out of listings, 403 when read.
     hidden: std::collections::BTreeSet<u32>,
+    /// Keys a running VM keeps pending until it restarts (see [`FakePve::keep_pending`]).
+    keeps_pending: Vec<String>,
+    /// Per VM, the keys pending until its next start.
+    awaiting_restart: BTreeMap<u32, std::collections::BTreeSet<String>>,
 }
 
 /// The fake Proxmox VE cluster. Cheap to clone (shared state).
@@ -163,6 +169,12 @@ impl FakePve {
     /// The next task started by `op` fails inside the worker with `exitstatus`.
     pub fn fail_next_task(&self, op: &'static str, exitstatus: &str) {
         self.lock().task_failures.insert(op, exitstatus.to_owned());
+    }
+
+    /// Changes of `keys` written while a VM runs stay pending until it starts again (as PVE
+    /// does for a NIC change on a VM without network hotplug). By default every change applies.
+    pub fn keep_pending(&self, keys: &[&str]) {
+        self.lock().keeps_pending = keys.iter().map(|k| (*k).to_owned()).collect();
     }
 
     /// The token loses VM.Audit on `vmid`: Proxmox leaves it out of `/cluster/resources` and
@@ -325,6 +337,7 @@ fn finish(s: &mut State, upid: &str) {
             if let Some(vm) = s.vms.get_mut(&vmid) {
                 vm.running = true;
             }
+            s.awaiting_restart.remove(&vmid);
         }
         Effect::Stop(vmid) => {
             if let Some(vm) = s.vms.get_mut(&vmid) {
@@ -430,6 +443,26 @@ impl Hypervisor for FakePve {
             .map(|vm| VmConfig(vm.config.clone())))
     }
 
+    async fn vm_pending(&self, node: &str, vmid: u32) -> Result<Option<PendingConfig>, PveError> {
+        let mut s = self.enter("vm_pending")?;
+        if s.hidden.contains(&vmid) {
+            return Err(api_error(
+                403,
+                &format!("Permission check failed (/vms/{vmid}, VM.Audit)"),
+            ));
+        }
+        let Ok(vm) = vm_on(&mut s, node, vmid) else {
+            return Ok(None);
+        };
+        let config = VmConfig(vm.config.clone());
+        let pending = s
+            .awaiting_restart
+            .get(&vmid)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default();
+        Ok(Some(PendingConfig { config, pending }))
+    }
+
     async fn vm_running(&self, node: &str, vmid: u32) -> Result<Option<bool>, PveError> {
         let mut s = self.enter("vm_running")?;
         Ok(vm_on(&mut s, node, vmid).ok().map(|vm| vm.running))
@@ -503,6 +536,14 @@ impl Hypervisor for FakePve {
         let running = vm.running;
         apply_update(vm, update)?;
         if running {
+            let kept: Vec<String> = update
+                .set
+                .keys()
+                .chain(update.delete.iter())
+                .filter(|k| s.keeps_pending.contains(k))
+                .cloned()
+                .collect();
+            s.awaiting_restart.entry(vmid).or_default().extend(kept);
             // Real PVE (without CPU/memory hotplug) only records these as pending changes.
             for key in ["cores", "sockets", "memory"] {
                 if update.set.contains_key(key) {

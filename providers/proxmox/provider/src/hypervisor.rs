@@ -11,8 +11,8 @@ use std::future::Future;
 use std::net::IpAddr;
 
 use banlieue_pve_client::{
-    Client, CloneRequest, ConfigUpdate, DeleteVmOptions, ErrorClass, ResourceType, SizeChange, TaskOutcome,
-    Upid, UploadContent, VmConfig,
+    Client, CloneRequest, ConfigUpdate, DeleteVmOptions, ErrorClass, PendingConfig, ResourceType, SizeChange,
+    TaskOutcome, Upid, UploadContent, VmConfig,
 };
 
 /// Errors of the hypervisor calls: the Proxmox client's error, classified by
@@ -75,6 +75,13 @@ pub trait Hypervisor: Send + Sync + 'static {
         node: &str,
         vmid: u32,
     ) -> impl Future<Output = Result<Option<VmConfig>, PveError>> + Send;
+    /// `GET …/pending`: the config with pending changes applied and the keys Proxmox keeps
+    /// pending until the VM restarts; `Ok(None)` when the VM does not exist on that node.
+    fn vm_pending(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> impl Future<Output = Result<Option<PendingConfig>, PveError>> + Send;
     /// Whether the VM runs; `Ok(None)` when it does not exist on that node.
     fn vm_running(
         &self,
@@ -229,6 +236,14 @@ impl Hypervisor for Client {
         let node = node.to_owned();
         with_client(self, move |c| async move {
             none_if_not_found(c.vm_config(&node, vmid).await)
+        })
+        .await
+    }
+
+    async fn vm_pending(&self, node: &str, vmid: u32) -> Result<Option<PendingConfig>, PveError> {
+        let node = node.to_owned();
+        with_client(self, move |c| async move {
+            none_if_not_found(c.vm_pending(&node, vmid).await)
         })
         .await
     }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
-use banlieue_pve_client::{CloneRequest, ErrorClass, SizeChange, TaskOutcome, Upid};
+use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, TaskOutcome, Upid};
 
 use crate::desired::{self, ConfigureAction};
 use crate::hypervisor::{Guest, Hypervisor};
@@ -633,7 +633,8 @@ async fn update_step<H: Hypervisor>(
             .await?
             .ok_or_else(gone);
     };
-    let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
+    let Some(PendingConfig { config, pending }) = hv.vm_pending(&loc.node, loc.vmid).await.map_err(pve)?
+    else {
         return follow_moved(hv, input, &loc, reason, again)
             .await?
             .ok_or_else(gone);
@@ -679,7 +680,7 @@ async fn update_step<H: Hypervisor>(
             ),
         ));
     }
-    let action = update::next_update_action(input.spec, input.uid, &config, running)
+    let action = update::next_update_action(input.spec, input.uid, &config, running, &pending)
         .map_err(|e| permanent(reason, e.0))?;
     let start = |state: ProvisioningState, upid: Option<Upid>, why: String| Step {
         power,

@@ -922,7 +922,7 @@ async fn a_provisioned_vm_in_sync_costs_two_reads_and_no_change() {
     assert_eq!(steps[0].phase, phase);
     assert_eq!(steps[0].event, None, "no Event when nothing changes");
     assert_eq!(steps[0].power, Some(banlieue_api::common::PowerState::On));
-    assert_eq!(hv.calls()[before..], ["vm_running", "vm_config"]);
+    assert_eq!(hv.calls()[before..], ["vm_running", "vm_pending"]);
 }
 
 #[tokio::test]
@@ -1052,6 +1052,32 @@ async fn a_vm_deleted_behind_our_back_is_reported() {
     .await
     .unwrap_err();
     assert_eq!(err.reason(), "VMNotFound");
+}
+
+/// A change Proxmox keeps pending on a running VM (here a NIC change without network hotplug)
+/// is recognised: the VM is restarted once to apply it, and then it is in sync, with no
+/// re-apply loop.
+#[tokio::test]
+async fn a_change_proxmox_keeps_pending_is_applied_by_one_restart() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    hv.keep_pending(&["net0"]);
+    let mut changed = spec.clone();
+    changed.networks = vec![banlieue_api::common::NetworkInterface::dhcp("net0", "vmbr1")];
+    let before = hv.calls().len();
+    let steps = drive_update(&hv, &input(&changed, None), phase).await;
+    let events: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| s.event.as_ref().map(|(r, _)| *r))
+        .collect();
+    assert_eq!(events, ["Reconfiguring", "PoweringOff", "PoweringOn", "Updated"]);
+    let applies = hv.calls()[before..]
+        .iter()
+        .filter(|c| *c == "update_config")
+        .count();
+    assert_eq!(applies, 1, "written once, not again and again");
+    let why = &steps[1].event.as_ref().unwrap().1;
+    assert!(why.contains("net0") && why.contains("pending"), "{why}");
 }
 
 /// Moves VM `vmid` to `node` as a migration does (same VMID, same config).
@@ -1269,7 +1295,7 @@ async fn a_machine_created_powered_off_is_provisioned_without_booting() {
     let before = hv.calls().len();
     let again = drive_update(&hv, &input(&on, None), steps.last().unwrap().phase.clone()).await;
     assert_eq!(events(&again), Vec::<&str>::new());
-    assert_eq!(hv.calls()[before..], ["vm_running", "vm_config"]);
+    assert_eq!(hv.calls()[before..], ["vm_running", "vm_pending"]);
 }
 
 #[tokio::test]

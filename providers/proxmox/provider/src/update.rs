@@ -7,10 +7,15 @@
 //! - **Disk growth** is applied online (`PUT …/resize` works on a running VM).
 //! - **Network interfaces and tags** are applied online (hot-pluggable by default).
 //! - **CPU (cores, sockets) and memory** are applied cold: on a running VM PVE would only record
-//!   them as *pending* (effective after the next boot, and invisible in `GET …/config`), so the
-//!   provider shuts the VM down (ACPI shutdown, hard stop after [`SHUTDOWN_TIMEOUT_SECS`]),
-//!   applies them and starts it again if `spec.powerState` is `On`. The `VMUpToDate` condition
-//!   says so while it happens (`PoweringOff` with the reason in its message).
+//!   them as *pending* (effective after the next boot), so the provider shuts the VM down (ACPI
+//!   shutdown, hard stop after [`SHUTDOWN_TIMEOUT_SECS`]), applies them and starts it again if
+//!   `spec.powerState` is `On`. The `VMUpToDate` condition says so while it happens
+//!   (`PoweringOff` with the reason in its message).
+//! - **Anything else PVE keeps pending** on a running VM (a NIC change when the VM's `hotplug`
+//!   lacks `network`, the removal of an IDE/SATA drive): the config is read from `GET …/pending`
+//!   (the values with pending changes applied, as `GET …/config` shows them, and which keys are
+//!   pending), so a written change is not written again; a pending change of a key the provider
+//!   manages is applied by the same shutdown and start.
 //! - **Power**: `Off` shuts the VM down the same way; `On` starts it.
 
 use banlieue_api::common::PowerState;
@@ -95,12 +100,26 @@ pub fn provisioned_ready(
 /// `Ready` reason of a provisioned machine whose VM is powered off.
 pub use banlieue_api::condition::POWERED_OFF;
 
-/// Decides the next action for a provisioned VM with config `actual`, running or not.
+/// Whether a config key is one the provider writes (hardware the spec describes, its tags), so
+/// that its pending change is the provider's to apply by a restart.
+fn managed(key: &str) -> bool {
+    let slot = |prefix: &str| {
+        key.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    matches!(key, "cores" | "sockets" | "memory" | "tags")
+        || ["net", "ide", "sata", "scsi", "virtio"].into_iter().any(slot)
+}
+
+/// Decides the next action for a provisioned VM with config `actual` (pending changes applied,
+/// as `GET …/config` shows it), running or not; `pending` are the keys Proxmox keeps pending
+/// until the VM restarts (a NIC change without network hotplug, a drive removal, …).
 pub fn next_update_action(
     spec: &ProxmoxMachineSpec,
     uid: &str,
     actual: &VmConfig,
     running: bool,
+    pending: &[String],
 ) -> Result<UpdateAction, SpecError> {
     let update = desired::config_update(spec, uid, actual)?;
     let grow = desired::disk_to_grow(spec, actual)?;
@@ -131,6 +150,20 @@ pub fn next_update_action(
         if desired_power(spec) == PowerState::Off {
             return Ok(UpdateAction::Shutdown {
                 why: "spec.powerState is Off".to_owned(),
+            });
+        }
+        // Written, but not in effect: Proxmox applies them when the VM starts again.
+        let waiting: Vec<&str> = pending
+            .iter()
+            .map(String::as_str)
+            .filter(|k| managed(k))
+            .collect();
+        if !waiting.is_empty() {
+            return Ok(UpdateAction::Shutdown {
+                why: format!(
+                    "to apply {} (Proxmox keeps these changes pending until the VM restarts)",
+                    waiting.join(", ")
+                ),
             });
         }
         return Ok(UpdateAction::InSync);
@@ -212,7 +245,7 @@ mod tests {
             ..spec()
         };
         assert_eq!(
-            next_update_action(&spec, UID, &in_sync(), running).unwrap(),
+            next_update_action(&spec, UID, &in_sync(), running, &[]).unwrap(),
             UpdateAction::InSync
         );
     }
@@ -224,13 +257,13 @@ mod tests {
             ..spec()
         };
         assert_eq!(
-            next_update_action(&off, UID, &in_sync(), true).unwrap(),
+            next_update_action(&off, UID, &in_sync(), true, &[]).unwrap(),
             UpdateAction::Shutdown {
                 why: "spec.powerState is Off".into()
             }
         );
         assert_eq!(
-            next_update_action(&spec(), UID, &in_sync(), false).unwrap(),
+            next_update_action(&spec(), UID, &in_sync(), false, &[]).unwrap(),
             UpdateAction::Start
         );
     }
@@ -242,7 +275,7 @@ mod tests {
             memory_mib: 4096,
             ..spec()
         };
-        let action = next_update_action(&bigger, UID, &in_sync(), true).unwrap();
+        let action = next_update_action(&bigger, UID, &in_sync(), true, &[]).unwrap();
         let UpdateAction::Shutdown { why } = action else {
             panic!("expected a shutdown, got {action:?}");
         };
@@ -251,7 +284,8 @@ mod tests {
             "{why}"
         );
         // Stopped: the change is applied…
-        let UpdateAction::Apply(update) = next_update_action(&bigger, UID, &in_sync(), false).unwrap() else {
+        let UpdateAction::Apply(update) = next_update_action(&bigger, UID, &in_sync(), false, &[]).unwrap()
+        else {
             panic!("expected an apply");
         };
         assert_eq!(update.set.get("memory").map(String::as_str), Some("4096"));
@@ -261,11 +295,11 @@ mod tests {
         applied.0.insert("cores".into(), "4".into());
         applied.0.insert("memory".into(), "4096".into());
         assert_eq!(
-            next_update_action(&bigger, UID, &applied, false).unwrap(),
+            next_update_action(&bigger, UID, &applied, false, &[]).unwrap(),
             UpdateAction::Start
         );
         assert_eq!(
-            next_update_action(&bigger, UID, &applied, true).unwrap(),
+            next_update_action(&bigger, UID, &applied, true, &[]).unwrap(),
             UpdateAction::InSync
         );
     }
@@ -278,13 +312,13 @@ mod tests {
             ..spec()
         };
         assert!(matches!(
-            next_update_action(&spec, UID, &in_sync(), false).unwrap(),
+            next_update_action(&spec, UID, &in_sync(), false, &[]).unwrap(),
             UpdateAction::Apply(_)
         ));
         let mut applied = in_sync();
         applied.0.insert("memory".into(), "1024".into());
         assert_eq!(
-            next_update_action(&spec, UID, &applied, false).unwrap(),
+            next_update_action(&spec, UID, &applied, false, &[]).unwrap(),
             UpdateAction::InSync
         );
     }
@@ -300,7 +334,7 @@ mod tests {
             ..spec()
         };
         assert_eq!(
-            next_update_action(&spec, UID, &in_sync(), true).unwrap(),
+            next_update_action(&spec, UID, &in_sync(), true, &[]).unwrap(),
             UpdateAction::Resize {
                 disk: "scsi0".into(),
                 size: Size(32 << 30)
@@ -314,7 +348,7 @@ mod tests {
             tags: vec!["web".into()],
             ..spec()
         };
-        let action = next_update_action(&spec, UID, &in_sync(), true).unwrap();
+        let action = next_update_action(&spec, UID, &in_sync(), true, &[]).unwrap();
         let UpdateAction::Apply(update) = action else {
             panic!("expected a live apply, got {action:?}");
         };
@@ -362,6 +396,30 @@ mod tests {
             }],
             ..spec()
         };
-        assert!(next_update_action(&spec, UID, &in_sync(), true).is_err());
+        assert!(next_update_action(&spec, UID, &in_sync(), true, &[]).is_err());
+    }
+
+    /// A change Proxmox keeps pending on a running VM (a NIC model without network hotplug)
+    /// is in the config but not in effect: the VM is restarted to apply it, and only for keys
+    /// the provider writes (a user's own pending change of another key is left alone).
+    #[test]
+    fn a_pending_change_the_provider_wrote_restarts_the_vm() {
+        let pending = ["net0".to_owned(), "hookscript".to_owned()];
+        let UpdateAction::Shutdown { why } =
+            next_update_action(&spec(), UID, &in_sync(), true, &pending).unwrap()
+        else {
+            panic!("a restart")
+        };
+        assert!(why.contains("net0") && !why.contains("hookscript"), "{why}");
+        assert!(why.contains("pending until the VM restarts"), "{why}");
+        assert_eq!(
+            next_update_action(&spec(), UID, &in_sync(), true, &["hookscript".to_owned()]).unwrap(),
+            UpdateAction::InSync
+        );
+        assert_eq!(
+            next_update_action(&spec(), UID, &in_sync(), false, &pending).unwrap(),
+            UpdateAction::Start,
+            "a stopped VM applies them when it starts"
+        );
     }
 }

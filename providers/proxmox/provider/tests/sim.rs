@@ -149,6 +149,63 @@ async fn provisions_and_deletes_through_the_wire() -> Result<()> {
     Ok(())
 }
 
+/// A NIC change on a VM without network hotplug stays pending on Proxmox (REAL-PVE.md R5): the
+/// provider sees it in `GET …/pending`, restarts the VM once to apply it, and does not write it
+/// again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nic_change_kept_pending_is_applied_by_one_restart_through_the_wire() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    let phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Provisioned(_))
+    })
+    .await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let mut probe = banlieue_pve_sim::probe::Probe::for_sim(&sim)?;
+    let r = probe
+        .call(
+            "PUT".parse()?,
+            &format!("/nodes/pve1/qemu/{vmid}/config"),
+            &[("hotplug", "disk,usb")],
+        )
+        .await?;
+    anyhow::ensure!(r.status == 200, "{r:?}");
+
+    let config_tasks = || {
+        sim.tasks()
+            .iter()
+            .filter(|t| t.kind == "qmconfig" && t.id == vmid.to_string())
+            .count()
+    };
+    let before = config_tasks();
+    let mut changed = spec.clone();
+    changed.networks = vec![banlieue_api::common::NetworkInterface::dhcp("net0", "vmbr1")];
+    let input = crate::input(&changed, UID);
+    let reservations = VmidReservations::default();
+    let (mut phase, mut events) = (phase, Vec::new());
+    for _ in 0..50 {
+        let step = provision_step(&client, &input, phase, None, &reservations).await?;
+        events.extend(step.event.clone().map(|(r, _)| r));
+        phase = step.phase;
+        if matches!(phase, Phase::Provisioned(_)) && step.up_to_date.is_some_and(|u| u.status) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(events, ["Reconfiguring", "PoweringOff", "PoweringOn", "Updated"]);
+    let vm = sim.vm(vmid).context("VM")?;
+    assert!(vm.running && vm.pending.is_empty(), "{vm:?}");
+    assert!(
+        vm.config["net0"].contains("bridge=vmbr1"),
+        "{}",
+        vm.config["net0"]
+    );
+    assert_eq!(config_tasks() - before, 1, "the NIC change is written once");
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// A provisioned VM that a user (or HA) migrates with `qm migrate` is followed to its new node
 /// by its VMID and owner marker: the same VM, its providerID unchanged, and deletion finds it
 /// there.

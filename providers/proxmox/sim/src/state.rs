@@ -93,6 +93,9 @@ pub struct VmInfo {
     pub pool: Option<String>,
     /// Address the guest agent reports (once assigned at start).
     pub ip: Option<Ipv4Addr>,
+    /// Changes PVE keeps pending until the VM starts again (`None`: a deletion); `config`
+    /// holds the values in effect.
+    pub pending: BTreeMap<String, Option<String>>,
 }
 
 /// A task as tests see it.
@@ -129,6 +132,8 @@ struct Vm {
     pool: Option<String>,
     ip: Option<Ipv4Addr>,
     boot_seed: Option<SeedData>,
+    /// Changes written while the VM ran that PVE applies at its next start (`None`: a deletion).
+    pending: BTreeMap<String, Option<String>>,
 }
 
 #[derive(Debug)]
@@ -375,6 +380,7 @@ impl State {
                     pool: t.pool.clone(),
                     ip: None,
                     boot_seed: None,
+                    pending: BTreeMap::new(),
                 },
             );
         }
@@ -480,6 +486,12 @@ impl State {
                 vm.running = true;
                 vm.started_at = Some(now);
                 vm.boot_seed = seed;
+                for (k, v) in std::mem::take(&mut vm.pending) {
+                    match v {
+                        Some(v) => vm.config.insert(k, v),
+                        None => vm.config.remove(&k),
+                    };
+                }
                 let static_ip = vm.config.get("ipconfig0").and_then(|c| static_ip(c));
                 let used_pool = vm.ip.is_none() && static_ip.is_none();
                 vm.ip = static_ip.or(vm.ip).or(Some(pool_ip));
@@ -700,6 +712,7 @@ impl State {
             ("GET", "/nodes/{node}/qemu") => Ok(self.qemu_list(&req.req("node")?)),
             ("GET", "/nodes/{node}/qemu/{vmid}/status/current") => self.status_current(req),
             ("GET", "/nodes/{node}/qemu/{vmid}/config") => self.config_get(req),
+            ("GET", "/nodes/{node}/qemu/{vmid}/pending") => self.pending_get(req),
             ("POST", "/nodes/{node}/qemu/{vmid}/config") => self.config_set(req, true),
             ("PUT", "/nodes/{node}/qemu/{vmid}/config") => self.config_set(req, false),
             ("POST", "/nodes/{node}/qemu/{vmid}/clone") => self.clone_vm(req),
@@ -926,10 +939,45 @@ impl State {
         Ok(Value::Object(m))
     }
 
+    /// `GET …/config`: pending changes applied unless `current=1`, as PVE does.
     fn config_get(&self, req: &Request) -> ApiResult {
         let vmid = self.vm_on_node(req)?;
         let vm = &self.vms[&vmid];
-        Ok(Value::Object(self.typed_config(&vm.config)))
+        if req.flag("current") == Some(true) {
+            return Ok(Value::Object(self.typed_config(&vm.config)));
+        }
+        Ok(Value::Object(self.typed_config(&with_pending(vm))))
+    }
+
+    /// `GET …/pending`: every key with its current value, its pending value or deletion.
+    fn pending_get(&self, req: &Request) -> ApiResult {
+        let vmid = self.vm_on_node(req)?;
+        let vm = &self.vms[&vmid];
+        let current = self.typed_config(&vm.config);
+        let mut keys: Vec<&String> = vm.config.keys().chain(vm.pending.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let items: Vec<Value> = keys
+            .into_iter()
+            .map(|key| {
+                let mut item = serde_json::Map::new();
+                item.insert("key".into(), json!(key));
+                if let Some(value) = current.get(key.as_str()) {
+                    item.insert("value".into(), value.clone());
+                }
+                match vm.pending.get(key) {
+                    Some(Some(pending)) => {
+                        item.insert("pending".into(), json!(pending));
+                    }
+                    Some(None) => {
+                        item.insert("delete".into(), json!(1));
+                    }
+                    None => {}
+                }
+                Value::Object(item)
+            })
+            .collect();
+        Ok(Value::Array(items))
     }
 
     /// Config values typed the way PVE's Perl emits them: integers/numbers as numbers (per the
@@ -1023,11 +1071,18 @@ impl State {
                 updates.push((key.to_owned(), None));
             }
         }
+        // On a running VM, what cannot be hot-plugged is only recorded as pending.
+        let vm = self
+            .vms
+            .get_mut(&vmid)
+            .ok_or_else(|| ApiError::internal("VM vanished"))?;
+        let (updates, pending): (Vec<_>, Vec<_>) = updates
+            .into_iter()
+            .partition(|(k, v)| !vm.running || hot_pluggable(&vm.config, k, v.is_none()));
+        for (k, v) in pending {
+            vm.pending.insert(k, v);
+        }
         if !async_task {
-            let vm = self
-                .vms
-                .get_mut(&vmid)
-                .ok_or_else(|| ApiError::internal("VM vanished"))?;
             for (k, v) in updates {
                 match v {
                     Some(v) => vm.config.insert(k, v),
@@ -1259,6 +1314,7 @@ impl State {
                 pool,
                 ip: None,
                 boot_seed: None,
+                pending: BTreeMap::new(),
             },
         );
         let upid = self.new_task(
@@ -1749,6 +1805,42 @@ impl State {
     }
 }
 
+/// The config with the pending changes applied.
+fn with_pending(vm: &Vm) -> BTreeMap<String, String> {
+    let mut config = vm.config.clone();
+    for (k, v) in &vm.pending {
+        match v {
+            Some(v) => config.insert(k.clone(), v.clone()),
+            None => config.remove(k),
+        };
+    }
+    config
+}
+
+/// Whether PVE applies a change of `key` to a running VM at once
+/// (`QemuServer.pm::vmconfig_hotplug_pending`, REAL-PVE.md R5): CPU topology never; memory and
+/// NICs only with `memory`/`network` in the VM's `hotplug` (default `network,disk,usb`); the
+/// removal of an IDE or SATA drive never; the rest (tags, a cdrom's medium, new disks, …) yes.
+fn hot_pluggable(config: &BTreeMap<String, String>, key: &str, deletion: bool) -> bool {
+    let hotplug = match config.get("hotplug").map(String::as_str) {
+        None | Some("1") => "network,disk,usb",
+        Some("0") => "",
+        Some(list) => list,
+    };
+    let enabled = |feature: &str| hotplug.split(',').any(|f| f == feature);
+    let drive = |prefix: &str| {
+        key.strip_prefix(prefix)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match key {
+        "cores" | "sockets" => false,
+        "memory" => enabled("memory"),
+        _ if is_net_key(key) => enabled("network"),
+        _ if deletion && (drive("ide") || drive("sata")) => false,
+        _ => true,
+    }
+}
+
 fn vm_info(vmid: u32, vm: &Vm) -> VmInfo {
     VmInfo {
         vmid,
@@ -1760,6 +1852,7 @@ fn vm_info(vmid: u32, vm: &Vm) -> VmInfo {
         lock: vm.config.get("lock").cloned(),
         pool: vm.pool.clone(),
         ip: vm.ip,
+        pending: vm.pending.clone(),
     }
 }
 

@@ -602,6 +602,69 @@ async fn task_failures() {
     finish(sim).await;
 }
 
+/// Pending changes (REAL-PVE.md R5): on a running VM, what cannot be hot-plugged (CPU topology,
+/// a NIC when `hotplug` lacks `network`, removing an IDE drive) is only recorded; `GET …/config`
+/// shows it applied, `current=1` shows what runs, `GET …/pending` lists both; the next start
+/// applies it.
+#[tokio::test]
+async fn changes_that_cannot_be_hot_plugged_stay_pending_until_the_next_start() {
+    let (sim, mut p) = sim().await;
+    clone_template(&mut p, "101", "web1").await;
+    let r = p
+        .call(
+            Method::PUT,
+            "/nodes/pve1/qemu/101/config",
+            &[("hotplug", "disk,usb")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    let r = p
+        .call(
+            Method::PUT,
+            "/nodes/pve1/qemu/101/config",
+            &[("cores", "4"), ("net0", "e1000,bridge=vmbr0"), ("tags", "k8s")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    let vm = sim.vm(101).unwrap();
+    assert_eq!(
+        vm.config.get("tags").map(String::as_str),
+        Some("k8s"),
+        "tags apply at once"
+    );
+    assert_ne!(vm.config.get("cores").map(String::as_str), Some("4"));
+    assert_eq!(
+        vm.pending.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cores", "net0"]
+    );
+    assert_eq!(
+        get(&mut p, "/nodes/pve1/qemu/101/config").await.data()["cores"],
+        4
+    );
+    let current = p
+        .call(Method::GET, "/nodes/pve1/qemu/101/config", &[("current", "1")])
+        .await
+        .unwrap();
+    assert_ne!(current.data()["cores"], 4, "{current:?}");
+    let pending = get(&mut p, "/nodes/pve1/qemu/101/pending").await;
+    let lines = pending.data().as_array().unwrap().clone();
+    let cores = lines.iter().find(|l| l["key"] == "cores").unwrap();
+    assert_eq!(cores["pending"], "4");
+    let tags = lines.iter().find(|l| l["key"] == "tags").unwrap();
+    assert!(tags.get("pending").is_none(), "{tags}");
+
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/stop").await;
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    let vm = sim.vm(101).unwrap();
+    assert!(vm.pending.is_empty(), "{:?}", vm.pending);
+    assert_eq!(vm.config.get("cores").map(String::as_str), Some("4"));
+    assert!(vm.config["net0"].starts_with("e1000="), "{}", vm.config["net0"]);
+    finish(sim).await;
+}
+
 /// `qm migrate` as a user, node maintenance or HA does it: the VM keeps its VMID and config on
 /// the target node, is locked while the task runs, and is gone from the source node.
 #[tokio::test]

@@ -102,6 +102,8 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     // Proxmox refused the clone request itself (e.g. a template on node-local storage cloned
     // to another node); a clone that may pass on retry is `CloningFailed`.
     "CloneRefused",
+    // The template's guest agent is off: addresses can never be read (Proxmox).
+    "GuestAgentNotConfigured",
     "BaseVolumeNotFound",
     "ImageNotFound",
     "NoImageSourceForBackend",

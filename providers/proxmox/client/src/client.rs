@@ -19,6 +19,11 @@ use crate::error::{Error, Result};
 use crate::secret::Secret;
 use crate::tls::{HttpsConnector, TlsVerification, client_config};
 
+/// How long an idle connection is kept for reuse: under pveproxy's own idle limit (5 s,
+/// `AnyEvent.pm`'s keep-alive timeout, REAL-PVE.md R9), so a request is never sent on a
+/// connection the server is closing (a POST lost that way would not be retried).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
 /// The API prefix below the server URL.
 pub const API_PREFIX: &str = "/api2/json";
 
@@ -267,7 +272,7 @@ impl ClientBuilder {
             server_name: self.server_name,
         };
         let http = HyperClient::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(16)
             .build(connector);
         Ok(Client {

@@ -196,6 +196,11 @@ const PERMANENT: &[&str] = &[
     // Qemu.pm clone_vm: `can't clone VM to node 'X' (VM uses local storage)`, `can't clone to
     // non-shared storage 'S'`: the placement or the template's storage must change.
     "can't clone",
+    // REAL-PVE.md R11: plain 500s that no retry fixes.
+    "no qemu guest agent configured",
+    "can't upload to storage type",
+    "does not support",
+    "value too large",
 ];
 
 /// Classifies by PVE's message text, as clients in the wild do (see `WIRE.md`).
@@ -367,6 +372,23 @@ mod tests {
         ErrorClass::Invalid
     )]
     #[case(500, "can't clone to non-shared storage 'local-lvm'", ErrorClass::Invalid)]
+    #[case(500, "No QEMU guest agent configured", ErrorClass::Invalid)]
+    #[case(500, "can't upload to storage type 'lvmthin'", ErrorClass::Invalid)]
+    #[case(
+        500,
+        "storage 'local-lvm' does not support 'iso' content",
+        ErrorClass::Invalid
+    )]
+    #[case(
+        500,
+        "balloon value too large (must be smaller than assigned memory)",
+        ErrorClass::Invalid
+    )]
+    #[case(
+        500,
+        "Linked clone feature is not supported for drive 'scsi0'",
+        ErrorClass::Invalid
+    )]
     #[case(502, "Bad Gateway", ErrorClass::Transient)]
     #[case(503, "Service Unavailable", ErrorClass::Transient)]
     #[case(401, "No ticket", ErrorClass::Auth)]

@@ -72,6 +72,8 @@ struct State {
     local_storages: Vec<String>,
     /// VMIDs the token lacks VM.Audit on: left out of listings, 403 when read.
     hidden: std::collections::BTreeSet<u32>,
+    /// VMIDs held by LXC containers: not QEMU guests, but not free either.
+    containers: std::collections::BTreeSet<u32>,
     /// Keys a running VM keeps pending until it restarts (see [`FakePve::keep_pending`]).
     keeps_pending: Vec<String>,
     /// Per VM, the keys pending until its next start.
@@ -175,6 +177,11 @@ impl FakePve {
     /// does for a NIC change on a VM without network hotplug). By default every change applies.
     pub fn keep_pending(&self, keys: &[&str]) {
         self.lock().keeps_pending = keys.iter().map(|k| (*k).to_owned()).collect();
+    }
+
+    /// An LXC container holds `vmid` (left out of the QEMU guests, but the VMID is taken).
+    pub fn add_container(&self, vmid: u32) {
+        self.lock().containers.insert(vmid);
     }
 
     /// The token loses VM.Audit on `vmid`: Proxmox leaves it out of `/cluster/resources` and
@@ -427,7 +434,8 @@ impl Hypervisor for FakePve {
 
     async fn vmid_is_free(&self, vmid: u32) -> Result<bool, PveError> {
         self.round_trip().await;
-        Ok(!self.enter("vmid_is_free")?.vms.contains_key(&vmid))
+        let s = self.enter("vmid_is_free")?;
+        Ok(!s.vms.contains_key(&vmid) && !s.containers.contains(&vmid))
     }
 
     async fn vm_config(&self, node: &str, vmid: u32) -> Result<Option<VmConfig>, PveError> {

@@ -368,14 +368,21 @@ async fn allocate_vmid<H: Hypervisor>(
     if let Some(range) = input.spec.vmid_range.as_ref().or(input.cluster_vmid_range) {
         let used: std::collections::HashSet<u32> =
             hv.guests().await.map_err(pve)?.iter().map(|g| g.vmid).collect();
-        return (range.start..=range.end)
-            .find(|id| !used.contains(id) && reservations.reserve(input.uid, *id))
-            .ok_or_else(|| {
-                permanent(
-                    "VMIDRangeExhausted",
-                    format!("no free VMID in {}-{}", range.start, range.end),
-                )
-            });
+        // The listing holds QEMU guests only: PVE itself is asked whether the VMID is free, so a
+        // container holding it is not cloned over (REAL-PVE.md R8).
+        for id in range.start..=range.end {
+            if used.contains(&id) || !reservations.reserve(input.uid, id) {
+                continue;
+            }
+            if hv.vmid_is_free(id).await.map_err(pve)? {
+                return Ok(id);
+            }
+            reservations.release(input.uid);
+        }
+        return Err(permanent(
+            "VMIDRangeExhausted",
+            format!("no free VMID in {}-{}", range.start, range.end),
+        ));
     }
     // PVE proposes the lowest free VMID, the same for every machine allocating at once: each
     // machine reserves the next VMID no other machine in this process holds *before* asking PVE
@@ -917,6 +924,9 @@ fn refused_clone(err: StepError) -> StepError {
     }
 }
 
+/// The `Ready` reason of a VM whose guest agent is not enabled in its config.
+pub const GUEST_AGENT_NOT_CONFIGURED: &str = "GuestAgentNotConfigured";
+
 /// The `Ready` reason of a clone request Proxmox refused for good (see [`refused_clone`]).
 pub const CLONE_REFUSED: &str = "CloneRefused";
 
@@ -1080,6 +1090,21 @@ async fn wait_guest<H: Hypervisor>(
             Err(e) if e.class() == ErrorClass::NotFound => {
                 let moved = follow_moved(hv, input, &loc, reason, Phase::WaitGuest).await?;
                 return Ok(moved.unwrap_or_else(|| vanished(loc)));
+            }
+            Err(e)
+                if e.message()
+                    .is_some_and(|m| m.contains("No QEMU guest agent configured")) =>
+            {
+                return Err(permanent(
+                    GUEST_AGENT_NOT_CONFIGURED,
+                    format!(
+                        "VM {} has no QEMU guest agent configured, so its addresses cannot be read: \
+                         enable it on the template (qm set <template vmid> --agent 1, with \
+                         qemu-guest-agent inside the image) or set \
+                         spec.readinessChecks.skipGuestAgent with static addresses",
+                        loc.vmid
+                    ),
+                ));
             }
             answer => answer.map_err(pve)?,
         };

@@ -390,6 +390,27 @@ async fn vmid_range_is_honoured_and_exhaustion_is_permanent() {
     assert_eq!(err.reason(), "VMIDRangeExhausted");
 }
 
+/// `/cluster/resources` as the provider reads it lists QEMU guests only: a container holding a
+/// VMID of the range is skipped (PVE is asked), never cloned over (REAL-PVE.md R8).
+#[tokio::test]
+async fn a_vmid_range_skips_a_container_s_vmid() {
+    let hv = FakePve::new(1);
+    hv.add_container(500);
+    let mut spec = spec();
+    spec.vmid_range = Some(VmidRange { start: 500, end: 510 });
+    let input = input(&spec, None);
+    let step = provision_step(
+        &hv,
+        &input,
+        Phase::AllocateVmid { node: "pve1".into() },
+        None,
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(step.phase.location().map(|l| l.vmid), Some(501));
+}
+
 #[rstest]
 #[case::unknown_vmid(ProxmoxTemplateSource { vmid: Some(9999), ..Default::default() }, "TemplateNotFound", "vmid 9999")]
 #[case::unknown_name(ProxmoxTemplateSource { name: Some("debian".into()), ..Default::default() }, "TemplateNotFound", "name \"debian\"")]

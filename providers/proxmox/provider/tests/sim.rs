@@ -149,6 +149,29 @@ async fn provisions_and_deletes_through_the_wire() -> Result<()> {
     Ok(())
 }
 
+/// A template without the guest agent enabled (PVE's default) cannot report addresses: the
+/// machine says how to fix it instead of waiting for an agent that never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_without_the_guest_agent_says_how_to_fix_it() -> Result<()> {
+    let mut config = SimConfig::fast();
+    for template in &mut config.templates {
+        template.config.remove("agent");
+    }
+    let (sim, client) = sim_with(config).await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    let err = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Provisioned(_))
+    })
+    .await
+    .expect_err("no agent, no addresses");
+    let text = err.to_string();
+    assert!(text.contains("GuestAgentNotConfigured"), "{text}");
+    assert!(text.contains("--agent 1"), "{text}");
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// A NIC change on a VM without network hotplug stays pending on Proxmox (REAL-PVE.md R5): the
 /// provider sees it in `GET …/pending`, restarts the VM once to apply it, and does not write it
 /// again and again.

@@ -387,12 +387,14 @@ async fn allocate_vmid<H: Hypervisor>(
     // PVE proposes the lowest free VMID, the same for every machine allocating at once: each
     // machine reserves the next VMID no other machine in this process holds *before* asking PVE
     // whether it is free, so concurrent allocations never probe the same VMID twice.
-    let mut from = hv.next_vmid().await.map_err(pve)?;
+    let proposed = hv.next_vmid().await.map_err(pve)?;
+    let mut from = proposed;
     for _ in 0..VMID_PROBES {
         let Some(candidate) = reservations.reserve_next(input.uid, from) else {
             break;
         };
-        if hv.vmid_is_free(candidate).await.map_err(pve)? {
+        // PVE has just said its proposal is free: only another VMID is asked about.
+        if candidate == proposed || hv.vmid_is_free(candidate).await.map_err(pve)? {
             return Ok(candidate);
         }
         from = candidate.saturating_add(1);
@@ -469,6 +471,24 @@ pub async fn provision_step<H: Hypervisor>(
             Polled::Failed(text) => Ok(task_failed(Phase::Clone(loc), reason, &upid, &text)),
         },
         Phase::Configure(loc, Some(upid)) => match poll_task(hv, reason, &upid).await? {
+            // The seed was just uploaded (the step that started it checked the VM): attached at
+            // once, without listing the storage again.
+            Polled::Done if upid.task_type == UPLOAD_TASK => {
+                let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+                let attach = desired::attach_seed(&seed_volid);
+                match hv
+                    .update_config(&loc.node, loc.vmid, &attach)
+                    .await
+                    .map_err(pve)?
+                {
+                    Some(upid) => Ok(Step::wait(
+                        Phase::Configure(loc, Some(upid)),
+                        TASK_POLL,
+                        "attaching the bootstrap seed",
+                    )),
+                    None => Ok(Step::to(Phase::Configure(loc, None))),
+                }
+            }
             Polled::Done => Ok(Step::to(Phase::Configure(loc, None))),
             Polled::Running => Ok(Step::wait(
                 Phase::Configure(loc, Some(upid.clone())),
@@ -924,6 +944,9 @@ fn refused_clone(err: StepError) -> StepError {
     }
 }
 
+/// The task type of an upload to a storage (`imgcopy`).
+const UPLOAD_TASK: &str = "imgcopy";
+
 /// The `Ready` reason of a VM whose guest agent is not enabled in its config.
 pub const GUEST_AGENT_NOT_CONFIGURED: &str = "GuestAgentNotConfigured";
 
@@ -1228,32 +1251,6 @@ pub async fn delete_step<H: Hypervisor>(
 ) -> Result<DeleteStep, StepError> {
     let reason = "DeletionFailed";
     let pve = |e| pve_error(reason, e);
-    let provisioning = status.and_then(|s| s.provisioning.as_ref());
-    if let Some(p) = provisioning.filter(|p| {
-        matches!(
-            p.state,
-            ProvisioningState::PoweringOff | ProvisioningState::Deleting
-        )
-    }) && let Some(raw) = &p.task_id
-        && let Ok(upid) = raw.parse::<Upid>()
-    {
-        match hv.task(&upid).await {
-            Ok(TaskOutcome::Running) => {
-                return Ok(DeleteStep::InProgress {
-                    state: p.state,
-                    task: Some(upid),
-                    requeue: TASK_POLL,
-                    message: format!("task {} running", raw),
-                });
-            }
-            Ok(TaskOutcome::Failed(text)) => {
-                tracing::warn!(task = %raw, exitstatus = %text, "deletion task failed; retrying");
-            }
-            Ok(_) => {}
-            Err(e) if e.is_not_found() || e.status() == Some(400) => {}
-            Err(e) => return Err(pve(e)),
-        }
-    }
     let node = status.and_then(|s| s.node.clone());
     let cleanup_seed = async |note: String| -> Result<DeleteStep, StepError> {
         if let Some(node) = &node {
@@ -1282,7 +1279,55 @@ pub async fn delete_step<H: Hypervisor>(
         reservations.release(uid);
         Ok(DeleteStep::Gone { note })
     };
-    let Some(vmid) = status.and_then(|s| s.vmid) else {
+    let provisioning = status.and_then(|s| s.provisioning.as_ref());
+    let vmid = status.and_then(|s| s.vmid);
+    if let Some(p) = provisioning.filter(|p| {
+        matches!(
+            p.state,
+            ProvisioningState::PoweringOff | ProvisioningState::Deleting
+        )
+    }) && let Some(raw) = &p.task_id
+        && let Ok(upid) = raw.parse::<Upid>()
+    {
+        match hv.task(&upid).await {
+            Ok(TaskOutcome::Running) => {
+                return Ok(DeleteStep::InProgress {
+                    state: p.state,
+                    task: Some(upid),
+                    requeue: TASK_POLL,
+                    message: format!("task {} running", raw),
+                });
+            }
+            Ok(TaskOutcome::Failed(text)) => {
+                tracing::warn!(task = %raw, exitstatus = %text, "deletion task failed; retrying");
+            }
+            // The destroy task ended well: the VM is gone, nothing to look up again.
+            Ok(_) if p.state == ProvisioningState::Deleting && vmid.is_some() => {
+                return cleanup_seed(format!("VM {} deleted", vmid.unwrap_or_default())).await;
+            }
+            // The stop task ended well on the task's node: destroyed at once (the VM was found
+            // and checked to be this machine's before it was stopped). Should it run again or
+            // be gone, the VM is looked at below.
+            Ok(_) if let Some(vmid) = vmid => match hv.delete_vm(&upid.node, vmid).await {
+                Ok(task) => {
+                    return Ok(DeleteStep::InProgress {
+                        state: ProvisioningState::Deleting,
+                        task: Some(task),
+                        requeue: TASK_POLL,
+                        message: format!("deleting VM {vmid}"),
+                    });
+                }
+                Err(e) if e.is_not_found() => {
+                    return cleanup_seed(format!("VM {vmid} is gone")).await;
+                }
+                Err(e) => tracing::debug!(error = %e, vmid, "destroy after the stop refused; looking again"),
+            },
+            Ok(_) => {}
+            Err(e) if e.is_not_found() || e.status() == Some(400) => {}
+            Err(e) => return Err(pve(e)),
+        }
+    }
+    let Some(vmid) = vmid else {
         return cleanup_seed("no VM was created".to_owned()).await;
     };
     let guests = hv.guests().await.map_err(pve)?;

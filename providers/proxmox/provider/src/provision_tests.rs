@@ -289,8 +289,9 @@ async fn concurrent_machines_get_distinct_vmids_from_reservations() {
     assert_ne!(la.vmid, lb.vmid);
     assert_eq!(
         hv.calls().iter().filter(|c| *c == "vmid_is_free").count(),
-        2,
-        "the second machine starts above the first one's reservation instead of probing it"
+        1,
+        "the first takes the VMID PVE proposed without asking again; the second starts above \
+         the first one's reservation instead of probing it"
     );
 }
 
@@ -343,8 +344,9 @@ async fn hundreds_of_machines_allocating_at_once_get_distinct_vmids_without_wast
     assert!(!vmids.contains(&250), "the foreign VM's VMID is skipped");
     let probes = hv.calls().iter().filter(|c| *c == "vmid_is_free").count();
     assert_eq!(
-        probes, 401,
-        "one probe per machine, plus one for the foreign VMID"
+        probes, 400,
+        "one probe per machine but the one that took PVE's own proposal, plus one for the \
+         foreign VMID"
     );
 }
 
@@ -790,8 +792,13 @@ async fn deletion_stops_then_deletes_then_removes_the_seed() {
         1,
         "seed still present before provisioning finished"
     );
+    let before = hv.calls().len();
     let (note, states) = delete_all(&hv, status_at(&phase)).await;
-    assert!(note.contains("is gone"), "{note}");
+    assert!(note.contains("deleted"), "{note}");
+    // Looked up once: the VM checked before the stop is destroyed when the stop ends, and
+    // gone when the destroy ends.
+    let lookups = hv.calls()[before..].iter().filter(|c| *c == "guests").count();
+    assert_eq!(lookups, 1, "{:?}", &hv.calls()[before..]);
     assert_eq!(
         states,
         [
@@ -856,6 +863,47 @@ async fn a_seed_iso_the_token_may_not_delete_does_not_keep_the_finalizer() {
     assert!(hv.vms().is_empty(), "the VM is deleted");
     assert!(note.contains("left behind"), "{note}");
     assert!(note.contains("Datastore.Allocate on /storage/local"), "{note}");
+}
+
+/// A VM started again between the end of the stop task and the destroy (by a user, or HA) is
+/// not destroyed running: Proxmox refuses, the deletion looks at the VM again and stops it.
+#[tokio::test]
+async fn a_vm_started_again_after_the_stop_is_stopped_again_before_the_destroy() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    let reservations = VmidReservations::default();
+    let mut status = status_at(&phase);
+    let DeleteStep::InProgress { state, task, .. } =
+        delete_step(&hv, UID, "local", Some(&status), &reservations)
+            .await
+            .unwrap()
+    else {
+        panic!("stopping")
+    };
+    assert_eq!(state, ProvisioningState::PoweringOff);
+    let vmid = phase.location().unwrap().vmid;
+    // The stop task ends; someone starts the VM again.
+    let mut vm = hv.remove_vm(vmid).unwrap();
+    vm.running = true;
+    status.provisioning = Some(ProvisioningStatus {
+        state,
+        task_id: task.map(|t| t.to_string()),
+        ..ProvisioningStatus::default()
+    });
+    hv.finish_all_tasks();
+    hv.insert_vm(vmid, vm);
+    let DeleteStep::InProgress { state, .. } = delete_step(&hv, UID, "local", Some(&status), &reservations)
+        .await
+        .unwrap()
+    else {
+        panic!("still deleting")
+    };
+    assert_eq!(
+        state,
+        ProvisioningState::PoweringOff,
+        "stopped again, not destroyed running"
+    );
+    assert_eq!(hv.vms().len(), 1);
 }
 
 #[tokio::test]

@@ -149,6 +149,49 @@ async fn provisions_and_deletes_through_the_wire() -> Result<()> {
     Ok(())
 }
 
+/// What one machine costs Proxmox, created and deleted, task status and guest agent polls
+/// counted apart; prints the calls by endpoint. 32 before the deletion and VMID allocation
+/// stopped asking twice, 24 now: this keeps it from growing back. (The Proxmox behaviour
+/// issue's target is 16; see the provider's README for what is left.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_machine_costs_at_most_24_calls_besides_status_polls() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    sim.reset_calls();
+    let phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Provisioned(_))
+    })
+    .await?;
+    let mut status = ProxmoxMachineStatus::default();
+    phase.write(&mut status);
+    let reservations = VmidReservations::default();
+    for _ in 0..100 {
+        match delete_step(&client, UID, "local", Some(&status), &reservations).await? {
+            DeleteStep::Gone { .. } => break,
+            DeleteStep::InProgress { state, task, .. } => {
+                status.provisioning = Some(ProvisioningStatus {
+                    state,
+                    task_id: task.map(|t| t.to_string()),
+                    ..Default::default()
+                });
+            }
+        }
+    }
+    assert!(sim.vms().iter().all(|v| v.template), "deleted");
+    let calls = sim.calls();
+    let poll = |k: &str| k.ends_with("/tasks/{upid}/status") || k.ends_with("/agent/network-get-interfaces");
+    let polls: u64 = calls.iter().filter(|(k, _)| poll(k)).map(|(_, n)| n).sum();
+    let others: u64 = calls.iter().filter(|(k, _)| !poll(k)).map(|(_, n)| n).sum();
+    eprintln!("calls for one machine, created and deleted: {others} (+ {polls} status polls)");
+    for (k, n) in &calls {
+        eprintln!("  {n:>3}  {k}");
+    }
+    sim.shutdown().await;
+    assert!(others <= 24, "{others} calls besides status polls: {calls:#?}");
+    Ok(())
+}
+
 /// A template without the guest agent enabled (PVE's default) cannot report addresses: the
 /// machine says how to fix it instead of waiting for an agent that never answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -286,6 +286,15 @@ impl SimHandle {
     pub fn seed(&self, vmid: u32) -> Option<SeedData> {
         self.shared.state().seed(vmid)
     }
+    /// The API calls answered so far, counted by `METHOD /schema/{path}` (e.g.
+    /// `POST /nodes/{node}/qemu/{vmid}/clone`): what a client costs.
+    pub fn calls(&self) -> std::collections::BTreeMap<String, u64> {
+        server::lock(&self.shared.calls).clone()
+    }
+    /// Forgets the counted calls.
+    pub fn reset_calls(&self) {
+        server::lock(&self.shared.calls).clear();
+    }
     /// Responses so far that did not match the declared `returns` (`METHOD /path: problem`).
     /// Empty unless the simulator has a bug; contract tests can assert on it.
     pub fn returns_violations(&self) -> Vec<String> {

@@ -48,6 +48,8 @@ pub(crate) struct Shared {
     rng: Mutex<ChaCha8Rng>,
     /// Responses that did not match the declared `returns` (when `check_returns` is on).
     pub violations: Mutex<Vec<String>>,
+    /// Requests that reached a handler, by `METHOD /schema/path/{template}`.
+    pub calls: Mutex<std::collections::BTreeMap<String, u64>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -75,6 +77,7 @@ impl Shared {
             tickets: Mutex::new(HashMap::new()),
             rng: Mutex::new(rng),
             violations: Mutex::new(Vec::new()),
+            calls: Mutex::new(std::collections::BTreeMap::new()),
             schema,
             cfg,
         }
@@ -336,6 +339,9 @@ async fn api(
     if endpoint.template == "/access/ticket" {
         return login(shared, method, &params);
     }
+    *lock(&shared.calls)
+        .entry(format!("{method} {}", endpoint.template))
+        .or_default() += 1;
     let request = Request {
         template: endpoint.template.to_owned(),
         path: rel.to_owned(),

@@ -154,6 +154,23 @@ impl Client {
         .await
     }
 
+    /// `GET /nodes/{node}/qemu/{vmid}/agent/file-read`: a file of the guest, through its QEMU
+    /// guest agent (needs `VM.GuestAgent.FileRead`).
+    pub async fn agent_file_read(&self, node: &str, vmid: u32, file: &str) -> Result<String> {
+        #[derive(serde::Deserialize)]
+        struct FileRead {
+            content: String,
+        }
+        let read: FileRead = self
+            .call(
+                Method::GET,
+                &format!("{}/agent/file-read", vm_path(node, vmid)),
+                Params::new().set("file", file),
+            )
+            .await?;
+        Ok(read.content)
+    }
+
     /// `GET /nodes/{node}/qemu/{vmid}/pending`: the config with its pending changes, and which
     /// keys are pending (one call, as `GET …/config`).
     pub async fn vm_pending(&self, node: &str, vmid: u32) -> Result<crate::PendingConfig> {

@@ -724,6 +724,8 @@ impl State {
             ("DELETE", "/nodes/{node}/qemu/{vmid}") => self.destroy(req),
             ("POST", "/nodes/{node}/qemu/{vmid}/migrate") => self.migrate(req),
             ("GET", "/nodes/{node}/qemu/{vmid}/agent/network-get-interfaces") => self.agent_interfaces(req),
+            ("GET", "/nodes/{node}/qemu/{vmid}/agent/get-osinfo") => self.agent_osinfo(req),
+            ("GET", "/nodes/{node}/qemu/{vmid}/agent/file-read") => self.agent_file_read(req),
             ("GET", "/nodes/{node}/tasks/{upid}/status") => self.task_status(req),
             ("GET", "/nodes/{node}/tasks/{upid}/log") => self.task_log(req),
             ("GET", "/nodes/{node}/storage") => Ok(self.storage_list(req)),
@@ -1448,7 +1450,9 @@ impl State {
         )))
     }
 
-    fn agent_interfaces(&self, req: &Request) -> ApiResult {
+    /// The VM of an `agent/*` request, once its guest agent answers (as PVE's
+    /// `assert_agent_available` and the agent's own start-up delay).
+    fn agent_vm(&self, req: &Request) -> ApiResult<(u32, &Vm)> {
         let vmid = self.vm_on_node(req)?;
         let vm = &self.vms[&vmid];
         if !vm.config.get("agent").is_some_and(|a| agent_enabled(a)) {
@@ -1460,6 +1464,41 @@ impl State {
         if started.elapsed() < self.cfg.agent_delay {
             return Err(ApiError::internal("QEMU guest agent is not running"));
         }
+        Ok((vmid, vm))
+    }
+
+    /// `agent/get-osinfo`: the simulated guest is the Ubuntu the template names.
+    fn agent_osinfo(&self, req: &Request) -> ApiResult {
+        self.agent_vm(req)?;
+        Ok(json!({"result": {
+            "id": "ubuntu", "name": "Ubuntu", "pretty-name": "Ubuntu 24.04.1 LTS",
+            "version": "24.04.1 LTS (Noble Numbat)", "version-id": "24.04",
+            "kernel-release": "6.8.0-49-generic", "kernel-version": "#49-Ubuntu SMP PREEMPT_DYNAMIC",
+            "machine": "x86_64",
+        }}))
+    }
+
+    /// `agent/file-read`: cloud-init's copy of the user data the guest booted with
+    /// (`/var/lib/cloud/instance/user-data.txt`, from the seed captured at start); any other
+    /// file does not exist in the simulated guest.
+    fn agent_file_read(&self, req: &Request) -> ApiResult {
+        let (_, vm) = self.agent_vm(req)?;
+        let file = req.req("file")?;
+        let seed = vm.boot_seed.as_ref();
+        let content = match file.as_str() {
+            "/var/lib/cloud/instance/user-data.txt" => seed.and_then(|s| s.user_data.clone()),
+            _ => None,
+        };
+        let Some(content) = content else {
+            return Err(ApiError::internal(format!(
+                "Agent error: Failed to open file '{file}': No such file or directory"
+            )));
+        };
+        Ok(json!({ "content": content }))
+    }
+
+    fn agent_interfaces(&self, req: &Request) -> ApiResult {
+        let (_, vm) = self.agent_vm(req)?;
         let mut result = vec![json!({
             "name": "lo", "hardware-address": "00:00:00:00:00:00",
             "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8},

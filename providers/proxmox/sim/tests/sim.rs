@@ -837,6 +837,52 @@ async fn config_update_semantics() {
 
 // ---------- guest agent ----------
 
+/// The guest agent's OS info and file reads: cloud-init's copy of the user data the guest
+/// booted with is readable as on a real guest; other files do not exist.
+#[tokio::test]
+async fn guest_agent_tells_the_os_and_reads_cloud_init_s_user_data() {
+    let (sim, mut p) = sim().await;
+    clone_template(&mut p, "101", "web1").await;
+    let os = "/nodes/pve1/qemu/101/agent/get-osinfo";
+    assert_error(&get(&mut p, os).await, 500, "VM 101 is not running");
+    let iso = seed_iso_with_writer("#cloud-config\nhostname: web1\n", "instance-id: web1\n", None);
+    upload(&mut p, "pve1", "local", "seed-101.iso", iso).await;
+    let r = p
+        .call(
+            Method::PUT,
+            "/nodes/pve1/qemu/101/config",
+            &[("ide2", "local:iso/seed-101.iso,media=cdrom")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{r:?}");
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    assert_eq!(get(&mut p, os).await.data()["result"]["id"], "ubuntu");
+    let read = p
+        .call(
+            Method::GET,
+            "/nodes/pve1/qemu/101/agent/file-read",
+            &[("file", "/var/lib/cloud/instance/user-data.txt")],
+        )
+        .await
+        .unwrap();
+    assert_eq!(read.data()["content"], "#cloud-config\nhostname: web1\n");
+    let missing = p
+        .call(
+            Method::GET,
+            "/nodes/pve1/qemu/101/agent/file-read",
+            &[("file", "/etc/shadow")],
+        )
+        .await
+        .unwrap();
+    assert_error(
+        &missing,
+        500,
+        "Agent error: Failed to open file '/etc/shadow': No such file or directory",
+    );
+    finish(sim).await;
+}
+
 #[tokio::test]
 async fn guest_agent_reports_an_address_after_the_delay() {
     let (sim, mut p) = sim_with(|c| c.agent_delay = Duration::from_millis(300)).await;

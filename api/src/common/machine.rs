@@ -46,7 +46,8 @@ impl Cpu {
 ]))]
 pub struct Disk {
     /// Name of the disk, unique within the machine. For Proxmox it may be the device slot
-    /// (`scsi0`, `virtio1`); otherwise any DNS label (`root`, `data`).
+    /// (`scsi0`, `virtio1`); otherwise any DNS label (`root`, `data`). On Proxmox, a slot the
+    /// template does not have is created as a new disk of `sizeGiB` on `storage`.
     #[schemars(
         length(min = 1, max = 63),
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -57,7 +58,9 @@ pub struct Disk {
     #[schemars(range(min = 1, max = 65536))]
     pub size_gib: u64,
     /// Where the disk lives: Proxmox storage ID, libvirt storage pool or vSphere datastore.
-    /// Defaults to the provider's default storage.
+    /// Defaults to the provider's default storage. On Proxmox, the first disk's storage is the
+    /// full clone's target when `spec.storage` is unset; an existing disk is never moved (a
+    /// different storage is refused with a condition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub storage: Option<String>,

@@ -198,6 +198,9 @@ pub fn config_update(
         normalize_tags(&joined).map_err(|e| spec_err(format!("tags: {e}")))?;
         update = update.set("tags", joined);
     }
+    for (slot, value) in new_disks(spec, actual)? {
+        update = update.set(slot, value);
+    }
     // PVE's own cloud-init drive would compete with our NoCloud seed (both are `cidata`).
     for (key, value) in &actual.0 {
         if is_disk_key(key)
@@ -210,6 +213,36 @@ pub fn config_update(
         }
     }
     Ok(update)
+}
+
+/// The data disks of `spec.disks` the VM does not have yet, as PVE creates them: `slot` →
+/// `<storage>:<size in GiB>` (a new volume of that size). The storage is the disk's own, else
+/// `spec.storage`, else the boot disk's.
+fn new_disks(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<Vec<(String, String)>, SpecError> {
+    let boot_storage = || {
+        boot_disk(actual)
+            .and_then(|key| actual.get(&key)?.parse::<DiskSpec>().ok())
+            .and_then(|d| d.storage().map(str::to_owned))
+    };
+    let mut out = Vec::new();
+    for disk in spec.disks.iter().filter(|d| is_disk_key(&d.name)) {
+        if actual.get(&disk.name).is_some() {
+            continue;
+        }
+        let storage = disk
+            .storage
+            .clone()
+            .or_else(|| spec.storage.clone())
+            .or_else(boot_storage)
+            .ok_or_else(|| {
+                spec_err(format!(
+                    "disk {}: no storage to create it on; set disks[].storage or spec.storage",
+                    disk.name
+                ))
+            })?;
+        out.push((disk.name.clone(), format!("{storage}:{}", disk.size_gib)));
+    }
+    Ok(out)
 }
 
 /// The boot disk slot of a VM: the `bootdisk`/first `boot: order=` entry, else the first of
@@ -249,15 +282,27 @@ pub fn disk_to_grow(
             boot_disk(actual).ok_or_else(|| spec_err("the template has no boot disk to resize"))?
         } else {
             return Err(spec_err(format!(
-                "disk {:?}: additional disks must be named by their slot (scsi1, virtio1, …) and exist in the template",
+                "disk {:?}: additional disks must be named by their slot (scsi1, virtio1, …)",
                 disk.name
             )));
         };
-        let current = actual
-            .get(&key)
-            .ok_or_else(|| spec_err(format!("disk {key} does not exist in the cloned VM")))?
+        // A disk the VM does not have yet is created at its size by the config update.
+        let Some(current) = actual.get(&key) else {
+            continue;
+        };
+        let current = current
             .parse::<DiskSpec>()
             .map_err(|e| spec_err(format!("disk {key}: {e}")))?;
+        if let Some(want) = disk.storage.as_deref()
+            && current.storage().is_some_and(|have| have != want)
+        {
+            return Err(spec_err(format!(
+                "disk {key}: disks[].storage is {want}, but the VM's disk is on {}: the Proxmox \
+                 provider does not move existing disks (a full clone puts every disk on \
+                 spec.storage, or on the first disk's storage)",
+                current.storage().unwrap_or_default()
+            )));
+        }
         let want = disk
             .size_gib
             .checked_mul(1 << 30)
@@ -515,17 +560,56 @@ mod tests {
     }
 
     #[rstest]
-    #[case::shrink("scsi0", 4, "cannot shrink")]
-    #[case::missing_slot("scsi1", 4, "does not exist")]
-    fn impossible_disks_are_spec_errors(#[case] name: &str, #[case] gib: u64, #[case] text: &str) {
+    #[case::shrink("scsi0", 4, None, "cannot shrink")]
+    #[case::other_storage("scsi0", 8, Some("ceph"), "does not move existing disks")]
+    fn impossible_disks_are_spec_errors(
+        #[case] name: &str,
+        #[case] gib: u64,
+        #[case] storage: Option<&str>,
+        #[case] text: &str,
+    ) {
         let mut s = spec();
         s.disks = vec![Disk {
             name: name.into(),
             size_gib: gib,
-            storage: None,
+            storage: storage.map(str::to_owned),
         }];
         let err = disk_to_grow(&s, &clone_config()).unwrap_err();
         assert!(err.0.contains(text), "{err}");
+    }
+
+    /// Data disks the template lacks are created with their size, on their own storage, else
+    /// `spec.storage`, else the boot disk's; they are never "grown" before they exist.
+    #[test]
+    fn data_disks_the_template_lacks_are_created_on_their_storage() {
+        let mut s = spec();
+        let disk = |name: &str, gib, storage: Option<&str>| Disk {
+            name: name.into(),
+            size_gib: gib,
+            storage: storage.map(str::to_owned),
+        };
+        s.disks = vec![
+            disk("scsi0", 8, None),
+            disk("scsi1", 32, Some("ceph")),
+            disk("virtio2", 10, None),
+        ];
+        let update = config_update(&s, UID, &clone_config()).unwrap();
+        let boot_storage = clone_config()
+            .get("scsi0")
+            .unwrap()
+            .split(':')
+            .next()
+            .unwrap()
+            .to_owned();
+        assert_eq!(update.set.get("scsi1").map(String::as_str), Some("ceph:32"));
+        assert_eq!(
+            update.set.get("virtio2").cloned(),
+            Some(format!("{boot_storage}:10"))
+        );
+        assert_eq!(disk_to_grow(&s, &clone_config()).unwrap(), None);
+        s.storage = Some("nfs".into());
+        let update = config_update(&s, UID, &clone_config()).unwrap();
+        assert_eq!(update.set.get("virtio2").map(String::as_str), Some("nfs:10"));
     }
 
     #[test]

@@ -904,7 +904,16 @@ async fn clone<H: Hypervisor>(
         name: Some(input.name.to_owned()),
         target: (template_node != loc.node).then(|| loc.node.clone()),
         full: Some(!linked),
-        storage: if linked { None } else { input.spec.storage.clone() },
+        // A full clone puts every disk on one storage: spec.storage, else the first disk's own.
+        storage: if linked {
+            None
+        } else {
+            input
+                .spec
+                .storage
+                .clone()
+                .or_else(|| input.spec.disks.first().and_then(|d| d.storage.clone()))
+        },
         format: None,
         pool: input.spec.pool.clone(),
         description: Some(desired::owner_description(input.uid, input.namespace, input.name)),

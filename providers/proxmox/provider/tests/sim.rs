@@ -192,6 +192,37 @@ async fn one_machine_costs_at_most_24_calls_besides_status_polls() -> Result<()>
     Ok(())
 }
 
+/// A data disk the template lacks is created (issue 19: a disk that does not exist in the
+/// template used to be refused): it exists with its size on its own storage, and the boot disk
+/// is grown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_disk_the_template_lacks_is_created_with_its_size_and_storage() -> Result<()> {
+    let mut config = SimConfig::fast();
+    let mut fast = banlieue_pve_sim::StorageSpec::new("fast", "lvmthin", &["images"]);
+    fast.shared = true;
+    config.storages.push(fast);
+    let (sim, client) = sim_with(config).await?;
+    let mut spec = spec();
+    spec.disks.push(Disk {
+        name: "scsi1".into(),
+        size_gib: 50,
+        storage: Some("fast".into()),
+    });
+    let input = input(&spec, UID);
+    let phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Provisioned(_))
+    })
+    .await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let vm = sim.vm(vmid).context("VM")?;
+    let data = vm.config.get("scsi1").context("the data disk")?;
+    assert!(data.starts_with(&format!("fast:vm-{vmid}-disk-")), "{data}");
+    assert!(data.contains("size=50G"), "{data}");
+    assert!(vm.config["scsi0"].contains("size=16G"), "{}", vm.config["scsi0"]);
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// A template without the guest agent enabled (PVE's default) cannot report addresses: the
 /// machine says how to fix it instead of waiting for an agent that never answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -237,6 +237,8 @@ pub(crate) fn value_text(v: &Value) -> String {
 
 /// Every simulated node's memory (bytes).
 const NODE_MEMORY: u64 = 64 << 30;
+/// CPUs of each simulated node.
+const NODE_CPUS: u64 = 16;
 /// Memory a simulated node uses for itself, before any VM.
 const HOST_MEMORY_USED: u64 = 8 << 30;
 
@@ -708,6 +710,8 @@ impl State {
             ("GET", "/nodes") => Ok(self.nodes_list()),
             ("GET", "/nodes/{node}/status") => Ok(self.node_status(&req.req("node")?)),
             ("GET", "/cluster/resources") => Ok(self.resources(req.opt("type").as_deref())),
+            ("GET", "/cluster/status") => Ok(self.cluster_status()),
+            ("GET", "/nodes/{node}/storage/{storage}/status") => self.storage_status(req),
             ("GET", "/cluster/nextid") => self.nextid(req),
             ("GET", "/nodes/{node}/qemu") => Ok(self.qemu_list(&req.req("node")?)),
             ("GET", "/nodes/{node}/qemu/{vmid}/status/current") => self.status_current(req),
@@ -771,7 +775,7 @@ impl State {
                 .iter()
                 .map(|n| {
                     json!({"node": n, "id": format!("node/{n}"), "type": "node", "status": "online",
-                        "cpu": 0.03, "maxcpu": 16, "mem": self.node_memory_used(n), "maxmem": NODE_MEMORY,
+                        "cpu": self.node_cpu(n), "maxcpu": NODE_CPUS, "mem": self.node_memory_used(n), "maxmem": NODE_MEMORY,
                         "disk": 10u64 << 30, "maxdisk": 100u64 << 30, "uptime": uptime, "level": "",
                         "ssl_fingerprint": self.fingerprint})
                 })
@@ -791,12 +795,76 @@ impl State {
         (HOST_MEMORY_USED + vms).min(NODE_MEMORY)
     }
 
+    /// CPU load of `node` (0..1): the host's own 3 %, plus a quarter of each running VM's cores.
+    fn node_cpu(&self, node: &str) -> f64 {
+        let cores: u64 = self
+            .vms
+            .values()
+            .filter(|vm| vm.node == node && vm.running)
+            .map(|vm| {
+                let n = |k: &str| vm.config.get(k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(1);
+                n("cores") * n("sockets")
+            })
+            .sum();
+        (0.03 + cores as f64 / 4.0 / NODE_CPUS as f64).min(1.0)
+    }
+
+    /// Bytes used on `storage` as `node` sees it: uploaded volumes, plus the disks of the VMs
+    /// on it (every node's, for shared storage).
+    fn storage_used(&self, node: &str, storage: &StorageSpec) -> u64 {
+        let volumes: u64 = self
+            .volumes
+            .get(&(node.to_owned(), storage.id.clone()))
+            .map(|v| v.values().map(|v| v.size).sum())
+            .unwrap_or(0);
+        let prefix = format!("{}:", storage.id);
+        let disks: u64 = self
+            .vms
+            .values()
+            .filter(|vm| storage.shared || vm.node == node)
+            .flat_map(|vm| vm.config.iter())
+            .filter(|(k, v)| is_disk_key(k) && !is_cdrom(v) && v.starts_with(&prefix))
+            .map(|(_, v)| disk_size(v))
+            .sum();
+        volumes + disks
+    }
+
+    /// `GET /nodes/{node}/storage/{storage}/status`.
+    fn storage_status(&self, req: &Request) -> ApiResult {
+        let node = req.req("node")?;
+        let id = req.req("storage")?;
+        let storage = self
+            .storage(&id)
+            .ok_or_else(|| ApiError::internal(format!("storage '{id}' does not exist")))?;
+        let used = self.storage_used(&node, storage);
+        Ok(
+            json!({"type": storage.kind, "content": storage.content.join(","), "active": 1, "enabled": 1,
+            "shared": u8::from(storage.shared), "total": storage.total, "used": used,
+            "avail": storage.total.saturating_sub(used)}),
+        )
+    }
+
+    /// `GET /cluster/status`: one quorate cluster of the configured nodes, all online.
+    fn cluster_status(&self) -> Value {
+        let mut out = vec![
+            json!({"type": "cluster", "id": "cluster", "name": "sim", "nodes": self.cfg.nodes.len(),
+            "quorate": 1, "version": self.cfg.nodes.len()}),
+        ];
+        for (i, n) in self.cfg.nodes.iter().enumerate() {
+            out.push(
+                json!({"type": "node", "id": format!("node/{n}"), "name": n, "online": 1,
+                "local": u8::from(i == 0), "nodeid": i + 1, "ip": format!("127.0.0.{}", i + 1), "level": ""}),
+            );
+        }
+        Value::Array(out)
+    }
+
     fn node_status(&self, node: &str) -> Value {
         let uptime = Instant::now().duration_since(self.boot).as_secs() + 86_400;
         let used = self.node_memory_used(node);
         let free = NODE_MEMORY - used;
         json!({
-            "uptime": uptime, "cpu": 0.03, "wait": 0.0, "idle": 0,
+            "uptime": uptime, "cpu": self.node_cpu(node), "wait": 0.0, "idle": 0,
             "loadavg": ["0.10", "0.05", "0.01"],
             "memory": {"total": NODE_MEMORY, "used": used, "free": free, "available": free},
             "swap": {"total": 0, "used": 0, "free": 0},
@@ -874,7 +942,7 @@ impl State {
                 for s in &self.cfg.storages {
                     out.push(json!({"id": format!("storage/{n}/{}", s.id), "type": "storage", "storage": s.id,
                         "node": n, "status": "available", "content": s.content.join(","), "plugintype": s.kind,
-                        "shared": u8::from(s.shared), "disk": 0, "maxdisk": s.total}));
+                        "shared": u8::from(s.shared), "disk": self.storage_used(n, s), "maxdisk": s.total}));
                 }
             }
         }
@@ -1576,11 +1644,7 @@ impl State {
                 .filter(|s| content.as_ref().is_none_or(|c| s.content.contains(c)))
                 .filter(|s| only.as_ref().is_none_or(|o| *o == s.id))
                 .map(|s| {
-                    let used: u64 = self
-                        .volumes
-                        .get(&(node.clone(), s.id.clone()))
-                        .map(|v| v.values().map(|v| v.size).sum())
-                        .unwrap_or(0);
+                    let used = self.storage_used(&node, s);
                     json!({"storage": s.id, "type": s.kind, "content": s.content.join(","), "active": 1,
                         "enabled": 1, "shared": u8::from(s.shared), "total": s.total, "used": used,
                         "avail": s.total.saturating_sub(used),

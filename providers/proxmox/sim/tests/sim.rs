@@ -602,6 +602,47 @@ async fn task_failures() {
     finish(sim).await;
 }
 
+/// `local-lvm`'s used bytes and `pve1`'s CPU load.
+async fn used(p: &mut Probe) -> (u64, f64) {
+    let storage = get(p, "/nodes/pve1/storage/local-lvm/status")
+        .await
+        .data()
+        .clone();
+    let node = get(p, "/nodes/pve1/status").await.data().clone();
+    (storage["used"].as_u64().unwrap(), node["cpu"].as_f64().unwrap())
+}
+
+/// Cluster status, and nodes and storages that account for what their VMs use: a running VM
+/// raises its node's CPU and memory, its disks fill their storage (as `/cluster/resources`,
+/// `/nodes/{node}/storage` and the storage's own status report it).
+#[tokio::test]
+async fn cluster_status_and_resources_account_for_the_vms() {
+    let (sim, mut p) = sim().await;
+    let status = get(&mut p, "/cluster/status").await;
+    let items = status.data().as_array().unwrap().clone();
+    assert_eq!(items[0]["type"], "cluster");
+    assert_eq!(items[0]["quorate"], 1);
+    assert_eq!(
+        items.iter().filter(|i| i["type"] == "node").count(),
+        sim.config().nodes.len()
+    );
+
+    let (disk_before, cpu_before) = used(&mut p).await;
+    clone_template(&mut p, "101", "web1").await;
+    let (disk_cloned, _) = used(&mut p).await;
+    assert!(
+        disk_cloned > disk_before,
+        "{disk_before} → {disk_cloned}: the clone's disk counts"
+    );
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    let (_, cpu_running) = used(&mut p).await;
+    assert!(
+        cpu_running > cpu_before,
+        "{cpu_before} → {cpu_running}: a running VM uses CPU"
+    );
+    finish(sim).await;
+}
+
 /// Pending changes (REAL-PVE.md R5): on a running VM, what cannot be hot-plugged (CPU topology,
 /// a NIC when `hotplug` lacks `network`, removing an IDE drive) is only recorded; `GET …/config`
 /// shows it applied, `current=1` shows what runs, `GET …/pending` lists both; the next start

@@ -223,7 +223,15 @@ impl VmidReservations {
 }
 
 /// The template to clone: `(node, vmid)`.
-pub fn find_template(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Result<(String, u32), StepError> {
+///
+/// A template kept on every node (the same name or tags, one copy per node, on node-local
+/// storage) is not ambiguous for a machine placed on one of those nodes: `on` picks that node's
+/// copy.
+pub fn find_template(
+    spec: &ProxmoxMachineSpec,
+    guests: &[Guest],
+    on: Option<&str>,
+) -> Result<(String, u32), StepError> {
     let source = &spec.source;
     let on_node = |g: &&Guest| source.node.as_ref().is_none_or(|n| *n == g.node);
     let candidates: Vec<&Guest> = match source.vmid {
@@ -271,6 +279,23 @@ pub fn find_template(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Result<(Str
             format!("VM {} is not a template", one.vmid),
         )),
         [one] => Ok((one.node.clone(), one.vmid)),
+        many if let (Some(node), true) = (on, once_per_node(many)) => {
+            match many.iter().find(|g| g.node == node) {
+                Some(copy) => Ok((copy.node.clone(), copy.vmid)),
+                None => Err(permanent(
+                    "TemplateNotFound",
+                    format!(
+                        "the template with {} is kept once per node (on {}), but not on node {node}, \
+                         where this machine is placed",
+                        wanted(),
+                        many.iter()
+                            .map(|g| g.node.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
         many => Err(permanent(
             "TemplateAmbiguous",
             format!(
@@ -286,6 +311,31 @@ pub fn find_template(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Result<(Str
     }
 }
 
+/// Whether the candidates are one template kept once per node: every one a template, no two
+/// on one node.
+fn once_per_node(candidates: &[&Guest]) -> bool {
+    let nodes: std::collections::BTreeSet<&str> = candidates.iter().map(|g| g.node.as_str()).collect();
+    nodes.len() == candidates.len() && candidates.iter().all(|g| g.template)
+}
+
+/// The nodes holding a copy of a template kept once per node (see [`find_template`]); empty
+/// when one template (or none) matches.
+fn template_copies(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Vec<String> {
+    match find_template(spec, guests, None) {
+        Err(StepError::Permanent {
+            reason: "TemplateAmbiguous",
+            ..
+        }) => guests
+            .iter()
+            .filter(|g| {
+                g.template && find_template(spec, guests, Some(&g.node)).is_ok_and(|(_, v)| v == g.vmid)
+            })
+            .map(|g| g.node.clone())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The template's node when one of its disks (not a CD-ROM) is on storage local to that node:
 /// Proxmox VE clones it to that node only. `None` when any node will do, or when no single
 /// template matches yet (the clone step says why).
@@ -294,7 +344,7 @@ async fn template_pinned_to<H: Hypervisor>(
     spec: &ProxmoxMachineSpec,
     guests: &[Guest],
 ) -> Result<Option<String>, banlieue_pve_client::Error> {
-    let Ok((node, vmid)) = find_template(spec, guests) else {
+    let Ok((node, vmid)) = find_template(spec, guests, None) else {
         return Ok(None);
     };
     let Some(config) = hv.vm_config(&node, vmid).await? else {
@@ -426,7 +476,13 @@ pub async fn provision_step<H: Hypervisor>(
             } else {
                 let guests = hv.guests().await.map_err(pve)?;
                 let pinned = template_pinned_to(hv, input.spec, &guests).await.map_err(pve)?;
-                (reserve_for_stopped_guests(nodes, &guests), pinned)
+                // A template kept once per node: only nodes with a copy can clone it locally.
+                let copies = template_copies(input.spec, &guests);
+                let nodes: Vec<_> = reserve_for_stopped_guests(nodes, &guests)
+                    .into_iter()
+                    .filter(|n| copies.is_empty() || copies.contains(&n.name))
+                    .collect();
+                (nodes, pinned)
             };
             let placement = PlacementInput {
                 target_node: input.spec.target_node.as_deref(),
@@ -897,7 +953,7 @@ async fn clone<H: Hypervisor>(
             ),
         ));
     }
-    let (template_node, template_vmid) = find_template(input.spec, &guests)?;
+    let (template_node, template_vmid) = find_template(input.spec, &guests, Some(&loc.node))?;
     let linked = input.spec.clone_mode == Some(CloneMode::Linked);
     let request = CloneRequest {
         newid: loc.vmid,

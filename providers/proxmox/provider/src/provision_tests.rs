@@ -350,6 +350,57 @@ async fn hundreds_of_machines_allocating_at_once_get_distinct_vmids_without_wast
     );
 }
 
+/// A template kept once per node on node-local storage (the same name on pve2 and pve3): the
+/// machine is placed on a node with a copy and cloned from that copy, without a cross-node
+/// clone; a machine placed where no copy is says so.
+#[tokio::test]
+async fn a_template_kept_once_per_node_is_cloned_from_the_copy_on_the_chosen_node() {
+    let hv = FakePve::new(3);
+    hv.set_local_storages(&["local-lvm"]);
+    let mut copy = hv.remove_vm(9000).unwrap();
+    for (vmid, node) in [(9002, "pve2"), (9003, "pve3")] {
+        copy.node = node.to_owned();
+        hv.insert_vm(vmid, copy.clone());
+    }
+    let mut spec = spec();
+    spec.source = ProxmoxTemplateSource {
+        name: Some("ubuntu-2404-template".into()),
+        ..ProxmoxTemplateSource::default()
+    };
+    let steps = drive(
+        &hv,
+        &input(&spec, None),
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap();
+    let node = steps.last().unwrap().phase.location().unwrap().node.clone();
+    assert!(
+        node == "pve2" || node == "pve3",
+        "placed on {node}, which has no copy"
+    );
+    let vm = hv.vms().into_iter().find(|(v, _)| *v < 9000).unwrap().1;
+    assert_eq!(vm.node, node, "cloned from the copy on its own node");
+
+    // Placed by its failure domain on a node without a copy: told why.
+    let err = drive(
+        &hv,
+        &MachineInput {
+            uid: "another",
+            ..input(&spec, Some("pve1"))
+        },
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), "TemplateNotFound");
+    assert!(err.to_string().contains("not on node pve1"), "{err}");
+}
+
 #[tokio::test]
 async fn vmid_range_is_honoured_and_exhaustion_is_permanent() {
     let hv = FakePve::new(1);

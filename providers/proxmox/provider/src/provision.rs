@@ -988,7 +988,24 @@ async fn clone<H: Hypervisor>(
                 request.newid
             ),
         )),
+        // The listing did not show the VMID, PVE says it is taken: a guest created since, or
+        // one the listing leaves out because the token lacks VM.Audit on it (it may be this
+        // machine's own, cloned before a restart). Looked at directly before moving on: a 403
+        // names the privilege instead of cloning a second VM beside a hidden first one.
         Err(e) if e.class() == ErrorClass::AlreadyExists => {
+            for node in [template_node.clone(), loc.node.clone()] {
+                match hv.vm_config(&node, loc.vmid).await {
+                    Err(e) if e.class() == ErrorClass::Auth => return Err(pve(e)),
+                    Ok(Some(config)) if desired::is_owned_by(&config, input.uid) => {
+                        return Ok(Step::wait(
+                            Phase::Clone(loc),
+                            TASK_POLL,
+                            "this machine's VM exists but is not listed yet; looking again",
+                        ));
+                    }
+                    _ => {}
+                }
+            }
             reservations.release(input.uid);
             Ok(Step::to(Phase::AllocateVmid { node: loc.node }))
         }

@@ -863,6 +863,31 @@ async fn deletion_stops_then_deletes_then_removes_the_seed() {
     assert!(hv.volumes().is_empty());
 }
 
+/// A restart after the clone started, when the token cannot see the new VM (no VM.Audit on it):
+/// the listing leaves it out and PVE refuses the VMID. The machine does not clone a second VM
+/// beside its hidden first one; it names the missing privilege.
+#[tokio::test]
+async fn a_clone_hidden_by_acls_is_not_cloned_twice() {
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let input = input(&spec, None);
+    let steps = drive(&hv, &input, Phase::SelectNode, &VmidReservations::default(), |p| {
+        matches!(p, Phase::WaitClone(..))
+    })
+    .await
+    .unwrap();
+    let Phase::WaitClone(loc, _) = steps.last().unwrap().phase.clone() else {
+        panic!("cloning")
+    };
+    hv.finish_all_tasks();
+    hv.hide_from_listings(loc.vmid);
+    let err = provision_step(&hv, &input, Phase::Clone(loc), None, &VmidReservations::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("VM.Audit"), "{err}");
+    assert_eq!(hv.vms().len(), 1, "the one clone, no second");
+}
+
 /// A token that lacks VM.Audit on the machine's VM does not see it in `/cluster/resources`
 /// (REAL-PVE.md R2): deletion must not take that for "gone" and release the finalizer over a
 /// VM it leaks; it names the missing privilege instead.

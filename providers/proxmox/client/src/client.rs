@@ -24,6 +24,14 @@ use crate::tls::{HttpsConnector, TlsVerification, client_config};
 /// connection the server is closing (a POST lost that way would not be retried).
 pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
 
+/// How long Proxmox VE honours a ticket (`PVE::AccessControl`'s 2 h).
+pub const TICKET_LIFETIME: Duration = Duration::from_secs(2 * 3600);
+
+/// Requests in flight at once per client, by default: pveproxy serves API calls with 3 worker
+/// processes (`max_workers`), so more only queue inside it, where they count against their
+/// timeout.
+pub const MAX_IN_FLIGHT: usize = 6;
+
 /// The API prefix below the server URL.
 pub const API_PREFIX: &str = "/api2/json";
 
@@ -127,6 +135,8 @@ pub struct ClientBuilder {
     connect_timeout: Duration,
     retry: RetryPolicy,
     hook: Option<RequestHook>,
+    ticket_lifetime: Duration,
+    max_in_flight: usize,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -155,6 +165,8 @@ impl ClientBuilder {
             connect_timeout: Duration::from_secs(10),
             retry: RetryPolicy::default(),
             hook: None,
+            ticket_lifetime: TICKET_LIFETIME,
+            max_in_flight: MAX_IN_FLIGHT,
         }
     }
 
@@ -215,6 +227,19 @@ impl ClientBuilder {
     /// Sets the retry policy (default: 3 retries, 200 ms doubling up to 5 s).
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
+        self
+    }
+
+    /// How long PVE honours a ticket (default 2 h, PVE's own): the client logs in again after
+    /// three quarters of it, before PVE refuses the ticket.
+    pub fn ticket_lifetime(mut self, lifetime: Duration) -> Self {
+        self.ticket_lifetime = lifetime;
+        self
+    }
+
+    /// At most this many requests in flight at once (default [`MAX_IN_FLIGHT`]); more wait.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
         self
     }
 
@@ -284,6 +309,8 @@ impl ClientBuilder {
                 upload_timeout: self.upload_timeout,
                 retry: self.retry,
                 hook: self.hook,
+                renew_after: self.ticket_lifetime.mul_f64(0.75),
+                in_flight: tokio::sync::Semaphore::new(self.max_in_flight),
             }),
         })
     }
@@ -323,6 +350,10 @@ pub(crate) struct Inner {
     upload_timeout: Duration,
     retry: RetryPolicy,
     hook: Option<RequestHook>,
+    /// A ticket older than this is renewed before it is used.
+    renew_after: Duration,
+    /// Bounds the requests in flight (pveproxy has 3 workers by default).
+    in_flight: tokio::sync::Semaphore,
 }
 
 enum AuthState {
@@ -337,6 +368,7 @@ enum AuthState {
 struct Session {
     cookie: HeaderValue,
     csrf: HeaderValue,
+    issued: std::time::Instant,
 }
 
 #[derive(serde::Deserialize)]
@@ -468,7 +500,9 @@ impl Client {
             return Ok(None);
         };
         let mut guard = session.lock().await;
-        if let Some(s) = guard.as_ref() {
+        if let Some(s) = guard.as_ref()
+            && s.issued.elapsed() < self.inner.renew_after
+        {
             return Ok(Some(s.clone()));
         }
         let params = Params::new()
@@ -498,6 +532,7 @@ impl Client {
         let fresh = Arc::new(Session {
             cookie: sensitive(&format!("PVEAuthCookie={}", ticket.ticket))?,
             csrf: sensitive(&ticket.csrf)?,
+            issued: std::time::Instant::now(),
         });
         *guard = Some(fresh.clone());
         Ok(Some(fresh))
@@ -551,6 +586,12 @@ impl Client {
         attempt: u32,
     ) -> Result<T> {
         let inner = &self.inner;
+        // Waiting for a slot does not count against the request's timeout.
+        let _slot = inner
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| Error::Config("the client is shutting down".into()))?;
         self.record(method, path, payload, attempt);
         let mut uri = format!("{}{API_PREFIX}{path}", inner.base);
         let mut builder = http::Request::builder()

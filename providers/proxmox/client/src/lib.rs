@@ -36,7 +36,8 @@ mod types;
 
 pub use api::{CloneRequest, ConfigUpdate, DeleteVmOptions};
 pub use client::{
-    API_PREFIX, Auth, Client, ClientBuilder, RequestHook, RequestRecord, RetryPolicy, path_segment,
+    API_PREFIX, Auth, Client, ClientBuilder, MAX_IN_FLIGHT, POOL_IDLE_TIMEOUT, RequestHook, RequestRecord,
+    RetryPolicy, TICKET_LIFETIME, path_segment,
 };
 pub use config::{
     DiskSpec, IpAssign, IpConfig, NetDevice, PendingConfig, PendingItem, Size, SizeChange, VmConfig,

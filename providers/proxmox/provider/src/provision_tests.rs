@@ -871,9 +871,13 @@ async fn a_clone_hidden_by_acls_is_not_cloned_twice() {
     let hv = FakePve::new(1);
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(&hv, &input, Phase::SelectNode, &VmidReservations::default(), |p| {
-        matches!(p, Phase::WaitClone(..))
-    })
+    let steps = drive(
+        &hv,
+        &input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        |p| matches!(p, Phase::WaitClone(..)),
+    )
     .await
     .unwrap();
     let Phase::WaitClone(loc, _) = steps.last().unwrap().phase.clone() else {

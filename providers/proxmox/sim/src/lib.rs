@@ -291,6 +291,10 @@ impl SimHandle {
     pub fn calls(&self) -> std::collections::BTreeMap<String, u64> {
         server::lock(&self.shared.calls).clone()
     }
+    /// The most API requests served at once so far.
+    pub fn peak_in_flight(&self) -> usize {
+        self.shared.in_flight.1.load(std::sync::atomic::Ordering::SeqCst)
+    }
     /// Forgets the counted calls.
     pub fn reset_calls(&self) {
         server::lock(&self.shared.calls).clear();

@@ -50,6 +50,29 @@ pub(crate) struct Shared {
     pub violations: Mutex<Vec<String>>,
     /// Requests that reached a handler, by `METHOD /schema/path/{template}`.
     pub calls: Mutex<std::collections::BTreeMap<String, u64>>,
+    /// API requests being served now, and the most at once so far.
+    pub in_flight: (std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicUsize),
+}
+
+/// Counts one API request in flight while it lives.
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = shared.in_flight.0.fetch_add(1, SeqCst) + 1;
+        shared.in_flight.1.fetch_max(now, SeqCst);
+        Self(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0
+            .in_flight
+            .0
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -78,6 +101,7 @@ impl Shared {
             rng: Mutex::new(rng),
             violations: Mutex::new(Vec::new()),
             calls: Mutex::new(std::collections::BTreeMap::new()),
+            in_flight: Default::default(),
             schema,
             cfg,
         }
@@ -215,6 +239,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, req: http::Request<Incoming>) -> 
     if let Some(rest) = path.strip_prefix("/_sim/") {
         return Ok(admin(&shared, req, rest.to_owned()).await);
     }
+    let _counted = InFlight::enter(&shared);
     let method = req.method().clone();
     let Some(rel) = path.strip_prefix("/api2/json") else {
         return Ok(respond(Err(ApiError::new(

@@ -223,6 +223,32 @@ async fn a_data_disk_the_template_lacks_is_created_with_its_size_and_storage() -
     Ok(())
 }
 
+/// A token without the privilege to clone (a 403 as pveproxy sends it) is told which privilege
+/// it lacks and on which path, with the `pveum` command to grant it; nothing is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_privilege_is_named_with_its_path() -> Result<()> {
+    let (sim, client) = sim().await?;
+    sim.faults().add(
+        banlieue_pve_sim::FaultRule::status(403, "Permission check failed (/vms/9000, VM.Clone)")
+            .method("POST")
+            .path_regex(r"/clone$"),
+    )?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    let err = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Provisioned(_))
+    })
+    .await
+    .expect_err("the clone is refused");
+    let text = err.to_string();
+    assert!(text.contains("PermissionDenied"), "{text}");
+    assert!(text.contains("VM.Clone on /vms/9000"), "{text}");
+    assert!(text.contains("pveum acl modify /vms/9000"), "{text}");
+    assert!(sim.vms().iter().all(|v| v.template), "nothing was created");
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// A template without the guest agent enabled (PVE's default) cannot report addresses: the
 /// machine says how to fix it instead of waiting for an agent that never answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

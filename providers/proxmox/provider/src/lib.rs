@@ -9,7 +9,8 @@
 //! - [`task_failure`]: what a failed Proxmox task means (retry, another VMID, or a human).
 //! - `fake` (feature `testing`, and unit tests): an in-memory hypervisor double for tests.
 //! - [`machine_controller`]: the ProxmoxMachine controller; [`cluster_controller`]: the
-//!   ProxmoxCluster's backend for the kit's InfraCluster reconciler.
+//!   ProxmoxCluster's backend for the kit's InfraCluster reconciler; [`in_process`]: both as
+//!   tasks of this process (tests).
 //!
 //! The contract (owner view, InfraCluster reconciler, templates' capacity, Secret watch, CAPI
 //! installed late) is `banlieue-provider-kit`'s.
@@ -21,6 +22,7 @@ pub mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod hypervisor;
+pub mod in_process;
 pub mod leader;
 pub mod machine_controller;
 pub mod metrics;

@@ -94,21 +94,26 @@ fn provisioned(p: &Phase) -> bool {
     matches!(p, Phase::Provisioned(_))
 }
 
+/// Drives a fresh machine to `Provisioned` with its own reservations; the steps taken.
+async fn provision(hv: &FakePve, input: &MachineInput<'_>) -> Vec<Step> {
+    drive(
+        hv,
+        input,
+        Phase::SelectNode,
+        &VmidReservations::default(),
+        provisioned,
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn provisions_a_machine_end_to_end() {
     let hv = FakePve::new(3);
     hv.set_task_polls(1);
     let spec = spec();
     let input = input(&spec, Some("pve2"));
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
 
     let vms = hv.vms();
     assert_eq!(vms.len(), 1, "exactly one VM");
@@ -503,15 +508,7 @@ async fn a_template_found_by_name_and_tags_is_cloned() {
         ..Default::default()
     };
     let input = input(&spec, None);
-    drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    provision(&hv, &input).await;
     assert_eq!(hv.vms().len(), 1);
 }
 
@@ -536,15 +533,7 @@ async fn a_clone_task_that_failed_on_a_lock_is_cloned_again() {
     );
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     let (i, failed) = first_failure(&steps);
     assert_eq!(failed.reason, "ProxmoxBusy");
     assert!(failed.busy, "retried with backoff");
@@ -573,15 +562,7 @@ async fn a_clone_task_refused_for_good_says_why_and_is_retried_slowly() {
     hv.fail_next_task("clone_vm", "storage 'fast' does not exist on node pve1");
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     let (i, failed) = first_failure(&steps);
     assert_eq!(failed.reason, "CloningFailed");
     assert!(!failed.busy);
@@ -610,15 +591,7 @@ async fn a_clone_task_that_met_a_taken_vmid_chooses_another() {
     );
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     let i = steps
         .iter()
         .position(|s| s.event.as_ref().is_some_and(|(r, _)| *r == "VMIDTaken"))
@@ -643,15 +616,7 @@ async fn a_start_blocked_by_a_backup_lock_is_retried() {
     hv.fail_next_task("start_vm", "VM 100 is locked (backup)");
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     let (i, failed) = first_failure(&steps);
     assert_eq!(failed.reason, "ProxmoxBusy");
     assert!(
@@ -670,15 +635,7 @@ async fn a_failed_update_task_is_tried_again_without_its_upid() {
     let hv = FakePve::new(1);
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     let provisioned_at = steps.last().unwrap().phase.clone();
     let mut bigger = spec.clone();
     bigger.disks[0].size_gib = 40;
@@ -1023,15 +980,7 @@ async fn deletion_never_touches_a_vm_it_did_not_create() {
 async fn provisioned_vm(spec: &ProxmoxMachineSpec) -> (FakePve, Phase) {
     let hv = FakePve::new(1);
     let input = input(spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     (hv, steps.last().unwrap().phase.clone())
 }
 
@@ -1243,15 +1192,7 @@ async fn a_provisioned_vm_that_migrated_is_followed_to_its_new_node() {
     let hv = FakePve::new(2);
     let spec = spec();
     let input = input(&spec, Some("pve1"));
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     let Phase::Provisioned(loc) = steps.last().unwrap().phase.clone() else {
         panic!("provisioned")
     };
@@ -1329,15 +1270,7 @@ async fn a_vm_at_the_vmid_elsewhere_without_our_marker_is_not_followed() {
     let hv = FakePve::new(2);
     let spec = spec();
     let input = input(&spec, Some("pve1"));
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
     let phase = steps.last().unwrap().phase.clone();
     let vmid = phase.location().unwrap().vmid;
     let mut vm = hv.remove_vm(vmid).unwrap();
@@ -1515,15 +1448,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
     let calls_before = hv.calls().len();
 
     let input = moved_input(&spec);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        provisioned,
-    )
-    .await
-    .unwrap();
+    let steps = provision(&hv, &input).await;
 
     assert_eq!(clones(), 1, "never cloned again");
     assert_eq!(hv.vms().len(), 1);

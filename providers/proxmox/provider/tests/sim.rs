@@ -75,6 +75,27 @@ async fn sim_with(config: SimConfig) -> Result<(SimHandle, Client)> {
     Ok((sim, client))
 }
 
+/// Deletes the machine at `phase` step by step until nothing of it is left.
+async fn delete(client: &Client, phase: &Phase) -> Result<()> {
+    let mut status = ProxmoxMachineStatus::default();
+    phase.write(&mut status);
+    let reservations = VmidReservations::default();
+    for _ in 0..100 {
+        match delete_step(client, UID, "local", Some(&status), &reservations).await? {
+            DeleteStep::Gone { .. } => return Ok(()),
+            DeleteStep::InProgress { state, task, .. } => {
+                status.provisioning = Some(ProvisioningStatus {
+                    state,
+                    task_id: task.map(|t| t.to_string()),
+                    ..Default::default()
+                });
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    bail!("deletion did not finish")
+}
+
 /// Runs steps until `stop(phase)`; transient errors are retried.
 async fn drive(
     client: &Client,
@@ -128,22 +149,7 @@ async fn provisions_and_deletes_through_the_wire() -> Result<()> {
             .is_some_and(|t| t.contains(&format!("banlieue-uid-{UID}")))
     );
 
-    let mut status = ProxmoxMachineStatus::default();
-    phase.write(&mut status);
-    let reservations = VmidReservations::default();
-    for _ in 0..100 {
-        match delete_step(&client, UID, "local", Some(&status), &reservations).await? {
-            DeleteStep::Gone { .. } => break,
-            DeleteStep::InProgress { state, task, .. } => {
-                status.provisioning = Some(ProvisioningStatus {
-                    state,
-                    task_id: task.map(|t| t.to_string()),
-                    ..Default::default()
-                });
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    delete(&client, &phase).await?;
     assert!(sim.vms().iter().all(|v| v.template), "the VM is deleted");
     sim.shutdown().await;
     Ok(())
@@ -163,21 +169,7 @@ async fn one_machine_costs_at_most_24_calls_besides_status_polls() -> Result<()>
         matches!(p, Phase::Provisioned(_))
     })
     .await?;
-    let mut status = ProxmoxMachineStatus::default();
-    phase.write(&mut status);
-    let reservations = VmidReservations::default();
-    for _ in 0..100 {
-        match delete_step(&client, UID, "local", Some(&status), &reservations).await? {
-            DeleteStep::Gone { .. } => break,
-            DeleteStep::InProgress { state, task, .. } => {
-                status.provisioning = Some(ProvisioningStatus {
-                    state,
-                    task_id: task.map(|t| t.to_string()),
-                    ..Default::default()
-                });
-            }
-        }
-    }
+    delete(&client, &phase).await?;
     assert!(sim.vms().iter().all(|v| v.template), "deleted");
     let calls = sim.calls();
     let poll = |k: &str| k.ends_with("/tasks/{upid}/status") || k.ends_with("/agent/network-get-interfaces");
@@ -366,21 +358,7 @@ async fn a_migrated_vm_is_followed_and_deleted_on_its_new_node() -> Result<()> {
     assert_eq!(vms.len(), 1, "never cloned again");
     assert_eq!(vms[0].config.get("smbios1").cloned(), uuid_before, "the same VM");
 
-    let mut status = ProxmoxMachineStatus::default();
-    step.phase.write(&mut status);
-    for _ in 0..100 {
-        match delete_step(&client, UID, "local", Some(&status), &reservations).await? {
-            DeleteStep::Gone { .. } => break,
-            DeleteStep::InProgress { state, task, .. } => {
-                status.provisioning = Some(ProvisioningStatus {
-                    state,
-                    task_id: task.map(|t| t.to_string()),
-                    ..Default::default()
-                });
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
+    delete(&client, &step.phase).await?;
     assert!(sim.vms().iter().all(|v| v.template), "deleted on its new node");
     sim.shutdown().await;
     Ok(())

@@ -21,7 +21,8 @@ use banlieue_api::infrastructure::{
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller::{self, FINALIZER, VM_UP_TO_DATE};
+use banlieue_proxmox::in_process;
+use banlieue_proxmox::machine_controller::{FINALIZER, VM_UP_TO_DATE};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
@@ -205,24 +206,12 @@ impl Standalone {
     }
 
     fn start_controllers(&mut self) {
-        let machines = Arc::new(machine_controller::context(
+        self.controllers.extend(in_process::spawn_controllers(
             self.controller_client.clone(),
-            ClientConnector::default(),
             "local",
             "banlieue-proxmox-test",
+            &self.ns,
         ));
-        let clusters = Arc::new(cluster_controller::context(
-            self.controller_client.clone(),
-            ClientConnector::default(),
-            "banlieue-proxmox-test",
-        ));
-        let (a, b) = (self.ns.clone(), self.ns.clone());
-        self.controllers.push(tokio::spawn(async move {
-            machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;
-        }));
-        self.controllers.push(tokio::spawn(async move {
-            cluster_controller::run(clusters, Some(&b), 2, std::future::pending()).await;
-        }));
     }
 
     fn api<K>(&self) -> Api<K>

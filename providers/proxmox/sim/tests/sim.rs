@@ -40,6 +40,13 @@ async fn post(p: &mut Probe, path: &str, form: &[(&str, &str)]) -> ProbeResponse
     p.call(Method::POST, path, form).await.expect("request")
 }
 
+/// A synchronous `PUT` that must succeed.
+async fn put(p: &mut Probe, path: &str, form: &[(&str, &str)]) -> ProbeResponse {
+    let r = p.call(Method::PUT, path, form).await.expect("request");
+    assert_eq!(r.status, 200, "{r:?}");
+    r
+}
+
 fn upid(r: &ProbeResponse) -> String {
     assert_eq!(r.status, 200, "{r:?}");
     r.data().as_str().expect("UPID string").to_owned()
@@ -651,25 +658,14 @@ async fn cluster_status_and_resources_account_for_the_vms() {
 async fn changes_that_cannot_be_hot_plugged_stay_pending_until_the_next_start() {
     let (sim, mut p) = sim().await;
     clone_template(&mut p, "101", "web1").await;
-    let r = p
-        .call(
-            Method::PUT,
-            "/nodes/pve1/qemu/101/config",
-            &[("hotplug", "disk,usb")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.status, 200, "{r:?}");
+    put(&mut p, "/nodes/pve1/qemu/101/config", &[("hotplug", "disk,usb")]).await;
     post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
-    let r = p
-        .call(
-            Method::PUT,
-            "/nodes/pve1/qemu/101/config",
-            &[("cores", "4"), ("net0", "e1000,bridge=vmbr0"), ("tags", "k8s")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.status, 200, "{r:?}");
+    put(
+        &mut p,
+        "/nodes/pve1/qemu/101/config",
+        &[("cores", "4"), ("net0", "e1000,bridge=vmbr0"), ("tags", "k8s")],
+    )
+    .await;
     let vm = sim.vm(101).unwrap();
     assert_eq!(
         vm.config.get("tags").map(String::as_str),
@@ -888,15 +884,12 @@ async fn guest_agent_tells_the_os_and_reads_cloud_init_s_user_data() {
     assert_error(&get(&mut p, os).await, 500, "VM 101 is not running");
     let iso = seed_iso_with_writer("#cloud-config\nhostname: web1\n", "instance-id: web1\n", None);
     upload(&mut p, "pve1", "local", "seed-101.iso", iso).await;
-    let r = p
-        .call(
-            Method::PUT,
-            "/nodes/pve1/qemu/101/config",
-            &[("ide2", "local:iso/seed-101.iso,media=cdrom")],
-        )
-        .await
-        .unwrap();
-    assert_eq!(r.status, 200, "{r:?}");
+    put(
+        &mut p,
+        "/nodes/pve1/qemu/101/config",
+        &[("ide2", "local:iso/seed-101.iso,media=cdrom")],
+    )
+    .await;
     post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
     assert_eq!(get(&mut p, os).await.data()["result"]["id"], "ubuntu");
     let read = p

@@ -9,10 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use banlieue_proxmox::cluster_controller;
-use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::hypervisor::Hypervisor;
-use banlieue_proxmox::machine_controller;
+use banlieue_proxmox::in_process;
 use banlieue_pve_client::{Client, TaskOutcome, TlsVerification};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use k8s_openapi::api::core::v1::Secret;
@@ -182,24 +180,14 @@ impl ProviderUnderTest for RealPve {
     }
 
     fn start(&mut self) {
-        let machines = Arc::new(machine_controller::context(
+        for task in in_process::spawn_controllers(
             self.kube.clone(),
-            ClientConnector::default(),
             &self.host.seed_storage,
             "banlieue-proxmox-real-host",
-        ));
-        let clusters = Arc::new(cluster_controller::context(
-            self.kube.clone(),
-            ClientConnector::default(),
-            "banlieue-proxmox-real-host",
-        ));
-        let (a, b) = (self.ns.clone(), self.ns.clone());
-        self.controllers.push(tokio::spawn(async move {
-            machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;
-        }));
-        self.controllers.push(tokio::spawn(async move {
-            cluster_controller::run(clusters, Some(&b), 2, std::future::pending()).await;
-        }));
+            &self.ns,
+        ) {
+            self.controllers.push(task);
+        }
     }
 
     async fn stop(&mut self) {

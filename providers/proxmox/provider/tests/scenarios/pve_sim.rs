@@ -2,13 +2,10 @@
 //! (`banlieue-pve-sim`, one per scenario) reached by the real client, and the ProxmoxCluster
 //! and ProxmoxMachine controllers running in-process for the scenario's namespace.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use banlieue_proxmox::cluster_controller;
-use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller;
+use banlieue_proxmox::in_process;
 use banlieue_pve_sim::{FaultRule, SimConfig, SimHandle};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use k8s_openapi::api::core::v1::Secret;
@@ -88,24 +85,11 @@ impl ProviderUnderTest for PveSim {
     }
 
     fn start(&mut self) {
-        let machines = Arc::new(machine_controller::context(
-            self.kube.clone(),
-            ClientConnector::default(),
-            "local",
-            "banlieue-proxmox-test",
-        ));
-        let clusters = Arc::new(cluster_controller::context(
-            self.kube.clone(),
-            ClientConnector::default(),
-            "banlieue-proxmox-test",
-        ));
-        let (a, b) = (self.ns.clone(), self.ns.clone());
-        self.controllers.push(tokio::spawn(async move {
-            machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;
-        }));
-        self.controllers.push(tokio::spawn(async move {
-            cluster_controller::run(clusters, Some(&b), 2, std::future::pending()).await;
-        }));
+        for task in
+            in_process::spawn_controllers(self.kube.clone(), "local", "banlieue-proxmox-test", &self.ns)
+        {
+            self.controllers.push(task);
+        }
     }
 
     async fn stop(&mut self) {

@@ -94,6 +94,15 @@ fn provisioned(p: &Phase) -> bool {
     matches!(p, Phase::Provisioned(_))
 }
 
+/// Drives a fresh machine until it waits for its guest (started, seed attached); the steps.
+async fn booting(hv: &FakePve, input: &MachineInput<'_>) -> Vec<Step> {
+    drive(hv, input, Phase::SelectNode, &VmidReservations::default(), |p| {
+        matches!(p, Phase::WaitGuest(_))
+    })
+    .await
+    .unwrap()
+}
+
 /// Drives a fresh machine to `Provisioned` with its own reservations; the steps taken.
 async fn provision(hv: &FakePve, input: &MachineInput<'_>) -> Vec<Step> {
     drive(
@@ -784,15 +793,7 @@ async fn deletion_stops_then_deletes_then_removes_the_seed() {
     hv.set_task_polls(1);
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        |p| matches!(p, Phase::WaitGuest(_)),
-    )
-    .await
-    .unwrap();
+    let steps = booting(&hv, &input).await;
     let phase = steps.last().unwrap().phase.clone();
     assert!(hv.vms().values().all(|vm| vm.running));
     assert_eq!(
@@ -879,15 +880,7 @@ async fn a_seed_iso_the_token_may_not_delete_does_not_keep_the_finalizer() {
     let hv = FakePve::new(1);
     let spec = spec();
     let input = input(&spec, None);
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        |p| matches!(p, Phase::WaitGuest(_)),
-    )
-    .await
-    .unwrap();
+    let steps = booting(&hv, &input).await;
     let phase = steps.last().unwrap().phase.clone();
     hv.fail_next(
         "delete_volume",
@@ -1231,15 +1224,7 @@ async fn a_vm_that_migrated_while_booting_is_followed() {
     let hv = FakePve::new(2);
     let spec = spec();
     let input = input(&spec, Some("pve1"));
-    let steps = drive(
-        &hv,
-        &input,
-        Phase::SelectNode,
-        &VmidReservations::default(),
-        |p| matches!(p, Phase::WaitGuest(_)),
-    )
-    .await
-    .unwrap();
+    let steps = booting(&hv, &input).await;
     let Phase::WaitGuest(loc) = steps.last().unwrap().phase.clone() else {
         panic!("waiting for the guest")
     };

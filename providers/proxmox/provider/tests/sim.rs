@@ -75,6 +75,14 @@ async fn sim_with(config: SimConfig) -> Result<(SimHandle, Client)> {
     Ok((sim, client))
 }
 
+/// Provisions a fresh machine; its last phase.
+async fn provision(client: &Client, input: &MachineInput<'_>) -> Result<Phase> {
+    drive(client, input, Phase::SelectNode, |p| {
+        matches!(p, Phase::Provisioned(_))
+    })
+    .await
+}
+
 /// Deletes the machine at `phase` step by step until nothing of it is left.
 async fn delete(client: &Client, phase: &Phase) -> Result<()> {
     let mut status = ProxmoxMachineStatus::default();
@@ -165,10 +173,7 @@ async fn one_machine_costs_at_most_24_calls_besides_status_polls() -> Result<()>
     let spec = spec();
     let input = input(&spec, UID);
     sim.reset_calls();
-    let phase = drive(&client, &input, Phase::SelectNode, |p| {
-        matches!(p, Phase::Provisioned(_))
-    })
-    .await?;
+    let phase = provision(&client, &input).await?;
     delete(&client, &phase).await?;
     assert!(sim.vms().iter().all(|v| v.template), "deleted");
     let calls = sim.calls();
@@ -201,10 +206,7 @@ async fn a_data_disk_the_template_lacks_is_created_with_its_size_and_storage() -
         storage: Some("fast".into()),
     });
     let input = input(&spec, UID);
-    let phase = drive(&client, &input, Phase::SelectNode, |p| {
-        matches!(p, Phase::Provisioned(_))
-    })
-    .await?;
+    let phase = provision(&client, &input).await?;
     let vmid = phase.location().context("location")?.vmid;
     let vm = sim.vm(vmid).context("VM")?;
     let data = vm.config.get("scsi1").context("the data disk")?;
@@ -272,10 +274,7 @@ async fn a_nic_change_kept_pending_is_applied_by_one_restart_through_the_wire() 
     let (sim, client) = sim().await?;
     let spec = spec();
     let input = input(&spec, UID);
-    let phase = drive(&client, &input, Phase::SelectNode, |p| {
-        matches!(p, Phase::Provisioned(_))
-    })
-    .await?;
+    let phase = provision(&client, &input).await?;
     let vmid = phase.location().context("location")?.vmid;
     let mut probe = banlieue_pve_sim::probe::Probe::for_sim(&sim)?;
     let r = probe
@@ -329,10 +328,7 @@ async fn a_migrated_vm_is_followed_and_deleted_on_its_new_node() -> Result<()> {
     let (sim, client) = sim().await?;
     let spec = spec();
     let input = input(&spec, UID);
-    let phase = drive(&client, &input, Phase::SelectNode, |p| {
-        matches!(p, Phase::Provisioned(_))
-    })
-    .await?;
+    let phase = provision(&client, &input).await?;
     let loc = phase.location().context("location")?.clone();
     assert_eq!(loc.node, "pve1");
     let uuid_before = sim.vm(loc.vmid).context("VM")?.config.get("smbios1").cloned();

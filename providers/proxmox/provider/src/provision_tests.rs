@@ -94,6 +94,13 @@ fn provisioned(p: &Phase) -> bool {
     matches!(p, Phase::Provisioned(_))
 }
 
+/// One step from `phase` without user data, with fresh reservations.
+async fn one_step(hv: &FakePve, input: &MachineInput<'_>, phase: Phase) -> Step {
+    provision_step(hv, input, phase, None, &VmidReservations::default())
+        .await
+        .unwrap()
+}
+
 /// Drives a fresh machine until it waits for its guest (started, seed attached); the steps.
 async fn booting(hv: &FakePve, input: &MachineInput<'_>) -> Vec<Step> {
     drive(hv, input, Phase::SelectNode, &VmidReservations::default(), |p| {
@@ -466,15 +473,7 @@ async fn a_vmid_range_skips_a_container_s_vmid() {
     let mut spec = spec();
     spec.vmid_range = Some(VmidRange { start: 500, end: 510 });
     let input = input(&spec, None);
-    let step = provision_step(
-        &hv,
-        &input,
-        Phase::AllocateVmid { node: "pve1".into() },
-        None,
-        &VmidReservations::default(),
-    )
-    .await
-    .unwrap();
+    let step = one_step(&hv, &input, Phase::AllocateVmid { node: "pve1".into() }).await;
     assert_eq!(step.phase.location().map(|l| l.vmid), Some(501));
 }
 
@@ -656,17 +655,13 @@ async fn a_failed_update_task_is_tried_again_without_its_upid() {
         "resize_disk",
         "can't lock file '/var/lock/qemu-server/lock-100.conf' - got timeout",
     );
-    let started = provision_step(&hv, &input, provisioned_at, None, &VmidReservations::default())
-        .await
-        .unwrap();
+    let started = one_step(&hv, &input, provisioned_at).await;
     assert!(
         matches!(started.phase, Phase::Update(_, _, Some(_))),
         "{:?}",
         started.phase
     );
-    let failed = provision_step(&hv, &input, started.phase, None, &VmidReservations::default())
-        .await
-        .unwrap();
+    let failed = one_step(&hv, &input, started.phase).await;
     assert!(
         matches!(failed.phase, Phase::Update(_, _, None)),
         "{:?}",
@@ -1191,24 +1186,14 @@ async fn a_provisioned_vm_that_migrated_is_followed_to_its_new_node() {
     };
     assert_eq!(loc.node, "pve1");
     migrate(&hv, loc.vmid, "pve2");
-    let moved = provision_step(
-        &hv,
-        &input,
-        Phase::Provisioned(loc.clone()),
-        None,
-        &VmidReservations::default(),
-    )
-    .await
-    .unwrap();
+    let moved = one_step(&hv, &input, Phase::Provisioned(loc.clone())).await;
     let to = VmLocation {
         node: "pve2".into(),
         vmid: loc.vmid,
     };
     assert_eq!(moved.phase, Phase::Provisioned(to.clone()));
     assert_eq!(moved.event.as_ref().map(|(r, _)| *r), Some("VMMoved"));
-    let next = provision_step(&hv, &input, moved.phase, None, &VmidReservations::default())
-        .await
-        .unwrap();
+    let next = one_step(&hv, &input, moved.phase).await;
     assert_eq!(next.phase, Phase::Provisioned(to));
     assert!(next.up_to_date.as_ref().is_some_and(|u| u.status), "{next:?}");
     assert_eq!(
@@ -1229,15 +1214,7 @@ async fn a_vm_that_migrated_while_booting_is_followed() {
         panic!("waiting for the guest")
     };
     migrate(&hv, loc.vmid, "pve2");
-    let moved = provision_step(
-        &hv,
-        &input,
-        Phase::WaitGuest(loc.clone()),
-        None,
-        &VmidReservations::default(),
-    )
-    .await
-    .unwrap();
+    let moved = one_step(&hv, &input, Phase::WaitGuest(loc.clone())).await;
     assert_eq!(
         moved.phase,
         Phase::WaitGuest(VmLocation {

@@ -243,6 +243,25 @@ async fn a_missing_privilege_is_named_with_its_path() -> Result<()> {
     Ok(())
 }
 
+/// A token that lost VM.Audit on the machine's VM no longer sees it in `/cluster/resources`
+/// (Proxmox leaves it out silently): deleting the machine does not take that for "gone" and
+/// leak the VM, it names the missing privilege and the VM is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_hidden_by_acls_is_not_taken_for_deleted() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    let phase = provision(&client, &input).await?;
+    let vmid = phase.location().context("location")?.vmid;
+    sim.hide_from_token(vmid);
+    let err = delete(&client, &phase).await.expect_err("the VM cannot be seen");
+    let text = format!("{err:#}");
+    assert!(text.contains(&format!("VM.Audit on /vms/{vmid}")), "{text}");
+    assert!(sim.vm(vmid).is_some(), "the VM was not leaked as deleted");
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// A template without the guest agent enabled (PVE's default) cannot report addresses: the
 /// machine says how to fix it instead of waiting for an agent that never answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -291,6 +291,12 @@ impl SimHandle {
     pub fn calls(&self) -> std::collections::BTreeMap<String, u64> {
         server::lock(&self.shared.calls).clone()
     }
+    /// The API token loses its privileges on VM `vmid`: listings leave it out silently (as
+    /// `/cluster/resources` does for what the token lacks VM.Audit on) and calls on it answer
+    /// `403 Permission check failed (/vms/<vmid>, VM.Audit)`.
+    pub fn hide_from_token(&self, vmid: u32) {
+        self.shared.state().hide(vmid);
+    }
     /// The most API requests served at once so far.
     pub fn peak_in_flight(&self) -> usize {
         self.shared.in_flight.1.load(std::sync::atomic::Ordering::SeqCst)

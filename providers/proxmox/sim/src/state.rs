@@ -335,6 +335,8 @@ pub(crate) struct State {
     next_ip: u32,
     boot: Instant,
     fingerprint: String,
+    /// VMIDs the token lacks VM.Audit on (see [`State::hide`]).
+    hidden: HashSet<u32>,
 }
 
 impl State {
@@ -354,6 +356,7 @@ impl State {
             next_ip: u32::from(cfg.address_pool_start),
             boot: now,
             fingerprint,
+            hidden: HashSet::new(),
             cfg,
         };
         for node in state.cfg.nodes.clone() {
@@ -748,9 +751,22 @@ impl State {
         }
     }
 
+    /// The token loses VM.Audit (and every other privilege) on `vmid`: listings leave it out,
+    /// as `/cluster/resources` does, and any call on it is refused with a 403 naming the
+    /// privilege.
+    pub(crate) fn hide(&mut self, vmid: u32) {
+        self.hidden.insert(vmid);
+    }
+
     fn vm_on_node(&self, req: &Request) -> ApiResult<u32> {
         let node = req.req("node")?;
         let vmid = req.vmid("vmid")?;
+        if self.hidden.contains(&vmid) {
+            return Err(ApiError::new(
+                403,
+                format!("Permission check failed (/vms/{vmid}, VM.Audit)"),
+            ));
+        }
         match self.vms.get(&vmid) {
             Some(vm) if vm.node == node => Ok(vmid),
             _ => Err(ApiError::internal(format!(
@@ -947,7 +963,7 @@ impl State {
             }
         }
         if kind.is_none() || kind == Some("vm") {
-            for (vmid, vm) in &self.vms {
+            for (vmid, vm) in self.vms.iter().filter(|(id, _)| !self.hidden.contains(id)) {
                 let mut m = self.vm_summary(*vmid, vm);
                 m.insert("id".into(), json!(format!("qemu/{vmid}")));
                 m.insert("type".into(), json!("qemu"));
@@ -991,7 +1007,7 @@ impl State {
         Value::Array(
             self.vms
                 .iter()
-                .filter(|(_, vm)| vm.node == node)
+                .filter(|(id, vm)| vm.node == node && !self.hidden.contains(id))
                 .map(|(id, vm)| Value::Object(self.vm_summary(*id, vm)))
                 .collect(),
         )

@@ -561,20 +561,23 @@ pub async fn provision_step<H: Hypervisor>(
                 TASK_POLL,
                 "start task running",
             )),
+            Polled::Failed(text) if already_running(Some(&text)) => {
+                Ok(Step::to(Phase::WaitGuest(loc)).with_event("PoweredOn", "VM started"))
+            }
             // A failed start may still have started the VM: the next step looks.
             Polled::Failed(text) => Ok(task_failed(Phase::PowerOn(loc, None), reason, &upid, &text)),
         },
-        Phase::PowerOn(loc, None) => match hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? {
-            None => Ok(vanished(loc)),
-            Some(true) => Ok(Step::to(Phase::WaitGuest(loc))),
-            Some(false) => {
-                let upid = hv.start_vm(&loc.node, loc.vmid).await.map_err(pve)?;
-                Ok(Step::wait(
-                    Phase::PowerOn(loc, Some(upid)),
-                    TASK_POLL,
-                    "start task running",
-                ))
-            }
+        // Started without asking first: a VM that already runs (a start before a restart of
+        // the provider) makes PVE say so, which counts as started.
+        Phase::PowerOn(loc, None) => match hv.start_vm(&loc.node, loc.vmid).await {
+            Ok(upid) => Ok(Step::wait(
+                Phase::PowerOn(loc, Some(upid)),
+                TASK_POLL,
+                "start task running",
+            )),
+            Err(e) if already_running(e.message()) => Ok(Step::to(Phase::WaitGuest(loc))),
+            Err(e) if e.class() == ErrorClass::NotFound => Ok(vanished(loc)),
+            Err(e) => Err(pve(e)),
         },
         Phase::WaitGuest(loc) => wait_guest(hv, input, loc).await,
         Phase::Provisioned(loc) => update_step(hv, input, loc, None).await,
@@ -1026,6 +1029,12 @@ fn refused_clone(err: StepError) -> StepError {
     }
 }
 
+/// Whether PVE refused a start because the VM runs already (`VM 101 already running`, in the
+/// task on PVE 8/9).
+fn already_running(message: Option<&str>) -> bool {
+    message.is_some_and(|m| m.contains("already running"))
+}
+
 /// The task type of an upload to a storage (`imgcopy`).
 const UPLOAD_TASK: &str = "imgcopy";
 
@@ -1412,16 +1421,30 @@ pub async fn delete_step<H: Hypervisor>(
     let Some(vmid) = vmid else {
         return cleanup_seed("no VM was created".to_owned()).await;
     };
-    let guests = hv.guests().await.map_err(pve)?;
-    // Proxmox leaves out of `/cluster/resources` what the token lacks VM.Audit on: a VM not
-    // listed is asked for on its node before it counts as gone (a 403 there names the
-    // privilege, and the VM is not leaked by releasing the finalizer).
-    let listed_on = guests.iter().find(|g| g.vmid == vmid).map(|g| g.node.clone());
-    let Some(vm_node) = listed_on.or_else(|| node.clone()) else {
-        return cleanup_seed(format!("VM {vmid} is gone")).await;
+    // Looked for on its node first (a 403 there names the privilege: Proxmox leaves out of
+    // its listings what the token lacks VM.Audit on, so a VM the token cannot see must not
+    // count as gone, or the finalizer would go and the VM leak); only when it is not there, in
+    // the cluster's listing (it may have migrated).
+    let on_its_node = match &node {
+        Some(n) => hv
+            .vm_config(n, vmid)
+            .await
+            .map_err(pve)?
+            .map(|config| (n.clone(), config)),
+        None => None,
     };
-    let Some(config) = hv.vm_config(&vm_node, vmid).await.map_err(pve)? else {
-        return cleanup_seed(format!("VM {vmid} is gone")).await;
+    let (vm_node, config) = match on_its_node {
+        Some(found) => found,
+        None => {
+            let guests = hv.guests().await.map_err(pve)?;
+            let Some(guest) = guests.iter().find(|g| g.vmid == vmid) else {
+                return cleanup_seed(format!("VM {vmid} is gone")).await;
+            };
+            let Some(config) = hv.vm_config(&guest.node, vmid).await.map_err(pve)? else {
+                return cleanup_seed(format!("VM {vmid} is gone")).await;
+            };
+            (guest.node.clone(), config)
+        }
     };
 
     if config.lock() == Some("clone") {

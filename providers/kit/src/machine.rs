@@ -181,6 +181,10 @@ pub struct Provisioned {
 pub struct Step {
     /// Set once the VM is provisioned.
     pub provisioned: Option<Provisioned>,
+    /// `spec.providerID`, known before the VM is provisioned: published at once (CAPI copies
+    /// it to the Machine only after `initialization.provisioned`), so later steps read it from
+    /// the spec instead of asking the hypervisor again.
+    pub provider_id: Option<String>,
     /// The `Ready` condition.
     pub ready: Report,
     /// The backend's day-2 condition, when it has something to say.
@@ -909,27 +913,31 @@ async fn apply_step<B: MachineBackend>(
     step: Step,
 ) -> Result<Action> {
     let mut generation = machine.meta().generation;
-    if let Some(done) = &step.provisioned {
-        if machine.provider_id() != Some(done.provider_id.as_str()) {
-            let patch = serde_json::json!({"spec": {"providerID": done.provider_id}});
-            let patched = write
-                .api
-                .patch(
-                    &machine.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map_err(|e| Error::kube("setting spec.providerID", e))?;
-            write.ctx.metrics.count_write("spec");
-            // The spec change bumped the generation: describe the new one, or the next
-            // reconcile would write the status again just for observedGeneration.
-            generation = patched.meta().generation;
-            new.set_observed_generation(generation);
-            for c in new.conditions_mut() {
-                c.observed_generation = generation;
-            }
+    let provider_id =
+        (step.provisioned.as_ref().map(|done| done.provider_id.as_str())).or(step.provider_id.as_deref());
+    if let Some(provider_id) = provider_id
+        && machine.provider_id() != Some(provider_id)
+    {
+        let patch = serde_json::json!({"spec": {"providerID": provider_id}});
+        let patched = write
+            .api
+            .patch(
+                &machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map_err(|e| Error::kube("setting spec.providerID", e))?;
+        write.ctx.metrics.count_write("spec");
+        // The spec change bumped the generation: describe the new one, or the next
+        // reconcile would write the status again just for observedGeneration.
+        generation = patched.meta().generation;
+        new.set_observed_generation(generation);
+        for c in new.conditions_mut() {
+            c.observed_generation = generation;
         }
+    }
+    if let Some(done) = &step.provisioned {
         if let Some(addresses) = &done.addresses {
             new.set_addresses(addresses.clone());
         }

@@ -189,6 +189,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             up_to_date,
             events: step.events,
             warning: false,
+            provider_id: None,
             backoff: false,
             requeue: step.requeue,
         })

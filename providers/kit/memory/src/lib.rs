@@ -285,6 +285,7 @@ fn step(phase: &Phase, ready: Report, events: Vec<(&'static str, String)>) -> St
         ready,
         events,
         warning: false,
+        provider_id: None,
         backoff: false,
     }
 }

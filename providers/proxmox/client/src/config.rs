@@ -544,6 +544,18 @@ impl<'a> Deserialize<'a> for VmConfig {
 }
 
 impl VmConfig {
+    /// This config with `update` applied as written: what PVE stores for options it keeps
+    /// verbatim. (Devices are not: PVE gives a new NIC a MAC and allocates a new disk's
+    /// volume, so a caller re-reads the config after changing those.)
+    pub fn with_update(&self, update: &crate::ConfigUpdate) -> Self {
+        let mut out = self.0.clone();
+        for key in &update.delete {
+            out.remove(key);
+        }
+        out.extend(update.set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Self(out)
+    }
+
     /// A raw value.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.0.get(key).map(String::as_str)

@@ -112,6 +112,21 @@ pub fn next_configure_action(
     Ok(ConfigureAction::Done)
 }
 
+/// Whether `update` adds, changes or removes a device (a disk or a NIC): PVE does not store
+/// those as written (a new NIC gets a MAC, a new disk a volume, a removed disk becomes
+/// `unused`), so the config must be read again after such an update.
+pub fn changes_devices(update: &ConfigUpdate) -> bool {
+    let is_net = |key: &str| {
+        key.strip_prefix("net")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    update
+        .set
+        .keys()
+        .chain(&update.delete)
+        .any(|key| is_disk_key(key) || is_net(key))
+}
+
 /// Whether the seed volume is in the seed slot.
 pub fn seed_attached(actual: &VmConfig, seed_volid: &str) -> bool {
     actual

@@ -387,6 +387,34 @@ fn apply_update(vm: &mut FakeVm, update: &ConfigUpdate) -> Result<(), PveError> 
     Ok(())
 }
 
+/// A config change as PVE applies it: refused while the VM is locked; on a running VM, the
+/// keys PVE keeps pending until a restart are recorded as such.
+fn apply_config(s: &mut State, node: &str, vmid: u32, update: &ConfigUpdate) -> Result<(), PveError> {
+    let vm = vm_on(s, node, vmid)?;
+    if let Some(lock) = vm.config.get("lock") {
+        return Err(api_error(500, &format!("VM is locked ({lock})")));
+    }
+    let running = vm.running;
+    apply_update(vm, update)?;
+    if running {
+        let kept: Vec<String> = update
+            .set
+            .keys()
+            .chain(update.delete.iter())
+            .filter(|k| s.keeps_pending.contains(k))
+            .cloned()
+            .collect();
+        s.awaiting_restart.entry(vmid).or_default().extend(kept);
+        // Real PVE (without CPU/memory hotplug) only records these as pending changes.
+        for key in ["cores", "sockets", "memory"] {
+            if update.set.contains_key(key) {
+                s.pending.push((vmid, key.to_owned()));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Hypervisor for FakePve {
     async fn version(&self) -> Result<String, PveError> {
         let _calls = self.enter("version")?;
@@ -537,28 +565,7 @@ impl Hypervisor for FakePve {
         update: &ConfigUpdate,
     ) -> Result<Option<Upid>, PveError> {
         let mut s = self.enter("update_config")?;
-        let vm = vm_on(&mut s, node, vmid)?;
-        if let Some(lock) = vm.config.get("lock") {
-            return Err(api_error(500, &format!("VM is locked ({lock})")));
-        }
-        let running = vm.running;
-        apply_update(vm, update)?;
-        if running {
-            let kept: Vec<String> = update
-                .set
-                .keys()
-                .chain(update.delete.iter())
-                .filter(|k| s.keeps_pending.contains(k))
-                .cloned()
-                .collect();
-            s.awaiting_restart.entry(vmid).or_default().extend(kept);
-            // Real PVE (without CPU/memory hotplug) only records these as pending changes.
-            for key in ["cores", "sockets", "memory"] {
-                if update.set.contains_key(key) {
-                    s.pending.push((vmid, key.to_owned()));
-                }
-            }
-        }
+        apply_config(&mut s, node, vmid, update)?;
         Ok(Some(new_task(
             &mut s,
             "update_config",
@@ -567,6 +574,11 @@ impl Hypervisor for FakePve {
             &vmid.to_string(),
             Effect::None,
         )))
+    }
+
+    async fn set_config(&self, node: &str, vmid: u32, update: &ConfigUpdate) -> Result<(), PveError> {
+        let mut s = self.enter("set_config")?;
+        apply_config(&mut s, node, vmid, update)
     }
 
     async fn resize_disk(

@@ -104,6 +104,14 @@ pub trait Hypervisor: Send + Sync + 'static {
         vmid: u32,
         update: &ConfigUpdate,
     ) -> impl Future<Output = Result<Option<Upid>, PveError>> + Send;
+    /// Applies a config change at once (synchronous PUT): for changes that allocate nothing
+    /// (PVE advises the asynchronous POST for new disks and hotplug).
+    fn set_config(
+        &self,
+        node: &str,
+        vmid: u32,
+        update: &ConfigUpdate,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
     /// Grows a disk; `None` when PVE finished at once.
     fn resize_disk(
         &self,
@@ -284,6 +292,14 @@ impl Hypervisor for Client {
         let (node, update) = (node.to_owned(), update.clone());
         with_client(self, move |c| async move {
             c.update_vm_config_async(&node, vmid, &update).await
+        })
+        .await
+    }
+
+    async fn set_config(&self, node: &str, vmid: u32, update: &ConfigUpdate) -> Result<(), PveError> {
+        let (node, update) = (node.to_owned(), update.clone());
+        with_client(self, move |c| async move {
+            c.update_vm_config(&node, vmid, &update).await
         })
         .await
     }

@@ -196,6 +196,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 provider_id: done.provider_id,
                 addresses: Some(done.addresses),
             }),
+            provider_id: step.provider_id,
             ready,
             up_to_date,
             events: step.event.into_iter().collect(),

@@ -86,6 +86,9 @@ pub struct Step {
     pub event: Option<(&'static str, String)>,
     /// Set on the step that finishes provisioning.
     pub provisioned: Option<ProvisionedVm>,
+    /// `spec.providerID`, published as soon as the configuration shows the VM's smbios1 uuid
+    /// (the steps after it take it from the spec instead of reading the VM again).
+    pub provider_id: Option<String>,
     /// The VM's power state, when this step observed it.
     pub power: Option<PowerState>,
     /// Whether a provisioned VM matches its spec (the `VMUpToDate` condition), when known.
@@ -145,6 +148,7 @@ impl Step {
             waiting: None,
             event: None,
             provisioned: None,
+            provider_id: None,
             power: None,
             up_to_date: None,
             failed: None,
@@ -527,23 +531,19 @@ pub async fn provision_step<H: Hypervisor>(
             Polled::Failed(text) => Ok(task_failed(Phase::Clone(loc), reason, &upid, &text)),
         },
         Phase::Configure(loc, Some(upid)) => match poll_task(hv, reason, &upid).await? {
-            // The seed was just uploaded (the step that started it checked the VM): attached at
-            // once, without listing the storage again.
+            // The seed was just uploaded, the last configuration step (the step that started it
+            // found the rest in place): attached at once, and the VM started without reading
+            // its configuration again. A VM meant to stay off is looked at once more, to publish
+            // it provisioned.
             Polled::Done if upid.task_type == UPLOAD_TASK => {
                 let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
-                let attach = desired::attach_seed(&seed_volid);
-                match hv
-                    .update_config(&loc.node, loc.vmid, &attach)
+                hv.set_config(&loc.node, loc.vmid, &desired::attach_seed(&seed_volid))
                     .await
-                    .map_err(pve)?
-                {
-                    Some(upid) => Ok(Step::wait(
-                        Phase::Configure(loc, Some(upid)),
-                        TASK_POLL,
-                        "attaching the bootstrap seed",
-                    )),
-                    None => Ok(Step::to(Phase::Configure(loc, None))),
+                    .map_err(pve)?;
+                if update::desired_power(input.spec) == PowerState::Off {
+                    return Ok(Step::to(Phase::Configure(loc, None)));
                 }
+                Ok(Step::to(Phase::PowerOn(loc, None)).with_event("Configured", "VM configured"))
             }
             Polled::Done => Ok(Step::to(Phase::Configure(loc, None))),
             Polled::Running => Ok(Step::wait(
@@ -792,7 +792,7 @@ async fn update_step<H: Hypervisor>(
             let provider_id = desired::provider_id(&config).ok_or_else(|| {
                 permanent(reason, "the VM has no smbios1 uuid to derive the providerID from")
             })?;
-            remove_seed(hv, input, &loc, &config).await;
+            remove_seed(hv, input, &loc, reason).await?;
             Ok(Step {
                 requeue: RESYNC,
                 provisioned: Some(ProvisionedVm {
@@ -1073,15 +1073,50 @@ async fn configure<H: Hypervisor>(
     }
     let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
     let spec_error = |e: desired::SpecError| permanent(reason, e.0);
-    let running = |upid: Option<Upid>, what: &str| match upid {
-        Some(upid) => Step::wait(
-            Phase::Configure(loc.clone(), Some(upid)),
-            TASK_POLL,
-            what.to_owned(),
-        ),
-        None => Step::to(Phase::Configure(loc.clone(), None)),
+    // The providerID is known from here on: published now, so the steps after this one need
+    // not read the configuration again for it.
+    let provider_id = input
+        .spec
+        .provider_id
+        .is_none()
+        .then(|| desired::provider_id(&config))
+        .flatten();
+    let running = |upid: Option<Upid>, what: &str| Step {
+        provider_id: provider_id.clone(),
+        ..match upid {
+            Some(upid) => Step::wait(
+                Phase::Configure(loc.clone(), Some(upid)),
+                TASK_POLL,
+                what.to_owned(),
+            ),
+            None => Step::to(Phase::Configure(loc.clone(), None)),
+        }
     };
-    match desired::next_configure_action(input.spec, input.uid, &config, &seed_volid).map_err(spec_error)? {
+    let mut config = config;
+    let mut applied_at_once = false;
+    let action = loop {
+        match desired::next_configure_action(input.spec, input.uid, &config, &seed_volid)
+            .map_err(spec_error)?
+        {
+            // Options PVE stores as written are set synchronously and the next action is taken
+            // from the config as it now is, without reading it again (once: should PVE have
+            // stored them otherwise, the next step reads the config).
+            ConfigureAction::Apply(update) if !applied_at_once && !desired::changes_devices(&update) => {
+                hv.set_config(&loc.node, loc.vmid, &update).await.map_err(pve)?;
+                config = config.with_update(&update);
+                applied_at_once = true;
+            }
+            action => break action,
+        }
+    };
+    match action {
+        ConfigureAction::Apply(update) if applied_at_once => {
+            tracing::debug!(
+                ?update,
+                "config still differs after a synchronous update; reading it again"
+            );
+            Ok(running(None, "config updated"))
+        }
         ConfigureAction::Apply(update) => {
             let upid = hv
                 .update_config(&loc.node, loc.vmid, &update)
@@ -1096,14 +1131,9 @@ async fn configure<H: Hypervisor>(
                 .map_err(pve)?;
             Ok(running(upid, "disk resize running"))
         }
+        // Uploaded even if an earlier try did (PVE overwrites the file): cheaper than asking
+        // the storage first, and the seed is rebuilt from the current bootstrap data.
         ConfigureAction::Seed => {
-            if hv.volume_exists(&loc.node, &seed_volid).await.map_err(pve)? {
-                let upid = hv
-                    .update_config(&loc.node, loc.vmid, &desired::attach_seed(&seed_volid))
-                    .await
-                    .map_err(pve)?;
-                return Ok(running(upid, "attaching the bootstrap seed"));
-            }
             let bootstrap = bootstrap.ok_or(StepError::NeedBootstrapData)?;
             let instance_id = config
                 .smbios_uuid()
@@ -1134,9 +1164,10 @@ async fn configure<H: Hypervisor>(
         ConfigureAction::Done if update::desired_power(input.spec) == PowerState::Off => {
             provisioned_powered_off(hv, input, loc, &config).await
         }
-        ConfigureAction::Done => {
-            Ok(Step::to(Phase::PowerOn(loc, None)).with_event("Configured", "VM configured"))
-        }
+        ConfigureAction::Done => Ok(Step {
+            provider_id,
+            ..Step::to(Phase::PowerOn(loc, None)).with_event("Configured", "VM configured")
+        }),
     }
 }
 
@@ -1241,13 +1272,25 @@ async fn wait_guest<H: Hypervisor>(
             "waiting for the guest to report an IP address",
         ));
     }
-    let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
-        return Ok(vanished(loc));
+    // Published by the configuration step; read from the VM for a machine configured before
+    // that was so.
+    let provider_id = match &input.spec.provider_id {
+        Some(id) => id.clone(),
+        None => {
+            let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
+                return Ok(vanished(loc));
+            };
+            desired::provider_id(&config).ok_or_else(|| {
+                permanent(reason, "the VM has no smbios1 uuid to derive the providerID from")
+            })?
+        }
     };
-    let provider_id = desired::provider_id(&config)
-        .ok_or_else(|| permanent(reason, "the VM has no smbios1 uuid to derive the providerID from"))?;
     // The seed has served its purpose.
-    remove_seed(hv, input, &loc, &config).await;
+    let left_behind = remove_seed(hv, input, &loc, reason).await?;
+    let message = match left_behind {
+        Some(why) => format!("VM running and reachable; {why}"),
+        None => "VM running and reachable".to_owned(),
+    };
     Ok(Step {
         requeue: RESYNC,
         provisioned: Some(ProvisionedVm {
@@ -1258,28 +1301,35 @@ async fn wait_guest<H: Hypervisor>(
         up_to_date: Some(UpToDate::yes()),
         ..Step::to(Phase::Provisioned(loc))
     }
-    .with_event("Provisioned", "VM running and reachable"))
+    .with_event("Provisioned", message))
 }
 
-/// Ejects and deletes the seed ISO (best effort; deletion retries the delete).
+/// Ejects and deletes the seed ISO (it holds the bootstrap data, secrets included). A failure
+/// fails the step, which is tried again: deletion of a provisioned machine counts on the seed
+/// being gone. A token not allowed to delete volumes (Datastore.Allocate) leaves it behind:
+/// `Some` says so, for the Event.
 async fn remove_seed<H: Hypervisor>(
     hv: &H,
     input: &MachineInput<'_>,
     loc: &VmLocation,
-    config: &banlieue_pve_client::VmConfig,
-) {
+    reason: &'static str,
+) -> Result<Option<String>, StepError> {
     let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
-    if desired::seed_attached(config, &seed_volid)
-        && let Err(e) = hv
-            .update_config(&loc.node, loc.vmid, &desired::eject_seed())
-            .await
-    {
-        tracing::warn!(error = %e, vmid = loc.vmid, "cannot eject the seed ISO");
-    }
-    if let Err(e) = hv.delete_volume(&loc.node, &seed_volid).await
-        && !e.is_not_found()
-    {
-        tracing::warn!(error = %e, vmid = loc.vmid, "cannot delete the seed ISO");
+    hv.set_config(&loc.node, loc.vmid, &desired::eject_seed())
+        .await
+        .map_err(|e| pve_error(reason, e))?;
+    match hv.delete_volume(&loc.node, &seed_volid).await {
+        Ok(_) => Ok(None),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) if e.class() == ErrorClass::Auth => {
+            let why = crate::error::describe(&e);
+            tracing::warn!(volid = %seed_volid, node = %loc.node, "seed ISO left behind: {why}");
+            Ok(Some(format!(
+                "the seed ISO {seed_volid} on {} was left behind: {why}",
+                loc.node
+            )))
+        }
+        Err(e) => Err(pve_error(reason, e)),
     }
 }
 
@@ -1343,8 +1393,14 @@ pub async fn delete_step<H: Hypervisor>(
     let reason = "DeletionFailed";
     let pve = |e| pve_error(reason, e);
     let node = status.and_then(|s| s.node.clone());
+    // A provisioned machine's seed was deleted when its guest first came up (or is still
+    // attached to a VM provisioned powered off, and deleted below when the VM shows it).
+    let provisioned = status
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        .unwrap_or(false);
     let cleanup_seed = async |note: String| -> Result<DeleteStep, StepError> {
-        if let Some(node) = &node {
+        if let Some(node) = node.as_ref().filter(|_| !provisioned) {
             match hv
                 .delete_volume(node, &desired::seed_volid(seed_storage, uid))
                 .await
@@ -1462,26 +1518,27 @@ pub async fn delete_step<H: Hypervisor>(
         ))
         .await;
     }
-    match hv.vm_running(&vm_node, vmid).await.map_err(pve)? {
-        None => cleanup_seed(format!("VM {vmid} is gone")).await,
-        Some(true) => {
-            let upid = hv.stop_vm(&vm_node, vmid).await.map_err(pve)?;
-            Ok(DeleteStep::InProgress {
-                state: ProvisioningState::PoweringOff,
-                task: Some(upid),
-                requeue: TASK_POLL,
-                message: format!("stopping VM {vmid}"),
-            })
+    let seed_volid = desired::seed_volid(seed_storage, uid);
+    if provisioned && desired::seed_attached(&config, &seed_volid) {
+        match hv.delete_volume(&vm_node, &seed_volid).await {
+            Ok(_) => {}
+            Err(e) if e.is_not_found() => {}
+            Err(e) if e.class() == ErrorClass::Auth => {
+                tracing::warn!(%seed_volid, node = %vm_node, "seed ISO left behind: {}", crate::error::describe(&e));
+            }
+            Err(e) => return Err(pve(e)),
         }
-        Some(false) => match hv.delete_vm(&vm_node, vmid).await {
-            Ok(upid) => Ok(DeleteStep::InProgress {
-                state: ProvisioningState::Deleting,
-                task: Some(upid),
-                requeue: TASK_POLL,
-                message: format!("deleting VM {vmid}"),
-            }),
-            Err(e) if e.is_not_found() => cleanup_seed(format!("VM {vmid} is gone")).await,
-            Err(e) => Err(pve(e)),
-        },
+    }
+    // Stopped without asking whether it runs: PVE's stop of a stopped VM is a task that ends
+    // well, and the destroy follows the stop task either way.
+    match hv.stop_vm(&vm_node, vmid).await {
+        Ok(upid) => Ok(DeleteStep::InProgress {
+            state: ProvisioningState::PoweringOff,
+            task: Some(upid),
+            requeue: TASK_POLL,
+            message: format!("stopping VM {vmid}"),
+        }),
+        Err(e) if e.is_not_found() => cleanup_seed(format!("VM {vmid} is gone")).await,
+        Err(e) => Err(pve(e)),
     }
 }

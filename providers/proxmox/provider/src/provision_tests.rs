@@ -700,7 +700,7 @@ async fn a_clone_proxmox_refuses_for_good_is_clone_refused() {
 #[case::nodes("nodes")]
 #[case::guests("guests")]
 #[case::clone("clone_vm")]
-#[case::config("update_config")]
+#[case::config("set_config")]
 #[case::start("start_vm")]
 #[tokio::test]
 async fn transient_faults_at_each_step_retry_to_success_without_duplicates(#[case] op: &'static str) {

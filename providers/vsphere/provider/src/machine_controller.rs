@@ -201,6 +201,7 @@ impl MachineBackend for VSphereMachines {
                 step.event.clone().into_iter().collect()
             },
             warning: step.failed.is_some(),
+            provider_id: None,
             backoff: false,
             requeue: step.requeue,
         })

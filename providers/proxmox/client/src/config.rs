@@ -601,6 +601,16 @@ impl VmConfig {
         self.get("tags").map_or(Ok(Vec::new()), normalize_tags)
     }
 
+    /// Whether `agent` enables the QEMU guest agent (`1`, `enabled=1`, `1,fstrim_cloned_disks=1`);
+    /// PVE's default, without the option, is off.
+    pub fn agent_enabled(&self) -> bool {
+        self.get("agent").is_some_and(|v| {
+            split_property_string(v)
+                .into_iter()
+                .any(|(k, v)| matches!((k, v), ("1", None) | ("enabled", Some("1"))))
+        })
+    }
+
     /// The `uuid` of `smbios1`.
     pub fn smbios_uuid(&self) -> Option<&str> {
         split_property_string(self.get("smbios1")?)

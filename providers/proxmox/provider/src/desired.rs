@@ -222,12 +222,29 @@ pub fn config_update(
             && key != SEED_SLOT
             && value
                 .parse::<DiskSpec>()
-                .is_ok_and(|d| d.volume_name().ends_with("-cloudinit"))
+                .is_ok_and(|d| is_pve_cloudinit_volume(d.volume_name()))
         {
             update = update.delete(key.clone());
         }
     }
     Ok(update)
+}
+
+/// Whether a volume (the part after `storage:`) is a PVE cloud-init drive, named as PVE names
+/// them on every storage: `vm-101-cloudinit` on block storage, `101/vm-101-cloudinit.qcow2` on
+/// directory, NFS or CIFS storage, plain `cloudinit` in older releases.
+pub fn is_pve_cloudinit_volume(volume: &str) -> bool {
+    let file = volume.rsplit('/').next().unwrap_or(volume);
+    let stem = ["raw", "qcow", "qed", "qcow2", "vmdk", "cloop"]
+        .iter()
+        .find_map(|ext| file.strip_suffix(ext).and_then(|f| f.strip_suffix('.')))
+        .unwrap_or(file);
+    let unprefixed = stem
+        .strip_prefix("vm-")
+        .and_then(|rest| rest.split_once('-'))
+        .filter(|(vmid, _)| !vmid.is_empty() && vmid.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(stem, |(_, name)| name);
+    unprefixed == "cloudinit"
 }
 
 /// The data disks of `spec.disks` the VM does not have yet, as PVE creates them: `slot` →
@@ -513,15 +530,26 @@ mod tests {
         );
     }
 
-    #[test]
-    fn the_pve_cloudinit_drive_outside_the_seed_slot_is_removed() {
+    #[rstest]
+    #[case::block_storage("local-lvm:vm-101-cloudinit,media=cdrom")]
+    #[case::directory_storage("local:101/vm-101-cloudinit.qcow2,media=cdrom")]
+    #[case::raw_on_nfs("nfs:101/vm-101-cloudinit.raw,media=cdrom")]
+    #[case::old_release("local:cloudinit,media=cdrom")]
+    fn the_pve_cloudinit_drive_outside_the_seed_slot_is_removed(#[case] drive: &str) {
         let mut config = clone_config();
         config.0.remove("ide2");
-        config
-            .0
-            .insert("ide0".into(), "local-lvm:vm-101-cloudinit,media=cdrom".into());
+        config.0.insert("ide0".into(), drive.into());
         let update = config_update(&spec(), UID, &config).unwrap();
         assert_eq!(update.delete, vec!["ide0".to_owned()]);
+    }
+
+    #[rstest]
+    #[case::data_disk("101/vm-101-disk-0.qcow2")]
+    #[case::named_like_it("vm-101-cloudinit-backup")]
+    #[case::another_vmid_prefix("vm-x-cloudinit")]
+    #[case::iso("iso/cloudinit-seed.iso")]
+    fn other_volumes_are_not_taken_for_a_pve_cloudinit_drive(#[case] volume: &str) {
+        assert!(!is_pve_cloudinit_volume(volume), "{volume}");
     }
 
     #[test]

@@ -1041,6 +1041,26 @@ const UPLOAD_TASK: &str = "imgcopy";
 /// The `Ready` reason of a VM whose guest agent is not enabled in its config.
 pub const GUEST_AGENT_NOT_CONFIGURED: &str = "GuestAgentNotConfigured";
 
+fn guest_agent_not_configured(vmid: u32) -> StepError {
+    permanent(
+        GUEST_AGENT_NOT_CONFIGURED,
+        format!(
+            "VM {vmid} has no QEMU guest agent enabled in its config, so its addresses cannot be \
+             read: enable it on the template (qm set <template vmid> --agent 1, with \
+             qemu-guest-agent inside the image) and delete this machine to clone it again, or set \
+             spec.readinessChecks.skipGuestAgent with static addresses"
+        ),
+    )
+}
+
+/// Whether the spec waits for static addresses rather than the guest agent's.
+fn skips_guest_agent(spec: &ProxmoxMachineSpec) -> bool {
+    spec.readiness_checks
+        .as_ref()
+        .and_then(|r| r.skip_guest_agent)
+        .unwrap_or(false)
+}
+
 /// The `Ready` reason of a clone request Proxmox refused for good (see [`refused_clone`]).
 pub const CLONE_REFUSED: &str = "CloneRefused";
 
@@ -1070,6 +1090,11 @@ async fn configure<H: Hypervisor>(
                 loc.vmid, loc.node
             ),
         ));
+    }
+    // Told before the VM boots: without the agent option PVE says "not configured", but with
+    // `agent: 0` only that the agent does not run, and the machine would wait for it forever.
+    if !skips_guest_agent(input.spec) && !config.agent_enabled() {
+        return Err(guest_agent_not_configured(loc.vmid));
     }
     let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
     let spec_error = |e: desired::SpecError| permanent(reason, e.0);
@@ -1222,12 +1247,7 @@ async fn wait_guest<H: Hypervisor>(
 ) -> Result<Step, StepError> {
     let reason = "GuestNotReady";
     let pve = |e| pve_error(reason, e);
-    let skip_agent = input
-        .spec
-        .readiness_checks
-        .as_ref()
-        .and_then(|r| r.skip_guest_agent)
-        .unwrap_or(false);
+    let skip_agent = skips_guest_agent(input.spec);
     let ips = if skip_agent {
         desired::static_addresses(input.spec)
     } else {
@@ -1240,16 +1260,7 @@ async fn wait_guest<H: Hypervisor>(
                 if e.message()
                     .is_some_and(|m| m.contains("No QEMU guest agent configured")) =>
             {
-                return Err(permanent(
-                    GUEST_AGENT_NOT_CONFIGURED,
-                    format!(
-                        "VM {} has no QEMU guest agent configured, so its addresses cannot be read: \
-                         enable it on the template (qm set <template vmid> --agent 1, with \
-                         qemu-guest-agent inside the image) or set \
-                         spec.readinessChecks.skipGuestAgent with static addresses",
-                        loc.vmid
-                    ),
-                ));
+                return Err(guest_agent_not_configured(loc.vmid));
             }
             answer => answer.map_err(pve)?,
         };
@@ -1341,12 +1352,7 @@ async fn first_boot_addresses<H: Hypervisor>(
     input: &MachineInput<'_>,
     loc: &VmLocation,
 ) -> Result<Option<Vec<std::net::IpAddr>>, StepError> {
-    let skip_agent = input
-        .spec
-        .readiness_checks
-        .as_ref()
-        .and_then(|r| r.skip_guest_agent)
-        .unwrap_or(false);
+    let skip_agent = skips_guest_agent(input.spec);
     if skip_agent {
         return Ok(Some(desired::static_addresses(input.spec)));
     }

@@ -292,13 +292,21 @@ async fn a_vm_hidden_by_acls_is_not_taken_for_deleted() -> Result<()> {
     Ok(())
 }
 
-/// A template without the guest agent enabled (PVE's default) cannot report addresses: the
-/// machine says how to fix it instead of waiting for an agent that never answers.
+/// A template without the guest agent enabled (PVE's default, or `agent: 0`) cannot report
+/// addresses: the machine says how to fix it before the VM boots, instead of waiting for an
+/// agent that never answers (with `agent: 0`, PVE only says the agent does not run).
+#[rstest::rstest]
+#[case::option_absent(None)]
+#[case::disabled(Some("0"))]
+#[case::disabled_with_options(Some("enabled=0,fstrim_cloned_disks=1"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_template_without_the_guest_agent_says_how_to_fix_it() -> Result<()> {
+async fn a_template_without_the_guest_agent_says_how_to_fix_it(#[case] agent: Option<&str>) -> Result<()> {
     let mut config = SimConfig::fast();
     for template in &mut config.templates {
-        template.config.remove("agent");
+        match agent {
+            Some(value) => template.config.insert("agent".into(), value.into()),
+            None => template.config.remove("agent"),
+        };
     }
     let (sim, client) = sim_with(config).await?;
     let spec = spec();
@@ -311,6 +319,10 @@ async fn a_template_without_the_guest_agent_says_how_to_fix_it() -> Result<()> {
     let text = err.to_string();
     assert!(text.contains("GuestAgentNotConfigured"), "{text}");
     assert!(text.contains("--agent 1"), "{text}");
+    assert!(
+        sim.vms().iter().all(|v| v.template || !v.running),
+        "told before the VM was started"
+    );
     sim.shutdown().await;
     Ok(())
 }

@@ -1539,8 +1539,14 @@ impl State {
     fn agent_vm(&self, req: &Request) -> ApiResult<(u32, &Vm)> {
         let vmid = self.vm_on_node(req)?;
         let vm = &self.vms[&vmid];
-        if !vm.config.get("agent").is_some_and(|a| agent_enabled(a)) {
-            return Err(ApiError::internal("No QEMU guest agent configured"));
+        // As PVE: "not configured" only without an `agent` option; `agent: 0` looks like an
+        // agent that does not answer.
+        match vm.config.get("agent") {
+            None => return Err(ApiError::internal("No QEMU guest agent configured")),
+            Some(a) if !agent_enabled(a) => {
+                return Err(ApiError::internal("QEMU guest agent is not running"));
+            }
+            Some(_) => {}
         }
         let Some(started) = vm.started_at.filter(|_| vm.running) else {
             return Err(ApiError::internal(format!("VM {vmid} is not running")));

@@ -446,6 +446,7 @@ impl Hypervisor for FakePve {
                     .and_then(|m| m.parse::<u64>().ok())
                     .map_or(0, |mib| mib << 20),
                 running: vm.running,
+                reported: true,
             })
             .collect())
     }

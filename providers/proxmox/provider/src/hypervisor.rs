@@ -51,6 +51,11 @@ pub struct Guest {
     pub memory: u64,
     /// `status == running`.
     pub running: bool,
+    /// Proxmox has the guest's statistics (pvestatd reported it), which is where the listing
+    /// takes `name`, `template`, `status` and `maxmem` from. Not so for about 10 s after a VM is
+    /// created or made a template, a node boots or pvestatd restarts, nor while its node is
+    /// offline: listed with status `unknown`, without name and not as a template.
+    pub reported: bool,
 }
 
 /// What the reconcilers need from a Proxmox VE cluster. Implemented by
@@ -217,6 +222,7 @@ impl Hypervisor for Client {
                         .unwrap_or_default(),
                     memory: r.maxmem.unwrap_or(0),
                     running: r.status.as_deref() == Some("running"),
+                    reported: r.status.as_deref().is_some_and(|s| s != "unknown"),
                 })
             })
             .collect())

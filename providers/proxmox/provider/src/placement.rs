@@ -279,6 +279,7 @@ mod storage_and_reservation_tests {
             tags: vec![],
             memory: memory_gib << 30,
             running,
+            reported: true,
         }
     }
 

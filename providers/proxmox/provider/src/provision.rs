@@ -315,6 +315,29 @@ pub fn find_template(
     }
 }
 
+/// How soon a clone looks again for a template Proxmox may list without its details yet.
+const LISTING_LAG_POLL: Duration = Duration::from_secs(3);
+
+/// The guests listed without their statistics ([`Guest::reported`]) that could be the template
+/// `spec.source` names: its VMID, or, for a name or tags, any on the allowed node whose tags
+/// (listed at once, from the config) match.
+fn unreported_candidates(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Vec<u32> {
+    let source = &spec.source;
+    guests
+        .iter()
+        .filter(|g| !g.reported)
+        .filter(|g| source.node.as_ref().is_none_or(|n| *n == g.node))
+        .filter(|g| match source.vmid {
+            Some(vmid) => g.vmid == vmid,
+            None => source
+                .tags
+                .iter()
+                .all(|t| g.tags.contains(&t.to_ascii_lowercase())),
+        })
+        .map(|g| g.vmid)
+        .collect()
+}
+
 /// Whether the candidates are one template kept once per node: every one a template, no two
 /// on one node.
 fn once_per_node(candidates: &[&Guest]) -> bool {
@@ -956,7 +979,28 @@ async fn clone<H: Hypervisor>(
             ),
         ));
     }
-    let (template_node, template_vmid) = find_template(input.spec, &guests, Some(&loc.node))?;
+    let (template_node, template_vmid) = match find_template(input.spec, &guests, Some(&loc.node)) {
+        Err(err)
+            if err.reason() == "TemplateNotFound"
+                && !unreported_candidates(input.spec, &guests).is_empty() =>
+        {
+            let vmids = unreported_candidates(input.spec, &guests)
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Ok(Step::wait(
+                Phase::Clone(loc),
+                LISTING_LAG_POLL,
+                format!(
+                    "no template matches yet, but Proxmox lists guests {vmids} without their name and \
+                     template flag (pvestatd reports them about 10 s after a VM is made a template, a \
+                     node boots or pvestatd restarts; an offline node's guests stay so): looking again"
+                ),
+            ));
+        }
+        found => found?,
+    };
     let linked = input.spec.clone_mode == Some(CloneMode::Linked);
     let request = CloneRequest {
         newid: loc.vmid,

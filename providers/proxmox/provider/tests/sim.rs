@@ -327,6 +327,26 @@ async fn a_template_without_the_guest_agent_says_how_to_fix_it(#[case] agent: Op
     Ok(())
 }
 
+/// After pvestatd restarts (or a node boots), Proxmox lists every guest for about 10 s without
+/// its name and template flag (REAL-PVE.md R6): the clone waits for the template to be listed
+/// again instead of failing with TemplateNotFound, and one VM is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_listed_without_its_details_is_waited_for() -> Result<()> {
+    let config = SimConfig {
+        resources_lag: Duration::from_millis(400),
+        ..SimConfig::fast()
+    };
+    let (sim, client) = sim_with(config).await?;
+    sim.restart_pvestatd();
+    let spec = spec();
+    let input = input(&spec, UID);
+    provision(&client, &input).await?;
+    let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
+    assert_eq!(vms.len(), 1, "{vms:?}");
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// A NIC change on a VM without network hotplug stays pending on Proxmox (REAL-PVE.md R5): the
 /// provider sees it in `GET …/pending`, restarts the VM once to apply it, and does not write it
 /// again and again.

@@ -297,6 +297,11 @@ impl SimHandle {
     pub fn hide_from_token(&self, vmid: u32) {
         self.shared.state().hide(vmid);
     }
+    /// pvestatd restarts (as after a node boot): for `resources_lag`, `/cluster/resources` lists
+    /// every guest with status `unknown` and without name, template flag or memory.
+    pub fn restart_pvestatd(&self) {
+        self.shared.state().restart_pvestatd();
+    }
     /// The most API requests served at once so far.
     pub fn peak_in_flight(&self) -> usize {
         self.shared.in_flight.1.load(std::sync::atomic::Ordering::SeqCst)

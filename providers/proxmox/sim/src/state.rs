@@ -337,6 +337,8 @@ pub(crate) struct State {
     fingerprint: String,
     /// VMIDs the token lacks VM.Audit on (see [`State::hide`]).
     hidden: HashSet<u32>,
+    /// Since when pvestatd reports (see [`State::restart_pvestatd`]).
+    stats_since: Instant,
 }
 
 impl State {
@@ -357,6 +359,7 @@ impl State {
             boot: now,
             fingerprint,
             hidden: HashSet::new(),
+            stats_since: now.checked_sub(cfg.resources_lag).unwrap_or(now),
             cfg,
         };
         for node in state.cfg.nodes.clone() {
@@ -758,6 +761,12 @@ impl State {
         self.hidden.insert(vmid);
     }
 
+    /// pvestatd restarts (or the node boots): for the resources lag, every guest is listed
+    /// without the fields PVE takes from its statistics.
+    pub(crate) fn restart_pvestatd(&mut self) {
+        self.stats_since = Instant::now();
+    }
+
     fn vm_on_node(&self, req: &Request) -> ApiResult<u32> {
         let node = req.req("node")?;
         let vmid = req.vmid("vmid")?;
@@ -976,9 +985,13 @@ impl State {
                 if let Some(pool) = &vm.pool {
                     m.insert("pool".into(), json!(pool));
                 }
-                if now.duration_since(vm.created_at) < self.cfg.resources_lag {
+                // PVE takes name, template, status, maxmem and uptime from pvestatd's
+                // statistics: absent until it has reported the guest.
+                if now.duration_since(vm.created_at.max(self.stats_since)) < self.cfg.resources_lag {
                     m.insert("status".into(), json!("unknown"));
-                    m.remove("name");
+                    for key in ["name", "template", "maxmem", "uptime"] {
+                        m.remove(key);
+                    }
                 }
                 out.push(Value::Object(m));
             }

@@ -551,6 +551,28 @@ async fn resources_lag_for_new_vms() {
         (later["status"].as_str(), later["name"].as_str()),
         (Some("stopped"), Some("web1"))
     );
+    // After a pvestatd restart, every guest lags, templates included: no template flag either.
+    sim.restart_pvestatd();
+    let resources = p
+        .call(Method::GET, "/cluster/resources", &[("type", "vm")])
+        .await
+        .unwrap();
+    let template = resources
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["vmid"] == 9000)
+        .cloned()
+        .unwrap();
+    assert_eq!(
+        (
+            template["status"].as_str(),
+            template.get("name"),
+            template.get("template")
+        ),
+        (Some("unknown"), None, None)
+    );
     finish(sim).await;
 }
 

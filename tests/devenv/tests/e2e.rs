@@ -606,10 +606,12 @@ async fn chaos_thirty_vms_survive_task_failures_http_faults_and_killed_managers(
                 .path_regex(r"/status/start$")
                 .probability(0.10),
         ),
+        // The provider sets options with the synchronous PUT: PVE answers a lock timeout there
+        // with a 500 instead of a failed task.
         (
             "config lock timeout",
-            FaultRule::task_failure(lock_timeout("qemu-server/lock.conf"))
-                .method("POST")
+            FaultRule::status(500, lock_timeout("qemu-server/lock-100.conf"))
+                .method("PUT")
                 .path_regex(r"/qemu/\d+/config$")
                 .probability(0.10),
         ),

@@ -110,6 +110,12 @@ pub struct ClusterResource {
     /// Maximum memory (bytes).
     #[serde(default, deserialize_with = "de::opt_uint")]
     pub maxmem: Option<u64>,
+    /// Used memory (bytes), for nodes and guests.
+    #[serde(default, deserialize_with = "de::opt_uint")]
+    pub mem: Option<u64>,
+    /// Whether the storage is shared by the nodes (for storages).
+    #[serde(default, deserialize_with = "de::bool01")]
+    pub shared: bool,
     /// Maximum disk (bytes).
     #[serde(default, deserialize_with = "de::opt_uint")]
     pub maxdisk: Option<u64>,

@@ -15,7 +15,7 @@ use banlieue_pve_client::{
     CloneRequest, ConfigUpdate, PendingConfig, SizeChange, TaskOutcome, Upid, VmConfig,
 };
 
-use crate::hypervisor::{Guest, Hypervisor, NodeLoad, PveError};
+use crate::hypervisor::{Guest, Hypervisor, Inventory, NodeLoad, PveError};
 
 /// A VM of the fake.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,6 +57,8 @@ struct Task {
 
 #[derive(Debug, Default)]
 struct State {
+    /// Tells fakes apart (see [`Hypervisor::endpoint`]).
+    id: u64,
     nodes: Vec<NodeLoad>,
     vms: BTreeMap<u32, FakeVm>,
     volumes: BTreeMap<(String, String), Vec<u8>>,
@@ -103,9 +105,11 @@ impl FakePve {
     /// Nodes `pve1..pve{n}` online (pve1 with the least free memory), and template 9000
     /// `ubuntu-2404-template` on pve1 like the simulator's default.
     pub fn new(nodes: usize) -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let fake = Self::default();
         {
             let mut s = fake.lock();
+            s.id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             s.nodes = (1..=nodes)
                 .map(|i| NodeLoad {
                     name: format!("pve{i}"),
@@ -416,6 +420,22 @@ fn apply_config(s: &mut State, node: &str, vmid: u32, update: &ConfigUpdate) -> 
 }
 
 impl Hypervisor for FakePve {
+    fn endpoint(&self) -> String {
+        format!("fake-{}", self.lock().id)
+    }
+
+    async fn inventory(&self) -> Result<Inventory, PveError> {
+        let nodes = self.nodes().await?;
+        let guests = self.guests().await?;
+        let local = self.enter("local_storages")?.local_storages.clone();
+        let local_storages = nodes.iter().map(|n| (n.name.clone(), local.clone())).collect();
+        Ok(Inventory {
+            nodes,
+            guests,
+            local_storages,
+        })
+    }
+
     async fn version(&self) -> Result<String, PveError> {
         let _calls = self.enter("version")?;
         Ok("9.1.2".into())
@@ -449,10 +469,6 @@ impl Hypervisor for FakePve {
                 reported: true,
             })
             .collect())
-    }
-
-    async fn local_storages(&self, _node: &str) -> Result<Vec<String>, PveError> {
-        Ok(self.enter("local_storages")?.local_storages.clone())
     }
 
     async fn next_vmid(&self) -> Result<u32, PveError> {

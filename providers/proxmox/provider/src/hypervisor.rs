@@ -11,8 +11,8 @@ use std::future::Future;
 use std::net::IpAddr;
 
 use banlieue_pve_client::{
-    Client, CloneRequest, ConfigUpdate, DeleteVmOptions, ErrorClass, PendingConfig, ResourceType, SizeChange,
-    TaskOutcome, Upid, UploadContent, VmConfig,
+    Client, CloneRequest, ClusterResource, ConfigUpdate, DeleteVmOptions, ErrorClass, PendingConfig,
+    ResourceType, SizeChange, TaskOutcome, Upid, UploadContent, VmConfig,
 };
 
 /// Errors of the hypervisor calls: the Proxmox client's error, classified by
@@ -32,6 +32,18 @@ pub struct NodeLoad {
     pub cpus: Option<u32>,
     /// Memory in MiB (`maxmem`), when listed.
     pub memory_mib: Option<u64>,
+}
+
+/// The cluster in one listing (`GET /cluster/resources`): nodes with their load, guests, and
+/// each node's storages that are not shared.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Inventory {
+    /// The nodes.
+    pub nodes: Vec<NodeLoad>,
+    /// Every QEMU guest, templates included.
+    pub guests: Vec<Guest>,
+    /// Per node, its storages that are not shared with the other nodes.
+    pub local_storages: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// A guest (VM or template) as listed cluster-wide.
@@ -61,15 +73,16 @@ pub struct Guest {
 /// What the reconcilers need from a Proxmox VE cluster. Implemented by
 /// [`banlieue_pve_client::Client`]; tests may substitute a double.
 pub trait Hypervisor: Send + Sync + 'static {
+    /// Which Proxmox VE cluster this is (its API address), for what is remembered per cluster.
+    fn endpoint(&self) -> String;
+    /// Nodes, guests and local storages in one call.
+    fn inventory(&self) -> impl Future<Output = Result<Inventory, PveError>> + Send;
     /// `GET /version`: the release string (a cheap connectivity and authentication check).
     fn version(&self) -> impl Future<Output = Result<String, PveError>> + Send;
     /// Nodes with their load.
     fn nodes(&self) -> impl Future<Output = Result<Vec<NodeLoad>, PveError>> + Send;
     /// Every QEMU guest of the cluster (templates included).
     fn guests(&self) -> impl Future<Output = Result<Vec<Guest>, PveError>> + Send;
-    /// The storages of `node` that are not shared with the other nodes (a guest with a disk on
-    /// one cannot be cloned to another node).
-    fn local_storages(&self, node: &str) -> impl Future<Output = Result<Vec<String>, PveError>> + Send;
     /// The next free VMID PVE proposes.
     fn next_vmid(&self) -> impl Future<Output = Result<u32, PveError>> + Send;
     /// Whether `vmid` is unused.
@@ -182,7 +195,72 @@ where
     call(client.clone()).await
 }
 
+/// A node as `/nodes` or `/cluster/resources` lists it.
+fn node_load(
+    node: String,
+    status: &str,
+    maxmem: Option<u64>,
+    mem: Option<u64>,
+    maxcpu: Option<f64>,
+) -> NodeLoad {
+    NodeLoad {
+        online: status == "online",
+        free_memory: maxmem.unwrap_or(0).saturating_sub(mem.unwrap_or(0)),
+        // Whole CPUs, as PVE counts them.
+        cpus: maxcpu.filter(|c| c.is_finite() && *c >= 0.0).map(|c| c as u32),
+        memory_mib: maxmem.map(|m| m >> 20),
+        name: node,
+    }
+}
+
+/// A QEMU guest of `/cluster/resources`.
+fn guest(r: ClusterResource) -> Option<Guest> {
+    (r.resource_type == "qemu").then_some(())?;
+    Some(Guest {
+        node: r.node?,
+        vmid: r.vmid?,
+        name: r.name,
+        template: r.template,
+        tags: r
+            .tags
+            .as_deref()
+            .and_then(|t| banlieue_pve_client::config::normalize_tags(t).ok())
+            .unwrap_or_default(),
+        memory: r.maxmem.unwrap_or(0),
+        running: r.status.as_deref() == Some("running"),
+        reported: r.status.as_deref().is_some_and(|s| s != "unknown"),
+    })
+}
+
 impl Hypervisor for Client {
+    fn endpoint(&self) -> String {
+        self.base_url().to_owned()
+    }
+
+    async fn inventory(&self) -> Result<Inventory, PveError> {
+        let resources = with_client(self, |c| async move { c.cluster_resources(None).await }).await?;
+        let mut inventory = Inventory::default();
+        for r in resources {
+            match r.resource_type.as_str() {
+                "node" => {
+                    let Some(node) = r.node else { continue };
+                    let status = r.status.as_deref().unwrap_or("unknown");
+                    inventory
+                        .nodes
+                        .push(node_load(node, status, r.maxmem, r.mem, r.maxcpu));
+                }
+                "storage" if !r.shared => {
+                    if let (Some(node), Some(storage)) = (r.node, r.storage) {
+                        inventory.local_storages.entry(node).or_default().push(storage);
+                    }
+                }
+                "qemu" => inventory.guests.extend(guest(r)),
+                _ => {}
+            }
+        }
+        Ok(inventory)
+    }
+
     async fn version(&self) -> Result<String, PveError> {
         with_client(self, |c| async move { Ok(c.version().await?.version) }).await
     }
@@ -191,13 +269,7 @@ impl Hypervisor for Client {
         let nodes = with_client(self, |c| async move { c.nodes().await }).await?;
         Ok(nodes
             .into_iter()
-            .map(|n| NodeLoad {
-                online: n.status == "online",
-                free_memory: n.maxmem.unwrap_or(0).saturating_sub(n.mem.unwrap_or(0)),
-                cpus: n.maxcpu.and_then(|c| u32::try_from(c).ok()),
-                memory_mib: n.maxmem.map(|m| m >> 20),
-                name: n.node,
-            })
+            .map(|n| node_load(n.node, &n.status, n.maxmem, n.mem, n.maxcpu.map(|c| c as f64)))
             .collect())
     }
 
@@ -206,36 +278,7 @@ impl Hypervisor for Client {
             c.cluster_resources(Some(ResourceType::Vm)).await
         })
         .await?;
-        Ok(resources
-            .into_iter()
-            .filter(|r| r.resource_type == "qemu")
-            .filter_map(|r| {
-                Some(Guest {
-                    node: r.node?,
-                    vmid: r.vmid?,
-                    name: r.name,
-                    template: r.template,
-                    tags: r
-                        .tags
-                        .as_deref()
-                        .and_then(|t| banlieue_pve_client::config::normalize_tags(t).ok())
-                        .unwrap_or_default(),
-                    memory: r.maxmem.unwrap_or(0),
-                    running: r.status.as_deref() == Some("running"),
-                    reported: r.status.as_deref().is_some_and(|s| s != "unknown"),
-                })
-            })
-            .collect())
-    }
-
-    async fn local_storages(&self, node: &str) -> Result<Vec<String>, PveError> {
-        let node = node.to_owned();
-        let storages = with_client(self, move |c| async move { c.list_storage(&node, None).await }).await?;
-        Ok(storages
-            .into_iter()
-            .filter(|s| !s.shared)
-            .map(|s| s.storage)
-            .collect())
+        Ok(resources.into_iter().filter_map(guest).collect())
     }
 
     async fn next_vmid(&self) -> Result<u32, PveError> {

@@ -32,6 +32,7 @@ pub mod provision;
 pub mod rbac;
 pub mod readopt;
 pub mod task_failure;
+pub mod template_facts;
 pub mod update;
 
 #[cfg(test)]

@@ -22,11 +22,12 @@ use banlieue_capi::bootstrap::BootstrapData;
 use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, TaskOutcome, Upid};
 
 use crate::desired::{self, ConfigureAction};
-use crate::hypervisor::{Guest, Hypervisor};
+use crate::hypervisor::{Guest, Hypervisor, Inventory};
 use crate::phase::{Phase, VmLocation};
 use crate::placement::{PlacementInput, choose_node, reserve_for_stopped_guests};
 use crate::readopt::{self, Found};
 use crate::task_failure::{self, TaskFailure};
+use crate::template_facts;
 use crate::update::{self, UpdateAction};
 
 /// How often a running task is polled.
@@ -369,22 +370,18 @@ fn template_copies(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Vec<String> {
 async fn template_pinned_to<H: Hypervisor>(
     hv: &H,
     spec: &ProxmoxMachineSpec,
-    guests: &[Guest],
+    inventory: &Inventory,
 ) -> Result<Option<String>, banlieue_pve_client::Error> {
-    let Ok((node, vmid)) = find_template(spec, guests, None) else {
+    let Ok((node, vmid)) = find_template(spec, &inventory.guests, None) else {
         return Ok(None);
     };
-    let Some(config) = hv.vm_config(&node, vmid).await? else {
+    let Some(local) = inventory.local_storages.get(&node).filter(|l| !l.is_empty()) else {
         return Ok(None);
     };
-    let local = hv.local_storages(&node).await?;
-    let pinned = config
-        .disks()
-        .unwrap_or_default()
-        .values()
-        .filter(|d| d.media.as_deref() != Some("cdrom"))
-        .filter_map(|d| d.storage())
-        .any(|storage| local.iter().any(|l| l == storage));
+    let Some(storages) = template_facts::disk_storages(hv, &node, vmid).await? else {
+        return Ok(None);
+    };
+    let pinned = storages.iter().any(|storage| local.contains(storage));
     Ok(pinned.then_some(node))
 }
 
@@ -497,15 +494,17 @@ pub async fn provision_step<H: Hypervisor>(
         Phase::SelectNode => {
             let requested =
                 input.spec.target_node.is_some() || input.failure_domain.is_some_and(|f| !f.is_empty());
-            let nodes = hv.nodes().await.map_err(pve)?;
             let (nodes, template_node) = if requested {
-                (nodes, None)
+                (hv.nodes().await.map_err(pve)?, None)
             } else {
-                let guests = hv.guests().await.map_err(pve)?;
-                let pinned = template_pinned_to(hv, input.spec, &guests).await.map_err(pve)?;
+                // Nodes, guests and storages in one listing.
+                let inventory = hv.inventory().await.map_err(pve)?;
+                let pinned = template_pinned_to(hv, input.spec, &inventory)
+                    .await
+                    .map_err(pve)?;
                 // A template kept once per node: only nodes with a copy can clone it locally.
-                let copies = template_copies(input.spec, &guests);
-                let nodes: Vec<_> = reserve_for_stopped_guests(nodes, &guests)
+                let copies = template_copies(input.spec, &inventory.guests);
+                let nodes: Vec<_> = reserve_for_stopped_guests(inventory.nodes, &inventory.guests)
                     .into_iter()
                     .filter(|n| copies.is_empty() || copies.contains(&n.name))
                     .collect();

@@ -210,7 +210,10 @@ fn class_from_text(text: &str) -> Option<ErrorClass> {
         Some(ErrorClass::NotFound)
     } else if lower.contains("already exists") {
         Some(ErrorClass::AlreadyExists)
-    } else if lower.contains("guest agent is not running") {
+    } else if lower.contains("guest agent is not running")
+        // The agent's socket is there but nothing answers yet (the guest still boots).
+        || (lower.contains("qmp command 'guest-") && lower.contains("got timeout"))
+    {
         Some(ErrorClass::AgentNotRunning)
     } else if lower.contains("is locked") || lower.contains("can't lock file") {
         Some(ErrorClass::Locked)
@@ -353,6 +356,11 @@ mod tests {
     #[case(400, "no such task", ErrorClass::NotFound)]
     #[case(404, "Not Found", ErrorClass::NotFound)]
     #[case(500, "QEMU guest agent is not running", ErrorClass::AgentNotRunning)]
+    #[case(
+        500,
+        "VM 101 qmp command 'guest-network-get-interfaces' failed - got timeout",
+        ErrorClass::AgentNotRunning
+    )]
     #[case(500, "VM 101 is locked (clone)", ErrorClass::Locked)]
     #[case(
         500,

@@ -195,6 +195,31 @@ where
     call(client.clone()).await
 }
 
+/// Interfaces a Kubernetes node has beside its own NICs (container bridges, CNI overlays and
+/// veths, kube-proxy's IPVS dummy): their addresses are not the machine's.
+pub fn is_container_interface(name: &str) -> bool {
+    const PREFIXES: &[&str] = &[
+        "docker",
+        "br-",
+        "cni",
+        "flannel",
+        "cali",
+        "veth",
+        "vxlan",
+        "tunl",
+        "cilium",
+        "lxc",
+        "weave",
+        "kube-ipvs",
+        "kube-bridge",
+        "nodelocaldns",
+        "genev",
+        "virbr",
+        "podman",
+    ];
+    PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// A node as `/nodes` or `/cluster/resources` lists it.
 fn node_load(
     node: String,
@@ -440,6 +465,7 @@ impl Hypervisor for Client {
             Ok(ifaces) => Ok(Some(
                 ifaces
                     .iter()
+                    .filter(|i| !is_container_interface(&i.name))
                     .flat_map(|i| i.ip_addresses.iter())
                     .filter_map(|a| a.ip_address.parse().ok())
                     .collect(),

@@ -954,8 +954,11 @@ async fn clone<H: Hypervisor>(
                 Phase::Clone(loc),
                 TASK_POLL,
                 format!(
-                    "VMID {} is being cloned; waiting to see whose clone it is",
-                    found.vmid
+                    "VMID {vmid} on {node} is being cloned; waiting to see whose clone it is (a clone \
+                     whose worker died leaves `lock: clone` behind for good: if no clone task to \
+                     VMID {vmid} runs on {node}, remove it there with `qm unlock {vmid} && qm destroy {vmid}`)",
+                    vmid = found.vmid,
+                    node = found.node,
                 ),
             ));
         }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use banlieue_api::common::{Cpu, Disk, ProvisioningStatus};
+use banlieue_api::common::{Cpu, Disk, MachineAddressType, ProvisioningStatus};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, ProxmoxTemplateSource};
 use banlieue_capi::bootstrap::{BootstrapData, BootstrapFormat};
 use banlieue_proxmox::phase::Phase;
@@ -350,6 +350,42 @@ async fn a_template_listed_without_its_details_is_waited_for() -> Result<()> {
     provision(&client, &input).await?;
     let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
     assert_eq!(vms.len(), 1, "{vms:?}");
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// A guest that is a Kubernetes node reports container bridges and CNI interfaces beside its
+/// NIC (REAL-PVE.md R10): only the NIC's address becomes the machine's InternalIP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_and_cni_interfaces_are_not_the_machines_addresses() -> Result<()> {
+    let config = SimConfig {
+        container_interfaces: true,
+        ..SimConfig::fast()
+    };
+    let (sim, client) = sim_with(config).await?;
+    let spec = spec();
+    let input = input(&spec, UID);
+    let phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::WaitGuest(_))
+    })
+    .await?;
+    let step = provision_step(&client, &input, phase, None, &VmidReservations::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let done = step.provisioned.context("provisioned once the agent answers")?;
+    let internal: Vec<&str> = done
+        .addresses
+        .iter()
+        .filter(|a| a.type_ == MachineAddressType::InternalIP)
+        .map(|a| a.address.as_str())
+        .collect();
+    assert_eq!(internal.len(), 1, "{internal:?}");
+    assert!(
+        !internal
+            .iter()
+            .any(|a| a.starts_with("172.17.") || a.starts_with("10.244.")),
+        "{internal:?}"
+    );
     sim.shutdown().await;
     Ok(())
 }

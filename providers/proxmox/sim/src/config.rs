@@ -109,6 +109,10 @@ pub struct SimConfig {
     pub address_pool_start: Ipv4Addr,
     /// Prefix length reported for pool addresses.
     pub address_pool_prefix: u8,
+    /// Guest agents also report the interfaces a Kubernetes node has beside its NICs, as real
+    /// ones do: `docker0` (172.17.0.1), `cni0` (10.244.0.1), `flannel.1` (10.244.0.0) and a
+    /// Calico `cali…` veth.
+    pub container_interfaces: bool,
     /// Where to load the API schema from; `None` means [`crate::schema::default_schema_path`].
     pub schema_path: Option<PathBuf>,
     /// Port to bind on [`SimConfig::bind_address`] (0 = any free port).
@@ -169,6 +173,7 @@ impl Default for SimConfig {
             templates: vec![TemplateSpec::ubuntu("pve1")],
             address_pool_start: Ipv4Addr::new(10, 99, 0, 10),
             address_pool_prefix: 16,
+            container_interfaces: false,
             schema_path: None,
             port: 0,
             bind_address: Ipv4Addr::LOCALHOST,

@@ -1626,6 +1626,18 @@ impl State {
             }
             result.push(json!({"name": format!("eth{i}"), "hardware-address": mac, "ip-addresses": ips}));
         }
+        if self.cfg.container_interfaces {
+            for (name, ip, prefix) in [
+                ("docker0", "172.17.0.1", 16),
+                ("cni0", "10.244.0.1", 24),
+                ("flannel.1", "10.244.0.0", 32),
+                ("cali4f2a9c1d3e7", "fe80::ecee:eeff:feee:eeee", 64),
+            ] {
+                let family = if ip.contains(':') { "ipv6" } else { "ipv4" };
+                result.push(json!({"name": name, "hardware-address": "02:42:ac:11:00:01",
+                    "ip-addresses": [{"ip-address": ip, "ip-address-type": family, "prefix": prefix}]}));
+            }
+        }
         Ok(json!({ "result": result }))
     }
 

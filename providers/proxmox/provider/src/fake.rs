@@ -621,7 +621,7 @@ impl Hypervisor for FakePve {
             &mut s,
             "resize_disk",
             node,
-            "qmresize",
+            "resize",
             &vmid.to_string(),
             Effect::None,
         )))

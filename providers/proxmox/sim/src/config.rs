@@ -89,7 +89,7 @@ pub struct SimConfig {
     /// Duration of tasks without an entry in `task_durations`.
     pub task_duration: Duration,
     /// Duration per task type (`qmclone`, `qmstart`, `qmstop`, `qmshutdown`, `qmreboot`, `qmdestroy`,
-    /// `qmconfig`, `qmresize`, `imgcopy`, `imgdel`).
+    /// `qmconfig`, `resize`, `imgcopy`, `imgdel`).
     pub task_durations: BTreeMap<String, Duration>,
     /// Time after a VM's start until its guest agent answers.
     pub agent_delay: Duration,
@@ -149,7 +149,7 @@ impl Default for SimConfig {
             ("qmreboot", 2000),
             ("qmdestroy", 1000),
             ("qmconfig", 0),
-            ("qmresize", 500),
+            ("resize", 500),
             ("imgcopy", 500),
             ("imgdel", 0),
         ];

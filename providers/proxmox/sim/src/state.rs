@@ -1456,7 +1456,7 @@ impl State {
         let upid = self.new_task(
             req,
             &node,
-            "qmresize",
+            "resize",
             &vmid.to_string(),
             Some(Action::Config {
                 vmid,

@@ -137,9 +137,9 @@ pub struct ProviderSpec {
     /// place VMs beyond it. Unset means unlimited.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<ProviderCapacity>,
-    /// Namespaces whose VirtualMachines may use this Provider, selected by the namespaces'
-    /// labels. Unset means every namespace; an empty selector (`{}`) also matches every
-    /// namespace.
+    /// Namespaces whose VirtualMachines and infrastructure clusters (`spec.providerRef`) may
+    /// use this Provider, selected by the namespaces' labels. Unset means every namespace; an
+    /// empty selector (`{}`) also matches every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
 }

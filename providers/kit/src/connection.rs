@@ -3,16 +3,23 @@
 //! cluster-scoped banlieue `Provider` its `spec.providerRef` names. What cannot work is a
 //! [`Problem`] with one of this module's reasons, for `Ready=False` and the VirtualMachine.
 //!
-//! References without a namespace resolve to the infra cluster's. Secrets are recorded for the
-//! Secret watch before they are read (a missing one is what the watch waits for), and their
-//! content never appears in a message: messages name the object and the key only.
+//! References without a namespace resolve to the infra cluster's. Tenancy: credentials shared
+//! across namespaces live on a cluster-scoped Provider, which an infra cluster may use only if
+//! the Provider's `namespaceSelector` selects its namespace ([`PROVIDER_NOT_ALLOWED`]), as for
+//! VirtualMachines. (An infra cluster's own `credentialsRef` may still name another namespace:
+//! the shipped templates name the provider's; refusing it waits for the identity model.)
+//! Secrets are recorded for the Secret watch before they are read (a missing one is what the
+//! watch waits for), and their content never appears in a message: messages name the object
+//! and the key only.
 
 use std::collections::BTreeMap;
 
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
 use banlieue_provider_runtime::secret_watch::SecretKey;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 use kube::{Api, ResourceExt};
 
 use crate::cluster::Problem;
@@ -30,6 +37,8 @@ pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
 pub const CA_BUNDLE_NOT_FOUND: &str = "CABundleNotFound";
 /// Neither the infra cluster nor its Provider names an endpoint.
 pub const NO_ENDPOINT: &str = "NoEndpoint";
+/// The Provider's `namespaceSelector` does not select the infra cluster's namespace.
+pub const PROVIDER_NOT_ALLOWED: &str = "ProviderNotAllowedInNamespace";
 
 /// What an infra cluster's own spec says about its connection.
 #[derive(Clone, Copy, Debug, Default)]
@@ -129,7 +138,7 @@ pub async fn source(
     kind: &str,
 ) -> Result<std::result::Result<Source, Problem>> {
     let (endpoint, credentials, mut tls, provider) = match own.provider {
-        Some(name) => match provider(client, name, backend, kind).await? {
+        Some(name) => match allowed_provider(client, name, backend, kind, namespace).await? {
             Err(problem) => return Ok(Err(problem)),
             Ok(p) => (
                 Some(p.spec.endpoint.clone()),
@@ -160,6 +169,52 @@ pub async fn source(
         tls,
         provider,
     }))
+}
+
+/// The Provider `name` for a `kind` in `namespace`: [`provider`], and its `namespaceSelector`
+/// must select the namespace ([`PROVIDER_NOT_ALLOWED`] otherwise).
+pub async fn allowed_provider(
+    client: &kube::Client,
+    name: &str,
+    backend: Backend,
+    kind: &str,
+    namespace: &str,
+) -> Result<std::result::Result<Provider, Problem>> {
+    let p = match provider(client, name, backend, kind).await? {
+        Ok(p) => p,
+        Err(problem) => return Ok(Err(problem)),
+    };
+    if !admits(client, &p, namespace).await? {
+        return Ok(Err(Problem::new(
+            PROVIDER_NOT_ALLOWED,
+            format!(
+                "Provider {name:?} does not allow namespace {namespace}: its spec.namespaceSelector \
+                 must select the namespace's labels for a {kind} there to use its endpoint and \
+                 credentials"
+            ),
+        )));
+    }
+    Ok(Ok(p))
+}
+
+/// Whether `provider` may serve an infra cluster in `namespace`: no `namespaceSelector`, or one
+/// selecting the namespace's labels.
+async fn admits(client: &kube::Client, provider: &Provider, namespace: &str) -> Result<bool> {
+    let Some(selector) = &provider.spec.namespace_selector else {
+        return Ok(true);
+    };
+    let labels = Api::<Namespace>::all(client.clone())
+        .get_opt(namespace)
+        .await
+        .map_err(|e| Error::kube(format!("reading Namespace {namespace}"), e))?
+        .map(|n| n.labels().clone())
+        .unwrap_or_default();
+    Ok(selects(selector, &labels))
+}
+
+/// Whether `selector` selects `labels`; a selector that cannot be read selects nothing.
+fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
 }
 
 /// A credentials Secret's data. Its `Debug` shows the keys only.

@@ -68,6 +68,12 @@ macro_rules! contract_rbac {
                 why: "Kubernetes Events on each condition and provisioning transition",
             },
             Rule {
+                api_groups: &[""],
+                resources: &["namespaces"],
+                verbs: &["get"],
+                why: "tenancy: a Provider's spec.namespaceSelector is matched against the labels of the namespace of the infra cluster that names it (read by name)",
+            },
+            Rule {
                 api_groups: &["infrastructure.banlieue.io"],
                 resources: &[concat!($prefix, "machines/finalizers")],
                 verbs: &["update"],

@@ -161,13 +161,20 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
     lvc: &LibvirtCluster,
     read: &ReadSecrets<K>,
 ) -> Result<std::result::Result<Vec<HostSpec>, HostsError>> {
+    let namespace = lvc.namespace().unwrap_or_default();
     let provider = match &lvc.spec.provider_ref {
-        Some(r) if lvc.spec.uri.is_none() && lvc.spec.hosts.is_empty() => {
-            match connection::provider(client, &r.name, Backend::Libvirt, "LibvirtCluster").await? {
-                Ok(p) => Some(p),
-                Err(problem) => return Ok(Err(problem.into())),
-            }
-        }
+        Some(r) if lvc.spec.uri.is_none() && lvc.spec.hosts.is_empty() => match connection::allowed_provider(
+            client,
+            &r.name,
+            Backend::Libvirt,
+            "LibvirtCluster",
+            &namespace,
+        )
+        .await?
+        {
+            Ok(p) => Some(p),
+            Err(problem) => return Ok(Err(problem.into())),
+        },
         _ => None,
     };
     let mut hosts = match hosts_of(lvc, provider.as_ref()) {

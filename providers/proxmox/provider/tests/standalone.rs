@@ -840,6 +840,85 @@ async fn a_provider_of_another_backend_is_reported_on_the_cluster() -> Result<()
     Ok(())
 }
 
+/// Runs the cluster controller on `ns` until the ProxmoxCluster `name` reports `Ready=False`
+/// with `reason`; returns the condition's message.
+async fn wait_for_cluster_reason(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) -> Result<String> {
+    let ctx = Arc::new(cluster_controller::context(
+        client.clone(),
+        ClientConnector::default(),
+        "banlieue-proxmox-test",
+    ));
+    let ns_name = ns.to_owned();
+    let controller = tokio::spawn(async move {
+        cluster_controller::run(ctx, Some(&ns_name), 2, std::future::pending()).await;
+    });
+    let pxcs: Api<ProxmoxCluster> = Api::namespaced(client.clone(), ns);
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    let found = loop {
+        let pxc = pxcs.get(name).await?;
+        if let Some(ready) = cluster_condition(&pxc, "Ready")
+            && ready.reason == reason
+        {
+            assert_eq!(ready.status, "False");
+            break Ok(ready.message);
+        }
+        if tokio::time::Instant::now() > deadline {
+            break Err(anyhow::anyhow!("no {reason} condition: {:#?}", pxc.status));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    controller.abort();
+    found
+}
+
+/// Tenancy: a Provider with a namespaceSelector serves infra clusters only in the namespaces
+/// it selects, as it serves VirtualMachines; one elsewhere is refused with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_serves_only_the_namespaces_it_selects() -> Result<()> {
+    let env = env().await?;
+    let ns = env.namespace("pxm-unselected").await?;
+    let client = env.client().await?;
+    let name = format!("pve-{}", ns.name());
+    let provider: Provider = serde_json::from_value(serde_json::json!({
+        "apiVersion": "banlieue.io/v1alpha1",
+        "kind": "Provider",
+        "metadata": {"name": name},
+        "spec": {
+            "backend": "proxmox",
+            "endpoint": "https://pve.shared.invalid:8006",
+            "credentialsRef": {"name": "pve-token", "namespace": "banlieue-system"},
+            "namespaceSelector": {"matchLabels": {"banlieue.io/team": "platform"}},
+        },
+    }))?;
+    let provider = Api::<Provider>::all(client.clone())
+        .create(&PostParams::default(), &provider)
+        .await?;
+    let mut pxc = ProxmoxCluster::new(
+        "borrower",
+        ProxmoxClusterSpec {
+            provider_ref: Some(ProviderReference { name: name.clone() }),
+            ..Default::default()
+        },
+    );
+    pxc.metadata.owner_references = Some(vec![owner_ref(&provider)?]);
+    Api::<ProxmoxCluster>::namespaced(client.clone(), ns.name())
+        .create(&PostParams::default(), &pxc)
+        .await?;
+    let message =
+        wait_for_cluster_reason(&client, ns.name(), "borrower", "ProviderNotAllowedInNamespace").await;
+    Api::<Provider>::all(client)
+        .delete(&name, &DeleteParams::default())
+        .await?;
+    let message = message?;
+    assert!(message.contains("namespaceSelector"), "{message}");
+    Ok(())
+}
+
 fn cluster_condition(pxc: &ProxmoxCluster, type_: &str) -> Option<banlieue_api::condition::Condition> {
     pxc.status
         .as_ref()

@@ -14,6 +14,7 @@
 //! See `tests/scenarios/README.md`.
 
 pub mod fixture;
+pub mod leaks;
 pub mod object;
 pub mod provider;
 pub mod scenarios;

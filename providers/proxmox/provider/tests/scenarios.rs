@@ -316,37 +316,14 @@ async fn provider_id_and_seed_volume_follow_proxmox_conventions() -> Result<()> 
 }
 
 /// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// At the most verbose log level (the provider's, the Kubernetes client's, the HTTP stack's), a
 /// machine's whole life leaves no credential and no bootstrap data in a log line, an Event, or a
 /// status: neither as written nor base64-encoded.
 #[tokio::test]
 async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()> {
-    use base64::Engine as _;
+    use banlieue_scenarios::leaks::{VerboseLogs, assert_no_secret};
     use k8s_openapi::api::core::v1::Event;
-    let logs = Captured::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let guard = tracing::subscriber::set_default(subscriber);
+    let logs = VerboseLogs::capture();
     let (s, _ns) = Scenario::new("pxm-secrets").await?;
     let clusters = s.start_cluster_controller();
     let controller = s.start_controller();
@@ -360,10 +337,7 @@ async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()>
     s.wait_gone("m1").await?;
     controller.abort();
     clusters.abort();
-    drop(guard);
-
-    let logs = String::from_utf8_lossy(&logs.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
-        .into_owned();
+    let logs = logs.text();
     assert!(
         logs.contains("reconcil") && logs.lines().count() > 100,
         "the verbose logs were captured ({} lines)",
@@ -376,22 +350,14 @@ async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()>
         ("machine status", serde_json::to_string(&machine.status)?),
         ("cluster status", serde_json::to_string(&cluster.status)?),
     ];
-    let token = "00000000-1111-2222-3333-444444444444";
-    let bootstrap = "été > /tmp/x";
-    let b64 = base64::engine::general_purpose::STANDARD;
-    for secret in [
-        token.to_owned(),
-        bootstrap.to_owned(),
-        b64.encode(token),
-        b64.encode(USER_DATA),
-    ] {
-        for (what, text) in &outputs {
-            assert!(
-                !text.contains(&secret),
-                "{what} contain a secret value ({secret:?})"
-            );
-        }
-    }
+    assert_no_secret(
+        &outputs,
+        &[
+            "00000000-1111-2222-3333-444444444444",
+            "été > /tmp/x",
+            std::str::from_utf8(USER_DATA)?,
+        ],
+    );
     Ok(())
 }
 

@@ -35,3 +35,7 @@ pub const CAPI_CONTRACT_LABEL: &str = "cluster.x-k8s.io/v1beta2";
 pub const CAPI_CONTRACT_VERSIONS: &str = "v1alpha1";
 /// Label CAPI puts on every object belonging to a Cluster.
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// Annotation of a credentials Secret naming the namespaces (comma-separated, or `*` for all)
+/// whose infrastructure clusters may name it from another namespace; without it, only objects
+/// of the Secret's own namespace (and Providers) may use it.
+pub const ALLOWED_NAMESPACES_ANNOTATION: &str = "banlieue.io/allowed-namespaces";

@@ -425,9 +425,19 @@ pub fn infra_components(infra: Infra) -> Vec<Value> {
         Infra::Libvirt => None,
     };
     if let (Some(secret), Some(string_data)) = (credentials_secret(infra), string_data) {
+        // Clusters of every namespace may name it (as before the grant existed); an operator
+        // narrows it with <PREFIX>_CREDENTIALS_ALLOWED_NAMESPACES at `clusterctl init`. The
+        // default is quoted: a plain `*` is a YAML alias.
+        let allowed = format!(
+            "${{{}_CREDENTIALS_ALLOWED_NAMESPACES:=\"*\"}}",
+            infra.var_prefix()
+        );
         docs.push(json!({
             "apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": secret, "namespace": namespace, "labels": labels},
+            "metadata": {
+                "name": secret, "namespace": namespace, "labels": labels,
+                "annotations": {banlieue_api::ALLOWED_NAMESPACES_ANNOTATION: allowed},
+            },
             "type": "Opaque",
             "stringData": string_data,
         }));

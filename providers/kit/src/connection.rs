@@ -6,14 +6,16 @@
 //! References without a namespace resolve to the infra cluster's. Tenancy: credentials shared
 //! across namespaces live on a cluster-scoped Provider, which an infra cluster may use only if
 //! the Provider's `namespaceSelector` selects its namespace ([`PROVIDER_NOT_ALLOWED`]), as for
-//! VirtualMachines. (An infra cluster's own `credentialsRef` may still name another namespace:
-//! the shipped templates name the provider's; refusing it waits for the identity model.)
-//! Secrets are recorded for the Secret watch before they are read (a missing one is what the
+//! VirtualMachines. An infra cluster's own `credentialsRef` may name a Secret of another
+//! namespace only if that Secret allows the namespace in its
+//! [`ALLOWED_NAMESPACES_ANNOTATION`] ([`CREDENTIALS_NAMESPACE_FORBIDDEN`] otherwise): a tenant
+//! cannot borrow another team's account by naming it. Secrets are recorded for the Secret watch before they are read (a missing one is what the
 //! watch waits for), and their content never appears in a message: messages name the object
 //! and the key only.
 
 use std::collections::BTreeMap;
 
+use banlieue_api::ALLOWED_NAMESPACES_ANNOTATION;
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
 use banlieue_provider_runtime::secret_watch::SecretKey;
@@ -37,6 +39,8 @@ pub const CREDENTIALS_INVALID: &str = "CredentialsInvalid";
 pub const CA_BUNDLE_NOT_FOUND: &str = "CABundleNotFound";
 /// Neither the infra cluster nor its Provider names an endpoint.
 pub const NO_ENDPOINT: &str = "NoEndpoint";
+/// The infra cluster names a Secret of another namespace that does not allow it.
+pub const CREDENTIALS_NAMESPACE_FORBIDDEN: &str = "CredentialsNamespaceForbidden";
 /// The Provider's `namespaceSelector` does not select the infra cluster's namespace.
 pub const PROVIDER_NOT_ALLOWED: &str = "ProviderNotAllowedInNamespace";
 
@@ -266,10 +270,27 @@ impl Credentials {
     }
 }
 
-/// Reads the credentials Secret `r` (its namespace filled in, see [`in_namespace`]).
+/// Whether a Secret with these annotations may be used by an object of `namespace` (its own
+/// namespace is `secret_namespace`).
+pub fn grants(annotations: &BTreeMap<String, String>, secret_namespace: &str, namespace: &str) -> bool {
+    secret_namespace == namespace
+        || annotations
+            .get(ALLOWED_NAMESPACES_ANNOTATION)
+            .is_some_and(|list| {
+                list.split(',')
+                    .map(|n| n.trim().trim_matches(['"', '\'']))
+                    .any(|n| n == "*" || n == namespace)
+            })
+}
+
+/// Reads the credentials Secret `r` (its namespace filled in, see [`in_namespace`]) for an
+/// object of namespace `user` that names it in its own spec (`None`: a cluster-scoped Provider
+/// names it, which its `namespaceSelector` governs). A Secret of another namespace must allow
+/// `user` ([`grants`]).
 pub async fn credentials(
     client: &kube::Client,
     r: Option<&SecretReference>,
+    user: Option<&str>,
 ) -> Result<std::result::Result<Credentials, Problem>> {
     let Some(r) = r else {
         return Ok(Err(Problem::new(
@@ -288,6 +309,20 @@ pub async fn credentials(
             format!("credentials Secret {ns}/{} does not exist", r.name),
         )));
     };
+    if let Some(user) = user
+        && !grants(secret.annotations(), &ns, user)
+    {
+        return Ok(Err(Problem::new(
+            CREDENTIALS_NAMESPACE_FORBIDDEN,
+            format!(
+                "credentials Secret {ns}/{} is in another namespace and does not allow namespace \
+                 {user}: its owner may allow it with the annotation {ALLOWED_NAMESPACES_ANNOTATION}: \
+                 \"{user}\" (comma-separated, or \"*\"), or use a Secret of {user} or a Provider \
+                 whose namespaceSelector selects {user}",
+                r.name
+            ),
+        )));
+    }
     let version = format!(
         "{}|{}",
         secret.uid().unwrap_or_default(),
@@ -411,7 +446,8 @@ pub async fn connect(
         Err(problem) => return Ok(Err(problem)),
     };
     record(source.secrets());
-    let credentials = match credentials(client, source.credentials.as_ref()).await? {
+    let user = source.provider.is_none().then_some(namespace);
+    let credentials = match credentials(client, source.credentials.as_ref(), user).await? {
         Ok(c) => c,
         Err(problem) => return Ok(Err(problem)),
     };
@@ -440,6 +476,26 @@ pub async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_secret_of_another_namespace_serves_only_the_namespaces_it_allows() {
+        let annotated =
+            |value: &str| BTreeMap::from([(ALLOWED_NAMESPACES_ANNOTATION.to_owned(), value.to_owned())]);
+        assert!(grants(&BTreeMap::new(), "team-a", "team-a"), "its own namespace");
+        assert!(!grants(&BTreeMap::new(), "platform", "team-a"), "no grant");
+        assert!(grants(&annotated("team-b, team-a"), "platform", "team-a"));
+        assert!(!grants(&annotated("team-b"), "platform", "team-a"));
+        assert!(
+            !grants(&annotated("team-a-dev"), "platform", "team-a"),
+            "whole names only"
+        );
+        assert!(grants(&annotated("*"), "platform", "team-a"));
+        assert!(
+            grants(&annotated("\"*\""), "platform", "team-a"),
+            "as clusterctl's default leaves it"
+        );
+        assert!(!grants(&annotated(""), "platform", "team-a"));
+    }
 
     fn creds(pairs: &[(&str, &str)]) -> Credentials {
         Credentials {

@@ -184,7 +184,8 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
     read.record(credentials_secrets(&hosts));
     for h in &mut hosts {
         let Some(r) = &h.credentials else { continue };
-        let secret = match connection::credentials(client, Some(r)).await? {
+        let user = provider.is_none().then_some(namespace.as_str());
+        let secret = match connection::credentials(client, Some(r), user).await? {
             Ok(secret) => secret,
             Err(problem) => {
                 let mut e = HostsError::from(problem);

@@ -840,14 +840,15 @@ async fn a_provider_of_another_backend_is_reported_on_the_cluster() -> Result<()
     Ok(())
 }
 
-/// Runs the cluster controller on `ns` until the ProxmoxCluster `name` reports `Ready=False`
-/// with `reason`; returns the condition's message.
-async fn wait_for_cluster_reason(
+/// Runs the cluster controller on `ns` until the `Ready` condition of the ProxmoxCluster `name`
+/// satisfies `done` (`what` names it for the timeout); returns the condition.
+async fn wait_for_cluster_ready(
     client: &kube::Client,
     ns: &str,
     name: &str,
-    reason: &str,
-) -> Result<String> {
+    what: &str,
+    done: impl Fn(&banlieue_api::condition::Condition) -> bool,
+) -> Result<banlieue_api::condition::Condition> {
     let ctx = Arc::new(cluster_controller::context(
         client.clone(),
         ClientConnector::default(),
@@ -861,19 +862,106 @@ async fn wait_for_cluster_reason(
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     let found = loop {
         let pxc = pxcs.get(name).await?;
-        if let Some(ready) = cluster_condition(&pxc, "Ready")
-            && ready.reason == reason
-        {
-            assert_eq!(ready.status, "False");
-            break Ok(ready.message);
+        if let Some(ready) = cluster_condition(&pxc, "Ready").filter(|c| done(c)) {
+            break Ok(ready);
         }
         if tokio::time::Instant::now() > deadline {
-            break Err(anyhow::anyhow!("no {reason} condition: {:#?}", pxc.status));
+            break Err(anyhow::anyhow!("no Ready condition {what}: {:#?}", pxc.status));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     controller.abort();
     found
+}
+
+/// Tenancy: a ProxmoxCluster may not borrow another team's Secret by naming its namespace in
+/// credentialsRef; it is refused with a reason that says how access is granted, and once the
+/// Secret's owner allows the namespace (annotation), the Secret is used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_uses_a_secret_of_another_namespace_only_when_the_secret_allows_it() -> Result<()> {
+    let env = env().await?;
+    let (ns, other) = (
+        env.namespace("pxm-tenant").await?,
+        env.namespace("pxm-owner").await?,
+    );
+    let client = env.client().await?;
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "pve-token"},
+        "stringData": {"tokenID": "root@pam!banlieue", "secret": "not-for-the-tenant"},
+    }))?;
+    let secrets = Api::<Secret>::namespaced(client.clone(), other.name());
+    secrets.create(&PostParams::default(), &secret).await?;
+    // Owned as the standalone path owns its clusters (a CAPI Cluster would do the same).
+    let owner_name = format!("owner-{}", ns.name());
+    let owner = Api::<Provider>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &Provider::new(
+                &owner_name,
+                ProviderSpec {
+                    backend: Backend::Proxmox,
+                    endpoint: "https://pve.owner.invalid:8006".into(),
+                    credentials_ref: Some(SecretReference {
+                        name: "pve-token".into(),
+                        namespace: Some(ns.name().to_owned()),
+                    }),
+                    ..Default::default()
+                },
+            ),
+        )
+        .await?;
+    let mut pxc = ProxmoxCluster::new(
+        "borrower",
+        ProxmoxClusterSpec {
+            endpoint: Some("https://pve.tenant.invalid:8006".into()),
+            credentials_ref: Some(SecretReference {
+                name: "pve-token".into(),
+                namespace: Some(other.name().to_owned()),
+            }),
+            ..Default::default()
+        },
+    );
+    pxc.metadata.owner_references = Some(vec![owner_ref(&owner)?]);
+    let pxcs = Api::<ProxmoxCluster>::namespaced(client.clone(), ns.name());
+    pxcs.create(&PostParams::default(), &pxc).await?;
+    let forbidden = |c: &banlieue_api::condition::Condition| c.reason == "CredentialsNamespaceForbidden";
+    let refused = wait_for_cluster_ready(&client, ns.name(), "borrower", "forbidden", forbidden).await;
+    // The owner allows the tenant's namespace: the Secret is used (the endpoint is unreachable,
+    // which is the next thing the cluster says).
+    let grant = serde_json::json!({"metadata": {"annotations": {
+        banlieue_api::ALLOWED_NAMESPACES_ANNOTATION: format!("team-x,{}", ns.name()),
+    }}});
+    secrets
+        .patch("pve-token", &PatchParams::default(), &Patch::Merge(&grant))
+        .await?;
+    let poke = serde_json::json!({"metadata": {"annotations": {"test/poke": "1"}}});
+    pxcs.patch("borrower", &PatchParams::default(), &Patch::Merge(&poke))
+        .await?;
+    let allowed = wait_for_cluster_ready(&client, ns.name(), "borrower", "allowed", |c| !forbidden(c)).await;
+    Api::<Provider>::all(client.clone())
+        .delete(&owner_name, &DeleteParams::default())
+        .await?;
+    let refused = refused?;
+    assert_eq!(refused.status, "False");
+    let message = refused.message;
+    assert!(
+        message.contains(&format!("{}/pve-token", other.name())),
+        "{message}"
+    );
+    assert!(
+        message.contains(banlieue_api::ALLOWED_NAMESPACES_ANNOTATION),
+        "{message}"
+    );
+    assert!(!message.contains("not-for-the-tenant"), "{message}");
+    let allowed = allowed?;
+    assert!(
+        !matches!(
+            allowed.reason.as_str(),
+            "CredentialsNotFound" | "CredentialsInvalid"
+        ),
+        "{allowed:?}"
+    );
+    Ok(())
 }
 
 /// Tenancy: a Provider with a namespaceSelector serves infra clusters only in the namespaces
@@ -909,8 +997,10 @@ async fn a_provider_serves_only_the_namespaces_it_selects() -> Result<()> {
     Api::<ProxmoxCluster>::namespaced(client.clone(), ns.name())
         .create(&PostParams::default(), &pxc)
         .await?;
-    let message =
-        wait_for_cluster_reason(&client, ns.name(), "borrower", "ProviderNotAllowedInNamespace").await;
+    let not_allowed = |c: &banlieue_api::condition::Condition| c.reason == "ProviderNotAllowedInNamespace";
+    let message = wait_for_cluster_ready(&client, ns.name(), "borrower", "not allowed", not_allowed)
+        .await
+        .map(|c| c.message);
     Api::<Provider>::all(client)
         .delete(&name, &DeleteParams::default())
         .await?;

@@ -9,7 +9,8 @@ use base64::Engine as _;
 use tracing::subscriber::DefaultGuard;
 
 /// Logs at TRACE, kept in memory, of everything run on this thread (use a current-thread
-/// runtime so the controllers' tasks are included) until dropped.
+/// runtime so the controllers' tasks are included) until dropped. Seen to miss most events
+/// when other tests of the same binary run beside it: give the test a binary of its own.
 pub struct VerboseLogs {
     buffer: Captured,
     _guard: DefaultGuard,

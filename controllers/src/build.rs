@@ -158,10 +158,9 @@ fn admits_namespace(
     provider: &Provider,
     namespace_labels: &BTreeMap<String, String>,
 ) -> Result<bool, Invalid> {
-    match &provider.spec.namespace_selector {
-        None => Ok(true),
-        Some(sel) => Ok(selector(sel)?.matches(namespace_labels)),
-    }
+    provider
+        .admits_namespace(namespace_labels)
+        .map_err(Invalid::BadSelector)
 }
 
 fn provider_ready(provider: &Provider) -> bool {

@@ -284,6 +284,24 @@ pub struct ProviderStatus {
     pub capacity: Option<ProviderNodeTotals>,
 }
 
+impl Provider {
+    /// Whether objects of a namespace with these labels may use this Provider: no
+    /// `namespaceSelector`, or one selecting the labels. `Err` carries why the selector cannot
+    /// be read.
+    pub fn admits_namespace(
+        &self,
+        namespace_labels: &std::collections::BTreeMap<String, String>,
+    ) -> Result<bool, String> {
+        use kube::core::{Selector, SelectorExt};
+        match &self.spec.namespace_selector {
+            None => Ok(true),
+            Some(selector) => Selector::try_from(selector.clone())
+                .map(|s| s.matches(namespace_labels))
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -255,6 +255,14 @@ pub struct ReadinessChecks {
     pub skip_cloud_init: Option<bool>,
 }
 
+impl ReadinessChecks {
+    /// Whether `checks` (a spec's `readinessChecks`) skip the guest agent: the VM is ready
+    /// without it, with the spec's static addresses.
+    pub fn skip_guest_agent(checks: Option<&Self>) -> bool {
+        checks.and_then(|c| c.skip_guest_agent).unwrap_or(false)
+    }
+}
+
 impl ProvisioningState {
     /// The wire form, also usable as a condition reason (`Cloning`, `WaitingForGuest`…).
     pub fn as_str(self) -> &'static str {

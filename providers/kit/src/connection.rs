@@ -9,9 +9,9 @@
 //! VirtualMachines. An infra cluster's own `credentialsRef` may name a Secret of another
 //! namespace only if that Secret allows the namespace in its
 //! [`ALLOWED_NAMESPACES_ANNOTATION`] ([`CREDENTIALS_NAMESPACE_FORBIDDEN`] otherwise): a tenant
-//! cannot borrow another team's account by naming it. Secrets are recorded for the Secret watch before they are read (a missing one is what the
-//! watch waits for), and their content never appears in a message: messages name the object
-//! and the key only.
+//! cannot borrow another team's account by naming it. Secrets are recorded for the Secret
+//! watch before they are read (a missing one is what the watch waits for), and their content
+//! never appears in a message: messages name the object and the key only.
 
 use std::collections::BTreeMap;
 
@@ -20,8 +20,6 @@ use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::core::{Selector, SelectorExt};
 use kube::{Api, ResourceExt};
 
 use crate::cluster::Problem;
@@ -204,21 +202,17 @@ pub async fn allowed_provider(
 /// Whether `provider` may serve an infra cluster in `namespace`: no `namespaceSelector`, or one
 /// selecting the namespace's labels.
 async fn admits(client: &kube::Client, provider: &Provider, namespace: &str) -> Result<bool> {
-    let Some(selector) = &provider.spec.namespace_selector else {
+    if provider.spec.namespace_selector.is_none() {
         return Ok(true);
-    };
+    }
     let labels = Api::<Namespace>::all(client.clone())
         .get_opt(namespace)
         .await
         .map_err(|e| Error::kube(format!("reading Namespace {namespace}"), e))?
         .map(|n| n.labels().clone())
         .unwrap_or_default();
-    Ok(selects(selector, &labels))
-}
-
-/// Whether `selector` selects `labels`; a selector that cannot be read selects nothing.
-fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    Selector::try_from(selector.clone()).is_ok_and(|s| s.matches(labels))
+    // A selector that cannot be read selects nothing.
+    Ok(provider.admits_namespace(&labels).unwrap_or(false))
 }
 
 /// A credentials Secret's data. Its `Debug` shows the keys only.

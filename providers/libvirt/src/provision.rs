@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::common::{MachineAddress, PowerState};
+use banlieue_api::common::{MachineAddress, PowerState, ReadinessChecks};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use k8s_openapi::jiff::Timestamp;
@@ -178,12 +178,7 @@ pub async fn provision<H: Hypervisor>(
                         format!("domain {uuid} vanished from host {name}; delete the machine to replace it"),
                     ));
                 };
-                let skip_address = input
-                    .spec
-                    .readiness_checks
-                    .as_ref()
-                    .and_then(|r| r.skip_guest_agent)
-                    .unwrap_or(false);
+                let skip_address = ReadinessChecks::skip_guest_agent(input.spec.readiness_checks.as_ref());
                 let leases = if d.state == RunState::Running && !skip_address {
                     hv.domain_addresses(uuid).await.map_err(|e| hv_error(&phase, e))?
                 } else {

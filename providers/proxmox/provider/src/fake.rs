@@ -643,11 +643,6 @@ impl Hypervisor for FakePve {
         Ok(new_task(&mut s, "upload_iso", node, "imgcopy", "", effect))
     }
 
-    async fn volume_exists(&self, node: &str, volid: &str) -> Result<bool, PveError> {
-        let s = self.enter("volume_exists")?;
-        Ok(s.volumes.contains_key(&(node.to_owned(), volid.to_owned())))
-    }
-
     async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {
         let mut s = self.enter("delete_volume")?;
         if s.volumes.remove(&(node.to_owned(), volid.to_owned())).is_none() {

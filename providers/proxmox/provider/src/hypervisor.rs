@@ -146,8 +146,6 @@ pub trait Hypervisor: Send + Sync + 'static {
         file_name: &str,
         data: Vec<u8>,
     ) -> impl Future<Output = Result<Upid, PveError>> + Send;
-    /// Whether the volume `volid` (`storage:iso/name.iso`) exists on `node`.
-    fn volume_exists(&self, node: &str, volid: &str) -> impl Future<Output = Result<bool, PveError>> + Send;
     /// Deletes a volume (`storage:iso/name.iso`); `None` when PVE finished at once.
     fn delete_volume(
         &self,
@@ -405,18 +403,6 @@ impl Hypervisor for Client {
                 .await
         })
         .await
-    }
-
-    async fn volume_exists(&self, node: &str, volid: &str) -> Result<bool, PveError> {
-        let Some((storage, _)) = volid.split_once(':') else {
-            return Ok(false);
-        };
-        let (node, storage) = (node.to_owned(), storage.to_owned());
-        let content = with_client(self, move |c| async move {
-            none_if_not_found(c.storage_content(&node, &storage, Some("iso")).await)
-        })
-        .await?;
-        Ok(content.is_some_and(|list| list.iter().any(|v| v.volid == volid)))
     }
 
     async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {

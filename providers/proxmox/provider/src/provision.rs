@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState};
+use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState, ReadinessChecks};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
 use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, TaskOutcome, Upid};
@@ -982,15 +982,12 @@ async fn clone<H: Hypervisor>(
         ));
     }
     let (template_node, template_vmid) = match find_template(input.spec, &guests, Some(&loc.node)) {
-        Err(err)
-            if err.reason() == "TemplateNotFound"
-                && !unreported_candidates(input.spec, &guests).is_empty() =>
-        {
-            let vmids = unreported_candidates(input.spec, &guests)
-                .iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(", ");
+        Err(err) if err.reason() == "TemplateNotFound" => {
+            let lagging = unreported_candidates(input.spec, &guests);
+            if lagging.is_empty() {
+                return Err(err);
+            }
+            let vmids = lagging.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
             return Ok(Step::wait(
                 Phase::Clone(loc),
                 LISTING_LAG_POLL,
@@ -1101,10 +1098,7 @@ fn guest_agent_not_configured(vmid: u32) -> StepError {
 
 /// Whether the spec waits for static addresses rather than the guest agent's.
 fn skips_guest_agent(spec: &ProxmoxMachineSpec) -> bool {
-    spec.readiness_checks
-        .as_ref()
-        .and_then(|r| r.skip_guest_agent)
-        .unwrap_or(false)
+    ReadinessChecks::skip_guest_agent(spec.readiness_checks.as_ref())
 }
 
 /// The `Ready` reason of a clone request Proxmox refused for good (see [`refused_clone`]).

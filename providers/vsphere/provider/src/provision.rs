@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState};
+use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState, ReadinessChecks};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachineSpec};
 use banlieue_provider_kit::network::{self, PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use banlieue_provider_kit::power;
@@ -579,12 +579,7 @@ pub async fn provision_step(
             let info = vm_info(c, &vm, "WaitingForGuest")
                 .await?
                 .ok_or_else(|| permanent("VMVanished", "the VM disappeared"))?;
-            let skip = input
-                .spec
-                .readiness_checks
-                .as_ref()
-                .and_then(|r| r.skip_guest_agent)
-                == Some(true);
+            let skip = ReadinessChecks::skip_guest_agent(input.spec.readiness_checks.as_ref());
             let has_ip = info.ip_address.is_some() || !info.guest_ips.is_empty();
             if has_ip || skip || desired_power == PowerState::Off {
                 let mut step = Step::to(Phase::Provisioned(vm, None)).event("Provisioned", "VM is running");

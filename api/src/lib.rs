@@ -39,3 +39,8 @@ pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// whose infrastructure clusters may name it from another namespace; without it, only objects
 /// of the Secret's own namespace (and Providers) may use it.
 pub const ALLOWED_NAMESPACES_ANNOTATION: &str = "banlieue.io/allowed-namespaces";
+/// Annotation of a credentials Secret naming the endpoints (comma-separated, as infrastructure
+/// clusters and Providers write them, or `*` for any) the credentials may be sent to. Where set,
+/// it holds for every object using the Secret; a Secret that other namespaces may use
+/// ([`ALLOWED_NAMESPACES_ANNOTATION`]) must set it, since those namespaces choose the endpoint.
+pub const ALLOWED_ENDPOINTS_ANNOTATION: &str = "banlieue.io/allowed-endpoints";

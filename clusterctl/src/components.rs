@@ -414,20 +414,28 @@ pub fn infra_components(infra: Infra) -> Vec<Value> {
         "rules": rules(kcp),
     }));
     let string_data = match infra {
-        Infra::Proxmox => Some(json!({
-            banlieue_proxmox::credentials::TOKEN_ID_KEY: "${PROXMOX_TOKEN}",
-            banlieue_proxmox::credentials::TOKEN_SECRET_KEY: "${PROXMOX_SECRET}",
-        })),
-        Infra::Vsphere => Some(json!({
-            VSPHERE_USERNAME_KEY: "${VSPHERE_USERNAME}",
-            VSPHERE_PASSWORD_KEY: "${VSPHERE_PASSWORD}",
-        })),
+        Infra::Proxmox => Some((
+            json!({
+                banlieue_proxmox::credentials::TOKEN_ID_KEY: "${PROXMOX_TOKEN}",
+                banlieue_proxmox::credentials::TOKEN_SECRET_KEY: "${PROXMOX_SECRET}",
+            }),
+            "${PROXMOX_URL}",
+        )),
+        Infra::Vsphere => Some((
+            json!({
+                VSPHERE_USERNAME_KEY: "${VSPHERE_USERNAME}",
+                VSPHERE_PASSWORD_KEY: "${VSPHERE_PASSWORD}",
+            }),
+            "${VSPHERE_SERVER}",
+        )),
         Infra::Libvirt => None,
     };
-    if let (Some(secret), Some(string_data)) = (credentials_secret(infra), string_data) {
+    if let (Some(secret), Some((string_data, endpoint))) = (credentials_secret(infra), string_data) {
         // Clusters of every namespace may name it (as before the grant existed); an operator
         // narrows it with <PREFIX>_CREDENTIALS_ALLOWED_NAMESPACES at `clusterctl init`. The
-        // default is quoted: a plain `*` is a YAML alias.
+        // default is quoted: a plain `*` is a YAML alias. Since other namespaces choose the endpoint,
+        // the Secret goes only to the endpoint clusterctl init is given (the one the cluster
+        // templates write); the operator lists more by annotating it.
         let allowed = format!(
             "${{{}_CREDENTIALS_ALLOWED_NAMESPACES:=\"*\"}}",
             infra.var_prefix()
@@ -436,7 +444,10 @@ pub fn infra_components(infra: Infra) -> Vec<Value> {
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {
                 "name": secret, "namespace": namespace, "labels": labels,
-                "annotations": {banlieue_api::ALLOWED_NAMESPACES_ANNOTATION: allowed},
+                "annotations": {
+                    banlieue_api::ALLOWED_NAMESPACES_ANNOTATION: allowed,
+                    banlieue_api::ALLOWED_ENDPOINTS_ANNOTATION: endpoint,
+                },
             },
             "type": "Opaque",
             "stringData": string_data,
@@ -528,6 +539,25 @@ mod tests {
 
     use super::*;
     use crate::PROXMOX_PROVIDER_LABEL;
+
+    /// The default cluster template of `infra` and the field of its infra cluster that names the
+    /// hypervisor endpoint.
+    fn template_of(infra: Infra) -> std::path::PathBuf {
+        let templates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../templates");
+        match infra {
+            Infra::Proxmox => templates.join("cluster-template.yaml"),
+            Infra::Vsphere => templates.join("vsphere/cluster-template.yaml"),
+            Infra::Libvirt => templates.join("libvirt/cluster-template.yaml"),
+        }
+    }
+
+    fn endpoint_field(infra: Infra) -> &'static str {
+        match infra {
+            Infra::Proxmox => "endpoint",
+            Infra::Vsphere => "server",
+            Infra::Libvirt => "uri",
+        }
+    }
 
     /// The Deployment as a typed object, the clusterctl variable of libvirt's supplemental group
     /// (a string until clusterctl substitutes it) replaced by its default.
@@ -628,6 +658,16 @@ mod tests {
             assert_eq!(c.args.clone().unwrap(), args(infra));
             let secrets: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Secret").collect();
             assert_eq!(secrets.len(), usize::from(credentials_secret(infra).is_some()));
+            for secret in secrets {
+                let endpoint = secret["metadata"]["annotations"][banlieue_api::ALLOWED_ENDPOINTS_ANNOTATION]
+                    .as_str()
+                    .unwrap();
+                let templates = std::fs::read_to_string(template_of(infra)).unwrap();
+                assert!(
+                    templates.contains(&format!("{}: {endpoint}", endpoint_field(infra))),
+                    "{infra:?}: the Secret goes to the endpoint the cluster template writes"
+                );
+            }
         }
     }
 

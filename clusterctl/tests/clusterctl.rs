@@ -116,7 +116,9 @@ fn init(env: &TestEnv) -> Result<Initialized> {
             ])
             .env("PROXMOX_TOKEN", "capi@pve!capi")
             .env("PROXMOX_SECRET", "8e1f1c0a-0000-4000-8000-000000000001")
+            .env("PROXMOX_URL", "https://pve.example.com:8006")
             .env("VSPHERE_USERNAME", "capi@vsphere.local")
+            .env("VSPHERE_SERVER", "vcenter.example.com")
             .env("VSPHERE_PASSWORD", "not-a-real-password"),
         "clusterctl init",
     )?;

@@ -156,6 +156,21 @@ async fn the_readme_clusterctl_blocks_work_as_written() -> Result<()> {
         "the README's fingerprint pins the API: {cluster}"
     );
     assert_eq!(cluster["spec"]["tls"]["insecureSkipVerify"], false);
+    let secret = kubectl_json(
+        env,
+        &[
+            "get",
+            "secret",
+            "banlieue-proxmox-credentials",
+            "-n",
+            "banlieue-proxmox-system",
+        ],
+    )?;
+    assert_eq!(
+        secret["metadata"]["annotations"][banlieue_api::ALLOWED_ENDPOINTS_ANNOTATION],
+        cluster["spec"]["endpoint"],
+        "the credentials go to the endpoint the generated cluster names, and only there"
+    );
     kubectl_json(env, &["get", "cluster.cluster.x-k8s.io", "demo", "-n", "default"])?;
     kubectl_json(env, &["get", "namespace", "banlieue-system"])?;
 

@@ -9,15 +9,19 @@
 //! VirtualMachines. An infra cluster's own `credentialsRef` may name a Secret of another
 //! namespace only if that Secret allows the namespace in its
 //! [`ALLOWED_NAMESPACES_ANNOTATION`] ([`CREDENTIALS_NAMESPACE_FORBIDDEN`] otherwise): a tenant
-//! cannot borrow another team's account by naming it. Secrets are recorded for the Secret
+//! cannot borrow another team's account by naming it. Where a Secret goes: a Secret with the
+//! [`ALLOWED_ENDPOINTS_ANNOTATION`] is sent only to the endpoints it lists, whoever uses it; one
+//! that other namespaces may use must carry it, since they choose the endpoint
+//! ([`CREDENTIALS_ENDPOINT_FORBIDDEN`] otherwise): a tenant editing an endpoint to a host of
+//! theirs does not receive the account's token or password. Secrets are recorded for the Secret
 //! watch before they are read (a missing one is what the watch waits for), and their content
 //! never appears in a message: messages name the object and the key only.
 
 use std::collections::BTreeMap;
 
-use banlieue_api::ALLOWED_NAMESPACES_ANNOTATION;
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
+use banlieue_api::{ALLOWED_ENDPOINTS_ANNOTATION, ALLOWED_NAMESPACES_ANNOTATION};
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::{Api, ResourceExt};
@@ -39,6 +43,8 @@ pub const CA_BUNDLE_NOT_FOUND: &str = "CABundleNotFound";
 pub const NO_ENDPOINT: &str = "NoEndpoint";
 /// The infra cluster names a Secret of another namespace that does not allow it.
 pub const CREDENTIALS_NAMESPACE_FORBIDDEN: &str = "CredentialsNamespaceForbidden";
+/// The credentials Secret may not be sent to the endpoint the object names.
+pub const CREDENTIALS_ENDPOINT_FORBIDDEN: &str = "CredentialsEndpointForbidden";
 /// The Provider's `namespaceSelector` does not select the infra cluster's namespace.
 pub const PROVIDER_NOT_ALLOWED: &str = "ProviderNotAllowedInNamespace";
 
@@ -277,14 +283,44 @@ pub fn grants(annotations: &BTreeMap<String, String>, secret_namespace: &str, na
             })
 }
 
-/// Reads the credentials Secret `r` (its namespace filled in, see [`in_namespace`]) for an
-/// object of namespace `user` that names it in its own spec (`None`: a cluster-scoped Provider
-/// names it, which its `namespaceSelector` governs). A Secret of another namespace must allow
-/// `user` ([`grants`]).
+/// Whether a Secret with these annotations may be sent to `endpoint`, for an object of
+/// `namespace` (`None`: a cluster-scoped Provider) when the Secret is in `secret_namespace`:
+/// its [`ALLOWED_ENDPOINTS_ANNOTATION`] lists the endpoint (or `*`); without the annotation,
+/// only when the endpoint is chosen in the Secret's own namespace or by a Provider. Endpoints
+/// compare as written, but for case, surrounding blanks, a trailing `/` and an `https://` prefix.
+pub fn sends_to(
+    annotations: &BTreeMap<String, String>,
+    secret_namespace: &str,
+    namespace: Option<&str>,
+    endpoint: &str,
+) -> bool {
+    match annotations.get(ALLOWED_ENDPOINTS_ANNOTATION) {
+        Some(list) => {
+            let wanted = comparable_endpoint(endpoint);
+            list.split(',')
+                .map(|e| e.trim().trim_matches(['"', '\'']))
+                .any(|e| e == "*" || (!e.is_empty() && comparable_endpoint(e) == wanted))
+        }
+        None => namespace.is_none_or(|ns| ns == secret_namespace),
+    }
+}
+
+fn comparable_endpoint(endpoint: &str) -> String {
+    let e = endpoint.trim().to_ascii_lowercase();
+    let e = e.strip_prefix("https://").unwrap_or(&e);
+    e.trim_end_matches('/').to_owned()
+}
+
+/// Reads the credentials Secret `r` (its namespace filled in, see [`in_namespace`]) that will be
+/// sent to `endpoint`, for an object of namespace `user` that names it in its own spec (`None`:
+/// a cluster-scoped Provider names it, which its `namespaceSelector` governs). A Secret of
+/// another namespace must allow `user` ([`grants`]), and every Secret the endpoint
+/// ([`sends_to`]).
 pub async fn credentials(
     client: &kube::Client,
     r: Option<&SecretReference>,
     user: Option<&str>,
+    endpoint: &str,
 ) -> Result<std::result::Result<Credentials, Problem>> {
     let Some(r) = r else {
         return Ok(Err(Problem::new(
@@ -314,6 +350,23 @@ pub async fn credentials(
                  \"{user}\" (comma-separated, or \"*\"), or use a Secret of {user} or a Provider \
                  whose namespaceSelector selects {user}",
                 r.name
+            ),
+        )));
+    }
+    if !sends_to(secret.annotations(), &ns, user, endpoint) {
+        let listed = secret.annotations().contains_key(ALLOWED_ENDPOINTS_ANNOTATION);
+        return Ok(Err(Problem::new(
+            CREDENTIALS_ENDPOINT_FORBIDDEN,
+            format!(
+                "credentials Secret {ns}/{} may not be sent to {endpoint}: {}; its owner may allow \
+                 the endpoint by adding it to the annotation {ALLOWED_ENDPOINTS_ANNOTATION} \
+                 (comma-separated)",
+                r.name,
+                if listed {
+                    "the endpoint is not among those its annotation lists"
+                } else {
+                    "a Secret shared with other namespaces must list the endpoints it may be sent to"
+                },
             ),
         )));
     }
@@ -441,7 +494,7 @@ pub async fn connect(
     };
     record(source.secrets());
     let user = source.provider.is_none().then_some(namespace);
-    let credentials = match credentials(client, source.credentials.as_ref(), user).await? {
+    let credentials = match credentials(client, source.credentials.as_ref(), user, &source.endpoint).await? {
         Ok(c) => c,
         Err(problem) => return Ok(Err(problem)),
     };
@@ -489,6 +542,62 @@ mod tests {
             "as clusterctl's default leaves it"
         );
         assert!(!grants(&annotated(""), "platform", "team-a"));
+    }
+
+    #[test]
+    fn a_secret_goes_only_to_the_endpoints_its_owner_allows() {
+        let annotated =
+            |value: &str| BTreeMap::from([(ALLOWED_ENDPOINTS_ANNOTATION.to_owned(), value.to_owned())]);
+        let none = BTreeMap::new();
+        assert!(
+            sends_to(&none, "team-a", Some("team-a"), "https://evil.example"),
+            "the namespace's own choice"
+        );
+        assert!(
+            sends_to(&none, "platform", None, "https://pve:8006"),
+            "a Provider's choice"
+        );
+        assert!(
+            !sends_to(&none, "platform", Some("team-a"), "https://pve:8006"),
+            "another namespace chooses the endpoint: the Secret must list it"
+        );
+        let pve = annotated("https://pve.example.com:8006/, vcenter.example.com");
+        for ns in [Some("team-a"), Some("platform"), None] {
+            assert!(sends_to(&pve, "platform", ns, "HTTPS://PVE.example.com:8006"));
+            assert!(
+                sends_to(&pve, "platform", ns, "https://vcenter.example.com/"),
+                "https:// and / aside"
+            );
+            assert!(!sends_to(
+                &pve,
+                "platform",
+                ns,
+                "https://pve.example.com:8006.evil.example"
+            ));
+            assert!(
+                !sends_to(&pve, "platform", ns, "https://evil.example"),
+                "held for every user"
+            );
+        }
+        assert!(sends_to(
+            &annotated("\"*\""),
+            "platform",
+            Some("team-a"),
+            "https://any"
+        ));
+        assert!(
+            !sends_to(&annotated(""), "team-a", Some("team-a"), "https://any"),
+            "an empty list allows none"
+        );
+        assert!(
+            !sends_to(
+                &annotated("qemu+ssh://host/system"),
+                "p",
+                None,
+                "qemu+ssh://other/system"
+            ),
+            "libvirt URIs compare whole"
+        );
     }
 
     fn creds(pairs: &[(&str, &str)]) -> Credentials {

@@ -185,7 +185,7 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
     for h in &mut hosts {
         let Some(r) = &h.credentials else { continue };
         let user = provider.is_none().then_some(namespace.as_str());
-        let secret = match connection::credentials(client, Some(r), user).await? {
+        let secret = match connection::credentials(client, Some(r), user, &h.uri).await? {
             Ok(secret) => secret,
             Err(problem) => {
                 let mut e = HostsError::from(problem);

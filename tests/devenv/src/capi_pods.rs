@@ -213,6 +213,7 @@ pub async fn install_management(
         &[
             ("PROXMOX_TOKEN", sim.token_id()),
             ("PROXMOX_SECRET", sim.token_secret()),
+            ("PROXMOX_URL", sim.url()),
             ("CLUSTER_TOPOLOGY", "true".to_owned()),
         ],
         &["--capi-components".as_ref(), components.as_os_str()],

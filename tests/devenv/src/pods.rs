@@ -79,6 +79,7 @@ pub async fn install(
     let variables = BTreeMap::from([
         ("PROXMOX_TOKEN", sim.token_id()),
         ("PROXMOX_SECRET", sim.token_secret()),
+        ("PROXMOX_URL", sim.url()),
     ]);
     install_components(env, &node, &INSTALLED, &variables, bin_dir, progress).await?;
     Ok(node)

@@ -319,6 +319,7 @@ fn pve_credentials(sim: &banlieue_pve_sim::SimHandle) -> Vec<(&'static str, Stri
     vec![
         ("PROXMOX_TOKEN", sim.token_id()),
         ("PROXMOX_SECRET", sim.token_secret()),
+        ("PROXMOX_URL", sim.url()),
     ]
 }
 
@@ -390,6 +391,7 @@ async fn the_vsphere_provider_runs_as_a_pod_under_its_installed_rbac() -> Result
     let variables = [
         ("VSPHERE_USERNAME", vcsim_support::USER.to_owned()),
         ("VSPHERE_PASSWORD", vcsim_support::PASSWORD.to_owned()),
+        ("VSPHERE_SERVER", vcsim.url.clone()),
     ];
     let installed = ProviderPod::install(env, &VSPHERE, &variables, None).await?;
     let client = installed.client.clone();

@@ -875,10 +875,12 @@ async fn wait_for_cluster_ready(
 }
 
 /// Tenancy: a ProxmoxCluster may not borrow another team's Secret by naming its namespace in
-/// credentialsRef; it is refused with a reason that says how access is granted, and once the
-/// Secret's owner allows the namespace (annotation), the Secret is used.
+/// credentialsRef; it is refused with a reason that says how access is granted. Once the
+/// Secret's owner allows the namespace, the Secret still goes nowhere until the owner also lists
+/// the endpoints it may be sent to (the tenant chooses the endpoint); then it is used. A tenant
+/// who then edits the endpoint to a host of theirs is refused, and that host receives nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_uses_a_secret_of_another_namespace_only_when_the_secret_allows_it() -> Result<()> {
+async fn a_cluster_uses_a_secret_of_another_namespace_only_where_the_secret_allows_it() -> Result<()> {
     let env = env().await?;
     let (ns, other) = (
         env.namespace("pxm-tenant").await?,
@@ -910,10 +912,11 @@ async fn a_cluster_uses_a_secret_of_another_namespace_only_when_the_secret_allow
             ),
         )
         .await?;
+    let allowed_endpoint = "https://pve.tenant.invalid:8006";
     let mut pxc = ProxmoxCluster::new(
         "borrower",
         ProxmoxClusterSpec {
-            endpoint: Some("https://pve.tenant.invalid:8006".into()),
+            endpoint: Some(allowed_endpoint.into()),
             credentials_ref: Some(SecretReference {
                 name: "pve-token".into(),
                 namespace: Some(other.name().to_owned()),
@@ -924,23 +927,77 @@ async fn a_cluster_uses_a_secret_of_another_namespace_only_when_the_secret_allow
     pxc.metadata.owner_references = Some(vec![owner_ref(&owner)?]);
     let pxcs = Api::<ProxmoxCluster>::namespaced(client.clone(), ns.name());
     pxcs.create(&PostParams::default(), &pxc).await?;
-    let forbidden = |c: &banlieue_api::condition::Condition| c.reason == "CredentialsNamespaceForbidden";
-    let refused = wait_for_cluster_ready(&client, ns.name(), "borrower", "forbidden", forbidden).await;
-    // The owner allows the tenant's namespace: the Secret is used (the endpoint is unreachable,
-    // which is the next thing the cluster says).
-    let grant = serde_json::json!({"metadata": {"annotations": {
-        banlieue_api::ALLOWED_NAMESPACES_ANNOTATION: format!("team-x,{}", ns.name()),
-    }}});
-    secrets
-        .patch("pve-token", &PatchParams::default(), &Patch::Merge(&grant))
+    let reason_is = |reason: &'static str| move |c: &banlieue_api::condition::Condition| c.reason == reason;
+    let refused = wait_for_cluster_ready(
+        &client,
+        ns.name(),
+        "borrower",
+        "namespace forbidden",
+        reason_is("CredentialsNamespaceForbidden"),
+    )
+    .await;
+    let annotate = |key: &str, value: String| {
+        let secrets = secrets.clone();
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        async move {
+            secrets
+                .patch("pve-token", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+        }
+    };
+    let poke = |n: u32| serde_json::json!({"metadata": {"annotations": {"test/poke": n.to_string()}}});
+    // The owner allows the tenant's namespace, not yet an endpoint.
+    annotate(
+        banlieue_api::ALLOWED_NAMESPACES_ANNOTATION,
+        format!("team-x,{}", ns.name()),
+    )
+    .await?;
+    pxcs.patch("borrower", &PatchParams::default(), &Patch::Merge(&poke(1)))
         .await?;
-    let poke = serde_json::json!({"metadata": {"annotations": {"test/poke": "1"}}});
-    pxcs.patch("borrower", &PatchParams::default(), &Patch::Merge(&poke))
+    let unlisted = wait_for_cluster_ready(
+        &client,
+        ns.name(),
+        "borrower",
+        "endpoint forbidden",
+        reason_is("CredentialsEndpointForbidden"),
+    )
+    .await;
+    // The owner lists the endpoint: the Secret is used (the endpoint is unreachable, which is
+    // the next thing the cluster says).
+    annotate(
+        banlieue_api::ALLOWED_ENDPOINTS_ANNOTATION,
+        allowed_endpoint.to_owned(),
+    )
+    .await?;
+    pxcs.patch("borrower", &PatchParams::default(), &Patch::Merge(&poke(2)))
         .await?;
-    let allowed = wait_for_cluster_ready(&client, ns.name(), "borrower", "allowed", |c| !forbidden(c)).await;
+    let allowed = wait_for_cluster_ready(&client, ns.name(), "borrower", "allowed", |c| {
+        !c.reason.starts_with("Credentials")
+    })
+    .await;
+    // The tenant points the cluster at a host of theirs.
+    let hostile = std::net::TcpListener::bind("127.0.0.1:0")?;
+    hostile.set_nonblocking(true)?;
+    let hostile_endpoint = format!("https://{}", hostile.local_addr()?);
+    pxcs.patch(
+        "borrower",
+        &PatchParams::default(),
+        &Patch::Merge(&serde_json::json!({"spec": {"endpoint": hostile_endpoint}})),
+    )
+    .await?;
+    let exfiltration = wait_for_cluster_ready(
+        &client,
+        ns.name(),
+        "borrower",
+        "hostile endpoint forbidden",
+        reason_is("CredentialsEndpointForbidden"),
+    )
+    .await;
+    let contacted = hostile.accept().map(|(_, peer)| peer);
     Api::<Provider>::all(client.clone())
         .delete(&owner_name, &DeleteParams::default())
         .await?;
+
     let refused = refused?;
     assert_eq!(refused.status, "False");
     let message = refused.message;
@@ -953,6 +1010,11 @@ async fn a_cluster_uses_a_secret_of_another_namespace_only_when_the_secret_allow
         "{message}"
     );
     assert!(!message.contains("not-for-the-tenant"), "{message}");
+    let unlisted = unlisted?.message;
+    assert!(
+        unlisted.contains(banlieue_api::ALLOWED_ENDPOINTS_ANNOTATION) && unlisted.contains(allowed_endpoint),
+        "{unlisted}"
+    );
     let allowed = allowed?;
     assert!(
         !matches!(
@@ -960,6 +1022,12 @@ async fn a_cluster_uses_a_secret_of_another_namespace_only_when_the_secret_allow
             "CredentialsNotFound" | "CredentialsInvalid"
         ),
         "{allowed:?}"
+    );
+    let exfiltration = exfiltration?.message;
+    assert!(exfiltration.contains(&hostile_endpoint), "{exfiltration}");
+    assert!(
+        contacted.is_err(),
+        "the tenant's endpoint was contacted by {contacted:?}"
     );
     Ok(())
 }

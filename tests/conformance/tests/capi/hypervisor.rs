@@ -201,10 +201,12 @@ impl Hypervisor {
             Self::Proxmox(sim) => vec![
                 ("PROXMOX_TOKEN", sim.token_id()),
                 ("PROXMOX_SECRET", sim.token_secret()),
+                ("PROXMOX_URL", sim.url()),
             ],
-            Self::VSphere(_) => vec![
+            Self::VSphere(v) => vec![
                 ("VSPHERE_USERNAME", USER.to_owned()),
                 ("VSPHERE_PASSWORD", PASSWORD.to_owned()),
+                ("VSPHERE_SERVER", v.sim.url.clone()),
             ],
             Self::Libvirt(_) => vec![],
         }

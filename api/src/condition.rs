@@ -26,6 +26,10 @@ pub const VM_UP_TO_DATE: &str = "VMUpToDate";
 pub const UP_TO_DATE: &str = "UpToDate";
 /// [`VM_UP_TO_DATE`] reason while a provisioned VM is brought to a changed spec.
 pub const UPDATING: &str = "Updating";
+/// [`VM_UP_TO_DATE`] reason while a change that needs a restart (CPU, memory) waits for the user
+/// to power the running VM off, as `spec.restartPolicy: Manual` (the default) asks; announced by
+/// a Warning Event when it appears.
+pub const RESTART_REQUIRED: &str = "RestartRequired";
 
 /// `Ready` reason of a provisioned machine whose VM is powered off: provisioned (CAPI's
 /// `status.initialization.provisioned` stays true) but not ready.

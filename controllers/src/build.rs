@@ -386,6 +386,11 @@ pub fn desired_machine(
     if let (Some(field), Some(power)) = (entry.power_state_field, vm.spec.power_state) {
         spec.insert(field.into(), to_value(&power));
     }
+    // Every backend's machine has spec.restartPolicy (the same enum); unset is Manual on both
+    // sides, so an unset policy is not written (the applied spec of existing VMs stays the same).
+    if let Some(policy) = vm.spec.restart_policy {
+        spec.insert("restartPolicy".into(), to_value(&policy));
+    }
 
     let vm_name = vm.name_any();
     let spec = Value::Object(spec);

@@ -359,3 +359,25 @@ fn the_typed_proxmox_cluster_accepts_the_desired_object() {
     assert_eq!(typed.spec.provider_ref.map(|r| r.name).as_deref(), Some("pve-a"));
     assert_eq!(typed.spec.endpoint, None);
 }
+
+#[rstest::rstest]
+#[case::proxmox("proxmox", json!({"proxmox": {"vmid": 100}}))]
+#[case::libvirt("libvirt", json!({"libvirt": {"pool": "default", "volume": "base.qcow2"}}))]
+#[case::vsphere("vsphere", json!({"vsphere": {"template": "ubuntu"}}))]
+fn restart_policy_is_copied_only_when_the_vm_sets_it(
+    #[case] backend: &str,
+    #[case] source: serde_json::Value,
+) {
+    let p = provider("p", backend, json!({}), json!({}));
+    let base = json!({"providerRef": {"name": "p"}, "source": source, "cpu": {"cores": 1}, "memoryMiB": 512});
+    let unset = desired_machine(&vm(base.clone()), &p, None, None).expect("builds");
+    assert_eq!(
+        unset["spec"].get("restartPolicy"),
+        None,
+        "unset: Manual on both sides, and the applied spec of existing VMs does not change"
+    );
+    let mut automatic = base;
+    automatic["restartPolicy"] = json!("Automatic");
+    let m = desired_machine(&vm(automatic), &p, None, None).expect("builds");
+    assert_eq!(m["spec"]["restartPolicy"], "Automatic", "{backend}");
+}

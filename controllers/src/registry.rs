@@ -217,7 +217,15 @@ mod tests {
         let mut fields: Vec<&str> = entry.defaults.iter().map(|(_, to)| *to).collect();
         fields.extend(entry.node_field);
         fields.extend(entry.power_state_field);
-        fields.extend(["providerRef", "source", "cpu", "memoryMiB", "disks", "networks"]);
+        fields.extend([
+            "providerRef",
+            "source",
+            "cpu",
+            "memoryMiB",
+            "disks",
+            "networks",
+            "restartPolicy",
+        ]);
         for field in fields {
             assert!(
                 spec_props.get(field).is_some(),
@@ -234,6 +242,16 @@ mod tests {
             assert!(vm_enum.is_array(), "VirtualMachine spec.powerState is an enum");
             assert_eq!(&spec_props[field]["enum"], vm_enum, "{} spec.{field}", entry.kind);
         }
+        // So is the restart policy.
+        let vm = serde_json::to_value(&banlieue_api::banlieue::VirtualMachine::crd().spec.versions[0].schema)
+            .expect("schema serializes");
+        let vm_enum = &vm["openAPIV3Schema"]["properties"]["spec"]["properties"]["restartPolicy"]["enum"];
+        assert_eq!(vm_enum, &serde_json::json!(["Manual", "Automatic"]));
+        assert_eq!(
+            &spec_props["restartPolicy"]["enum"], vm_enum,
+            "{} spec.restartPolicy",
+            entry.kind
+        );
         assert!(
             spec_properties(&cluster)["providerRef"]["properties"]
                 .get("name")

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::ImageSource;
 use crate::common::{
     ContractReference, Cpu, Disk, LocalObjectReference, MachineAddress, NetworkInterface, PowerState,
-    ProviderReference, SecretKeyReference,
+    ProviderReference, RestartPolicy, SecretKeyReference,
 };
 
 /// A hypervisor-neutral virtual machine. Pick where it runs with `providerRef` (one `Provider`)
@@ -156,6 +156,12 @@ pub struct VirtualMachineSpec {
     /// Desired power state, `On` (default) or `Off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<PowerState>,
+    /// Whether a change that needs a restart (CPU, memory) may restart the running VM:
+    /// `Manual` (default: no surprise reboots; the change waits for the next power-off, and the
+    /// `VMUpToDate` condition and a Warning Event say `RestartRequired`) or `Automatic` (shut
+    /// down, apply, start again, announced by a `PoweringOff` Event).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
     /// Placement: provider selection and hints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,

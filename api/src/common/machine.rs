@@ -186,6 +186,20 @@ pub enum PowerState {
     Off,
 }
 
+/// Whether a provider may restart a running VM to apply a change that needs it (CPU and memory;
+/// on Proxmox also what PVE keeps pending until the next boot, such as a NIC model).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RestartPolicy {
+    /// Never restart on its own: the change waits, `VMUpToDate` is False with reason
+    /// `RestartRequired` (a Warning Event announces it) until the VM is powered off (then it is
+    /// applied, and the VM started again if asked) or the policy becomes `Automatic`.
+    #[default]
+    Manual,
+    /// Shut the VM down (ACPI, then a hard stop after the shutdown timeout), apply the change and
+    /// start it again, announced by a `PoweringOff` Event and `VMUpToDate` False meanwhile.
+    Automatic,
+}
+
 /// Step of a machine's provisioning state machine, persisted in `status.provisioning` so that
 /// long hypervisor tasks survive controller restarts and `clusterctl move`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -16,7 +16,7 @@ pub use capi::{
 };
 pub use machine::{
     CloneMode, Cpu, Disk, IpAddressing, IpAddressingMode, MIN_MEMORY_MIB, NetworkInterface, PowerState,
-    ProvisioningState, ProvisioningStatus, ReadinessChecks,
+    ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy,
 };
 pub use references::{
     ContractReference, IpPoolReference, LocalObjectReference, ProviderReference, SecretKeyReference,

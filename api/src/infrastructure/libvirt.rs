@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{
     ApiEndpoint, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
     NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
-    SecretReference,
+    RestartPolicy, SecretReference,
 };
 
 /// The libvirt base volume a machine's boot disk is cloned from (copy-on-write backing file).
@@ -258,6 +258,12 @@ pub struct LibvirtMachineSpec {
     /// provider powers a provisioned machine on or off to match and reports `status.powerState`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<PowerState>,
+    /// Whether the provider may restart the running VM to apply a change that needs it (CPU,
+    /// memory): `Manual` (default when unset: the change waits for the next power-off and
+    /// `VMUpToDate` says `RestartRequired`) or `Automatic`. Set by the banlieue controller from a
+    /// VirtualMachine's `spec.restartPolicy`; a CAPI machine is replaced by CAPI, not changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
 }
 
 /// Observed state of a LibvirtMachine.

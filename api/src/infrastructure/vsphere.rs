@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{
     ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
     NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
-    SecretReference, TlsTrust,
+    RestartPolicy, SecretReference, TlsTrust,
 };
 
 /// The vSphere template a machine is cloned from.
@@ -262,6 +262,12 @@ pub struct VSphereMachineSpec {
     /// provider powers a provisioned machine on or off to match and reports `status.powerState`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub power_state: Option<PowerState>,
+    /// Whether the provider may restart the running VM to apply a change that needs it (CPU,
+    /// memory): `Manual` (default when unset: the change waits for the next power-off and
+    /// `VMUpToDate` says `RestartRequired`) or `Automatic`. Set by the banlieue controller from a
+    /// VirtualMachine's `spec.restartPolicy`; a CAPI machine is replaced by CAPI, not changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_policy: Option<RestartPolicy>,
 }
 
 /// Observed state of a VSphereMachine.

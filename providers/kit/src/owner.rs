@@ -392,6 +392,7 @@ mod tests {
                 vmid_range: None,
                 readiness_checks: None,
                 power_state: None,
+                restart_policy: None,
             },
         );
         pm.metadata.namespace = Some("ns".into());

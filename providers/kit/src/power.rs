@@ -22,6 +22,16 @@ const LEGACY_SHUTDOWN_TASKS: [&str; 1] = ["acpi-shutdown"];
 fn is_shutdown_task(id: Option<&str>) -> bool {
     id.is_some_and(|id| id == SHUTDOWN_TASK || LEGACY_SHUTDOWN_TASKS.contains(&id))
 }
+/// The `VMUpToDate` message of a running VM whose `changes` (CPU, memory, …) wait for a restart
+/// that `spec.restartPolicy: Manual` (the default) leaves to its user: what waits, and the two
+/// ways to apply it. The same words on every hypervisor.
+pub fn restart_required_message(changes: &str) -> String {
+    format!(
+        "{changes} wait for a restart, which spec.restartPolicy Manual leaves to you: power the VM \
+         off (spec.powerState: Off, then On) or set spec.restartPolicy: Automatic"
+    )
+}
+
 /// Event reason of a hard power-off after the guest ignored the shutdown request.
 pub const POWERED_OFF_FORCIBLY: &str = "PoweredOffForcibly";
 

@@ -176,10 +176,10 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         };
         // Once provisioned, what is being brought to the spec (a resize, a power change) is
         // VMUpToDate's, as on every provider.
-        let up_to_date = step
-            .provisioned
-            .as_ref()
-            .map(|_| Report::up_to_date(step.waiting.clone()));
+        let up_to_date = step.provisioned.as_ref().map(|_| match &step.restart_required {
+            Some(why) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
+            None => Report::up_to_date(step.waiting.clone()),
+        });
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
                 provider_id: done.provider_id,
@@ -188,7 +188,8 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             ready,
             up_to_date,
             events: step.events,
-            warning: false,
+            // A Warning when a change starts waiting for the user's restart.
+            warning: step.restart_required.is_some(),
             provider_id: None,
             backoff: false,
             requeue: step.requeue,

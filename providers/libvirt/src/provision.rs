@@ -77,6 +77,8 @@ pub struct Step {
     pub requeue: Duration,
     /// Set while an ACPI shutdown is pending: when it was first requested (to persist).
     pub shutdown_requested_at: Option<Timestamp>,
+    /// Changes waiting for the user's restart (`spec.restartPolicy: Manual`), for `VMUpToDate`.
+    pub restart_required: Option<String>,
 }
 
 /// Outputs of a provisioned machine.
@@ -233,7 +235,14 @@ pub async fn provision<H: Hypervisor>(
                 let shutdown_for = input
                     .shutdown_requested_at
                     .and_then(|t| now.duration_since(t).try_into().ok());
-                match update::next_action(&want, d.sizing.as_ref(), d.state, input.power, shutdown_for) {
+                match update::next_action(
+                    &want,
+                    d.sizing.as_ref(),
+                    d.state,
+                    input.power,
+                    input.spec.restart_policy.unwrap_or_default(),
+                    shutdown_for,
+                ) {
                     UpdateAction::PowerCut { why } => {
                         hv.destroy_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
                         step.events.push((
@@ -287,6 +296,9 @@ pub async fn provision<H: Hypervisor>(
                         step.events
                             .push(("PoweredOn", format!("domain {domain} started")));
                         power_state = PowerState::On;
+                    }
+                    UpdateAction::RestartRequired { why } => {
+                        step.restart_required = Some(why);
                     }
                     UpdateAction::InSync => {}
                 }

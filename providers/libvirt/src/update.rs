@@ -3,10 +3,12 @@
 //! single step from the spec and what libvirt reports; [`crate::provision`] performs it.
 //!
 //! Semantics (the same as the Proxmox provider's cold changes):
-//! - **CPU (sockets, cores) and memory** are applied to a shut-off domain: a running domain is
-//!   shut down by ACPI (`virDomainShutdown`), then redefined from the regenerated XML (same
-//!   name, uuid, volumes and MACs: the disks are untouched), then started again when
-//!   `spec.powerState` is `On`.
+//! - **CPU (sockets, cores) and memory** are applied to a shut-off domain: with
+//!   `spec.restartPolicy: Automatic` a running domain is shut down by ACPI (`virDomainShutdown`),
+//!   then redefined from the regenerated XML (same name, uuid, volumes and MACs: the disks are
+//!   untouched), then started again when `spec.powerState` is `On`. With `Manual` (the default)
+//!   a running domain is left running: `VMUpToDate` says `RestartRequired` until its user
+//!   powers it off.
 //! - **Power**: `Off` shuts the domain down by ACPI; `On` starts a shut-off or crashed domain.
 //! - A guest that ignores ACPI for [`SHUTDOWN_TIMEOUT`] after the first request is powered off
 //!   hard (`virDomainDestroy`, a `PoweredOffForcibly` event), like Proxmox's `forceStop`. The
@@ -15,7 +17,7 @@
 
 use std::time::Duration;
 
-use banlieue_api::common::PowerState;
+use banlieue_api::common::{PowerState, RestartPolicy};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 
 use crate::hypervisor::RunState;
@@ -52,6 +54,12 @@ pub enum UpdateAction {
     },
     /// Start the domain.
     Start,
+    /// The running domain needs a restart that `spec.restartPolicy` (`Manual`) leaves to its
+    /// user: `why` says which changes wait.
+    RestartRequired {
+        /// The waiting changes, and how to apply them.
+        why: String,
+    },
     /// The domain matches the spec.
     InSync,
 }
@@ -83,15 +91,17 @@ pub fn changes(want: &Sizing, have: &Sizing) -> Vec<String> {
 
 /// Decides the next step for a provisioned domain. `have` is `None` when libvirt's XML could
 /// not be read (then only the power state is reconciled). `shutdown_for`: how long ago the
-/// pending ACPI shutdown was first requested, if one is pending.
+/// pending ACPI shutdown was first requested, if one is pending. A running domain is shut down
+/// for a CPU or memory change only under `restart: Automatic`.
 pub fn next_action(
     want: &Sizing,
     have: Option<&Sizing>,
     state: RunState,
     power: PowerState,
+    restart: RestartPolicy,
     shutdown_for: Option<Duration>,
 ) -> UpdateAction {
-    match decide(want, have, state, power) {
+    match decide(want, have, state, power, restart) {
         UpdateAction::Shutdown { why } | UpdateAction::WaitShutdown { why }
             if shutdown_for.is_some_and(|d| d >= SHUTDOWN_TIMEOUT) =>
         {
@@ -106,9 +116,24 @@ pub fn next_action(
     }
 }
 
-fn decide(want: &Sizing, have: Option<&Sizing>, state: RunState, power: PowerState) -> UpdateAction {
+fn decide(
+    want: &Sizing,
+    have: Option<&Sizing>,
+    state: RunState,
+    power: PowerState,
+    restart: RestartPolicy,
+) -> UpdateAction {
     let diff = have.map(|h| changes(want, h)).unwrap_or_default();
     let off = matches!(state, RunState::ShutOff | RunState::Crashed);
+    if !diff.is_empty()
+        && state == RunState::Running
+        && power == PowerState::On
+        && restart == RestartPolicy::Manual
+    {
+        return UpdateAction::RestartRequired {
+            why: banlieue_provider_kit::power::restart_required_message(&diff.join(", ")),
+        };
+    }
     if !diff.is_empty() {
         let why = format!(
             "to apply {} (CPU and memory changes need the domain off)",
@@ -160,6 +185,7 @@ mod tests {
             UpdateAction::Redefine { start: true, .. } => "redefine+start",
             UpdateAction::Redefine { start: false, .. } => "redefine",
             UpdateAction::Start => "start",
+            UpdateAction::RestartRequired { .. } => "restart-required",
             UpdateAction::InSync => "in-sync",
         }
     }
@@ -186,19 +212,63 @@ mod tests {
         #[case] expected: &str,
     ) {
         assert_eq!(
-            kind(&next_action(&want, Some(&SMALL), state, power, None)),
+            kind(&next_action(
+                &want,
+                Some(&SMALL),
+                state,
+                power,
+                RestartPolicy::Automatic,
+                None
+            )),
             expected
         );
+    }
+
+    /// No surprise reboots: under `Manual` a running domain is not shut down for a CPU or memory
+    /// change; the user's power-off (or a domain already off) applies it.
+    #[rstest]
+    #[case(RunState::Running, PowerState::On, "restart-required")]
+    #[case(RunState::Running, PowerState::Off, "shutdown")]
+    #[case(RunState::ShuttingDown, PowerState::Off, "wait")]
+    #[case(RunState::ShutOff, PowerState::Off, "redefine")]
+    #[case(RunState::ShutOff, PowerState::On, "redefine+start")]
+    fn under_the_manual_policy_a_running_domain_waits_for_its_user(
+        #[case] state: RunState,
+        #[case] power: PowerState,
+        #[case] expected: &str,
+    ) {
+        let got = next_action(&BIG, Some(&SMALL), state, power, RestartPolicy::Manual, None);
+        assert_eq!(kind(&got), expected, "{got:?}");
+        if let UpdateAction::RestartRequired { why } = got {
+            assert!(
+                why.contains("cores 2→4") && why.contains("spec.restartPolicy: Automatic"),
+                "{why}"
+            );
+        }
     }
 
     #[test]
     fn unreadable_sizing_reconciles_power_only() {
         assert_eq!(
-            next_action(&BIG, None, RunState::Running, PowerState::On, None),
+            next_action(
+                &BIG,
+                None,
+                RunState::Running,
+                PowerState::On,
+                RestartPolicy::Manual,
+                None
+            ),
             UpdateAction::InSync
         );
         assert_eq!(
-            next_action(&BIG, None, RunState::ShutOff, PowerState::On, None),
+            next_action(
+                &BIG,
+                None,
+                RunState::ShutOff,
+                PowerState::On,
+                RestartPolicy::Manual,
+                None
+            ),
             UpdateAction::Start
         );
     }
@@ -206,7 +276,14 @@ mod tests {
     #[test]
     fn messages_say_what_changes() {
         assert_eq!(changes(&BIG, &SMALL), vec!["cores 2→4", "memory 512→1024 MiB"]);
-        match next_action(&BIG, Some(&SMALL), RunState::Running, PowerState::On, None) {
+        match next_action(
+            &BIG,
+            Some(&SMALL),
+            RunState::Running,
+            PowerState::On,
+            RestartPolicy::Automatic,
+            None,
+        ) {
             UpdateAction::Shutdown { why } => assert!(why.contains("cores 2→4"), "{why}"),
             other => panic!("{other:?}"),
         }
@@ -229,6 +306,7 @@ mod tests {
             Some(&SMALL),
             state,
             PowerState::Off,
+            RestartPolicy::Manual,
             secs.map(Duration::from_secs),
         );
         assert_eq!(kind(&got), expected, "{got:?}");

@@ -512,12 +512,15 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
     assert!(b.domain_by_uuid(&uid).await?.is_some(), "the domain is on kvm-b");
     assert!(a.domain_by_uuid(&uid).await?.is_none(), "and not on kvm-a");
 
-    // More CPU and memory: the same domain on kvm-b is redefined and running again.
+    // More CPU and memory, a restart allowed: the same domain on kvm-b is redefined and running
+    // again.
     machines
         .patch(
             "placed",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"cpu": {"cores": 2}, "memoryMiB": 512}})),
+            &Patch::Merge(
+                json!({"spec": {"cpu": {"cores": 2}, "memoryMiB": 512, "restartPolicy": "Automatic"}}),
+            ),
         )
         .await?;
     let d = eventually("the domain reconfigured", || async {

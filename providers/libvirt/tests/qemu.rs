@@ -158,14 +158,15 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     }
     let digest = hex::encode(Sha256::digest(user_data.as_bytes()));
 
-    // Reconfigure the running guest (1 → 2 cores, 256 → 384 MiB): shutdown, redefine, start;
-    // the same domain and disks, never a re-clone. This busybox guest has no acpid, so it
-    // ignores the ACPI shutdown like a hung guest: the provider powers it off hard once the
-    // first request is `SHUTDOWN_TIMEOUT` old. The first request is backdated by 110 s so the
+    // Reconfigure the running guest (1 → 2 cores, 256 → 384 MiB), a restart allowed: shutdown,
+    // redefine, start; the same domain and disks, never a re-clone. This busybox guest has no
+    // acpid, so it ignores the ACPI shutdown like a hung guest: the provider powers it off hard
+    // once the first request is `SHUTDOWN_TIMEOUT` old. The first request is backdated by 110 s so the
     // test waits ~10 s of real time for that, not 120.
     let mut bigger = spec.clone();
     bigger.cpu.cores = 2;
     bigger.memory_mib = 384;
+    bigger.restart_policy = Some(banlieue_api::common::RestartPolicy::Automatic);
     let root = format!("{domain}-root.qcow2");
     let root_before = hv.volume(POOL, &root).await.unwrap();
     let mut reasons = Vec::new();

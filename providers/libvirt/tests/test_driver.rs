@@ -395,10 +395,22 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
     let (reasons, _) = settle(&hosts, &input, provisioned.clone()).await;
     assert!(reasons.is_empty(), "{reasons:?}");
 
-    // CPU and memory: shut down, redefine, start; same domain, same volumes.
+    // CPU and memory under the default restart policy (Manual): nothing happens to the running
+    // domain; the step says what waits.
     let mut s = s0.clone();
     s.cpu.cores = 4;
     s.memory_mib = 1024;
+    let waiting = MachineInput { spec: &s, ..input };
+    let (reasons, step) = settle(&hosts, &waiting, provisioned.clone()).await;
+    assert!(reasons.is_empty(), "{reasons:?}");
+    let why = step.restart_required.expect("RestartRequired");
+    assert!(why.contains("cores 2→4"), "{why}");
+    let unchanged = hv.domain_by_uuid(&o.uid).await.unwrap().unwrap();
+    assert_eq!(unchanged.sizing, before.sizing);
+    assert_eq!(unchanged.state, RunState::Running);
+
+    // Allowed (Automatic): shut down, redefine, start; same domain, same volumes.
+    s.restart_policy = Some(banlieue_api::common::RestartPolicy::Automatic);
     let input = MachineInput { spec: &s, ..input };
     let (reasons, step) = settle(&hosts, &input, provisioned.clone()).await;
     assert_eq!(reasons, ["PoweringOff", "Reconfigured", "PoweredOn"]);
@@ -715,6 +727,7 @@ async fn a_restored_provisioned_machine_remarks_its_domain_and_keeps_its_macs() 
     let copy = moved(&o);
     let mut s2 = s.clone();
     s2.cpu.cores = 3;
+    s2.restart_policy = Some(banlieue_api::common::RestartPolicy::Automatic);
     let input = MachineInput {
         owner: &copy,
         spec: &s2,

@@ -24,7 +24,7 @@ use banlieue_dev::{BANLIEUE, PROXMOX_PROVIDER};
 use banlieue_pve_sim::{SimHandle, VmInfo};
 use banlieue_testenv::{ManagedProcess, TestEnv, TestNamespace};
 use common::{WAIT, env, executable};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -378,6 +378,48 @@ async fn power_off_and_on_and_cpu_memory_changes_reach_the_simulator() -> anyhow
     s.create_vm("db", json!({})).await?;
     s.wait_ready("db").await?;
     let vmid = s.vmid("db").await?;
+    let memory_before = s.sim.vm(vmid).and_then(|v| v.config.get("memory").cloned());
+
+    // No surprise reboots: more memory for the running VM waits for the user (restartPolicy
+    // Manual, the default), and the VirtualMachine says so.
+    s.vms()
+        .patch(
+            "db",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"memoryMiB": 3072}})),
+        )
+        .await?;
+    let waiting = s
+        .eventually(
+            "the VirtualMachine's UpToDate condition RestartRequired",
+            || async {
+                let vm = s.vms().get("db").await?;
+                Ok(vm
+                    .status
+                    .as_ref()
+                    .and_then(|st| condition::find(&st.conditions, condition::UP_TO_DATE).cloned())
+                    .filter(|c| c.status == "False" && c.reason == condition::RESTART_REQUIRED))
+            },
+        )
+        .await?;
+    assert!(
+        waiting.message.contains("memory") && waiting.message.contains("spec.restartPolicy"),
+        "{}",
+        waiting.message
+    );
+    let vm = s.sim.vm(vmid).context("the simulated VM")?;
+    assert!(vm.running, "not restarted");
+    assert_eq!(vm.config.get("memory").cloned(), memory_before, "not applied");
+    let warnings = Api::<Event>::namespaced(s.client.clone(), s.ns.name())
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(condition::RESTART_REQUIRED) && e.type_.as_deref() == Some("Warning")
+        })
+        .count();
+    assert_eq!(warnings, 1, "announced once by a Warning Event");
 
     s.vms()
         .patch(
@@ -445,7 +487,7 @@ async fn provider_down_while_the_user_edits_converges_when_it_comes_back() -> an
         .patch(
             "app",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"memoryMiB": 1536}})),
+            &Patch::Merge(json!({"spec": {"memoryMiB": 1536, "restartPolicy": "Automatic"}})),
         )
         .await?;
     // The controller does its part without the provider.

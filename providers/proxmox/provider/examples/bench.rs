@@ -237,6 +237,7 @@ async fn main() -> Result<()> {
                 vmid_range: None,
                 readiness_checks: None,
                 power_state: None,
+                restart_policy: None,
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

@@ -476,6 +476,7 @@ mod tests {
             vmid_range: None,
             readiness_checks: None,
             power_state: None,
+            restart_policy: None,
         }
     }
 

@@ -191,6 +191,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 .up_to_date
                 .map(|up| Report::new(up.status, up.reason, up.message)),
         };
+        // A Warning when a failure or a change waiting for the user's restart appears.
+        let warning = step.failed.is_some()
+            || up_to_date
+                .as_ref()
+                .is_some_and(|u| u.reason == banlieue_api::condition::RESTART_REQUIRED);
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
                 provider_id: done.provider_id,
@@ -200,7 +205,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             ready,
             up_to_date,
             events: step.event.into_iter().collect(),
-            warning: step.failed.is_some(),
+            warning,
             backoff: step.failed.as_ref().is_some_and(|f| f.busy),
             requeue: step.requeue,
         })

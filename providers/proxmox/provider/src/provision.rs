@@ -840,6 +840,12 @@ async fn update_step<H: Hypervisor>(
                 .then(|| ("Updated", "VM matches the spec".to_owned())),
             ..Step::to(Phase::Provisioned(loc.clone()))
         }),
+        UpdateAction::RestartRequired { why } => Ok(Step {
+            requeue: RESYNC,
+            power,
+            up_to_date: Some(UpToDate::no(banlieue_api::condition::RESTART_REQUIRED, why)),
+            ..Step::to(Phase::Provisioned(loc.clone()))
+        }),
         UpdateAction::Resize { disk, size } => {
             let upid = hv
                 .resize_disk(&loc.node, loc.vmid, &disk, SizeChange::To(size))

@@ -1,6 +1,6 @@
 //! Tests of the provisioning and deletion steps against the in-memory [`FakePve`].
 
-use banlieue_api::common::{Cpu, Disk, ProvisioningState, ProvisioningStatus};
+use banlieue_api::common::{Cpu, Disk, PowerState, ProvisioningState, ProvisioningStatus, RestartPolicy};
 use banlieue_api::infrastructure::{
     ProxmoxMachineSpec, ProxmoxMachineStatus, ProxmoxTemplateSource, VmidRange,
 };
@@ -46,6 +46,7 @@ fn spec() -> ProxmoxMachineSpec {
         vmid_range: None,
         readiness_checks: None,
         power_state: None,
+        restart_policy: None,
     }
 }
 
@@ -1056,6 +1057,7 @@ async fn memory_and_cpu_changes_are_applied_cold_and_the_vm_restarted() {
             size_gib: 40,
             storage: None,
         }],
+        restart_policy: Some(RestartPolicy::Automatic),
         ..spec.clone()
     };
     let steps = drive_update(&hv, &input(&bigger, None), phase.clone()).await;
@@ -1090,6 +1092,98 @@ async fn memory_and_cpu_changes_are_applied_cold_and_the_vm_restarted() {
     let up = shutdown.up_to_date.as_ref().unwrap();
     assert!(!up.status);
     assert!(up.message.contains("memory 4096→8192"), "{}", up.message);
+}
+
+/// No surprise reboots: under the default restart policy (Manual) a CPU and memory change of a
+/// running VM stops, writes and starts nothing; the disk still grows online, `VMUpToDate` says
+/// `RestartRequired` with what waits, and looking again changes nothing. The user's power-off
+/// applies it.
+#[tokio::test]
+async fn under_the_manual_restart_policy_a_cold_change_waits_for_the_user() {
+    let spec = spec();
+    let (hv, phase) = provisioned_vm(&spec).await;
+    let vmid = phase.location().unwrap().vmid;
+    let bigger = ProxmoxMachineSpec {
+        cpu: Cpu::cores(4),
+        memory_mib: 8192,
+        disks: vec![Disk {
+            name: "scsi0".into(),
+            size_gib: 40,
+            storage: None,
+        }],
+        ..spec.clone()
+    };
+    assert_eq!(bigger.restart_policy, None, "the default");
+    let mut phase = phase;
+    let mut steps = Vec::new();
+    for _ in 0..10 {
+        let step = provision_step(
+            &hv,
+            &input(&bigger, None),
+            phase,
+            None,
+            &VmidReservations::default(),
+        )
+        .await
+        .unwrap();
+        phase = step.phase.clone();
+        let waiting = step
+            .up_to_date
+            .as_ref()
+            .is_some_and(|u| u.reason == banlieue_api::condition::RESTART_REQUIRED);
+        steps.push(step);
+        if waiting {
+            break;
+        }
+    }
+    let last = steps.last().unwrap();
+    let up = last.up_to_date.as_ref().expect("VMUpToDate");
+    assert_eq!(up.reason, "RestartRequired", "{steps:#?}");
+    assert!(!up.status);
+    assert!(
+        up.message.contains("cores 2→4")
+            && up.message.contains("memory")
+            && up.message.contains("spec.restartPolicy"),
+        "{}",
+        up.message
+    );
+    assert_eq!(events(&steps), ["Resizing"], "only the disk changed, online");
+    let vm = hv.vm(vmid).unwrap();
+    assert!(vm.running, "not restarted");
+    assert_eq!(vm.config["cores"], "2");
+    assert_eq!(vm.config["scsi0"], "local-lvm:base-9000-disk-0,size=40G");
+    assert!(hv.pending_changes().is_empty(), "{:?}", hv.pending_changes());
+    let calls = hv.calls().len();
+    let again = provision_step(
+        &hv,
+        &input(&bigger, None),
+        phase.clone(),
+        None,
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        again.up_to_date, last.up_to_date,
+        "level-triggered: the same report"
+    );
+    assert!(
+        !hv.calls()[calls..]
+            .iter()
+            .any(|c| c.contains("shutdown") || c.contains("stop") || c.contains("update")),
+        "{:?}",
+        &hv.calls()[calls..]
+    );
+    // The user powers it off: shut down as asked, the change applied, the VM left off.
+    let off = ProxmoxMachineSpec {
+        power_state: Some(PowerState::Off),
+        ..bigger
+    };
+    drive_update(&hv, &input(&off, None), phase).await;
+    let vm = hv.vm(vmid).unwrap();
+    assert!(!vm.running);
+    assert_eq!(vm.config["cores"], "4");
+    assert_eq!(vm.config["memory"], "8192");
 }
 
 #[tokio::test]
@@ -1151,6 +1245,7 @@ async fn a_change_proxmox_keeps_pending_is_applied_by_one_restart() {
     hv.keep_pending(&["net0"]);
     let mut changed = spec.clone();
     changed.networks = vec![banlieue_api::common::NetworkInterface::dhcp("net0", "vmbr1")];
+    changed.restart_policy = Some(RestartPolicy::Automatic);
     let before = hv.calls().len();
     let steps = drive_update(&hv, &input(&changed, None), phase).await;
     let events: Vec<&str> = steps

@@ -7,18 +7,20 @@
 //! - **Disk growth** is applied online (`PUT …/resize` works on a running VM).
 //! - **Network interfaces and tags** are applied online (hot-pluggable by default).
 //! - **CPU (cores, sockets) and memory** are applied cold: on a running VM PVE would only record
-//!   them as *pending* (effective after the next boot), so the provider shuts the VM down (ACPI
-//!   shutdown, hard stop after [`SHUTDOWN_TIMEOUT_SECS`]), applies them and starts it again if
-//!   `spec.powerState` is `On`. The `VMUpToDate` condition says so while it happens
-//!   (`PoweringOff` with the reason in its message).
+//!   them as *pending* (effective after the next boot). With `spec.restartPolicy: Automatic` the
+//!   provider shuts the VM down (ACPI shutdown, hard stop after [`SHUTDOWN_TIMEOUT_SECS`]),
+//!   applies them and starts it again if `spec.powerState` is `On`; the `VMUpToDate` condition
+//!   says so while it happens (`PoweringOff` with the reason in its message). With `Manual` (the
+//!   default) it never restarts a running VM: `VMUpToDate` is False with `RestartRequired` (and a
+//!   Warning Event) until the user powers the VM off, or changes the policy.
 //! - **Anything else PVE keeps pending** on a running VM (a NIC change when the VM's `hotplug`
 //!   lacks `network`, the removal of an IDE/SATA drive): the config is read from `GET …/pending`
 //!   (the values with pending changes applied, as `GET …/config` shows them, and which keys are
 //!   pending), so a written change is not written again; a pending change of a key the provider
-//!   manages is applied by the same shutdown and start.
+//!   manages is applied by the same shutdown and start, as the restart policy allows.
 //! - **Power**: `Off` shuts the VM down the same way; `On` starts it.
 
-use banlieue_api::common::PowerState;
+use banlieue_api::common::{PowerState, RestartPolicy};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_pve_client::{ConfigUpdate, Size, VmConfig};
@@ -53,8 +55,27 @@ pub enum UpdateAction {
     },
     /// Start the VM.
     Start,
+    /// The running VM needs a restart that `spec.restartPolicy` (`Manual`) leaves to its user:
+    /// `why` says which changes wait.
+    RestartRequired {
+        /// The waiting changes, and how to apply them.
+        why: String,
+    },
     /// The VM matches the spec.
     InSync,
+}
+
+/// What a running VM does with a change that needs a restart, per `spec.restartPolicy`: restart
+/// (`Automatic`) or wait for its user (`Manual`, the default).
+fn restart_or_wait(spec: &ProxmoxMachineSpec, changes: String) -> UpdateAction {
+    match spec.restart_policy.unwrap_or_default() {
+        RestartPolicy::Automatic => UpdateAction::Shutdown {
+            why: format!("to apply {changes}"),
+        },
+        RestartPolicy::Manual => UpdateAction::RestartRequired {
+            why: banlieue_provider_kit::power::restart_required_message(&changes),
+        },
+    }
 }
 
 /// The desired power state (`On` when unset).
@@ -136,16 +157,18 @@ pub fn next_update_action(
         if let Some((disk, size)) = grow {
             return Ok(UpdateAction::Resize { disk, size });
         }
-        if !cold.is_empty() {
-            return Ok(UpdateAction::Shutdown {
-                why: format!(
-                    "to apply {} (CPU and memory changes need the VM off)",
-                    cold.join(", ")
-                ),
-            });
+        let policy = spec.restart_policy.unwrap_or_default();
+        if !cold.is_empty() && policy == RestartPolicy::Automatic {
+            return Ok(restart_or_wait(
+                spec,
+                format!("{} (CPU and memory changes need the VM off)", cold.join(", ")),
+            ));
         }
-        if update != ConfigUpdate::default() {
-            return Ok(UpdateAction::Apply(update));
+        // What can change while the VM runs does; cold keys wait for the restart (Manual).
+        let mut live = update;
+        live.set.retain(|k, _| !COLD_KEYS.contains(&k.as_str()));
+        if live != ConfigUpdate::default() {
+            return Ok(UpdateAction::Apply(live));
         }
         if desired_power(spec) == PowerState::Off {
             return Ok(UpdateAction::Shutdown {
@@ -153,18 +176,14 @@ pub fn next_update_action(
             });
         }
         // Written, but not in effect: Proxmox applies them when the VM starts again.
-        let waiting: Vec<&str> = pending
+        let waiting: Vec<String> = pending
             .iter()
-            .map(String::as_str)
             .filter(|k| managed(k))
+            .map(|k| format!("{k} (kept pending by Proxmox)"))
             .collect();
-        if !waiting.is_empty() {
-            return Ok(UpdateAction::Shutdown {
-                why: format!(
-                    "to apply {} (Proxmox keeps these changes pending until the VM restarts)",
-                    waiting.join(", ")
-                ),
-            });
+        let restart: Vec<String> = cold.into_iter().chain(waiting).collect();
+        if !restart.is_empty() {
+            return Ok(restart_or_wait(spec, restart.join(", ")));
         }
         return Ok(UpdateAction::InSync);
     }
@@ -215,6 +234,7 @@ mod tests {
             vmid_range: None,
             readiness_checks: None,
             power_state: None,
+            restart_policy: Some(RestartPolicy::Automatic),
         }
     }
 
@@ -302,6 +322,69 @@ mod tests {
             next_update_action(&bigger, UID, &applied, true, &[]).unwrap(),
             UpdateAction::InSync
         );
+    }
+
+    /// No surprise reboots: under `Manual` (the default) a running VM is never shut down for a
+    /// CPU or memory change; live changes still go through, the VMUpToDate message says what
+    /// waits and how to apply it, and a power cycle by the user applies it.
+    #[test]
+    fn under_the_manual_policy_a_running_vm_waits_for_its_user_to_restart_it() {
+        let bigger = ProxmoxMachineSpec {
+            cpu: Cpu::cores(4),
+            memory_mib: 4096,
+            tags: vec!["web".into()],
+            restart_policy: None,
+            ..spec()
+        };
+        let UpdateAction::Apply(live) = next_update_action(&bigger, UID, &in_sync(), true, &[]).unwrap()
+        else {
+            panic!("the live change first");
+        };
+        assert!(live.set.contains_key("tags"), "{live:?}");
+        assert!(
+            !live.set.contains_key("cores") && !live.set.contains_key("memory"),
+            "cold keys are not written to a running VM: {live:?}"
+        );
+        let mut tagged = in_sync();
+        tagged.0.insert("tags".into(), live.set["tags"].clone());
+        let action = next_update_action(&bigger, UID, &tagged, true, &[]).unwrap();
+        let UpdateAction::RestartRequired { why } = action else {
+            panic!("expected RestartRequired, got {action:?}");
+        };
+        assert!(
+            why.contains("cores 2→4") && why.contains("memory 2048→4096"),
+            "{why}"
+        );
+        assert!(
+            why.contains("spec.restartPolicy: Automatic") && why.contains("spec.powerState"),
+            "{why}"
+        );
+        let pending = ["net0".to_owned()];
+        let action = next_update_action(&spec_with(None), UID, &in_sync(), true, &pending).unwrap();
+        assert!(
+            matches!(&action, UpdateAction::RestartRequired { why } if why.contains("net0")),
+            "{action:?}"
+        );
+        // The user powers it off: it is shut down as asked, then the change is applied.
+        let off = ProxmoxMachineSpec {
+            power_state: Some(PowerState::Off),
+            ..bigger.clone()
+        };
+        assert!(matches!(
+            next_update_action(&off, UID, &tagged, true, &[]).unwrap(),
+            UpdateAction::Shutdown { why } if why == "spec.powerState is Off"
+        ));
+        assert!(matches!(
+            next_update_action(&off, UID, &tagged, false, &[]).unwrap(),
+            UpdateAction::Apply(u) if u.set.contains_key("memory")
+        ));
+    }
+
+    fn spec_with(policy: Option<RestartPolicy>) -> ProxmoxMachineSpec {
+        ProxmoxMachineSpec {
+            restart_policy: policy,
+            ..spec()
+        }
     }
 
     #[test]
@@ -411,7 +494,7 @@ mod tests {
             panic!("a restart")
         };
         assert!(why.contains("net0") && !why.contains("hookscript"), "{why}");
-        assert!(why.contains("pending until the VM restarts"), "{why}");
+        assert!(why.contains("kept pending by Proxmox"), "{why}");
         assert_eq!(
             next_update_action(&spec(), UID, &in_sync(), true, &["hookscript".to_owned()]).unwrap(),
             UpdateAction::InSync

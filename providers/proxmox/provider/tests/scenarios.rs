@@ -211,6 +211,7 @@ impl Scenario {
                 vmid_range: None,
                 readiness_checks: None,
                 power_state: None,
+                restart_policy: None,
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

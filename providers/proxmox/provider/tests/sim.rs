@@ -44,6 +44,7 @@ fn spec() -> ProxmoxMachineSpec {
         vmid_range: None,
         readiness_checks: None,
         power_state: None,
+        restart_policy: None,
     }
 }
 
@@ -419,6 +420,7 @@ async fn a_nic_change_kept_pending_is_applied_by_one_restart_through_the_wire() 
     let before = config_tasks();
     let mut changed = spec.clone();
     changed.networks = vec![banlieue_api::common::NetworkInterface::dhcp("net0", "vmbr1")];
+    changed.restart_policy = Some(banlieue_api::common::RestartPolicy::Automatic);
     let input = crate::input(&changed, UID);
     let reservations = VmidReservations::default();
     let (mut phase, mut events) = (phase, Vec::new());

@@ -381,6 +381,7 @@ fn machine_spec(provider: &str, source: ProxmoxTemplateSource) -> ProxmoxMachine
         vmid_range: None,
         readiness_checks: None,
         power_state: None,
+        restart_policy: None,
     }
 }
 

@@ -187,9 +187,10 @@ impl MachineBackend for VSphereMachines {
         };
         // Once provisioned, drift being corrected and a failed correction are VMUpToDate's, as on
         // every provider.
-        let up_to_date = provisioned_phase.then(|| match &step.failed {
-            Some((reason, message)) => Report::new(false, reason, message.clone()),
-            None => Report::up_to_date(step.waiting.clone()),
+        let up_to_date = provisioned_phase.then(|| match (&step.failed, &step.restart_required) {
+            (Some((reason, message)), _) => Report::new(false, reason, message.clone()),
+            (None, Some(why)) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
+            (None, None) => Report::up_to_date(step.waiting.clone()),
         });
         Ok(Step {
             provisioned,
@@ -200,7 +201,8 @@ impl MachineBackend for VSphereMachines {
             } else {
                 step.event.clone().into_iter().collect()
             },
-            warning: step.failed.is_some(),
+            // A Warning when a failure or a change waiting for the user's restart appears.
+            warning: step.failed.is_some() || step.restart_required.is_some(),
             provider_id: None,
             backoff: false,
             requeue: step.requeue,

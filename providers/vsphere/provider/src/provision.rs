@@ -304,6 +304,8 @@ pub struct Step {
     /// A task that failed: `(reason, message)` for `Ready=False` and a Warning Event; the phase
     /// is kept without the task so that the next reconcile tries again.
     pub failed: Option<(&'static str, String)>,
+    /// Changes waiting for the user's restart (`spec.restartPolicy: Manual`), for `VMUpToDate`.
+    pub restart_required: Option<String>,
 }
 
 impl Step {
@@ -316,6 +318,7 @@ impl Step {
             vm: None,
             failure_domain: None,
             failed: None,
+            restart_required: None,
         }
     }
 
@@ -511,7 +514,8 @@ pub async fn provision_step(
             };
             let nics = desired_nics(c, input).await?;
             match update::next_action(input.spec, &info, &nics, None) {
-                UpdateAction::InSync | UpdateAction::PowerOn => {
+                // (`RestartRequired` needs a provisioned VM the user wants on: not while configuring.)
+                UpdateAction::InSync | UpdateAction::PowerOn | UpdateAction::RestartRequired { .. } => {
                     match metadata_rewrite(c, input, &vm, &info, &nics).await? {
                         Some(step) => Ok(step),
                         None => Ok(Step::to(Phase::PowerOn(vm, None))),
@@ -683,6 +687,13 @@ pub async fn provision_step(
                         let mut step = Step::to(Phase::Provisioned(vm, None));
                         step.requeue = RESYNC;
                         step.vm = Some(info);
+                        return Ok(step);
+                    }
+                    UpdateAction::RestartRequired { why } => {
+                        let mut step = Step::to(Phase::Provisioned(vm, None));
+                        step.requeue = RESYNC;
+                        step.vm = Some(info);
+                        step.restart_required = Some(why);
                         return Ok(step);
                     }
                     UpdateAction::Reconfigure { spec, what } => (
@@ -955,6 +966,7 @@ mod tests {
             disks: vec![],
             networks: vec![],
             readiness_checks: None,
+            restart_policy: None,
         }
     }
 

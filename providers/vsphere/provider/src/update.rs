@@ -11,10 +11,12 @@
 //!   MAC, then by network, then in key order; an unmatched adapter is moved (edit of its backing),
 //!   missing ones added (`vmxnet3` unless `model` says otherwise), extra ones removed. Applied
 //!   online. No `spec.networks`: the template's adapters are kept as they are.
-//! - **CPU and memory** are cold: a running VM is powered off, reconfigured, and powered on again
-//!   when the desired power state is `On`.
+//! - **CPU and memory** are cold: with `spec.restartPolicy: Automatic` a running VM is powered
+//!   off, reconfigured, and powered on again when the desired power state is `On`; with `Manual`
+//!   (the default) a provisioned VM is left running and `VMUpToDate` says `RestartRequired` until
+//!   its user powers it off.
 
-use banlieue_api::common::PowerState;
+use banlieue_api::common::{PowerState, RestartPolicy};
 use banlieue_api::infrastructure::VSphereMachineSpec;
 use banlieue_vsphere_client::{
     ConfigSpec, DeviceChange, Hardware, NetworkBacking, VirtualNic, VmInfo, VmPowerState,
@@ -48,6 +50,12 @@ pub enum UpdateAction {
     },
     /// Power the VM on.
     PowerOn,
+    /// The running VM needs a restart that `spec.restartPolicy` (`Manual`) leaves to its user:
+    /// `why` says which changes wait.
+    RestartRequired {
+        /// The waiting changes, and how to apply them.
+        why: String,
+    },
     /// Nothing to do.
     InSync,
 }
@@ -215,6 +223,14 @@ pub fn next_action(
                 },
             };
         }
+        // A provisioned VM the user wants on is restarted only as its restart policy allows.
+        let user_restart =
+            power == Some(PowerState::On) && spec.restart_policy.unwrap_or_default() == RestartPolicy::Manual;
+        if !cold.is_empty() && user_restart {
+            return UpdateAction::RestartRequired {
+                why: banlieue_provider_kit::power::restart_required_message(&describe_cold(&cold, info)),
+            };
+        }
         if !cold.is_empty() {
             return UpdateAction::PowerOff {
                 why: format!(
@@ -278,6 +294,7 @@ mod tests {
             disks: vec![],
             networks: vec![],
             readiness_checks: None,
+            restart_policy: None,
         }
     }
 

@@ -449,8 +449,8 @@ async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()
         hw(&info(&vc, &vm).await?)
     );
 
-    // Drift: more CPU and memory (cold: power off, reconfigure, power on), a bigger disk, a new
-    // data disk and one network less (hot), all on the same VM.
+    // Drift: more CPU and memory (cold: power off, reconfigure, power on, once the restart policy
+    // allows it), a bigger disk, a new data disk and one network less (hot), all on the same VM.
     s.machines()
         .patch(
             "app-1",
@@ -461,6 +461,43 @@ async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()
                 "disks": [{"name": "root", "sizeGiB": 30}, {"name": "data", "sizeGiB": 5}],
                 "networks": [{"name": "eth0", "network": "VM Network"}],
             }})),
+        )
+        .await?;
+    // No surprise reboots: under the default restart policy (Manual) the hot changes are made,
+    // the CPU and memory wait with VMUpToDate RestartRequired, the VM keeps running.
+    let up_to_date = |m: &VSphereMachine| {
+        m.status
+            .as_ref()
+            .and_then(|st| st.conditions.iter().find(|c| c.type_ == "VMUpToDate"))
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    };
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let m = s.machines().get("app-1").await?;
+        let now = hw(&info(&vc, &vm).await?);
+        if up_to_date(&m) == Some(("False".into(), "RestartRequired".into())) && now.2 == [30, 5] {
+            ensure!(
+                now.0 != Some(4) && now.4,
+                "restarted without being allowed: {now:?}"
+            );
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("no RestartRequired: vcsim {now:?}, status {:?}", m.status);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let reasons = events(&s.kube, &s.ns, "app-1").await?;
+    ensure!(
+        reasons.iter().any(|e| e == "RestartRequired") && !reasons.iter().any(|e| e == "PoweringOff"),
+        "a RestartRequired Warning and no PoweringOff: {reasons:?}"
+    );
+    // Allowed: powered off, reconfigured, powered on.
+    s.machines()
+        .patch(
+            "app-1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"restartPolicy": "Automatic"}})),
         )
         .await?;
     let want: Hw = (
@@ -474,12 +511,7 @@ async fn hardware_follows_the_spec_when_provisioning_and_as_drift() -> Result<()
     loop {
         let m = s.machines().get("app-1").await?;
         let now = hw(&info(&vc, &vm).await?);
-        let up_to_date = m
-            .status
-            .as_ref()
-            .and_then(|st| st.conditions.iter().find(|c| c.type_ == "VMUpToDate"))
-            .map(|c| (c.status.clone(), c.reason.clone()));
-        if is_ready(&m) && now == want && up_to_date == Some(("True".into(), "UpToDate".into())) {
+        if is_ready(&m) && now == want && up_to_date(&m) == Some(("True".into(), "UpToDate".into())) {
             ensure!(vm_of(&m)? == vm, "the machine moved to another VM");
             break;
         }

@@ -12,6 +12,7 @@ use banlieue_proxmox::provision::{
     DeleteStep, MachineInput, StepError, VmidReservations, delete_step, provision_step,
 };
 use banlieue_pve_client::{Client, TlsVerification};
+use banlieue_pve_sim::acl::Acl;
 use banlieue_pve_sim::{SimConfig, SimHandle};
 
 static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
@@ -86,6 +87,11 @@ async fn provision(client: &Client, input: &MachineInput<'_>) -> Result<Phase> {
 
 /// Deletes the machine at `phase` step by step until nothing of it is left.
 async fn delete(client: &Client, phase: &Phase) -> Result<()> {
+    delete_as(client, UID, phase).await
+}
+
+/// [`delete`] for the machine with `uid`.
+async fn delete_as(client: &Client, uid: &str, phase: &Phase) -> Result<()> {
     // As the controller leaves it: `initialization.provisioned` set once provisioned.
     let mut status = ProxmoxMachineStatus {
         initialization: banlieue_api::common::Initialization::provisioned(phase.is_provisioned()),
@@ -94,7 +100,7 @@ async fn delete(client: &Client, phase: &Phase) -> Result<()> {
     phase.write(&mut status);
     let reservations = VmidReservations::default();
     for _ in 0..100 {
-        match delete_step(client, UID, "local", Some(&status), &reservations).await? {
+        match delete_step(client, uid, "local", Some(&status), &reservations).await? {
             DeleteStep::Gone { .. } => return Ok(()),
             DeleteStep::InProgress { state, task, .. } => {
                 status.provisioning = Some(ProvisioningStatus {
@@ -585,5 +591,125 @@ async fn machines_without_a_failure_domain_spread_over_the_nodes() -> Result<()>
 async fn a_template_on_local_storage_keeps_machines_on_its_node() -> Result<()> {
     let (_sim, client) = sim().await?;
     assert_eq!(place_three(&client).await?, ["pve1", "pve1", "pve1"]);
+    Ok(())
+}
+
+/// A simulator whose `local-lvm` every node reaches (as with Ceph or NFS), so the provider may
+/// place a machine on any node.
+async fn shared_disks_sim() -> Result<(SimHandle, Client)> {
+    let mut config = SimConfig::fast();
+    for storage in &mut config.storages {
+        storage.shared |= storage.id == "local-lvm";
+    }
+    sim_with(config).await
+}
+
+/// The grants the `pveum` commands of the least-privilege section of the provider's README give
+/// its account (`capi@pve` and its token), for the simulator's one token.
+fn documented_role() -> Result<Acl> {
+    Acl::from_markdown(
+        include_str!("../README.md"),
+        banlieue_pve_sim::acl::LEAST_PRIVILEGE_MARKER,
+        "capi@pve!banlieue",
+    )
+    .map_err(anyhow::Error::msg)
+}
+
+/// What a machine's life asks of Proxmox: one placed by its failure domain, then one placed by
+/// the provider beside it (on another node: the first one's memory counts), each cloned,
+/// configured (the template's cloud-init drive replaced by the seed, the disk grown), booted and
+/// found by its guest agent (its seed then removed); both changed while off (CPU, memory,
+/// bridge), then deleted, leaving no VM and no seed ISO behind.
+async fn machine_lives(sim: &SimHandle, client: &Client) -> Result<()> {
+    let spec = ProxmoxMachineSpec {
+        disks: vec![Disk {
+            name: "scsi0".into(),
+            size_gib: 20,
+            storage: None,
+        }],
+        ..spec()
+    };
+    let pinned = input(&spec, UID);
+    let placed = MachineInput {
+        uid: "4f1c2d3e-0000-4000-8000-00000000beef",
+        name: "m2",
+        failure_domain: None,
+        ..input(&spec, UID)
+    };
+    let mut machines = Vec::new();
+    for machine in [pinned, placed] {
+        machines.push((machine, provision(client, &machine).await?));
+    }
+    let nodes: Vec<&str> = machines
+        .iter()
+        .filter_map(|(_, p)| p.location().map(|l| l.node.as_str()))
+        .collect();
+    anyhow::ensure!(
+        nodes.len() == 2 && nodes[0] != nodes[1],
+        "placed beside, not onto, the first: {nodes:?}"
+    );
+    let off = ProxmoxMachineSpec {
+        power_state: Some(banlieue_api::common::PowerState::Off),
+        cpu: Cpu::cores(3),
+        memory_mib: 6144,
+        networks: vec![banlieue_api::common::NetworkInterface::dhcp("net0", "vmbr1")],
+        ..spec.clone()
+    };
+    for (machine, phase) in machines {
+        let changed = MachineInput {
+            spec: &off,
+            ..machine
+        };
+        let vmid = phase.location().context("location")?.vmid;
+        let applied = || {
+            sim.vm(vmid).is_some_and(|vm| {
+                !vm.running
+                    && vm.config.get("memory").map(String::as_str) == Some("6144")
+                    && vm.config.get("cores").map(String::as_str) == Some("3")
+                    && vm.config.get("net0").is_some_and(|n| n.contains("bridge=vmbr1"))
+            })
+        };
+        let phase = drive(client, &changed, phase, |p| {
+            matches!(p, Phase::Provisioned(_)) && applied()
+        })
+        .await
+        .context("changed while off")?;
+        delete_as(client, machine.uid, &phase).await?;
+    }
+    anyhow::ensure!(sim.vms().iter().all(|v| v.template), "every VM deleted");
+    let isos: Vec<_> = sim
+        .volumes()
+        .into_iter()
+        .filter(|(_, _, id)| id.contains("iso/"))
+        .collect();
+    anyhow::ensure!(isos.is_empty(), "seed ISOs left behind: {isos:?}");
+    Ok(())
+}
+
+/// Least privilege, both ways: with exactly the grants the README documents (its `pveum` lines,
+/// applied to the simulator, which checks what PVE checks) a machine lives its whole life; and
+/// each privilege of them is needed: without it, the same life fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_role_is_all_a_machine_needs_and_nothing_more() -> Result<()> {
+    let (documented, client) = shared_disks_sim().await?;
+    let role = documented_role()?;
+    documented.set_acl(Some(role.clone()));
+    machine_lives(&documented, &client)
+        .await
+        .context("with the documented role")?;
+    documented.shutdown().await;
+    let mut superfluous = Vec::new();
+    for (name, privilege) in role.role_privileges() {
+        let (restricted, client) = shared_disks_sim().await?;
+        restricted.set_acl(Some(role.without(&name, &privilege)));
+        if machine_lives(&restricted, &client).await.is_ok() {
+            superfluous.push(format!("{privilege} (role {name})"));
+        }
+        restricted.shutdown().await;
+    }
+    anyhow::ensure!(
+        superfluous.is_empty(),
+        "the README grants privileges a machine's life does not need: {superfluous:?}"
+    );
     Ok(())
 }

@@ -15,6 +15,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod acl;
 pub mod config;
 pub mod faults;
 pub mod iso;
@@ -274,6 +275,10 @@ impl SimHandle {
     pub fn vms(&self) -> Vec<VmInfo> {
         self.shared.state().vm_infos()
     }
+    /// Every volume on the nodes' storages (seed ISOs, uploads): `(node, storage, volume id)`.
+    pub fn volumes(&self) -> Vec<(String, String, String)> {
+        self.shared.state().volume_ids()
+    }
     /// One VM.
     pub fn vm(&self, vmid: u32) -> Option<VmInfo> {
         self.vms().into_iter().find(|v| v.vmid == vmid)
@@ -296,6 +301,12 @@ impl SimHandle {
     /// `403 Permission check failed (/vms/<vmid>, VM.Audit)`.
     pub fn hide_from_token(&self, vmid: u32) {
         self.shared.state().hide(vmid);
+    }
+    /// From now on the API token has exactly the privileges `acl` grants (`None`: root's, the
+    /// default): the schema's permission checks, the checks PVE's handlers make in code and the
+    /// listings that leave out what the token may not see (see [`acl`]).
+    pub fn set_acl(&self, acl: Option<acl::Acl>) {
+        self.shared.state().set_acl(acl);
     }
     /// pvestatd restarts (as after a node boot): for `resources_lag`, `/cluster/resources` lists
     /// every guest with status `unknown` and without name, template flag or memory.

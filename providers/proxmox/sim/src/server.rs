@@ -376,7 +376,11 @@ async fn api(
         task_failure,
         upload,
     };
-    let data = shared.state().handle(&request)?;
+    let data = {
+        let mut state = shared.state();
+        state.authorize(endpoint.info.get("permissions"), &request)?;
+        state.handle(&request)?
+    };
     if shared.cfg.check_returns {
         let problems = crate::schema::check_returns(endpoint.returns(), &data);
         if !problems.is_empty() {

@@ -319,6 +319,8 @@ pub fn normalize_tags(text: &str) -> String {
     set.into_iter().collect::<Vec<_>>().join(";")
 }
 
+mod authorize;
+
 /// The simulated cluster.
 pub(crate) struct State {
     cfg: Arc<SimConfig>,
@@ -339,6 +341,8 @@ pub(crate) struct State {
     hidden: HashSet<u32>,
     /// Since when pvestatd reports (see [`State::restart_pvestatd`]).
     stats_since: Instant,
+    /// The token's privileges (`None`: root's, everything).
+    acl: Option<crate::acl::Acl>,
 }
 
 impl State {
@@ -359,6 +363,7 @@ impl State {
             boot: now,
             fingerprint,
             hidden: HashSet::new(),
+            acl: None,
             stats_since: now.checked_sub(cfg.resources_lag).unwrap_or(now),
             cfg,
         };
@@ -674,6 +679,18 @@ impl State {
 
     // ----- inspection -----
 
+    /// Every uploaded or allocated volume: `(node, storage, volume id)`.
+    pub(crate) fn volume_ids(&self) -> Vec<(String, String, String)> {
+        self.volumes
+            .iter()
+            .flat_map(|((node, storage), volumes)| {
+                volumes
+                    .keys()
+                    .map(move |id| (node.clone(), storage.clone(), id.clone()))
+            })
+            .collect()
+    }
+
     pub(crate) fn vm_infos(&self) -> Vec<VmInfo> {
         self.vms.iter().map(|(id, vm)| vm_info(*id, vm)).collect()
     }
@@ -799,10 +816,19 @@ impl State {
                 .nodes
                 .iter()
                 .map(|n| {
-                    json!({"node": n, "id": format!("node/{n}"), "type": "node", "status": "online",
+                    let mut node = json!({"node": n, "id": format!("node/{n}"), "type": "node", "status": "online",
                         "cpu": self.node_cpu(n), "maxcpu": NODE_CPUS, "mem": self.node_memory_used(n), "maxmem": NODE_MEMORY,
                         "disk": 10u64 << 30, "maxdisk": 100u64 << 30, "uptime": uptime, "level": "",
-                        "ssl_fingerprint": self.fingerprint})
+                        "ssl_fingerprint": self.fingerprint});
+                    // Without Sys.Audit on the node PVE lists it without its statistics.
+                    if !self.sees_node_stats(n)
+                        && let Some(m) = node.as_object_mut()
+                    {
+                        for key in ["cpu", "maxcpu", "mem", "maxmem", "disk", "maxdisk", "uptime"] {
+                            m.remove(key);
+                        }
+                    }
+                    node
                 })
                 .collect(),
         )
@@ -964,7 +990,7 @@ impl State {
         }
         if kind.is_none() || kind == Some("storage") {
             for n in &self.cfg.nodes {
-                for s in &self.cfg.storages {
+                for s in self.cfg.storages.iter().filter(|s| self.sees_storage(&s.id)) {
                     out.push(json!({"id": format!("storage/{n}/{}", s.id), "type": "storage", "storage": s.id,
                         "node": n, "status": "available", "content": s.content.join(","), "plugintype": s.kind,
                         "shared": u8::from(s.shared), "disk": self.storage_used(n, s), "maxdisk": s.total}));
@@ -972,7 +998,7 @@ impl State {
             }
         }
         if kind.is_none() || kind == Some("vm") {
-            for (vmid, vm) in self.vms.iter().filter(|(id, _)| !self.hidden.contains(id)) {
+            for (vmid, vm) in self.vms.iter().filter(|(id, _)| self.sees_vm(**id)) {
                 let mut m = self.vm_summary(*vmid, vm);
                 m.insert("id".into(), json!(format!("qemu/{vmid}")));
                 m.insert("type".into(), json!("qemu"));
@@ -997,7 +1023,7 @@ impl State {
             }
         }
         if kind.is_none() || kind == Some("pool") {
-            for p in self.pools.keys() {
+            for p in self.pools.keys().filter(|p| self.sees_pool(p)) {
                 out.push(json!({"id": format!("pool/{p}"), "type": "pool", "pool": p}));
             }
         }
@@ -1020,7 +1046,7 @@ impl State {
         Value::Array(
             self.vms
                 .iter()
-                .filter(|(id, vm)| vm.node == node && !self.hidden.contains(id))
+                .filter(|(id, vm)| vm.node == node && self.sees_vm(**id))
                 .map(|(id, vm)| Value::Object(self.vm_summary(*id, vm)))
                 .collect(),
         )

@@ -44,6 +44,14 @@ impl ProviderUnderTest for PveSim {
             storage.shared |= storage.id == "local-lvm";
         }
         let sim = banlieue_pve_sim::start(config).await?;
+        // The token has exactly the privileges the provider's README documents.
+        let role = banlieue_pve_sim::acl::Acl::from_markdown(
+            include_str!("../../README.md"),
+            banlieue_pve_sim::acl::LEAST_PRIVILEGE_MARKER,
+            "capi@pve!banlieue",
+        )
+        .map_err(anyhow::Error::msg)?;
+        sim.set_acl(Some(role));
         Ok(Self {
             kube,
             ns: ns.to_owned(),

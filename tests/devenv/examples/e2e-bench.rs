@@ -8,11 +8,20 @@
 //! ```
 //!
 //! Reported: wall time from the first create until every VirtualMachine is `Running` and
-//! `Ready`; the controller's API writes per VM by kind (from its `/metrics`) against the
-//! theoretical minimum; how often each machine's mirrored fields changed (each change is at
-//! most one status write); p50/p99 latency from the provider's final status write (as this process's
-//! watch sees it) to the VirtualMachine showing it (same watch, so the watch delay cancels);
-//! the controller's peak RSS (`VmHWM`).
+//! `Ready`, and each VM's time from its create to Ready (p50/p95/max); the API server's own
+//! count of writes (`apiserver_request_total`, by verb and resource, the bench's own creates
+//! apart) per VM, and the controller's by kind (its `/metrics`) against the theoretical minimum;
+//! Proxmox calls per VM (the simulator's count, task status polls apart); how often each
+//! machine's mirrored fields changed; p50/p99 latency from the provider's final status write to
+//! the VirtualMachine showing it (same watch, so the watch delay cancels); each manager's peak
+//! RSS (`VmHWM`) and CPU seconds; writes and Proxmox calls per minute once everything is Ready
+//! (`BENCH_IDLE_SECS`, default 60); and the floor: as many writes as the managers made, from a
+//! plain client with 32 requests in flight against the same API server.
+//!
+//! `BENCH_SIM=realistic` gives the simulator PVE-like task durations and a guest agent that
+//! answers 5 s after boot (default `instant`). `BENCH_JSON=path` writes the results as JSON
+//! (with the commit); `tests/devenv/bench/last-run.json` is the committed last run. Not yet: the
+//! second scenario (M CAPI Machines through the real CAPI controllers).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,13 +51,29 @@ async fn main() -> anyhow::Result<()> {
         .context("N must be a number")?
         .unwrap_or(500);
     let concurrency = std::env::var("BENCH_PROVIDER_CONCURRENCY").unwrap_or_else(|_| "16".to_owned());
+    let realistic = match std::env::var("BENCH_SIM").as_deref() {
+        Ok("realistic") => true,
+        Ok("instant") | Err(_) => false,
+        Ok(other) => bail!("BENCH_SIM must be instant or realistic, not {other:?}"),
+    };
+    let idle_secs: u64 = std::env::var("BENCH_IDLE_SECS")
+        .ok()
+        .map(|v| v.parse())
+        .transpose()
+        .context("BENCH_IDLE_SECS must be a number of seconds")?
+        .unwrap_or(60);
 
     let env = TestEnv::builder().allow_external(false).start().await?;
     env.install_crds(&banlieue_api::crds::all()).await?;
     let client = env.client().await?;
+    let sim_config = if realistic {
+        banlieue_pve_sim::SimConfig::default()
+    } else {
+        banlieue_pve_sim::SimConfig::fast()
+    };
     let sim = banlieue_pve_sim::start(banlieue_pve_sim::SimConfig {
         check_returns: false,
-        ..banlieue_pve_sim::SimConfig::fast()
+        ..sim_config
     })
     .await?;
     let provider = "bench-sim";
@@ -60,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
     let logs = env.workdir().join("bench-logs");
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let metrics_addr = format!("127.0.0.1:{port}");
-    let _provider = banlieue_dev::start_controller(
+    let provider_process = banlieue_dev::start_controller(
         &bin_dir,
         banlieue_dev::PROXMOX_PROVIDER,
         &[
@@ -105,13 +130,21 @@ async fn main() -> anyhow::Result<()> {
     let vms_task = tokio::spawn(observe_vms(client.clone(), ns.clone(), vm_done.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
+    let writes_before = apiserver_writes(&client).await?;
+    sim.reset_calls();
+    let created_at: Stamps = Arc::default();
     eprintln!("creating {n} VirtualMachines");
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
     let start = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
             let vms = vms.clone();
+            let created_at = created_at.clone();
             async move {
+                created_at
+                    .lock()
+                    .expect("lock")
+                    .insert(format!("vm-{i:04}"), Instant::now());
                 let vm: VirtualMachine = serde_json::from_value(json!({
                     "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
                     "metadata": {"name": format!("vm-{i:04}")},
@@ -150,8 +183,14 @@ async fn main() -> anyhow::Result<()> {
     let wall = start.elapsed();
     // Let the controller settle, then count (no write may follow the last mirror).
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let writes_ready = apiserver_writes(&client).await?;
+    let calls_ready = sim.calls();
+    let cpu_ready = [cpu_seconds(provider_process.id()), cpu_seconds(controller.id())];
+    eprintln!("all Ready; watching {idle_secs} s of idle");
+    tokio::time::sleep(Duration::from_secs(idle_secs)).await;
+    let writes_idle = apiserver_writes(&client).await?;
+    let calls_idle = sim.calls();
     let metrics = get(&metrics_addr, "/metrics")?;
-    let peak_rss_kib = peak_rss_kib(controller.id());
     let value = |target: &str| -> f64 {
         let prefix = format!("banlieue_controller_writes_total{{target=\"{target}\"}} ");
         metrics
@@ -186,6 +225,36 @@ async fn main() -> anyhow::Result<()> {
     let changes: Vec<usize> = states.lock().expect("lock").values().map(|(_, c)| *c).collect();
     let mean_changes = changes.iter().sum::<usize>() as f64 / changes.len().max(1) as f64;
     let sim_vms = sim.vms().into_iter().filter(|v| !v.template).count();
+    let mut to_ready: Vec<Duration> = {
+        let (c, v) = (created_at.lock().expect("lock"), vm_done.lock().expect("lock"));
+        v.iter()
+            .filter_map(|(name, done)| c.get(name).map(|t| done.saturating_duration_since(*t)))
+            .collect()
+    };
+    to_ready.sort();
+    // The API server's count: every write to the API during the run, by verb and resource,
+    // the bench's own N creates of VirtualMachines apart.
+    let mut by_kind = diff(&writes_ready, &writes_before);
+    if let Some(creates) = by_kind.get_mut(&("POST".to_owned(), "virtualmachines".to_owned())) {
+        *creates -= n as f64;
+    }
+    by_kind.retain(|_, v| *v > 0.0);
+    let managers_writes: f64 = by_kind.values().sum();
+    let idle_writes: f64 = diff(&writes_idle, &writes_ready).values().sum();
+    let polls = |calls: &std::collections::BTreeMap<String, u64>| -> (u64, u64) {
+        let status = calls
+            .iter()
+            .filter(|(k, _)| k.contains("/tasks/") || k.contains("/agent/"))
+            .map(|(_, v)| v)
+            .sum();
+        (calls.values().sum::<u64>() - status, status)
+    };
+    let (pve_calls, pve_polls) = polls(&calls_ready);
+    let idle_calls: u64 = calls_idle.values().sum::<u64>() - calls_ready.values().sum::<u64>();
+    let per_minute = |v: f64| v * 60.0 / idle_secs.max(1) as f64;
+    let cpu_done = [cpu_seconds(provider_process.id()), cpu_seconds(controller.id())];
+    let rss = [peak_rss_kib(provider_process.id()), peak_rss_kib(controller.id())];
+    let floor = floor_rate(&client, &ns, managers_writes.round() as usize).await?;
 
     println!(
         "N = {n} VirtualMachines, provider --concurrency {concurrency}, simulator with zero-delay tasks"
@@ -218,15 +287,179 @@ async fn main() -> anyhow::Result<()> {
             latencies.len()
         );
     }
+    if !to_ready.is_empty() {
+        println!(
+            "create → VirtualMachine Running and Ready: p50 {:.1} s, p95 {:.1} s, max {:.1} s",
+            percentile(&to_ready, 0.5).as_secs_f64(),
+            percentile(&to_ready, 0.95).as_secs_f64(),
+            to_ready[to_ready.len() - 1].as_secs_f64()
+        );
+    }
     println!(
-        "controller peak RSS: {}",
-        peak_rss_kib.map_or_else(|| "?".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
+        "API server writes per VM (apiserver_request_total, both managers, the bench's creates apart): {:.2}",
+        per_vm(managers_writes)
     );
+    println!("  {:<8} {:<36} {:>9}", "verb", "resource", "per VM");
+    for ((verb, resource), count) in &by_kind {
+        println!("  {verb:<8} {resource:<36} {:>9.2}", per_vm(*count));
+    }
+    println!(
+        "Proxmox calls per VM: {:.2} (+ {:.2} task status and guest agent polls)",
+        per_vm(pve_calls as f64),
+        per_vm(pve_polls as f64)
+    );
+    let show_rss =
+        |k: Option<u64>| k.map_or_else(|| "?".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
+    let show_cpu = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.1} s", b - a.min(b)),
+        _ => "?".to_owned(),
+    };
+    println!(
+        "provider: peak RSS {}, CPU {} until Ready; controller: peak RSS {}, CPU {} until Ready",
+        show_rss(rss[0]),
+        cpu_ready[0].map_or_else(|| "?".to_owned(), |c| format!("{c:.1} s")),
+        show_rss(rss[1]),
+        cpu_ready[1].map_or_else(|| "?".to_owned(), |c| format!("{c:.1} s")),
+    );
+    println!(
+        "idle after Ready ({idle_secs} s): {:.1} API writes/min, {:.1} Proxmox calls/min, CPU {} (provider), {} (controller)",
+        per_minute(idle_writes),
+        per_minute(idle_calls as f64),
+        show_cpu(cpu_ready[0], cpu_done[0]),
+        show_cpu(cpu_ready[1], cpu_done[1]),
+    );
+    println!(
+        "floor: {} writes from a plain client (32 in flight) took {:.1} s ({:.0} writes/s); the managers' writes took {:.1} s end to end: {:.1}× the floor",
+        floor.0,
+        floor.1.as_secs_f64(),
+        floor.0 as f64 / floor.1.as_secs_f64().max(1e-9),
+        wall.as_secs_f64(),
+        wall.as_secs_f64() / floor.1.as_secs_f64().max(1e-9),
+    );
+    if let Ok(path) = std::env::var("BENCH_JSON") {
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+        let result = json!({
+            "commit": commit,
+            "n": n,
+            "simulator": if realistic { "realistic" } else { "instant" },
+            "provider_concurrency": concurrency,
+            "wall_seconds": wall.as_secs_f64(),
+            "to_ready_seconds": to_ready.is_empty().then_some(None).unwrap_or_else(|| Some(json!({
+                "p50": percentile(&to_ready, 0.5).as_secs_f64(),
+                "p95": percentile(&to_ready, 0.95).as_secs_f64(),
+                "max": to_ready[to_ready.len() - 1].as_secs_f64(),
+            }))),
+            "api_writes_per_vm": per_vm(managers_writes),
+            "api_writes_per_vm_by_verb_and_resource": by_kind.iter()
+                .map(|((verb, resource), c)| json!({"verb": verb, "resource": resource, "per_vm": per_vm(*c)}))
+                .collect::<Vec<_>>(),
+            "controller_writes_per_vm": per_vm(total),
+            "proxmox_calls_per_vm": per_vm(pve_calls as f64),
+            "proxmox_polls_per_vm": per_vm(pve_polls as f64),
+            "provider": {"peak_rss_mib": rss[0].map(|k| k as f64 / 1024.0), "cpu_seconds_until_ready": cpu_ready[0]},
+            "controller": {"peak_rss_mib": rss[1].map(|k| k as f64 / 1024.0), "cpu_seconds_until_ready": cpu_ready[1]},
+            "idle": {"seconds": idle_secs, "api_writes_per_minute": per_minute(idle_writes),
+                     "proxmox_calls_per_minute": per_minute(idle_calls as f64)},
+            "floor": {"writes": floor.0, "seconds": floor.1.as_secs_f64()},
+        });
+        std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")
+            .with_context(|| format!("writing {path}"))?;
+        eprintln!("results written to {path}");
+    }
     machines_task.abort();
     vms_task.abort();
     drop(controller);
+    drop(provider_process);
     sim.shutdown().await;
     Ok(())
+}
+
+/// Writes the API server has served so far, by (verb, resource[/subresource]), from its own
+/// `apiserver_request_total` (read with the admin client).
+async fn apiserver_writes(
+    client: &Client,
+) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client
+        .request_text(request)
+        .await
+        .context("reading the API server's /metrics")?;
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
+        let Some((labels, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(&format!("{name}=\""))
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        let verb = label("verb");
+        if !matches!(
+            verb.as_str(),
+            "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"
+        ) {
+            continue;
+        }
+        let resource = match label("subresource").as_str() {
+            "" => label("resource"),
+            sub => format!("{}/{sub}", label("resource")),
+        };
+        *out.entry((verb, resource)).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+    }
+    Ok(out)
+}
+
+/// `after - before`, per key.
+fn diff(
+    after: &std::collections::BTreeMap<(String, String), f64>,
+    before: &std::collections::BTreeMap<(String, String), f64>,
+) -> std::collections::BTreeMap<(String, String), f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .collect()
+}
+
+/// The floor: `writes` small writes (ConfigMap creates) from a plain client with 32 in flight,
+/// on the same API server; how many and how long.
+async fn floor_rate(client: &Client, ns: &str, writes: usize) -> anyhow::Result<(usize, Duration)> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    futures::stream::iter(0..writes)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": format!("floor-{i:06}")}, "data": {"k": "v"},
+                }))?;
+                api.create(&PostParams::default(), &cm).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok((writes, start.elapsed()))
+}
+
+/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces, in parentheses).
+    let rest = stat.rsplit_once(") ")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(ticks / 100.0)
 }
 
 /// What the mirror reads of a machine, as a string: one distinct value per provider state.

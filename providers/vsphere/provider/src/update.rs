@@ -369,11 +369,37 @@ mod tests {
         assert_eq!(next_action(&spec(), &vm(), &[], None), UpdateAction::InSync);
     }
 
+    /// No surprise reboots: under `Manual` (the default) a running VM the user wants on is not
+    /// powered off for CPU and memory; a user's power-off (or a VM being provisioned) applies it.
+    #[test]
+    fn under_the_manual_policy_cpu_and_memory_wait_for_the_user() {
+        let mut s = spec();
+        s.cpu.cores = 4;
+        s.memory_mib = 4096;
+        let action = next_action(&s, &vm(), &[], Some(PowerState::On));
+        let UpdateAction::RestartRequired { why } = &action else {
+            panic!("expected RestartRequired, got {action:?}");
+        };
+        assert!(
+            why.contains("CPUs 2→4") && why.contains("spec.restartPolicy: Automatic"),
+            "{why}"
+        );
+        assert!(matches!(
+            next_action(&s, &vm(), &[], Some(PowerState::Off)),
+            UpdateAction::PowerOff { .. }
+        ));
+        assert!(
+            matches!(next_action(&s, &vm(), &[], None), UpdateAction::PowerOff { .. }),
+            "while provisioning, nothing the user runs yet"
+        );
+    }
+
     #[test]
     fn cpu_and_memory_on_a_running_vm_power_it_off_first_then_apply_then_power_on() {
         let mut s = spec();
         s.cpu.cores = 4;
         s.memory_mib = 4096;
+        s.restart_policy = Some(RestartPolicy::Automatic);
         let UpdateAction::PowerOff { why } = next_action(&s, &vm(), &[], Some(PowerState::On)) else {
             panic!("expected PowerOff");
         };

@@ -348,11 +348,11 @@ async fn main() -> anyhow::Result<()> {
             "simulator": if realistic { "realistic" } else { "instant" },
             "provider_concurrency": concurrency,
             "wall_seconds": wall.as_secs_f64(),
-            "to_ready_seconds": to_ready.is_empty().then_some(None).unwrap_or_else(|| Some(json!({
+            "to_ready_seconds": (!to_ready.is_empty()).then(|| json!({
                 "p50": percentile(&to_ready, 0.5).as_secs_f64(),
                 "p95": percentile(&to_ready, 0.95).as_secs_f64(),
                 "max": to_ready[to_ready.len() - 1].as_secs_f64(),
-            }))),
+            })),
             "api_writes_per_vm": per_vm(managers_writes),
             "api_writes_per_vm_by_verb_and_resource": by_kind.iter()
                 .map(|((verb, resource), c)| json!({"verb": verb, "resource": resource, "per_vm": per_vm(*c)}))

@@ -11,7 +11,6 @@
 //! | [`machine`] | the InfraMachine reconciler (fresh read, move, owner, pause, deletion step by step, finalizer, waits, user data, one provisioning step, `providerID`, conditions, Events, backoff), around a [`machine::MachineBackend`] |
 //! | [`network`] | `spec.networks` for the guest: IPAM pool claims and their allocations, cloud-init `network-config` with DHCP, static and pool addresses |
 //! | [`placement`] | where a VM without a failure domain goes: the node or host with the most free memory |
-//! | [`poll`] | how soon to look at a hypervisor task again: fast after it starts, slower as it runs |
 //! | [`power`] | powering a guest off: a shutdown request first, a hard power-off once it is ignored for two minutes, the request's time persisted |
 //! | [`readopt`] | re-adoption by identity: which VM a machine created anew (`clusterctl move`, a restore) may take over, and what its deletion may delete |
 //! | [`template`] | the InfraMachineTemplate reconciler (`status.capacity`) |
@@ -35,7 +34,6 @@ pub mod machine;
 pub mod network;
 pub mod owner;
 pub mod placement;
-pub mod poll;
 pub mod power;
 pub mod rbac;
 pub mod readopt;

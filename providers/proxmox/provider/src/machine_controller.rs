@@ -157,21 +157,6 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);
         }
-        // A task in flight is looked at soon after it started, then less often.
-        let requeue = if step.requeue == provision::TASK_POLL {
-            let started = status
-                .provisioning
-                .as_ref()
-                .and_then(|p| p.task_started_at.as_ref())
-                .map(|t| t.0);
-            banlieue_provider_kit::poll::task_poll_since(
-                started,
-                k8s_openapi::jiff::Timestamp::now(),
-                provision::TASK_POLL,
-            )
-        } else {
-            step.requeue
-        };
         if let Some(loc) = step.phase.location() {
             status.failure_domain = Some(loc.node.clone());
         }
@@ -222,7 +207,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             events: step.event.into_iter().collect(),
             warning,
             backoff: step.failed.as_ref().is_some_and(|f| f.busy),
-            requeue,
+            requeue: step.requeue,
         })
     }
 

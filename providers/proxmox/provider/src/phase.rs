@@ -18,7 +18,6 @@
 use banlieue_api::common::{ProvisioningState, ProvisioningStatus};
 use banlieue_api::infrastructure::ProxmoxMachineStatus;
 use banlieue_pve_client::Upid;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 /// Where the VM lives once chosen: node and VMID.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,12 +159,11 @@ impl Phase {
         status.vmid = location.map(|l| l.vmid);
         let previous = status.provisioning.take().unwrap_or_default();
         let task_id = task.map(|t| t.to_string());
-        // The provider's clock when a task is first written (for the pace of polls), kept while
-        // the same task is in flight.
-        let task_started_at = match &task_id {
-            Some(_) if task_id == previous.task_id => previous.task_started_at,
-            Some(_) => Some(Time(k8s_openapi::jiff::Timestamp::now())),
-            None => None,
+        // Keep the start time only while the same task is in flight.
+        let task_started_at = if task_id.is_some() && task_id == previous.task_id {
+            previous.task_started_at
+        } else {
+            None
         };
         status.provisioning = Some(ProvisioningStatus {
             state,

@@ -150,21 +150,6 @@ impl MachineBackend for VSphereMachines {
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         step.phase.write(status);
-        // A task in flight is looked at soon after it started, then less often.
-        let requeue = if step.requeue == provision::TASK_POLL {
-            let started = status
-                .provisioning
-                .as_ref()
-                .and_then(|p| p.task_started_at.as_ref())
-                .map(|t| t.0);
-            banlieue_provider_kit::poll::task_poll_since(
-                started,
-                k8s_openapi::jiff::Timestamp::now(),
-                provision::TASK_POLL,
-            )
-        } else {
-            step.requeue
-        };
         if let Some(fd) = &step.failure_domain {
             status.failure_domain = Some(fd.clone());
         } else if status.failure_domain.is_none() {
@@ -220,7 +205,7 @@ impl MachineBackend for VSphereMachines {
             warning: step.failed.is_some() || step.restart_required.is_some(),
             provider_id: None,
             backoff: false,
-            requeue,
+            requeue: step.requeue,
         })
     }
 

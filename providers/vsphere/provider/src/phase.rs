@@ -111,14 +111,10 @@ impl Phase {
         status.vm_ref = vm.map(|v| v.value.clone());
         let previous = status.provisioning.take().unwrap_or_default();
         let task_id = task.map(|t| t.value.clone());
-        // The provider's clock when a task is first written (for the pace of polls), kept while
-        // the same task is in flight.
-        let task_started_at = match &task_id {
-            Some(_) if task_id == previous.task_id => previous.task_started_at,
-            Some(_) => Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                Timestamp::now(),
-            )),
-            None => None,
+        let task_started_at = if task_id.is_some() && task_id == previous.task_id {
+            previous.task_started_at
+        } else {
+            None
         };
         status.provisioning = Some(ProvisioningStatus {
             state,

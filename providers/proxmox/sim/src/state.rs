@@ -321,6 +321,18 @@ pub fn normalize_tags(text: &str) -> String {
 
 mod authorize;
 
+/// Request parameters of `…/config` that are not VM options.
+const NOT_OPTIONS: [&str; 8] = [
+    "node",
+    "vmid",
+    "digest",
+    "delete",
+    "background_delay",
+    "skiplock",
+    "force",
+    "revert",
+];
+
 /// The simulated cluster.
 pub(crate) struct State {
     cfg: Arc<SimConfig>,
@@ -1152,16 +1164,7 @@ impl State {
         if req.flag("skiplock") != Some(true) {
             self.check_unlocked(vmid)?;
         }
-        let skip = [
-            "node",
-            "vmid",
-            "digest",
-            "delete",
-            "background_delay",
-            "skiplock",
-            "force",
-            "revert",
-        ];
+        let skip = NOT_OPTIONS;
         let mut updates = Vec::new();
         let mut disk_index = next_disk_index(&current, vmid);
         for (key, value) in &req.params {

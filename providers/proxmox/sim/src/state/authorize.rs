@@ -4,20 +4,8 @@
 
 use serde_json::Value;
 
-use super::{ApiError, ApiResult, Request, State, is_cdrom, is_disk_key, value_text};
+use super::{ApiError, ApiResult, NOT_OPTIONS, Request, State, is_cdrom, is_disk_key, value_text};
 use crate::acl::{self, Acl, Denied};
-
-/// Request parameters of `…/config` that are not VM options.
-const NOT_OPTIONS: [&str; 8] = [
-    "node",
-    "vmid",
-    "digest",
-    "delete",
-    "background_delay",
-    "skiplock",
-    "force",
-    "revert",
-];
 
 fn refused(d: Denied) -> ApiError {
     ApiError::new(403, d.message())

@@ -270,17 +270,22 @@ impl Credentials {
     }
 }
 
+/// The entries of a comma-separated grant annotation (blanks and quotes around each removed, as
+/// clusterctl's quoted defaults leave them); `None` without the annotation.
+fn grant_list<'a>(annotations: &'a BTreeMap<String, String>, key: &str) -> Option<Vec<&'a str>> {
+    annotations.get(key).map(|list| {
+        list.split(',')
+            .map(|e| e.trim().trim_matches(['"', '\'']))
+            .collect()
+    })
+}
+
 /// Whether a Secret with these annotations may be used by an object of `namespace` (its own
 /// namespace is `secret_namespace`).
 pub fn grants(annotations: &BTreeMap<String, String>, secret_namespace: &str, namespace: &str) -> bool {
     secret_namespace == namespace
-        || annotations
-            .get(ALLOWED_NAMESPACES_ANNOTATION)
-            .is_some_and(|list| {
-                list.split(',')
-                    .map(|n| n.trim().trim_matches(['"', '\'']))
-                    .any(|n| n == "*" || n == namespace)
-            })
+        || grant_list(annotations, ALLOWED_NAMESPACES_ANNOTATION)
+            .is_some_and(|list| list.iter().any(|n| *n == "*" || *n == namespace))
 }
 
 /// Whether a Secret with these annotations may be sent to `endpoint`, for an object of
@@ -294,12 +299,11 @@ pub fn sends_to(
     namespace: Option<&str>,
     endpoint: &str,
 ) -> bool {
-    match annotations.get(ALLOWED_ENDPOINTS_ANNOTATION) {
+    match grant_list(annotations, ALLOWED_ENDPOINTS_ANNOTATION) {
         Some(list) => {
             let wanted = comparable_endpoint(endpoint);
-            list.split(',')
-                .map(|e| e.trim().trim_matches(['"', '\'']))
-                .any(|e| e == "*" || (!e.is_empty() && comparable_endpoint(e) == wanted))
+            list.iter()
+                .any(|e| *e == "*" || (!e.is_empty() && comparable_endpoint(e) == wanted))
         }
         None => namespace.is_none_or(|ns| ns == secret_namespace),
     }

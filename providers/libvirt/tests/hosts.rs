@@ -25,36 +25,19 @@ use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachineTemplate};
 use banlieue_libvirt::cluster_controller;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
+use banlieue_provider_runtime::testing::eventually;
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Resource};
 use serde_json::json;
 
-const TIMEOUT: Duration = Duration::from_secs(60);
 const MARKER: &str = "PRIVATE-KEY-MATERIAL-5d1c";
 /// Long enough for the reconciles an object's own writes trigger to have run.
 const SETTLE: Duration = Duration::from_secs(3);
 
 async fn env() -> Result<&'static TestEnv> {
     Ok(TestEnv::shared_with(|b| b.crds(banlieue_api::crds::all())).await?)
-}
-
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// A Provider owning the LibvirtClusters (the cluster controller acts for Provider- or

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
@@ -18,6 +18,7 @@ use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::Hypervisor;
 use banlieue_libvirt::machine_controller;
 use banlieue_libvirt::xml::{self, DomainType};
+pub use banlieue_provider_runtime::testing::eventually;
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
@@ -26,27 +27,9 @@ use serde_json::json;
 
 pub const URI: &str = "test:///default";
 pub const POOL: &str = "default-pool";
-pub const TIMEOUT: Duration = Duration::from_secs(60);
 
 pub async fn env() -> Result<&'static TestEnv> {
     banlieue_scenarios::env().await
-}
-
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Option<T>>>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(v) = f().await? {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 pub fn owner_ref<K: Resource<DynamicType = ()>>(obj: &K) -> serde_json::Value {

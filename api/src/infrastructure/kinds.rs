@@ -90,6 +90,8 @@ pub trait InfraMachine: NamespacedKind {
     type Cluster: InfraCluster;
     /// `status`, if any.
     fn status(&self) -> Option<&Self::Status>;
+    /// Replaces `status` (in memory: what the next step of one reconcile reads).
+    fn set_status(&mut self, status: Self::Status);
     /// `spec.providerRef` (a machine of a standalone VirtualMachine).
     fn provider_ref(&self) -> Option<&ProviderReference>;
     /// `spec.providerID`.
@@ -157,6 +159,9 @@ macro_rules! impl_infra_kinds {
             type Cluster = $cluster;
             fn status(&self) -> Option<&Self::Status> {
                 self.status.as_ref()
+            }
+            fn set_status(&mut self, status: Self::Status) {
+                self.status = Some(status);
             }
             fn provider_ref(&self) -> Option<&$crate::common::ProviderReference> {
                 self.spec.provider_ref.as_ref()

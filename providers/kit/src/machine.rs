@@ -17,9 +17,11 @@
 //!    `WaitingForClusterInfrastructure`) and the bootstrap data (`WaitingForBootstrapData`),
 //!    then reads the user data when the next step needs it (inputs before side effects: no VM
 //!    is created while its user data cannot be read).
-//! 7. One [`MachineBackend::provision`] step; `spec.providerID` once provisioned; the status
-//!    (`Ready`, the backend's day-2 condition, addresses, `initialization.provisioned`) written
-//!    once and only when it changed; Events.
+//! 7. One [`MachineBackend::provision`] step, or several back to back while the backend says
+//!    the next may follow at once ([`Step::next_now`]); `spec.providerID` as soon as a step
+//!    knows it; the status (`Ready`, the backend's day-2 condition, addresses,
+//!    `initialization.provisioned`) written once, after the last step, and only when it
+//!    changed; Events.
 //!
 //! Transient failures back off per object (1 s … 5 min); problems a human must fix are
 //! conditions with an actionable reason and a Warning Event when they appear.
@@ -45,7 +47,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use tracing::{info, instrument, warn};
+use tracing::{debug, info, instrument, warn};
 
 use crate::cluster::Problem;
 use crate::drive::api;
@@ -86,6 +88,8 @@ pub const INCONSISTENT_STATUS: &str = "InconsistentStatus";
 pub const DELETING: &str = "Deleting";
 /// Condition reason: the VM cannot be deleted (its infra cluster is gone).
 pub const DELETION_FAILED: &str = "DeletionFailed";
+/// At most this many provisioning steps run in one reconcile (see [`Step::next_now`]).
+pub const MAX_STEPS_PER_RECONCILE: usize = 12;
 /// Condition reason: a provisioning step failed and the VM does not exist (any more).
 pub const VM_NOT_FOUND: &str = "VMNotFound";
 
@@ -195,6 +199,13 @@ pub struct Step {
     pub warning: bool,
     /// When to look again.
     pub requeue: Duration,
+    /// The next step may run at once, in this reconcile, before this one's status is written:
+    /// this step made no choice that a later side effect must find persisted (running it again
+    /// after a crash finds what it did: a poll, an idempotent configuration, a started task
+    /// whose VM is adopted by its identity). Chained steps share one status write and their
+    /// Events ([`MAX_STEPS_PER_RECONCILE`] at most); a step that waits, fails, warns, reports
+    /// day-2 state or finishes provisioning ends the chain.
+    pub next_now: bool,
     /// The step met a failure that passes by itself (a hypervisor task that failed on a lock
     /// or a timeout) and set the phase to try again: looked at again after the object's
     /// backoff (2 s, 4 s, … 5 min, as a failed reconcile) instead of `requeue`, so a busy
@@ -590,6 +601,14 @@ impl<B: MachineBackend> Writer<'_, B> {
         .await;
     }
 
+    /// The Normal Events of the steps run, in order.
+    async fn transitions(&self, events: Vec<(&'static str, String)>) {
+        for (reason, note) in events {
+            info!(reason, %note, "transition");
+            self.event(EventType::Normal, reason, note).await;
+        }
+    }
+
     /// `Ready` False with `reason`, written; then `requeue`.
     async fn wait(
         &self,
@@ -803,7 +822,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // the user data (up to the one writing the guest's seed), which wait for their allocation;
     // later steps never look at the claims again.
     let asks_pools = !network::pool_requests(machine.networks()).is_empty();
-    let pool_addresses = if !asks_pools || !plan.needs_user_data || plan.provisioned || plan.readopting {
+    let pools_resolved = asks_pools && plan.needs_user_data && !plan.provisioned && !plan.readopting;
+    let pool_addresses = if !pools_resolved {
         PoolAddresses::new()
     } else {
         match network::resolve(&ctx.client, &machine, &cluster_name).await {
@@ -833,19 +853,52 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             }
         }
     };
-    let request = Provision {
-        machine: &machine,
-        view: &view,
-        cluster,
-        cluster_name,
-        user_data: user_data.as_ref(),
-        pool_addresses: &pool_addresses,
-        secrets: &secrets,
+    // Steps run back to back while the backend says the next one may follow at once
+    // (`Step::next_now`), each on the machine as the previous one left it in memory; the status
+    // is written once, after the last, with the Events of all.
+    let mut current = machine.clone();
+    let (mut plan, mut phase) = (plan, phase);
+    let mut earlier_events: Vec<(&'static str, String)> = Vec::new();
+    let mut steps = 0;
+    let outcome = loop {
+        let request = Provision {
+            machine: &current,
+            view: &view,
+            cluster,
+            cluster_name: cluster_name.clone(),
+            user_data: user_data.as_ref(),
+            pool_addresses: &pool_addresses,
+            secrets: &secrets,
+        };
+        let outcome = ctx.backend.provision(&ctx.client, request, phase, &mut new).await;
+        steps += 1;
+        let step = match outcome {
+            Ok(step) if chains(&step) && steps < MAX_STEPS_PER_RECONCILE => step,
+            other => break other,
+        };
+        // The next step reads `spec.providerID` from the spec.
+        publish_provider_id(&write, &mut current, &mut new, step.provider_id.as_deref()).await?;
+        current.set_status(new.clone());
+        // The inputs were read for the first step: a next one that needs an input not read
+        // waits for the next reconcile.
+        let next = ctx.backend.plan(&current).ok().filter(|(next, _)| {
+            let wants_inputs = next.needs_user_data && !next.readopting && !next.provisioned;
+            !wants_inputs || (user_data.is_some() && (pools_resolved || !asks_pools))
+        });
+        let Some((next_plan, next_phase)) = next else {
+            break Ok(step);
+        };
+        earlier_events.extend(step.events);
+        (plan, phase) = (next_plan, next_phase);
     };
-    let outcome = ctx.backend.provision(&ctx.client, request, phase, &mut new).await;
+    if steps > 1 {
+        debug!(steps, "steps run in one reconcile");
+    }
+    // A chained step may have set `spec.providerID`, bumping the generation.
+    let generation = current.meta().generation;
     let day2 = |reason: &str| B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && reason != VM_NOT_FOUND);
     match outcome {
-        Ok(step) => apply_step::<B>(&write, &machine, new, step).await,
+        Ok(step) => apply_step::<B>(&write, &current, new, earlier_events, step).await,
         Err(StepFailure::Problem { problem, retry }) => {
             // A Warning when the problem appears (the condition's reason changes), not when only
             // its message or the generation does.
@@ -874,6 +927,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 );
             }
             write.status(&new).await?;
+            write.transitions(earlier_events).await;
             if appears {
                 write
                     .event(EventType::Warning, problem.reason, problem.message)
@@ -896,6 +950,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 generation,
             );
             write.status(&new).await?;
+            write.transitions(earlier_events).await;
             if starts {
                 write.event(EventType::Warning, reason, message).await;
             }
@@ -904,39 +959,57 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     }
 }
 
+/// Whether the step after `step` may run in the same reconcile (see [`Step::next_now`]).
+fn chains(step: &Step) -> bool {
+    step.next_now && !step.backoff && !step.warning && step.provisioned.is_none() && step.up_to_date.is_none()
+}
+
+/// Sets `spec.providerID` when a step knows it and the spec does not say it yet. The spec
+/// change bumps the generation, which `new` then describes (else the next reconcile would write
+/// the status again just for `observedGeneration`); `machine` becomes the patched object.
+async fn publish_provider_id<B: MachineBackend>(
+    write: &Writer<'_, B>,
+    machine: &mut B::Machine,
+    new: &mut <B::Machine as InfraMachine>::Status,
+    provider_id: Option<&str>,
+) -> Result<()> {
+    let Some(provider_id) = provider_id.filter(|id| machine.provider_id() != Some(*id)) else {
+        return Ok(());
+    };
+    let patch = serde_json::json!({"spec": {"providerID": provider_id}});
+    let patched = write
+        .api
+        .patch(
+            &machine.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+        .map_err(|e| Error::kube("setting spec.providerID", e))?;
+    write.ctx.metrics.count_write("spec");
+    let generation = patched.meta().generation;
+    new.set_observed_generation(generation);
+    for c in new.conditions_mut() {
+        c.observed_generation = generation;
+    }
+    *machine = patched;
+    Ok(())
+}
+
 /// Publishes a successful step: `spec.providerID` (and the generation it bumps), addresses,
 /// `initialization.provisioned`, the conditions, the status, the Events.
 async fn apply_step<B: MachineBackend>(
     write: &Writer<'_, B>,
     machine: &B::Machine,
     mut new: <B::Machine as InfraMachine>::Status,
+    earlier_events: Vec<(&'static str, String)>,
     step: Step,
 ) -> Result<Action> {
-    let mut generation = machine.meta().generation;
     let provider_id =
         (step.provisioned.as_ref().map(|done| done.provider_id.as_str())).or(step.provider_id.as_deref());
-    if let Some(provider_id) = provider_id
-        && machine.provider_id() != Some(provider_id)
-    {
-        let patch = serde_json::json!({"spec": {"providerID": provider_id}});
-        let patched = write
-            .api
-            .patch(
-                &machine.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .map_err(|e| Error::kube("setting spec.providerID", e))?;
-        write.ctx.metrics.count_write("spec");
-        // The spec change bumped the generation: describe the new one, or the next
-        // reconcile would write the status again just for observedGeneration.
-        generation = patched.meta().generation;
-        new.set_observed_generation(generation);
-        for c in new.conditions_mut() {
-            c.observed_generation = generation;
-        }
-    }
+    let mut machine = machine.clone();
+    publish_provider_id(write, &mut machine, &mut new, provider_id).await?;
+    let generation = machine.meta().generation;
     if let Some(done) = &step.provisioned {
         if let Some(addresses) = &done.addresses {
             new.set_addresses(addresses.clone());
@@ -970,10 +1043,9 @@ async fn apply_step<B: MachineBackend>(
         generation,
     );
     write.status(&new).await?;
-    for (reason, note) in step.events {
-        info!(reason, %note, "transition");
-        write.event(EventType::Normal, reason, note).await;
-    }
+    let mut events = earlier_events;
+    events.extend(step.events);
+    write.transitions(events).await;
     // A Warning when the problem appears: on the day-2 condition when it carries it, else on
     // `Ready`.
     if step.warning {

@@ -193,6 +193,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             provider_id: None,
             backoff: false,
             requeue: step.requeue,
+            next_now: false,
         })
     }
 

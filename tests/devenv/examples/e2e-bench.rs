@@ -308,6 +308,11 @@ async fn main() -> anyhow::Result<()> {
         per_vm(pve_calls as f64),
         per_vm(pve_polls as f64)
     );
+    let mut by_call: Vec<(&String, &u64)> = calls_ready.iter().collect();
+    by_call.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    for (call, count) in by_call {
+        println!("  {call:<60} {:>9.2}", per_vm(*count as f64));
+    }
     let show_rss =
         |k: Option<u64>| k.map_or_else(|| "?".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
     let show_cpu = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -360,6 +365,10 @@ async fn main() -> anyhow::Result<()> {
             "controller_writes_per_vm": per_vm(total),
             "proxmox_calls_per_vm": per_vm(pve_calls as f64),
             "proxmox_polls_per_vm": per_vm(pve_polls as f64),
+            "proxmox_calls_per_vm_by_endpoint": calls_ready
+                .iter()
+                .map(|(call, count)| (call.clone(), serde_json::json!(per_vm(*count as f64))))
+                .collect::<serde_json::Map<_, _>>(),
             "provider": {"peak_rss_mib": rss[0].map(|k| k as f64 / 1024.0), "cpu_seconds_until_ready": cpu_ready[0]},
             "controller": {"peak_rss_mib": rss[1].map(|k| k as f64 / 1024.0), "cpu_seconds_until_ready": cpu_ready[1]},
             "idle": {"seconds": idle_secs, "api_writes_per_minute": per_minute(idle_writes),

@@ -287,6 +287,8 @@ fn step(phase: &Phase, ready: Report, events: Vec<(&'static str, String)>) -> St
         warning: false,
         provider_id: None,
         backoff: false,
+        // Every step is idempotent (the VM's id is the machine's UID): the next follows at once.
+        next_now: true,
     }
 }
 

@@ -150,9 +150,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             seed_storage: &self.seed_storage,
             pool_addresses: request.pool_addresses,
         };
+        let from = phase.clone();
         let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
+        let next_now = step.next_now(&from);
         step.phase.write(status);
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);
@@ -208,6 +210,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             warning,
             backoff: step.failed.as_ref().is_some_and(|f| f.busy),
             requeue: step.requeue,
+            next_now,
         })
     }
 

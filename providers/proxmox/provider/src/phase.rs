@@ -187,6 +187,19 @@ impl Phase {
         }
     }
 
+    /// The task the phase waits on, if any.
+    pub fn task(&self) -> Option<&Upid> {
+        match self {
+            Self::WaitClone(_, task) => Some(task),
+            Self::Configure(_, task) | Self::PowerOn(_, task) | Self::Update(_, _, task) => task.as_ref(),
+            Self::SelectNode
+            | Self::AllocateVmid { .. }
+            | Self::Clone(_)
+            | Self::WaitGuest(_)
+            | Self::Provisioned(_) => None,
+        }
+    }
+
     /// Whether the VM may already exist on Proxmox (a clone was possibly started).
     pub fn vm_may_exist(&self) -> bool {
         self.location().is_some()

@@ -12,7 +12,7 @@
 //! UID and adopts the VM instead of cloning again. A VM at that VMID without our UID belongs to
 //! someone else: a new VMID is chosen and that VM is never touched, and never deleted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -142,7 +142,7 @@ impl UpToDate {
 }
 
 impl Step {
-    fn to(phase: Phase) -> Self {
+    pub(crate) fn to(phase: Phase) -> Self {
         Self {
             phase,
             requeue: Duration::ZERO,
@@ -170,6 +170,20 @@ impl Step {
     }
 }
 
+impl Step {
+    /// Whether the step after this one (which left `from`) may run at once, before this one's
+    /// phase is persisted ([`banlieue_provider_kit::machine::Step::next_now`]): when it neither
+    /// waits nor failed, or when it has just started a task (polled at once: an instant task is
+    /// done; a running one is polled again after [`TASK_POLL`]). Never into
+    /// [`Phase::Clone`]: the VMID is persisted before the clone starts (see the module docs).
+    pub fn next_now(&self, from: &Phase) -> bool {
+        let started_task = from.task().is_none() && self.phase.task().is_some();
+        self.failed.is_none()
+            && !matches!(self.phase, Phase::Clone(_))
+            && (self.requeue.is_zero() || started_task)
+    }
+}
+
 /// The facts CAPI needs once the VM is up.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProvisionedVm {
@@ -190,7 +204,7 @@ const MAX_VMID: u32 = 999_999_999;
 
 /// VMIDs probed with PVE after the one it proposed before allocation gives up (each probe that
 /// fails is a VMID used by something PVE knows and this process did not reserve).
-const VMID_PROBES: usize = 64;
+pub(crate) const VMID_PROBES: usize = 64;
 
 /// VMIDs chosen but not yet cloned, per machine UID, so that two machines reconciled at the
 /// same time in this process do not pick the same `nextid`. (Across processes PVE's
@@ -212,11 +226,12 @@ impl VmidReservations {
     /// Atomically moves the reservation of `uid` to the lowest VMID `>= from` that no other
     /// machine holds, and returns it. Choosing and reserving under one lock is what keeps
     /// hundreds of machines allocating at once from racing each other up the VMID space.
-    pub fn reserve_next(&self, uid: &str, from: u32) -> Option<u32> {
+    /// VMIDs in `used` (what a listing showed) are skipped too.
+    pub fn reserve_next(&self, uid: &str, from: u32, used: &HashSet<u32>) -> Option<u32> {
         let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
         map.remove(uid);
-        let held: std::collections::HashSet<u32> = map.values().copied().collect();
-        let vmid = (from..=MAX_VMID).find(|id| !held.contains(id))?;
+        let held: HashSet<u32> = map.values().copied().collect();
+        let vmid = (from..=MAX_VMID).find(|id| !held.contains(id) && !used.contains(id))?;
         map.insert(uid.to_owned(), vmid);
         Some(vmid)
     }
@@ -460,11 +475,17 @@ async fn allocate_vmid<H: Hypervisor>(
     }
     // PVE proposes the lowest free VMID, the same for every machine allocating at once: each
     // machine reserves the next VMID no other machine in this process holds *before* asking PVE
-    // whether it is free, so concurrent allocations never probe the same VMID twice.
+    // whether it is free, so concurrent allocations never probe the same VMID twice. When the
+    // proposal is held by another machine, VMIDs just cloned (no longer reserved) may follow it
+    // in a long run: the guest listing skips them instead of one probe each.
     let proposed = hv.next_vmid().await.map_err(pve)?;
+    let mut used = HashSet::new();
+    if reservations.reserve_next(input.uid, proposed, &used) != Some(proposed) {
+        used = hv.guests().await.map_err(pve)?.iter().map(|g| g.vmid).collect();
+    }
     let mut from = proposed;
     for _ in 0..VMID_PROBES {
-        let Some(candidate) = reservations.reserve_next(input.uid, from) else {
+        let Some(candidate) = reservations.reserve_next(input.uid, from, &used) else {
             break;
         };
         // PVE has just said its proposal is free: only another VMID is asked about.

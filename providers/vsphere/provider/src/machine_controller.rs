@@ -206,6 +206,7 @@ impl MachineBackend for VSphereMachines {
             provider_id: None,
             backoff: false,
             requeue: step.requeue,
+            next_now: false,
         })
     }
 

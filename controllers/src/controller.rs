@@ -6,9 +6,13 @@
 //! controller owns → mirror its status ([`crate::mirror`]) and server-side apply the
 //! VirtualMachine's `/status` only when it changed.
 //!
-//! Deletion uses no finalizer: the machine carries an ownerReference with `controller: true`
-//! and `blockOwnerDeletion: true`, so the garbage collector deletes it after the
-//! VirtualMachine (and, with foreground deletion, the VirtualMachine waits for it).
+//! Deletion: the finalizer ([`crate::finalizer`]) keeps the VirtualMachine, `Deleting` with the
+//! provider's progress, until its machine is gone; the machine also carries an ownerReference
+//! with `controller: true` and `blockOwnerDeletion: true`, so the garbage collector deletes it
+//! should the VirtualMachine be removed without the controller.
+//!
+//! Reconciles are debounced ([`RECONCILE_DEBOUNCE`]): a burst of writes to one VirtualMachine or
+//! its machine is mirrored once.
 //!
 //! Triggers: VirtualMachine changes, changes of any registered infrastructure machine kind
 //! (metadata watch, mapped to the controlling VirtualMachine, so a provider status write shows
@@ -32,7 +36,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams, Preconditions,
 };
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self as runtime_controller, Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -57,6 +61,11 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 /// Requeue of an invalid VirtualMachine: not hot; a change of the VirtualMachine or of any
 /// Provider, class or image triggers a reconcile at once anyway.
 pub const INVALID_RETRY: Duration = Duration::from_secs(300);
+/// A reconcile waits until its VirtualMachine and machine have been quiet this long (trailing
+/// debounce): a provider's burst of writes (its finalizer, a provisioning step's status, the
+/// providerID a moment later) is mirrored in one status write instead of one each, for at most
+/// this much delay.
+pub const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(300);
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -856,7 +865,8 @@ async fn run_once(
         ),
     });
     ctx.metrics.ready.store(true, Ordering::Relaxed);
-    let mut controller = Controller::new(vms, watcher::Config::default());
+    let mut controller = Controller::new(vms, watcher::Config::default())
+        .with_config(runtime_controller::Config::default().debounce(RECONCILE_DEBOUNCE));
     for entry in entries {
         let ar = entry.api_resource();
         let api: Api<DynamicObject> = match namespace {

@@ -7,11 +7,16 @@
 //! reservations, and deletion step by step (re-adopting a machine created anew first,
 //! [`crate::readopt`]).
 
+use std::time::SystemTime;
+
+use banlieue_api::common::ProvisioningState;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::credentials::{Connector, read_connection};
@@ -149,13 +154,24 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
             seed_storage: &self.seed_storage,
             pool_addresses: request.pool_addresses,
+            waiting_since: guest_wait_started(pm.status.as_ref()),
         };
         let from = phase.clone();
         let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         let next_now = step.next_now(&from);
+        let waiting_since = guest_wait_started(Some(status));
         step.phase.write(status);
+        // The wait for the guest keeps the time it began (the agent is asked often at first).
+        if matches!(step.phase, Phase::WaitGuest(_))
+            && let Some(p) = status.provisioning.as_mut()
+        {
+            let since = waiting_since.unwrap_or_else(SystemTime::now);
+            p.task_started_at = Some(Time(
+                Timestamp::try_from(since).unwrap_or_else(|_| Timestamp::now()),
+            ));
+        }
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);
         }
@@ -295,6 +311,19 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             }
         }
     }
+}
+
+/// When the machine began waiting for its guest, if it does (`WaitingForGuest` with
+/// `taskStartedAt`).
+fn guest_wait_started(status: Option<&ProxmoxMachineStatus>) -> Option<SystemTime> {
+    let provisioning = status?.provisioning.as_ref()?;
+    if provisioning.state != ProvisioningState::WaitingForGuest {
+        return None;
+    }
+    provisioning
+        .task_started_at
+        .as_ref()
+        .map(|t| SystemTime::from(t.0))
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState, ReadinessChecks};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
@@ -30,10 +30,42 @@ use crate::task_failure::{self, TaskFailure};
 use crate::template_facts;
 use crate::update::{self, UpdateAction};
 
-/// How often a running task is polled.
+/// How often a running task is polled at most (see [`task_poll`]).
 pub const TASK_POLL: Duration = Duration::from_secs(2);
-/// How often the guest agent is asked for addresses.
+/// How often the guest agent is asked for addresses at most (see [`guest_poll`]).
 pub const GUEST_POLL: Duration = Duration::from_secs(5);
+/// The shortest wait between two polls of a task or of the guest agent.
+pub const FIRST_POLL: Duration = Duration::from_millis(500);
+
+/// The wait before the next poll of something pending for `waited`: a quarter of that, from
+/// [`FIRST_POLL`] up to `max`, so what ends within seconds (most tasks, a booting guest's agent)
+/// is seen within half a second to a second, and what takes long is not polled more often than
+/// before.
+pub fn poll_after(waited: Duration, max: Duration) -> Duration {
+    (waited / 4).clamp(FIRST_POLL, max)
+}
+
+/// When to poll the running task `upid` again: by how long it has run, from the start time
+/// PVE wrote into the UPID (whole seconds; a clock behind PVE's counts as just started).
+pub fn task_poll(upid: &Upid) -> Duration {
+    let started = UNIX_EPOCH + Duration::from_secs(upid.starttime);
+    poll_after(
+        SystemTime::now().duration_since(started).unwrap_or_default(),
+        TASK_POLL,
+    )
+}
+
+/// When to ask the guest agent again: by how long the machine has waited for its guest
+/// ([`MachineInput::waiting_since`]), an eighth of it (a VM is Ready within about a second of
+/// its agent answering while guests boot in seconds to a minute; a guest that never answers is
+/// asked every [`GUEST_POLL`] after 40 s, as before).
+fn guest_poll(input: &MachineInput<'_>) -> Duration {
+    let waited = input
+        .waiting_since
+        .and_then(|since| SystemTime::now().duration_since(since).ok())
+        .unwrap_or_default();
+    poll_after(waited / 2, GUEST_POLL)
+}
 /// Requeue after a permanent failure (the spec or Proxmox must change; a change of the object
 /// triggers a reconcile earlier).
 pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
@@ -61,6 +93,9 @@ pub struct MachineInput<'a> {
     pub seed_storage: &'a str,
     /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
     pub pool_addresses: &'a banlieue_provider_kit::network::PoolAddresses,
+    /// Since when the machine waits for its guest (`status.provisioning.taskStartedAt` while
+    /// `WaitingForGuest`): how often the agent is asked.
+    pub waiting_since: Option<SystemTime>,
 }
 
 impl<'a> MachineInput<'a> {
@@ -555,7 +590,7 @@ pub async fn provision_step<H: Hypervisor>(
             }
             Polled::Running => Ok(Step::wait(
                 Phase::WaitClone(loc, upid.clone()),
-                TASK_POLL,
+                task_poll(&upid),
                 format!("clone task {upid} running"),
             )),
             // PVE removes what a failed clone made: the VMID is free again, unless a guest the
@@ -591,7 +626,7 @@ pub async fn provision_step<H: Hypervisor>(
             Polled::Done => Ok(Step::to(Phase::Configure(loc, None))),
             Polled::Running => Ok(Step::wait(
                 Phase::Configure(loc, Some(upid.clone())),
-                TASK_POLL,
+                task_poll(&upid),
                 format!("task {} running", upid.task_type),
             )),
             Polled::Failed(text) => Ok(task_failed(Phase::Configure(loc, None), reason, &upid, &text)),
@@ -600,8 +635,8 @@ pub async fn provision_step<H: Hypervisor>(
         Phase::PowerOn(loc, Some(upid)) => match poll_task(hv, reason, &upid).await? {
             Polled::Done => Ok(Step::to(Phase::WaitGuest(loc)).with_event("PoweredOn", "VM started")),
             Polled::Running => Ok(Step::wait(
-                Phase::PowerOn(loc, Some(upid)),
-                TASK_POLL,
+                Phase::PowerOn(loc, Some(upid.clone())),
+                task_poll(&upid),
                 "start task running",
             )),
             Polled::Failed(text) if already_running(Some(&text)) => {
@@ -729,7 +764,7 @@ async fn update_step<H: Hypervisor>(
                     up_to_date: Some(UpToDate::no(progress_reason(*state), message.clone())),
                     ..Step::wait(
                         Phase::Update(loc.clone(), *state, Some(upid.clone())),
-                        TASK_POLL,
+                        task_poll(upid),
                         message,
                     )
                 });
@@ -1335,7 +1370,7 @@ async fn wait_guest<H: Hypervisor>(
             None => {
                 return Ok(Step::wait(
                     Phase::WaitGuest(loc),
-                    GUEST_POLL,
+                    guest_poll(input),
                     "waiting for the QEMU guest agent",
                 ));
             }
@@ -1346,7 +1381,7 @@ async fn wait_guest<H: Hypervisor>(
     if !skip_agent && addresses.len() < 2 {
         return Ok(Step::wait(
             Phase::WaitGuest(loc),
-            GUEST_POLL,
+            guest_poll(input),
             "waiting for the guest to report an IP address",
         ));
     }

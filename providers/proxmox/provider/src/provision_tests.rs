@@ -69,6 +69,7 @@ fn input<'a>(spec: &'a ProxmoxMachineSpec, fd: Option<&'a str>) -> MachineInput<
         cluster_vmid_range: None,
         seed_storage: "local",
         pool_addresses: &NO_POOL,
+        waiting_since: None,
     }
 }
 
@@ -1723,4 +1724,62 @@ async fn steps_chain_except_into_the_clone_and_where_something_runs() {
         ..Step::to(Phase::PowerOn(loc.clone(), Some(upid.clone())))
     };
     assert!(!waiting.next_now(&Phase::PowerOn(loc, Some(upid))));
+}
+
+/// Tasks and the guest agent are polled soon after the wait begins and less often the longer it
+/// lasts, never faster than `FIRST_POLL` nor slower than before (2 s tasks, 5 s agent).
+#[tokio::test]
+async fn polls_start_fast_and_back_off() {
+    use crate::provision::{FIRST_POLL, GUEST_POLL, TASK_POLL, poll_after, task_poll};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    assert_eq!(poll_after(Duration::ZERO, TASK_POLL), FIRST_POLL);
+    assert_eq!(
+        poll_after(Duration::from_secs(4), TASK_POLL),
+        Duration::from_secs(1)
+    );
+    assert_eq!(poll_after(Duration::from_secs(60), TASK_POLL), TASK_POLL);
+    assert_eq!(poll_after(Duration::from_secs(60), GUEST_POLL), GUEST_POLL);
+
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let upid_started = |secs_ago: u64| -> banlieue_pve_client::Upid {
+        format!(
+            "UPID:pve1:00000001:00000002:{:08X}:qmclone:100:root@pam:",
+            now - secs_ago
+        )
+        .parse()
+        .unwrap()
+    };
+    assert!(task_poll(&upid_started(0)) <= Duration::from_millis(750));
+    assert_eq!(task_poll(&upid_started(600)), TASK_POLL);
+
+    // The guest: asked again soon while it has just been started, at the old pace after a while.
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let steps = booting(&hv, &input(&spec, None)).await;
+    let loc = steps.last().unwrap().phase.location().unwrap().clone();
+    hv.set_agent_ips(loc.vmid, None);
+    let waiting = |since: SystemTime| MachineInput {
+        waiting_since: Some(since),
+        ..input(&spec, None)
+    };
+    let fresh = provision_step(
+        &hv,
+        &waiting(SystemTime::now()),
+        Phase::WaitGuest(loc.clone()),
+        None,
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fresh.requeue, FIRST_POLL, "{fresh:?}");
+    let long = provision_step(
+        &hv,
+        &waiting(SystemTime::now() - Duration::from_secs(300)),
+        Phase::WaitGuest(loc),
+        None,
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(long.requeue, GUEST_POLL, "{long:?}");
 }

@@ -60,6 +60,7 @@ fn input<'a>(spec: &'a ProxmoxMachineSpec, uid: &'a str) -> MachineInput<'a> {
         cluster_vmid_range: None,
         seed_storage: "local",
         pool_addresses: &NO_POOL,
+        waiting_since: None,
     }
 }
 

@@ -275,6 +275,12 @@ impl SimHandle {
     pub fn vms(&self) -> Vec<VmInfo> {
         self.shared.state().vm_infos()
     }
+    /// When each running VM's guest agent started answering (its start plus
+    /// [`SimConfig::agent_delay`]), by VM name: what a client's "guest up → Ready" latency is
+    /// measured from.
+    pub fn agents_answering_since(&self) -> Vec<(String, std::time::Instant)> {
+        self.shared.state().agents_answering_since()
+    }
     /// Every volume on the nodes' storages (seed ISOs, uploads): `(node, storage, volume id)`.
     pub fn volumes(&self) -> Vec<(String, String, String)> {
         self.shared.state().volume_ids()

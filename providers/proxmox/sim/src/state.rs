@@ -707,6 +707,21 @@ impl State {
         self.vms.iter().map(|(id, vm)| vm_info(*id, vm)).collect()
     }
 
+    /// When each running VM's guest agent started answering (its start plus the configured
+    /// agent delay), by VM name.
+    pub(crate) fn agents_answering_since(&self) -> Vec<(String, std::time::Instant)> {
+        self.vms
+            .values()
+            .filter(|vm| vm.running)
+            .filter_map(|vm| {
+                Some((
+                    vm.config.get("name")?.clone(),
+                    vm.started_at? + self.cfg.agent_delay,
+                ))
+            })
+            .collect()
+    }
+
     pub(crate) fn task_infos(&self) -> Vec<TaskInfo> {
         self.tasks
             .values()

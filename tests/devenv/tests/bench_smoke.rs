@@ -1,0 +1,60 @@
+//! The fleet benchmark (`examples/e2e-bench.rs`) at a small N, as CI's smoke run of it: every
+//! VirtualMachine becomes Running and Ready, each VM is cloned exactly once, nothing is written
+//! or asked of Proxmox while idle but Lease renewals, and the JSON it writes holds the figures the
+//! README's table is made of. No timing is asserted (the figures are the benchmark's, see
+//! `controllers/README.md#benchmark`). `cargo test` builds the example next to this test.
+
+use std::process::Command;
+
+#[test]
+fn the_fleet_benchmark_runs_at_a_small_n_and_reports_its_figures() {
+    let bench = banlieue_dev::binary_dir().unwrap().join("examples/e2e-bench");
+    assert!(
+        bench.is_file(),
+        "{} is missing: `cargo test -p banlieue-dev` builds it (or `cargo build -p banlieue-dev \
+         --example e2e-bench`)",
+        bench.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("run.json");
+    let n = 4;
+    let output = Command::new(&bench)
+        .arg(n.to_string())
+        .env("BENCH_IDLE_SECS", "2")
+        .env("BENCH_JSON", &json_path)
+        .env_remove("BENCH_SIM")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the benchmark failed:\n{stdout}\n{stderr}"
+    );
+    assert!(stdout.contains("all Running and Ready after"), "{stdout}");
+
+    let run: serde_json::Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(run["n"], n, "{run:#}");
+    assert_eq!(run["simulator"], "instant", "{run:#}");
+    let clones = &run["proxmox_calls_per_vm_by_endpoint"]["POST /nodes/{node}/qemu/{vmid}/clone"];
+    assert_eq!(clones.as_f64(), Some(1.0), "each VM cloned exactly once: {run:#}");
+    let writes = run["api_writes_per_vm"].as_f64().unwrap();
+    assert!(
+        (3.0..40.0).contains(&writes),
+        "API writes per VM counted from the API server's metrics: {writes}"
+    );
+    assert_eq!(
+        run["idle"]["proxmox_calls_per_minute"].as_f64(),
+        Some(0.0),
+        "no Proxmox call while idle: {run:#}"
+    );
+    for key in [
+        "floor",
+        "provider",
+        "controller",
+        "to_ready_seconds",
+        "api_writes_per_vm_by_verb_and_resource",
+    ] {
+        assert!(!run[key].is_null(), "{key} is missing: {run:#}");
+    }
+}

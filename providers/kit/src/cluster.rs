@@ -158,6 +158,8 @@ pub struct ClusterContext<B: ClusterBackend> {
     pub retry: Duration,
     /// How often discovery is asked whether Cluster API got installed ([`crate::capi`]).
     pub capi_discovery_interval: Duration,
+    /// Only clusters labelled `cluster.x-k8s.io/watch-filter=<this>` (CAPI's `--watch-filter`).
+    pub watch_filter: Option<String>,
 }
 
 impl<B: ClusterBackend> ClusterContext<B> {
@@ -171,6 +173,7 @@ impl<B: ClusterBackend> ClusterContext<B> {
             secrets: SecretIndex::default(),
             retry: RETRY,
             capi_discovery_interval: crate::capi::CAPI_DISCOVERY_INTERVAL,
+            watch_filter: None,
         }
     }
 }
@@ -490,7 +493,7 @@ async fn run_once<B: ClusterBackend>(
 ) {
     let controller = Controller::new(
         api::<B::Cluster>(&ctx.client, namespace),
-        watcher::Config::default(),
+        crate::drive::primary_watch(ctx.watch_filter.as_deref()),
     );
     let store = controller.store();
     // A Provider change (endpoint, credentials, nodes) concerns every cluster naming it.

@@ -10,6 +10,8 @@ use banlieue_provider_runtime::metrics::Metrics;
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Config, Controller};
 
+use banlieue_capi::contract;
+
 use crate::error::{Error, Result};
 
 /// The API of `K` in one namespace, or (`None`) in all.
@@ -17,6 +19,16 @@ pub(crate) fn api<K: NamespacedKind>(client: &kube::Client, namespace: Option<&s
     match namespace {
         Some(ns) => kube::Api::namespaced(client.clone(), ns),
         None => kube::Api::all(client.clone()),
+    }
+}
+
+/// The watch of a controller's own kind: every object, or (`watch_filter`) only those labelled
+/// [`contract::WATCH_FILTER_LABEL`] with that value, as CAPI's `--watch-filter` selects.
+pub(crate) fn primary_watch(watch_filter: Option<&str>) -> kube::runtime::watcher::Config {
+    let config = kube::runtime::watcher::Config::default();
+    match watch_filter {
+        Some(value) => config.labels(&format!("{}={value}", contract::WATCH_FILTER_LABEL)),
+        None => config,
     }
 }
 

@@ -415,6 +415,8 @@ pub struct MachineContext<B: MachineBackend> {
     pub wait_requeue: Duration,
     /// How often discovery is asked whether Cluster API got installed ([`crate::capi`]).
     pub capi_discovery_interval: Duration,
+    /// Only machines labelled `cluster.x-k8s.io/watch-filter=<this>` (CAPI's `--watch-filter`).
+    pub watch_filter: Option<String>,
     backoffs: Mutex<Backoffs>,
 }
 
@@ -429,6 +431,7 @@ impl<B: MachineBackend> MachineContext<B> {
             secrets: SecretIndex::default(),
             wait_requeue: WAIT_REQUEUE,
             capi_discovery_interval: crate::capi::CAPI_DISCOVERY_INTERVAL,
+            watch_filter: None,
             backoffs: Mutex::default(),
         }
     }
@@ -1185,7 +1188,10 @@ async fn run_once<B: MachineBackend>(
     shutdown: crate::capi::Stop,
 ) {
     let client = ctx.client.clone();
-    let controller = Controller::new(api::<B::Machine>(&client, namespace), watcher::Config::default());
+    let controller = Controller::new(
+        api::<B::Machine>(&client, namespace),
+        crate::drive::primary_watch(ctx.watch_filter.as_deref()),
+    );
     let store = controller.store();
     let in_namespace = {
         let store = store.clone();

@@ -52,12 +52,15 @@ where
         let probes = Arc::new(Probes::default());
         let mut machines = MachineContext::new(client.clone(), self.machines, self.name);
         machines.metrics = probes.metrics.clone();
+        machines.watch_filter.clone_from(&runtime.watch_filter);
         let mut clusters = ClusterContext::new(client.clone(), self.clusters, self.name);
         clusters.metrics = probes.metrics.clone();
+        clusters.watch_filter.clone_from(&runtime.watch_filter);
         let templates = Arc::new(TemplateContext {
             client: client.clone(),
             field_manager: M::FIELD_MANAGER,
             metrics: probes.metrics.clone(),
+            watch_filter: runtime.watch_filter.clone(),
         });
         let (machines, clusters) = (Arc::new(machines), Arc::new(clusters));
         let (namespace, concurrency) = (runtime.namespace.as_deref(), runtime.concurrency);

@@ -12,7 +12,6 @@ use banlieue_api::infrastructure::kinds::InfraMachineTemplate;
 use banlieue_provider_runtime::metrics::Metrics;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tracing::{instrument, warn};
 
@@ -39,6 +38,8 @@ pub struct TemplateContext {
     pub field_manager: &'static str,
     /// The provider's metrics registry.
     pub metrics: Metrics,
+    /// Only templates labelled `cluster.x-k8s.io/watch-filter=<this>` (CAPI's `--watch-filter`).
+    pub watch_filter: Option<String>,
 }
 
 /// Reconciles one template: no write when the capacity is already published.
@@ -72,7 +73,7 @@ pub async fn run<T: InfraMachineTemplate>(
     let metrics = ctx.metrics.clone();
     let controller = Controller::new(
         crate::drive::api::<T>(&ctx.client, namespace),
-        watcher::Config::default(),
+        crate::drive::primary_watch(ctx.watch_filter.as_deref()),
     );
     crate::drive::drive(
         controller,

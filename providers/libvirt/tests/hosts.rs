@@ -339,6 +339,7 @@ async fn templates_publish_capacity_once() -> Result<()> {
     let ctx = Arc::new(TemplateContext {
         client: client.clone(),
         field_manager: banlieue_libvirt::machine_controller::FIELD_MANAGER,
+        watch_filter: None,
         metrics: Default::default(),
     });
     let namespace = ns.name().to_owned();

@@ -23,10 +23,15 @@ pub struct RuntimeArgs {
     /// Address of the `/healthz` and `/readyz` endpoints.
     #[arg(long, default_value = "0.0.0.0:8081")]
     pub health_probe_bind_address: SocketAddr,
+    /// Only reconcile objects labelled `cluster.x-k8s.io/watch-filter=<value>` (CAPI's flag):
+    /// replicas started with different values split the work, each electing its own leader.
+    #[arg(long, env = "WATCH_FILTER", value_parser = label_value)]
+    pub watch_filter: Option<String>,
     /// Elect a leader through a Lease before running the controllers.
     #[arg(long, env = "LEADER_ELECT")]
     pub leader_elect: bool,
-    /// Name of the leader election Lease (default: `<binary>-leader`).
+    /// Name of the leader election Lease (default: `<binary>-leader`, or
+    /// `<binary>-<namespace>-<watch filter>-leader` with the parts given: one leader per shard).
     #[arg(long)]
     pub leader_election_id: Option<String>,
     /// Namespace of the leader election Lease.
@@ -38,6 +43,24 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
+    /// `<component>-leader`, with the namespace and the watch filter of this replica's shard
+    /// before `-leader` when given (lower case, `_` and `.` as `-`: a Lease name).
+    fn default_lease_name(&self, component: &str) -> String {
+        let mut name = component.to_owned();
+        for part in [&self.namespace, &self.watch_filter].into_iter().flatten() {
+            name.push('-');
+            name.extend(part.chars().map(|c| {
+                if c == '_' || c == '.' {
+                    '-'
+                } else {
+                    c.to_ascii_lowercase()
+                }
+            }));
+        }
+        name.push_str("-leader");
+        name
+    }
+
     /// The manager settings of binary `component` (e.g. `banlieue-libvirt`); the Lease is
     /// `--leader-election-id`, else `<component>-leader`.
     pub fn manager(&self, component: &str) -> ManagerConfig {
@@ -48,11 +71,28 @@ impl RuntimeArgs {
                 name: self
                     .leader_election_id
                     .clone()
-                    .unwrap_or_else(|| format!("{component}-leader")),
+                    .unwrap_or_else(|| self.default_lease_name(component)),
                 namespace: self.leader_election_namespace.clone(),
                 identity: default_identity(component),
             }),
         }
+    }
+}
+
+/// A Kubernetes label value: at most 63 characters, alphanumerics with `-`, `_` and `.`
+/// inside.
+fn label_value(value: &str) -> Result<String, String> {
+    let inner_ok = value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    let ends_ok = value.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && value.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if value.len() <= 63 && inner_ok && ends_ok {
+        Ok(value.to_owned())
+    } else {
+        Err(format!(
+            "{value:?} is not a label value (at most 63 characters, letters and digits, with - _ . inside)"
+        ))
     }
 }
 
@@ -97,6 +137,23 @@ mod tests {
             cli.runtime.manager("banlieue-x").leader.expect("elects").name,
             "mine"
         );
+    }
+
+    #[test]
+    fn each_shard_elects_its_own_leader_and_a_bad_watch_filter_is_refused() {
+        let cli = Cli::try_parse_from(["x", "--leader-elect", "--watch-filter", "Team_A.1"]).expect("parses");
+        assert_eq!(cli.runtime.watch_filter.as_deref(), Some("Team_A.1"));
+        let lease = cli.runtime.manager("banlieue-x").leader.expect("elects");
+        assert_eq!(lease.name, "banlieue-x-team-a-1-leader");
+        let cli = Cli::try_parse_from(["x", "--leader-elect", "--namespace", "ops", "--watch-filter", "b"])
+            .expect("parses");
+        let lease = cli.runtime.manager("banlieue-x").leader.expect("elects");
+        assert_eq!(lease.name, "banlieue-x-ops-b-leader");
+        for bad in ["a-", "a b", "", &"x".repeat(64)] {
+            let arg = format!("--watch-filter={bad}");
+            let err = Cli::try_parse_from(["x", arg.as_str()]).expect_err(bad);
+            assert!(err.to_string().contains("is not a label value"), "{err}");
+        }
     }
 
     #[test]

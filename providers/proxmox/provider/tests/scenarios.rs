@@ -739,6 +739,7 @@ async fn machine_templates_publish_their_capacity() -> Result<()> {
     let ctx = Arc::new(TemplateContext {
         client: s.client.clone(),
         field_manager: machine_controller::FIELD_MANAGER,
+        watch_filter: None,
         metrics: Default::default(),
     });
     let ns = s.ns.clone();

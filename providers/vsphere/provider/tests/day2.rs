@@ -114,6 +114,7 @@ async fn scenario(endpoint: &str, thumbprint: &str, prefix: &str) -> Result<Scen
             let templates = Arc::new(TemplateContext {
                 client: ctx.kube.clone(),
                 field_manager: machine_controller::FIELD_MANAGER,
+                watch_filter: None,
                 metrics: ctx.metrics.clone(),
             });
             async move {

@@ -26,6 +26,7 @@ banlieue_scenarios::scenario_tests!(
     crash_restart,
     outage,
     address_modes,
+    few_writes,
 );
 
 use std::time::Duration;

@@ -73,6 +73,10 @@ pub trait ProviderUnderTest: Sized + 'static {
     /// A part of a machine's `Ready=False` message while the hypervisor is unreachable (the
     /// connection error the provider surfaces).
     const OUTAGE_MESSAGE: &'static str;
+    /// At most this many writes of an infra machine by the provider from its creation to
+    /// provisioned on an instant hypervisor double (finalizer, `spec.providerID`, status
+    /// writes): scenario `few_writes`.
+    const PROVISIONING_WRITES: usize;
 
     /// Starts the hypervisor double for a scenario in namespace `ns` (controllers not yet).
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self>;

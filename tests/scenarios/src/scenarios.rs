@@ -129,6 +129,58 @@ pub async fn provision<P: ProviderUnderTest>() -> Result<()> {
     Ok(())
 }
 
+/// Few writes: from its creation to provisioned, the provider writes an infra machine at most
+/// [`ProviderUnderTest::PROVISIONING_WRITES`] times (each write is paid by the API server and
+/// every watcher, CAPI's controllers included), counted from a watch of the object (every
+/// change of its resourceVersion).
+pub async fn few_writes<P: ProviderUnderTest>() -> Result<()> {
+    use futures::{StreamExt as _, TryStreamExt as _};
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let mut s = Scenario::<P>::new("writes").await?;
+    s.ready_cluster().await?;
+    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let watch = {
+        let versions = versions.clone();
+        let stream = watcher(
+            s.machines(),
+            watcher::Config::default().fields("metadata.name=m1"),
+        )
+        .applied_objects()
+        .boxed();
+        tokio::spawn(async move {
+            let mut stream = stream;
+            while let Ok(Some(m)) = stream.try_next().await {
+                let rv = m.resource_version().unwrap_or_default();
+                let mut versions = versions.lock().unwrap_or_else(|e| e.into_inner());
+                if versions.last() != Some(&rv) {
+                    versions.push(rv);
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let fd = fd_at(&s, 0)?;
+    s.machine("m1", Some(&fd), Template::Valid).await?;
+    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    s.wait_machine("m1", "observed at its generation", object::observed_current)
+        .await?;
+    tokio::time::sleep(QUIET).await;
+    watch.abort();
+    let versions = versions.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    // The first version seen is the one the fixture created.
+    let writes = versions.len().saturating_sub(1);
+    eprintln!(
+        "{}: {writes} writes of the infra machine from creation to provisioned",
+        P::NAME
+    );
+    ensure!(
+        writes <= P::PROVISIONING_WRITES,
+        "{writes} writes of the infra machine from creation to provisioned, at most {} expected",
+        P::PROVISIONING_WRITES
+    );
+    Ok(())
+}
+
 /// Scale 1 → 3 across the failure domains, then back to 1: each Machine gets its own VM in
 /// its failure domain; scaling down deletes exactly the removed machines' VMs.
 pub async fn scale<P: ProviderUnderTest>() -> Result<()> {

@@ -26,6 +26,7 @@ banlieue_scenarios::scenario_tests!(
     crash_restart,
     outage,
     address_modes,
+    few_writes,
 );
 
 /// One in-memory hypervisor per scenario, and the kit's controllers with its backends.
@@ -45,6 +46,8 @@ impl ProviderUnderTest for Memory {
     const MISSING_TEMPLATE: &'static str = "missing.img";
     const BAD_ACCESS_REASONS: &'static [&'static str] = &[banlieue_provider_memory::UNREACHABLE];
     const OUTAGE_MESSAGE: &'static str = "(test outage)";
+    // finalizer, providerID, one status.
+    const PROVISIONING_WRITES: usize = 3;
     const NETWORK: &'static str = "default";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {

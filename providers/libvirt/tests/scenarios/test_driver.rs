@@ -46,6 +46,8 @@ impl ProviderUnderTest for TestDriver {
     // daemon here, bad access is a host that does not answer.
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["Unreachable"];
     const OUTAGE_MESSAGE: &'static str = "(test outage)";
+    // finalizer, providerID, one status: libvirt calls return when done.
+    const PROVISIONING_WRITES: usize = 3;
     const NETWORK: &'static str = "default";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {

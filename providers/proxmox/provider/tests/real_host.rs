@@ -76,6 +76,7 @@ impl ProviderUnderTest for SimAsRealHost {
     const MISSING_TEMPLATE: &'static str = RealPve::MISSING_TEMPLATE;
     const BAD_ACCESS_REASONS: &'static [&'static str] = RealPve::BAD_ACCESS_REASONS;
     const OUTAGE_MESSAGE: &'static str = RealPve::OUTAGE_MESSAGE;
+    const PROVISIONING_WRITES: usize = RealPve::PROVISIONING_WRITES;
     const NETWORK: &'static str = RealPve::NETWORK;
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {

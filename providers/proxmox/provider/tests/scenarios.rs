@@ -21,6 +21,7 @@ banlieue_scenarios::scenario_tests!(
     crash_restart,
     outage,
     address_modes,
+    few_writes,
 );
 
 use std::sync::Arc;

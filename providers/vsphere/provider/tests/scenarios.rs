@@ -24,6 +24,7 @@ banlieue_scenarios::scenario_tests!(
     pause,
     outage,
     address_modes,
+    few_writes,
 );
 
 use std::time::Duration;

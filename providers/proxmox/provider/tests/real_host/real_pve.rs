@@ -136,6 +136,8 @@ impl ProviderUnderTest for RealPve {
     const MISSING_TEMPLATE: &'static str = "banlieue-no-such-template";
     const BAD_ACCESS_REASONS: &'static [&'static str] = &["AuthenticationFailed"];
     const OUTAGE_MESSAGE: &'static str = "transport error";
+    // A real cluster takes its time: tasks and the guest agent are polled (no write while they run).
+    const PROVISIONING_WRITES: usize = 100;
     const NETWORK: &'static str = "vmbr0";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {

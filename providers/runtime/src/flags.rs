@@ -31,7 +31,7 @@ pub struct RuntimeArgs {
     #[arg(long, env = "LEADER_ELECT")]
     pub leader_elect: bool,
     /// Name of the leader election Lease (default: `<binary>-leader`, or
-    /// `<binary>-<namespace>-<watch filter>-leader` with the parts given: one leader per shard).
+    /// `<binary>-<watch filter>-leader` with a watch filter: one leader per shard).
     #[arg(long)]
     pub leader_election_id: Option<String>,
     /// Namespace of the leader election Lease.
@@ -43,11 +43,13 @@ pub struct RuntimeArgs {
 }
 
 impl RuntimeArgs {
-    /// `<component>-leader`, with the namespace and the watch filter of this replica's shard
-    /// before `-leader` when given (lower case, `_` and `.` as `-`: a Lease name).
+    /// `<component>-leader`, with the watch filter of this replica's shard before `-leader`
+    /// when given (lower case, `_` and `.` as `-`: a Lease name). Not the namespace: replicas
+    /// sharded by namespace name their Lease (`--leader-election-id`), and a Lease name that
+    /// changed with an upgrade would let the old and the new replica both lead.
     fn default_lease_name(&self, component: &str) -> String {
         let mut name = component.to_owned();
-        for part in [&self.namespace, &self.watch_filter].into_iter().flatten() {
+        if let Some(part) = &self.watch_filter {
             name.push('-');
             name.extend(part.chars().map(|c| {
                 if c == '_' || c == '.' {
@@ -148,7 +150,7 @@ mod tests {
         let cli = Cli::try_parse_from(["x", "--leader-elect", "--namespace", "ops", "--watch-filter", "b"])
             .expect("parses");
         let lease = cli.runtime.manager("banlieue-x").leader.expect("elects");
-        assert_eq!(lease.name, "banlieue-x-ops-b-leader");
+        assert_eq!(lease.name, "banlieue-x-b-leader");
         for bad in ["a-", "a b", "", &"x".repeat(64)] {
             let arg = format!("--watch-filter={bad}");
             let err = Cli::try_parse_from(["x", arg.as_str()]).expect_err(bad);

@@ -146,9 +146,11 @@ impl MachineBackend for VSphereMachines {
         let user_data = request
             .user_data
             .map(|d| (!d.value.is_empty()).then_some(d.value.as_slice()));
+        let from = phase.clone();
         let step = provision::provision_step(&client, &input, phase, user_data, desired_power)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
+        let next_now = step.next_now(&from);
         step.phase.write(status);
         if let Some(fd) = &step.failure_domain {
             status.failure_domain = Some(fd.clone());
@@ -206,7 +208,7 @@ impl MachineBackend for VSphereMachines {
             provider_id: None,
             backoff: false,
             requeue: step.requeue,
-            next_now: false,
+            next_now,
         })
     }
 

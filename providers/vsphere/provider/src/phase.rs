@@ -129,6 +129,15 @@ impl Phase {
         matches!(self, Self::Provisioned(..) | Self::ShuttingDown(..))
     }
 
+    /// The task the phase waits on, if any.
+    pub fn task(&self) -> Option<&MoRef> {
+        match self {
+            Self::WaitClone(task) => Some(task),
+            Self::Configure(_, task) | Self::PowerOn(_, task) | Self::Provisioned(_, task) => task.as_ref(),
+            Self::Clone | Self::WaitGuest(_) | Self::ShuttingDown(..) => None,
+        }
+    }
+
     /// The `Ready` condition reason while in this phase.
     pub fn reason(&self) -> &'static str {
         match self {

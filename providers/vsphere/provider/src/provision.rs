@@ -334,6 +334,16 @@ impl Step {
         self.event = Some((reason, message.into()));
         self
     }
+
+    /// Whether the step after this one (which left `from`) may run at once, before this one's
+    /// phase is persisted ([`banlieue_provider_kit::machine::Step::next_now`]): when it neither
+    /// waits nor failed, or when it has just started a task (polled at once). Every step is
+    /// safe to run again after a crash: a VM carrying the machine's UID is adopted rather than
+    /// cloned again (see the module docs).
+    pub fn next_now(&self, from: &Phase) -> bool {
+        let started_task = from.task().is_none() && self.phase.task().is_some();
+        self.failed.is_none() && (self.requeue.is_zero() || started_task)
+    }
 }
 
 pub use crate::error::{StepError, client_error};

@@ -170,6 +170,20 @@ struct Written {
 }
 
 impl Context {
+    /// Whether `vm` is a version that a status write of ours has superseded (the watch cache
+    /// lags behind our writes).
+    fn cache_is_behind_our_writes(&self, vm: &VirtualMachine) -> bool {
+        let (uid, rv) = (
+            vm.uid().unwrap_or_default(),
+            vm.resource_version().unwrap_or_default(),
+        );
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&uid)
+            .is_some_and(|w| w.stale.contains(&rv))
+    }
+
     fn backoff(&self, key: &str) -> Duration {
         let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
         let n = failures.entry(key.to_owned()).or_insert(0);
@@ -469,6 +483,11 @@ async fn add_finalizer(ctx: &Context, vm: &VirtualMachine) -> Result<Option<Stri
     let Some(patch) = finalizer::add_patch(vm.finalizers()) else {
         return Ok(None);
     };
+    if ctx.cache_is_behind_our_writes(vm) {
+        // The cache holds a version our own writes superseded: the reconcile that wrote them
+        // added the finalizer first (a finalizer removed since would be a newer version).
+        return Ok(None);
+    }
     match patch_finalizers(ctx, vm, patch, "adding").await {
         Ok(rv) => Ok(Some(rv)),
         // The guard failed: the list changed since the cache saw it (typically this reconcile

@@ -88,6 +88,9 @@ pub const INCONSISTENT_STATUS: &str = "InconsistentStatus";
 pub const DELETING: &str = "Deleting";
 /// Condition reason: the VM cannot be deleted (its infra cluster is gone).
 pub const DELETION_FAILED: &str = "DeletionFailed";
+/// A provisioned machine whose backend asks to be looked at again after at least this long is
+/// settled: reconciles that find it as the provider left it skip the hypervisor until then.
+pub const SETTLED_MIN: Duration = Duration::from_secs(60);
 /// At most this many provisioning steps run in one reconcile (see [`Step::next_now`]).
 pub const MAX_STEPS_PER_RECONCILE: usize = 12;
 /// Condition reason: a provisioning step failed and the VM does not exist (any more).
@@ -418,6 +421,27 @@ pub struct MachineContext<B: MachineBackend> {
     /// Only machines labelled `cluster.x-k8s.io/watch-filter=<this>` (CAPI's `--watch-filter`).
     pub watch_filter: Option<String>,
     backoffs: Mutex<Backoffs>,
+    settled: Mutex<HashMap<String, Settled>>,
+}
+
+/// A provisioned machine whose last step found its VM as the spec wants and asked to be looked
+/// at again only later, as the provider's own status write left it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Settled {
+    /// The machine's resourceVersion after that write.
+    version: String,
+    /// When the backend asked to look again.
+    until: std::time::Instant,
+}
+
+impl Settled {
+    /// How long the hypervisor need not be asked about the machine, seen at `version` at `now`:
+    /// while it is exactly as the provider left it and the backend's time has not come (a
+    /// reconcile woken by the provider's own status write, by a VirtualMachine status write,
+    /// by a Secret: nothing to ask the hypervisor).
+    fn wait(&self, version: &str, now: std::time::Instant) -> Option<Duration> {
+        (self.version == version && now < self.until).then(|| self.until - now)
+    }
 }
 
 impl<B: MachineBackend> MachineContext<B> {
@@ -432,7 +456,27 @@ impl<B: MachineBackend> MachineContext<B> {
             wait_requeue: WAIT_REQUEUE,
             capi_discovery_interval: crate::capi::CAPI_DISCOVERY_INTERVAL,
             watch_filter: None,
+            settled: Mutex::default(),
             backoffs: Mutex::default(),
+        }
+    }
+
+    /// How long machine `uid`, seen at `version`, needs no look at its VM ([`Settled::wait`]).
+    fn settled_wait(&self, uid: &str, version: &str) -> Option<Duration> {
+        let settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        settled.get(uid)?.wait(version, std::time::Instant::now())
+    }
+
+    /// Records (or, `None`, forgets) that machine `uid` is settled.
+    fn settle(&self, uid: &str, settled: Option<Settled>) {
+        let mut map = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        match settled {
+            Some(settled) => {
+                map.insert(uid.to_owned(), settled);
+            }
+            None => {
+                map.remove(uid);
+            }
         }
     }
 
@@ -579,7 +623,12 @@ struct Writer<'a, B: MachineBackend> {
 
 impl<B: MachineBackend> Writer<'_, B> {
     async fn status(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<bool> {
-        status::write_status(
+        Ok(self.status_version(new).await?.is_some())
+    }
+
+    /// [`Writer::status`], returning the new resourceVersion when it wrote.
+    async fn status_version(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<Option<String>> {
+        status::write_status_version(
             &self.api,
             self.machine,
             self.machine.status(),
@@ -741,6 +790,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
         return Ok(Action::await_change());
     }
     if deleting {
+        ctx.settle(machine.uid().as_deref().unwrap_or_default(), None);
         return delete::<B>(ctx, &write, &view.infra_cluster, new, &secrets).await;
     }
     write.finalizer(true).await?;
@@ -766,6 +816,17 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 .await;
         }
     };
+    // Provisioned, exactly as the provider's own last write left it (the status above only
+    // restates what is persisted), and not due yet: nothing to ask the hypervisor.
+    if plan.provisioned
+        && machine.status() == Some(&new)
+        && let Some(wait) = ctx.settled_wait(
+            machine.uid().as_deref().unwrap_or_default(),
+            machine.resource_version().as_deref().unwrap_or_default(),
+        )
+    {
+        return Ok(Action::requeue(wait));
+    }
     if view.bootstrap == BootstrapSource::Pending && !plan.readopting {
         return write
             .wait(
@@ -1045,7 +1106,22 @@ async fn apply_step<B: MachineBackend>(
         step.ready.message.clone(),
         generation,
     );
-    write.status(&new).await?;
+    let written = write.status_version(&new).await?;
+    // A provisioned VM as the spec wants it, looked at again only later: until then, a reconcile
+    // that finds the machine as this write left it asks the hypervisor nothing.
+    let healthy = new.initialization().and_then(|i| i.provisioned) == Some(true)
+        && step.ready.ok
+        && step.up_to_date.as_ref().is_none_or(|r| r.ok)
+        && !step.warning
+        && !step.backoff
+        && step.requeue >= SETTLED_MIN;
+    let settled = healthy.then(|| Settled {
+        version: written.or_else(|| machine.resource_version()).unwrap_or_default(),
+        until: std::time::Instant::now() + step.requeue,
+    });
+    write
+        .ctx
+        .settle(machine.uid().as_deref().unwrap_or_default(), settled);
     let mut events = earlier_events;
     events.extend(step.events);
     write.transitions(events).await;
@@ -1261,6 +1337,26 @@ async fn run_once<B: MachineBackend>(
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
+
+    #[test]
+    fn a_settled_machine_skips_the_hypervisor_only_as_left_and_until_due() {
+        let now = std::time::Instant::now();
+        let settled = Settled {
+            version: "42".to_owned(),
+            until: now + Duration::from_secs(600),
+        };
+        assert_eq!(settled.wait("42", now), Some(Duration::from_secs(600)));
+        assert_eq!(
+            settled.wait("43", now),
+            None,
+            "changed since the provider's write"
+        );
+        assert_eq!(
+            settled.wait("42", now + Duration::from_secs(600)),
+            None,
+            "due: the backend looks again"
+        );
+    }
 
     #[test]
     fn a_step_that_asks_for_backoff_keeps_growing_it_until_a_plain_success() {

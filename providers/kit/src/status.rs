@@ -51,27 +51,44 @@ pub async fn write_status<K: NamespacedKind, S: Serialize + PartialEq + Default>
     field_manager: &str,
     metrics: &Metrics,
 ) -> Result<bool> {
+    Ok(
+        write_status_version(api, object, old, new, field_manager, metrics)
+            .await?
+            .is_some(),
+    )
+}
+
+/// [`write_status`], returning the object's new resourceVersion when it wrote.
+pub async fn write_status_version<K: NamespacedKind, S: Serialize + PartialEq + Default>(
+    api: &Api<K>,
+    object: &K,
+    old: Option<&S>,
+    new: &S,
+    field_manager: &str,
+    metrics: &Metrics,
+) -> Result<Option<String>> {
     let unchanged = match old {
         Some(old) => old == new,
         None => *new == S::default(),
     };
     if unchanged {
-        return Ok(false);
+        return Ok(None);
     }
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": new,
     });
-    api.patch_status(
-        &object.name_any(),
-        &PatchParams::apply(field_manager).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map_err(|e| Error::kube(format!("writing {} status", K::kind(&())), e))?;
+    let written = api
+        .patch_status(
+            &object.name_any(),
+            &PatchParams::apply(field_manager).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(|e| Error::kube(format!("writing {} status", K::kind(&())), e))?;
     metrics.count_write("status");
-    Ok(true)
+    Ok(Some(written.resource_version().unwrap_or_default()))
 }
 
 /// Whether the object carries `finalizer`.

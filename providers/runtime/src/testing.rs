@@ -113,6 +113,15 @@ impl Instance {
     }
 }
 
+impl Instance {
+    /// Kills it with SIGKILL (a crashed Pod, a lost node): its Lease is not released.
+    pub fn crash(mut self) -> anyhow::Result<()> {
+        self.child.kill()?;
+        self.child.wait()?;
+        Ok(())
+    }
+}
+
 impl Drop for Instance {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -256,10 +265,32 @@ pub async fn check_operations(
         holder(&leases, &lease).await?.as_deref() == Some("b"),
         "b holds {lease}"
     );
-    b.terminate().await?;
+
+    // b crashes (SIGKILL: the Lease stays held): the standby c takes over once the Lease
+    // expires (15 s, then its next try) and prints how long that took (no timing asserted).
+    let c = Instance::start(bin, kubeconfig, namespace, "c", extra)?;
+    eventually("c serves /healthz", || async {
+        Ok((status(&c, "/healthz").await? == Some(200)).then_some(()))
+    })
+    .await
+    .with_context(|| c.log_tail())?;
+    let crashed = tokio::time::Instant::now();
+    b.crash()?;
+    eventually("c takes over from the crashed b", || async {
+        Ok((status(&c, "/readyz").await? == Some(200)).then_some(()))
+    })
+    .await
+    .with_context(|| c.log_tail())?;
+    let failover = crashed.elapsed();
+    eprintln!("{component}: failover after SIGKILL of the leader took {failover:.1?}");
+    ensure!(
+        holder(&leases, &lease).await?.as_deref() == Some("c"),
+        "c holds {lease}"
+    );
+    c.terminate().await?;
     ensure!(
         holder(&leases, &lease).await?.is_none(),
-        "b released {lease} on SIGTERM"
+        "c released {lease} on SIGTERM"
     );
     Ok(())
 }

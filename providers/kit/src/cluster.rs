@@ -284,8 +284,8 @@ async fn write_status<B: ClusterBackend>(
     new: &<B::Cluster as InfraCluster>::Status,
 ) -> Result<()> {
     let old = infra.status();
-    let wrote = status::write_status(api, infra, old, new, B::FIELD_MANAGER, &ctx.metrics).await?;
-    if wrote {
+    let written = status::write_status(api, infra, old, new, B::FIELD_MANAGER, &ctx.metrics).await?;
+    if written.is_some() {
         let before = old.map(ContractStatus::conditions).unwrap_or_default();
         let watched = [
             Watched::positive(B::CONNECTED_CONDITION),

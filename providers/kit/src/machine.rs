@@ -622,13 +622,9 @@ struct Writer<'a, B: MachineBackend> {
 }
 
 impl<B: MachineBackend> Writer<'_, B> {
-    async fn status(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<bool> {
-        Ok(self.status_version(new).await?.is_some())
-    }
-
-    /// [`Writer::status`], returning the new resourceVersion when it wrote.
-    async fn status_version(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<Option<String>> {
-        status::write_status_version(
+    /// Writes `new` when it changed; the new resourceVersion when it wrote.
+    async fn status(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<Option<String>> {
+        status::write_status(
             &self.api,
             self.machine,
             self.machine.status(),
@@ -1023,6 +1019,13 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     }
 }
 
+/// The common answer for [`Step::next_now`] of a step that did not fail: it does not wait
+/// (`requeue` zero), or it has just started a hypervisor task (`task_before` none, `task_after`
+/// some), which is polled at once (an instant task is done; a running one is waited for).
+pub fn follows_at_once(requeue: Duration, task_before: bool, task_after: bool) -> bool {
+    requeue.is_zero() || (!task_before && task_after)
+}
+
 /// Whether the step after `step` may run in the same reconcile (see [`Step::next_now`]).
 fn chains(step: &Step) -> bool {
     step.next_now && !step.backoff && !step.warning && step.provisioned.is_none() && step.up_to_date.is_none()
@@ -1106,7 +1109,7 @@ async fn apply_step<B: MachineBackend>(
         step.ready.message.clone(),
         generation,
     );
-    let written = write.status_version(&new).await?;
+    let written = write.status(&new).await?;
     // A provisioned VM as the spec wants it, looked at again only later: until then, a reconcile
     // that finds the machine as this write left it asks the hypervisor nothing.
     let healthy = new.initialization().and_then(|i| i.provisioned) == Some(true)

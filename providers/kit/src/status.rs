@@ -42,24 +42,8 @@ pub fn set(
 }
 
 /// Applies `new` as the object's `/status` (server-side apply as `field_manager`) unless it
-/// equals `old`; returns whether it wrote.
+/// equals `old`; returns the object's new resourceVersion when it wrote.
 pub async fn write_status<K: NamespacedKind, S: Serialize + PartialEq + Default>(
-    api: &Api<K>,
-    object: &K,
-    old: Option<&S>,
-    new: &S,
-    field_manager: &str,
-    metrics: &Metrics,
-) -> Result<bool> {
-    Ok(
-        write_status_version(api, object, old, new, field_manager, metrics)
-            .await?
-            .is_some(),
-    )
-}
-
-/// [`write_status`], returning the object's new resourceVersion when it wrote.
-pub async fn write_status_version<K: NamespacedKind, S: Serialize + PartialEq + Default>(
     api: &Api<K>,
     object: &K,
     old: Option<&S>,

@@ -144,6 +144,8 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             pm.namespace().unwrap_or_default(),
             pm.name_any(),
         );
+        // Read once: the step's input, and kept in the status while the wait goes on.
+        let waiting_since = guest_wait_started(Some(status));
         let input = MachineInput {
             uid: &uid,
             namespace: &namespace,
@@ -154,26 +156,23 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
             seed_storage: &self.seed_storage,
             pool_addresses: request.pool_addresses,
-            waiting_since: guest_wait_started(pm.status.as_ref()),
+            waiting_since,
         };
         let from = phase.clone();
         let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         let next_now = step.next_now(&from);
-        let waiting_since = guest_wait_started(Some(status));
         step.phase.write(status);
-        // The wait for the guest keeps the time it began (the agent is asked often at first).
-        if matches!(step.phase, Phase::WaitGuest(_))
-            && let Some(p) = status.provisioning.as_mut()
-        {
-            let since = waiting_since.unwrap_or_else(SystemTime::now);
-            p.task_started_at = Some(Time(
-                Timestamp::try_from(since).unwrap_or_else(|_| Timestamp::now()),
-            ));
-        }
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);
+            // The wait for the guest keeps the time it began (the agent is asked often at first).
+            if matches!(step.phase, Phase::WaitGuest(_)) {
+                let since = waiting_since.unwrap_or_else(SystemTime::now);
+                p.task_started_at = Some(Time(
+                    Timestamp::try_from(since).unwrap_or_else(|_| Timestamp::now()),
+                ));
+            }
         }
         if let Some(loc) = step.phase.location() {
             status.failure_domain = Some(loc.node.clone());

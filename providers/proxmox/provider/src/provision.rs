@@ -212,10 +212,13 @@ impl Step {
     /// done; a running one is polled again after [`TASK_POLL`]). Never into
     /// [`Phase::Clone`]: the VMID is persisted before the clone starts (see the module docs).
     pub fn next_now(&self, from: &Phase) -> bool {
-        let started_task = from.task().is_none() && self.phase.task().is_some();
         self.failed.is_none()
             && !matches!(self.phase, Phase::Clone(_))
-            && (self.requeue.is_zero() || started_task)
+            && banlieue_provider_kit::machine::follows_at_once(
+                self.requeue,
+                from.task().is_some(),
+                self.phase.task().is_some(),
+            )
     }
 }
 

@@ -341,8 +341,12 @@ impl Step {
     /// safe to run again after a crash: a VM carrying the machine's UID is adopted rather than
     /// cloned again (see the module docs).
     pub fn next_now(&self, from: &Phase) -> bool {
-        let started_task = from.task().is_none() && self.phase.task().is_some();
-        self.failed.is_none() && (self.requeue.is_zero() || started_task)
+        self.failed.is_none()
+            && banlieue_provider_kit::machine::follows_at_once(
+                self.requeue,
+                from.task().is_some(),
+                self.phase.task().is_some(),
+            )
     }
 }
 

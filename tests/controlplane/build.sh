@@ -7,13 +7,14 @@
 # Usage: tests/controlplane/build.sh [--core-only | --nodes | --capi | --clusterctl] [--force]
 #   --core-only   only etcd, kube-apiserver, kube-controller-manager
 #                 (same as BANLIEUE_CONTROLPLANE_CORE_ONLY=1)
-#   --nodes       the core and kubelet, kube-scheduler, kube-proxy (tests/dev.sh --pods)
+#   --nodes       the core and kubelet, kube-scheduler, kube-proxy, kubeadm (tests/dev.sh --pods)
 #   --capi        the core and CAPI's managers + clusterctl, not the node binaries nor vcsim
 #                 (tests/dev.sh --capi)
 #   --clusterctl  only clusterctl (and CAPI's CRDs); the log goes to stderr and stdout is one line,
 #                 export PATH="<bin>:$PATH", so: eval "$(tests/controlplane/build.sh --clusterctl)"
 #   --force       rebuild even if up to date
-# Without an option: everything, kubelet, kube-scheduler and kube-proxy for real nodes included.
+# Without an option: everything, kubelet, kube-scheduler, kube-proxy and kubeadm for real nodes
+# (and the workload-cluster guests) included.
 # Also copies CAPI's CRDs (core, kubeadm bootstrap, kubeadm control plane) to bin/capi-crds/.
 # Environment: BANLIEUE_CONTROLPLANE_BIN names another output folder; GOMODCACHE / GOCACHE /
 # GOFLAGS are honoured; GOTOOLCHAIN defaults to "local".
@@ -121,12 +122,13 @@ build_group core "$here" \
 -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
 fi
 
-# --- node: kubelet, kube-scheduler, kube-proxy for the harness's real nodes (banlieue-testenv) ---
+# --- node: kubelet, kube-scheduler, kube-proxy, kubeadm for the harness's real nodes and guests ---
 if [ "$clusterctl_only" = 0 ] && [ "$core_only" = 0 ] && [ "$capi_only" = 0 ]; then
 build_group node "$here" \
     "kubelet ./cmd/kubelet" \
     "kube-scheduler ./cmd/kube-scheduler" \
     "kube-proxy ./cmd/kube-proxy" \
+    "kubeadm ./cmd/kubeadm" \
     -- "-s -w -X $kv.gitVersion=$kube_version -X $kv.gitMajor=1 -X $kv.gitMinor=$kube_minor \
 -X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
 fi

@@ -20,6 +20,8 @@
 //! build -p banlieue-proxmox -p banlieue-vsphere -p banlieue-controllers && cargo test -p
 //! banlieue-conformance --test capi` (needs `tests/controlplane/build.sh`).
 
+#[path = "capi/guests.rs"]
+mod guests;
 #[path = "capi/hypervisor.rs"]
 mod hypervisor;
 #[path = "../../../providers/vsphere/client/tests/support/vcsim.rs"]
@@ -804,6 +806,8 @@ fn generate_cluster(
     ns: &str,
     hv: &Hypervisor,
     endpoint: (&str, u16),
+    kubernetes_version: &str,
+    workers: u32,
 ) -> Result<String> {
     let output = clusterctl(env)?
         .args(["generate", "cluster", CLUSTER, "--infrastructure"])
@@ -814,14 +818,10 @@ fn generate_cluster(
             "--target-namespace",
             ns,
             "--kubernetes-version",
-            KUBERNETES_VERSION,
+            kubernetes_version,
         ])
-        .args([
-            "--control-plane-machine-count",
-            "1",
-            "--worker-machine-count",
-            "2",
-        ])
+        .args(["--control-plane-machine-count", "1", "--worker-machine-count"])
+        .arg(workers.to_string())
         .envs(hv.template_variables(ns))
         .env("CONTROL_PLANE_ENDPOINT_IP", endpoint.0)
         .env("CONTROL_PLANE_ENDPOINT_PORT", endpoint.1.to_string())
@@ -851,6 +851,441 @@ fn parse_docs(text: &str) -> Result<Vec<Value>> {
         }
     }
     Ok(docs)
+}
+
+/// The Kubernetes version of the lab guest image (kubelet, kubeadm and the control plane images
+/// of `tests/guest`, built from the harness's pinned module).
+const GUEST_KUBERNETES_VERSION: &str = "v1.33.13";
+/// How long a workload cluster of real guests gets for each step (two nice'd guests boot, pull
+/// nothing, run `kubeadm init`/`join`: about a minute each here).
+const GUEST_STEP_TIMEOUT: Duration = Duration::from_secs(480);
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// CAPI's quick-start spec (`e2e/quick_start.go`: a cluster from the default flavor reaches its
+/// control plane initialized, every Machine gets a Node), with guests that boot: every VM the
+/// Proxmox simulator runs is a lab guest (`capi/guests.rs`) whose real cloud-init reads the
+/// provider's seed ISO and runs CAPI's bootstrap data: `kubeadm init` on the control plane VM
+/// (kube-vip's stand-in holds the endpoint address on `net0`, the name the seed gives the NIC, as the template's manifest
+/// says), `kubeadm join` on the worker. Asserts what the spec asserts, from the workload
+/// cluster itself (`clusterctl get kubeconfig`): one Node per Machine, named and identified
+/// (`spec.providerID`) as CAPI expects; and one VM per Machine on the hypervisor; then deletes
+/// the cluster and checks no VM and no guest is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_start_boots_real_kubeadm_nodes_on_the_proxmox_simulator() -> Result<()> {
+    use banlieue_testenv::guests::{Lab, guest_image};
+    let started = Instant::now();
+    let progress = |what: &str| eprintln!("[quick-start {:6.1}s] {what}", started.elapsed().as_secs_f32());
+    let image = tokio::task::spawn_blocking(guest_image).await??;
+    progress("guest image ready");
+    let lab = Arc::new(Lab::create()?);
+    let mut crds: Vec<_> = banlieue_api::crds::all()
+        .into_iter()
+        .filter(|crd| crd.spec.group != banlieue_api::INFRASTRUCTURE_GROUP)
+        .collect();
+    crds.extend(cert_manager_stub_crds()?);
+    let mgmt = TestEnv::builder()
+        .allow_external(false)
+        .crds(crds)
+        .start()
+        .await?;
+    let client = mgmt.client().await?;
+    let ns_guard = mgmt.namespace("quick-start").await?;
+    let ns = ns_guard.name().to_owned();
+    let sim = Arc::new(
+        banlieue_pve_sim::start(SimConfig {
+            nodes: vec!["pve1".into()],
+            external_guests: true,
+            ..SimConfig::fast()
+        })
+        .await?,
+    );
+    let hv = Arc::new(Hypervisor::Proxmox(sim.clone()));
+    let config = clusterctl_init(&mgmt, &hv, Mode::Processes).await?;
+    let mut procs = Managers::start(Mode::Processes, &hv, &mgmt, "mgmt-node", &controller_dir()?).await?;
+    let running: guests::Guests = Arc::default();
+    let guest_log = mgmt.workdir().join("logs/guests.log");
+    let _driver = AbortOnDrop(tokio::spawn(guests::drive(
+        sim.clone(),
+        lab.clone(),
+        image,
+        mgmt.workdir().join("guests"),
+        running.clone(),
+        guest_log.clone(),
+    )));
+    progress("management cluster, CAPI's managers and banlieue-proxmox up");
+
+    let endpoint = lab.address(2).to_string();
+    let text = generate_cluster(
+        &mgmt,
+        &config,
+        &ns,
+        &hv,
+        (&endpoint, 6443),
+        GUEST_KUBERNETES_VERSION,
+        1,
+    )?;
+    let mut docs = parse_docs(&text)?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    if let Some((name, data)) = hv.credentials() {
+        let creds: Secret = serde_json::from_value(json!({"metadata": {"name": name}, "stringData": data}))?;
+        secrets.create(&PostParams::default(), &creds).await?;
+    }
+    // The CNI, as CAPI's quick-start installs one: flannel's own manifest in a ConfigMap, applied
+    // to every Cluster labelled `cni: flannel` by a ClusterResourceSet.
+    let pod_cidr = docs
+        .iter()
+        .find(|d| d["kind"] == "Cluster")
+        .and_then(|c| c["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0].as_str())
+        .context("the Cluster's Pod CIDR")?
+        .to_owned();
+    let flannel = std::fs::read_to_string(workspace().join("tests/guest/flannel/kube-flannel.yml"))?;
+    ensure!(
+        flannel.contains(r#""Network": "10.244.0.0/16""#),
+        "kube-flannel.yml changed: no default Network"
+    );
+    // Flannel's CNI plugin is the last one built into containernetworking/plugins (v0.9.1, the
+    // one served here), which speaks CNI up to 0.4.0.
+    let flannel = flannel
+        .replace(
+            r#""Network": "10.244.0.0/16""#,
+            &format!(r#""Network": "{pod_cidr}""#),
+        )
+        .replace(r#""cniVersion": "1.0.0""#, r#""cniVersion": "0.4.0""#);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    config_maps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "flannel"}, "data": {"kube-flannel.yml": flannel}}),
+            )?,
+        )
+        .await?;
+    let crs: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "addons.cluster.x-k8s.io/v1beta2", "kind": "ClusterResourceSet",
+        "metadata": {"name": "flannel"},
+        "spec": {
+            "clusterSelector": {"matchLabels": {"cni": "flannel"}},
+            "resources": [{"kind": "ConfigMap", "name": "flannel"}],
+            "strategy": "ApplyOnce",
+        },
+    }))?;
+    Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &ns,
+        &resource("addons.cluster.x-k8s.io", "v1beta2", "ClusterResourceSet"),
+    )
+    .create(&PostParams::default(), &crs)
+    .await
+    .context("creating the ClusterResourceSet")?;
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "Cluster") {
+        doc["metadata"]["labels"]["cni"] = json!("flannel");
+    }
+    // The lab's guests share the host's kernel, whose conntrack table a guest cannot size (a VM
+    // has its own): kube-proxy leaves it alone, as kind configures it. kubeadm reads kube-proxy's
+    // configuration from its own file, which CAPI's bootstrap data writes; the usual way to add to
+    // it is a command before kubeadm runs.
+    for doc in docs.iter_mut().filter(|d| d["kind"] == "KubeadmControlPlane") {
+        let commands = &mut doc["spec"]["kubeadmConfigSpec"]["preKubeadmCommands"];
+        let append = "if [ -f /run/kubeadm/kubeadm.yaml ]; then printf '%s\\n' '' '---' 'apiVersion: kubeproxy.config.k8s.io/v1alpha1' 'kind: KubeProxyConfiguration' 'conntrack:' '  maxPerCore: 0' >> /run/kubeadm/kubeadm.yaml; fi";
+        match commands.as_array_mut() {
+            Some(list) => list.push(json!(append)),
+            None => *commands = json!([append]),
+        }
+    }
+    for doc in &docs {
+        let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let ar = resource(group, version, doc["kind"].as_str().unwrap_or_default());
+        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| format!("creating {}", ar.kind))?;
+    }
+    progress("clusterctl generate cluster (1 control plane, 1 worker) applied");
+
+    let clusters: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &capi("Cluster"));
+    let machines: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &capi("Machine"));
+    let guest_state = |running: &guests::Guests| {
+        let guests = running.lock().expect("guests lock");
+        guests
+            .values()
+            .map(|g| format!("guest {}: {}", g.name(), g.console_tail(1).trim()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let result = async {
+        poll(
+            &mut procs,
+            "the control plane to be initialized",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let cluster = to_value(&clusters.get(CLUSTER).await?);
+                Ok(
+                    match condition_status(&cluster, "ControlPlaneInitialized").as_deref() {
+                        Some("True") => Ok(()),
+                        _ => Err(format!(
+                            "{}; {}",
+                            condition(&cluster, "ControlPlaneInitialized")
+                                .map(|c| c["message"].to_string())
+                                .unwrap_or_default(),
+                            guest_state(&running)
+                        )),
+                    },
+                )
+            },
+        )
+        .await?;
+        progress("control plane initialized (kubeadm init ran in the first VM)");
+        let node_refs = poll(
+            &mut procs,
+            "every Machine to get its Node",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let list: Vec<Value> = machines
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .iter()
+                    .map(to_value)
+                    .collect();
+                let refs: BTreeMap<String, (String, String)> = list
+                    .iter()
+                    .filter_map(|m| {
+                        let node = m["status"]["nodeRef"]["name"].as_str()?;
+                        let provider_id = m["spec"]["providerID"].as_str()?;
+                        Some((
+                            m["metadata"]["name"].as_str()?.to_owned(),
+                            (node.to_owned(), provider_id.to_owned()),
+                        ))
+                    })
+                    .collect();
+                Ok(if list.len() == 2 && refs.len() == 2 {
+                    Ok(refs)
+                } else {
+                    Err(format!(
+                        "{} of {} Machines have a nodeRef; {}",
+                        refs.len(),
+                        list.len(),
+                        guest_state(&running)
+                    ))
+                })
+            },
+        )
+        .await?;
+        progress(&format!("every Machine has its Node: {node_refs:?}"));
+
+        // The workload cluster itself, through the kubeconfig CAPI wrote.
+        let kubeconfig = run_clusterctl(
+            clusterctl(&mgmt)?
+                .args(["get", "kubeconfig", CLUSTER, "--namespace", &ns])
+                .arg(format!("--kubeconfig={}", mgmt.admin().path().display())),
+            "clusterctl get kubeconfig",
+        )?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig)?;
+        let workload = kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
+        )?;
+        let nodes: Vec<Node> = Api::<Node>::all(workload.clone())
+            .list(&Default::default())
+            .await?
+            .items;
+        let seen: BTreeMap<String, String> = nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.metadata.name.clone().unwrap_or_default(),
+                    n.spec
+                        .as_ref()
+                        .and_then(|s| s.provider_id.clone())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        let wanted: BTreeMap<String, String> = node_refs.values().cloned().collect();
+        ensure!(
+            seen == wanted,
+            "the workload cluster's Nodes {seen:?} are not the Machines' nodeRefs and providerIDs {wanted:?}"
+        );
+        let vms = sim.vms().into_iter().filter(|v| !v.template && v.running).count();
+        ensure!(vms == 2, "{vms} running VMs for 2 Machines");
+        progress("the workload cluster's Nodes are the Machines', one running VM each");
+        // The seeds as real cloud-init read them: every module of every stage succeeded.
+        let verdicts = poll(
+            &mut procs,
+            "cloud-init to finish on every guest",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let guests = running.lock().expect("guests lock");
+                let verdicts: Vec<(String, Option<Vec<String>>, String)> = guests
+                    .values()
+                    .map(|g| (g.name().to_owned(), g.cloud_init_errors(), g.boot_report(30)))
+                    .collect();
+                Ok(if verdicts.iter().all(|(_, errors, _)| errors.is_some()) {
+                    Ok(verdicts)
+                } else {
+                    Err(format!(
+                        "cloud-init still running on {:?}",
+                        verdicts
+                            .iter()
+                            .filter(|v| v.1.is_none())
+                            .map(|v| &v.0)
+                            .collect::<Vec<_>>()
+                    ))
+                })
+            },
+        )
+        .await?;
+        for (name, errors, report) in verdicts {
+            ensure!(
+                errors.as_ref().is_some_and(Vec::is_empty),
+                "cloud-init on guest {name} reported errors: {errors:?}\n{report}"
+            );
+        }
+        progress("cloud-init finished without an error on every guest");
+
+        // A working cluster: flannel (from the ClusterResourceSet) makes every Node Ready, CoreDNS
+        // (which reaches the API through its Service, so kube-proxy works) becomes available,
+        // and a Pod runs on the worker with an address of the Pod network.
+        let node_api: Api<Node> = Api::all(workload.clone());
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(workload.clone(), "kube-system");
+        poll(
+            &mut procs,
+            "every Node Ready and CoreDNS available",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let nodes = node_api.list(&Default::default()).await?.items;
+                let not_ready: Vec<String> = nodes
+                    .iter()
+                    .filter(|n| {
+                        !n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                    })
+                    .map(|n| n.metadata.name.clone().unwrap_or_default())
+                    .collect();
+                let coredns = deployments.get("coredns").await?;
+                let ready = coredns
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0);
+                let wanted = coredns.spec.replicas.unwrap_or(1);
+                Ok(if not_ready.is_empty() && ready == wanted {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "Nodes not Ready: {not_ready:?}; CoreDNS {ready}/{wanted} ready"
+                    ))
+                })
+            },
+        )
+        .await?;
+        progress("every Node Ready (flannel), CoreDNS available");
+        let worker = node_refs
+            .iter()
+            .find(|(machine, _)| !machine.contains("control-plane"))
+            .map(|(_, (node, _))| node.clone())
+            .context("the worker's Node")?;
+        let pods: Api<Pod> = Api::namespaced(workload.clone(), "default");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "on-the-worker"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": worker},
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        let pod_ip = poll(
+            &mut procs,
+            "a Pod running on the worker",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let pod = pods.get("on-the-worker").await?;
+                let status = pod.status.unwrap_or_default();
+                Ok(match (status.phase.as_deref(), status.pod_ip) {
+                    (Some("Running"), Some(ip)) => Ok(ip),
+                    (phase, _) => Err(format!("phase {phase:?}")),
+                })
+            },
+        )
+        .await?;
+        let in_pod_network = pod_ip
+            .parse::<std::net::Ipv4Addr>()
+            .ok()
+            .zip(pod_cidr.split_once('/'))
+            .and_then(|(ip, (net, bits))| {
+                Some((
+                    ip,
+                    net.parse::<std::net::Ipv4Addr>().ok()?,
+                    bits.parse::<u32>().ok()?,
+                ))
+            })
+            .is_some_and(|(ip, net, bits)| {
+                let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+                u32::from(ip) & mask == u32::from(net) & mask
+            });
+        ensure!(
+            in_pod_network,
+            "the Pod's address {pod_ip} is not in the Pod network {pod_cidr}"
+        );
+        progress(&format!("a Pod runs on the worker {worker} at {pod_ip}"));
+
+        clusters.delete(CLUSTER, &DeleteParams::default()).await?;
+        poll(
+            &mut procs,
+            "the cluster and its VMs to be deleted",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let left = sim.vms().into_iter().filter(|v| !v.template).count();
+                let cluster = clusters.get_opt(CLUSTER).await?;
+                Ok(if left == 0 && cluster.is_none() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{left} VMs left, Cluster {}",
+                        if cluster.is_some() { "still there" } else { "gone" }
+                    ))
+                })
+            },
+        )
+        .await?;
+        // The driver powers guests off within a poll of their VM's end.
+        for _ in 0..20 {
+            if running.lock().expect("guests lock").is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        ensure!(
+            running.lock().expect("guests lock").is_empty(),
+            "guests still powered on after their VMs were deleted"
+        );
+        progress("cluster deleted: no VM, no guest left");
+        Ok(())
+    }
+    .await;
+    if let Err(e) = &result {
+        eprintln!(
+            "quick-start failed: {e:#}\nguest driver log ({}):\n{}",
+            guest_log.display(),
+            std::fs::read_to_string(&guest_log).unwrap_or_default()
+        );
+        for guest in running.lock().expect("guests lock").values() {
+            eprintln!("{}", guest.boot_report(40));
+        }
+    }
+    result
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1152,7 +1587,15 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
 
     // ---- generate + apply ----
     let t = Instant::now();
-    let generated = generate_cluster(mgmt, envs.config, &ns, &run.hv, (&endpoint.0, endpoint.1));
+    let generated = generate_cluster(
+        mgmt,
+        envs.config,
+        &ns,
+        &run.hv,
+        (&endpoint.0, endpoint.1),
+        KUBERNETES_VERSION,
+        2,
+    );
     let docs = generated.and_then(|text| parse_docs(&text));
     let result = docs.as_ref().map(|d| {
         let kinds: Vec<&str> = d.iter().filter_map(|d| d["kind"].as_str()).collect();

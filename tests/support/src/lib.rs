@@ -23,6 +23,7 @@ mod binaries;
 mod crds;
 mod env;
 mod error;
+pub mod guests;
 pub mod images;
 mod kubeconfig;
 pub mod nodes;

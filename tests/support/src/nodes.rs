@@ -91,7 +91,7 @@ fn missing_prerequisites(path: &std::ffi::OsStr) -> Vec<String> {
     missing
 }
 
-fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     which_in(&std::env::var_os("PATH").unwrap_or_default(), program)
 }
 
@@ -103,7 +103,7 @@ fn which_in(path: &std::ffi::OsStr, program: &str) -> Option<PathBuf> {
 }
 
 /// Runs `program args…`; an error carries its stderr.
-fn run(program: &str, args: &[&str]) -> Result<()> {
+pub(crate) fn run(program: &str, args: &[&str]) -> Result<()> {
     let output = Command::new(program)
         .args(args)
         .output()
@@ -196,9 +196,10 @@ impl Drop for NodeNetwork {
     }
 }
 
-/// Removes what the state folder of a network records (nodes first, then the bridge) and the
-/// folder itself. Best effort: what is already gone is skipped.
-fn remove_recorded(state: &Path) {
+/// Removes what the state folder of a network or lab records (nodes or guests first, then a
+/// process it started, then the bridge) and the folder itself. Best effort: what is already gone
+/// is skipped.
+pub(crate) fn remove_recorded(state: &Path) {
     let read = |name: &str| std::fs::read_to_string(state.join(name)).ok();
     if let Ok(entries) = std::fs::read_dir(state) {
         for entry in entries.flatten() {
@@ -206,6 +207,9 @@ fn remove_recorded(state: &Path) {
                 remove_node_resources(&entry.path());
             }
         }
+    }
+    if let Some(pid) = read("kill-pid") {
+        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
     }
     if let Some(bridge) = read("bridge") {
         let _ = run("ip", &["link", "del", bridge.trim()]);
@@ -215,7 +219,12 @@ fn remove_recorded(state: &Path) {
 
 /// Removes the networks of owners that no longer run.
 fn clean_up_abandoned() {
-    let Ok(entries) = std::fs::read_dir(STATE_DIR) else {
+    clean_up_abandoned_in(Path::new(STATE_DIR));
+}
+
+/// Removes the networks or labs recorded in `dir` whose owners no longer run.
+pub(crate) fn clean_up_abandoned_in(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
     for entry in entries.flatten() {
@@ -565,7 +574,7 @@ impl Drop for Node {
 
 /// Removes a node's namespace, route and cgroups as recorded in its state folder, once no
 /// process is left in its cgroups (bounded wait).
-fn remove_node_resources(state: &Path) {
+pub(crate) fn remove_node_resources(state: &Path) {
     let read = |name: &str| {
         std::fs::read_to_string(state.join(name))
             .ok()
@@ -625,7 +634,7 @@ fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-fn write(path: &Path, contents: &str) -> Result<()> {
+pub(crate) fn write(path: &Path, contents: &str) -> Result<()> {
     std::fs::write(path, contents).map_err(|e| Error::io("writing", path, e))
 }
 

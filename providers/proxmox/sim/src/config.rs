@@ -113,6 +113,10 @@ pub struct SimConfig {
     /// ones do: `docker0` (172.17.0.1), `cni0` (10.244.0.1), `flannel.1` (10.244.0.0) and a
     /// Calico `cali…` veth.
     pub container_interfaces: bool,
+    /// The guests are real (a test harness boots one per started VM): a running VM's guest agent
+    /// answers only once [`crate::SimHandle::report_guest_interfaces`] said what the guest has,
+    /// and reports exactly that; no address is invented for it.
+    pub external_guests: bool,
     /// Where to load the API schema from; `None` means [`crate::schema::default_schema_path`].
     pub schema_path: Option<PathBuf>,
     /// Port to bind on [`SimConfig::bind_address`] (0 = any free port).
@@ -174,6 +178,7 @@ impl Default for SimConfig {
             address_pool_start: Ipv4Addr::new(10, 99, 0, 10),
             address_pool_prefix: 16,
             container_interfaces: false,
+            external_guests: false,
             schema_path: None,
             port: 0,
             bind_address: Ipv4Addr::LOCALHOST,

@@ -37,6 +37,8 @@ pub struct IsoImage {
     pub volume_id: String,
     /// Root directory files: name → content.
     pub files: BTreeMap<String, Vec<u8>>,
+    /// The image itself, byte for byte.
+    pub image: Vec<u8>,
 }
 
 /// Reads the root directory of an ISO 9660 image.
@@ -61,7 +63,11 @@ pub fn read_image(image: &[u8]) -> Result<IsoImage, IsoError> {
         Some(desc) => read_root(image, desc, NameSource::Joliet)?,
         None => read_root(image, primary, NameSource::Primary)?,
     };
-    Ok(IsoImage { volume_id, files })
+    Ok(IsoImage {
+        volume_id,
+        files,
+        image: image.to_vec(),
+    })
 }
 
 #[derive(Clone, Copy)]

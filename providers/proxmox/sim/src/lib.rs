@@ -42,7 +42,7 @@ use tokio::task::JoinHandle;
 
 pub use config::{SimConfig, StorageSpec, TemplateSpec};
 pub use faults::{FaultEffect, FaultError, FaultInjector, FaultRule, PathMatch, Trigger};
-pub use state::{SeedData, TaskInfo, VmInfo};
+pub use state::{GuestInterface, SeedData, TaskInfo, VmInfo};
 
 use server::Shared;
 
@@ -296,6 +296,12 @@ impl SimHandle {
     /// The decoded seed ISO the VM booted with (captured at start), or else the one attached now.
     pub fn seed(&self, vmid: u32) -> Option<SeedData> {
         self.shared.state().seed(vmid)
+    }
+    /// What the real guest of running VM `vmid` has, as its guest agent would report it
+    /// ([`SimConfig::external_guests`]): from now on `agent/network-get-interfaces` answers with
+    /// these interfaces, until the VM stops or reboots. Fails when the VM does not run.
+    pub fn report_guest_interfaces(&self, vmid: u32, interfaces: Vec<GuestInterface>) -> Result<(), String> {
+        self.shared.state().report_guest_interfaces(vmid, interfaces)
     }
     /// The API calls answered so far, counted by `METHOD /schema/{path}` (e.g.
     /// `POST /nodes/{node}/qemu/{vmid}/clone`): what a client costs.

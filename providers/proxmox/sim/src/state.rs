@@ -70,6 +70,21 @@ pub struct SeedData {
     pub meta_data: Option<String>,
     /// `network-config` file.
     pub network_config: Option<String>,
+    /// The ISO image as uploaded, byte for byte (what a guest's drive holds).
+    #[serde(skip)]
+    pub image: Vec<u8>,
+}
+
+/// One network interface of a real guest, as its guest agent reports it
+/// ([`crate::SimConfig::external_guests`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestInterface {
+    /// The guest's name for it (`ens18`).
+    pub name: String,
+    /// Its MAC address.
+    pub mac: String,
+    /// Its addresses with their prefix lengths.
+    pub addresses: Vec<(std::net::IpAddr, u8)>,
 }
 
 /// A VM as tests see it.
@@ -132,6 +147,9 @@ struct Vm {
     pool: Option<String>,
     ip: Option<Ipv4Addr>,
     boot_seed: Option<SeedData>,
+    /// What a real guest's agent reported ([`crate::SimConfig::external_guests`]); cleared when
+    /// the VM stops or reboots.
+    guest_interfaces: Option<Vec<GuestInterface>>,
     /// Changes written while the VM ran that PVE applies at its next start (`None`: a deletion).
     pending: BTreeMap<String, Option<String>>,
 }
@@ -405,6 +423,7 @@ impl State {
                     pool: t.pool.clone(),
                     ip: None,
                     boot_seed: None,
+                    guest_interfaces: None,
                     pending: BTreeMap::new(),
                 },
             );
@@ -501,6 +520,7 @@ impl State {
             Action::Start { vmid } => {
                 let seed = self.attached_seed(vmid);
                 let pool_ip = self.peek_ip();
+                let external_guests = self.cfg.external_guests;
                 let vm = self.vm_mut(vmid)?;
                 if vm.config.get("template").is_some_and(|t| t == "1") {
                     return Err("you can't start a vm if it's a template".into());
@@ -511,6 +531,7 @@ impl State {
                 vm.running = true;
                 vm.started_at = Some(now);
                 vm.boot_seed = seed;
+                vm.guest_interfaces = None;
                 for (k, v) in std::mem::take(&mut vm.pending) {
                     match v {
                         Some(v) => vm.config.insert(k, v),
@@ -518,8 +539,8 @@ impl State {
                     };
                 }
                 let static_ip = vm.config.get("ipconfig0").and_then(|c| static_ip(c));
-                let used_pool = vm.ip.is_none() && static_ip.is_none();
-                vm.ip = static_ip.or(vm.ip).or(Some(pool_ip));
+                let used_pool = vm.ip.is_none() && static_ip.is_none() && !external_guests;
+                vm.ip = static_ip.or(vm.ip).or((!external_guests).then_some(pool_ip));
                 if used_pool {
                     self.next_ip = self.next_ip.wrapping_add(1);
                 }
@@ -529,6 +550,7 @@ impl State {
                 let vm = self.vm_mut(vmid)?;
                 vm.running = false;
                 vm.started_at = None;
+                vm.guest_interfaces = None;
                 Ok(())
             }
             Action::Shutdown { vmid } | Action::Reboot { vmid } if !self.vm_mut(vmid)?.running => {
@@ -538,11 +560,13 @@ impl State {
                 let vm = self.vm_mut(vmid)?;
                 vm.running = false;
                 vm.started_at = None;
+                vm.guest_interfaces = None;
                 Ok(())
             }
             Action::Reboot { vmid } => {
                 let vm = self.vm_mut(vmid)?;
                 vm.started_at = Some(now);
+                vm.guest_interfaces = None;
                 Ok(())
             }
             Action::Destroy { vmid } => {
@@ -629,6 +653,7 @@ impl State {
                 user_data: text("user-data"),
                 meta_data: text("meta-data"),
                 network_config: text("network-config"),
+                image: image.image.clone(),
             });
         }
         None
@@ -733,6 +758,21 @@ impl State {
                 exitstatus: t.exitstatus.clone(),
             })
             .collect()
+    }
+
+    pub(crate) fn report_guest_interfaces(
+        &mut self,
+        vmid: u32,
+        interfaces: Vec<GuestInterface>,
+    ) -> Result<(), String> {
+        match self.vms.get_mut(&vmid) {
+            Some(vm) if vm.running => {
+                vm.guest_interfaces = Some(interfaces);
+                Ok(())
+            }
+            Some(_) => Err(format!("VM {vmid} is not running")),
+            None => Err(format!("VM {vmid} does not exist")),
+        }
     }
 
     pub(crate) fn seed(&self, vmid: u32) -> Option<SeedData> {
@@ -1457,6 +1497,7 @@ impl State {
                 pool,
                 ip: None,
                 boot_seed: None,
+                guest_interfaces: None,
                 pending: BTreeMap::new(),
             },
         );
@@ -1608,7 +1649,9 @@ impl State {
         let Some(started) = vm.started_at.filter(|_| vm.running) else {
             return Err(ApiError::internal(format!("VM {vmid} is not running")));
         };
-        if started.elapsed() < self.cfg.agent_delay {
+        if started.elapsed() < self.cfg.agent_delay
+            || (self.cfg.external_guests && vm.guest_interfaces.is_none())
+        {
             return Err(ApiError::internal("QEMU guest agent is not running"));
         }
         Ok((vmid, vm))
@@ -1653,6 +1696,23 @@ impl State {
             "statistics": {"rx-bytes": 0, "tx-bytes": 0, "rx-packets": 0, "tx-packets": 0,
                 "rx-errs": 0, "tx-errs": 0, "rx-dropped": 0, "tx-dropped": 0},
         })];
+        if let Some(interfaces) = &vm.guest_interfaces {
+            for interface in interfaces {
+                let ips: Vec<Value> = interface
+                    .addresses
+                    .iter()
+                    .map(|(ip, prefix)| {
+                        let family = if ip.is_ipv4() { "ipv4" } else { "ipv6" };
+                        json!({"ip-address": ip.to_string(), "ip-address-type": family, "prefix": prefix})
+                    })
+                    .collect();
+                result.push(
+                    json!({"name": interface.name, "hardware-address": interface.mac.to_lowercase(),
+                    "ip-addresses": ips}),
+                );
+            }
+            return Ok(json!({ "result": result }));
+        }
         let prefix = vm
             .config
             .get("ipconfig0")

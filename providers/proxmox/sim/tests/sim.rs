@@ -984,6 +984,46 @@ async fn guest_agent_reports_an_address_after_the_delay() {
     finish(sim).await;
 }
 
+#[tokio::test]
+async fn a_real_guest_agent_answers_once_the_guest_reported_and_says_what_it_has() {
+    use banlieue_pve_sim::GuestInterface;
+    let (sim, mut p) = sim_with(|c| c.external_guests = true).await;
+    clone_template(&mut p, "101", "real").await;
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    let agent = "/nodes/pve1/qemu/101/agent/network-get-interfaces";
+    // No address is invented for a real guest, and its agent is silent until the guest reports.
+    assert_eq!(sim.vm(101).unwrap().ip, None);
+    assert_error(&get(&mut p, agent).await, 500, "QEMU guest agent is not running");
+    let nic = GuestInterface {
+        name: "net0".into(),
+        mac: "BC:24:11:00:00:01".into(),
+        addresses: vec![
+            ("10.203.4.120".parse().unwrap(), 24),
+            ("10.203.4.2".parse().unwrap(), 32),
+        ],
+    };
+    sim.report_guest_interfaces(101, vec![nic]).unwrap();
+    let answer = get(&mut p, agent).await;
+    let interfaces = answer.data()["result"].as_array().unwrap().clone();
+    let names: Vec<&str> = interfaces.iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["lo", "net0"]);
+    assert_eq!(interfaces[1]["hardware-address"], "bc:24:11:00:00:01");
+    let ips: Vec<(&str, u64)> = interfaces[1]["ip-addresses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["ip-address"].as_str().unwrap(), a["prefix"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ips, [("10.203.4.120", 24), ("10.203.4.2", 32)]);
+    // Powered off, the guest's report is gone with it; a stopped VM takes no report.
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/stop").await;
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    assert_error(&get(&mut p, agent).await, 500, "QEMU guest agent is not running");
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/stop").await;
+    assert!(sim.report_guest_interfaces(101, Vec::new()).is_err());
+    finish(sim).await;
+}
+
 // ---------- seed ISO ----------
 
 fn seed_iso_with_writer(user: &str, meta: &str, network: Option<&str>) -> Vec<u8> {
@@ -1075,7 +1115,7 @@ async fn upload(p: &mut Probe, node: &str, storage: &str, filename: &str, iso: V
 async fn seed_round_trip(iso: Vec<u8>, user: &str, meta: &str, network: Option<&str>) {
     let (sim, mut p) = sim().await;
     clone_template(&mut p, "101", "web1").await;
-    upload(&mut p, "pve1", "local", "seed-101.iso", iso).await;
+    upload(&mut p, "pve1", "local", "seed-101.iso", iso.clone()).await;
     let content = p
         .call(
             Method::GET,
@@ -1116,6 +1156,10 @@ async fn seed_round_trip(iso: Vec<u8>, user: &str, meta: &str, network: Option<&
     assert_eq!(seed.user_data.as_deref(), Some(user));
     assert_eq!(seed.meta_data.as_deref(), Some(meta));
     assert_eq!(seed.network_config.as_deref(), network);
+    assert!(
+        seed.image == iso,
+        "the drive a guest reads is the ISO as uploaded, byte for byte"
+    );
     assert!(
         p.call(
             Method::GET,

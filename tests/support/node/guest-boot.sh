@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Powers on one lab guest of banlieue-testenv (src/guests.rs): run as PID 1 of the guest's own
+# PID, mount and UTS namespaces inside its network namespace:
+#   ip netns exec NETNS unshare --mount --uts --pid --fork --propagation private \
+#       --kill-child=SIGKILL bash guest-boot.sh DIR
+# DIR/env names ROOTFS (the guest image, read-only), CGROUP (the guest's cgroup in every v1
+# hierarchy) and SEED (the seed drive's image file, e.g. the NoCloud ISO the provider uploaded,
+# or empty). The guest's disk is
+# an overlay of ROOTFS with DIR/disk as its writable layer; it gets its own /proc, /sys, a /dev
+# holding only what a container gets plus its seed drive, and its own cgroup namespace; then
+# the image's init (banlieue-guest-init) runs as its PID 1. Killing this process's parent ends
+# the guest and everything it runs.
+set -euo pipefail
+dir="$1"
+# shellcheck source=/dev/null
+. "$dir/env"
+log() { printf '[guest-boot %s] %s\n' "$(date -u +%H:%M:%S)" "$*"; }
+
+# The guest's cgroup, entered before the cgroup namespace is made (it becomes the guest's "/").
+# `ip netns exec` mounted a fresh /sys, which hides the host's cgroup hierarchies: mount them.
+mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
+for controller in cpu cpuacct cpuset memory devices freezer blkio pids; do
+    mkdir -p "/sys/fs/cgroup/$controller"
+    mount -t cgroup -o "$controller" cgroup "/sys/fs/cgroup/$controller"
+done
+mkdir -p /sys/fs/cgroup/systemd
+mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd
+for hierarchy in cpu cpuacct cpuset memory devices freezer blkio pids systemd; do
+    mkdir -p "/sys/fs/cgroup/$hierarchy/$CGROUP"
+done
+cat /sys/fs/cgroup/cpuset/cpuset.cpus > "/sys/fs/cgroup/cpuset/$CGROUP/cpuset.cpus"
+cat /sys/fs/cgroup/cpuset/cpuset.mems > "/sys/fs/cgroup/cpuset/$CGROUP/cpuset.mems"
+for hierarchy in cpu cpuacct cpuset memory devices freezer blkio pids systemd; do
+    echo $$ > "/sys/fs/cgroup/$hierarchy/$CGROUP/cgroup.procs"
+done
+umount -R /sys/fs/cgroup
+
+# The disk: the image below, the guest's writes in DIR/disk. containerd's and kubelet's state
+# cannot live on overlayfs (containerd's snapshotter is overlayfs itself): plain folders of DIR.
+root="$dir/root"
+mkdir -p "$root" "$dir/disk" "$dir/disk-work" "$dir/containerd" "$dir/kubelet"
+mount -t overlay overlay -o "lowerdir=$ROOTFS,upperdir=$dir/disk,workdir=$dir/disk-work" "$root"
+mkdir -p "$root/var/lib/containerd" "$root/var/lib/kubelet"
+mount --bind "$dir/containerd" "$root/var/lib/containerd"
+mount --bind "$dir/kubelet" "$root/var/lib/kubelet"
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount -t tmpfs -o mode=755 run "$root/run"
+mount -t tmpfs -o mode=1777 tmp "$root/tmp"
+
+# /dev as a container runtime makes it, plus the seed drive as /dev/sr0 (read-only).
+mount -t tmpfs -o mode=755,nosuid dev "$root/dev"
+for device in "null 1 3" "zero 1 5" "full 1 7" "random 1 8" "urandom 1 9" "tty 5 0"; do
+    set -- $device
+    mknod -m 666 "$root/dev/$1" c "$2" "$3"
+done
+mknod -m 644 "$root/dev/kmsg" c 1 11
+mkdir -p "$root/dev/pts" "$root/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666,mode=620 devpts "$root/dev/pts"
+ln -s pts/ptmx "$root/dev/ptmx"
+mount -t tmpfs -o mode=1777 shm "$root/dev/shm"
+ln -s /proc/self/fd "$root/dev/fd"
+ln -s /proc/self/fd/0 "$root/dev/stdin"
+ln -s /proc/self/fd/1 "$root/dev/stdout"
+ln -s /proc/self/fd/2 "$root/dev/stderr"
+if [ -n "${SEED:-}" ]; then
+    touch "$root/dev/sr0"
+    mount --bind -o ro "$SEED" "$root/dev/sr0"
+fi
+
+log "powering on (image $ROOTFS)"
+cd "$root"
+mkdir -p .host
+pivot_root . .host
+umount -l /.host
+rmdir /.host
+exec unshare --cgroup /usr/local/sbin/banlieue-guest-init

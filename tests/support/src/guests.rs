@@ -1,0 +1,421 @@
+//! Lab guests: the VMs of a simulated hypervisor, booted for real. A [`Lab`] is the network the
+//! guests share (a host bridge `10.203.<k>.0/24` with the host on `.1` and a DHCP and DNS server,
+//! Debian's dnsmasq, handing out `.100`–`.199` and resolving the guests' names; `.2`–`.99` stay
+//! free for virtual and static addresses). [`Guest::power_on`] boots one VM from the lab guest image (`tests/guest`, built by
+//! [`guest_image`]): its own network namespace with one NIC of the name and MAC the hypervisor's
+//! guest would see, its own mount, PID, UTS and cgroup namespaces, a disk that is an overlay of
+//! the image, its seed drive, and the image's own init (`banlieue-guest-init`: cloud-init's
+//! stages, containerd, kubelet). Dropping a guest powers it off: every process of it ends and
+//! its namespaces, cgroups and disk go (its logs stay in its folder). What a killed run left
+//! behind is removed by the next [`Lab::create`] (each lab records its owner and what it made
+//! under [`LAB_STATE_DIR`]).
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::nodes::{clean_up_abandoned_in, remove_node_resources, run, which, write};
+use crate::{Error, ManagedProcess, Result};
+
+/// Where each lab records its owner PID and what it created.
+pub const LAB_STATE_DIR: &str = "/run/banlieue-testenv-labs";
+/// Environment variable naming where [`guest_image`] builds and caches the guest image.
+pub const GUEST_IMAGE_ENV_VAR: &str = "BANLIEUE_GUEST_IMAGE";
+
+/// The lab guest image, built (or found up to date) by `tests/guest/build.sh` into
+/// `$BANLIEUE_GUEST_IMAGE` or `tests/guest/out`; returns its root filesystem. Takes about a
+/// minute the first time (mmdebstrap, etcd and CoreDNS), nothing when inputs are unchanged.
+pub fn guest_image() -> Result<PathBuf> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/build.sh");
+    let out = std::env::var_os(GUEST_IMAGE_ENV_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/out"));
+    let output = Command::new("bash")
+        .arg(&script)
+        .arg(&out)
+        .env(crate::BIN_DIR_ENV_VAR, crate::bin_dir())
+        .output()
+        .map_err(|source| Error::Spawn {
+            name: "tests/guest/build.sh".to_owned(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(Error::NodeSetup(format!(
+            "building the guest image ({}): {}{}",
+            script.display(),
+            String::from_utf8_lossy(&output.stdout).trim(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
+    }
+    tracing::info!(log = %String::from_utf8_lossy(&output.stdout).trim(), "guest image");
+    Ok(out.join("rootfs"))
+}
+
+/// The network of a set of guests (see the module documentation). Removed on drop.
+#[derive(Debug)]
+pub struct Lab {
+    index: u8,
+    state: PathBuf,
+    dhcp: Option<ManagedProcess>,
+    next_guest: AtomicU8,
+}
+
+impl Lab {
+    /// Creates the bridge and DHCP server of a free lab index (after removing what killed runs
+    /// left behind).
+    pub fn create() -> Result<Self> {
+        let dnsmasq = which("dnsmasq").ok_or_else(|| {
+            Error::MissingNodePrerequisites("`dnsmasq` (Debian package dnsmasq-base)".to_owned())
+        })?;
+        std::fs::create_dir_all(LAB_STATE_DIR).map_err(|e| Error::io("creating", LAB_STATE_DIR, e))?;
+        clean_up_abandoned_in(Path::new(LAB_STATE_DIR));
+        let start = (std::process::id() % 200) as u8;
+        for offset in 0..200u8 {
+            let index = 1 + (start + offset) % 200;
+            let state = Path::new(LAB_STATE_DIR).join(index.to_string());
+            if std::fs::create_dir(&state).is_err() {
+                continue;
+            }
+            let mut lab = Self {
+                index,
+                state,
+                dhcp: None,
+                next_guest: AtomicU8::new(0),
+            };
+            write(&lab.state.join("pid"), &std::process::id().to_string())?;
+            let bridge = lab.bridge();
+            if run("ip", &["link", "add", &bridge, "type", "bridge"]).is_err() {
+                continue; // dropping `lab` frees the index again
+            }
+            write(&lab.state.join("bridge"), &bridge)?;
+            let cidr = format!("{}/24", lab.gateway());
+            run("ip", &["addr", "add", &cidr, "dev", &bridge])?;
+            run("ip", &["link", "set", &bridge, "up"])?;
+            let leases = lab.state.join("leases");
+            let args: Vec<String> = vec![
+                "--keep-in-foreground".into(),
+                "--strict-order".into(),
+                "--bind-interfaces".into(),
+                format!("--interface={bridge}"),
+                "--except-interface=lo".into(),
+                format!("--listen-address={}", lab.gateway()),
+                format!(
+                    "--dhcp-range={},{},255.255.255.0,1h",
+                    lab.address(100),
+                    lab.address(199)
+                ),
+                format!("--dhcp-leasefile={}", leases.display()),
+                // DNS for the lab only: the guests' names (from their DHCP requests) resolve, any
+                // other name fails at once (no upstream: nothing leaves the machine).
+                "--no-resolv".into(),
+                "--no-hosts".into(),
+                "--domain-needed".into(),
+                "--log-dhcp".into(),
+                "--log-facility=-".into(),
+                "--conf-file=/dev/null".into(),
+            ];
+            let dhcp = ManagedProcess::start(
+                &format!("lab {index} DHCP"),
+                &dnsmasq,
+                &args,
+                &lab.state.join("dnsmasq.log"),
+            )?;
+            write(&lab.state.join("kill-pid"), &dhcp.id().to_string())?;
+            lab.dhcp = Some(dhcp);
+            return Ok(lab);
+        }
+        Err(Error::NodeSetup(format!(
+            "no free lab index: every one in {LAB_STATE_DIR} is in use"
+        )))
+    }
+
+    /// The host's address on the lab bridge (the guests' default gateway).
+    pub fn gateway(&self) -> Ipv4Addr {
+        self.address(1)
+    }
+
+    /// Address `.host` of the lab's /24 (`.2`–`.99` are never handed out by DHCP).
+    pub fn address(&self, host: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 203, self.index, host)
+    }
+
+    /// The lab's DHCP server log (one line per lease).
+    pub fn dhcp_log(&self) -> PathBuf {
+        self.state.join("dnsmasq.log")
+    }
+
+    fn bridge(&self) -> String {
+        format!("bnllab{}", self.index)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        if let Some(mut dhcp) = self.dhcp.take() {
+            dhcp.stop();
+        }
+        crate::nodes::remove_recorded(&self.state);
+    }
+}
+
+/// What a guest is powered on with.
+#[derive(Clone, Debug)]
+pub struct GuestSpec {
+    /// A name for logs and folders (e.g. the VMID).
+    pub name: String,
+    /// The NIC's name in the guest, as the hypervisor's guests name it (Proxmox: `ens18`).
+    pub nic: String,
+    /// The NIC's MAC address, as the hypervisor assigned it.
+    pub mac: String,
+    /// The seed drive's image (a NoCloud ISO), as the provider delivered it.
+    pub seed: Option<Vec<u8>>,
+}
+
+/// One network interface of a running guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GuestNic {
+    /// Its name in the guest.
+    pub name: String,
+    /// Its MAC address.
+    pub mac: String,
+    /// Its addresses with prefix lengths.
+    pub addresses: Vec<(IpAddr, u8)>,
+}
+
+/// One powered-on guest (see the module documentation). Powered off on drop.
+pub struct Guest {
+    name: String,
+    netns: String,
+    process: Option<ManagedProcess>,
+    state: PathBuf,
+    dir: PathBuf,
+}
+
+impl Guest {
+    /// Powers on a guest of `lab` from `image` (see [`guest_image`]), its files in `dir` (its
+    /// console log `console.log`, its disk's writes under `disk/`, its logs under
+    /// `disk/var/log/`).
+    pub fn power_on(lab: &Lab, image: &Path, dir: &Path, spec: &GuestSpec) -> Result<Self> {
+        let n = lab.next_guest.fetch_add(1, Ordering::Relaxed);
+        let (netns, veth) = (
+            format!("bnlg-{}-{n}", lab.index),
+            format!("bnlgv{}-{n}", lab.index),
+        );
+        let cgroup = format!("banlieue-guest-{}-{n}", lab.index);
+        let state = lab.state.join(format!("guest-{n}"));
+        std::fs::create_dir_all(&state).map_err(|e| Error::io("creating", &state, e))?;
+        for (key, value) in [("cgroup", &cgroup), ("netns", &netns), ("veth", &veth)] {
+            write(&state.join(key), value)?;
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
+        // From here on, dropping `guest` removes whatever was created.
+        let mut guest = Self {
+            name: spec.name.clone(),
+            netns: netns.clone(),
+            process: None,
+            state,
+            dir: dir.to_owned(),
+        };
+        run("ip", &["netns", "add", &netns])?;
+        run(
+            "ip",
+            &[
+                "link", "add", &veth, "type", "veth", "peer", "name", &spec.nic, "netns", &netns,
+            ],
+        )?;
+        run("ip", &["link", "set", &veth, "master", &lab.bridge(), "up"])?;
+        run(
+            "ip",
+            &[
+                "netns", "exec", &netns, "ip", "link", "set", &spec.nic, "address", &spec.mac,
+            ],
+        )?;
+        let seed = match &spec.seed {
+            Some(image) => {
+                let path = dir.join("seed.iso");
+                std::fs::write(&path, image).map_err(|e| Error::io("writing", &path, e))?;
+                path.display().to_string()
+            }
+            None => String::new(),
+        };
+        write(
+            &dir.join("env"),
+            &format!("ROOTFS='{}'\nCGROUP='{cgroup}'\nSEED='{seed}'\n", image.display()),
+        )?;
+        let boot = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/guest-boot.sh");
+        let args: Vec<String> = [
+            "netns",
+            "exec",
+            &netns,
+            "unshare",
+            "--mount",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--propagation",
+            "private",
+            "--kill-child=SIGKILL",
+            "nice",
+            "-n",
+            "10",
+            "bash",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .chain([boot.display().to_string(), dir.display().to_string()])
+        .collect();
+        guest.process = Some(ManagedProcess::start(
+            &format!("guest {}", spec.name),
+            &which("ip").unwrap_or_else(|| "/usr/sbin/ip".into()),
+            &args,
+            &dir.join("console.log"),
+        )?);
+        Ok(guest)
+    }
+
+    /// The name it was powered on with.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its folder (see [`Guest::power_on`]).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The last `lines` lines of its console.
+    pub fn console_tail(&self, lines: usize) -> String {
+        self.process
+            .as_ref()
+            .map(|p| p.log_tail(lines))
+            .unwrap_or_default()
+    }
+
+    /// Why a guest did not become what was expected, in one place: the last `lines` lines of its
+    /// console, of cloud-init's output (`/var/log/cloud-init-output.log`: the bootstrap
+    /// commands' own output) and of its kubelet's log.
+    pub fn boot_report(&self, lines: usize) -> String {
+        let tail = |path: &Path| {
+            let text = std::fs::read_to_string(path).unwrap_or_else(|e| format!("({e})"));
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        };
+        let log = self.dir.join("disk/var/log");
+        format!(
+            "== guest {} console ==\n{}\n== {} ==\n{}\n== {} ==\n{}",
+            self.name,
+            self.console_tail(lines),
+            log.join("cloud-init-output.log").display(),
+            tail(&log.join("cloud-init-output.log")),
+            log.join("kubelet.log").display(),
+            tail(&log.join("kubelet.log")),
+        )
+    }
+
+    /// cloud-init's verdict once its last stage ran (`/var/lib/cloud/data/result.json`): the
+    /// errors it reports, empty when every module succeeded; `None` before it finished.
+    pub fn cloud_init_errors(&self) -> Option<Vec<String>> {
+        let path = self.dir.join("disk/var/lib/cloud/data/result.json");
+        let result: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        Some(
+            result["v1"]["errors"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
+                .collect(),
+        )
+    }
+
+    /// Whether its init still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.process.as_mut().is_some_and(|p| p.check_running().is_ok())
+    }
+
+    /// The guest's network interfaces but loopback, with the addresses it has now (what a guest
+    /// agent reports).
+    pub fn interfaces(&self) -> Result<Vec<GuestNic>> {
+        let output = Command::new("ip")
+            .args(["netns", "exec", &self.netns, "ip", "-json", "addr", "show"])
+            .output()
+            .map_err(|source| Error::Spawn {
+                name: "ip".to_owned(),
+                source,
+            })?;
+        if !output.status.success() {
+            return Err(Error::NodeSetup(format!(
+                "reading guest {}'s addresses: {}",
+                self.name,
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(parse_interfaces(&output.stdout))
+    }
+}
+
+/// Interfaces but loopback from `ip -json addr show`.
+fn parse_interfaces(json: &[u8]) -> Vec<GuestNic> {
+    let links: Vec<serde_json::Value> = serde_json::from_slice(json).unwrap_or_default();
+    links
+        .iter()
+        .filter(|link| link["link_type"].as_str() != Some("loopback"))
+        .map(|link| GuestNic {
+            name: link["ifname"].as_str().unwrap_or_default().to_owned(),
+            mac: link["address"].as_str().unwrap_or_default().to_owned(),
+            addresses: link["addr_info"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|a| {
+                    let ip = a["local"].as_str()?.parse().ok()?;
+                    let prefix = u8::try_from(a["prefixlen"].as_u64()?).ok()?;
+                    Some((ip, prefix))
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            // SIGKILL to unshare; --kill-child ends the guest's PID 1 and with it every process
+            // of its PID namespace.
+            process.stop();
+        }
+        remove_node_resources(&self.state);
+        // The disk's bulk (containerd's images and snapshots, kubelet's volumes); the logs stay.
+        for heavy in ["containerd", "kubelet", "disk-work", "root"] {
+            let _ = std::fs::remove_dir_all(self.dir.join(heavy));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interfaces_come_from_ip_json_without_loopback() {
+        let json = br#"[
+            {"ifname":"lo","link_type":"loopback","address":"00:00:00:00:00:00",
+             "addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8}]},
+            {"ifname":"ens18","link_type":"ether","address":"bc:24:11:00:00:01",
+             "addr_info":[{"family":"inet","local":"10.203.4.120","prefixlen":24},
+                          {"family":"inet","local":"10.203.4.2","prefixlen":32},
+                          {"family":"inet6","local":"fe80::1","prefixlen":64}]}]"#;
+        let nics = parse_interfaces(json);
+        assert_eq!(nics.len(), 1);
+        assert_eq!(nics[0].name, "ens18");
+        assert_eq!(nics[0].mac, "bc:24:11:00:00:01");
+        assert_eq!(
+            nics[0].addresses,
+            vec![
+                ("10.203.4.120".parse().unwrap(), 24),
+                ("10.203.4.2".parse().unwrap(), 32),
+                ("fe80::1".parse().unwrap(), 64)
+            ]
+        );
+    }
+}

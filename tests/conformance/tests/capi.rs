@@ -876,8 +876,10 @@ impl Drop for AbortOnDrop {
 /// (kube-vip's stand-in holds the endpoint address on `net0`, the name the seed gives the NIC, as the template's manifest
 /// says), `kubeadm join` on the worker. Asserts what the spec asserts, from the workload
 /// cluster itself (`clusterctl get kubeconfig`): one Node per Machine, named and identified
-/// (`spec.providerID`) as CAPI expects; and one VM per Machine on the hypervisor; then deletes
-/// the cluster and checks no VM and no guest is left.
+/// (`spec.providerID`) as CAPI expects; and one VM per Machine on the hypervisor; cloud-init
+/// without an error; a working cluster (flannel from a ClusterResourceSet, every Node Ready,
+/// CoreDNS available, a Pod on the worker). Then CAPI's MachineRemediation spec for the worker
+/// (`e2e/mhc_remediations.go`), and deletion: no VM and no guest left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_start_boots_real_kubeadm_nodes_on_the_proxmox_simulator() -> Result<()> {
     use banlieue_testenv::guests::{Lab, guest_image};
@@ -1240,6 +1242,86 @@ async fn quick_start_boots_real_kubeadm_nodes_on_the_proxmox_simulator() -> Resu
             "the Pod's address {pod_ip} is not in the Pod network {pod_cidr}"
         );
         progress(&format!("a Pod runs on the worker {worker} at {pod_ip}"));
+        let memory: Vec<String> = running
+            .lock()
+            .expect("guests lock")
+            .values()
+            .map(|g| format!("guest {}: {} MiB", g.name(), g.memory_bytes().unwrap_or(0) >> 20))
+            .collect();
+        progress(&format!("memory (cgroup usage): {}", memory.join(", ")));
+
+        // CAPI's MachineRemediation spec (`e2e/mhc_remediations.go`), for workers: a
+        // MachineHealthCheck over the MachineDeployment, the worker's Node marked unhealthy by
+        // the spec's own condition; CAPI deletes the Machine, the provider its VM, the
+        // MachineSet makes a new Machine whose VM boots and joins. The old guest is powered off.
+        let (old_machine, (old_node, _)) = node_refs
+            .iter()
+            .find(|(machine, _)| !machine.contains("control-plane"))
+            .map(|(m, r)| (m.clone(), r.clone()))
+            .context("the worker's Machine")?;
+        let mhc: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+            "metadata": {"name": "workers"},
+            "spec": {
+                "clusterName": CLUSTER,
+                "selector": {"matchLabels": {"cluster.x-k8s.io/deployment-name": format!("{CLUSTER}-md-0")}},
+                "checks": {"unhealthyNodeConditions": [
+                    {"type": "e2e.remediation.condition", "status": "False", "timeoutSeconds": 10}]},
+            },
+        }))?;
+        Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &capi("MachineHealthCheck"))
+            .create(&PostParams::default(), &mhc)
+            .await
+            .context("creating the MachineHealthCheck")?;
+        let unhealthy = json!({"status": {"conditions": [{
+            "type": "e2e.remediation.condition", "status": "False",
+            "reason": "RemediationRequested", "message": "set by the remediation spec",
+            "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+        }]}});
+        node_api
+            .patch_status(&old_node, &PatchParams::default(), &Patch::Strategic(&unhealthy))
+            .await
+            .context("marking the worker's Node unhealthy")?;
+        let replaced = poll(&mut procs, "the worker to be remediated and replaced", GUEST_STEP_TIMEOUT, async || {
+            let list: Vec<Value> = machines.list(&Default::default()).await?.items.iter().map(to_value).collect();
+            let new_worker = list.iter().find(|m| {
+                let name = m["metadata"]["name"].as_str().unwrap_or_default();
+                !name.contains("control-plane") && name != old_machine && m["status"]["nodeRef"]["name"].is_string()
+            });
+            let old_gone = list.iter().all(|m| m["metadata"]["name"] != old_machine.as_str());
+            Ok(match new_worker {
+                Some(m) if old_gone && list.len() == 2 => Ok((
+                    m["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                    m["status"]["nodeRef"]["name"].as_str().unwrap_or_default().to_owned(),
+                )),
+                _ => Err(format!(
+                    "{} Machines, old worker {}, a new worker with a Node: {}",
+                    list.len(),
+                    if old_gone { "gone" } else { "still there" },
+                    new_worker.is_some()
+                )),
+            })
+        })
+        .await?;
+        let vms = sim.vms().into_iter().filter(|v| !v.template).count();
+        let guest_count = running.lock().expect("guests lock").len();
+        let node_names: BTreeSet<String> = node_api
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        ensure!(
+            vms == 2 && guest_count == 2 && !node_names.contains(&old_node) && node_names.contains(&replaced.1),
+            "after remediation: {vms} VMs and {guest_count} guests for 2 Machines, Nodes {node_names:?} \
+             (old {old_node}, new {})",
+            replaced.1
+        );
+        progress(&format!(
+            "worker remediated: Machine {old_machine} replaced by {} (Node {}), one VM and one guest per Machine",
+            replaced.0, replaced.1
+        ));
 
         clusters.delete(CLUSTER, &DeleteParams::default()).await?;
         poll(

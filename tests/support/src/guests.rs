@@ -187,6 +187,7 @@ pub struct GuestNic {
 pub struct Guest {
     name: String,
     netns: String,
+    cgroup: String,
     process: Option<ManagedProcess>,
     state: PathBuf,
     dir: PathBuf,
@@ -213,6 +214,7 @@ impl Guest {
         let mut guest = Self {
             name: spec.name.clone(),
             netns: netns.clone(),
+            cgroup: cgroup.clone(),
             process: None,
             state,
             dir: dir.to_owned(),
@@ -326,6 +328,15 @@ impl Guest {
                 .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
                 .collect(),
         )
+    }
+
+    /// The memory its processes use now (its memory cgroup's usage: anonymous memory and the
+    /// page cache it brought in, e.g. its images; binaries shared with other guests count once).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let path = Path::new("/sys/fs/cgroup/memory")
+            .join(&self.cgroup)
+            .join("memory.usage_in_bytes");
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
     }
 
     /// Whether its init still runs.

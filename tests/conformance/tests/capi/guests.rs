@@ -87,7 +87,14 @@ fn step(sim: &SimHandle, lab: &Lab, image: &Path, dir: &Path, guests: &Guests, n
             mac: mac.clone(),
             seed,
         };
-        match Guest::power_on(lab, image, &dir.join(vmid.to_string()), &spec) {
+        // One disk per VM: a VMID PVE hands out again after a deletion is another VM (its SMBIOS
+        // uuid tells), while a VM started again keeps its disk.
+        let uuid = vm
+            .config
+            .get("smbios1")
+            .and_then(|s| s.split(',').find_map(|p| p.strip_prefix("uuid=")))
+            .unwrap_or("no-uuid");
+        match Guest::power_on(lab, image, &dir.join(format!("{vmid}-{uuid}")), &spec) {
             Ok(guest) => {
                 note(format!(
                     "VM {vmid} started: guest powered on ({PROXMOX_NIC} {mac}, seed {})",

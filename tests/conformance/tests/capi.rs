@@ -879,7 +879,8 @@ impl Drop for AbortOnDrop {
 /// (`spec.providerID`) as CAPI expects; and one VM per Machine on the hypervisor; cloud-init
 /// without an error; a working cluster (flannel from a ClusterResourceSet, every Node Ready,
 /// CoreDNS available, a Pod on the worker). Then CAPI's MachineRemediation spec for the worker
-/// (`e2e/mhc_remediations.go`), and deletion: no VM and no guest left.
+/// (`e2e/mhc_remediations.go`), its MachineDeployment rollout spec (`e2e/md_rollout.go`), and
+/// deletion: no VM and no guest left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_start_boots_real_kubeadm_nodes_on_the_proxmox_simulator() -> Result<()> {
     use banlieue_testenv::guests::{Lab, guest_image};
@@ -1321,6 +1322,86 @@ async fn quick_start_boots_real_kubeadm_nodes_on_the_proxmox_simulator() -> Resu
         progress(&format!(
             "worker remediated: Machine {old_machine} replaced by {} (Node {}), one VM and one guest per Machine",
             replaced.0, replaced.1
+        ));
+
+        // CAPI's MachineDeployment rollout spec (`e2e/md_rollout.go`): the MachineDeployment
+        // moves to a new infrastructure template (here with more memory); CAPI replaces its
+        // Machines, the provider clones VMs from the new template and deletes the old ones.
+        let deployment_name = format!("{CLUSTER}-md-0");
+        let md_api = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &capi("MachineDeployment"));
+        let md = to_value(&md_api.get(&deployment_name).await?);
+        let old_template = md["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+            .as_str()
+            .context("the MachineDeployment's infrastructure template")?
+            .to_owned();
+        let templates = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra("ProxmoxMachineTemplate"));
+        let mut template = to_value(&templates.get(&old_template).await?);
+        let memory = template["spec"]["template"]["spec"]["memoryMiB"].as_u64().context("the template's memoryMiB")? + 512;
+        let new_template = format!("{old_template}-rollout");
+        template["spec"]["template"]["spec"]["memoryMiB"] = json!(memory);
+        let copy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": template["apiVersion"], "kind": template["kind"],
+            "metadata": {"name": new_template},
+            "spec": template["spec"],
+        }))?;
+        templates.create(&PostParams::default(), &copy).await?;
+        md_api
+            .patch(
+                &deployment_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"spec": {"infrastructureRef": {"name": new_template}}}}})),
+            )
+            .await?;
+        let infra_machines = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &infra("ProxmoxMachine"));
+        let rolled = poll(&mut procs, "the MachineDeployment's rollout", GUEST_STEP_TIMEOUT, async || {
+            let list: Vec<Value> = machines.list(&Default::default()).await?.items.iter().map(to_value).collect();
+            let workers: Vec<&Value> = list
+                .iter()
+                .filter(|m| m["metadata"]["labels"]["cluster.x-k8s.io/deployment-name"] == deployment_name.as_str())
+                .collect();
+            let mut rolled = Vec::new();
+            for worker in &workers {
+                let infra_name = worker["spec"]["infrastructureRef"]["name"].as_str().unwrap_or_default();
+                let Some(infra_machine) = infra_machines.get_opt(infra_name).await? else { continue };
+                let infra_machine = to_value(&infra_machine);
+                if infra_machine["metadata"]["annotations"]["cluster.x-k8s.io/cloned-from-name"] == new_template.as_str()
+                    && worker["status"]["nodeRef"]["name"].is_string()
+                {
+                    rolled.push((
+                        worker["status"]["nodeRef"]["name"].as_str().unwrap_or_default().to_owned(),
+                        infra_machine["status"]["vmid"].as_u64(),
+                    ));
+                }
+            }
+            Ok(if workers.len() == 1 && rolled.len() == 1 && list.len() == 2 {
+                Ok(rolled.remove(0))
+            } else {
+                Err(format!("{} Machines, {} workers, {} from {new_template} with a Node", list.len(), workers.len(), rolled.len()))
+            })
+        })
+        .await?;
+        let (rolled_node, rolled_vmid) = rolled;
+        let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
+        let rolled_vm = rolled_vmid.and_then(|id| vms.iter().find(|v| u64::from(v.vmid) == id));
+        ensure!(
+            vms.len() == 2 && running.lock().expect("guests lock").len() == 2,
+            "after the rollout: {} VMs and {} guests for 2 Machines",
+            vms.len(),
+            running.lock().expect("guests lock").len()
+        );
+        ensure!(
+            rolled_vm.and_then(|v| v.config.get("memory")) == Some(&memory.to_string()),
+            "the rolled-out worker's VM {rolled_vmid:?} has memory {:?}, not the new template's {memory} MiB",
+            rolled_vm.and_then(|v| v.config.get("memory"))
+        );
+        let node_names: BTreeSet<String> =
+            node_api.list(&Default::default()).await?.items.into_iter().filter_map(|n| n.metadata.name).collect();
+        ensure!(
+            node_names.len() == 2 && node_names.contains(&rolled_node),
+            "after the rollout the Nodes are {node_names:?}, the new worker's is {rolled_node}"
+        );
+        progress(&format!(
+            "MachineDeployment rolled out to {new_template}: worker Node {rolled_node}, its VM with {memory} MiB"
         ));
 
         clusters.delete(CLUSTER, &DeleteParams::default()).await?;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::nodes::{clean_up_abandoned_in, remove_node_resources, run, which, write};
+use crate::nodes::{clean_up_abandoned_in, remove_node_resources, run, setup_output, which, write};
 use crate::{Error, ManagedProcess, Result};
 
 /// Where each lab records its owner PID and what it created.
@@ -31,24 +31,15 @@ pub fn guest_image() -> Result<PathBuf> {
     let out = std::env::var_os(GUEST_IMAGE_ENV_VAR)
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest/out"));
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg(&out)
-        .env(crate::BIN_DIR_ENV_VAR, crate::bin_dir())
-        .output()
-        .map_err(|source| Error::Spawn {
-            name: "tests/guest/build.sh".to_owned(),
-            source,
-        })?;
-    if !output.status.success() {
-        return Err(Error::NodeSetup(format!(
-            "building the guest image ({}): {}{}",
-            script.display(),
-            String::from_utf8_lossy(&output.stdout).trim(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    tracing::info!(log = %String::from_utf8_lossy(&output.stdout).trim(), "guest image");
+    let log = setup_output(
+        Command::new("bash")
+            .arg(&script)
+            .arg(&out)
+            .env(crate::BIN_DIR_ENV_VAR, crate::bin_dir()),
+        "tests/guest/build.sh",
+        &format!("building the guest image ({})", script.display()),
+    )?;
+    tracing::info!(log = %String::from_utf8_lossy(&log).trim(), "guest image");
     Ok(out.join("rootfs"))
 }
 
@@ -347,21 +338,12 @@ impl Guest {
     /// The guest's network interfaces but loopback, with the addresses it has now (what a guest
     /// agent reports).
     pub fn interfaces(&self) -> Result<Vec<GuestNic>> {
-        let output = Command::new("ip")
-            .args(["netns", "exec", &self.netns, "ip", "-json", "addr", "show"])
-            .output()
-            .map_err(|source| Error::Spawn {
-                name: "ip".to_owned(),
-                source,
-            })?;
-        if !output.status.success() {
-            return Err(Error::NodeSetup(format!(
-                "reading guest {}'s addresses: {}",
-                self.name,
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
-        Ok(parse_interfaces(&output.stdout))
+        let json = setup_output(
+            Command::new("ip").args(["netns", "exec", &self.netns, "ip", "-json", "addr", "show"]),
+            "ip",
+            &format!("reading guest {}'s addresses", self.name),
+        )?;
+        Ok(parse_interfaces(&json))
     }
 }
 

@@ -32,26 +32,17 @@ impl BinaryImage<'_> {
         let file = self.reference.replace(['/', ':'], "_") + ".tar";
         let out = dir.join(file);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/binary-image.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .arg(&out)
-            .arg(tag)
-            .arg(self.binary)
-            .args([self.path, self.user])
-            .args(self.ports.iter().map(u16::to_string))
-            .output()
-            .map_err(|source| Error::Spawn {
-                name: "node/binary-image.sh".to_owned(),
-                source,
-            })?;
-        if !output.status.success() {
-            return Err(Error::NodeSetup(format!(
-                "building image {} from {}: {}",
-                self.reference,
-                self.binary.display(),
-                String::from_utf8_lossy(&output.stderr).trim()
-            )));
-        }
+        crate::nodes::setup_output(
+            Command::new("bash")
+                .arg(&script)
+                .arg(&out)
+                .arg(tag)
+                .arg(self.binary)
+                .args([self.path, self.user])
+                .args(self.ports.iter().map(u16::to_string)),
+            "node/binary-image.sh",
+            &format!("building image {} from {}", self.reference, self.binary.display()),
+        )?;
         Ok(out)
     }
 }

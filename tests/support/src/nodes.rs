@@ -102,6 +102,23 @@ fn which_in(path: &std::ffi::OsStr, program: &str) -> Option<PathBuf> {
         .find(|path| path.is_file())
 }
 
+/// Runs `command` (called `name` in errors) and returns its stdout; when it fails, the error says
+/// `what` it was doing and carries its stderr.
+pub(crate) fn setup_output(command: &mut Command, name: &str, what: &str) -> Result<Vec<u8>> {
+    let output = command.output().map_err(|source| Error::Spawn {
+        name: name.to_owned(),
+        source,
+    })?;
+    if output.status.success() {
+        Ok(output.stdout)
+    } else {
+        Err(Error::NodeSetup(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
 /// Runs `program args…`; an error carries its stderr.
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<()> {
     let output = Command::new(program)
@@ -642,22 +659,12 @@ pub(crate) fn write(path: &Path, contents: &str) -> Result<()> {
 fn node_images(env: &TestEnv) -> Result<Vec<(String, PathBuf)>> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/images.sh");
     let out = env.workdir().join("node-images");
-    let output = Command::new("bash")
-        .arg(&script)
-        .arg(&out)
-        .output()
-        .map_err(|source| Error::Spawn {
-            name: "node/images.sh".to_owned(),
-            source,
-        })?;
-    if !output.status.success() {
-        return Err(Error::NodeSetup(format!(
-            "building the node images ({}): {}",
-            script.display(),
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout)
+    let stdout = setup_output(
+        Command::new("bash").arg(&script).arg(&out),
+        "node/images.sh",
+        &format!("building the node images ({})", script.display()),
+    )?;
+    Ok(String::from_utf8_lossy(&stdout)
         .lines()
         .filter_map(|line| line.split_once('='))
         .map(|(reference, tarball)| (reference.to_owned(), PathBuf::from(tarball)))

@@ -879,8 +879,8 @@ impl Drop for AbortOnDrop {
 /// (`spec.providerID`) as CAPI expects; and one VM per Machine on the hypervisor; cloud-init
 /// without an error; a working cluster (flannel from a ClusterResourceSet, every Node Ready,
 /// CoreDNS available, a Pod on the worker). Then CAPI's MachineRemediation spec for the worker
-/// (`e2e/mhc_remediations.go`), its MachineDeployment rollout spec (`e2e/md_rollout.go`), and
-/// deletion: no VM and no guest left.
+/// (`e2e/mhc_remediations.go`), its MachineDeployment rollout and scale specs
+/// (`e2e/md_rollout.go`, `e2e/md_scale.go`), and deletion: no VM and no guest left.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_start_boots_real_kubeadm_nodes_on_the_proxmox_simulator() -> Result<()> {
     use banlieue_testenv::guests::{Lab, guest_image};
@@ -1403,6 +1403,41 @@ async fn quick_start_boots_real_kubeadm_nodes_on_the_proxmox_simulator() -> Resu
         progress(&format!(
             "MachineDeployment rolled out to {new_template}: worker Node {rolled_node}, its VM with {memory} MiB"
         ));
+
+        // CAPI's MachineDeployment scale spec (`e2e/md_scale.go`): out to 3 workers, in to 1;
+        // after each, every Machine has its Node and one VM and one guest.
+        for replicas in [3usize, 1] {
+            md_api
+                .patch(
+                    &deployment_name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await?;
+            poll(&mut procs, &format!("{replicas} workers with their Nodes"), GUEST_STEP_TIMEOUT, async || {
+                let list: Vec<Value> = machines.list(&Default::default()).await?.items.iter().map(to_value).collect();
+                let with_node: BTreeSet<String> = list
+                    .iter()
+                    .filter_map(|m| m["status"]["nodeRef"]["name"].as_str().map(str::to_owned))
+                    .collect();
+                let nodes: BTreeSet<String> =
+                    node_api.list(&Default::default()).await?.items.into_iter().filter_map(|n| n.metadata.name).collect();
+                let vms = sim.vms().into_iter().filter(|v| !v.template).count();
+                let guests = running.lock().expect("guests lock").len();
+                let want = replicas + 1;
+                Ok(if list.len() == want && with_node.len() == want && nodes == with_node && vms == want && guests == want {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{} Machines ({} with a Node), Nodes {nodes:?}, {vms} VMs, {guests} guests; want {want}",
+                        list.len(),
+                        with_node.len()
+                    ))
+                })
+            })
+            .await?;
+            progress(&format!("MachineDeployment scaled to {replicas}: one Node, one VM and one guest per Machine"));
+        }
 
         clusters.delete(CLUSTER, &DeleteParams::default()).await?;
         poll(

@@ -12,7 +12,12 @@ fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Every crate directory of the workspace with a `src/` (not `target/`, not `.work/`).
+/// Folders that hold no crate and many files: build outputs (the lab guest image's root
+/// filesystem, a Debian tree, and the control plane's binaries).
+const NOT_SOURCES: [&str; 4] = ["target", "node_modules", "out", "bin"];
+
+/// Every crate directory of the workspace with a `src/` (not `target/`, not `.work/`, no build
+/// output, no symlink: a guest image's links point into the host's `/`).
 fn crate_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -21,7 +26,8 @@ fn crate_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
         let path = entry.path();
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        if !path.is_dir() || name.starts_with('.') || name == "target" || name == "node_modules" {
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || name.starts_with('.') || NOT_SOURCES.contains(&name.as_ref()) {
             continue;
         }
         if path.join("Cargo.toml").is_file() && path.join("src").is_dir() {

@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use crate::nodes::{clean_up_abandoned_in, remove_node_resources, run, setup_output, which, write};
+use crate::nodes::{clean_up_abandoned_in, remove_node_resources, run, which, write};
+use crate::setup::setup_output;
 use crate::{Error, ManagedProcess, Result};
 
 /// Where each lab records its owner PID and what it created.

@@ -32,7 +32,7 @@ impl BinaryImage<'_> {
         let file = self.reference.replace(['/', ':'], "_") + ".tar";
         let out = dir.join(file);
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/binary-image.sh");
-        crate::nodes::setup_output(
+        crate::setup::setup_output(
             Command::new("bash")
                 .arg(&script)
                 .arg(&out)

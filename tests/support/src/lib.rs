@@ -30,6 +30,7 @@ pub mod nodes;
 mod pki;
 mod process;
 pub mod readme;
+mod setup;
 mod workdir;
 
 pub use binaries::{BIN_DIR_ENV_VAR, bin_dir};

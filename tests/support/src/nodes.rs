@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Node as NodeObject;
 use kube::Api;
 
+use crate::setup::setup_output;
 use crate::{Error, ManagedProcess, Result, TestEnv, bin_dir};
 
 /// Where each node network records its owner PID and what it created.
@@ -100,23 +101,6 @@ fn which_in(path: &std::ffi::OsStr, program: &str) -> Option<PathBuf> {
         .chain(["/usr/sbin".into(), "/sbin".into()])
         .map(|dir| dir.join(program))
         .find(|path| path.is_file())
-}
-
-/// Runs `command` (called `name` in errors) and returns its stdout; when it fails, the error says
-/// `what` it was doing and carries its stderr.
-pub(crate) fn setup_output(command: &mut Command, name: &str, what: &str) -> Result<Vec<u8>> {
-    let output = command.output().map_err(|source| Error::Spawn {
-        name: name.to_owned(),
-        source,
-    })?;
-    if output.status.success() {
-        Ok(output.stdout)
-    } else {
-        Err(Error::NodeSetup(format!(
-            "{what}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        )))
-    }
 }
 
 /// Runs `program args…`; an error carries its stderr.

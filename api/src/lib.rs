@@ -19,6 +19,7 @@ pub mod common;
 pub mod condition;
 pub mod crds;
 pub mod infrastructure;
+pub mod policies;
 pub mod standalone;
 pub mod validation;
 pub mod yaml;

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use banlieue_api::{crds, validation};
 use banlieue_testenv::TestEnv;
-use kube::api::{Api, DynamicObject, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::Value;
 
@@ -34,6 +34,7 @@ async fn table_holds_against_the_real_apiserver() -> anyhow::Result<()> {
     env.install_crd_files(&files).await?;
     let ns = env.namespace("api-validation").await?;
     let client = env.client().await?;
+    install_policies(env, ns.name()).await?;
 
     let cases = validation::load()?;
     let mut failures = Vec::new();
@@ -208,5 +209,127 @@ async fn machine_status_is_accepted_and_read_back() -> anyhow::Result<()> {
         )
         .await?;
     assert_eq!(updated.status, Some(status));
+    Ok(())
+}
+
+/// Installs the admission policies of `banlieue_api::policies` (as the provider components do)
+/// and waits until the apiserver enforces them (it loads policies asynchronously): a plain
+/// update of a probe template in `ns` is refused.
+async fn install_policies(env: &TestEnv, ns: &str) -> anyhow::Result<()> {
+    env.install_admission_policies(&banlieue_api::policies::all())
+        .await?;
+    let client = &env.client().await?;
+    let templates = proxmox_templates(client, ns);
+    match templates
+        .create(&PostParams::default(), &probe_template("policy-probe", 1024)?)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let change = serde_json::json!({"spec": {"template": {"spec": {"memoryMiB": 2048}}}});
+        match templates
+            .patch(
+                "policy-probe",
+                &PatchParams::default().dry_run(),
+                &Patch::Merge(&change),
+            )
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.message.contains("is immutable") => return Ok(()),
+            _ if std::time::Instant::now() > deadline => {
+                anyhow::bail!("the template immutability policy is not enforced 60 s after its creation")
+            }
+            _ => tokio::time::sleep(std::time::Duration::from_millis(500)).await,
+        }
+    }
+}
+
+fn proxmox_templates(client: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("infrastructure.banlieue.io", "v1alpha1", "ProxmoxMachineTemplate");
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, "proxmoxmachinetemplates"),
+    )
+}
+
+fn probe_template(name: &str, memory: u64) -> anyhow::Result<DynamicObject> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "infrastructure.banlieue.io/v1alpha1", "kind": "ProxmoxMachineTemplate",
+        "metadata": {"name": name},
+        "spec": {"template": {"spec": {
+            "source": {"vmid": 9000}, "cpu": {"cores": 2}, "memoryMiB": memory,
+            "networks": [{"name": "net0", "network": "vmbr0"}],
+        }}},
+    }))?)
+}
+
+/// A machine template's spec stays immutable, except to the dry-run requests CAPI's topology
+/// controller marks with its annotation (ClusterClass compares templates that way, then makes a
+/// new one): such a request is answered with the changed object, and nothing is stored.
+#[tokio::test]
+async fn template_specs_are_immutable_but_topology_dry_runs_pass() -> anyhow::Result<()> {
+    let env = env_with_crds().await?;
+    let ns = env.namespace("api-policies").await?;
+    let client = env.client().await?;
+    install_policies(env, ns.name()).await?;
+    let templates = proxmox_templates(&client, ns.name());
+    templates
+        .create(&PostParams::default(), &probe_template("workers", 4096)?)
+        .await?;
+    let change = |annotated: bool| {
+        let annotations = if annotated {
+            serde_json::json!({banlieue_api::policies::TOPOLOGY_DRY_RUN_ANNOTATION: ""})
+        } else {
+            serde_json::json!({})
+        };
+        serde_json::json!({
+            "metadata": {"annotations": annotations},
+            "spec": {"template": {"spec": {"memoryMiB": 8192}}},
+        })
+    };
+    let refused = |r: Result<DynamicObject, kube::Error>| match r {
+        Err(kube::Error::Api(status)) => status.message.contains("spec.template.spec is immutable"),
+        _ => false,
+    };
+    let plain = templates
+        .patch("workers", &PatchParams::default(), &Patch::Merge(change(false)))
+        .await;
+    assert!(
+        refused(plain),
+        "a plain update of spec.template.spec was not refused"
+    );
+    let annotated = templates
+        .patch("workers", &PatchParams::default(), &Patch::Merge(change(true)))
+        .await;
+    assert!(refused(annotated), "the annotation alone let an update through");
+    let dry_run = templates
+        .patch(
+            "workers",
+            &PatchParams::default().dry_run(),
+            &Patch::Merge(change(false)),
+        )
+        .await;
+    assert!(
+        refused(dry_run),
+        "a dry-run without the annotation was not refused"
+    );
+    let topology = templates
+        .patch(
+            "workers",
+            &PatchParams::default().dry_run(),
+            &Patch::Merge(change(true)),
+        )
+        .await?;
+    assert_eq!(topology.data["spec"]["template"]["spec"]["memoryMiB"], 8192);
+    let stored = templates.get("workers").await?;
+    assert_eq!(
+        stored.data["spec"]["template"]["spec"]["memoryMiB"], 4096,
+        "a dry-run changed the template"
+    );
     Ok(())
 }

@@ -2,6 +2,9 @@
 //! checks of `banlieue_api::validation::check_structural` plus the CRDs' CEL rules evaluated
 //! by `kube-cel`. The same table runs against a real kube-apiserver elsewhere.
 //!
+//! A kind's admission policy (`banlieue_api::policies`) is evaluated as the CEL rule it enforces
+//! on a plain update.
+//!
 //! Known differences from the apiserver: kube-cel correlates `oldSelf` in lists by index (the
 //! apiserver by list-map key), so update cases keep list order; metadata is not validated.
 
@@ -91,10 +94,22 @@ fn table_holds_in_process() {
     for case in &cases {
         let id = format!("{}: {}", case.kind, case.name);
         if !kinds_seen.contains_key(&case.kind) {
-            let Some(schema) = crds::schema_of(&case.kind) else {
+            let Some(mut schema) = crds::schema_of(&case.kind) else {
                 failures.push(format!("{id}: no CRD for kind"));
                 continue;
             };
+            // A kind's admission policy holds on a plain update as the rule it enforces would.
+            if let Some(template) = banlieue_api::policies::immutable_template(&case.kind) {
+                let rules = &mut schema["properties"]["spec"]["x-kubernetes-validations"];
+                let rule = serde_json::json!({
+                    "rule": banlieue_api::policies::ImmutableTemplate::RULE,
+                    "message": template.message(),
+                });
+                match rules.as_array_mut() {
+                    Some(list) => list.push(rule),
+                    None => *rules = serde_json::json!([rule]),
+                }
+            }
             let compiled = kube_cel::compile_schema(&schema);
             kinds_seen.insert(case.kind.clone(), Kind { schema, compiled });
         }

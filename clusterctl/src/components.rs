@@ -413,6 +413,18 @@ pub fn infra_components(infra: Infra) -> Vec<Value> {
         "metadata": {"name": kcp_aggregated_role(infra), "labels": kcp_labels},
         "rules": rules(kcp),
     }));
+    // The machine template's immutability, which CAPI's topology dry-runs may pass
+    // (`banlieue_api::policies`).
+    docs.extend(
+        banlieue_api::policies::IMMUTABLE_TEMPLATES
+            .iter()
+            .filter(|t| t.kind == format!("{}MachineTemplate", infra.kind_prefix()))
+            .flat_map(banlieue_api::policies::ImmutableTemplate::policy)
+            .map(|mut doc| {
+                merge_labels(&mut doc, &labels);
+                doc
+            }),
+    );
     let string_data = match infra {
         Infra::Proxmox => Some((
             json!({
@@ -668,6 +680,22 @@ mod tests {
                     "{infra:?}: the Secret goes to the endpoint the cluster template writes"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_provider_ships_its_machine_template_policy() {
+        for infra in Infra::ALL {
+            let docs = infra_components(infra);
+            let kind = format!("{}MachineTemplate", infra.kind_prefix());
+            let template = banlieue_api::policies::immutable_template(&kind).unwrap();
+            let policy = find(&docs, "ValidatingAdmissionPolicy", &template.policy_name());
+            assert_eq!(
+                policy["metadata"]["labels"][PROVIDER_LABEL_KEY],
+                infra.label(),
+                "{kind}"
+            );
+            find(&docs, "ValidatingAdmissionPolicyBinding", &template.policy_name());
         }
     }
 

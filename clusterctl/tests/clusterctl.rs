@@ -26,7 +26,7 @@ const CLUSTERCTL_SET: [&str; 5] = [
     "CONTROL_PLANE_MACHINE_COUNT",
     "WORKER_MACHINE_COUNT",
 ];
-const FLAVORS: [&str; 3] = ["", "ipam", "clusterclass"];
+const FLAVORS: [&str; 4] = ["", "ipam", "external-lb", "clusterclass"];
 
 /// Each provider's flavors (`""` = the default `cluster-template.yaml`).
 fn flavors(infra: Infra) -> &'static [&'static str] {

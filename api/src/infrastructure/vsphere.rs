@@ -385,12 +385,9 @@ pub struct VSphereMachineTemplateResource {
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {
-        "rule": "self.template.spec == oldSelf.template.spec",
-        "message": "spec.template.spec is immutable: create a new VSphereMachineTemplate and point the MachineDeployment or control plane at it"
-    }
-]))]
+// `spec.template.spec` is immutable, but not to CAPI's topology controller's dry-run requests
+// (ClusterClass): a CEL rule cannot tell those apart, an admission policy can
+// (`crate::policies::immutable_templates`).
 pub struct VSphereMachineTemplateSpec {
     /// The VSphereMachine to create.
     pub template: VSphereMachineTemplateResource,

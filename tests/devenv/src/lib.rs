@@ -93,6 +93,8 @@ impl Stack {
 
         progress("installing banlieue CRDs");
         env.install_crds(&banlieue_api::crds::all()).await?;
+        env.install_admission_policies(&banlieue_api::policies::all())
+            .await?;
         if let Some(dir) = &config.capi_crds {
             let capi = capi_crds(dir)?;
             progress(&format!(

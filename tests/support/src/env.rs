@@ -624,6 +624,48 @@ impl TestEnv {
         install_crds(&self.client().await?, crds, CRD_TIMEOUT).await
     }
 
+    /// Creates `ValidatingAdmissionPolicy` and `ValidatingAdmissionPolicyBinding` objects
+    /// (e.g. `banlieue_api::policies::all()`); ones that exist already are left alone. The
+    /// apiserver starts enforcing a policy a moment after its creation.
+    pub async fn install_admission_policies(&self, docs: &[serde_json::Value]) -> Result<()> {
+        let client = self.client().await?;
+        for doc in docs {
+            let kind = doc["kind"].as_str().unwrap_or_default();
+            let plural = match kind {
+                "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+                "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
+                other => {
+                    return Err(Error::Manifest {
+                        what: format!("admission policy document of kind {other:?}"),
+                        message: "only ValidatingAdmissionPolicy and its binding are installed here"
+                            .to_owned(),
+                    });
+                }
+            };
+            let gvk = kube::api::GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", kind);
+            let api: Api<kube::api::DynamicObject> = Api::all_with(
+                client.clone(),
+                &kube::api::ApiResource::from_gvk_with_plural(&gvk, plural),
+            );
+            let object: kube::api::DynamicObject =
+                serde_json::from_value(doc.clone()).map_err(|e| Error::Manifest {
+                    what: format!("{kind} {}", doc["metadata"]["name"]),
+                    message: e.to_string(),
+                })?;
+            match api.create(&Default::default(), &object).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {}
+                Err(source) => {
+                    return Err(Error::Kube {
+                        action: format!("creating {kind} {}", doc["metadata"]["name"]),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Installs the CRDs of YAML files (see [`crate::crds_from_files`]).
     pub async fn install_crd_files<P: AsRef<Path>>(&self, paths: impl IntoIterator<Item = P>) -> Result<()> {
         self.install_crds(&crate::crds::crds_from_files(paths)?).await

@@ -13,7 +13,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::nodes::{clean_up_abandoned_in, remove_node_resources, run, which, write};
 use crate::setup::setup_output;
@@ -50,7 +50,7 @@ pub struct Lab {
     index: u8,
     state: PathBuf,
     dhcp: Option<ManagedProcess>,
-    next_guest: AtomicU8,
+    next_guest: AtomicU32,
 }
 
 impl Lab {
@@ -73,7 +73,7 @@ impl Lab {
                 index,
                 state,
                 dhcp: None,
-                next_guest: AtomicU8::new(0),
+                next_guest: AtomicU32::new(0),
             };
             write(&lab.state.join("pid"), &std::process::id().to_string())?;
             let bridge = lab.bridge();
@@ -140,12 +140,119 @@ impl Lab {
     fn bridge(&self) -> String {
         format!("bnllab{}", self.index)
     }
+
+    /// Starts an external load balancer for a workload cluster's control plane, as a user
+    /// without kube-vip runs one (the `external-lb` template flavor): Debian's haproxy in TCP
+    /// mode on `.host:port` of the lab (an address DHCP never hands out), its backend port 6443
+    /// of every address DHCP hands out, each checked with `GET /readyz` over TLS every second:
+    /// only control plane nodes whose API server is ready get connections, whichever machines
+    /// come and go. Stopped on drop (and with the lab).
+    pub fn start_load_balancer(&self, host: u8, port: u16) -> Result<LoadBalancer> {
+        let haproxy = which("haproxy").ok_or_else(|| {
+            Error::MissingNodePrerequisites("`haproxy` (Debian package haproxy)".to_owned())
+        })?;
+        let address = self.address(host);
+        let dir = self.state.join(format!("lb-{host}"));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+        let config = dir.join("haproxy.cfg");
+        write(
+            &config,
+            &load_balancer_config(address, port, (100..=199).map(|h| self.address(h))),
+        )?;
+        run(
+            "ip",
+            &["addr", "add", &format!("{address}/32"), "dev", &self.bridge()],
+        )?;
+        let process = ManagedProcess::start(
+            &format!("lab {} load balancer", self.index),
+            &haproxy,
+            &["-db".to_owned(), "-f".to_owned(), config.display().to_string()],
+            &dir.join("haproxy.log"),
+        )?;
+        write(
+            &self.state.join(format!("kill-pid-lb-{host}")),
+            &process.id().to_string(),
+        )?;
+        Ok(LoadBalancer {
+            process: Some(process),
+            address,
+            port,
+            bridge: self.bridge(),
+            pid_file: self.state.join(format!("kill-pid-lb-{host}")),
+        })
+    }
+}
+
+/// haproxy's configuration for [`Lab::start_load_balancer`].
+fn load_balancer_config(address: Ipv4Addr, port: u16, backends: impl Iterator<Item = Ipv4Addr>) -> String {
+    let mut config = format!(
+        "global\n    maxconn 4096\n\ndefaults\n    mode tcp\n    timeout connect 5s\n    \
+         timeout client 1h\n    timeout server 1h\n    timeout check 2s\n\n\
+         frontend control-plane\n    bind {address}:{port}\n    default_backend api-servers\n\n\
+         backend api-servers\n    option httpchk GET /readyz\n    http-check expect status 200\n    \
+         default-server check check-ssl verify none inter 1s fall 2 rise 1\n"
+    );
+    for backend in backends {
+        config.push_str(&format!("    server {backend} {backend}:6443\n"));
+    }
+    config
+}
+
+/// A running [`Lab::start_load_balancer`].
+#[derive(Debug)]
+pub struct LoadBalancer {
+    process: Option<ManagedProcess>,
+    address: Ipv4Addr,
+    port: u16,
+    bridge: String,
+    pid_file: PathBuf,
+}
+
+impl LoadBalancer {
+    /// Its frontend's address.
+    pub fn address(&self) -> Ipv4Addr {
+        self.address
+    }
+
+    /// Its frontend's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its log (haproxy's own lines: backends going up and down).
+    pub fn log_tail(&self, lines: usize) -> String {
+        self.process
+            .as_ref()
+            .map(|p| p.log_tail(lines))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for LoadBalancer {
+    fn drop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            process.stop();
+            let _ = std::fs::remove_file(&self.pid_file);
+        }
+        let _ = run(
+            "ip",
+            &[
+                "addr",
+                "del",
+                &format!("{}/32", self.address),
+                "dev",
+                &self.bridge,
+            ],
+        );
+    }
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
         if let Some(mut dhcp) = self.dhcp.take() {
             dhcp.stop();
+            // Stopped and reaped: its PID may be another process's by now.
+            let _ = std::fs::remove_file(self.state.join("kill-pid"));
         }
         crate::nodes::remove_recorded(&self.state);
     }
@@ -389,6 +496,26 @@ impl Drop for Guest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_load_balancer_checks_every_backend_for_a_ready_api_server() {
+        let config = load_balancer_config(
+            Ipv4Addr::new(10, 203, 7, 2),
+            6443,
+            [Ipv4Addr::new(10, 203, 7, 100), Ipv4Addr::new(10, 203, 7, 101)].into_iter(),
+        );
+        assert!(config.contains("bind 10.203.7.2:6443"), "{config}");
+        assert!(config.contains("option httpchk GET /readyz"), "{config}");
+        assert!(config.contains("check check-ssl verify none"), "{config}");
+        assert!(
+            config.contains("server 10.203.7.100 10.203.7.100:6443\n"),
+            "{config}"
+        );
+        assert!(
+            config.contains("server 10.203.7.101 10.203.7.101:6443\n"),
+            "{config}"
+        );
+    }
 
     #[test]
     fn interfaces_come_from_ip_json_without_loopback() {

@@ -209,8 +209,21 @@ pub(crate) fn remove_recorded(state: &Path) {
             }
         }
     }
-    if let Some(pid) = read("kill-pid") {
-        let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+    // A recorded process is killed only while its command line still names this state folder
+    // (a PID of a process that ended may be another process's now).
+    let kill_files = std::fs::read_dir(state)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("kill-pid"));
+    for file in kill_files {
+        let pid = std::fs::read_to_string(file.path()).unwrap_or_default();
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap_or_default();
+        if !pid.trim().is_empty()
+            && String::from_utf8_lossy(&cmdline).contains(&format!("{}/", state.display()))
+        {
+            let _ = Command::new("kill").args(["-KILL", pid.trim()]).status();
+        }
     }
     if let Some(bridge) = read("bridge") {
         let _ = run("ip", &["link", "del", bridge.trim()]);

@@ -41,39 +41,95 @@ pub async fn drive(
     log: PathBuf,
 ) {
     let started = Instant::now();
-    let note = |line: String| {
+    let note = move |line: String| {
         use std::io::Write as _;
         if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log) {
             let _ = writeln!(f, "[{:7.1}s] {line}", started.elapsed().as_secs_f32());
         }
     };
+    let mut retries = Retries::default();
     loop {
-        step(&sim, &lab, &image, &dir, &guests, &note);
+        // Powering guests on and off waits for processes and runs `ip`: off the runtime's
+        // workers, which also serve the simulator.
+        let work = {
+            let (sim, lab, image, dir, guests) = (
+                sim.clone(),
+                lab.clone(),
+                image.clone(),
+                dir.clone(),
+                guests.clone(),
+            );
+            let mut retries = std::mem::take(&mut retries);
+            let note = note.clone();
+            tokio::task::spawn_blocking(move || {
+                step(&sim, &lab, &image, &dir, &guests, &mut retries, &note);
+                retries
+            })
+        };
+        match work.await {
+            Ok(kept) => retries = kept,
+            Err(e) => note(format!("the guest driver's step failed: {e}")),
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
+/// VMs whose guest failed to power on, and when to try again (the wait doubles per failure, up
+/// to 30 s).
+#[derive(Default)]
+struct Retries(BTreeMap<u32, (u32, Instant)>);
+
+impl Retries {
+    fn due(&self, vmid: u32) -> bool {
+        self.0.get(&vmid).is_none_or(|(_, at)| Instant::now() >= *at)
+    }
+
+    fn failed(&mut self, vmid: u32) {
+        let failures = self.0.get(&vmid).map_or(1, |(n, _)| n + 1);
+        let wait = Duration::from_millis(500) * 2u32.saturating_pow(failures.min(6));
+        self.0.insert(
+            vmid,
+            (failures, Instant::now() + wait.min(Duration::from_secs(30))),
+        );
+    }
+}
+
 /// One look at the simulator's VMs: guests powered on and off, guest agents' reports.
-fn step(sim: &SimHandle, lab: &Lab, image: &Path, dir: &Path, guests: &Guests, note: &dyn Fn(String)) {
+fn step(
+    sim: &SimHandle,
+    lab: &Lab,
+    image: &Path,
+    dir: &Path,
+    guests: &Guests,
+    retries: &mut Retries,
+    note: &dyn Fn(String),
+) {
     let vms: BTreeMap<u32, _> = sim
         .vms()
         .into_iter()
         .filter(|vm| !vm.template)
         .map(|vm| (vm.vmid, vm))
         .collect();
-    let mut running = guests.lock().expect("guests lock");
-    // Power off the guests of VMs that stopped or are gone.
-    let stopped: Vec<u32> = running
-        .keys()
-        .filter(|vmid| !vms.get(vmid).is_some_and(|vm| vm.running))
-        .copied()
-        .collect();
-    for vmid in stopped {
-        running.remove(&vmid);
+    // Power off the guests of VMs that stopped or are gone (outside the lock: it waits for
+    // the guest's processes to end).
+    let stopped: Vec<(u32, Guest)> = {
+        let mut running = guests.lock().expect("guests lock");
+        let vmids: Vec<u32> = running
+            .keys()
+            .filter(|vmid| !vms.get(vmid).is_some_and(|vm| vm.running))
+            .copied()
+            .collect();
+        vmids
+            .into_iter()
+            .filter_map(|vmid| Some((vmid, running.remove(&vmid)?)))
+            .collect()
+    };
+    for (vmid, guest) in stopped {
+        drop(guest);
         note(format!("VM {vmid} stopped: guest powered off"));
     }
     for (vmid, vm) in &vms {
-        if !vm.running || running.contains_key(vmid) {
+        if !vm.running || guests.lock().expect("guests lock").contains_key(vmid) || !retries.due(*vmid) {
             continue;
         }
         let Some(mac) = vm.config.get("net0").and_then(|n| mac_of(n)) else {
@@ -100,12 +156,16 @@ fn step(sim: &SimHandle, lab: &Lab, image: &Path, dir: &Path, guests: &Guests, n
                     "VM {vmid} started: guest powered on ({PROXMOX_NIC} {mac}, seed {})",
                     if spec.seed.is_some() { "ISO" } else { "none" }
                 ));
-                running.insert(*vmid, guest);
+                guests.lock().expect("guests lock").insert(*vmid, guest);
             }
-            Err(e) => note(format!("VM {vmid}: powering its guest on failed: {e}")),
+            Err(e) => {
+                retries.failed(*vmid);
+                note(format!("VM {vmid}: powering its guest on failed: {e}"));
+            }
         }
     }
     // The guest agents: what each guest's network has now.
+    let mut running = guests.lock().expect("guests lock");
     for (vmid, guest) in running.iter_mut() {
         if !guest.is_running() {
             continue;

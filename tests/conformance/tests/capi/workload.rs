@@ -1,0 +1,1289 @@
+//! Workload clusters of real guests on the Proxmox simulator, and CAPI's e2e specs run on them.
+//!
+//! A [`Scenario`] is one workload cluster from `clusterctl generate cluster` (a template flavor,
+//! its control plane and worker counts) and the specs run on it in order, each named after the
+//! CAPI e2e spec it mirrors ([`Spec`]). Every VM the simulator runs is a lab guest
+//! (`capi/guests.rs`): its real cloud-init reads the seed ISO the provider uploaded and runs
+//! CAPI's `kubeadm init`/`join`. The control plane endpoint is `.2` of the lab network: held by
+//! the kube-vip stand-in in the default flavor, by the lab's haproxy (`Lab::start_load_balancer`)
+//! in the `external-lb` and `clusterclass` flavors. After every step the specs also check that
+//! the VMs on the hypervisor match the Machines one to one ([`Fleet::settled`]).
+//!
+//! [`run`] records one row per spec (pass/fail, what it saw, how long) in a [`Report`]; a spec
+//! that fails ends its scenario (the rows after it say they did not run).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result, ensure};
+use banlieue_conformance::report::{Outcome, Report};
+use banlieue_pve_sim::{SimConfig, SimHandle};
+use banlieue_testenv::guests::{Lab, LoadBalancer, guest_image};
+use banlieue_testenv::{TestEnv, TestNamespace, cert_manager_stub_crds};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use super::guests::{self, Guests};
+use super::hypervisor::Hypervisor;
+use super::{
+    AbortOnDrop, CLUSTER, GUEST_KUBERNETES_VERSION, GUEST_STEP_TIMEOUT, Managers, Mode, capi, clusterctl,
+    clusterctl_init, condition, condition_status, controller_dir, infra, parse_docs, poll, resource,
+    run_clusterctl, to_value, workspace,
+};
+
+/// The template flavor a scenario's cluster comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// `cluster-template.yaml`: kube-vip (here its stand-in) holds the endpoint.
+    Default,
+    /// `cluster-template-external-lb.yaml`: the lab's haproxy serves the endpoint.
+    ExternalLb,
+    /// `cluster-template-clusterclass.yaml` (Cluster with `spec.topology`), behind haproxy.
+    ClusterClass,
+}
+
+impl Flavor {
+    /// `--flavor`'s value (`None`: the default template).
+    fn name(self) -> Option<&'static str> {
+        match self {
+            Self::Default => None,
+            Self::ExternalLb => Some("external-lb"),
+            Self::ClusterClass => Some("clusterclass"),
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Default => "default flavor (kube-vip stand-in)",
+            Self::ExternalLb => "external-lb flavor (haproxy)",
+            Self::ClusterClass => "clusterclass flavor (haproxy)",
+        }
+    }
+}
+
+/// One of CAPI's e2e specs, as a banlieue test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spec {
+    /// `e2e/quick_start.go`: control plane initialized, a Node per Machine, a working cluster.
+    QuickStart,
+    /// `e2e/mhc_remediations.go`, workers: a MachineHealthCheck replaces an unhealthy worker.
+    MachineRemediation,
+    /// `e2e/md_rollout.go`: a new infrastructure template rolls the workers.
+    MachineDeploymentRollout,
+    /// `e2e/md_scale.go`: workers 1 → 3 → 1.
+    MachineDeploymentScale,
+    /// The control plane 1 → 3 (`e2e/quick_start.go` with three control plane machines, the
+    /// precondition of `e2e/kcp_remediations.go`).
+    ControlPlaneScale,
+    /// `e2e/kcp_remediations.go`: a MachineHealthCheck replaces an unhealthy control plane
+    /// machine of three.
+    ControlPlaneRemediation,
+    /// `e2e/clusterclass_changes.go`: the class's worker template rotated, the topology rolls.
+    ClusterClassChanges,
+    /// `e2e/cluster_deletion.go`: the Cluster deleted, no VM and no guest left.
+    Deletion,
+}
+
+impl Spec {
+    /// The row's name in the report: the spec and the CAPI file it mirrors.
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::QuickStart => "quick-start (e2e/quick_start.go)",
+            Self::MachineRemediation => "machine remediation, worker (e2e/mhc_remediations.go)",
+            Self::MachineDeploymentRollout => "md-rollout (e2e/md_rollout.go)",
+            Self::MachineDeploymentScale => "md-scale 1 → 3 → 1 (e2e/md_scale.go)",
+            Self::ControlPlaneScale => "kcp-scale 1 → 3 (e2e/quick_start.go, 3 control planes)",
+            Self::ControlPlaneRemediation => "kcp remediation (e2e/kcp_remediations.go)",
+            Self::ClusterClassChanges => "clusterclass-changes (e2e/clusterclass_changes.go)",
+            Self::Deletion => "cluster deletion (e2e/cluster_deletion.go)",
+        }
+    }
+}
+
+/// One workload cluster and the specs run on it.
+#[derive(Clone, Copy, Debug)]
+pub struct Scenario {
+    pub flavor: Flavor,
+    pub control_planes: usize,
+    pub workers: usize,
+    pub specs: &'static [Spec],
+}
+
+/// The default flavor: quick-start, worker remediation, md-rollout, md-scale, deletion (CI).
+pub const DEFAULT_FLAVOR: Scenario = Scenario {
+    flavor: Flavor::Default,
+    control_planes: 1,
+    workers: 1,
+    specs: &[
+        Spec::QuickStart,
+        Spec::MachineRemediation,
+        Spec::MachineDeploymentRollout,
+        Spec::MachineDeploymentScale,
+        Spec::Deletion,
+    ],
+};
+
+/// ClusterClass behind haproxy: quick-start, clusterclass-changes, deletion (CI).
+pub const CLUSTERCLASS: Scenario = Scenario {
+    flavor: Flavor::ClusterClass,
+    control_planes: 1,
+    workers: 1,
+    specs: &[Spec::QuickStart, Spec::ClusterClassChanges, Spec::Deletion],
+};
+
+/// An HA control plane behind haproxy: quick-start, kcp-scale, kcp remediation, deletion.
+pub const EXTERNAL_LB_HA: Scenario = Scenario {
+    flavor: Flavor::ExternalLb,
+    control_planes: 1,
+    workers: 1,
+    specs: &[
+        Spec::QuickStart,
+        Spec::ControlPlaneScale,
+        Spec::ControlPlaneRemediation,
+        Spec::Deletion,
+    ],
+};
+
+/// Runs `scenario` on a fresh management cluster, lab and simulator, recording one row per
+/// spec in `report`; fails when a spec failed.
+pub async fn run(scenario: &Scenario, report: &mut Report) -> Result<()> {
+    let section = format!("Proxmox, {}", scenario.flavor.label());
+    let set_up_started = Instant::now();
+    let mut w = match Workload::start(scenario).await {
+        Ok(w) => w,
+        Err(e) => {
+            report.record(
+                &section,
+                "set-up",
+                Outcome::fail(format!("{e:#}")),
+                Some(set_up_started.elapsed()),
+            );
+            for spec in scenario.specs {
+                report.record(
+                    &section,
+                    spec.title(),
+                    Outcome::skip("not run: the set-up failed"),
+                    None,
+                );
+            }
+            return Err(e);
+        }
+    };
+    let mut failed: Option<(Spec, anyhow::Error)> = None;
+    for spec in scenario.specs {
+        if let Some((first, _)) = &failed {
+            report.record(
+                &section,
+                spec.title(),
+                Outcome::skip(format!("not run: {} failed first", first.title())),
+                None,
+            );
+            continue;
+        }
+        w.env.progress(&format!("{} …", spec.title()));
+        let started = Instant::now();
+        match w.run(*spec).await {
+            Ok(detail) => {
+                w.env.progress(&format!("{}: {detail}", spec.title()));
+                report.record(
+                    &section,
+                    spec.title(),
+                    Outcome::pass(detail),
+                    Some(started.elapsed()),
+                );
+            }
+            Err(e) => {
+                w.env.dump_guests(&e);
+                report.record(
+                    &section,
+                    spec.title(),
+                    Outcome::fail(format!("{e:#}")),
+                    Some(started.elapsed()),
+                );
+                failed = Some((*spec, e));
+            }
+        }
+    }
+    match failed {
+        Some((spec, e)) => Err(e.context(format!("{section}: {}", spec.title()))),
+        None => Ok(()),
+    }
+}
+
+/// A scenario's management cluster and managers (apart: waits hold the managers mutably).
+struct Workload {
+    procs: Managers,
+    env: Env,
+}
+
+/// Everything of a scenario but its managers. Fields drop in order: the guest driver stops
+/// first, the lab goes last.
+struct Env {
+    _driver: AbortOnDrop,
+    load_balancer: Option<LoadBalancer>,
+    running: Guests,
+    guest_log: PathBuf,
+    scenario: Scenario,
+    started: Instant,
+    client: kube::Client,
+    ns: String,
+    sim: Arc<SimHandle>,
+    /// The workload cluster, through `clusterctl get kubeconfig` (after quick-start).
+    workload: Option<kube::Client>,
+    pod_cidr: String,
+    _ns_guard: TestNamespace,
+    mgmt: TestEnv,
+    _hv: Arc<Hypervisor>,
+    _lab: Arc<Lab>,
+}
+
+impl Workload {
+    /// The management cluster (CAPI's managers and banlieue-proxmox as processes, after the
+    /// real `clusterctl init`), the simulator, the lab and its guest driver, and the workload
+    /// cluster of `scenario` applied.
+    async fn start(scenario: &Scenario) -> Result<Self> {
+        let started = Instant::now();
+        let progress = |what: &str| {
+            eprintln!(
+                "[{:?} {:6.1}s] {what}",
+                scenario.flavor,
+                started.elapsed().as_secs_f32()
+            )
+        };
+        let image = tokio::task::spawn_blocking(guest_image).await??;
+        progress("guest image ready");
+        let lab = Arc::new(Lab::create()?);
+        let mut crds: Vec<_> = banlieue_api::crds::all()
+            .into_iter()
+            .filter(|crd| crd.spec.group != banlieue_api::INFRASTRUCTURE_GROUP)
+            .collect();
+        crds.extend(cert_manager_stub_crds()?);
+        let mgmt = TestEnv::builder()
+            .allow_external(false)
+            .crds(crds)
+            .start()
+            .await?;
+        let client = mgmt.client().await?;
+        let ns_guard = mgmt.namespace("workload").await?;
+        let ns = ns_guard.name().to_owned();
+        let sim = Arc::new(
+            banlieue_pve_sim::start(SimConfig {
+                nodes: vec!["pve1".into()],
+                external_guests: true,
+                ..SimConfig::fast()
+            })
+            .await?,
+        );
+        let hv = Arc::new(Hypervisor::Proxmox(sim.clone()));
+        let config = clusterctl_init(&mgmt, &hv, Mode::Processes).await?;
+        let procs = Managers::start(Mode::Processes, &hv, &mgmt, "mgmt-node", &controller_dir()?).await?;
+        let running: Guests = Arc::default();
+        let guest_log = mgmt.workdir().join("logs/guests.log");
+        let driver = AbortOnDrop(tokio::spawn(guests::drive(
+            sim.clone(),
+            lab.clone(),
+            image,
+            mgmt.workdir().join("guests"),
+            running.clone(),
+            guest_log.clone(),
+        )));
+        let load_balancer = match scenario.flavor {
+            Flavor::Default => None,
+            Flavor::ExternalLb | Flavor::ClusterClass => Some(lab.start_load_balancer(2, 6443)?),
+        };
+        progress("management cluster, CAPI's managers and banlieue-proxmox up");
+        let endpoint = lab.address(2).to_string();
+        let mut env = Env {
+            _driver: driver,
+            load_balancer,
+            running,
+            guest_log,
+            scenario: *scenario,
+            started,
+            client,
+            ns,
+            sim,
+            workload: None,
+            pod_cidr: String::new(),
+            _ns_guard: ns_guard,
+            mgmt,
+            _hv: hv.clone(),
+            _lab: lab,
+        };
+        env.apply_cluster(&config, &hv, &endpoint).await?;
+        Ok(Self { procs, env })
+    }
+
+    async fn run(&mut self, spec: Spec) -> Result<String> {
+        match spec {
+            Spec::QuickStart => self.quick_start().await,
+            Spec::MachineRemediation => self.machine_remediation().await,
+            Spec::MachineDeploymentRollout => self.md_rollout().await,
+            Spec::MachineDeploymentScale => self.md_scale().await,
+            Spec::ControlPlaneScale => self.control_plane_scale().await,
+            Spec::ControlPlaneRemediation => self.control_plane_remediation().await,
+            Spec::ClusterClassChanges => self.clusterclass_changes().await,
+            Spec::Deletion => self.deletion().await,
+        }
+    }
+}
+
+/// What the management cluster, the workload cluster and the hypervisor hold at one moment.
+#[derive(Debug)]
+struct Fleet {
+    /// Machine name → (its Node, if any; its ProxmoxMachine's VMID, if any; control plane?).
+    machines: BTreeMap<String, (Option<String>, Option<u32>, bool)>,
+    /// The workload cluster's Nodes.
+    nodes: BTreeSet<String>,
+    /// The simulator's VMs (templates aside) and whether each runs.
+    vms: BTreeMap<u32, bool>,
+    /// The VMIDs whose guest is powered on.
+    guests: BTreeSet<u32>,
+}
+
+impl Fleet {
+    /// `Ok` when there are `control_planes` + `workers` Machines, each with a Node and a VM,
+    /// the Nodes are exactly the Machines', and every VM runs, has a guest and is a Machine's.
+    fn settled(&self, control_planes: usize, workers: usize) -> Result<(), String> {
+        let cps = self.machines.values().filter(|m| m.2).count();
+        let node_refs: BTreeSet<String> = self.machines.values().filter_map(|m| m.0.clone()).collect();
+        let vmids: BTreeSet<u32> = self.machines.values().filter_map(|m| m.1).collect();
+        let vms: BTreeSet<u32> = self.vms.keys().copied().collect();
+        let all_run = self.vms.values().all(|running| *running);
+        if cps == control_planes
+            && self.machines.len() == control_planes + workers
+            && node_refs.len() == self.machines.len()
+            && node_refs == self.nodes
+            && vmids.len() == self.machines.len()
+            && vmids == vms
+            && vms == self.guests
+            && all_run
+        {
+            Ok(())
+        } else {
+            Err(format!(
+                "want {control_planes} control plane + {workers} worker Machines each with a Node, a \
+                 running VM and its guest; have {} Machines ({cps} control plane, {} with a Node, {} \
+                 with a VM), Nodes {:?}, VMs {:?}, guests {:?}",
+                self.machines.len(),
+                node_refs.len(),
+                vmids.len(),
+                self.nodes,
+                self.vms,
+                self.guests
+            ))
+        }
+    }
+
+    /// The Machines (names) of the control plane, or of the workers.
+    fn machine_names(&self, control_plane: bool) -> BTreeSet<String> {
+        self.machines
+            .iter()
+            .filter(|(_, m)| m.2 == control_plane)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
+    fn node_of(&self, machine: &str) -> Option<String> {
+        self.machines.get(machine).and_then(|m| m.0.clone())
+    }
+}
+
+impl Env {
+    fn progress(&self, what: &str) {
+        eprintln!(
+            "[{:?} {:6.1}s] {what}",
+            self.scenario.flavor,
+            self.started.elapsed().as_secs_f32()
+        );
+    }
+
+    fn api(&self, ar: &kube::api::ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.ns, ar)
+    }
+
+    fn workload(&self) -> Result<&kube::Client> {
+        self.workload
+            .as_ref()
+            .context("the workload cluster's kubeconfig (quick-start first)")
+    }
+
+    /// One line per guest: its console's last line.
+    fn guest_state(&self) -> String {
+        let guests = self.running.lock().expect("guests lock");
+        guests
+            .values()
+            .map(|g| format!("guest {}: {}", g.name(), g.console_tail(1).trim()))
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// On a failure: the guest driver's log and every guest's boot report, in one place.
+    fn dump_guests(&self, error: &anyhow::Error) {
+        eprintln!(
+            "{:?} failed: {error:#}\nguest driver log ({}):\n{}",
+            self.scenario.flavor,
+            self.guest_log.display(),
+            std::fs::read_to_string(&self.guest_log).unwrap_or_default()
+        );
+        if let Some(lb) = &self.load_balancer {
+            eprintln!("== load balancer ==\n{}", lb.log_tail(20));
+        }
+        for guest in self.running.lock().expect("guests lock").values() {
+            eprintln!("{}", guest.boot_report(40));
+        }
+    }
+
+    async fn fleet(&self) -> Result<Fleet> {
+        let infra_machines = self.api(&infra("ProxmoxMachine"));
+        let mut machines = BTreeMap::new();
+        for m in self
+            .api(&capi("Machine"))
+            .list(&ListParams::default())
+            .await?
+            .items
+        {
+            let m = to_value(&m);
+            let infra_name = m["spec"]["infrastructureRef"]["name"]
+                .as_str()
+                .unwrap_or_default();
+            let vmid = match infra_machines.get_opt(infra_name).await? {
+                Some(im) => to_value(&im)["status"]["vmid"]
+                    .as_u64()
+                    .and_then(|v| u32::try_from(v).ok()),
+                None => None,
+            };
+            machines.insert(
+                m["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                (
+                    m["status"]["nodeRef"]["name"].as_str().map(str::to_owned),
+                    vmid,
+                    m["metadata"]["labels"]
+                        .get("cluster.x-k8s.io/control-plane")
+                        .is_some(),
+                ),
+            );
+        }
+        let nodes = match &self.workload {
+            Some(workload) => Api::<Node>::all(workload.clone())
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|n| n.metadata.name)
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        let vms = self
+            .sim
+            .vms()
+            .into_iter()
+            .filter(|vm| !vm.template)
+            .map(|vm| (vm.vmid, vm.running))
+            .collect();
+        let guests = self
+            .running
+            .lock()
+            .expect("guests lock")
+            .keys()
+            .copied()
+            .collect();
+        Ok(Fleet {
+            machines,
+            nodes,
+            vms,
+            guests,
+        })
+    }
+
+    /// `clusterctl generate cluster` with the scenario's flavor and counts, applied as a user
+    /// would, with the CNI of CAPI's quick-start (flannel by a ClusterResourceSet).
+    async fn apply_cluster(
+        &mut self,
+        config: &std::path::Path,
+        hv: &Hypervisor,
+        endpoint: &str,
+    ) -> Result<()> {
+        let mut cmd = clusterctl(&self.mgmt)?;
+        cmd.args(["generate", "cluster", CLUSTER, "--infrastructure"])
+            .arg(format!("{}:{}", hv.infra().name(), banlieue_clusterctl::VERSION))
+            .arg(format!("--config={}", config.display()))
+            .arg(format!("--kubeconfig={}", self.mgmt.admin().path().display()))
+            .args(["--target-namespace", &self.ns])
+            .args(["--kubernetes-version", GUEST_KUBERNETES_VERSION])
+            .arg(format!(
+                "--control-plane-machine-count={}",
+                self.scenario.control_planes
+            ))
+            .arg(format!("--worker-machine-count={}", self.scenario.workers))
+            .envs(hv.template_variables(&self.ns))
+            .env("CONTROL_PLANE_ENDPOINT_IP", endpoint)
+            .env("CONTROL_PLANE_ENDPOINT_PORT", "6443");
+        if let Some(flavor) = self.scenario.flavor.name() {
+            cmd.args(["--flavor", flavor]);
+        }
+        let text = run_clusterctl(&mut cmd, "clusterctl generate cluster")?;
+        let mut docs = parse_docs(&text)?;
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.ns);
+        if let Some((name, data)) = hv.credentials() {
+            let creds: Secret =
+                serde_json::from_value(json!({"metadata": {"name": name}, "stringData": data}))?;
+            secrets.create(&PostParams::default(), &creds).await?;
+        }
+        self.pod_cidr = docs
+            .iter()
+            .find(|d| d["kind"] == "Cluster")
+            .and_then(|c| c["spec"]["clusterNetwork"]["pods"]["cidrBlocks"][0].as_str())
+            .context("the Cluster's Pod CIDR")?
+            .to_owned();
+        self.install_flannel_resource_set().await?;
+        for doc in docs.iter_mut().filter(|d| d["kind"] == "Cluster") {
+            doc["metadata"]["labels"]["cni"] = json!("flannel");
+        }
+        // The lab's guests share the host's kernel, whose conntrack table a guest cannot size (a
+        // VM has its own): kube-proxy leaves it alone, as kind configures it. kubeadm reads
+        // kube-proxy's configuration from its own file, which CAPI's bootstrap data writes; the
+        // usual way to add to it is a command before kubeadm runs.
+        let append = "if [ -f /run/kubeadm/kubeadm.yaml ]; then printf '%s\\n' '' '---' 'apiVersion: kubeproxy.config.k8s.io/v1alpha1' 'kind: KubeProxyConfiguration' 'conntrack:' '  maxPerCore: 0' >> /run/kubeadm/kubeadm.yaml; fi";
+        for doc in docs.iter_mut() {
+            let spec = match doc["kind"].as_str() {
+                Some("KubeadmControlPlane") => &mut doc["spec"]["kubeadmConfigSpec"],
+                Some("KubeadmControlPlaneTemplate") => {
+                    &mut doc["spec"]["template"]["spec"]["kubeadmConfigSpec"]
+                }
+                _ => continue,
+            };
+            let commands = &mut spec["preKubeadmCommands"];
+            match commands.as_array_mut() {
+                Some(list) => list.push(json!(append)),
+                None => *commands = json!([append]),
+            }
+        }
+        for doc in &docs {
+            let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            let ar = resource(group, version, doc["kind"].as_str().unwrap_or_default());
+            let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+            self.api(&ar)
+                .create(&PostParams::default(), &obj)
+                .await
+                .with_context(|| format!("creating {} {}", ar.kind, doc["metadata"]["name"]))?;
+        }
+        self.progress(&format!(
+            "clusterctl generate cluster ({}, {} control plane, {} worker) applied",
+            self.scenario.flavor.label(),
+            self.scenario.control_planes,
+            self.scenario.workers
+        ));
+        Ok(())
+    }
+
+    /// Flannel's own manifest in a ConfigMap, applied to every Cluster labelled `cni: flannel`
+    /// by a ClusterResourceSet, as CAPI's quick-start installs its CNI.
+    async fn install_flannel_resource_set(&self) -> Result<()> {
+        let flannel = std::fs::read_to_string(workspace().join("tests/guest/flannel/kube-flannel.yml"))?;
+        ensure!(
+            flannel.contains(r#""Network": "10.244.0.0/16""#),
+            "kube-flannel.yml changed: no default Network"
+        );
+        // Flannel's CNI plugin is the last one built into containernetworking/plugins (v0.9.1,
+        // the one served here), which speaks CNI up to 0.4.0.
+        let flannel = flannel
+            .replace(
+                r#""Network": "10.244.0.0/16""#,
+                &format!(r#""Network": "{}""#, self.pod_cidr),
+            )
+            .replace(r#""cniVersion": "1.0.0""#, r#""cniVersion": "0.4.0""#);
+        Api::<ConfigMap>::namespaced(self.client.clone(), &self.ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": "flannel"}, "data": {"kube-flannel.yml": flannel}}),
+                )?,
+            )
+            .await?;
+        let crs: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "addons.cluster.x-k8s.io/v1beta2", "kind": "ClusterResourceSet",
+            "metadata": {"name": "flannel"},
+            "spec": {
+                "clusterSelector": {"matchLabels": {"cni": "flannel"}},
+                "resources": [{"kind": "ConfigMap", "name": "flannel"}],
+                "strategy": "ApplyOnce",
+            },
+        }))?;
+        self.api(&resource(
+            "addons.cluster.x-k8s.io",
+            "v1beta2",
+            "ClusterResourceSet",
+        ))
+        .create(&PostParams::default(), &crs)
+        .await
+        .context("creating the ClusterResourceSet")?;
+        Ok(())
+    }
+
+    /// The only MachineDeployment of the cluster (the topology names it in the clusterclass
+    /// flavor).
+    async fn machine_deployment(&self) -> Result<String> {
+        let list = self
+            .api(&capi("MachineDeployment"))
+            .list(&ListParams::default())
+            .await?
+            .items;
+        ensure!(list.len() == 1, "{} MachineDeployments, want 1", list.len());
+        list[0]
+            .metadata
+            .name
+            .clone()
+            .context("a MachineDeployment without a name")
+    }
+
+    /// Marks `node` unhealthy with the condition the remediation specs' MachineHealthChecks
+    /// watch.
+    async fn mark_unhealthy(&self, node: &str) -> Result<()> {
+        let unhealthy = json!({"status": {"conditions": [{
+            "type": "e2e.remediation.condition", "status": "False",
+            "reason": "RemediationRequested", "message": "set by the remediation spec",
+            "lastTransitionTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+        }]}});
+        Api::<Node>::all(self.workload()?.clone())
+            .patch_status(node, &PatchParams::default(), &Patch::Strategic(&unhealthy))
+            .await
+            .with_context(|| format!("marking Node {node} unhealthy"))?;
+        Ok(())
+    }
+
+    /// A MachineHealthCheck over the Machines matching `labels`, remediating on the specs'
+    /// condition.
+    async fn create_health_check(&self, name: &str, labels: Value) -> Result<()> {
+        let mhc: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+            "metadata": {"name": name},
+            "spec": {
+                "clusterName": CLUSTER,
+                "selector": {"matchLabels": labels},
+                "checks": {"unhealthyNodeConditions": [
+                    {"type": "e2e.remediation.condition", "status": "False", "timeoutSeconds": 10}]},
+            },
+        }))?;
+        self.api(&capi("MachineHealthCheck"))
+            .create(&PostParams::default(), &mhc)
+            .await
+            .with_context(|| format!("creating the MachineHealthCheck {name}"))?;
+        Ok(())
+    }
+}
+
+impl Workload {
+    fn counts(&self) -> (usize, usize) {
+        (self.env.scenario.control_planes, self.env.scenario.workers)
+    }
+
+    /// Waits until the fleet is settled at `control_planes` + `workers` and `extra` holds.
+    async fn settle(
+        &mut self,
+        what: &str,
+        (control_planes, workers): (usize, usize),
+        mut extra: impl FnMut(&Fleet) -> Result<(), String>,
+    ) -> Result<Fleet> {
+        let env = &self.env;
+        poll(&mut self.procs, what, GUEST_STEP_TIMEOUT, async || {
+            let fleet = env.fleet().await?;
+            Ok(
+                match fleet
+                    .settled(control_planes, workers)
+                    .and_then(|()| extra(&fleet))
+                {
+                    Ok(()) => Ok(fleet),
+                    Err(state) => Err(format!("{state}; {}", env.guest_state())),
+                },
+            )
+        })
+        .await
+    }
+
+    async fn quick_start(&mut self) -> Result<String> {
+        let env = &self.env;
+        let clusters = env.api(&capi("Cluster"));
+        poll(
+            &mut self.procs,
+            "the control plane to be initialized",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let cluster = to_value(&clusters.get(CLUSTER).await?);
+                Ok(
+                    match condition_status(&cluster, "ControlPlaneInitialized").as_deref() {
+                        Some("True") => Ok(()),
+                        _ => Err(format!(
+                            "{}; {}",
+                            condition(&cluster, "ControlPlaneInitialized")
+                                .map(|c| c["message"].to_string())
+                                .unwrap_or_default(),
+                            env.guest_state()
+                        )),
+                    },
+                )
+            },
+        )
+        .await?;
+        let initialized = env.started.elapsed();
+        env.progress("control plane initialized (kubeadm init ran in the first VM)");
+        let (control_planes, workers) = self.counts();
+        let machines = env.api(&capi("Machine"));
+        let provider_ids = poll(
+            &mut self.procs,
+            "every Machine to get its Node",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let list: Vec<Value> = machines
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .map(to_value)
+                    .collect();
+                let refs: BTreeMap<String, String> = list
+                    .iter()
+                    .filter_map(|m| {
+                        Some((
+                            m["status"]["nodeRef"]["name"].as_str()?.to_owned(),
+                            m["spec"]["providerID"].as_str()?.to_owned(),
+                        ))
+                    })
+                    .collect();
+                Ok(
+                    if list.len() == control_planes + workers && refs.len() == list.len() {
+                        Ok(refs)
+                    } else {
+                        Err(format!(
+                            "{} of {} Machines have a nodeRef; {}",
+                            refs.len(),
+                            list.len(),
+                            env.guest_state()
+                        ))
+                    },
+                )
+            },
+        )
+        .await?;
+
+        // The workload cluster itself, through the kubeconfig CAPI wrote.
+        let kubeconfig = run_clusterctl(
+            clusterctl(&self.env.mgmt)?
+                .args(["get", "kubeconfig", CLUSTER, "--namespace", &self.env.ns])
+                .arg(format!("--kubeconfig={}", self.env.mgmt.admin().path().display())),
+            "clusterctl get kubeconfig",
+        )?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig)?;
+        let workload = kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
+        )?;
+        let seen: BTreeMap<String, String> = Api::<Node>::all(workload.clone())
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .map(|n| {
+                (
+                    n.metadata.name.clone().unwrap_or_default(),
+                    n.spec
+                        .as_ref()
+                        .and_then(|s| s.provider_id.clone())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        ensure!(
+            seen == provider_ids,
+            "the workload cluster's Nodes {seen:?} are not the Machines' nodeRefs and providerIDs {provider_ids:?}"
+        );
+        self.env.workload = Some(workload.clone());
+        self.settle(
+            "one VM and one guest per Machine",
+            (control_planes, workers),
+            |_| Ok(()),
+        )
+        .await?;
+
+        // The seeds as real cloud-init read them: every module of every stage succeeded.
+        let env = &self.env;
+        let verdicts = poll(
+            &mut self.procs,
+            "cloud-init to finish on every guest",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let guests = env.running.lock().expect("guests lock");
+                let verdicts: Vec<(String, Option<Vec<String>>, String)> = guests
+                    .values()
+                    .map(|g| (g.name().to_owned(), g.cloud_init_errors(), g.boot_report(30)))
+                    .collect();
+                Ok(if verdicts.iter().all(|(_, errors, _)| errors.is_some()) {
+                    Ok(verdicts)
+                } else {
+                    Err(format!(
+                        "cloud-init still running on {:?}",
+                        verdicts
+                            .iter()
+                            .filter(|v| v.1.is_none())
+                            .map(|v| &v.0)
+                            .collect::<Vec<_>>()
+                    ))
+                })
+            },
+        )
+        .await?;
+        for (name, errors, report) in verdicts {
+            ensure!(
+                errors.as_ref().is_some_and(Vec::is_empty),
+                "cloud-init on guest {name} reported errors: {errors:?}\n{report}"
+            );
+        }
+
+        // A working cluster: flannel (from the ClusterResourceSet) makes every Node Ready,
+        // CoreDNS (which reaches the API through its Service, so kube-proxy works) becomes
+        // available, and a Pod runs on a worker with an address of the Pod network.
+        let node_api: Api<Node> = Api::all(workload.clone());
+        let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+            Api::namespaced(workload.clone(), "kube-system");
+        poll(
+            &mut self.procs,
+            "every Node Ready and CoreDNS available",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let not_ready: Vec<String> = node_api
+                    .list(&ListParams::default())
+                    .await?
+                    .items
+                    .iter()
+                    .filter(|n| {
+                        !n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                    })
+                    .map(|n| n.metadata.name.clone().unwrap_or_default())
+                    .collect();
+                let coredns = deployments.get("coredns").await?;
+                let ready = coredns
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0);
+                let wanted = coredns.spec.replicas.unwrap_or(1);
+                Ok(if not_ready.is_empty() && ready == wanted {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "Nodes not Ready: {not_ready:?}; CoreDNS {ready}/{wanted} ready"
+                    ))
+                })
+            },
+        )
+        .await?;
+        let ready = self.env.started.elapsed();
+        let fleet = self.env.fleet().await?;
+        let worker = fleet
+            .machine_names(false)
+            .iter()
+            .find_map(|m| fleet.node_of(m))
+            .context("a worker's Node")?;
+        let pods: Api<Pod> = Api::namespaced(workload.clone(), "default");
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "on-the-worker"},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": worker},
+                "containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }))?;
+        pods.create(&PostParams::default(), &pod).await?;
+        let pod_ip = poll(
+            &mut self.procs,
+            "a Pod running on the worker",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let status = pods.get("on-the-worker").await?.status.unwrap_or_default();
+                Ok(match (status.phase.as_deref(), status.pod_ip) {
+                    (Some("Running"), Some(ip)) => Ok(ip),
+                    (phase, _) => Err(format!("phase {phase:?}")),
+                })
+            },
+        )
+        .await?;
+        ensure!(
+            in_network(&pod_ip, &self.env.pod_cidr),
+            "the Pod's address {pod_ip} is not in the Pod network {}",
+            self.env.pod_cidr
+        );
+        let memory: Vec<String> = self
+            .env
+            .running
+            .lock()
+            .expect("guests lock")
+            .values()
+            .map(|g| format!("guest {} {} MiB", g.name(), g.memory_bytes().unwrap_or(0) >> 20))
+            .collect();
+        Ok(format!(
+            "control plane initialized {:.0} s after apply, every Node Ready and CoreDNS available at \
+             {:.0} s; Nodes {:?} carry the Machines' providerIDs; cloud-init without an error; Pod on \
+             worker {worker} at {pod_ip}; memory (cgroup usage) {}",
+            initialized.as_secs_f32(),
+            ready.as_secs_f32(),
+            provider_ids.keys().collect::<Vec<_>>(),
+            memory.join(", ")
+        ))
+    }
+
+    async fn machine_remediation(&mut self) -> Result<String> {
+        let deployment = self.env.machine_deployment().await?;
+        let fleet = self.env.fleet().await?;
+        let old = fleet
+            .machine_names(false)
+            .into_iter()
+            .next()
+            .context("a worker Machine")?;
+        let old_node = fleet.node_of(&old).context("the worker's Node")?;
+        self.env
+            .create_health_check("workers", json!({"cluster.x-k8s.io/deployment-name": deployment}))
+            .await?;
+        self.env.mark_unhealthy(&old_node).await?;
+        let counts = self.counts();
+        let fleet = self
+            .settle("the worker to be remediated and replaced", counts, |f| {
+                if f.machines.contains_key(&old) || f.nodes.contains(&old_node) {
+                    Err(format!("the old worker {old} (Node {old_node}) is still there"))
+                } else {
+                    Ok(())
+                }
+            })
+            .await?;
+        let new: Vec<String> = fleet.machine_names(false).into_iter().collect();
+        Ok(format!(
+            "Machine {old} (Node {old_node}) marked unhealthy, replaced by {new:?}; one VM and one guest per Machine"
+        ))
+    }
+
+    async fn md_rollout(&mut self) -> Result<String> {
+        let deployment = self.env.machine_deployment().await?;
+        let md_api = self.env.api(&capi("MachineDeployment"));
+        let md = to_value(&md_api.get(&deployment).await?);
+        let old_template = md["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+            .as_str()
+            .context("the MachineDeployment's infrastructure template")?
+            .to_owned();
+        let templates = self.env.api(&infra("ProxmoxMachineTemplate"));
+        let mut template = to_value(&templates.get(&old_template).await?);
+        let memory = template["spec"]["template"]["spec"]["memoryMiB"]
+            .as_u64()
+            .context("the template's memoryMiB")?
+            + 512;
+        let new_template = format!("{old_template}-rollout");
+        template["spec"]["template"]["spec"]["memoryMiB"] = json!(memory);
+        let copy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": template["apiVersion"], "kind": template["kind"],
+            "metadata": {"name": new_template},
+            "spec": template["spec"],
+        }))?;
+        templates.create(&PostParams::default(), &copy).await?;
+        let before = self.env.fleet().await?.machine_names(false);
+        md_api
+            .patch(
+                &deployment,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"spec": {"template": {"spec": {"infrastructureRef": {"name": new_template}}}}}),
+                ),
+            )
+            .await?;
+        self.rolled_workers(&before, memory).await?;
+        Ok(format!(
+            "MachineDeployment moved to {new_template}: every worker replaced, its VM with {memory} MiB"
+        ))
+    }
+
+    /// Waits until no worker of `before` is left and every worker's VM has `memory` MiB.
+    async fn rolled_workers(&mut self, before: &BTreeSet<String>, memory: u64) -> Result<()> {
+        let counts = self.counts();
+        let sim = self.env.sim.clone();
+        self.settle("the workers' rollout", counts, |f| {
+            let vms: BTreeMap<u32, Option<String>> = sim
+                .vms()
+                .into_iter()
+                .map(|vm| (vm.vmid, vm.config.get("memory").cloned()))
+                .collect();
+            let old: Vec<String> = f
+                .machine_names(false)
+                .into_iter()
+                .filter(|m| before.contains(m))
+                .collect();
+            let wrong: Vec<String> = f
+                .machine_names(false)
+                .iter()
+                .filter_map(|m| {
+                    let vmid = f.machines[m].1?;
+                    let got = vms.get(&vmid).cloned().flatten();
+                    (got.as_deref() != Some(memory.to_string().as_str()))
+                        .then(|| format!("{m}: VM {vmid} memory {got:?}"))
+                })
+                .collect();
+            if old.is_empty() && wrong.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "old workers {old:?} left; workers with other memory than {memory}: {wrong:?}"
+                ))
+            }
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn md_scale(&mut self) -> Result<String> {
+        let deployment = self.env.machine_deployment().await?;
+        let md_api = self.env.api(&capi("MachineDeployment"));
+        let control_planes = self.env.scenario.control_planes;
+        let mut seen = Vec::new();
+        for replicas in [3usize, 1] {
+            md_api
+                .patch(
+                    &deployment,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                )
+                .await?;
+            self.settle(
+                &format!("{replicas} workers with their Nodes"),
+                (control_planes, replicas),
+                |_| Ok(()),
+            )
+            .await?;
+            seen.push(replicas.to_string());
+        }
+        self.env.scenario.workers = 1;
+        Ok(format!(
+            "scaled to {}: after each, one Node, one running VM and one guest per Machine",
+            seen.join(" then ")
+        ))
+    }
+
+    async fn control_plane_scale(&mut self) -> Result<String> {
+        let replicas = 3;
+        match self.env.scenario.flavor {
+            Flavor::ClusterClass => {
+                self.env
+                    .api(&capi("Cluster"))
+                    .patch(
+                        CLUSTER,
+                        &PatchParams::default(),
+                        &Patch::Merge(
+                            json!({"spec": {"topology": {"controlPlane": {"replicas": replicas}}}}),
+                        ),
+                    )
+                    .await?;
+            }
+            Flavor::Default | Flavor::ExternalLb => {
+                self.env
+                    .api(&resource(
+                        "controlplane.cluster.x-k8s.io",
+                        "v1beta2",
+                        "KubeadmControlPlane",
+                    ))
+                    .patch(
+                        &format!("{CLUSTER}-control-plane"),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+                    )
+                    .await?;
+            }
+        }
+        let workers = self.env.scenario.workers;
+        self.settle(
+            "three control plane Machines with their Nodes",
+            (replicas, workers),
+            |_| Ok(()),
+        )
+        .await?;
+        self.env.scenario.control_planes = replicas;
+        let members = self.etcd_members(replicas).await?;
+        Ok(format!(
+            "3 control plane Machines, each with a Node, a VM and a guest; etcd Pods running on {members:?}"
+        ))
+    }
+
+    /// Waits for `count` running etcd Pods in the workload cluster; returns their Nodes.
+    async fn etcd_members(&mut self, count: usize) -> Result<BTreeSet<String>> {
+        let pods: Api<Pod> = Api::namespaced(self.env.workload()?.clone(), "kube-system");
+        poll(
+            &mut self.procs,
+            &format!("{count} etcd Pods running"),
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let running: BTreeSet<String> = pods
+                    .list(&ListParams::default().labels("component=etcd"))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                    .filter_map(|p| p.spec.and_then(|s| s.node_name))
+                    .collect();
+                Ok(if running.len() == count {
+                    Ok(running)
+                } else {
+                    Err(format!("etcd running on {running:?}"))
+                })
+            },
+        )
+        .await
+    }
+
+    async fn control_plane_remediation(&mut self) -> Result<String> {
+        let fleet = self.env.fleet().await?;
+        let control_planes = fleet.machine_names(true);
+        ensure!(
+            control_planes.len() == 3,
+            "control plane remediation needs 3 control plane Machines, there are {}",
+            control_planes.len()
+        );
+        let old = control_planes
+            .iter()
+            .next_back()
+            .cloned()
+            .context("a control plane Machine")?;
+        let old_node = fleet.node_of(&old).context("its Node")?;
+        self.env
+            .create_health_check("control-plane", json!({"cluster.x-k8s.io/control-plane": ""}))
+            .await?;
+        self.env.mark_unhealthy(&old_node).await?;
+        let counts = self.counts();
+        let fleet = self
+            .settle(
+                "the control plane Machine to be remediated and replaced",
+                counts,
+                |f| {
+                    if f.machines.contains_key(&old) || f.nodes.contains(&old_node) {
+                        Err(format!(
+                            "the old control plane Machine {old} (Node {old_node}) is still there"
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                },
+            )
+            .await?;
+        let members = self.etcd_members(3).await?;
+        ensure!(
+            !members.contains(&old_node),
+            "etcd still runs on the remediated Node {old_node}: {members:?}"
+        );
+        Ok(format!(
+            "Machine {old} (Node {old_node}) marked unhealthy, replaced: control plane {:?}, etcd on {members:?}",
+            fleet.machine_names(true)
+        ))
+    }
+
+    async fn clusterclass_changes(&mut self) -> Result<String> {
+        const CLASS: &str = "banlieue-proxmox";
+        let classes = self.env.api(&capi("ClusterClass"));
+        let mut class = to_value(&classes.get(CLASS).await?);
+        let worker = &mut class["spec"]["workers"]["machineDeployments"][0]["infrastructure"]["templateRef"];
+        let old_template = worker["name"]
+            .as_str()
+            .context("the class's worker template")?
+            .to_owned();
+        let new_template = format!("{old_template}-v2");
+        worker["name"] = json!(new_template);
+        let templates = self.env.api(&infra("ProxmoxMachineTemplate"));
+        let mut template = to_value(&templates.get(&old_template).await?);
+        let memory = template["spec"]["template"]["spec"]["memoryMiB"]
+            .as_u64()
+            .context("memoryMiB")?
+            + 512;
+        template["spec"]["template"]["spec"]["memoryMiB"] = json!(memory);
+        let copy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": template["apiVersion"], "kind": template["kind"],
+            "metadata": {"name": new_template},
+            "spec": template["spec"],
+        }))?;
+        templates.create(&PostParams::default(), &copy).await?;
+        let before = self.env.fleet().await?.machine_names(false);
+        classes
+            .patch(
+                CLASS,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"workers": class["spec"]["workers"]}})),
+            )
+            .await
+            .context("rotating the ClusterClass's worker template")?;
+        self.rolled_workers(&before, memory).await?;
+        // The topology's own copy of the template is the new one's.
+        let deployment = self.env.machine_deployment().await?;
+        let md = to_value(&self.env.api(&capi("MachineDeployment")).get(&deployment).await?);
+        let md_template = md["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+            .as_str()
+            .context("the MachineDeployment's template")?;
+        let md_template = to_value(&templates.get(md_template).await?);
+        ensure!(
+            md_template["spec"]["template"]["spec"]["memoryMiB"] == json!(memory),
+            "the topology's worker template has {} MiB, the class's new one {memory}",
+            md_template["spec"]["template"]["spec"]["memoryMiB"]
+        );
+        Ok(format!(
+            "class worker template rotated {old_template} → {new_template} ({memory} MiB): the topology \
+             cloned it, every worker replaced, its VM with {memory} MiB"
+        ))
+    }
+
+    async fn deletion(&mut self) -> Result<String> {
+        let clusters = self.env.api(&capi("Cluster"));
+        clusters.delete(CLUSTER, &DeleteParams::default()).await?;
+        let env = &self.env;
+        poll(
+            &mut self.procs,
+            "the cluster and its VMs to be deleted",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let left = env.sim.vms().into_iter().filter(|v| !v.template).count();
+                let guests = env.running.lock().expect("guests lock").len();
+                let cluster = clusters.get_opt(CLUSTER).await?;
+                Ok(if left == 0 && guests == 0 && cluster.is_none() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{left} VMs and {guests} guests left, Cluster {}",
+                        if cluster.is_some() { "still there" } else { "gone" }
+                    ))
+                })
+            },
+        )
+        .await?;
+        Ok("the Cluster, its Machines and every VM gone; every guest powered off".to_owned())
+    }
+}
+
+/// Whether IPv4 `ip` is in `cidr`.
+fn in_network(ip: &str, cidr: &str) -> bool {
+    let parsed = ip
+        .parse::<std::net::Ipv4Addr>()
+        .ok()
+        .zip(cidr.split_once('/'))
+        .and_then(|(ip, (net, bits))| {
+            Some((
+                ip,
+                net.parse::<std::net::Ipv4Addr>().ok()?,
+                bits.parse::<u32>().ok()?,
+            ))
+        });
+    parsed.is_some_and(|(ip, net, bits)| {
+        let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
+        u32::from(ip) & mask == u32::from(net) & mask
+    })
+}
+
+#[test]
+fn pod_addresses_are_checked_against_the_pod_network() {
+    assert!(in_network("192.168.1.7", "192.168.0.0/16"));
+    assert!(!in_network("10.244.1.7", "192.168.0.0/16"));
+    assert!(!in_network("not an address", "192.168.0.0/16"));
+}

@@ -4,8 +4,10 @@
 #   ip netns exec NETNS unshare --mount --uts --pid --fork --propagation private \
 #       --kill-child=SIGKILL bash guest-boot.sh DIR
 # DIR/env names ROOTFS (the guest image, read-only), CGROUP (the guest's cgroup in every v1
-# hierarchy) and SEED (the seed drive's image file, e.g. the NoCloud ISO the provider uploaded,
-# or empty). The guest's disk is
+# hierarchy), SEED (the seed drive's image file, e.g. the NoCloud ISO the provider uploaded,
+# or empty), SMBIOS_VENDOR/SMBIOS_PRODUCT/SMBIOS_UUID (the VM's SMBIOS system information as its
+# firmware reports it in /sys/class/dmi/id, or empty) and GUESTINFO (a folder of the VM's guestinfo
+# values, one file per key, that the guest's vmware-rpctool serves, or empty). The guest's disk is
 # an overlay of ROOTFS with DIR/disk as its writable layer; it gets its own /proc, /sys, a /dev
 # holding only what a container gets plus its seed drive, and its own cgroup namespace; then
 # the image's init (banlieue-guest-init) runs as its PID 1. Killing this process's parent ends
@@ -66,6 +68,32 @@ ln -s /proc/self/fd/2 "$root/dev/stderr"
 if [ -n "${SEED:-}" ]; then
     touch "$root/dev/sr0"
     mount --bind -o ro "$SEED" "$root/dev/sr0"
+fi
+
+# The VM's SMBIOS system information (what cloud-init's platform checks and the kubelet's
+# systemUUID read): /sys/class/dmi/id as the VM's firmware fills it. sysfs cannot take new files,
+# so /sys/class becomes a tmpfs holding the host's classes (bound) and the VM's dmi/id.
+if [ -n "${SMBIOS_UUID:-}" ]; then
+    mkdir -p "$dir/sys-class"
+    mount -t tmpfs -o mode=755 sysclass "$root/sys/class"
+    for class in /sys/class/*; do
+        name="$(basename "$class")"
+        [ "$name" = dmi ] && continue
+        mkdir -p "$root/sys/class/$name"
+        mount --rbind "$class" "$root/sys/class/$name"
+    done
+    mkdir -p "$root/sys/class/dmi/id"
+    printf '%s\n' "${SMBIOS_VENDOR:-}" > "$root/sys/class/dmi/id/sys_vendor"
+    printf '%s\n' "${SMBIOS_PRODUCT:-}" > "$root/sys/class/dmi/id/product_name"
+    printf '%s\n' "$SMBIOS_UUID" > "$root/sys/class/dmi/id/product_uuid"
+    chmod 0444 "$root/sys/class/dmi/id/"*
+fi
+
+# The VM's guestinfo, as its vmware-rpctool would read it from the hypervisor at this boot.
+if [ -n "${GUESTINFO:-}" ]; then
+    rm -rf "$root/var/lib/banlieue-guestinfo"
+    mkdir -p "$root/var/lib/banlieue-guestinfo"
+    cp -r "$GUESTINFO/." "$root/var/lib/banlieue-guestinfo/"
 fi
 
 log "powering on (image $ROOTFS)"

@@ -269,6 +269,23 @@ pub struct GuestSpec {
     pub mac: String,
     /// The seed drive's image (a NoCloud ISO), as the provider delivered it.
     pub seed: Option<Vec<u8>>,
+    /// The VM's SMBIOS system information (`/sys/class/dmi/id` in the guest), if the
+    /// hypervisor gives it one.
+    pub smbios: Option<Smbios>,
+    /// The VM's guestinfo values by key (`guestinfo.userdata`, …), served in the guest by its
+    /// `vmware-rpctool` (vSphere's channel to cloud-init's VMware datasource); empty elsewhere.
+    pub guestinfo: std::collections::BTreeMap<String, String>,
+}
+
+/// SMBIOS system information of a VM, as its firmware reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Smbios {
+    /// `sys_vendor` (e.g. `VMware, Inc.`, `QEMU`).
+    pub vendor: String,
+    /// `product_name` (e.g. `VMware7,1`, `Standard PC (i440FX + PIIX, 1996)`).
+    pub product: String,
+    /// `product_uuid`: the VM's BIOS/SMBIOS uuid (the kubelet's `systemUUID`).
+    pub uuid: String,
 }
 
 /// One network interface of a running guest.
@@ -340,9 +357,41 @@ impl Guest {
             }
             None => String::new(),
         };
+        let guestinfo = if spec.guestinfo.is_empty() {
+            String::new()
+        } else {
+            let folder = dir.join("guestinfo");
+            let _ = std::fs::remove_dir_all(&folder);
+            std::fs::create_dir_all(&folder).map_err(|e| Error::io("creating", &folder, e))?;
+            for (key, value) in &spec.guestinfo {
+                if key.contains('/') || key.starts_with('.') {
+                    return Err(Error::NodeSetup(format!(
+                        "guest {}: guestinfo key {key:?} is not a file name",
+                        spec.name
+                    )));
+                }
+                write(&folder.join(key), value)?;
+            }
+            folder.display().to_string()
+        };
+        let quoted = |value: &str| format!("'{}'", value.replace('\'', "'\\''"));
+        let (vendor, product, uuid) = spec
+            .smbios
+            .as_ref()
+            .map(|s| (s.vendor.as_str(), s.product.as_str(), s.uuid.as_str()))
+            .unwrap_or_default();
         write(
             &dir.join("env"),
-            &format!("ROOTFS='{}'\nCGROUP='{cgroup}'\nSEED='{seed}'\n", image.display()),
+            &format!(
+                "ROOTFS={}\nCGROUP={}\nSEED={}\nSMBIOS_VENDOR={}\nSMBIOS_PRODUCT={}\nSMBIOS_UUID={}\nGUESTINFO={}\n",
+                quoted(&image.display().to_string()),
+                quoted(&cgroup),
+                quoted(&seed),
+                quoted(vendor),
+                quoted(product),
+                quoted(uuid),
+                quoted(&guestinfo),
+            ),
         )?;
         let boot = Path::new(env!("CARGO_MANIFEST_DIR")).join("node/guest-boot.sh");
         let args: Vec<String> = [

@@ -1,39 +1,28 @@
-//! Real guests for the Proxmox simulator: every VM the simulator runs is booted as a lab guest
-//! (`banlieue_testenv::guests`) from the lab guest image, with the NIC a Proxmox guest names
-//! `ens18`, the MAC of the VM's `net0` and, as its seed drive, the NoCloud ISO the provider
-//! uploaded, byte for byte as the simulator stores it. What the guest's network really has is
-//! what its guest agent reports (`SimHandle::report_guest_interfaces`). A VM that stops, or is
-//! destroyed, powers its guest off.
+//! Real guests for a simulated hypervisor: every VM the hypervisor runs (`Hypervisor::lab_vms`:
+//! the Proxmox simulator or vcsim) is booted as a lab guest (`banlieue_testenv::guests`) from the
+//! lab guest image, with the NIC name its guest OS gives the VM's first NIC, that NIC's MAC, the
+//! VM's SMBIOS uuid and what the VM carries for cloud-init: Proxmox, the NoCloud ISO the provider
+//! uploaded, byte for byte as the simulator stores it; vSphere, the VM's `guestinfo.*` values,
+//! which the guest's `vmware-rpctool` serves to cloud-init's VMware datasource. What the guest's
+//! network really has is what its agent reports (`Hypervisor::report_guest_addresses`). A VM that
+//! stops, or is destroyed, powers its guest off.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use banlieue_pve_sim::{GuestInterface, SimHandle};
-use banlieue_testenv::guests::{Guest, GuestSpec, Lab};
+use banlieue_testenv::guests::{Guest, GuestNic, GuestSpec, Lab};
 
-/// The NIC name of a virtio NIC in slot 18, as Debian and Ubuntu guests of Proxmox name it (the
-/// cluster template's `KUBE_VIP_INTERFACE` default).
-const PROXMOX_NIC: &str = "ens18";
+use super::hypervisor::{Hypervisor, LabVm};
 
-/// The running guests by VMID, shared with the test (which reads their logs on failure).
-pub type Guests = Arc<Mutex<BTreeMap<u32, Guest>>>;
+/// The running guests by VM id, shared with the test (which reads their logs on failure).
+pub type Guests = Arc<Mutex<BTreeMap<String, Guest>>>;
 
-/// The MAC of a `net0` value (`virtio=BC:24:11:…,bridge=vmbr0`).
-fn mac_of(net: &str) -> Option<String> {
-    net.split(',')
-        .filter_map(|part| part.split_once('='))
-        .find(|(model, value)| {
-            matches!(*model, "virtio" | "e1000" | "e1000e" | "rtl8139" | "vmxnet3") && value.len() == 17
-        })
-        .map(|(_, mac)| mac.to_lowercase())
-}
-
-/// Keeps the guests in step with the simulator's VMs until the task is aborted; `log` gets one
+/// Keeps the guests in step with the hypervisor's VMs until the task is aborted; `log` gets one
 /// line per power change and per problem.
 pub async fn drive(
-    sim: Arc<SimHandle>,
+    hv: Arc<Hypervisor>,
     lab: Arc<Lab>,
     image: PathBuf,
     dir: PathBuf,
@@ -48,27 +37,42 @@ pub async fn drive(
         }
     };
     let mut retries = Retries::default();
+    // What each guest's agent reported last (a report is sent when it changes).
+    let mut reported: BTreeMap<String, Vec<GuestNic>> = BTreeMap::new();
     loop {
-        // Powering guests on and off waits for processes and runs `ip`: off the runtime's
-        // workers, which also serve the simulator.
-        let work = {
-            let (sim, lab, image, dir, guests) = (
-                sim.clone(),
-                lab.clone(),
-                image.clone(),
-                dir.clone(),
-                guests.clone(),
-            );
-            let mut retries = std::mem::take(&mut retries);
-            let note = note.clone();
-            tokio::task::spawn_blocking(move || {
-                step(&sim, &lab, &image, &dir, &guests, &mut retries, &note);
-                retries
-            })
-        };
-        match work.await {
-            Ok(kept) => retries = kept,
-            Err(e) => note(format!("the guest driver's step failed: {e}")),
+        match hv.lab_vms().await {
+            Err(e) => note(format!("listing the hypervisor's VMs failed: {e:#}")),
+            Ok(vms) => {
+                // Powering guests on and off waits for processes and runs `ip`: off the runtime's
+                // workers, which also serve the simulator.
+                let work = {
+                    let (lab, image, dir, guests) = (lab.clone(), image.clone(), dir.clone(), guests.clone());
+                    let mut retries = std::mem::take(&mut retries);
+                    let note = note.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let nics = step(&vms, &lab, &image, &dir, &guests, &mut retries, &note);
+                        (retries, nics)
+                    })
+                };
+                match work.await {
+                    Ok((kept, nics)) => {
+                        retries = kept;
+                        reported.retain(|id, _| nics.contains_key(id));
+                        for (id, nics) in nics {
+                            if reported.get(&id) == Some(&nics) {
+                                continue;
+                            }
+                            match hv.report_guest_addresses(&id, &nics).await {
+                                Ok(()) => {
+                                    reported.insert(id, nics);
+                                }
+                                Err(e) => note(format!("VM {id}: guest agent report refused: {e:#}")),
+                            }
+                        }
+                    }
+                    Err(e) => note(format!("the guest driver's step failed: {e}")),
+                }
+            }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -77,119 +81,103 @@ pub async fn drive(
 /// VMs whose guest failed to power on, and when to try again (the wait doubles per failure, up
 /// to 30 s).
 #[derive(Default)]
-struct Retries(BTreeMap<u32, (u32, Instant)>);
+struct Retries(BTreeMap<String, (u32, Instant)>);
 
 impl Retries {
-    fn due(&self, vmid: u32) -> bool {
-        self.0.get(&vmid).is_none_or(|(_, at)| Instant::now() >= *at)
+    fn due(&self, id: &str) -> bool {
+        self.0.get(id).is_none_or(|(_, at)| Instant::now() >= *at)
     }
 
-    fn failed(&mut self, vmid: u32) {
-        let failures = self.0.get(&vmid).map_or(1, |(n, _)| n + 1);
+    fn failed(&mut self, id: &str) {
+        let failures = self.0.get(id).map_or(1, |(n, _)| n + 1);
         let wait = Duration::from_millis(500) * 2u32.saturating_pow(failures.min(6));
         self.0.insert(
-            vmid,
+            id.to_owned(),
             (failures, Instant::now() + wait.min(Duration::from_secs(30))),
         );
     }
 }
 
-/// One look at the simulator's VMs: guests powered on and off, guest agents' reports.
+/// One look at the VMs: guests powered on and off; returns what each running guest's network
+/// has (what its agent would report).
 fn step(
-    sim: &SimHandle,
+    vms: &[LabVm],
     lab: &Lab,
     image: &Path,
     dir: &Path,
     guests: &Guests,
     retries: &mut Retries,
     note: &dyn Fn(String),
-) {
-    let vms: BTreeMap<u32, _> = sim
-        .vms()
-        .into_iter()
-        .filter(|vm| !vm.template)
-        .map(|vm| (vm.vmid, vm))
-        .collect();
+) -> BTreeMap<String, Vec<GuestNic>> {
+    let by_id: BTreeMap<&str, &LabVm> = vms.iter().map(|vm| (vm.id.as_str(), vm)).collect();
     // Power off the guests of VMs that stopped or are gone (outside the lock: it waits for
     // the guest's processes to end).
-    let stopped: Vec<(u32, Guest)> = {
+    let stopped: Vec<(String, Guest)> = {
         let mut running = guests.lock().expect("guests lock");
-        let vmids: Vec<u32> = running
+        let ids: Vec<String> = running
             .keys()
-            .filter(|vmid| !vms.get(vmid).is_some_and(|vm| vm.running))
-            .copied()
+            .filter(|id| !by_id.get(id.as_str()).is_some_and(|vm| vm.running))
+            .cloned()
             .collect();
-        vmids
-            .into_iter()
-            .filter_map(|vmid| Some((vmid, running.remove(&vmid)?)))
+        ids.into_iter()
+            .filter_map(|id| {
+                let guest = running.remove(&id)?;
+                Some((id, guest))
+            })
             .collect()
     };
-    for (vmid, guest) in stopped {
+    for (id, guest) in stopped {
         drop(guest);
-        note(format!("VM {vmid} stopped: guest powered off"));
+        note(format!("VM {id} stopped: guest powered off"));
     }
-    for (vmid, vm) in &vms {
-        if !vm.running || guests.lock().expect("guests lock").contains_key(vmid) || !retries.due(*vmid) {
+    for vm in vms {
+        if !vm.running || guests.lock().expect("guests lock").contains_key(&vm.id) || !retries.due(&vm.id) {
             continue;
         }
-        let Some(mac) = vm.config.get("net0").and_then(|n| mac_of(n)) else {
-            note(format!("VM {vmid} runs without a net0 MAC: not booted"));
+        let Some(mac) = vm.mac.clone() else {
+            note(format!("VM {} runs without a NIC MAC: not booted", vm.id));
             continue;
         };
-        let seed = sim.seed(*vmid).map(|s| s.image).filter(|i| !i.is_empty());
         let spec = GuestSpec {
-            name: vmid.to_string(),
-            nic: PROXMOX_NIC.to_owned(),
+            name: vm.id.clone(),
+            nic: vm.nic.to_owned(),
             mac: mac.clone(),
-            seed,
+            seed: vm.seed.clone(),
+            smbios: vm.smbios.clone(),
+            guestinfo: vm.guestinfo.clone(),
         };
-        // One disk per VM: a VMID PVE hands out again after a deletion is another VM (its SMBIOS
-        // uuid tells), while a VM started again keeps its disk.
-        let uuid = vm
-            .config
-            .get("smbios1")
-            .and_then(|s| s.split(',').find_map(|p| p.strip_prefix("uuid=")))
-            .unwrap_or("no-uuid");
-        match Guest::power_on(lab, image, &dir.join(format!("{vmid}-{uuid}")), &spec) {
+        // One disk per VM: an id the hypervisor hands out again after a deletion is another VM
+        // (its SMBIOS uuid tells), while a VM started again keeps its disk.
+        let uuid = vm.smbios.as_ref().map_or("no-uuid", |s| s.uuid.as_str());
+        match Guest::power_on(lab, image, &dir.join(format!("{}-{uuid}", vm.id)), &spec) {
             Ok(guest) => {
                 note(format!(
-                    "VM {vmid} started: guest powered on ({PROXMOX_NIC} {mac}, seed {})",
-                    if spec.seed.is_some() { "ISO" } else { "none" }
+                    "VM {} started: guest powered on ({} {mac}, {})",
+                    vm.id,
+                    vm.nic,
+                    if spec.seed.is_some() {
+                        "seed ISO".to_owned()
+                    } else {
+                        format!("{} guestinfo keys", spec.guestinfo.len())
+                    }
                 ));
-                guests.lock().expect("guests lock").insert(*vmid, guest);
+                guests.lock().expect("guests lock").insert(vm.id.clone(), guest);
             }
             Err(e) => {
-                retries.failed(*vmid);
-                note(format!("VM {vmid}: powering its guest on failed: {e}"));
+                retries.failed(&vm.id);
+                note(format!("VM {}: powering its guest on failed: {e}", vm.id));
             }
         }
     }
     // The guest agents: what each guest's network has now.
     let mut running = guests.lock().expect("guests lock");
-    for (vmid, guest) in running.iter_mut() {
-        if !guest.is_running() {
-            continue;
-        }
-        let Ok(nics) = guest.interfaces() else { continue };
-        let interfaces = nics
-            .into_iter()
-            .map(|nic| GuestInterface {
-                name: nic.name,
-                mac: nic.mac,
-                addresses: nic.addresses,
-            })
-            .collect();
-        if let Err(e) = sim.report_guest_interfaces(*vmid, interfaces) {
-            note(format!("VM {vmid}: guest agent report refused: {e}"));
-        }
-    }
-}
-
-#[test]
-fn the_mac_comes_from_the_nic_model() {
-    assert_eq!(
-        mac_of("virtio=BC:24:11:0A:0B:0C,bridge=vmbr0,firewall=1").as_deref(),
-        Some("bc:24:11:0a:0b:0c")
-    );
-    assert_eq!(mac_of("bridge=vmbr0"), None);
+    running
+        .iter_mut()
+        .filter_map(|(id, guest)| {
+            if !guest.is_running() {
+                return None;
+            }
+            Some((id.clone(), guest.interfaces().ok()?))
+        })
+        .collect()
 }

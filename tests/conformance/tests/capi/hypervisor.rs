@@ -18,6 +18,8 @@ use banlieue_vsphere_client::{Client, MoRef, VmPowerState};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use banlieue_testenv::guests::{GuestNic, Smbios};
+
 use crate::vcsim_support::{PASSWORD, USER, Vcsim};
 
 /// libvirt's in-process test driver, shared by every connection of this process.
@@ -37,6 +39,73 @@ const VSPHERE_TEMPLATE: &str = "DC0_C0_RP0_VM0";
 const VSPHERE_OWNER_KEY: &str = "guestinfo.banlieue.owner-uid";
 /// Tasks that create, power or delete a Proxmox VM.
 const PROXMOX_LIFECYCLE_TASKS: [&str; 5] = ["qmclone", "qmstart", "qmstop", "qmshutdown", "qmdestroy"];
+
+/// The NIC name of a virtio NIC in slot 18, as Debian and Ubuntu guests of Proxmox name it.
+const PROXMOX_NIC: &str = "ens18";
+/// The NIC name of a vmxnet3 NIC in slot 192, as Debian and Ubuntu guests of vSphere name it (the
+/// vSphere template's `KUBE_VIP_INTERFACE` default).
+const VSPHERE_NIC: &str = "ens192";
+
+/// A VM as a lab guest boots it (see [`Hypervisor::lab_vms`]).
+#[derive(Clone, Debug)]
+pub struct LabVm {
+    /// The hypervisor's id (VMID, managed object id).
+    pub id: String,
+    /// Powered on.
+    pub running: bool,
+    /// The first NIC's name in the guest.
+    pub nic: &'static str,
+    /// The first NIC's MAC.
+    pub mac: Option<String>,
+    /// The seed drive's image (Proxmox: the NoCloud ISO).
+    pub seed: Option<Vec<u8>>,
+    /// The VM's `guestinfo.*` values (vSphere).
+    pub guestinfo: std::collections::BTreeMap<String, String>,
+    /// Its firmware's SMBIOS system information.
+    pub smbios: Option<Smbios>,
+    /// Its configured memory.
+    pub memory_mib: Option<u64>,
+    /// The addresses its guest agent reported (vSphere: VMware Tools' `guest.net`).
+    pub guest_ips: Vec<String>,
+}
+
+/// The MAC of a Proxmox `net0` value (`virtio=BC:24:11:…,bridge=vmbr0`).
+fn proxmox_mac(net: &str) -> Option<String> {
+    net.split(',')
+        .filter_map(|part| part.split_once('='))
+        .find(|(model, value)| {
+            matches!(*model, "virtio" | "e1000" | "e1000e" | "rtl8139" | "vmxnet3") && value.len() == 17
+        })
+        .map(|(_, mac)| mac.to_lowercase())
+}
+
+/// A MAC in VMware's range for generated addresses (`00:50:56:00:00:00`–`00:50:56:3f:ff:ff`),
+/// from a VM's BIOS uuid.
+fn vmware_generated_mac(bios_uuid: &str) -> String {
+    use sha2::Digest as _;
+    let hash = sha2::Sha256::digest(bios_uuid.as_bytes());
+    format!("00:50:56:{:02x}:{:02x}:{:02x}", hash[0] & 0x3f, hash[1], hash[2])
+}
+
+#[test]
+fn vmware_generated_macs_stay_in_the_generated_range_and_differ_per_vm() {
+    let a = vmware_generated_mac("b499a21b-f084-5d68-9269-364cef1fa65a");
+    let b = vmware_generated_mac("2928ff7a-62f4-5537-abe3-149807643e62");
+    assert_ne!(a, b);
+    for mac in [a, b] {
+        assert!(mac.starts_with("00:50:56:"), "{mac}");
+        assert!(u8::from_str_radix(&mac[9..11], 16).unwrap() <= 0x3f, "{mac}");
+    }
+}
+
+#[test]
+fn the_proxmox_mac_comes_from_the_nic_model() {
+    assert_eq!(
+        proxmox_mac("virtio=BC:24:11:0A:0B:0C,bridge=vmbr0,firewall=1").as_deref(),
+        Some("bc:24:11:0a:0b:0c")
+    );
+    assert_eq!(proxmox_mac("bridge=vmbr0"), None);
+}
 
 /// A VM as the hypervisor reports it.
 #[derive(Clone, Debug)]
@@ -489,6 +558,127 @@ impl Hypervisor {
                 .filter(|v| v != LIBVIRT_BASE_VOLUME)
                 .map(|v| format!("volume {v}"))
                 .collect()),
+        }
+    }
+
+    /// The run's VMs (templates and vcsim's own inventory aside) as lab guests boot them
+    /// (`capi/guests.rs`): what their hardware and firmware give the guest. libvirt's test
+    /// driver is not a lab platform (its domains report no address a guest could set).
+    pub async fn lab_vms(&self) -> Result<Vec<LabVm>> {
+        match self {
+            Self::Proxmox(sim) => Ok(sim
+                .vms()
+                .into_iter()
+                .filter(|vm| !vm.template)
+                .map(|vm| {
+                    let uuid = vm
+                        .config
+                        .get("smbios1")
+                        .and_then(|s| s.split(',').find_map(|p| p.strip_prefix("uuid=")))
+                        .map(str::to_owned);
+                    LabVm {
+                        id: vm.vmid.to_string(),
+                        running: vm.running,
+                        nic: PROXMOX_NIC,
+                        mac: vm.config.get("net0").and_then(|n| proxmox_mac(n)),
+                        seed: sim.seed(vm.vmid).map(|s| s.image).filter(|i| !i.is_empty()),
+                        guestinfo: std::collections::BTreeMap::new(),
+                        smbios: uuid.map(|uuid| Smbios {
+                            vendor: "QEMU".to_owned(),
+                            product: "Standard PC (i440FX + PIIX, 1996)".to_owned(),
+                            uuid,
+                        }),
+                        memory_mib: vm.config.get("memory").and_then(|m| m.parse().ok()),
+                        guest_ips: Vec::new(),
+                    }
+                })
+                .collect()),
+            Self::VSphere(v) => {
+                let mut out = Vec::new();
+                for (vm, _) in v.vc.all_vms(&["name"]).await? {
+                    if v.inventory.contains(&vm.value) {
+                        continue;
+                    }
+                    let Some(info) = v.vc.vm_info(&vm).await? else {
+                        continue;
+                    };
+                    if info.template {
+                        continue;
+                    }
+                    out.push(LabVm {
+                        id: vm.value.clone(),
+                        running: info.power_state == Some(VmPowerState::PoweredOn),
+                        nic: VSPHERE_NIC,
+                        // vCenter generates a new MAC for each clone's NIC; vcsim copies the
+                        // template's, and guests sharing a MAC on one network cannot work. The
+                        // lab gives each guest a MAC in VMware's generated range from the VM's
+                        // BIOS uuid instead (nothing of the provider's reads it back: the
+                        // default seed has DHCP on the first NIC).
+                        mac: info
+                            .bios_uuid
+                            .as_deref()
+                            .map(vmware_generated_mac)
+                            .or_else(|| info.hardware.nics.first().and_then(|n| n.mac.clone())),
+                        seed: None,
+                        guestinfo: info
+                            .extra_config
+                            .iter()
+                            .filter(|(key, _)| key.starts_with("guestinfo."))
+                            .map(|(k, v)| (k.clone(), v.clone()))
+                            .collect(),
+                        smbios: info.bios_uuid.clone().map(|uuid| Smbios {
+                            vendor: "VMware, Inc.".to_owned(),
+                            product: "VMware7,1".to_owned(),
+                            uuid,
+                        }),
+                        memory_mib: info.memory_mb,
+                        guest_ips: info.ip_address.iter().chain(&info.guest_ips).cloned().collect(),
+                    });
+                }
+                Ok(out)
+            }
+            Self::Libvirt(_) => anyhow::bail!("libvirt's test driver runs no lab guests"),
+        }
+    }
+
+    /// What a booted guest's agent reports (Proxmox: QEMU's guest agent, through
+    /// `report_guest_interfaces`; vSphere: VMware Tools' primary address, set in vcsim through
+    /// `SET.guest.ipAddress`).
+    pub async fn report_guest_addresses(&self, id: &str, nics: &[GuestNic]) -> Result<()> {
+        match self {
+            Self::Proxmox(sim) => {
+                let vmid: u32 = id.parse().context("a Proxmox VM id")?;
+                let interfaces = nics
+                    .iter()
+                    .map(|nic| banlieue_pve_sim::GuestInterface {
+                        name: nic.name.clone(),
+                        mac: nic.mac.clone(),
+                        addresses: nic.addresses.clone(),
+                    })
+                    .collect();
+                sim.report_guest_interfaces(vmid, interfaces)
+                    .map_err(|e| anyhow::anyhow!(e))
+            }
+            Self::VSphere(v) => {
+                let Some(ip) = nics
+                    .iter()
+                    .flat_map(|n| &n.addresses)
+                    .find(|(ip, _)| ip.is_ipv4())
+                    .map(|(ip, _)| ip.to_string())
+                else {
+                    return Ok(());
+                };
+                let spec = ConfigSpec {
+                    extra_config: vec![("SET.guest.ipAddress".into(), ip)],
+                    ..ConfigSpec::default()
+                };
+                let vm = MoRef::new("VirtualMachine", id.to_owned());
+                let task = v.vc.reconfigure(&vm, &spec).await?;
+                v.vc.wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
+                    .await?;
+                Ok(())
+            }
+            Self::Libvirt(_) => anyhow::bail!("libvirt's test driver runs no lab guests"),
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use anyhow::{Context as _, Result, ensure};
 use banlieue_conformance::report::{Outcome, Report};
-use banlieue_pve_sim::{SimConfig, SimHandle};
+use banlieue_pve_sim::SimConfig;
 use banlieue_testenv::guests::{Lab, LoadBalancer, guest_image};
 use banlieue_testenv::{TestEnv, TestNamespace, cert_manager_stub_crds};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
@@ -33,6 +33,25 @@ use super::{
     clusterctl_init, condition, condition_status, controller_dir, infra, parse_docs, poll, resource,
     run_clusterctl, to_value, workspace,
 };
+
+/// The simulated hypervisor whose VMs boot as lab guests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Platform {
+    /// banlieue-proxmox on the Proxmox VE simulator (guests read the NoCloud ISO).
+    Proxmox,
+    /// banlieue-vsphere on vcsim (guests read the VM's guestinfo through cloud-init's VMware
+    /// datasource; a cloud provider stand-in sets the Nodes' providerIDs, as vSphere's CPI does).
+    VSphere,
+}
+
+impl Platform {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Proxmox => "Proxmox (simulator)",
+            Self::VSphere => "vSphere (vcsim)",
+        }
+    }
+}
 
 /// The template flavor a scenario's cluster comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,6 +125,7 @@ impl Spec {
 /// One workload cluster and the specs run on it.
 #[derive(Clone, Copy, Debug)]
 pub struct Scenario {
+    pub platform: Platform,
     pub flavor: Flavor,
     pub control_planes: usize,
     pub workers: usize,
@@ -114,6 +134,7 @@ pub struct Scenario {
 
 /// The default flavor: quick-start, worker remediation, md-rollout, md-scale, deletion (CI).
 pub const DEFAULT_FLAVOR: Scenario = Scenario {
+    platform: Platform::Proxmox,
     flavor: Flavor::Default,
     control_planes: 1,
     workers: 1,
@@ -128,6 +149,7 @@ pub const DEFAULT_FLAVOR: Scenario = Scenario {
 
 /// ClusterClass behind haproxy: quick-start, clusterclass-changes, deletion (CI).
 pub const CLUSTERCLASS: Scenario = Scenario {
+    platform: Platform::Proxmox,
     flavor: Flavor::ClusterClass,
     control_planes: 1,
     workers: 1,
@@ -136,6 +158,7 @@ pub const CLUSTERCLASS: Scenario = Scenario {
 
 /// An HA control plane behind haproxy: quick-start, kcp-scale, kcp remediation, deletion.
 pub const EXTERNAL_LB_HA: Scenario = Scenario {
+    platform: Platform::Proxmox,
     flavor: Flavor::ExternalLb,
     control_planes: 1,
     workers: 1,
@@ -147,10 +170,24 @@ pub const EXTERNAL_LB_HA: Scenario = Scenario {
     ],
 };
 
+/// vSphere's default flavor on vcsim: quick-start, worker remediation, md-rollout, deletion.
+pub const VSPHERE_DEFAULT: Scenario = Scenario {
+    platform: Platform::VSphere,
+    flavor: Flavor::Default,
+    control_planes: 1,
+    workers: 1,
+    specs: &[
+        Spec::QuickStart,
+        Spec::MachineRemediation,
+        Spec::MachineDeploymentRollout,
+        Spec::Deletion,
+    ],
+};
+
 /// Runs `scenario` on a fresh management cluster, lab and simulator, recording one row per
 /// spec in `report`; fails when a spec failed.
 pub async fn run(scenario: &Scenario, report: &mut Report) -> Result<()> {
-    let section = format!("Proxmox, {}", scenario.flavor.label());
+    let section = format!("{}, {}", scenario.platform.label(), scenario.flavor.label());
     let set_up_started = Instant::now();
     let mut w = match Workload::start(scenario).await {
         Ok(w) => w,
@@ -223,6 +260,8 @@ struct Workload {
 /// first, the lab goes last.
 struct Env {
     _driver: AbortOnDrop,
+    /// vSphere: the cloud provider stand-in (once the workload cluster's kubeconfig exists).
+    _cloud_provider: Option<AbortOnDrop>,
     load_balancer: Option<LoadBalancer>,
     running: Guests,
     guest_log: PathBuf,
@@ -230,13 +269,12 @@ struct Env {
     started: Instant,
     client: kube::Client,
     ns: String,
-    sim: Arc<SimHandle>,
+    hv: Arc<Hypervisor>,
     /// The workload cluster, through `clusterctl get kubeconfig` (after quick-start).
     workload: Option<kube::Client>,
     pod_cidr: String,
     _ns_guard: TestNamespace,
     mgmt: TestEnv,
-    _hv: Arc<Hypervisor>,
     _lab: Arc<Lab>,
 }
 
@@ -269,21 +307,23 @@ impl Workload {
         let client = mgmt.client().await?;
         let ns_guard = mgmt.namespace("workload").await?;
         let ns = ns_guard.name().to_owned();
-        let sim = Arc::new(
-            banlieue_pve_sim::start(SimConfig {
-                nodes: vec!["pve1".into()],
-                external_guests: true,
-                ..SimConfig::fast()
-            })
-            .await?,
-        );
-        let hv = Arc::new(Hypervisor::Proxmox(sim.clone()));
+        let hv = Arc::new(match scenario.platform {
+            Platform::Proxmox => Hypervisor::Proxmox(Arc::new(
+                banlieue_pve_sim::start(SimConfig {
+                    nodes: vec!["pve1".into()],
+                    external_guests: true,
+                    ..SimConfig::fast()
+                })
+                .await?,
+            )),
+            Platform::VSphere => Hypervisor::vcsim().await?,
+        });
         let config = clusterctl_init(&mgmt, &hv, Mode::Processes).await?;
         let procs = Managers::start(Mode::Processes, &hv, &mgmt, "mgmt-node", &controller_dir()?).await?;
         let running: Guests = Arc::default();
         let guest_log = mgmt.workdir().join("logs/guests.log");
         let driver = AbortOnDrop(tokio::spawn(guests::drive(
-            sim.clone(),
+            hv.clone(),
             lab.clone(),
             image,
             mgmt.workdir().join("guests"),
@@ -294,10 +334,14 @@ impl Workload {
             Flavor::Default => None,
             Flavor::ExternalLb | Flavor::ClusterClass => Some(lab.start_load_balancer(2, 6443)?),
         };
-        progress("management cluster, CAPI's managers and banlieue-proxmox up");
+        progress(&format!(
+            "management cluster, CAPI's managers and {} up",
+            hv.infra().name()
+        ));
         let endpoint = lab.address(2).to_string();
         let mut env = Env {
             _driver: driver,
+            _cloud_provider: None,
             load_balancer,
             running,
             guest_log,
@@ -305,12 +349,11 @@ impl Workload {
             started,
             client,
             ns,
-            sim,
+            hv: hv.clone(),
             workload: None,
             pod_cidr: String::new(),
             _ns_guard: ns_guard,
             mgmt,
-            _hv: hv.clone(),
             _lab: lab,
         };
         env.apply_cluster(&config, &hv, &endpoint).await?;
@@ -334,14 +377,17 @@ impl Workload {
 /// What the management cluster, the workload cluster and the hypervisor hold at one moment.
 #[derive(Debug)]
 struct Fleet {
-    /// Machine name → (its Node, if any; its ProxmoxMachine's VMID, if any; control plane?).
-    machines: BTreeMap<String, (Option<String>, Option<u32>, bool)>,
+    /// Machine name → (its Node, if any; its infrastructure machine's VM id, if any; control
+    /// plane?).
+    machines: BTreeMap<String, (Option<String>, Option<String>, bool)>,
     /// The workload cluster's Nodes.
     nodes: BTreeSet<String>,
-    /// The simulator's VMs (templates aside) and whether each runs.
-    vms: BTreeMap<u32, bool>,
-    /// The VMIDs whose guest is powered on.
-    guests: BTreeSet<u32>,
+    /// The hypervisor's VMs (templates aside) and whether each runs.
+    vms: BTreeMap<String, bool>,
+    /// Each VM's configured memory (MiB).
+    memory: BTreeMap<String, Option<u64>>,
+    /// The VMs whose guest is powered on.
+    guests: BTreeSet<String>,
 }
 
 impl Fleet {
@@ -350,8 +396,8 @@ impl Fleet {
     fn settled(&self, control_planes: usize, workers: usize) -> Result<(), String> {
         let cps = self.machines.values().filter(|m| m.2).count();
         let node_refs: BTreeSet<String> = self.machines.values().filter_map(|m| m.0.clone()).collect();
-        let vmids: BTreeSet<u32> = self.machines.values().filter_map(|m| m.1).collect();
-        let vms: BTreeSet<u32> = self.vms.keys().copied().collect();
+        let vmids: BTreeSet<String> = self.machines.values().filter_map(|m| m.1.clone()).collect();
+        let vms: BTreeSet<String> = self.vms.keys().cloned().collect();
         let all_run = self.vms.values().all(|running| *running);
         if cps == control_planes
             && self.machines.len() == control_planes + workers
@@ -438,7 +484,7 @@ impl Env {
     }
 
     async fn fleet(&self) -> Result<Fleet> {
-        let infra_machines = self.api(&infra("ProxmoxMachine"));
+        let infra_machines = self.api(&infra(&self.hv.kind("Machine")));
         let mut machines = BTreeMap::new();
         for m in self
             .api(&capi("Machine"))
@@ -451,9 +497,7 @@ impl Env {
                 .as_str()
                 .unwrap_or_default();
             let vmid = match infra_machines.get_opt(infra_name).await? {
-                Some(im) => to_value(&im)["status"]["vmid"]
-                    .as_u64()
-                    .and_then(|v| u32::try_from(v).ok()),
+                Some(im) => self.hv.vm_id(&to_value(&im)),
                 None => None,
             };
             machines.insert(
@@ -477,24 +521,21 @@ impl Env {
                 .collect(),
             None => BTreeSet::new(),
         };
-        let vms = self
-            .sim
-            .vms()
-            .into_iter()
-            .filter(|vm| !vm.template)
-            .map(|vm| (vm.vmid, vm.running))
-            .collect();
+        let lab_vms = self.hv.lab_vms().await?;
+        let vms = lab_vms.iter().map(|vm| (vm.id.clone(), vm.running)).collect();
+        let memory = lab_vms.iter().map(|vm| (vm.id.clone(), vm.memory_mib)).collect();
         let guests = self
             .running
             .lock()
             .expect("guests lock")
             .keys()
-            .copied()
+            .cloned()
             .collect();
         Ok(Fleet {
             machines,
             nodes,
             vms,
+            memory,
             guests,
         })
     }
@@ -731,6 +772,27 @@ impl Workload {
         .await?;
         let initialized = env.started.elapsed();
         env.progress("control plane initialized (kubeadm init ran in the first VM)");
+        // The workload cluster itself, through the kubeconfig CAPI wrote.
+        let kubeconfig = run_clusterctl(
+            clusterctl(&self.env.mgmt)?
+                .args(["get", "kubeconfig", CLUSTER, "--namespace", &self.env.ns])
+                .arg(format!("--kubeconfig={}", self.env.mgmt.admin().path().display())),
+            "clusterctl get kubeconfig",
+        )?;
+        let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig)?;
+        let workload = kube::Client::try_from(
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
+        )?;
+        if self.env.scenario.platform == Platform::VSphere {
+            // What vSphere's cloud provider (CPI) does for a kubelet run with
+            // `--cloud-provider=external`; its module is not served here (see cloud_provider_stand_in).
+            self.env._cloud_provider = Some(AbortOnDrop(tokio::spawn(cloud_provider_stand_in(
+                workload.clone(),
+                self.env.hv.clone(),
+                self.env.mgmt.workdir().join("logs/cloud-provider.log"),
+            ))));
+        }
+        let env = &self.env;
         let (control_planes, workers) = self.counts();
         let machines = env.api(&capi("Machine"));
         let provider_ids = poll(
@@ -770,17 +832,6 @@ impl Workload {
         )
         .await?;
 
-        // The workload cluster itself, through the kubeconfig CAPI wrote.
-        let kubeconfig = run_clusterctl(
-            clusterctl(&self.env.mgmt)?
-                .args(["get", "kubeconfig", CLUSTER, "--namespace", &self.env.ns])
-                .arg(format!("--kubeconfig={}", self.env.mgmt.admin().path().display())),
-            "clusterctl get kubeconfig",
-        )?;
-        let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig)?;
-        let workload = kube::Client::try_from(
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,
-        )?;
         let seen: BTreeMap<String, String> = Api::<Node>::all(workload.clone())
             .list(&ListParams::default())
             .await?
@@ -973,7 +1024,7 @@ impl Workload {
             .as_str()
             .context("the MachineDeployment's infrastructure template")?
             .to_owned();
-        let templates = self.env.api(&infra("ProxmoxMachineTemplate"));
+        let templates = self.env.api(&infra(&self.env.hv.kind("MachineTemplate")));
         let mut template = to_value(&templates.get(&old_template).await?);
         let memory = template["spec"]["template"]["spec"]["memoryMiB"]
             .as_u64()
@@ -1006,13 +1057,7 @@ impl Workload {
     /// Waits until no worker of `before` is left and every worker's VM has `memory` MiB.
     async fn rolled_workers(&mut self, before: &BTreeSet<String>, memory: u64) -> Result<()> {
         let counts = self.counts();
-        let sim = self.env.sim.clone();
         self.settle("the workers' rollout", counts, |f| {
-            let vms: BTreeMap<u32, Option<String>> = sim
-                .vms()
-                .into_iter()
-                .map(|vm| (vm.vmid, vm.config.get("memory").cloned()))
-                .collect();
             let old: Vec<String> = f
                 .machine_names(false)
                 .into_iter()
@@ -1022,10 +1067,9 @@ impl Workload {
                 .machine_names(false)
                 .iter()
                 .filter_map(|m| {
-                    let vmid = f.machines[m].1?;
-                    let got = vms.get(&vmid).cloned().flatten();
-                    (got.as_deref() != Some(memory.to_string().as_str()))
-                        .then(|| format!("{m}: VM {vmid} memory {got:?}"))
+                    let vmid = f.machines[m].1.clone()?;
+                    let got = f.memory.get(&vmid).copied().flatten();
+                    (got != Some(memory)).then(|| format!("{m}: VM {vmid} memory {got:?}"))
                 })
                 .collect();
             if old.is_empty() && wrong.is_empty() {
@@ -1108,18 +1152,28 @@ impl Workload {
         self.env.scenario.control_planes = replicas;
         let members = self.etcd_members(replicas).await?;
         Ok(format!(
-            "3 control plane Machines, each with a Node, a VM and a guest; etcd Pods running on {members:?}"
+            "3 control plane Machines, each with a Node, a VM and a guest; etcd running on {members:?}, \
+             KubeadmControlPlane EtcdClusterHealthy"
         ))
     }
 
-    /// Waits for `count` running etcd Pods in the workload cluster; returns their Nodes.
+    /// Waits until etcd runs on exactly the `count` control plane Machines' Nodes (a Pod of a
+    /// Node that went away may linger until the Pod garbage collector removes it); returns those
+    /// Nodes.
     async fn etcd_members(&mut self, count: usize) -> Result<BTreeSet<String>> {
         let pods: Api<Pod> = Api::namespaced(self.env.workload()?.clone(), "kube-system");
+        let env = &self.env;
         poll(
             &mut self.procs,
-            &format!("{count} etcd Pods running"),
+            &format!("etcd running on the {count} control plane Nodes and nowhere else"),
             GUEST_STEP_TIMEOUT,
             async || {
+                let fleet = env.fleet().await?;
+                let control_plane_nodes: BTreeSet<String> = fleet
+                    .machine_names(true)
+                    .iter()
+                    .filter_map(|m| fleet.node_of(m))
+                    .collect();
                 let running: BTreeSet<String> = pods
                     .list(&ListParams::default().labels("component=etcd"))
                     .await?
@@ -1128,11 +1182,30 @@ impl Workload {
                     .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
                     .filter_map(|p| p.spec.and_then(|s| s.node_name))
                     .collect();
-                Ok(if running.len() == count {
-                    Ok(running)
-                } else {
-                    Err(format!("etcd running on {running:?}"))
-                })
+                // KCP's own view: it lists etcd's members through the workload cluster.
+                let control_planes = env
+                    .api(&resource(
+                        "controlplane.cluster.x-k8s.io",
+                        "v1beta2",
+                        "KubeadmControlPlane",
+                    ))
+                    .list(&ListParams::default())
+                    .await?
+                    .items;
+                let etcd_healthy = control_planes
+                    .iter()
+                    .map(to_value)
+                    .all(|kcp| condition_status(&kcp, "EtcdClusterHealthy").as_deref() == Some("True"));
+                Ok(
+                    if running.len() == count && running == control_plane_nodes && etcd_healthy {
+                        Ok(running)
+                    } else {
+                        Err(format!(
+                            "etcd Pods running on {running:?}, control plane Nodes {control_plane_nodes:?}, \
+                         KubeadmControlPlane EtcdClusterHealthy: {etcd_healthy}"
+                        ))
+                    },
+                )
             },
         )
         .await
@@ -1194,7 +1267,7 @@ impl Workload {
             .to_owned();
         let new_template = format!("{old_template}-v2");
         worker["name"] = json!(new_template);
-        let templates = self.env.api(&infra("ProxmoxMachineTemplate"));
+        let templates = self.env.api(&infra(&self.env.hv.kind("MachineTemplate")));
         let mut template = to_value(&templates.get(&old_template).await?);
         let memory = template["spec"]["template"]["spec"]["memoryMiB"]
             .as_u64()
@@ -1244,7 +1317,7 @@ impl Workload {
             "the cluster and its VMs to be deleted",
             GUEST_STEP_TIMEOUT,
             async || {
-                let left = env.sim.vms().into_iter().filter(|v| !v.template).count();
+                let left = env.hv.lab_vms().await?.len();
                 let guests = env.running.lock().expect("guests lock").len();
                 let cluster = clusters.get_opt(CLUSTER).await?;
                 Ok(if left == 0 && guests == 0 && cluster.is_none() {
@@ -1259,6 +1332,86 @@ impl Workload {
         )
         .await?;
         Ok("the Cluster, its Machines and every VM gone; every guest powered off".to_owned())
+    }
+}
+
+/// A stand-in for vSphere's cloud provider (cloud-provider-vsphere, whose module is not served
+/// here) in a workload cluster whose kubelets run with `--cloud-provider=external`: what the CPI's
+/// node controller does for a new Node. It finds the Node's VM in vCenter (here vcsim) by the
+/// Node's `status.nodeInfo.systemUUID` (the VM's BIOS uuid, which the lab guest's SMBIOS carries as
+/// vSphere's firmware does), sets `spec.providerID` to `vsphere://<BIOS uuid>` (the ID CAPV and
+/// banlieue-vsphere put on the Machine), the Node's addresses to the VM's guest IPs (VMware Tools'
+/// report) and its hostname, and removes the `node.cloudprovider.kubernetes.io/uninitialized`
+/// taint. Runs until aborted; `log` gets one line per Node it initializes or cannot.
+async fn cloud_provider_stand_in(workload: kube::Client, hv: Arc<Hypervisor>, log: PathBuf) {
+    const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+    let note = |line: String| {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log) {
+            let _ = writeln!(f, "{line}");
+        }
+    };
+    let nodes: Api<Node> = Api::all(workload);
+    loop {
+        if let (Ok(list), Ok(vms)) = (nodes.list(&ListParams::default()).await, hv.lab_vms().await) {
+            for node in list.items {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let spec = node.spec.clone().unwrap_or_default();
+                let taints = spec.taints.clone().unwrap_or_default();
+                if !taints.iter().any(|t| t.key == UNINITIALIZED) {
+                    continue;
+                }
+                let uuid = node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.node_info.as_ref())
+                    .map(|i| i.system_uuid.clone())
+                    .unwrap_or_default();
+                let vm = vms.iter().find(|vm| {
+                    vm.smbios
+                        .as_ref()
+                        .is_some_and(|s| s.uuid.eq_ignore_ascii_case(&uuid))
+                });
+                let Some(vm) = vm.filter(|vm| !vm.guest_ips.is_empty()) else {
+                    note(format!(
+                        "Node {name}: no VM with BIOS uuid {uuid:?} and a guest IP yet"
+                    ));
+                    continue;
+                };
+                let mut addresses: Vec<Value> = vm
+                    .guest_ips
+                    .iter()
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .map(|ip| json!({"type": "InternalIP", "address": ip}))
+                    .collect();
+                addresses.push(json!({"type": "Hostname", "address": name}));
+                let status = json!({"status": {"addresses": addresses}});
+                if let Err(e) = nodes
+                    .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
+                    .await
+                {
+                    note(format!("Node {name}: addresses: {e}"));
+                    continue;
+                }
+                let kept: Vec<_> = taints.into_iter().filter(|t| t.key != UNINITIALIZED).collect();
+                let mut patch = json!({"spec": {"taints": kept}});
+                if spec.provider_id.as_deref().unwrap_or_default().is_empty() {
+                    patch["spec"]["providerID"] = json!(format!("vsphere://{uuid}"));
+                }
+                match nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => note(format!(
+                        "Node {name}: initialized (providerID vsphere://{uuid}, addresses {:?})",
+                        vm.guest_ips
+                    )),
+                    Err(e) => note(format!("Node {name}: {e}")),
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 

@@ -2,7 +2,7 @@
 # The full matrix of CAPI's e2e specs with real kubeadm nodes (docs/conformance.md, "With real
 # kubeadm nodes"): every scenario of tests/conformance/tests/capi/workload.rs, one after the other,
 # then the report (spec × provider, pass or fail, duration) in docs/reports/workload-matrix.md
-# with the commit it ran on. About 15 minutes after the first build; needs root, as the tests do
+# with the commit it ran on. About 15–20 minutes after the first build; needs root, as the tests do
 # (the guest image and the control plane are built on the way if missing).
 #
 #   tests/workload-matrix.sh            # run, print and write the report
@@ -20,7 +20,7 @@ step() { echo "==> [workload-matrix] $*"; }
 step "building the control plane, the guest image and the managers"
 tests/controlplane/build.sh
 tests/guest/build.sh
-cargo build --locked -p banlieue-proxmox -p banlieue-controllers --bins
+cargo build --locked -p banlieue-proxmox -p banlieue-vsphere -p banlieue-controllers --bins
 
 reports="$(mktemp -d)"
 trap 'rm -rf "$reports"' EXIT
@@ -38,7 +38,7 @@ if [ "$write" = 1 ]; then
     mkdir -p docs/reports
     {
         echo "<!-- written by tests/workload-matrix.sh; do not edit -->"
-        echo "Commit: \`$(git rev-parse HEAD)\`$(git diff --quiet HEAD -- . ':!docs/reports' || echo ' with uncommitted changes'); run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores."
+        echo "Commit: \`$(git rev-parse HEAD)\`$([ -z "$(git status --porcelain -- . ':!docs/reports')" ] || echo ' with uncommitted changes'); run $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores."
         echo
         cat "$report"
     } > docs/reports/workload-matrix.md

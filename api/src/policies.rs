@@ -53,6 +53,14 @@ impl ImmutableTemplate {
     /// its old version (`self`/`oldSelf` in a CRD's rule).
     pub const RULE: &str = "self.template.spec == oldSelf.template.spec";
 
+    /// [`Self::RULE`] over the admission request's objects (`object`/`oldObject`) instead of
+    /// the spec (`self`/`oldSelf`).
+    fn rule_on_objects() -> String {
+        Self::RULE
+            .replace("oldSelf.", "oldObject.spec.")
+            .replace("self.", "object.spec.")
+    }
+
     /// The policy's name (also its binding's).
     pub fn policy_name(&self) -> String {
         format!("banlieue-immutable-{}", self.plural)
@@ -62,9 +70,10 @@ impl ImmutableTemplate {
     pub fn policy(&self) -> [Value; 2] {
         let name = self.policy_name();
         let expression = format!(
-            "object.spec.template.spec == oldObject.spec.template.spec || \
-             (has(request.dryRun) && request.dryRun == true && has(object.metadata.annotations) && \
-             '{TOPOLOGY_DRY_RUN_ANNOTATION}' in object.metadata.annotations)"
+            "{} || (has(request.dryRun) && request.dryRun == true && \
+             has(object.metadata.annotations) && '{TOPOLOGY_DRY_RUN_ANNOTATION}' in \
+             object.metadata.annotations)",
+            Self::rule_on_objects()
         );
         [
             json!({
@@ -130,6 +139,11 @@ mod tests {
             assert_eq!(
                 policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"][0],
                 template.plural
+            );
+            let expression = policy["spec"]["validations"][0]["expression"].as_str().unwrap();
+            assert!(
+                expression.starts_with("object.spec.template.spec == oldObject.spec.template.spec || "),
+                "the policy enforces RULE on plain updates: {expression}"
             );
         }
     }

@@ -331,5 +331,19 @@ async fn template_specs_are_immutable_but_topology_dry_runs_pass() -> anyhow::Re
         stored.data["spec"]["template"]["spec"]["memoryMiB"], 4096,
         "a dry-run changed the template"
     );
+    // What CAPI writes on templates (labels, owner references) is no change of the spec.
+    let labelled = templates
+        .patch(
+            "workers",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "c1"}}}),
+            ),
+        )
+        .await?;
+    assert_eq!(
+        labelled.metadata.labels.unwrap_or_default()["cluster.x-k8s.io/cluster-name"],
+        "c1"
+    );
     Ok(())
 }

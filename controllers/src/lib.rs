@@ -32,8 +32,8 @@ pub mod served;
 /// Errors of the banlieue CLI.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A CRD could not be rendered as YAML.
-    #[error("rendering CRD {name} as YAML")]
+    /// A CRD or admission policy could not be rendered as YAML.
+    #[error("rendering {name} as YAML")]
     Render {
         /// Name of the CRD.
         name: String,
@@ -88,12 +88,30 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Renders every banlieue CRD as one multi-document YAML stream, each document introduced by
-/// `---`, in the order of [`banlieue_api::crds::all`].
+/// `---`, in the order of [`banlieue_api::crds::all`], followed by the admission policies the
+/// CRDs need ([`admission_policies_yaml`]): what `banlieue crds` prints.
 pub fn all_crds_yaml() -> Result<String> {
     let mut out = String::new();
     for crd in banlieue_api::crds::all() {
         let yaml = banlieue_api::crds::to_yaml(&crd).map_err(|source| Error::Render {
             name: crd.metadata.name.clone().unwrap_or_default(),
+            source,
+        })?;
+        out.push_str("---\n");
+        out.push_str(&yaml);
+    }
+    out.push_str(&admission_policies_yaml()?);
+    Ok(out)
+}
+
+/// The `ValidatingAdmissionPolicy` objects and bindings of [`banlieue_api::policies::all`]
+/// (machine template immutability that CAPI's topology dry-runs may pass), as YAML documents
+/// each introduced by `---`.
+pub fn admission_policies_yaml() -> Result<String> {
+    let mut out = String::new();
+    for doc in banlieue_api::policies::all() {
+        let yaml = serde_yaml::to_string(&doc).map_err(|source| Error::Render {
+            name: doc["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
             source,
         })?;
         out.push_str("---\n");
@@ -111,7 +129,13 @@ mod tests {
     #[test]
     fn stream_has_one_document_per_crd_in_order() {
         let yaml = all_crds_yaml().expect("renders");
-        let names: Vec<String> = yaml
+        let policies = admission_policies_yaml().expect("renders");
+        let crds = yaml.strip_suffix(&policies).expect("the policies come last");
+        assert_eq!(
+            policies.matches("---\n").count(),
+            banlieue_api::policies::all().len()
+        );
+        let names: Vec<String> = crds
             .split("---\n")
             .filter(|d| !d.is_empty())
             .map(|doc| {

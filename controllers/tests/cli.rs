@@ -36,7 +36,7 @@ fn banlieue(args: &[&str]) -> (bool, String) {
 }
 
 #[test]
-fn crds_subcommand_prints_the_committed_yaml() {
+fn crds_subcommand_prints_the_committed_yaml_and_the_admission_policies() {
     let (ok, out) = banlieue(&["crds"]);
     assert!(ok);
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/crd");
@@ -48,6 +48,7 @@ fn crds_subcommand_prints_the_committed_yaml() {
                 .expect("committed CRD file"),
         );
     }
+    expected.push_str(&banlieue_controllers::admission_policies_yaml().expect("renders"));
     assert!(
         out == expected,
         "`banlieue crds` differs from config/crd (regenerate it)"

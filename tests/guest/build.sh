@@ -110,6 +110,21 @@ wanted="$("$bin/kubeadm" config images list --kubernetes-version "$kube_version"
 # debian_image OUT TAG ENTRYPOINT FILE...: an image of files of the guest's Debian at their paths
 # (symlinks resolved: a multi-call program keeps the name it is called by) with the libraries each
 # program and shared object links.
+# Copies PATH of the guest's root filesystem to the same path under IMAGE, its symbolic links
+# resolved inside the root filesystem (Debian's alternatives are absolute links, e.g.
+# /usr/sbin/iptables -> /etc/alternatives/iptables, which cp -L would follow into the host's /).
+copy_from_root() {
+    local path="$1" image="$2" real
+    real="$(chroot "$root" readlink -f "$path")"
+    [ -e "$root$real" ] || { echo "guest/build: $path ($real) is not in the guest image" >&2; exit 1; }
+    mkdir -p "$image$(dirname "$path")"
+    if [ -d "$root$real" ]; then
+        mkdir -p "$image$path"
+        cp -a "$root$real/." "$image$path/"
+    else
+        cp -a "$root$real" "$image$path"
+    fi
+}
 debian_image() {
     local out="$1" tag="$2" entrypoint="$3" image="$work/debian-image" file library
     shift 3
@@ -119,12 +134,12 @@ debian_image() {
     printf 'root:x:0:0:root:/root:/sbin/nologin\n' > "$image/etc/passwd"
     printf 'root:x:0:\n' > "$image/etc/group"
     for file in "$@"; do
-        (cd "$root" && cp -aL --parents ".$file" "$image/")
+        copy_from_root "$file" "$image"
         # programs and shared objects (iptables' extensions link libm, for one) bring their libraries
         [ -f "$root$file" ] && { [ -x "$root$file" ] || [[ "$file" == *.so ]]; } || continue
         # (a static program has no libraries: ldd fails and lists none)
         for library in $(chroot "$root" ldd "$file" 2>/dev/null | grep -o '/[^ ]*' || true); do
-            (cd "$root" && cp -aL --parents ".$library" "$image/")
+            copy_from_root "$library" "$image"
         done
     done
     "$node_scripts/image.sh" "$out" "$tag" "$image" --config.entrypoint "$entrypoint" > /dev/null

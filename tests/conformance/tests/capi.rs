@@ -953,7 +953,8 @@ async fn quick_start_boots_real_kubeadm_nodes_on_vcsim() -> Result<()> {
 
 /// An HA control plane of real kubeadm nodes behind the lab's haproxy (the `external-lb`
 /// flavor): KubeadmControlPlane scaled 1 → 3 (three etcd members), then CAPI's KCP remediation
-/// spec (a control plane Machine of three marked unhealthy is replaced), then deletion. Part of
+/// spec (a control plane Machine of three marked unhealthy is replaced), its node-drain spec
+/// (the worker deleted while a PodDisruptionBudget blocks its drain), then deletion. Part of
 /// the matrix; alone: `cargo test -p banlieue-conformance --test capi control_plane -- --ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "in the full matrix (tests/workload-matrix.sh)"]
@@ -979,6 +980,7 @@ async fn workload_matrix() -> Result<()> {
             &workload::DEFAULT_FLAVOR,
             &workload::CLUSTERCLASS,
             &workload::EXTERNAL_LB_HA,
+            &workload::VSPHERE_DEFAULT,
         ],
         "workload-matrix.md",
         MATRIX_NOTES,
@@ -990,7 +992,7 @@ async fn workload_matrix() -> Result<()> {
 const MATRIX_NOTES: &[&str] = &[
     "libvirt: no cell yet. Its runs use libvirt's test driver, whose domains report no address a lab guest could set (the provider reads DHCP leases of libvirt's own networks).",
     "vSphere: vSphere's cloud provider (CPI) cannot be built here (its module is not served); a stand-in in the test sets each Node's providerID from its systemUUID (the VM's BIOS uuid) and removes the uninitialized taint, as the CPI does.",
-    "Not yet written as tests: node-drain (e2e/node_drain.go), cluster upgrade (e2e/cluster_upgrade.go: needs a second Kubernetes minor built into the guest image), self-hosted (e2e/self_hosted.go: clusterctl move into the workload cluster, managers as Pods on its nodes).",
+    "Not yet written as tests: cluster upgrade (e2e/cluster_upgrade.go: needs a second Kubernetes minor built into the guest image), self-hosted (e2e/self_hosted.go: clusterctl move into the workload cluster, managers as Pods on its nodes).",
     "clusterclass-changes rotates the worker template only (the e2e spec also changes the control plane's).",
 ];
 

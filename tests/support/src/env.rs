@@ -625,7 +625,7 @@ impl TestEnv {
     }
 
     /// Creates `ValidatingAdmissionPolicy` and `ValidatingAdmissionPolicyBinding` objects
-    /// (e.g. `banlieue_api::policies::all()`); ones that exist already are left alone. The
+    /// (e.g. `banlieue_api::policies::all()`); ones that exist already are replaced. The
     /// apiserver starts enforcing a policy a moment after its creation.
     pub async fn install_admission_policies(&self, docs: &[serde_json::Value]) -> Result<()> {
         let client = self.client().await?;
@@ -652,9 +652,21 @@ impl TestEnv {
                     what: format!("{kind} {}", doc["metadata"]["name"]),
                     message: e.to_string(),
                 })?;
-            match api.create(&Default::default(), &object).await {
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let created = match api.create(&Default::default(), &object).await {
+                // One that exists (e.g. of an older build) is replaced by this one.
+                Err(kube::Error::Api(status)) if status.code == 409 => match api.get(&name).await {
+                    Ok(existing) => {
+                        let mut object = object.clone();
+                        object.metadata.resource_version = existing.metadata.resource_version;
+                        api.replace(&name, &Default::default(), &object).await
+                    }
+                    Err(e) => Err(e),
+                },
+                other => other,
+            };
+            match created {
                 Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 409 => {}
                 Err(source) => {
                     return Err(Error::Kube {
                         action: format!("creating {kind} {}", doc["metadata"]["name"]),

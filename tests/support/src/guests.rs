@@ -159,16 +159,36 @@ impl Lab {
             &config,
             &load_balancer_config(address, port, (100..=199).map(|h| self.address(h))),
         )?;
+        setup_output(
+            Command::new(&haproxy).arg("-c").arg("-f").arg(&config),
+            "haproxy",
+            &format!("checking the load balancer's configuration {}", config.display()),
+        )?;
         run(
             "ip",
             &["addr", "add", &format!("{address}/32"), "dev", &self.bridge()],
         )?;
-        let process = ManagedProcess::start(
+        let started = ManagedProcess::start(
             &format!("lab {} load balancer", self.index),
             &haproxy,
             &["-db".to_owned(), "-f".to_owned(), config.display().to_string()],
             &dir.join("haproxy.log"),
-        )?;
+        )
+        .and_then(|mut process| {
+            // A bind that fails ends haproxy at once.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            process.check_running().map(|()| process)
+        });
+        let process = match started {
+            Ok(process) => process,
+            Err(e) => {
+                let _ = run(
+                    "ip",
+                    &["addr", "del", &format!("{address}/32"), "dev", &self.bridge()],
+                );
+                return Err(e);
+            }
+        };
         write(
             &self.state.join(format!("kill-pid-lb-{host}")),
             &process.id().to_string(),
@@ -190,7 +210,7 @@ fn load_balancer_config(address: Ipv4Addr, port: u16, backends: impl Iterator<It
          timeout client 1h\n    timeout server 1h\n    timeout check 2s\n\n\
          frontend control-plane\n    bind {address}:{port}\n    default_backend api-servers\n\n\
          backend api-servers\n    option httpchk GET /readyz\n    http-check expect status 200\n    \
-         default-server check check-ssl verify none inter 1s fall 2 rise 1\n"
+         default-server check check-ssl verify none inter 1s fall 2 rise 1 on-marked-down shutdown-sessions\n"
     );
     for backend in backends {
         config.push_str(&format!("    server {backend} {backend}:6443\n"));
@@ -495,13 +515,24 @@ impl Guest {
     /// The guest's network interfaces but loopback, with the addresses it has now (what a guest
     /// agent reports).
     pub fn interfaces(&self) -> Result<Vec<GuestNic>> {
-        let json = setup_output(
-            Command::new("ip").args(["netns", "exec", &self.netns, "ip", "-json", "addr", "show"]),
-            "ip",
-            &format!("reading guest {}'s addresses", self.name),
-        )?;
-        Ok(parse_interfaces(&json))
+        interfaces_in(&self.netns)
     }
+
+    /// Its network namespace (for [`interfaces_in`] without holding the guest).
+    pub fn network_namespace(&self) -> &str {
+        &self.netns
+    }
+}
+
+/// The network interfaces but loopback of network namespace `netns` (a guest's, see
+/// [`Guest::network_namespace`]), with their addresses now.
+pub fn interfaces_in(netns: &str) -> Result<Vec<GuestNic>> {
+    let json = setup_output(
+        Command::new("ip").args(["netns", "exec", netns, "ip", "-json", "addr", "show"]),
+        "ip",
+        &format!("reading the addresses in network namespace {netns}"),
+    )?;
+    Ok(parse_interfaces(&json))
 }
 
 /// Interfaces but loopback from `ip -json addr show`.

@@ -8,26 +8,59 @@
 //! stops, or is destroyed, powers its guest off.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use banlieue_testenv::guests::{Guest, GuestNic, GuestSpec, Lab};
+use banlieue_testenv::guests::{Guest, GuestNic, GuestSpec, Lab, interfaces_in};
 
 use super::hypervisor::{Hypervisor, LabVm};
 
 /// The running guests by VM id, shared with the test (which reads their logs on failure).
 pub type Guests = Arc<Mutex<BTreeMap<String, Guest>>>;
 
-/// Keeps the guests in step with the hypervisor's VMs until the task is aborted; `log` gets one
+/// How often a guest agent's report is sent again although nothing changed (a hypervisor
+/// forgets it when the VM restarts).
+const REPORT_AGAIN: Duration = Duration::from_secs(10);
+
+/// The running guest driver ([`drive`]): dropping it stops the driver and, once a step in
+/// flight ended, powers no guest on any more.
+pub struct Driver {
+    task: tokio::task::JoinHandle<()>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.abort();
+    }
+}
+
+/// Starts keeping the guests in step with the hypervisor's VMs (see [`Driver`]); `log` gets one
 /// line per power change and per problem.
-pub async fn drive(
+pub fn drive(
     hv: Arc<Hypervisor>,
     lab: Arc<Lab>,
     image: PathBuf,
     dir: PathBuf,
     guests: Guests,
     log: PathBuf,
+) -> Driver {
+    let stop = Arc::new(AtomicBool::new(false));
+    let task = tokio::spawn(run(hv, lab, image, dir, guests, log, stop.clone()));
+    Driver { task, stop }
+}
+
+async fn run(
+    hv: Arc<Hypervisor>,
+    lab: Arc<Lab>,
+    image: PathBuf,
+    dir: PathBuf,
+    guests: Guests,
+    log: PathBuf,
+    stop: Arc<AtomicBool>,
 ) {
     let started = Instant::now();
     let note = move |line: String| {
@@ -37,20 +70,25 @@ pub async fn drive(
         }
     };
     let mut retries = Retries::default();
-    // What each guest's agent reported last (a report is sent when it changes).
-    let mut reported: BTreeMap<String, Vec<GuestNic>> = BTreeMap::new();
-    loop {
+    // What each guest's agent reported last, and when.
+    let mut reported: BTreeMap<String, (Vec<GuestNic>, Instant)> = BTreeMap::new();
+    while !stop.load(Ordering::SeqCst) {
         match hv.lab_vms().await {
             Err(e) => note(format!("listing the hypervisor's VMs failed: {e:#}")),
             Ok(vms) => {
                 // Powering guests on and off waits for processes and runs `ip`: off the runtime's
                 // workers, which also serve the simulator.
                 let work = {
-                    let (lab, image, dir, guests) = (lab.clone(), image.clone(), dir.clone(), guests.clone());
+                    let site = Site {
+                        lab: lab.clone(),
+                        image: image.clone(),
+                        dir: dir.clone(),
+                    };
+                    let (guests, stop) = (guests.clone(), stop.clone());
                     let mut retries = std::mem::take(&mut retries);
                     let note = note.clone();
                     tokio::task::spawn_blocking(move || {
-                        let nics = step(&vms, &lab, &image, &dir, &guests, &mut retries, &note);
+                        let nics = step(&vms, &site, &guests, &mut retries, &stop, &note);
                         (retries, nics)
                     })
                 };
@@ -59,12 +97,15 @@ pub async fn drive(
                         retries = kept;
                         reported.retain(|id, _| nics.contains_key(id));
                         for (id, nics) in nics {
-                            if reported.get(&id) == Some(&nics) {
+                            if reported
+                                .get(&id)
+                                .is_some_and(|(last, at)| *last == nics && at.elapsed() < REPORT_AGAIN)
+                            {
                                 continue;
                             }
                             match hv.report_guest_addresses(&id, &nics).await {
                                 Ok(()) => {
-                                    reported.insert(id, nics);
+                                    reported.insert(id, (nics, Instant::now()));
                                 }
                                 Err(e) => note(format!("VM {id}: guest agent report refused: {e:#}")),
                             }
@@ -96,19 +137,35 @@ impl Retries {
             (failures, Instant::now() + wait.min(Duration::from_secs(30))),
         );
     }
+
+    fn succeeded(&mut self, id: &str) {
+        self.0.remove(id);
+    }
+
+    /// Forgets VMs that are gone (an id handed out again is another VM).
+    fn keep_only(&mut self, vms: &[LabVm]) {
+        self.0.retain(|id, _| vms.iter().any(|vm| &vm.id == id));
+    }
+}
+
+/// Where guests boot: the lab network, the guest image, the folder of the guests' files.
+struct Site {
+    lab: Arc<Lab>,
+    image: PathBuf,
+    dir: PathBuf,
 }
 
 /// One look at the VMs: guests powered on and off; returns what each running guest's network
 /// has (what its agent would report).
 fn step(
     vms: &[LabVm],
-    lab: &Lab,
-    image: &Path,
-    dir: &Path,
+    site: &Site,
     guests: &Guests,
     retries: &mut Retries,
+    stop: &AtomicBool,
     note: &dyn Fn(String),
 ) -> BTreeMap<String, Vec<GuestNic>> {
+    retries.keep_only(vms);
     let by_id: BTreeMap<&str, &LabVm> = vms.iter().map(|vm| (vm.id.as_str(), vm)).collect();
     // Power off the guests of VMs that stopped or are gone (outside the lock: it waits for
     // the guest's processes to end).
@@ -131,6 +188,9 @@ fn step(
         note(format!("VM {id} stopped: guest powered off"));
     }
     for vm in vms {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
         if !vm.running || guests.lock().expect("guests lock").contains_key(&vm.id) || !retries.due(&vm.id) {
             continue;
         }
@@ -149,7 +209,12 @@ fn step(
         // One disk per VM: an id the hypervisor hands out again after a deletion is another VM
         // (its SMBIOS uuid tells), while a VM started again keeps its disk.
         let uuid = vm.smbios.as_ref().map_or("no-uuid", |s| s.uuid.as_str());
-        match Guest::power_on(lab, image, &dir.join(format!("{}-{uuid}", vm.id)), &spec) {
+        match Guest::power_on(
+            &site.lab,
+            &site.image,
+            &site.dir.join(format!("{}-{uuid}", vm.id)),
+            &spec,
+        ) {
             Ok(guest) => {
                 note(format!(
                     "VM {} started: guest powered on ({} {mac}, {})",
@@ -161,6 +226,7 @@ fn step(
                         format!("{} guestinfo keys", spec.guestinfo.len())
                     }
                 ));
+                retries.succeeded(&vm.id);
                 guests.lock().expect("guests lock").insert(vm.id.clone(), guest);
             }
             Err(e) => {
@@ -169,15 +235,19 @@ fn step(
             }
         }
     }
-    // The guest agents: what each guest's network has now.
-    let mut running = guests.lock().expect("guests lock");
-    running
+    // The guest agents: what each running guest's network has now (read outside the lock).
+    let namespaces: Vec<(String, String)> = guests
+        .lock()
+        .expect("guests lock")
         .iter_mut()
         .filter_map(|(id, guest)| {
-            if !guest.is_running() {
-                return None;
-            }
-            Some((id.clone(), guest.interfaces().ok()?))
+            guest
+                .is_running()
+                .then(|| (id.clone(), guest.network_namespace().to_owned()))
         })
+        .collect();
+    namespaces
+        .into_iter()
+        .filter_map(|(id, netns)| Some((id, interfaces_in(&netns).ok()?)))
         .collect()
 }

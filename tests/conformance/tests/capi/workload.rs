@@ -15,7 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use banlieue_conformance::report::{Outcome, Report};
@@ -102,6 +102,10 @@ pub enum Spec {
     ControlPlaneRemediation,
     /// `e2e/clusterclass_changes.go`: the class's worker template rotated, the topology rolls.
     ClusterClassChanges,
+    /// `e2e/node_drain.go`: a worker deleted while a PodDisruptionBudget blocks its drain; its
+    /// other Pods are evicted first, its VM stays while the drain is blocked and goes once the
+    /// drain timeout passed.
+    NodeDrain,
     /// `e2e/cluster_deletion.go`: the Cluster deleted, no VM and no guest left.
     Deletion,
 }
@@ -117,6 +121,7 @@ impl Spec {
             Self::ControlPlaneScale => "kcp-scale 1 → 3 (e2e/quick_start.go, 3 control planes)",
             Self::ControlPlaneRemediation => "kcp remediation (e2e/kcp_remediations.go)",
             Self::ClusterClassChanges => "clusterclass-changes (e2e/clusterclass_changes.go)",
+            Self::NodeDrain => "node-drain with a drain timeout (e2e/node_drain.go)",
             Self::Deletion => "cluster deletion (e2e/cluster_deletion.go)",
         }
     }
@@ -166,6 +171,7 @@ pub const EXTERNAL_LB_HA: Scenario = Scenario {
         Spec::QuickStart,
         Spec::ControlPlaneScale,
         Spec::ControlPlaneRemediation,
+        Spec::NodeDrain,
         Spec::Deletion,
     ],
 };
@@ -259,7 +265,7 @@ struct Workload {
 /// Everything of a scenario but its managers. Fields drop in order: the guest driver stops
 /// first, the lab goes last.
 struct Env {
-    _driver: AbortOnDrop,
+    _driver: guests::Driver,
     /// vSphere: the cloud provider stand-in (once the workload cluster's kubeconfig exists).
     _cloud_provider: Option<AbortOnDrop>,
     load_balancer: Option<LoadBalancer>,
@@ -267,6 +273,8 @@ struct Env {
     guest_log: PathBuf,
     scenario: Scenario,
     started: Instant,
+    /// When the workload cluster's objects were applied.
+    applied: Instant,
     client: kube::Client,
     ns: String,
     hv: Arc<Hypervisor>,
@@ -322,14 +330,14 @@ impl Workload {
         let procs = Managers::start(Mode::Processes, &hv, &mgmt, "mgmt-node", &controller_dir()?).await?;
         let running: Guests = Arc::default();
         let guest_log = mgmt.workdir().join("logs/guests.log");
-        let driver = AbortOnDrop(tokio::spawn(guests::drive(
+        let driver = guests::drive(
             hv.clone(),
             lab.clone(),
             image,
             mgmt.workdir().join("guests"),
             running.clone(),
             guest_log.clone(),
-        )));
+        );
         let load_balancer = match scenario.flavor {
             Flavor::Default => None,
             Flavor::ExternalLb | Flavor::ClusterClass => Some(lab.start_load_balancer(2, 6443)?),
@@ -347,6 +355,7 @@ impl Workload {
             guest_log,
             scenario: *scenario,
             started,
+            applied: started,
             client,
             ns,
             hv: hv.clone(),
@@ -369,6 +378,7 @@ impl Workload {
             Spec::ControlPlaneScale => self.control_plane_scale().await,
             Spec::ControlPlaneRemediation => self.control_plane_remediation().await,
             Spec::ClusterClassChanges => self.clusterclass_changes().await,
+            Spec::NodeDrain => self.node_drain().await,
             Spec::Deletion => self.deletion().await,
         }
     }
@@ -524,12 +534,13 @@ impl Env {
         let lab_vms = self.hv.lab_vms().await?;
         let vms = lab_vms.iter().map(|vm| (vm.id.clone(), vm.running)).collect();
         let memory = lab_vms.iter().map(|vm| (vm.id.clone(), vm.memory_mib)).collect();
+        // A guest whose init died is not a running guest.
         let guests = self
             .running
             .lock()
             .expect("guests lock")
-            .keys()
-            .cloned()
+            .iter_mut()
+            .filter_map(|(id, guest)| guest.is_running().then(|| id.clone()))
             .collect();
         Ok(Fleet {
             machines,
@@ -613,6 +624,7 @@ impl Env {
                 .await
                 .with_context(|| format!("creating {} {}", ar.kind, doc["metadata"]["name"]))?;
         }
+        self.applied = Instant::now();
         self.progress(&format!(
             "clusterctl generate cluster ({}, {} control plane, {} worker) applied",
             self.scenario.flavor.label(),
@@ -770,7 +782,7 @@ impl Workload {
             },
         )
         .await?;
-        let initialized = env.started.elapsed();
+        let initialized = env.applied.elapsed();
         env.progress("control plane initialized (kubeadm init ran in the first VM)");
         // The workload cluster itself, through the kubeconfig CAPI wrote.
         let kubeconfig = run_clusterctl(
@@ -934,7 +946,7 @@ impl Workload {
             },
         )
         .await?;
-        let ready = self.env.started.elapsed();
+        let ready = self.env.applied.elapsed();
         let fleet = self.env.fleet().await?;
         let worker = fleet
             .machine_names(false)
@@ -1305,6 +1317,175 @@ impl Workload {
         Ok(format!(
             "class worker template rotated {old_template} → {new_template} ({memory} MiB): the topology \
              cloned it, every worker replaced, its VM with {memory} MiB"
+        ))
+    }
+
+    async fn node_drain(&mut self) -> Result<String> {
+        const DRAIN_TIMEOUT_SECONDS: i64 = 45;
+        let workload = self.env.workload()?.clone();
+        let deployment = self.env.machine_deployment().await?;
+        let md_api = self.env.api(&capi("MachineDeployment"));
+        // Two workloads on the workers (the control plane is tainted): one a PodDisruptionBudget
+        // allows no disruption of, one without.
+        let apps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(workload.clone(), "default");
+        for name in ["drain-blocked", "drain-evicted"] {
+            let deployment: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 1,
+                    "selector": {"matchLabels": {"app": name}},
+                    "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10"}]},
+                    },
+                },
+            }))?;
+            apps.create(&PostParams::default(), &deployment).await?;
+        }
+        let budgets: Api<k8s_openapi::api::policy::v1::PodDisruptionBudget> =
+            Api::namespaced(workload.clone(), "default");
+        budgets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({
+                    "metadata": {"name": "drain-blocked"},
+                    "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "drain-blocked"}}},
+                }))?,
+            )
+            .await?;
+        let pods: Api<Pod> = Api::namespaced(workload.clone(), "default");
+        // Where each workload's Pod runs (by app label), once both run.
+        let placed = poll(
+            &mut self.procs,
+            "the drain workloads running on a worker",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let running: BTreeMap<String, String> = pods
+                    .list(&ListParams::default().labels("app in (drain-blocked,drain-evicted)"))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                    .filter_map(|p| {
+                        let app = p.metadata.labels.as_ref()?.get("app")?.clone();
+                        Some((app, p.spec?.node_name?))
+                    })
+                    .collect();
+                Ok(if running.len() == 2 {
+                    Ok(running)
+                } else {
+                    Err(format!("running: {running:?}"))
+                })
+            },
+        )
+        .await?;
+        // The drain timeout, set on the MachineDeployment, reaches its Machines in place.
+        md_api
+            .patch(
+                &deployment,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"spec": {"deletion": {
+                    "nodeDrainTimeoutSeconds": DRAIN_TIMEOUT_SECONDS}}}}})),
+            )
+            .await?;
+        let machines = self.env.api(&capi("Machine"));
+        let worker_selector = format!("cluster.x-k8s.io/deployment-name={deployment}");
+        poll(
+            &mut self.procs,
+            "the drain timeout on the workers' Machines",
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let list = machines
+                    .list(&ListParams::default().labels(&worker_selector))
+                    .await?
+                    .items;
+                let missing: Vec<String> = list
+                    .iter()
+                    .map(to_value)
+                    .filter(|m| {
+                        m["spec"]["deletion"]["nodeDrainTimeoutSeconds"] != json!(DRAIN_TIMEOUT_SECONDS)
+                    })
+                    .map(|m| m["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+                    .collect();
+                Ok(if missing.is_empty() && !list.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("not yet on {missing:?}"))
+                })
+            },
+        )
+        .await?;
+        let fleet = self.env.fleet().await?;
+        let blocked_node = placed["drain-blocked"].clone();
+        let (machine, vm) = fleet
+            .machines
+            .iter()
+            .find(|(_, m)| m.0.as_deref() == Some(blocked_node.as_str()))
+            .map(|(name, m)| (name.clone(), m.1.clone()))
+            .context("the Machine of the Node the blocked Pod runs on")?;
+        let vm = vm.context("its VM")?;
+        // Every worker goes: the MachineDeployment scales to 0.
+        md_api
+            .patch(
+                &deployment,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 0}})),
+            )
+            .await?;
+        let started = Instant::now();
+        // While the budget blocks the drain: the Machine says so, the other Pod is evicted, and
+        // the VM is still there.
+        let env = &self.env;
+        let blocked = poll(&mut self.procs, "the drain to be blocked by the PodDisruptionBudget", GUEST_STEP_TIMEOUT, async || {
+            let Some(m) = machines.get_opt(&machine).await? else {
+                return Ok(Err(format!("Machine {machine} is gone already")));
+            };
+            let m = to_value(&m);
+            let deleting = condition(&m, "Deleting").cloned().unwrap_or_default();
+            let evicted = !pods
+                .list(&ListParams::default().labels("app=drain-evicted"))
+                .await?
+                .items
+                .iter()
+                .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(blocked_node.as_str()));
+            let vm_there = env.hv.lab_vms().await?.iter().any(|v| v.id == vm);
+            Ok(
+                if deleting["reason"] == "DrainingNode"
+                    && deleting["message"].as_str().is_some_and(|t| t.contains("drain-blocked"))
+                    && (evicted || placed["drain-evicted"] != blocked_node)
+                    && vm_there
+                {
+                    Ok(deleting["message"].as_str().unwrap_or_default().lines().next().unwrap_or_default().to_owned())
+                } else {
+                    Err(format!(
+                        "Deleting {}: {}; the unprotected Pod evicted: {evicted}; VM {vm} there: {vm_there}",
+                        deleting["reason"], deleting["message"]
+                    ))
+                },
+            )
+        })
+        .await?;
+        // Then the timeout passes: the Machine and its VM go although the Pod is still protected.
+        self.env.scenario.workers = 0;
+        let counts = self.counts();
+        self.settle("the worker deleted after its drain timeout", counts, |f| {
+            if f.vms.contains_key(&vm) {
+                Err(format!("VM {vm} still there"))
+            } else {
+                Ok(())
+            }
+        })
+        .await?;
+        let waited = started.elapsed();
+        ensure!(
+            waited >= Duration::from_secs(DRAIN_TIMEOUT_SECONDS.unsigned_abs()),
+            "Machine {machine} and VM {vm} went {:.0} s after the scale-down, before the {DRAIN_TIMEOUT_SECONDS} s drain timeout",
+            waited.as_secs_f32()
+        );
+        Ok(format!(
+            "Machine {machine} (Node {blocked_node}): drain blocked ({blocked}), the unprotected Pod evicted, VM {vm} kept; \
+             Machine and VM gone {:.0} s after the scale-down (drain timeout {DRAIN_TIMEOUT_SECONDS} s)",
+            waited.as_secs_f32()
         ))
     }
 

@@ -137,6 +137,24 @@ pub struct VSphere {
     inventory: BTreeSet<String>,
 }
 
+impl VSphere {
+    /// The run's VMs (vcsim's own inventory and templates aside) with their properties.
+    async fn run_vms(&self) -> Result<Vec<(MoRef, banlieue_vsphere_client::vim::VmInfo)>> {
+        let mut out = Vec::new();
+        for (vm, _) in self.vc.all_vms(&["name"]).await? {
+            if self.inventory.contains(&vm.value) {
+                continue;
+            }
+            if let Some(info) = self.vc.vm_info(&vm).await?
+                && !info.template
+            {
+                out.push((vm, info));
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// libvirt's test driver and the provider's connections to it.
 pub struct Libvirt {
     connector: banlieue_libvirt::connection::VirtConnector,
@@ -424,16 +442,7 @@ impl Hypervisor {
                 .collect()),
             Self::VSphere(v) => {
                 let mut out = Vec::new();
-                for (vm, _) in v.vc.all_vms(&["name"]).await? {
-                    if v.inventory.contains(&vm.value) {
-                        continue;
-                    }
-                    let Some(info) = v.vc.vm_info(&vm).await? else {
-                        continue;
-                    };
-                    if info.template {
-                        continue;
-                    }
+                for (vm, info) in v.run_vms().await? {
                     let decode = |key: &str| {
                         info.extra_config
                             .get(key)
@@ -595,16 +604,7 @@ impl Hypervisor {
                 .collect()),
             Self::VSphere(v) => {
                 let mut out = Vec::new();
-                for (vm, _) in v.vc.all_vms(&["name"]).await? {
-                    if v.inventory.contains(&vm.value) {
-                        continue;
-                    }
-                    let Some(info) = v.vc.vm_info(&vm).await? else {
-                        continue;
-                    };
-                    if info.template {
-                        continue;
-                    }
+                for (vm, info) in v.run_vms().await? {
                     out.push(LabVm {
                         id: vm.value.clone(),
                         running: info.power_state == Some(VmPowerState::PoweredOn),

@@ -678,6 +678,25 @@ impl Env {
         Ok(())
     }
 
+    /// Creates machine template `new` as a copy of `old` with 512 MiB more memory (what the
+    /// rollout specs change); returns the new memory.
+    async fn copy_with_more_memory(&self, old: &str, new: &str) -> Result<u64> {
+        let templates = self.api(&infra(&self.hv.kind("MachineTemplate")));
+        let mut template = to_value(&templates.get(old).await?);
+        let memory = template["spec"]["template"]["spec"]["memoryMiB"]
+            .as_u64()
+            .with_context(|| format!("the memoryMiB of template {old}"))?
+            + 512;
+        template["spec"]["template"]["spec"]["memoryMiB"] = json!(memory);
+        let copy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": template["apiVersion"], "kind": template["kind"],
+            "metadata": {"name": new},
+            "spec": template["spec"],
+        }))?;
+        templates.create(&PostParams::default(), &copy).await?;
+        Ok(memory)
+    }
+
     /// The only MachineDeployment of the cluster (the topology names it in the clusterclass
     /// flavor).
     async fn machine_deployment(&self) -> Result<String> {
@@ -1036,20 +1055,11 @@ impl Workload {
             .as_str()
             .context("the MachineDeployment's infrastructure template")?
             .to_owned();
-        let templates = self.env.api(&infra(&self.env.hv.kind("MachineTemplate")));
-        let mut template = to_value(&templates.get(&old_template).await?);
-        let memory = template["spec"]["template"]["spec"]["memoryMiB"]
-            .as_u64()
-            .context("the template's memoryMiB")?
-            + 512;
         let new_template = format!("{old_template}-rollout");
-        template["spec"]["template"]["spec"]["memoryMiB"] = json!(memory);
-        let copy: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": template["apiVersion"], "kind": template["kind"],
-            "metadata": {"name": new_template},
-            "spec": template["spec"],
-        }))?;
-        templates.create(&PostParams::default(), &copy).await?;
+        let memory = self
+            .env
+            .copy_with_more_memory(&old_template, &new_template)
+            .await?;
         let before = self.env.fleet().await?.machine_names(false);
         md_api
             .patch(
@@ -1279,19 +1289,11 @@ impl Workload {
             .to_owned();
         let new_template = format!("{old_template}-v2");
         worker["name"] = json!(new_template);
+        let memory = self
+            .env
+            .copy_with_more_memory(&old_template, &new_template)
+            .await?;
         let templates = self.env.api(&infra(&self.env.hv.kind("MachineTemplate")));
-        let mut template = to_value(&templates.get(&old_template).await?);
-        let memory = template["spec"]["template"]["spec"]["memoryMiB"]
-            .as_u64()
-            .context("memoryMiB")?
-            + 512;
-        template["spec"]["template"]["spec"]["memoryMiB"] = json!(memory);
-        let copy: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": template["apiVersion"], "kind": template["kind"],
-            "metadata": {"name": new_template},
-            "spec": template["spec"],
-        }))?;
-        templates.create(&PostParams::default(), &copy).await?;
         let before = self.env.fleet().await?.machine_names(false);
         classes
             .patch(

@@ -837,6 +837,28 @@ fn generate_cluster(
     Ok(String::from_utf8(output.stdout)?)
 }
 
+/// Creates every object of `docs` (e.g. `clusterctl generate cluster`'s output) in namespace
+/// `ns`, in order, as `kubectl create` would.
+async fn create_documents(client: &kube::Client, ns: &str, docs: &[Value]) -> Result<()> {
+    for doc in docs {
+        let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let ar = resource(group, version, doc["kind"].as_str().unwrap_or_default());
+        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .with_context(|| {
+                format!(
+                    "creating {} {}",
+                    ar.kind,
+                    obj.metadata.name.as_deref().unwrap_or("")
+                )
+            })?;
+    }
+    Ok(())
+}
+
 fn parse_docs(text: &str) -> Result<Vec<Value>> {
     let mut docs = Vec::new();
     let mut current = String::new();
@@ -1339,22 +1361,7 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
         "stringData": {"tls.crt": workload.ca_pem()?, "tls.key": workload.ca_key_pem()?},
     }))?;
     secrets.create(&PostParams::default(), &ca_secret).await?;
-    for doc in &docs {
-        let api_version = doc["apiVersion"].as_str().unwrap_or_default();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let ar = resource(group, version, doc["kind"].as_str().unwrap_or_default());
-        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
-        run.api(&ar)
-            .create(&PostParams::default(), &obj)
-            .await
-            .with_context(|| {
-                format!(
-                    "creating {} {}",
-                    ar.kind,
-                    obj.metadata.name.as_deref().unwrap_or("")
-                )
-            })?;
-    }
+    create_documents(&run.client, &run.ns, &docs).await?;
     run.record(
         "install",
         "apply the generated manifest",

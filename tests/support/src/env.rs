@@ -665,15 +665,10 @@ impl TestEnv {
                 },
                 other => other,
             };
-            match created {
-                Ok(_) => {}
-                Err(source) => {
-                    return Err(Error::Kube {
-                        action: format!("creating {kind} {}", doc["metadata"]["name"]),
-                        source,
-                    });
-                }
-            }
+            created.map_err(|source| Error::Kube {
+                action: format!("creating {kind} {name}"),
+                source,
+            })?;
         }
         Ok(())
     }

@@ -512,20 +512,15 @@ impl Guest {
         self.process.as_mut().is_some_and(|p| p.check_running().is_ok())
     }
 
-    /// The guest's network interfaces but loopback, with the addresses it has now (what a guest
-    /// agent reports).
-    pub fn interfaces(&self) -> Result<Vec<GuestNic>> {
-        interfaces_in(&self.netns)
-    }
-
-    /// Its network namespace (for [`interfaces_in`] without holding the guest).
+    /// Its network namespace: [`interfaces_in`] it gives the guest's network interfaces and
+    /// addresses (what a guest agent reports), without holding the guest.
     pub fn network_namespace(&self) -> &str {
         &self.netns
     }
 }
 
 /// The network interfaces but loopback of network namespace `netns` (a guest's, see
-/// [`Guest::network_namespace`]), with their addresses now.
+/// [`Guest::network_namespace`]), with the addresses they have now.
 pub fn interfaces_in(netns: &str) -> Result<Vec<GuestNic>> {
     let json = setup_output(
         Command::new("ip").args(["netns", "exec", netns, "ip", "-json", "addr", "show"]),

@@ -113,6 +113,26 @@ pub struct VmInfo {
     pub pending: BTreeMap<String, Option<String>>,
 }
 
+impl VmInfo {
+    /// The MAC of NIC `net` (`net0`, …) as its configuration holds it (`virtio=BC:24:11:…` or
+    /// `macaddr=`), lowercase as a guest reports it.
+    pub fn mac(&self, net: &str) -> Option<String> {
+        self.config
+            .get(net)
+            .and_then(|v| net_mac(v))
+            .map(|m| m.to_lowercase())
+    }
+
+    /// The VM's SMBIOS uuid (`smbios1`'s `uuid=`), what its firmware reports as
+    /// `product_uuid`.
+    pub fn smbios_uuid(&self) -> Option<&str> {
+        self.config
+            .get("smbios1")?
+            .split(',')
+            .find_map(|p| p.strip_prefix("uuid="))
+    }
+}
+
 /// A task as tests see it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct TaskInfo {
@@ -2219,6 +2239,36 @@ mod tests {
     #[test]
     fn tags_are_normalised() {
         assert_eq!(normalize_tags("Web, db;web  Alpha"), "alpha;db;web");
+    }
+
+    #[test]
+    fn a_vm_tells_its_nic_mac_and_smbios_uuid() {
+        let vm = VmInfo {
+            vmid: 100,
+            node: "pve1".into(),
+            name: None,
+            config: [
+                ("net0", "virtio=BC:24:11:0A:0B:0C,bridge=vmbr0,firewall=1"),
+                ("net1", "bridge=vmbr1"),
+                (
+                    "smbios1",
+                    "uuid=6c1f3e7a-0d2b-4a59-9c1e-5f0c2b9a9000,manufacturer=QEMU",
+                ),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+            running: false,
+            template: false,
+            lock: None,
+            pool: None,
+            ip: None,
+            pending: BTreeMap::new(),
+        };
+        assert_eq!(vm.mac("net0").as_deref(), Some("bc:24:11:0a:0b:0c"));
+        assert_eq!(vm.mac("net1"), None);
+        assert_eq!(vm.mac("net2"), None);
+        assert_eq!(vm.smbios_uuid(), Some("6c1f3e7a-0d2b-4a59-9c1e-5f0c2b9a9000"));
     }
 
     #[test]

@@ -69,16 +69,6 @@ pub struct LabVm {
     pub guest_ips: Vec<String>,
 }
 
-/// The MAC of a Proxmox `net0` value (`virtio=BC:24:11:…,bridge=vmbr0`).
-fn proxmox_mac(net: &str) -> Option<String> {
-    net.split(',')
-        .filter_map(|part| part.split_once('='))
-        .find(|(model, value)| {
-            matches!(*model, "virtio" | "e1000" | "e1000e" | "rtl8139" | "vmxnet3") && value.len() == 17
-        })
-        .map(|(_, mac)| mac.to_lowercase())
-}
-
 /// A MAC in VMware's range for generated addresses (`00:50:56:00:00:00`–`00:50:56:3f:ff:ff`),
 /// from a VM's BIOS uuid.
 fn vmware_generated_mac(bios_uuid: &str) -> String {
@@ -96,15 +86,6 @@ fn vmware_generated_macs_stay_in_the_generated_range_and_differ_per_vm() {
         assert!(mac.starts_with("00:50:56:"), "{mac}");
         assert!(u8::from_str_radix(&mac[9..11], 16).unwrap() <= 0x3f, "{mac}");
     }
-}
-
-#[test]
-fn the_proxmox_mac_comes_from_the_nic_model() {
-    assert_eq!(
-        proxmox_mac("virtio=BC:24:11:0A:0B:0C,bridge=vmbr0,firewall=1").as_deref(),
-        Some("bc:24:11:0a:0b:0c")
-    );
-    assert_eq!(proxmox_mac("bridge=vmbr0"), None);
 }
 
 /// A VM as the hypervisor reports it.
@@ -152,6 +133,21 @@ impl VSphere {
             }
         }
         Ok(out)
+    }
+
+    /// Plays VMware Tools reporting VM `id`'s primary address (vcsim has no Tools):
+    /// `SET.guest.ipAddress`.
+    async fn set_guest_ip(&self, id: &str, ip: String) -> Result<()> {
+        let spec = ConfigSpec {
+            extra_config: vec![("SET.guest.ipAddress".into(), ip)],
+            ..ConfigSpec::default()
+        };
+        let vm = MoRef::new("VirtualMachine", id.to_owned());
+        let task = self.vc.reconfigure(&vm, &spec).await?;
+        self.vc
+            .wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
+            .await?;
+        Ok(())
     }
 }
 
@@ -513,17 +509,7 @@ impl Hypervisor {
     pub async fn report_address(&self, guest: &Guest, n: u8) -> Result<()> {
         match self {
             Self::Proxmox(_) | Self::Libvirt(_) => Ok(()),
-            Self::VSphere(v) => {
-                let ip = ConfigSpec {
-                    extra_config: vec![("SET.guest.ipAddress".into(), format!("192.0.2.{n}"))],
-                    ..ConfigSpec::default()
-                };
-                let vm = MoRef::new("VirtualMachine", guest.id.clone());
-                let task = v.vc.reconfigure(&vm, &ip).await?;
-                v.vc.wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
-                    .await?;
-                Ok(())
-            }
+            Self::VSphere(v) => v.set_guest_ip(&guest.id, format!("192.0.2.{n}")).await,
         }
     }
 
@@ -580,16 +566,12 @@ impl Hypervisor {
                 .into_iter()
                 .filter(|vm| !vm.template)
                 .map(|vm| {
-                    let uuid = vm
-                        .config
-                        .get("smbios1")
-                        .and_then(|s| s.split(',').find_map(|p| p.strip_prefix("uuid=")))
-                        .map(str::to_owned);
+                    let uuid = vm.smbios_uuid().map(str::to_owned);
                     LabVm {
                         id: vm.vmid.to_string(),
                         running: vm.running,
                         nic: PROXMOX_NIC,
-                        mac: vm.config.get("net0").and_then(|n| proxmox_mac(n)),
+                        mac: vm.mac("net0"),
                         seed: sim.seed(vm.vmid).map(|s| s.image).filter(|i| !i.is_empty()),
                         guestinfo: std::collections::BTreeMap::new(),
                         smbios: uuid.map(|uuid| Smbios {
@@ -659,25 +641,14 @@ impl Hypervisor {
                 sim.report_guest_interfaces(vmid, interfaces)
                     .map_err(|e| anyhow::anyhow!(e))
             }
-            Self::VSphere(v) => {
-                let Some(ip) = nics
-                    .iter()
-                    .flat_map(|n| &n.addresses)
-                    .find(|(ip, _)| ip.is_ipv4())
-                    .map(|(ip, _)| ip.to_string())
-                else {
-                    return Ok(());
-                };
-                let spec = ConfigSpec {
-                    extra_config: vec![("SET.guest.ipAddress".into(), ip)],
-                    ..ConfigSpec::default()
-                };
-                let vm = MoRef::new("VirtualMachine", id.to_owned());
-                let task = v.vc.reconfigure(&vm, &spec).await?;
-                v.vc.wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
-                    .await?;
-                Ok(())
-            }
+            Self::VSphere(v) => match nics
+                .iter()
+                .flat_map(|n| &n.addresses)
+                .find(|(ip, _)| ip.is_ipv4())
+            {
+                Some((ip, _)) => v.set_guest_ip(id, ip.to_string()).await,
+                None => Ok(()),
+            },
             Self::Libvirt(_) => anyhow::bail!("libvirt's test driver runs no lab guests"),
         }
     }

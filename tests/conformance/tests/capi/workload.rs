@@ -30,8 +30,8 @@ use super::guests::{self, Guests};
 use super::hypervisor::Hypervisor;
 use super::{
     AbortOnDrop, CLUSTER, GUEST_KUBERNETES_VERSION, GUEST_STEP_TIMEOUT, Managers, Mode, capi, clusterctl,
-    clusterctl_init, condition, condition_status, controller_dir, infra, parse_docs, poll, resource,
-    run_clusterctl, to_value, workspace,
+    clusterctl_init, condition, condition_status, controller_dir, create_documents, infra, parse_docs, poll,
+    resource, run_clusterctl, to_value, workspace,
 };
 
 /// The simulated hypervisor whose VMs boot as lab guests.
@@ -256,6 +256,16 @@ pub async fn run(scenario: &Scenario, report: &mut Report) -> Result<()> {
     }
 }
 
+/// One progress line of a scenario started at `started` on stderr.
+fn progress(scenario: &Scenario, started: Instant, what: &str) {
+    eprintln!(
+        "[{:?} {:?} {:6.1}s] {what}",
+        scenario.platform,
+        scenario.flavor,
+        started.elapsed().as_secs_f32()
+    );
+}
+
 /// A scenario's management cluster and managers (apart: waits hold the managers mutably).
 struct Workload {
     procs: Managers,
@@ -292,13 +302,7 @@ impl Workload {
     /// cluster of `scenario` applied.
     async fn start(scenario: &Scenario) -> Result<Self> {
         let started = Instant::now();
-        let progress = |what: &str| {
-            eprintln!(
-                "[{:?} {:6.1}s] {what}",
-                scenario.flavor,
-                started.elapsed().as_secs_f32()
-            )
-        };
+        let progress = |what: &str| progress(scenario, started, what);
         let image = tokio::task::spawn_blocking(guest_image).await??;
         progress("guest image ready");
         let lab = Arc::new(Lab::create()?);
@@ -450,11 +454,7 @@ impl Fleet {
 
 impl Env {
     fn progress(&self, what: &str) {
-        eprintln!(
-            "[{:?} {:6.1}s] {what}",
-            self.scenario.flavor,
-            self.started.elapsed().as_secs_f32()
-        );
+        progress(&self.scenario, self.started, what);
     }
 
     fn api(&self, ar: &kube::api::ApiResource) -> Api<DynamicObject> {
@@ -614,16 +614,7 @@ impl Env {
                 None => *commands = json!([append]),
             }
         }
-        for doc in &docs {
-            let api_version = doc["apiVersion"].as_str().unwrap_or_default();
-            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-            let ar = resource(group, version, doc["kind"].as_str().unwrap_or_default());
-            let obj: DynamicObject = serde_json::from_value(doc.clone())?;
-            self.api(&ar)
-                .create(&PostParams::default(), &obj)
-                .await
-                .with_context(|| format!("creating {} {}", ar.kind, doc["metadata"]["name"]))?;
-        }
+        create_documents(&self.client, &self.ns, &docs).await?;
         self.applied = Instant::now();
         self.progress(&format!(
             "clusterctl generate cluster ({}, {} control plane, {} worker) applied",

@@ -8,7 +8,9 @@
 //!
 //! `test:///default` cannot store volume contents (`virStorageVolUpload` is not implemented
 //! there); for that driver only, uploaded bytes are kept in this connection's memory so tests
-//! can read them back with [`VirtHypervisor::uploaded`].
+//! can read them back with [`VirtHypervisor::uploaded`]. Nor has it a DHCP server: what a
+//! test's guest reports as its lease ([`VirtHypervisor::report_leases`]) is what
+//! [`Hypervisor::domain_addresses`] returns there, instead of the driver's made-up address.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Once};
@@ -34,6 +36,9 @@ static QUIET: Once = Once::new();
 
 /// Volume contents kept for the `test` driver, by (pool, volume).
 type Uploads = HashMap<(String, String), Vec<u8>>;
+
+/// DHCP leases reported for the `test` driver's domains, by domain uuid (lower-case).
+type Leases = HashMap<String, Vec<GuestAddress>>;
 
 fn classify(operation: &str, e: &virt::error::Error) -> HvError {
     let kind = match e.code() {
@@ -64,6 +69,7 @@ pub struct VirtHypervisor {
     conn: Arc<Mutex<Option<Arc<Connect>>>>,
     test_driver: bool,
     uploads: Arc<Mutex<Uploads>>,
+    leases: Arc<Mutex<Leases>>,
 }
 
 impl std::fmt::Debug for VirtHypervisor {
@@ -82,6 +88,7 @@ impl VirtHypervisor {
             uri,
             conn: Arc::default(),
             uploads: Arc::default(),
+            leases: Arc::default(),
         }
     }
 
@@ -97,6 +104,25 @@ impl VirtHypervisor {
             .unwrap_or_else(|e| e.into_inner())
             .get(&(pool.to_owned(), name.to_owned()))
             .cloned()
+    }
+
+    /// Records the DHCP leases a guest of the `test` driver holds (what libvirt's own network
+    /// would report for a real domain); ignored on every other driver.
+    pub fn report_leases(&self, uuid: &str, leases: Vec<GuestAddress>) {
+        if self.test_driver {
+            self.leases
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uuid.to_ascii_lowercase(), leases);
+        }
+    }
+
+    /// A domain stopped or gone holds no lease any more.
+    fn forget_leases(&self, uuid: &str) {
+        self.leases
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&uuid.to_ascii_lowercase());
     }
 
     /// The open connection, (re)opened when absent or dead. Blocking.
@@ -269,6 +295,7 @@ impl Hypervisor for VirtHypervisor {
     }
 
     async fn destroy_domain(&self, uuid: &str) -> HvResult<()> {
+        self.forget_leases(uuid);
         let uuid = uuid.to_owned();
         self.call("destroying domain", move |c| {
             let d = lookup_uuid(c, &uuid, "destroying domain")?;
@@ -308,6 +335,7 @@ impl Hypervisor for VirtHypervisor {
     }
 
     async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
+        self.forget_leases(uuid);
         let uuid = uuid.to_owned();
         self.call("undefining domain", move |c| {
             let d = lookup_uuid(c, &uuid, "undefining domain")?;
@@ -321,6 +349,15 @@ impl Hypervisor for VirtHypervisor {
     }
 
     async fn domain_addresses(&self, uuid: &str) -> HvResult<Vec<GuestAddress>> {
+        if self.test_driver
+            && let Some(leases) = self
+                .leases
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&uuid.to_ascii_lowercase())
+        {
+            return Ok(leases.clone());
+        }
         let uuid = uuid.to_owned();
         self.call("reading domain addresses", move |c| {
             let d = lookup_uuid(c, &uuid, "reading domain addresses")?;

@@ -11,7 +11,7 @@ use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_cloudinit::SeedFiles;
 use banlieue_libvirt::connection::VirtHypervisor;
 use banlieue_libvirt::desired::{self, Settings};
-use banlieue_libvirt::hypervisor::{Hypervisor, RunState};
+use banlieue_libvirt::hypervisor::{GuestAddress, Hypervisor, RunState};
 use banlieue_libvirt::phase::Phase;
 use banlieue_libvirt::provision::{self, Host, MachineInput, StepError};
 use banlieue_libvirt::readopt::{self, OnDeletion};
@@ -882,4 +882,36 @@ async fn deleting_a_copy_that_never_adopted_its_domain_leaves_it_in_place() {
     let note = provision::delete(&*hv, &copy, &s, &d.vm.uuid).await.unwrap();
     assert!(note.contains("destroyed and undefined"), "{note}");
     assert!(domains_of("ns", "del").is_empty());
+}
+
+#[tokio::test]
+async fn leases_a_test_guest_reports_are_its_addresses_until_it_stops() {
+    let host = host_with_base().await;
+    let hosts = [host];
+    let hv = hosts[0].hv.clone();
+    let o = owner("leased");
+    let s = spec(serde_json::json!([{"name": "root", "sizeGiB": 4}]));
+    let settings = settings();
+    let input = machine_input(&o, &s, &settings);
+    provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
+        .await
+        .unwrap();
+    let mac = hv.domain_by_uuid(&o.uid).await.unwrap().expect("domain").macs[0].clone();
+    let made_up = hv.domain_addresses(&o.uid).await.unwrap();
+    let lease = GuestAddress {
+        mac: mac.clone(),
+        ip: "10.203.7.9".into(),
+    };
+    assert!(!made_up.contains(&lease), "{made_up:?}");
+
+    hv.report_leases(&o.uid.to_ascii_uppercase(), vec![lease.clone()]);
+    assert_eq!(hv.domain_addresses(&o.uid).await.unwrap(), vec![lease.clone()]);
+
+    hv.destroy_domain(&o.uid).await.unwrap();
+    hv.start_domain(&o.uid).await.unwrap();
+    let after = hv.domain_addresses(&o.uid).await.unwrap();
+    assert!(
+        !after.contains(&lease),
+        "a stopped guest's lease is gone: {after:?}"
+    );
 }

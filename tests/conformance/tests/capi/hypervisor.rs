@@ -45,6 +45,10 @@ const PROXMOX_NIC: &str = "ens18";
 /// The NIC name of a vmxnet3 NIC in slot 192, as Debian and Ubuntu guests of vSphere name it (the
 /// vSphere template's `KUBE_VIP_INTERFACE` default).
 const VSPHERE_NIC: &str = "ens192";
+/// The NIC name of the first virtio NIC of the libvirt provider's domains (machine `pc`, where
+/// libvirt puts it in slot 3), as Debian and Ubuntu guests name it (the libvirt template's
+/// `KUBE_VIP_INTERFACE` default: with DHCP only, no seed renames it).
+const LIBVIRT_NIC: &str = "ens3";
 
 /// A VM as a lab guest boots it (see [`Hypervisor::lab_vms`]).
 #[derive(Clone, Debug)]
@@ -156,7 +160,13 @@ pub struct Libvirt {
     connector: banlieue_libvirt::connection::VirtConnector,
     /// Kept open: the test driver's state lives while a connection does.
     conn: virt::connect::Connect,
+    /// This run's turn: the test driver's domains are the whole process's, and a run counts
+    /// (and boots) every domain it lists.
+    _turn: tokio::sync::MutexGuard<'static, ()>,
 }
+
+/// One run at a time uses the process's test driver.
+static LIBVIRT_TEST_DRIVER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The hypervisor of a run.
 pub enum Hypervisor {
@@ -186,6 +196,7 @@ impl Hypervisor {
     /// libvirt's test driver with the base volume of the cluster template.
     pub async fn libvirt_test_driver() -> Result<Self> {
         use banlieue_libvirt::hypervisor::Hypervisor as _;
+        let turn = LIBVIRT_TEST_DRIVER.lock().await;
         let conn = virt::connect::Connect::open(Some(LIBVIRT_URI)).context("opening test:///default")?;
         let connector = banlieue_libvirt::connection::VirtConnector::default();
         let hv = connector.get(LIBVIRT_URI);
@@ -196,7 +207,11 @@ impl Hypervisor {
             )
             .await?;
         }
-        Ok(Self::Libvirt(Box::new(Libvirt { connector, conn })))
+        Ok(Self::Libvirt(Box::new(Libvirt {
+            connector,
+            conn,
+            _turn: turn,
+        })))
     }
 
     /// The banlieue provider driving it.
@@ -557,8 +572,7 @@ impl Hypervisor {
     }
 
     /// The run's VMs (templates and vcsim's own inventory aside) as lab guests boot them
-    /// (`capi/guests.rs`): what their hardware and firmware give the guest. libvirt's test
-    /// driver is not a lab platform (its domains report no address a guest could set).
+    /// (`capi/guests.rs`): what their hardware and firmware give the guest.
     pub async fn lab_vms(&self) -> Result<Vec<LabVm>> {
         match self {
             Self::Proxmox(sim) => Ok(sim
@@ -619,13 +633,43 @@ impl Hypervisor {
                 }
                 Ok(out)
             }
-            Self::Libvirt(_) => anyhow::bail!("libvirt's test driver runs no lab guests"),
+            Self::Libvirt(lv) => {
+                use banlieue_libvirt::hypervisor::Hypervisor as _;
+                let hv = lv.connector.get(LIBVIRT_URI);
+                let mut out = Vec::new();
+                for domain in lv.conn.list_all_domains(0)? {
+                    if domain.name()? == LIBVIRT_OWN_DOMAIN {
+                        continue;
+                    }
+                    let Some(info) = hv.domain_by_uuid(&domain.uuid_string()?).await? else {
+                        continue;
+                    };
+                    out.push(LabVm {
+                        running: info.state == banlieue_libvirt::hypervisor::RunState::Running,
+                        nic: LIBVIRT_NIC,
+                        mac: info.macs.first().cloned(),
+                        // The test driver keeps no volume contents: the seed ISO as uploaded.
+                        seed: hv.uploaded(LIBVIRT_POOL, &format!("{}-seed.iso", info.name)),
+                        guestinfo: std::collections::BTreeMap::new(),
+                        // The domain's `<sysinfo type='smbios'>`, as the provider writes it.
+                        smbios: Some(Smbios {
+                            vendor: "banlieue".to_owned(),
+                            product: "libvirt".to_owned(),
+                            uuid: info.uuid.clone(),
+                        }),
+                        memory_mib: info.sizing.map(|s| s.memory_mib),
+                        guest_ips: Vec::new(),
+                        id: info.uuid,
+                    });
+                }
+                Ok(out)
+            }
         }
     }
 
     /// What a booted guest's agent reports (Proxmox: QEMU's guest agent, through
     /// `report_guest_interfaces`; vSphere: VMware Tools' primary address, set in vcsim through
-    /// `SET.guest.ipAddress`).
+    /// `SET.guest.ipAddress`; libvirt: the DHCP leases its network would report).
     pub async fn report_guest_addresses(&self, id: &str, nics: &[GuestNic]) -> Result<()> {
         match self {
             Self::Proxmox(sim) => {
@@ -649,7 +693,23 @@ impl Hypervisor {
                 Some((ip, _)) => v.set_guest_ip(id, ip.to_string()).await,
                 None => Ok(()),
             },
-            Self::Libvirt(_) => anyhow::bail!("libvirt's test driver runs no lab guests"),
+            // What libvirt's network reports for a real domain: the DHCP leases of its NICs.
+            Self::Libvirt(lv) => {
+                let leases = nics
+                    .iter()
+                    .flat_map(|nic| {
+                        nic.addresses
+                            .iter()
+                            .filter(|(ip, _)| ip.is_ipv4())
+                            .map(|(ip, _)| banlieue_libvirt::hypervisor::GuestAddress {
+                                mac: nic.mac.to_ascii_lowercase(),
+                                ip: ip.to_string(),
+                            })
+                    })
+                    .collect();
+                lv.connector.get(LIBVIRT_URI).report_leases(id, leases);
+                Ok(())
+            }
         }
     }
 

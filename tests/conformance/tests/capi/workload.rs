@@ -1,4 +1,4 @@
-//! Workload clusters of real guests on the Proxmox simulator, and CAPI's e2e specs run on them.
+//! Workload clusters of real guests on the simulated hypervisors, and CAPI's e2e specs run on them.
 //!
 //! A [`Scenario`] is one workload cluster from `clusterctl generate cluster` (a template flavor,
 //! its control plane and worker counts) and the specs run on it in order, each named after the
@@ -42,6 +42,10 @@ pub enum Platform {
     /// banlieue-vsphere on vcsim (guests read the VM's guestinfo through cloud-init's VMware
     /// datasource; a cloud provider stand-in sets the Nodes' providerIDs, as vSphere's CPI does).
     VSphere,
+    /// banlieue-libvirt on libvirt's `test:///default` driver, its controllers in this process
+    /// (guests read the NoCloud ISO the provider uploaded; their DHCP leases are what the
+    /// driver reports as the domains' addresses).
+    Libvirt,
 }
 
 impl Platform {
@@ -49,6 +53,7 @@ impl Platform {
         match self {
             Self::Proxmox => "Proxmox (simulator)",
             Self::VSphere => "vSphere (vcsim)",
+            Self::Libvirt => "libvirt (test driver)",
         }
     }
 }
@@ -190,6 +195,13 @@ pub const VSPHERE_DEFAULT: Scenario = Scenario {
     ],
 };
 
+/// libvirt's default flavor on its test driver: quick-start, worker remediation, md-rollout,
+/// deletion.
+pub const LIBVIRT_DEFAULT: Scenario = Scenario {
+    platform: Platform::Libvirt,
+    ..VSPHERE_DEFAULT
+};
+
 /// Runs `scenario` on a fresh management cluster, lab and simulator, recording one row per
 /// spec in `report`; fails when a spec failed.
 pub async fn run(scenario: &Scenario, report: &mut Report) -> Result<()> {
@@ -329,6 +341,7 @@ impl Workload {
                 .await?,
             )),
             Platform::VSphere => Hypervisor::vcsim().await?,
+            Platform::Libvirt => Hypervisor::libvirt_test_driver().await?,
         });
         let config = clusterctl_init(&mgmt, &hv, Mode::Processes).await?;
         let procs = Managers::start(Mode::Processes, &hv, &mgmt, "mgmt-node", &controller_dir()?).await?;

@@ -1006,6 +1006,23 @@ async fn control_plane_scale_and_remediation_behind_haproxy() -> Result<()> {
     .await
 }
 
+/// CAPI's cluster upgrade spec with real kubeadm nodes behind the lab's haproxy: quick-start on
+/// the guest image's Kubernetes, then the control plane and the workers moved to the next minor
+/// (a second Proxmox template whose VMs boot the image's layer of that version), then deletion.
+/// Part of the matrix; needs `tests/controlplane/build.sh --next` before the guest image is
+/// built. Alone: `cargo test -p banlieue-conformance --test capi cluster_upgrade -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "in the full matrix (tests/workload-matrix.sh): needs the next Kubernetes minor built"]
+async fn cluster_upgrade_to_the_next_minor() -> Result<()> {
+    workload_report(
+        "Workload cluster of real kubeadm nodes: upgrade to the next minor on the Proxmox simulator",
+        &[&workload::UPGRADE],
+        "workload-upgrade.md",
+        &[],
+    )
+    .await
+}
+
 /// The full matrix of CAPI e2e specs with real kubeadm nodes (not in CI; about 15 minutes): every
 /// scenario of `capi/workload.rs` on the Proxmox simulator, the report (spec × provider, pass or
 /// fail, time) in `target/conformance/workload-matrix.md`. Run with `tests/workload-matrix.sh`.
@@ -1018,6 +1035,7 @@ async fn workload_matrix() -> Result<()> {
             &workload::DEFAULT_FLAVOR,
             &workload::CLUSTERCLASS,
             &workload::EXTERNAL_LB_HA,
+            &workload::UPGRADE,
             &workload::VSPHERE_DEFAULT,
             &workload::LIBVIRT_DEFAULT,
         ],

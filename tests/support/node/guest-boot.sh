@@ -3,7 +3,9 @@
 # PID, mount and UTS namespaces inside its network namespace:
 #   ip netns exec NETNS unshare --mount --uts --pid --fork --propagation private \
 #       --kill-child=SIGKILL bash guest-boot.sh DIR
-# DIR/env names ROOTFS (the guest image, read-only), CGROUP (the guest's cgroup in every v1
+# DIR/env names ROOTFS (the guest image, read-only), KUBERNETES_LAYER (the image's layer of another
+# Kubernetes version than its own, laid over it as a template built for that version would hold
+# it, or empty), CGROUP (the guest's cgroup in every v1
 # hierarchy), SEED (the seed drive's image file, e.g. the NoCloud ISO the provider uploaded,
 # or empty), SMBIOS_VENDOR/SMBIOS_PRODUCT/SMBIOS_UUID (the VM's SMBIOS system information as its
 # firmware reports it in /sys/class/dmi/id, or empty) and GUESTINFO (a folder of the VM's guestinfo
@@ -41,7 +43,9 @@ umount -R /sys/fs/cgroup
 # cannot live on overlayfs (containerd's snapshotter is overlayfs itself): plain folders of DIR.
 root="$dir/root"
 mkdir -p "$root" "$dir/disk" "$dir/disk-work" "$dir/containerd" "$dir/kubelet"
-mount -t overlay overlay -o "lowerdir=$ROOTFS,upperdir=$dir/disk,workdir=$dir/disk-work" "$root"
+lower="$ROOTFS"
+[ -z "${KUBERNETES_LAYER:-}" ] || lower="$KUBERNETES_LAYER:$ROOTFS"
+mount -t overlay overlay -o "lowerdir=$lower,upperdir=$dir/disk,workdir=$dir/disk-work" "$root"
 mkdir -p "$root/var/lib/containerd" "$root/var/lib/kubelet"
 mount --bind "$dir/containerd" "$root/var/lib/containerd"
 mount --bind "$dir/kubelet" "$root/var/lib/kubelet"

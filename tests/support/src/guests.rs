@@ -295,6 +295,28 @@ pub struct GuestSpec {
     /// The VM's guestinfo values by key (`guestinfo.userdata`, …), served in the guest by its
     /// `vmware-rpctool` (vSphere's channel to cloud-init's VMware datasource); empty elsewhere.
     pub guestinfo: std::collections::BTreeMap<String, String>,
+    /// The Kubernetes version the VM's disk was built for, when it is not the image's own (a
+    /// template built for the next minor): the image's layer for it lies over the image (see
+    /// [`kubernetes_layers`]).
+    pub kubernetes: Option<String>,
+}
+
+/// The folder of the image's layers, one per extra Kubernetes version (`tests/guest/build.sh`).
+const KUBERNETES_LAYERS: &str = "opt/banlieue/kubernetes";
+
+/// The Kubernetes versions the image at `rootfs` has a layer for besides its own (its kubelet,
+/// kubeadm and preloaded images; `tests/controlplane/build.sh --next` then `tests/guest/build.sh`
+/// add the next minor), sorted.
+pub fn kubernetes_layers(rootfs: &Path) -> Vec<String> {
+    let mut versions: Vec<String> = std::fs::read_dir(rootfs.join(KUBERNETES_LAYERS))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|entry| entry.path().is_dir())
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .collect();
+    versions.sort();
+    versions
 }
 
 /// SMBIOS system information of a VM, as its firmware reports it.
@@ -334,6 +356,22 @@ impl Guest {
     /// console log `console.log`, its disk's writes under `disk/`, its logs under
     /// `disk/var/log/`).
     pub fn power_on(lab: &Lab, image: &Path, dir: &Path, spec: &GuestSpec) -> Result<Self> {
+        let layer = match &spec.kubernetes {
+            None => String::new(),
+            Some(version) => {
+                let layer = image.join(KUBERNETES_LAYERS).join(version);
+                if !layer.is_dir() {
+                    return Err(Error::NodeSetup(format!(
+                        "guest {}: the image {} has no layer for Kubernetes {version} (it has {:?}; \
+                         build it: tests/controlplane/build.sh --next, then tests/guest/build.sh)",
+                        spec.name,
+                        image.display(),
+                        kubernetes_layers(image)
+                    )));
+                }
+                layer.display().to_string()
+            }
+        };
         let n = lab.next_guest.fetch_add(1, Ordering::Relaxed);
         let (netns, veth) = (
             format!("bnlg-{}-{n}", lab.index),
@@ -403,8 +441,9 @@ impl Guest {
         write(
             &dir.join("env"),
             &format!(
-                "ROOTFS={}\nCGROUP={}\nSEED={}\nSMBIOS_VENDOR={}\nSMBIOS_PRODUCT={}\nSMBIOS_UUID={}\nGUESTINFO={}\n",
+                "ROOTFS={}\nKUBERNETES_LAYER={}\nCGROUP={}\nSEED={}\nSMBIOS_VENDOR={}\nSMBIOS_PRODUCT={}\nSMBIOS_UUID={}\nGUESTINFO={}\n",
                 quoted(&image.display().to_string()),
+                quoted(&layer),
                 quoted(&cgroup),
                 quoted(&seed),
                 quoted(vendor),

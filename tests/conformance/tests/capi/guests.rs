@@ -205,6 +205,7 @@ fn step(
             seed: vm.seed.clone(),
             smbios: vm.smbios.clone(),
             guestinfo: vm.guestinfo.clone(),
+            kubernetes: vm.kubernetes.clone(),
         };
         // One disk per VM: an id the hypervisor hands out again after a deletion is another VM
         // (its SMBIOS uuid tells), while a VM started again keeps its disk.

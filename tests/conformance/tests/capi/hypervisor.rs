@@ -33,6 +33,33 @@ const LIBVIRT_OWN_DOMAIN: &str = "test";
 
 /// The Proxmox template VM the cluster template clones.
 pub const PROXMOX_TEMPLATE_VMID: u32 = 9000;
+/// The Proxmox template VM of the guest image's next Kubernetes version ([`proxmox_template_for`]).
+const PROXMOX_NEXT_TEMPLATE_VMID: u32 = 9001;
+/// The tag prefix of a Proxmox template built for a Kubernetes version other than the image's
+/// own (`kubernetes-v1.34.4`): PVE copies a template's tags to its clones, so the lab knows which
+/// disk a VM boots.
+const PROXMOX_KUBERNETES_TAG: &str = "kubernetes-";
+
+/// A second Proxmox template, as image-builder makes one per Kubernetes version: the simulator's
+/// Ubuntu template with its own VMID, name, disks and identity, tagged with `version`.
+pub fn proxmox_template_for(version: &str) -> banlieue_pve_sim::TemplateSpec {
+    let mut template = banlieue_pve_sim::TemplateSpec::ubuntu("pve1");
+    let (old, new) = (
+        PROXMOX_TEMPLATE_VMID.to_string(),
+        PROXMOX_NEXT_TEMPLATE_VMID.to_string(),
+    );
+    template.vmid = PROXMOX_NEXT_TEMPLATE_VMID;
+    for value in template.config.values_mut() {
+        *value = value.replace(&old, &new);
+    }
+    template.config.insert(
+        "name".into(),
+        format!("ubuntu-2404-kube-{}", version.replace('.', "-")),
+    );
+    let tags = template.config.entry("tags".into()).or_default();
+    tags.push_str(&format!(";{PROXMOX_KUBERNETES_TAG}{version}"));
+    template
+}
 /// vcsim's model VM, made the template.
 const VSPHERE_TEMPLATE: &str = "DC0_C0_RP0_VM0";
 /// Extra config key the vSphere provider marks its VMs with (owner UID).
@@ -69,6 +96,8 @@ pub struct LabVm {
     pub smbios: Option<Smbios>,
     /// Its configured memory.
     pub memory_mib: Option<u64>,
+    /// The Kubernetes version its disk was built for, when not the guest image's own.
+    pub kubernetes: Option<String>,
     /// The addresses its guest agent reported (vSphere: VMware Tools' `guest.net`).
     pub guest_ips: Vec<String>,
 }
@@ -595,6 +624,11 @@ impl Hypervisor {
                         }),
                         memory_mib: vm.config.get("memory").and_then(|m| m.parse().ok()),
                         guest_ips: Vec::new(),
+                        kubernetes: vm.config.get("tags").and_then(|tags| {
+                            tags.split([';', ',', ' '])
+                                .find_map(|t| t.strip_prefix(PROXMOX_KUBERNETES_TAG))
+                                .map(str::to_owned)
+                        }),
                     }
                 })
                 .collect()),
@@ -629,6 +663,7 @@ impl Hypervisor {
                         }),
                         memory_mib: info.memory_mb,
                         guest_ips: info.ip_address.iter().chain(&info.guest_ips).cloned().collect(),
+                        kubernetes: None,
                     });
                 }
                 Ok(out)
@@ -659,10 +694,30 @@ impl Hypervisor {
                         }),
                         memory_mib: info.sizing.map(|s| s.memory_mib),
                         guest_ips: Vec::new(),
+                        kubernetes: None,
                         id: info.uuid,
                     });
                 }
                 Ok(out)
+            }
+        }
+    }
+
+    /// A machine template's `source` for VMs that boot Kubernetes `version` (the template of
+    /// [`proxmox_template_for`]; a second template exists on Proxmox only).
+    pub fn template_source_for(&self, version: &str) -> Result<Value> {
+        match self {
+            Self::Proxmox(sim) => {
+                let tag = format!("{PROXMOX_KUBERNETES_TAG}{version}");
+                anyhow::ensure!(
+                    sim.vm(PROXMOX_NEXT_TEMPLATE_VMID)
+                        .is_some_and(|vm| vm.config.get("tags").is_some_and(|t| t.contains(&tag))),
+                    "the simulator has no template {PROXMOX_NEXT_TEMPLATE_VMID} for Kubernetes {version}"
+                );
+                Ok(serde_json::json!({"vmid": PROXMOX_NEXT_TEMPLATE_VMID}))
+            }
+            Self::VSphere(_) | Self::Libvirt(_) => {
+                anyhow::bail!("the upgrade runs on Proxmox only: only its simulator has a second template")
             }
         }
     }

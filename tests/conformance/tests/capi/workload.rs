@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
 use banlieue_conformance::report::{Outcome, Report};
-use banlieue_pve_sim::SimConfig;
-use banlieue_testenv::guests::{Lab, LoadBalancer, guest_image};
+use banlieue_pve_sim::{SimConfig, TemplateSpec};
+use banlieue_testenv::guests::{Lab, LoadBalancer, guest_image, kubernetes_layers};
 use banlieue_testenv::{TestEnv, TestNamespace, cert_manager_stub_crds};
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use super::guests::{self, Guests};
-use super::hypervisor::Hypervisor;
+use super::hypervisor::{Hypervisor, proxmox_template_for};
 use super::{
     AbortOnDrop, CLUSTER, GUEST_KUBERNETES_VERSION, GUEST_STEP_TIMEOUT, Managers, Mode, capi, clusterctl,
     clusterctl_init, condition, condition_status, controller_dir, create_documents, infra, parse_docs, poll,
@@ -105,12 +105,17 @@ pub enum Spec {
     /// `e2e/kcp_remediations.go`: a MachineHealthCheck replaces an unhealthy control plane
     /// machine of three.
     ControlPlaneRemediation,
-    /// `e2e/clusterclass_changes.go`: the class's worker template rotated, the topology rolls.
+    /// `e2e/clusterclass_changes.go`: the class's worker template rotated, the topology rolls
+    /// the workers; then its control plane machine template, KCP rolls the control plane.
     ClusterClassChanges,
     /// `e2e/node_drain.go`: a worker deleted while a PodDisruptionBudget blocks its drain; its
     /// other Pods are evicted first, its VM stays while the drain is blocked and goes once the
     /// drain timeout passed.
     NodeDrain,
+    /// `e2e/cluster_upgrade.go`: the control plane, then the workers, moved to the next
+    /// Kubernetes minor (its own VM template, as image-builder builds one per version); every
+    /// Machine replaced, every Node's kubelet and the control plane's images at the new version.
+    ClusterUpgrade,
     /// `e2e/cluster_deletion.go`: the Cluster deleted, no VM and no guest left.
     Deletion,
 }
@@ -127,6 +132,7 @@ impl Spec {
             Self::ControlPlaneRemediation => "kcp remediation (e2e/kcp_remediations.go)",
             Self::ClusterClassChanges => "clusterclass-changes (e2e/clusterclass_changes.go)",
             Self::NodeDrain => "node-drain with a drain timeout (e2e/node_drain.go)",
+            Self::ClusterUpgrade => "cluster upgrade to the next minor (e2e/cluster_upgrade.go)",
             Self::Deletion => "cluster deletion (e2e/cluster_deletion.go)",
         }
     }
@@ -179,6 +185,17 @@ pub const EXTERNAL_LB_HA: Scenario = Scenario {
         Spec::NodeDrain,
         Spec::Deletion,
     ],
+};
+
+/// The next Kubernetes minor behind haproxy: quick-start on the image's own version, the
+/// upgrade (control plane, then workers), deletion. Needs the image's layer of the next minor
+/// (`tests/controlplane/build.sh --next`; `tests/workload-matrix.sh` builds it).
+pub const UPGRADE: Scenario = Scenario {
+    platform: Platform::Proxmox,
+    flavor: Flavor::ExternalLb,
+    control_planes: 1,
+    workers: 1,
+    specs: &[Spec::QuickStart, Spec::ClusterUpgrade, Spec::Deletion],
 };
 
 /// vSphere's default flavor on vcsim: quick-start, worker remediation, md-rollout, deletion.
@@ -303,6 +320,9 @@ struct Env {
     /// The workload cluster, through `clusterctl get kubeconfig` (after quick-start).
     workload: Option<kube::Client>,
     pod_cidr: String,
+    /// The Kubernetes version the image has a layer for besides its own, and the template
+    /// whose VMs boot it (scenarios with [`Spec::ClusterUpgrade`]).
+    next_kubernetes: Option<String>,
     _ns_guard: TestNamespace,
     mgmt: TestEnv,
     _lab: Arc<Lab>,
@@ -317,6 +337,19 @@ impl Workload {
         let progress = |what: &str| progress(scenario, started, what);
         let image = tokio::task::spawn_blocking(guest_image).await??;
         progress("guest image ready");
+        let next_kubernetes = if scenario.specs.contains(&Spec::ClusterUpgrade) {
+            let layers = kubernetes_layers(&image);
+            Some(layers.last().cloned().with_context(|| {
+                format!(
+                    "the guest image {} has no layer of a second Kubernetes version to upgrade to: \
+                     build it with tests/controlplane/build.sh --next, then tests/guest/build.sh \
+                     (tests/workload-matrix.sh does both)",
+                    image.display()
+                )
+            })?)
+        } else {
+            None
+        };
         let lab = Arc::new(Lab::create()?);
         let mut crds: Vec<_> = banlieue_api::crds::all()
             .into_iter()
@@ -336,6 +369,9 @@ impl Workload {
                 banlieue_pve_sim::start(SimConfig {
                     nodes: vec!["pve1".into()],
                     external_guests: true,
+                    templates: std::iter::once(TemplateSpec::ubuntu("pve1"))
+                        .chain(next_kubernetes.as_deref().map(proxmox_template_for))
+                        .collect(),
                     ..SimConfig::fast()
                 })
                 .await?,
@@ -378,6 +414,7 @@ impl Workload {
             hv: hv.clone(),
             workload: None,
             pod_cidr: String::new(),
+            next_kubernetes,
             _ns_guard: ns_guard,
             mgmt,
             _lab: lab,
@@ -396,6 +433,7 @@ impl Workload {
             Spec::ControlPlaneRemediation => self.control_plane_remediation().await,
             Spec::ClusterClassChanges => self.clusterclass_changes().await,
             Spec::NodeDrain => self.node_drain().await,
+            Spec::ClusterUpgrade => self.cluster_upgrade().await,
             Spec::Deletion => self.deletion().await,
         }
     }
@@ -409,6 +447,8 @@ struct Fleet {
     machines: BTreeMap<String, (Option<String>, Option<String>, bool)>,
     /// The workload cluster's Nodes.
     nodes: BTreeSet<String>,
+    /// Each Node's kubelet version.
+    kubelets: BTreeMap<String, String>,
     /// The hypervisor's VMs (templates aside) and whether each runs.
     vms: BTreeMap<String, bool>,
     /// Each VM's configured memory (MiB).
@@ -534,16 +574,24 @@ impl Env {
                 ),
             );
         }
-        let nodes = match &self.workload {
+        let kubelets: BTreeMap<String, String> = match &self.workload {
             Some(workload) => Api::<Node>::all(workload.clone())
                 .list(&ListParams::default())
                 .await?
                 .items
                 .into_iter()
-                .filter_map(|n| n.metadata.name)
+                .filter_map(|n| {
+                    let version = n
+                        .status
+                        .and_then(|s| s.node_info)
+                        .map(|i| i.kubelet_version)
+                        .unwrap_or_default();
+                    n.metadata.name.map(|name| (name, version))
+                })
                 .collect(),
-            None => BTreeSet::new(),
+            None => BTreeMap::new(),
         };
+        let nodes = kubelets.keys().cloned().collect();
         let lab_vms = self.hv.lab_vms().await?;
         let vms = lab_vms.iter().map(|vm| (vm.id.clone(), vm.running)).collect();
         let memory = lab_vms.iter().map(|vm| (vm.id.clone(), vm.memory_mib)).collect();
@@ -557,6 +605,7 @@ impl Env {
             .collect();
         Ok(Fleet {
             machines,
+            kubelets,
             nodes,
             vms,
             memory,
@@ -685,20 +734,36 @@ impl Env {
     /// Creates machine template `new` as a copy of `old` with 512 MiB more memory (what the
     /// rollout specs change); returns the new memory.
     async fn copy_with_more_memory(&self, old: &str, new: &str) -> Result<u64> {
+        let mut memory = 0;
+        self.copy_template(old, new, |spec| {
+            memory = spec["memoryMiB"]
+                .as_u64()
+                .with_context(|| format!("the memoryMiB of template {old}"))?
+                + 512;
+            spec["memoryMiB"] = json!(memory);
+            Ok(())
+        })
+        .await?;
+        Ok(memory)
+    }
+
+    /// Creates machine template `new`, a copy of `old` whose machine spec `edit` changed.
+    async fn copy_template(
+        &self,
+        old: &str,
+        new: &str,
+        edit: impl FnOnce(&mut Value) -> Result<()>,
+    ) -> Result<()> {
         let templates = self.api(&infra(&self.hv.kind("MachineTemplate")));
         let mut template = to_value(&templates.get(old).await?);
-        let memory = template["spec"]["template"]["spec"]["memoryMiB"]
-            .as_u64()
-            .with_context(|| format!("the memoryMiB of template {old}"))?
-            + 512;
-        template["spec"]["template"]["spec"]["memoryMiB"] = json!(memory);
+        edit(&mut template["spec"]["template"]["spec"])?;
         let copy: DynamicObject = serde_json::from_value(json!({
             "apiVersion": template["apiVersion"], "kind": template["kind"],
             "metadata": {"name": new},
             "spec": template["spec"],
         }))?;
         templates.create(&PostParams::default(), &copy).await?;
-        Ok(memory)
+        Ok(())
     }
 
     /// The only MachineDeployment of the cluster (the topology names it in the clusterclass
@@ -1074,23 +1139,29 @@ impl Workload {
                 ),
             )
             .await?;
-        self.rolled_workers(&before, memory).await?;
+        self.rolled(false, &before, memory).await?;
         Ok(format!(
             "MachineDeployment moved to {new_template}: every worker replaced, its VM with {memory} MiB"
         ))
     }
 
-    /// Waits until no worker of `before` is left and every worker's VM has `memory` MiB.
-    async fn rolled_workers(&mut self, before: &BTreeSet<String>, memory: u64) -> Result<()> {
+    /// Waits until no worker (or control plane Machine) of `before` is left and every worker's
+    /// (control plane Machine's) VM has `memory` MiB.
+    async fn rolled(&mut self, control_plane: bool, before: &BTreeSet<String>, memory: u64) -> Result<()> {
         let counts = self.counts();
-        self.settle("the workers' rollout", counts, |f| {
+        let what = if control_plane {
+            "control plane"
+        } else {
+            "workers'"
+        };
+        self.settle(&format!("the {what} rollout"), counts, |f| {
             let old: Vec<String> = f
-                .machine_names(false)
+                .machine_names(control_plane)
                 .into_iter()
                 .filter(|m| before.contains(m))
                 .collect();
             let wrong: Vec<String> = f
-                .machine_names(false)
+                .machine_names(control_plane)
                 .iter()
                 .filter_map(|m| {
                     let vmid = f.machines[m].1.clone()?;
@@ -1102,7 +1173,7 @@ impl Workload {
                 Ok(())
             } else {
                 Err(format!(
-                    "old workers {old:?} left; workers with other memory than {memory}: {wrong:?}"
+                    "old Machines {old:?} left; Machines with other memory than {memory}: {wrong:?}"
                 ))
             }
         })
@@ -1307,7 +1378,7 @@ impl Workload {
             )
             .await
             .context("rotating the ClusterClass's worker template")?;
-        self.rolled_workers(&before, memory).await?;
+        self.rolled(false, &before, memory).await?;
         // The topology's own copy of the template is the new one's.
         let deployment = self.env.machine_deployment().await?;
         let md = to_value(&self.env.api(&capi("MachineDeployment")).get(&deployment).await?);
@@ -1320,10 +1391,205 @@ impl Workload {
             "the topology's worker template has {} MiB, the class's new one {memory}",
             md_template["spec"]["template"]["spec"]["memoryMiB"]
         );
+        // Then the control plane's machine template, as the spec's control plane changes: KCP
+        // rolls out the control plane.
+        let mut class = to_value(&classes.get(CLASS).await?);
+        let control_plane = &mut class["spec"]["controlPlane"]["machineInfrastructure"]["templateRef"];
+        let old_cp_template = control_plane["name"]
+            .as_str()
+            .context("the class's control plane machine template")?
+            .to_owned();
+        let new_cp_template = format!("{old_cp_template}-v2");
+        control_plane["name"] = json!(new_cp_template);
+        let cp_memory = self
+            .env
+            .copy_with_more_memory(&old_cp_template, &new_cp_template)
+            .await?;
+        let before = self.env.fleet().await?.machine_names(true);
+        classes
+            .patch(
+                CLASS,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"controlPlane": class["spec"]["controlPlane"]}})),
+            )
+            .await
+            .context("rotating the ClusterClass's control plane machine template")?;
+        self.rolled(true, &before, cp_memory).await?;
+        let members = self.etcd_members(self.env.scenario.control_planes).await?;
         Ok(format!(
             "class worker template rotated {old_template} → {new_template} ({memory} MiB): the topology \
-             cloned it, every worker replaced, its VM with {memory} MiB"
+             cloned it, every worker replaced, its VM with {memory} MiB; class control plane template \
+             rotated {old_cp_template} → {new_cp_template}: the control plane rolled out, its VMs with \
+             {cp_memory} MiB, etcd on {members:?}"
         ))
+    }
+
+    /// CAPI's cluster upgrade spec: the KubeadmControlPlane moved to the next minor and a
+    /// machine template of its VM template (as CAPI's spec sets `KUBERNETES_VERSION_UPGRADE_TO`
+    /// and the upgraded image), then the MachineDeployment; waits as the spec does for every
+    /// control plane Machine, then every worker, to be replaced at the new version, and checks
+    /// from the workload cluster that every Node's kubelet, the API servers and kube-proxy run it.
+    async fn cluster_upgrade(&mut self) -> Result<String> {
+        let to = self
+            .env
+            .next_kubernetes
+            .clone()
+            .context("the scenario set up no second Kubernetes version")?;
+        let source = self.env.hv.template_source_for(&to)?;
+        let suffix = to.replace('.', "-");
+        let kcp_api = self.env.api(&resource(
+            "controlplane.cluster.x-k8s.io",
+            "v1beta2",
+            "KubeadmControlPlane",
+        ));
+        let kcp_name = format!("{CLUSTER}-control-plane");
+        let kcp = to_value(&kcp_api.get(&kcp_name).await?);
+        let from = kcp["spec"]["version"].as_str().unwrap_or_default().to_owned();
+        let deployment = self.env.machine_deployment().await?;
+        let md_api = self.env.api(&capi("MachineDeployment"));
+        let md = to_value(&md_api.get(&deployment).await?);
+        let mut moved = Vec::new();
+        for (template, kind) in [
+            (
+                &kcp["spec"]["machineTemplate"]["spec"]["infrastructureRef"]["name"],
+                "control plane",
+            ),
+            (
+                &md["spec"]["template"]["spec"]["infrastructureRef"]["name"],
+                "worker",
+            ),
+        ] {
+            let old = template
+                .as_str()
+                .with_context(|| format!("the {kind} machine template"))?;
+            let new = format!("{old}-{suffix}");
+            self.env
+                .copy_template(old, &new, |spec| {
+                    spec["source"] = source.clone();
+                    Ok(())
+                })
+                .await?;
+            moved.push(new);
+        }
+        let upgraded = |f: &Fleet, control_plane: bool, before: &BTreeSet<String>| {
+            let machines = f.machine_names(control_plane);
+            let old: Vec<&String> = machines.iter().filter(|m| before.contains(*m)).collect();
+            let behind: Vec<(String, &String)> = machines
+                .iter()
+                .filter_map(|m| f.node_of(m))
+                .filter_map(|node| f.kubelets.get(&node).map(|version| (node, version)))
+                .filter(|(_, version)| **version != to)
+                .collect();
+            if old.is_empty() && behind.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "Machines from before the upgrade left: {old:?}; Nodes whose kubelet is not {to}: {behind:?}"
+                ))
+            }
+        };
+
+        let started = Instant::now();
+        let before = self.env.fleet().await?.machine_names(true);
+        kcp_api
+            .patch(
+                &kcp_name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {
+                    "version": to,
+                    "machineTemplate": {"spec": {"infrastructureRef": {"name": moved[0]}}},
+                }})),
+            )
+            .await?;
+        let counts = self.counts();
+        self.settle("the control plane upgraded", counts, |f| {
+            upgraded(f, true, &before)
+        })
+        .await?;
+        let control_plane_took = started.elapsed();
+        let members = self.etcd_members(counts.0).await?;
+
+        let started = Instant::now();
+        let before = self.env.fleet().await?.machine_names(false);
+        md_api
+            .patch(
+                &deployment,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"template": {"spec": {
+                    "version": to,
+                    "infrastructureRef": {"name": moved[1]},
+                }}}})),
+            )
+            .await?;
+        let fleet = self
+            .settle("the workers upgraded", counts, |f| upgraded(f, false, &before))
+            .await?;
+        let workers_took = started.elapsed();
+        let images = self.control_plane_images(&to, fleet.nodes.len()).await?;
+        Ok(format!(
+            "{from} → {to}: control plane replaced in {} s (etcd on {members:?}), workers in {} s; \
+             every Node's kubelet {to} ({:?}); {images}",
+            control_plane_took.as_secs(),
+            workers_took.as_secs(),
+            fleet.kubelets.keys().collect::<Vec<_>>(),
+        ))
+    }
+
+    /// Waits until every kube-apiserver Pod runs the `version` image and kube-proxy's
+    /// DaemonSet, updated by KCP to that version, is available on all `nodes` Nodes.
+    async fn control_plane_images(&mut self, version: &str, nodes: usize) -> Result<String> {
+        let workload = self.env.workload()?.clone();
+        let pods: Api<Pod> = Api::namespaced(workload.clone(), "kube-system");
+        let daemon_sets: Api<k8s_openapi::api::apps::v1::DaemonSet> =
+            Api::namespaced(workload, "kube-system");
+        let tag = format!(":{version}");
+        poll(
+            &mut self.procs,
+            &format!("the API servers and kube-proxy at {version}"),
+            GUEST_STEP_TIMEOUT,
+            async || {
+                let apiservers: Vec<String> = pods
+                    .list(&ListParams::default().labels("component=kube-apiserver"))
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                    .filter_map(|p| p.spec?.containers.into_iter().next()?.image)
+                    .collect();
+                let proxy = daemon_sets.get("kube-proxy").await?;
+                let proxy_image = proxy
+                    .spec
+                    .template
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.containers.first())
+                    .and_then(|c| c.image.clone())
+                    .unwrap_or_default();
+                let available = proxy.status.as_ref().map_or(0, |s| s.number_available.unwrap_or(0));
+                let updated = proxy
+                    .status
+                    .as_ref()
+                    .map_or(0, |s| s.updated_number_scheduled.unwrap_or(0));
+                Ok(
+                    if !apiservers.is_empty()
+                        && apiservers.iter().all(|i| i.ends_with(&tag))
+                        && proxy_image.ends_with(&tag)
+                        && available as usize == nodes
+                        && updated as usize == nodes
+                    {
+                        Ok(format!(
+                            "kube-apiserver {apiservers:?}; kube-proxy {proxy_image} available on {available} Nodes"
+                        ))
+                    } else {
+                        Err(format!(
+                            "kube-apiserver images {apiservers:?}; kube-proxy {proxy_image}, {updated} updated and \
+                             {available} available of {nodes}"
+                        ))
+                    },
+                )
+            },
+        )
+        .await
     }
 
     async fn node_drain(&mut self) -> Result<String> {

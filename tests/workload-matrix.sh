@@ -2,7 +2,8 @@
 # The full matrix of CAPI's e2e specs with real kubeadm nodes (docs/conformance.md, "With real
 # kubeadm nodes"): every scenario of tests/conformance/tests/capi/workload.rs, one after the other,
 # then the report (spec × provider, pass or fail, duration) in docs/reports/workload-matrix.md
-# with the commit it ran on. About 15–20 minutes after the first build; needs root, as the tests do
+# with the commit it ran on. About 25 minutes after the first build (the first also builds the
+# next Kubernetes minor, ~15 minutes); needs root, as the tests do
 # (the guest image and the control plane are built on the way if missing).
 #
 #   tests/workload-matrix.sh            # run, print and write the report
@@ -17,8 +18,9 @@ case "${1:-}" in
 esac
 step() { echo "==> [workload-matrix] $*"; }
 
-step "building the control plane, the guest image and the managers"
+step "building the control plane, the next Kubernetes minor, the guest image and the managers"
 tests/controlplane/build.sh
+tests/controlplane/build.sh --next   # the upgrade spec's target: a layer of the guest image
 tests/guest/build.sh
 cargo build --locked -p banlieue-proxmox -p banlieue-vsphere -p banlieue-controllers --bins
 

@@ -4,7 +4,7 @@
 # flags, Go version) are unchanged since its last successful build is skipped without running Go;
 # otherwise Go's module and build caches make a rebuild cheap.
 #
-# Usage: tests/controlplane/build.sh [--core-only | --nodes | --capi | --clusterctl] [--force]
+# Usage: tests/controlplane/build.sh [--core-only | --nodes | --capi | --clusterctl | --next] [--force]
 #   --core-only   only etcd, kube-apiserver, kube-controller-manager
 #                 (same as BANLIEUE_CONTROLPLANE_CORE_ONLY=1)
 #   --nodes       the core and kubelet, kube-scheduler, kube-proxy, kubeadm (tests/dev.sh --pods)
@@ -12,6 +12,10 @@
 #                 (tests/dev.sh --capi)
 #   --clusterctl  only clusterctl (and CAPI's CRDs); the log goes to stderr and stdout is one line,
 #                 export PATH="<bin>:$PATH", so: eval "$(tests/controlplane/build.sh --clusterctl)"
+#   --next        only the next Kubernetes minor (next/go.mod): kubelet, kubeadm, kube-apiserver,
+#                 kube-controller-manager, kube-scheduler, kube-proxy into bin/next/, for the guest
+#                 image's layer that CAPI's cluster upgrade spec upgrades to (tests/guest/build.sh
+#                 adds it when bin/next/ exists; CI does not need it)
 #   --force       rebuild even if up to date
 # Without an option: everything, kubelet, kube-scheduler, kube-proxy and kubeadm for real nodes
 # (and the workload-cluster guests) included.
@@ -27,20 +31,22 @@ force=0
 clusterctl_only=0
 capi_only=0
 nodes_only=0
+next_only=0
 for arg in "$@"; do
     case "$arg" in
         --core-only) core_only=1 ;;
         --clusterctl) clusterctl_only=1 ;;
         --capi) capi_only=1 ;;
         --nodes) nodes_only=1 ;;
+        --next) next_only=1 ;;
         --force) force=1 ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "build.sh: unknown argument: $arg" >&2; exit 2 ;;
     esac
 done
 
-if [ $((clusterctl_only + core_only + capi_only + nodes_only)) -gt 1 ]; then
-    echo "build.sh: --core-only, --nodes, --capi and --clusterctl exclude each other" >&2; exit 2
+if [ $((clusterctl_only + core_only + capi_only + nodes_only + next_only)) -gt 1 ]; then
+    echo "build.sh: --core-only, --nodes, --capi, --clusterctl and --next exclude each other" >&2; exit 2
 fi
 if [ "$clusterctl_only" = 1 ]; then
     # stdout carries only the export line (for eval); everything else goes to stderr.
@@ -61,7 +67,7 @@ stamp() {
         go version
         printf '%s\n' "$GOFLAGS" "$@"
         (cd "$dir" && find . -path ./bin -prune -o -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
-            -not -path './capi/*' -not -path './vcsim/*' -not -path './kustomize/*' -print | LC_ALL=C sort | xargs sha256sum)
+            -not -path './capi/*' -not -path './vcsim/*' -not -path './kustomize/*' -not -path './next/*' -print | LC_ALL=C sort | xargs sha256sum)
     } | sha256sum | cut -d' ' -f1
 }
 
@@ -109,17 +115,36 @@ modver() { (cd "$1" && go list -m -f '{{.Version}}' "$2"); }
 
 total=$SECONDS
 
+# version_ldflags VERSION: what upstream's build stamps into component-base's version package.
+version_ldflags() {
+    local minor="${1#v1.}"
+    minor="${minor%%.*}"
+    local kv=k8s.io/component-base/version
+    echo "-s -w -X $kv.gitVersion=$1 -X $kv.gitMajor=1 -X $kv.gitMinor=$minor \
+-X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
+}
+
+# --- next: the next Kubernetes minor's node binaries and control plane (upgrade target) -------------
+if [ "$next_only" = 1 ]; then
+    next_version="$(modver "$here/next" k8s.io/kubernetes)"
+    mkdir -p "$bin/next"
+    next_targets=()
+    for program in kubelet kubeadm kube-apiserver kube-controller-manager kube-scheduler kube-proxy; do
+        next_targets+=("next/$program k8s.io/kubernetes/cmd/$program")
+    done
+    build_group next "$here/next" "${next_targets[@]}" -- "$(version_ldflags "$next_version")"
+    log "next: Kubernetes $next_version in $bin/next (done in $((SECONDS - total))s)"
+    exit 0
+fi
+
 # --- core: etcd, kube-apiserver, kube-controller-manager -------------------------------------------
 if [ "$clusterctl_only" = 0 ]; then
 kube_version="$(modver "$here" k8s.io/kubernetes)"   # e.g. v1.33.13
-kube_minor="${kube_version#v1.}"; kube_minor="${kube_minor%%.*}"
-kv=k8s.io/component-base/version
 build_group core "$here" \
     "etcd ./cmd/etcd" \
     "kube-apiserver ./cmd/kube-apiserver" \
     "kube-controller-manager ./cmd/kube-controller-manager" \
-    -- "-s -w -X $kv.gitVersion=$kube_version -X $kv.gitMajor=1 -X $kv.gitMinor=$kube_minor \
--X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
+    -- "$(version_ldflags "$kube_version")"
 fi
 
 # --- node: kubelet, kube-scheduler, kube-proxy, kubeadm for the harness's real nodes and guests ---
@@ -129,8 +154,7 @@ build_group node "$here" \
     "kube-scheduler ./cmd/kube-scheduler" \
     "kube-proxy ./cmd/kube-proxy" \
     "kubeadm ./cmd/kubeadm" \
-    -- "-s -w -X $kv.gitVersion=$kube_version -X $kv.gitMajor=1 -X $kv.gitMinor=$kube_minor \
--X $kv.gitTreeState=clean -X $kv.buildDate=1970-01-01T00:00:00Z"
+    -- "$(version_ldflags "$kube_version")"
 fi
 
 if [ "$nodes_only" = 1 ]; then

@@ -1049,8 +1049,8 @@ async fn workload_matrix() -> Result<()> {
 const MATRIX_NOTES: &[&str] = &[
     "libvirt: the runs use libvirt's test driver (a real libvirtd would run QEMU, and KVM does not work here): it has no DHCP server, so the lab reports each guest's DHCP lease to the provider's connection, which returns it as the domain's address on that driver only (`VirtHypervisor::report_leases`).",
     "vSphere: vSphere's cloud provider (CPI) cannot be built here (its module is not served); a stand-in in the test sets each Node's providerID from its systemUUID (the VM's BIOS uuid) and removes the uninitialized taint, as the CPI does.",
-    "Not yet written as tests: cluster upgrade (e2e/cluster_upgrade.go: needs a second Kubernetes minor built into the guest image), self-hosted (e2e/self_hosted.go: clusterctl move into the workload cluster, managers as Pods on its nodes).",
-    "clusterclass-changes rotates the worker template only (the e2e spec also changes the control plane's).",
+    "cluster upgrade: v1.33.13 → v1.34.4 (tests/controlplane/build.sh --next builds the second minor; the guest image gets a layer of it, which the VMs of a second Proxmox template boot). On Proxmox only: the other platforms have one template.",
+    "Not yet written as a test: self-hosted (e2e/self_hosted.go: clusterctl move into the workload cluster, managers as Pods on its nodes: the guests would need the managers' images and a route to the hypervisor).",
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

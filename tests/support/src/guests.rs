@@ -301,14 +301,17 @@ pub struct GuestSpec {
     pub kubernetes: Option<String>,
 }
 
-/// The folder of the image's layers, one per extra Kubernetes version (`tests/guest/build.sh`).
-const KUBERNETES_LAYERS: &str = "opt/banlieue/kubernetes";
+/// The folder of the image's layers, one per extra Kubernetes version, beside its root filesystem
+/// (`tests/guest/build.sh`; overlayfs refuses a lower layer inside another).
+fn kubernetes_layers_dir(rootfs: &Path) -> PathBuf {
+    rootfs.with_file_name("kubernetes")
+}
 
 /// The Kubernetes versions the image at `rootfs` has a layer for besides its own (its kubelet,
 /// kubeadm and preloaded images; `tests/controlplane/build.sh --next` then `tests/guest/build.sh`
 /// add the next minor), sorted.
 pub fn kubernetes_layers(rootfs: &Path) -> Vec<String> {
-    let mut versions: Vec<String> = std::fs::read_dir(rootfs.join(KUBERNETES_LAYERS))
+    let mut versions: Vec<String> = std::fs::read_dir(kubernetes_layers_dir(rootfs))
         .into_iter()
         .flatten()
         .flatten()
@@ -359,7 +362,7 @@ impl Guest {
         let layer = match &spec.kubernetes {
             None => String::new(),
             Some(version) => {
-                let layer = image.join(KUBERNETES_LAYERS).join(version);
+                let layer = kubernetes_layers_dir(image).join(version);
                 if !layer.is_dir() {
                     return Err(Error::NodeSetup(format!(
                         "guest {}: the image {} has no layer for Kubernetes {version} (it has {:?}; \

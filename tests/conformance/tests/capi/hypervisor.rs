@@ -56,6 +56,9 @@ pub fn proxmox_template_for(version: &str) -> banlieue_pve_sim::TemplateSpec {
         "name".into(),
         format!("ubuntu-2404-kube-{}", version.replace('.', "-")),
     );
+    template
+        .config
+        .insert("net0".into(), "virtio=BC:24:11:00:90:01,bridge=vmbr0".into());
     let tags = template.config.entry("tags".into()).or_default();
     tags.push_str(&format!(";{PROXMOX_KUBERNETES_TAG}{version}"));
     template
@@ -100,6 +103,23 @@ pub struct LabVm {
     pub kubernetes: Option<String>,
     /// The addresses its guest agent reported (vSphere: VMware Tools' `guest.net`).
     pub guest_ips: Vec<String>,
+}
+
+#[test]
+fn the_next_minors_template_is_a_template_of_its_own_tagged_with_its_version() {
+    let template = proxmox_template_for("v1.34.4");
+    assert_eq!(template.vmid, PROXMOX_NEXT_TEMPLATE_VMID);
+    assert_eq!(template.config["template"], "1");
+    assert_eq!(template.config["tags"], "template;ubuntu;kubernetes-v1.34.4");
+    assert_eq!(template.config["name"], "ubuntu-2404-kube-v1-34-4");
+    let first = banlieue_pve_sim::TemplateSpec::ubuntu("pve1");
+    assert_ne!(template.config["net0"], first.config["net0"]);
+    let own = PROXMOX_TEMPLATE_VMID.to_string();
+    let leftovers: Vec<_> = template.config.iter().filter(|(_, v)| v.contains(&own)).collect();
+    assert!(
+        leftovers.is_empty(),
+        "disks and identity of template {own} kept: {leftovers:?}"
+    );
 }
 
 /// A MAC in VMware's range for generated addresses (`00:50:56:00:00:00`–`00:50:56:3f:ff:ff`),

@@ -1,0 +1,1 @@
+../../../cmd/coredns/main.go

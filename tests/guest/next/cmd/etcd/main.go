@@ -1,0 +1,1 @@
+../../../cmd/etcd/main.go

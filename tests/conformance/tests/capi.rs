@@ -1023,11 +1023,11 @@ async fn cluster_upgrade_to_the_next_minor() -> Result<()> {
     .await
 }
 
-/// The full matrix of CAPI e2e specs with real kubeadm nodes (not in CI; about 15 minutes): every
-/// scenario of `capi/workload.rs` on the Proxmox simulator, the report (spec × provider, pass or
+/// The full matrix of CAPI e2e specs with real kubeadm nodes (not in CI; about 30 minutes): every
+/// scenario of `capi/workload.rs` (Proxmox, vcsim, libvirt), the report (spec × provider, pass or
 /// fail, time) in `target/conformance/workload-matrix.md`. Run with `tests/workload-matrix.sh`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the full matrix (about 15 minutes): tests/workload-matrix.sh"]
+#[ignore = "the full matrix (about 30 minutes): tests/workload-matrix.sh"]
 async fn workload_matrix() -> Result<()> {
     workload_report(
         "CAPI e2e specs with real kubeadm nodes: the full matrix",

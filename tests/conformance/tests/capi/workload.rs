@@ -1354,32 +1354,14 @@ impl Workload {
     }
 
     async fn clusterclass_changes(&mut self) -> Result<String> {
-        const CLASS: &str = "banlieue-proxmox";
-        let classes = self.env.api(&capi("ClusterClass"));
-        let mut class = to_value(&classes.get(CLASS).await?);
-        let worker = &mut class["spec"]["workers"]["machineDeployments"][0]["infrastructure"]["templateRef"];
-        let old_template = worker["name"]
-            .as_str()
-            .context("the class's worker template")?
-            .to_owned();
-        let new_template = format!("{old_template}-v2");
-        worker["name"] = json!(new_template);
-        let memory = self
-            .env
-            .copy_with_more_memory(&old_template, &new_template)
-            .await?;
-        let templates = self.env.api(&infra(&self.env.hv.kind("MachineTemplate")));
-        let before = self.env.fleet().await?.machine_names(false);
-        classes
-            .patch(
-                CLASS,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"workers": class["spec"]["workers"]}})),
+        let (old_template, new_template, memory) = self
+            .rotate_class_template(
+                "/spec/workers/machineDeployments/0/infrastructure/templateRef",
+                false,
             )
-            .await
-            .context("rotating the ClusterClass's worker template")?;
-        self.rolled(false, &before, memory).await?;
+            .await?;
         // The topology's own copy of the template is the new one's.
+        let templates = self.env.api(&infra(&self.env.hv.kind("MachineTemplate")));
         let deployment = self.env.machine_deployment().await?;
         let md = to_value(&self.env.api(&capi("MachineDeployment")).get(&deployment).await?);
         let md_template = md["spec"]["template"]["spec"]["infrastructureRef"]["name"]
@@ -1393,28 +1375,9 @@ impl Workload {
         );
         // Then the control plane's machine template, as the spec's control plane changes: KCP
         // rolls out the control plane.
-        let mut class = to_value(&classes.get(CLASS).await?);
-        let control_plane = &mut class["spec"]["controlPlane"]["machineInfrastructure"]["templateRef"];
-        let old_cp_template = control_plane["name"]
-            .as_str()
-            .context("the class's control plane machine template")?
-            .to_owned();
-        let new_cp_template = format!("{old_cp_template}-v2");
-        control_plane["name"] = json!(new_cp_template);
-        let cp_memory = self
-            .env
-            .copy_with_more_memory(&old_cp_template, &new_cp_template)
+        let (old_cp_template, new_cp_template, cp_memory) = self
+            .rotate_class_template("/spec/controlPlane/machineInfrastructure/templateRef", true)
             .await?;
-        let before = self.env.fleet().await?.machine_names(true);
-        classes
-            .patch(
-                CLASS,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"controlPlane": class["spec"]["controlPlane"]}})),
-            )
-            .await
-            .context("rotating the ClusterClass's control plane machine template")?;
-        self.rolled(true, &before, cp_memory).await?;
         let members = self.etcd_members(self.env.scenario.control_planes).await?;
         Ok(format!(
             "class worker template rotated {old_template} → {new_template} ({memory} MiB): the topology \
@@ -1422,6 +1385,40 @@ impl Workload {
              rotated {old_cp_template} → {new_cp_template}: the control plane rolled out, its VMs with \
              {cp_memory} MiB, etcd on {members:?}"
         ))
+    }
+
+    /// Points the ClusterClass's template reference at `pointer` (a JSON pointer into the class)
+    /// to a copy of its template with more memory and waits until the workers (or the control
+    /// plane) rolled out onto it; returns the old and new templates and the new memory.
+    async fn rotate_class_template(
+        &mut self,
+        pointer: &str,
+        control_plane: bool,
+    ) -> Result<(String, String, u64)> {
+        const CLASS: &str = "banlieue-proxmox";
+        let classes = self.env.api(&capi("ClusterClass"));
+        let mut class = to_value(&classes.get(CLASS).await?);
+        let reference = class
+            .pointer_mut(pointer)
+            .with_context(|| format!("no {pointer} in ClusterClass {CLASS}"))?;
+        let old = reference["name"]
+            .as_str()
+            .with_context(|| format!("the template name at {pointer}"))?
+            .to_owned();
+        let new = format!("{old}-v2");
+        reference["name"] = json!(new);
+        let memory = self.env.copy_with_more_memory(&old, &new).await?;
+        let before = self.env.fleet().await?.machine_names(control_plane);
+        classes
+            .patch(
+                CLASS,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": class["spec"]})),
+            )
+            .await
+            .with_context(|| format!("rotating the ClusterClass's template at {pointer}"))?;
+        self.rolled(control_plane, &before, memory).await?;
+        Ok((old, new, memory))
     }
 
     /// CAPI's cluster upgrade spec: the KubeadmControlPlane moved to the next minor and a

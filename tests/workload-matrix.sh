@@ -2,8 +2,8 @@
 # The full matrix of CAPI's e2e specs with real kubeadm nodes (docs/conformance.md, "With real
 # kubeadm nodes"): every scenario of tests/conformance/tests/capi/workload.rs, one after the other,
 # then the report (spec × provider, pass or fail, duration) in docs/reports/workload-matrix.md
-# with the commit it ran on. About 25 minutes after the first build (the first also builds the
-# next Kubernetes minor, ~15 minutes); needs root, as the tests do
+# with the commit it ran on. About 30 minutes after the first build (the first also builds the
+# next Kubernetes minor: ~4 minutes here with a warm Go cache, longer cold); needs root, as the tests do
 # (the guest image and the control plane are built on the way if missing).
 #
 #   tests/workload-matrix.sh            # run, print and write the report

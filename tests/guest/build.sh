@@ -65,7 +65,8 @@ stamp="$(
         go version
     } | sha256sum | cut -d' ' -f1
 )"
-if [ -d "$out/rootfs" ] && [ "$(cat "$out/rootfs.stamp" 2>/dev/null)" = "$stamp" ]; then
+if [ -d "$out/rootfs" ] && [ "$(cat "$out/rootfs.stamp" 2>/dev/null)" = "$stamp" ] \
+    && { [ -z "$next_version" ] || [ -d "$out/kubernetes/$next_version" ]; }; then
     log "up to date: $out/rootfs"
     exit 0
 fi
@@ -186,8 +187,10 @@ retag_image() {
 # versions kubeadm wants), pause from its source, tagged as that kubeadm names it; and that pause as
 # containerd's sandbox image in CONTAINERD_CONFIG (as image-builder configures it).
 preload_kubeadm_images() {
-    local binaries="$1" etcd="$2" coredns="$3" images="$4" containerd_config="$5" version reference tag name have
+    local binaries="$1" etcd="$2" coredns="$3" images="$4" containerd_config="$5" version wanted reference tag name have
     version="$("$binaries/kubeadm" version -o short)"
+    # (assigned first: a failing kubeadm stops the build here, not as an empty image list below)
+    wanted="$("$binaries/kubeadm" config images list --kubernetes-version "$version")"
     mkdir -p "$images"
     : > "$images/index"
     while read -r reference; do
@@ -222,7 +225,7 @@ preload_kubeadm_images() {
             *) echo "guest/build: no recipe for image $reference" >&2; exit 1 ;;
         esac
         add_image "$images" "$reference" "$work/images/x.tar"
-    done <<< "$("$binaries/kubeadm" config images list --kubernetes-version "$version")"
+    done <<< "$wanted"
 }
 pause_built_as=""
 preload_kubeadm_images "$bin" "$work/bin/etcd" "$work/bin/coredns" "$images" "$root/etc/containerd/config.toml"

@@ -271,6 +271,8 @@ impl Hypervisor for VirtHypervisor {
     }
 
     async fn start_domain(&self, uuid: &str) -> HvResult<()> {
+        // A guest starting anew holds no lease until its DHCP client gets one.
+        self.forget_leases(uuid);
         let uuid = uuid.to_owned();
         self.call("starting domain", move |c| {
             let d = lookup_uuid(c, &uuid, "starting domain")?;
@@ -283,6 +285,7 @@ impl Hypervisor for VirtHypervisor {
     }
 
     async fn shutdown_domain(&self, uuid: &str) -> HvResult<()> {
+        self.forget_leases(uuid);
         let uuid = uuid.to_owned();
         self.call("shutting down domain", move |c| {
             let d = lookup_uuid(c, &uuid, "shutting down domain")?;

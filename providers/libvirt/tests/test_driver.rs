@@ -907,6 +907,16 @@ async fn leases_a_test_guest_reports_are_its_addresses_until_it_stops() {
     hv.report_leases(&o.uid.to_ascii_uppercase(), vec![lease.clone()]);
     assert_eq!(hv.domain_addresses(&o.uid).await.unwrap(), vec![lease.clone()]);
 
+    hv.report_leases(&o.uid, vec![lease.clone()]);
+    hv.shutdown_domain(&o.uid).await.unwrap();
+    hv.start_domain(&o.uid).await.unwrap();
+    let restarted = hv.domain_addresses(&o.uid).await.unwrap();
+    assert!(
+        !restarted.contains(&lease),
+        "a restarted guest has no lease yet: {restarted:?}"
+    );
+
+    hv.report_leases(&o.uid, vec![lease.clone()]);
     hv.destroy_domain(&o.uid).await.unwrap();
     hv.start_domain(&o.uid).await.unwrap();
     let after = hv.domain_addresses(&o.uid).await.unwrap();

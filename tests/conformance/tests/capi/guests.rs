@@ -1,8 +1,8 @@
 //! Real guests for a simulated hypervisor: every VM the hypervisor runs (`Hypervisor::lab_vms`:
-//! the Proxmox simulator or vcsim) is booted as a lab guest (`banlieue_testenv::guests`) from the
+//! the Proxmox simulator, vcsim or libvirt's test driver) is booted as a lab guest (`banlieue_testenv::guests`) from the
 //! lab guest image, with the NIC name its guest OS gives the VM's first NIC, that NIC's MAC, the
-//! VM's SMBIOS uuid and what the VM carries for cloud-init: Proxmox, the NoCloud ISO the provider
-//! uploaded, byte for byte as the simulator stores it; vSphere, the VM's `guestinfo.*` values,
+//! VM's SMBIOS uuid and what the VM carries for cloud-init: Proxmox and libvirt, the NoCloud ISO
+//! the provider uploaded, byte for byte as the hypervisor stores it; vSphere, the VM's `guestinfo.*` values,
 //! which the guest's `vmware-rpctool` serves to cloud-init's VMware datasource. What the guest's
 //! network really has is what its agent reports (`Hypervisor::report_guest_addresses`). A VM that
 //! stops, or is destroyed, powers its guest off.

@@ -76,9 +76,9 @@ const PROXMOX_NIC: &str = "ens18";
 /// vSphere template's `KUBE_VIP_INTERFACE` default).
 const VSPHERE_NIC: &str = "ens192";
 /// The NIC name of the first virtio NIC of the libvirt provider's domains (machine `pc`, where
-/// libvirt puts it in slot 3), as Debian and Ubuntu guests name it (the libvirt template's
+/// a real libvirtd puts it in PCI slot 2: the domains have no video device), as Debian and Ubuntu guests name it (the libvirt template's
 /// `KUBE_VIP_INTERFACE` default: with DHCP only, no seed renames it).
-const LIBVIRT_NIC: &str = "ens3";
+const LIBVIRT_NIC: &str = "ens2";
 
 /// A VM as a lab guest boots it (see [`Hypervisor::lab_vms`]).
 #[derive(Clone, Debug)]
@@ -770,19 +770,23 @@ impl Hypervisor {
             },
             // What libvirt's network reports for a real domain: the DHCP leases of its NICs.
             Self::Libvirt(lv) => {
+                use banlieue_libvirt::hypervisor::Hypervisor as _;
+                let hv = lv.connector.get(LIBVIRT_URI);
+                // A lease is the one address DHCP gave a NIC of the domain: its first IPv4
+                // address (not a VIP added after it, not the CNI's bridges).
+                let macs = hv.domain_by_uuid(id).await?.map(|d| d.macs).unwrap_or_default();
                 let leases = nics
                     .iter()
-                    .flat_map(|nic| {
-                        nic.addresses
-                            .iter()
-                            .filter(|(ip, _)| ip.is_ipv4())
-                            .map(|(ip, _)| banlieue_libvirt::hypervisor::GuestAddress {
-                                mac: nic.mac.to_ascii_lowercase(),
-                                ip: ip.to_string(),
-                            })
+                    .filter(|nic| macs.iter().any(|m| m.eq_ignore_ascii_case(&nic.mac)))
+                    .filter_map(|nic| {
+                        let (ip, _) = nic.addresses.iter().find(|(ip, _)| ip.is_ipv4())?;
+                        Some(banlieue_libvirt::hypervisor::GuestAddress {
+                            mac: nic.mac.to_ascii_lowercase(),
+                            ip: ip.to_string(),
+                        })
                     })
                     .collect();
-                lv.connector.get(LIBVIRT_URI).report_leases(id, leases);
+                hv.report_leases(id, leases);
                 Ok(())
             }
         }

@@ -40,6 +40,15 @@ const PROXMOX_NEXT_TEMPLATE_VMID: u32 = 9001;
 /// disk a VM boots.
 const PROXMOX_KUBERNETES_TAG: &str = "kubernetes-";
 
+/// The value of a Proxmox VM's tag that starts with `prefix` (tags read as PVE stores them, by
+/// the client's parser).
+fn proxmox_tag(config: &std::collections::BTreeMap<String, String>, prefix: &str) -> Option<String> {
+    banlieue_pve_client::config::normalize_tags(config.get("tags")?)
+        .ok()?
+        .into_iter()
+        .find_map(|tag| tag.strip_prefix(prefix).map(str::to_owned))
+}
+
 /// A second Proxmox template, as image-builder makes one per Kubernetes version: the simulator's
 /// Ubuntu template with its own VMID, name, disks and identity, tagged with `version`.
 pub fn proxmox_template_for(version: &str) -> banlieue_pve_sim::TemplateSpec {
@@ -111,6 +120,10 @@ fn the_next_minors_template_is_a_template_of_its_own_tagged_with_its_version() {
     assert_eq!(template.vmid, PROXMOX_NEXT_TEMPLATE_VMID);
     assert_eq!(template.config["template"], "1");
     assert_eq!(template.config["tags"], "template;ubuntu;kubernetes-v1.34.4");
+    assert_eq!(
+        proxmox_tag(&template.config, PROXMOX_KUBERNETES_TAG).as_deref(),
+        Some("v1.34.4")
+    );
     assert_eq!(template.config["name"], "ubuntu-2404-kube-v1-34-4");
     let first = banlieue_pve_sim::TemplateSpec::ubuntu("pve1");
     assert_ne!(template.config["net0"], first.config["net0"]);
@@ -483,11 +496,7 @@ impl Hypervisor {
                         .and_then(|s| s.meta_data.as_deref())
                         .and_then(|m| serde_yaml::from_str(m).ok())
                         .unwrap_or_default();
-                    let owner_uid = vm.config.get("tags").and_then(|tags| {
-                        tags.split([';', ',', ' '])
-                            .find_map(|t| t.strip_prefix("banlieue-uid-"))
-                            .map(str::to_owned)
-                    });
+                    let owner_uid = proxmox_tag(&vm.config, "banlieue-uid-");
                     Guest {
                         id: vm.vmid.to_string(),
                         running: vm.running,
@@ -644,11 +653,7 @@ impl Hypervisor {
                         }),
                         memory_mib: vm.config.get("memory").and_then(|m| m.parse().ok()),
                         guest_ips: Vec::new(),
-                        kubernetes: vm.config.get("tags").and_then(|tags| {
-                            tags.split([';', ',', ' '])
-                                .find_map(|t| t.strip_prefix(PROXMOX_KUBERNETES_TAG))
-                                .map(str::to_owned)
-                        }),
+                        kubernetes: proxmox_tag(&vm.config, PROXMOX_KUBERNETES_TAG),
                     }
                 })
                 .collect()),
@@ -728,10 +733,10 @@ impl Hypervisor {
     pub fn template_source_for(&self, version: &str) -> Result<Value> {
         match self {
             Self::Proxmox(sim) => {
-                let tag = format!("{PROXMOX_KUBERNETES_TAG}{version}");
                 anyhow::ensure!(
-                    sim.vm(PROXMOX_NEXT_TEMPLATE_VMID)
-                        .is_some_and(|vm| vm.config.get("tags").is_some_and(|t| t.contains(&tag))),
+                    sim.vm(PROXMOX_NEXT_TEMPLATE_VMID).is_some_and(|vm| {
+                        proxmox_tag(&vm.config, PROXMOX_KUBERNETES_TAG).as_deref() == Some(version)
+                    }),
                     "the simulator has no template {PROXMOX_NEXT_TEMPLATE_VMID} for Kubernetes {version}"
                 );
                 Ok(serde_json::json!({"vmid": PROXMOX_NEXT_TEMPLATE_VMID}))

@@ -216,7 +216,15 @@ pub const VSPHERE_DEFAULT: Scenario = Scenario {
 /// deletion.
 pub const LIBVIRT_DEFAULT: Scenario = Scenario {
     platform: Platform::Libvirt,
-    ..VSPHERE_DEFAULT
+    flavor: Flavor::Default,
+    control_planes: 1,
+    workers: 1,
+    specs: &[
+        Spec::QuickStart,
+        Spec::MachineRemediation,
+        Spec::MachineDeploymentRollout,
+        Spec::Deletion,
+    ],
 };
 
 /// Runs `scenario` on a fresh management cluster, lab and simulator, recording one row per

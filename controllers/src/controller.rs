@@ -29,6 +29,7 @@ use banlieue_api::banlieue::{
     Provider, VirtualMachine, VirtualMachineClass, VirtualMachineImage, VirtualMachineStatus,
 };
 use banlieue_api::common::ContractReference;
+use banlieue_provider_runtime::cache::lean_controller;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -36,7 +37,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams, Preconditions,
 };
-use kube::runtime::controller::{self as runtime_controller, Action, Controller};
+use kube::runtime::controller::{self as runtime_controller, Action};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -884,7 +885,7 @@ async fn run_once(
         ),
     });
     ctx.metrics.ready.store(true, Ordering::Relaxed);
-    let mut controller = Controller::new(vms, watcher::Config::default())
+    let mut controller = lean_controller(vms, watcher::Config::default())
         .with_config(runtime_controller::Config::default().debounce(RECONCILE_DEBOUNCE));
     for entry in entries {
         let ar = entry.api_resource();

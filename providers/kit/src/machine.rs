@@ -38,11 +38,12 @@ use banlieue_api::infrastructure::kinds::{ContractStatus, InfraMachine, InfraMac
 use banlieue_capi::bootstrap::{BOOTSTRAP_VALUE_KEY, BootstrapData, BootstrapFormat};
 use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
+use banlieue_provider_runtime::cache::lean_controller;
 use banlieue_provider_runtime::metrics::Metrics;
 use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -1267,7 +1268,7 @@ async fn run_once<B: MachineBackend>(
     shutdown: crate::capi::Stop,
 ) {
     let client = ctx.client.clone();
-    let controller = Controller::new(
+    let controller = lean_controller(
         api::<B::Machine>(&client, namespace),
         crate::drive::primary_watch(ctx.watch_filter.as_deref()),
     );

@@ -1,6 +1,7 @@
 //! banlieue-provider-runtime: the operational plumbing every banlieue binary shares, one job per
 //! module.
 //!
+//! - [`cache`]: a controller whose cache of its own kind keeps no `managedFields`.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`metrics`]: reconcile counters and durations named like controller-runtime's, kept and
 //!   rendered (Prometheus text format 0.0.4) by the `prometheus-client` crate.
@@ -19,6 +20,8 @@
 //! of Kubernetes, use only `tls` (feature `tls`, without default features): the verifying
 //! HTTPS connector (web PKI, CA bundle, SHA-256 pinning, explicit insecure).
 
+#[cfg(feature = "runtime")]
+pub mod cache;
 #[cfg(feature = "runtime")]
 pub mod flags;
 #[cfg(feature = "runtime")]

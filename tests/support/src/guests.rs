@@ -309,7 +309,7 @@ fn kubernetes_layers_dir(rootfs: &Path) -> PathBuf {
 
 /// The Kubernetes versions the image at `rootfs` has a layer for besides its own (its kubelet,
 /// kubeadm and preloaded images; `tests/controlplane/build.sh --next` then `tests/guest/build.sh`
-/// add the next minor), sorted.
+/// add the next minor), oldest first (by version number: v1.9 before v1.34).
 pub fn kubernetes_layers(rootfs: &Path) -> Vec<String> {
     let mut versions: Vec<String> = std::fs::read_dir(kubernetes_layers_dir(rootfs))
         .into_iter()
@@ -318,8 +318,17 @@ pub fn kubernetes_layers(rootfs: &Path) -> Vec<String> {
         .filter(|entry| entry.path().is_dir())
         .filter_map(|entry| entry.file_name().into_string().ok())
         .collect();
-    versions.sort();
+    versions.sort_by_key(|v| version_numbers(v));
     versions
+}
+
+/// `v1.34.4` → `[1, 34, 4]` (what is not a number counts as 0), for ordering versions.
+fn version_numbers(version: &str) -> Vec<u64> {
+    version
+        .trim_start_matches('v')
+        .split(['.', '-', '+'])
+        .map(|part| part.parse().unwrap_or(0))
+        .collect()
 }
 
 /// SMBIOS system information of a VM, as its firmware reports it.
@@ -613,6 +622,18 @@ impl Drop for Guest {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubernetes_layers_are_listed_oldest_first_by_version_number() {
+        let out = tempfile::tempdir().unwrap();
+        let rootfs = out.path().join("rootfs");
+        for version in ["v1.34.4", "v1.100.0", "v1.9.11"] {
+            std::fs::create_dir_all(out.path().join("kubernetes").join(version)).unwrap();
+        }
+        std::fs::write(out.path().join("kubernetes").join("notes"), "a file, not a layer").unwrap();
+
+        assert_eq!(kubernetes_layers(&rootfs), ["v1.9.11", "v1.34.4", "v1.100.0"]);
+    }
 
     #[test]
     fn the_load_balancer_checks_every_backend_for_a_ready_api_server() {

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Error, Result};
+use crate::limit::Limiter;
 use crate::secret::Secret;
 use crate::tls::{HttpsConnector, TlsVerification, client_config};
 
@@ -137,6 +138,7 @@ pub struct ClientBuilder {
     hook: Option<RequestHook>,
     ticket_lifetime: Duration,
     max_in_flight: usize,
+    limiter: Option<Arc<Limiter>>,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -167,6 +169,7 @@ impl ClientBuilder {
             hook: None,
             ticket_lifetime: TICKET_LIFETIME,
             max_in_flight: MAX_IN_FLIGHT,
+            limiter: None,
         }
     }
 
@@ -238,8 +241,16 @@ impl ClientBuilder {
     }
 
     /// At most this many requests in flight at once (default [`MAX_IN_FLIGHT`]); more wait.
+    /// Fewer while the server answers that it is overloaded (see [`crate::limit`]).
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
+        self
+    }
+
+    /// Shares `limiter` (e.g. [`Limiter::shared`] of the endpoint) instead of a limiter of this
+    /// client's own: every client holding it counts against one bound.
+    pub fn limiter(mut self, limiter: Arc<Limiter>) -> Self {
+        self.limiter = Some(limiter);
         self
     }
 
@@ -310,7 +321,9 @@ impl ClientBuilder {
                 retry: self.retry,
                 hook: self.hook,
                 renew_after: self.ticket_lifetime.mul_f64(0.75),
-                in_flight: tokio::sync::Semaphore::new(self.max_in_flight),
+                limiter: self
+                    .limiter
+                    .unwrap_or_else(|| Arc::new(Limiter::new(self.max_in_flight))),
             }),
         })
     }
@@ -352,8 +365,9 @@ pub(crate) struct Inner {
     hook: Option<RequestHook>,
     /// A ticket older than this is renewed before it is used.
     renew_after: Duration,
-    /// Bounds the requests in flight (pveproxy has 3 workers by default).
-    in_flight: tokio::sync::Semaphore,
+    /// Bounds the requests in flight (pveproxy has 3 workers by default), fewer while the
+    /// server says it is overloaded.
+    limiter: Arc<Limiter>,
 }
 
 enum AuthState {
@@ -587,11 +601,7 @@ impl Client {
     ) -> Result<T> {
         let inner = &self.inner;
         // Waiting for a slot does not count against the request's timeout.
-        let _slot = inner
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| Error::Config("the client is shutting down".into()))?;
+        let slot = inner.limiter.acquire().await;
         self.record(method, path, payload, attempt);
         let mut uri = format!("{}{API_PREFIX}{path}", inner.base);
         let mut builder = http::Request::builder()
@@ -675,6 +685,13 @@ impl Client {
                     timeout,
                 })??;
         tracing::trace!(%method, path, status = parts.status.as_u16(), attempt, "PVE response");
+        if matches!(parts.status.as_u16(), 429 | 503) {
+            let retry_after = crate::limit::retry_after(&parts.headers);
+            tracing::debug!(%method, path, status = parts.status.as_u16(), ?retry_after, "the server is overloaded: fewer requests at once");
+            slot.overloaded(retry_after);
+        } else {
+            slot.answered();
+        }
         decode(method, path, &parts, &bytes)
     }
 }

@@ -247,6 +247,8 @@ impl Error {
                 }
                 match status {
                     404 => ErrorClass::NotFound,
+                    // Too Many Requests: the server (or a proxy before it) asks to come back later.
+                    429 => ErrorClass::Transient,
                     501 => ErrorClass::Invalid,
                     500..=599 => ErrorClass::Transient,
                     400..=499 => ErrorClass::Invalid,
@@ -399,6 +401,7 @@ mod tests {
     )]
     #[case(502, "Bad Gateway", ErrorClass::Transient)]
     #[case(503, "Service Unavailable", ErrorClass::Transient)]
+    #[case(429, "Too Many Requests", ErrorClass::Transient)]
     #[case(401, "No ticket", ErrorClass::Auth)]
     #[case(401, "authentication failure", ErrorClass::Auth)]
     #[case(403, "Permission check failed (/vms/100, VM.Audit)", ErrorClass::Auth)]

@@ -29,6 +29,7 @@ mod client;
 pub mod config;
 pub mod de;
 mod error;
+pub mod limit;
 mod secret;
 mod task;
 mod tls;

@@ -39,6 +39,40 @@ async fn no_more_requests_in_flight_than_the_limit() {
     sim.shutdown().await;
 }
 
+/// A server that answers 503 (overloaded pveproxy, or a proxy before it) gets fewer requests at
+/// once: after one overload answer, a client limited to six sends at most three at a time (four
+/// calls: the fourth waits for a slot), where before it would have sent all four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overloaded_server_gets_half_as_many_requests_at_once() {
+    let sim = sim(SimConfig::fast()).await;
+    let client = Client::builder(sim.url())
+        .token(sim.token_id(), sim.token_secret())
+        .tls(TlsVerification::Fingerprint(sim.fingerprint_sha256()))
+        .max_in_flight(6)
+        .build()
+        .unwrap();
+    sim.faults()
+        .add(FaultRule::status(503, "Service Unavailable").first(1))
+        .unwrap();
+    client
+        .version()
+        .await
+        .expect("the GET is sent again after the 503, and answered");
+    sim.faults()
+        .add(FaultRule::latency(Duration::from_millis(200)))
+        .unwrap();
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let client = client.clone();
+        calls.spawn(async move { client.version().await });
+    }
+    while let Some(answer) = calls.join_next().await {
+        answer.unwrap().expect("every call is answered");
+    }
+    assert_eq!(sim.peak_in_flight(), 3);
+    sim.shutdown().await;
+}
+
 /// A ticket is renewed once three quarters of its lifetime have passed, before PVE refuses it:
 /// the second call logs in again first (a client that waited for the 401 would not, at 80 % of
 /// the lifetime) and is sent once.

@@ -30,6 +30,7 @@ use banlieue_api::banlieue::{
 };
 use banlieue_api::common::ContractReference;
 use banlieue_provider_runtime::cache::lean_controller;
+use banlieue_provider_runtime::events::Publisher;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -38,7 +39,7 @@ use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, PartialObjectMeta, Patch, PatchParams, Preconditions,
 };
 use kube::runtime::controller::{self as runtime_controller, Action};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -144,7 +145,7 @@ pub struct Context {
     providers: Store<Provider>,
     clusters: InfraClusters,
     failures: Mutex<HashMap<String, u32>>,
-    recorder: Recorder,
+    recorder: Publisher,
     /// Per VirtualMachine uid, our status writes not yet seen through the watch: see
     /// [`Written`].
     written: Mutex<HashMap<String, Written>>,
@@ -876,7 +877,7 @@ async fn run_once(
         served: served::kinds(entries),
         placement: Arc::new(tokio::sync::Mutex::new(())),
         manage_providers: namespace.is_none(),
-        recorder: Recorder::new(
+        recorder: Publisher::new(
             client.clone(),
             Reporter {
                 controller: FIELD_MANAGER.to_owned(),

@@ -21,11 +21,12 @@ use std::time::Duration;
 
 use banlieue_api::banlieue::{Backend, Provider, ProviderNodeTotals, VirtualMachine};
 use banlieue_api::condition::{self, ConditionStatus};
+use banlieue_provider_runtime::events::Publisher;
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -53,7 +54,7 @@ struct Context {
     client: Client,
     providers: Store<Provider>,
     vms: Store<VirtualMachine>,
-    recorder: Recorder,
+    recorder: Publisher,
 }
 
 /// Runs the Provider reconciler until `shutdown`.
@@ -103,7 +104,7 @@ pub async fn run(client: Client, shutdown: impl Future<Output = ()> + Send + 'st
         let _ = futures::future::join(providers.wait_until_ready(), vms.wait_until_ready()).await;
     }
     let ctx = Context {
-        recorder: Recorder::new(
+        recorder: Publisher::new(
             client.clone(),
             Reporter {
                 controller: FIELD_MANAGER.to_owned(),

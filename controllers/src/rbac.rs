@@ -59,7 +59,7 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         api_groups: &["events.k8s.io"],
         resources: &["events"],
-        verbs: &["create", "patch"],
+        verbs: &["create"],
         why: "Warning Events on a VirtualMachine whose Ready turns False for a cause someone must act on",
     },
 ];

@@ -29,12 +29,12 @@ use banlieue_api::infrastructure::kinds::{ContractStatus, InfraCluster, InfraClu
 use banlieue_api::standalone;
 use banlieue_capi::Cluster;
 use banlieue_capi::contract;
+use banlieue_provider_runtime::events::Publisher;
 use banlieue_provider_runtime::metrics::Metrics;
 use banlieue_provider_runtime::secret_watch::{SecretIndex, secrets_api};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -151,7 +151,7 @@ pub struct ClusterContext<B: ClusterBackend> {
     /// The provider's metrics registry.
     pub metrics: Metrics,
     /// Event recorder (an Event per condition transition).
-    pub recorder: Recorder,
+    pub recorder: Publisher,
     /// The Secrets each cluster's last reconcile read, for the Secret watch.
     pub secrets: SecretIndex<B::Cluster>,
     /// Requeue of a cluster that is not ready ([`RETRY`]).

@@ -3,7 +3,8 @@
 //! Warning (an object that is simply not paused says nothing at all).
 
 use banlieue_api::condition::{self, Condition};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use banlieue_provider_runtime::events::Publisher;
+use kube::runtime::events::{Event, EventType, Reporter};
 use tracing::warn;
 
 /// Reasons that are a Warning even in a condition's good state: usable, but a human should know
@@ -66,9 +67,9 @@ pub fn transition_events(
         .collect()
 }
 
-/// A recorder for one controller, reporting as `controller` (and the Pod, `$POD_NAME`).
-pub fn recorder(client: kube::Client, controller: &str) -> Recorder {
-    Recorder::new(
+/// The Event publisher of one controller, reporting as `controller` (and the Pod, `$POD_NAME`).
+pub fn recorder(client: kube::Client, controller: &str) -> Publisher {
+    Publisher::new(
         client,
         Reporter {
             controller: controller.to_owned(),
@@ -79,7 +80,7 @@ pub fn recorder(client: kube::Client, controller: &str) -> Recorder {
 
 /// Publishes `events` about the object; a failure is logged (an Event is never worth a retry).
 pub async fn publish<K: kube::Resource<DynamicType = ()>>(
-    recorder: &Recorder,
+    recorder: &Publisher,
     object: &K,
     events: Vec<(EventType, String, String)>,
 ) {

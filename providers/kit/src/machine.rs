@@ -39,12 +39,13 @@ use banlieue_capi::bootstrap::{BOOTSTRAP_VALUE_KEY, BootstrapData, BootstrapForm
 use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
 use banlieue_provider_runtime::cache::lean_controller;
+use banlieue_provider_runtime::events::Publisher;
 use banlieue_provider_runtime::metrics::Metrics;
 use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -412,7 +413,7 @@ pub struct MachineContext<B: MachineBackend> {
     /// The provider's metrics registry.
     pub metrics: Metrics,
     /// Event recorder.
-    pub recorder: Recorder,
+    pub recorder: Publisher,
     /// The Secrets each machine's last reconcile read, for the Secret watch.
     pub secrets: SecretIndex<B::Machine>,
     /// Requeue while waiting for the infra cluster or the bootstrap data ([`WAIT_REQUEUE`]).

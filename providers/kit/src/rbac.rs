@@ -64,7 +64,7 @@ macro_rules! contract_rbac {
             Rule {
                 api_groups: &["events.k8s.io"],
                 resources: &["events"],
-                verbs: &["create", "patch"],
+                verbs: &["create"],
                 why: "Kubernetes Events on each condition and provisioning transition",
             },
             Rule {

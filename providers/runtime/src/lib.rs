@@ -2,6 +2,7 @@
 //! module.
 //!
 //! - [`cache`]: a controller whose cache of its own kind keeps no `managedFields`.
+//! - [`events`]: Kubernetes Events created without being kept in memory.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`metrics`]: reconcile counters and durations named like controller-runtime's, kept and
 //!   rendered (Prometheus text format 0.0.4) by the `prometheus-client` crate.
@@ -22,6 +23,8 @@
 
 #[cfg(feature = "runtime")]
 pub mod cache;
+#[cfg(feature = "runtime")]
+pub mod events;
 #[cfg(feature = "runtime")]
 pub mod flags;
 #[cfg(feature = "runtime")]

@@ -6,7 +6,10 @@
 //! guest would see, its own mount, PID, UTS and cgroup namespaces, a disk that is an overlay of
 //! the image, its seed drive, and the image's own init (`banlieue-guest-init`: cloud-init's
 //! stages, containerd, kubelet). Dropping a guest powers it off: every process of it ends and
-//! its namespaces, cgroups and disk go (its logs stay in its folder). What a killed run left
+//! its namespaces and cgroups go; its disk stays in its folder, as a VM's does, so a guest
+//! powered on again from the same folder boots from it as the same node (kubelet's credentials,
+//! containerd's images, cloud-init's record of the first boot), until [`Guest::discard_disk`]
+//! (the VM was deleted; its logs stay). What a killed run left
 //! behind is removed by the next [`Lab::create`] (each lab records its owner and what it made
 //! under [`LAB_STATE_DIR`]).
 
@@ -612,9 +615,20 @@ impl Drop for Guest {
             process.stop();
         }
         remove_node_resources(&self.state);
-        // The disk's bulk (containerd's images and snapshots, kubelet's volumes); the logs stay.
+        // The overlay's scaffolding (its mount point and work folder); the disk stays.
+        for scaffolding in ["disk-work", "root"] {
+            let _ = std::fs::remove_dir_all(self.dir.join(scaffolding));
+        }
+    }
+}
+
+impl Guest {
+    /// The disk's bulk of the powered-off guest whose files are in `dir` (containerd's images
+    /// and snapshots, kubelet's folder), for a VM that was deleted; its writes under `disk/`,
+    /// its logs among them, stay.
+    pub fn discard_disk(dir: &Path) {
         for heavy in ["containerd", "kubelet", "disk-work", "root"] {
-            let _ = std::fs::remove_dir_all(self.dir.join(heavy));
+            let _ = std::fs::remove_dir_all(dir.join(heavy));
         }
     }
 }

@@ -70,6 +70,7 @@ async fn run(
         }
     };
     let mut retries = Retries::default();
+    let mut kept_disks = KeptDisks::default();
     // What each guest's agent reported last, and when.
     let mut reported: BTreeMap<String, (Vec<GuestNic>, Instant)> = BTreeMap::new();
     while !stop.load(Ordering::SeqCst) {
@@ -86,15 +87,17 @@ async fn run(
                     };
                     let (guests, stop) = (guests.clone(), stop.clone());
                     let mut retries = std::mem::take(&mut retries);
+                    let mut disks = std::mem::take(&mut kept_disks);
                     let note = note.clone();
                     tokio::task::spawn_blocking(move || {
-                        let nics = step(&vms, &site, &guests, &mut retries, &stop, &note);
-                        (retries, nics)
+                        let nics = step(&vms, &site, &guests, &mut retries, &mut disks, &stop, &note);
+                        (retries, disks, nics)
                     })
                 };
                 match work.await {
-                    Ok((kept, nics)) => {
+                    Ok((kept, disks, nics)) => {
                         retries = kept;
+                        kept_disks = disks;
                         reported.retain(|id, _| nics.contains_key(id));
                         for (id, nics) in nics {
                             if reported
@@ -148,6 +151,25 @@ impl Retries {
     }
 }
 
+/// The folders of powered-off guests whose VMs still exist: their disks stay (a VM started
+/// again boots from its disk) until the VM is deleted.
+#[derive(Default)]
+struct KeptDisks(BTreeMap<String, PathBuf>);
+
+impl KeptDisks {
+    /// Discards the disks of VMs that are gone (see [`Guest::discard_disk`]).
+    fn discard_gone(&mut self, vms: &BTreeMap<&str, &LabVm>, note: &dyn Fn(String)) {
+        self.0.retain(|id, dir| {
+            let exists = vms.contains_key(id.as_str());
+            if !exists {
+                Guest::discard_disk(dir);
+                note(format!("VM {id} gone: its disk discarded"));
+            }
+            exists
+        });
+    }
+}
+
 /// Where guests boot: the lab network, the guest image, the folder of the guests' files.
 struct Site {
     lab: Arc<Lab>,
@@ -162,6 +184,7 @@ fn step(
     site: &Site,
     guests: &Guests,
     retries: &mut Retries,
+    kept_disks: &mut KeptDisks,
     stop: &AtomicBool,
     note: &dyn Fn(String),
 ) -> BTreeMap<String, Vec<GuestNic>> {
@@ -184,9 +207,13 @@ fn step(
             .collect()
     };
     for (id, guest) in stopped {
+        let dir = guest.dir().to_owned();
         drop(guest);
         note(format!("VM {id} stopped: guest powered off"));
+        kept_disks.0.insert(id, dir);
     }
+    // A deleted VM's disk goes (an id handed out again is another VM, in another folder).
+    kept_disks.discard_gone(&by_id, note);
     for vm in vms {
         if stop.load(Ordering::SeqCst) {
             break;

@@ -432,7 +432,7 @@ pub fn domain_xml(c: &DomainConfig) -> String {
         }
         x.push_str("    </disk>\n");
     }
-    for n in &c.nics {
+    for (index, n) in c.nics.iter().enumerate() {
         let (kind, attr, name) = match &n.source {
             NicSource::Network(name) => ("network", "network", name),
             NicSource::Bridge(name) => ("bridge", "bridge", name),
@@ -447,6 +447,11 @@ pub fn domain_xml(c: &DomainConfig) -> String {
         if let Some(mtu) = n.mtu {
             let _ = writeln!(x, "      <mtu size='{mtu}'/>");
         }
+        let _ = writeln!(
+            x,
+            "      <address type='pci' domain='0x0000' bus='0x00' slot='{:#04x}' function='0x0'/>",
+            nic_pci_slot(index)
+        );
         x.push_str("    </interface>\n");
     }
     x.push_str("    <serial type='pty'>\n");
@@ -460,6 +465,19 @@ pub fn domain_xml(c: &DomainConfig) -> String {
     x.push_str("  </devices>\n</domain>\n");
     x
 }
+
+/// The PCI slot of the domain's NIC number `index` (from 0): the NICs come first on the root
+/// bus, slots 2, 3, … (slot 1 is the chipset's), so the guest names them after their slot
+/// (Debian and Ubuntu: `ens2`, `ens3`, …) whichever other devices the domain has; the cluster
+/// templates' `KUBE_VIP_INTERFACE` default (`ens2`) relies on it. At most 16 NICs (the CRD's
+/// bound): slots 2–17.
+pub fn nic_pci_slot(index: usize) -> usize {
+    FIRST_NIC_PCI_SLOT + index
+}
+
+/// The first NIC's PCI slot on machine type `pc` (i440FX): 0 is the host bridge, 1 the
+/// PIIX3 chipset.
+pub const FIRST_NIC_PCI_SLOT: usize = 2;
 
 /// A qcow2 volume of `capacity_gib` backed by `backing_path` (a copy-on-write overlay).
 pub fn overlay_volume_xml(
@@ -609,6 +627,13 @@ mod tests {
         ] {
             assert!(xml.contains(needle), "missing {needle} in\n{xml}");
         }
+        // The NICs in PCI slots 2 and 3, in their order (the guest's ens2, ens3).
+        let first = xml.find("<source network='lab'/>").unwrap();
+        let second = xml.find("<source bridge='br0'/>").unwrap();
+        let slot2 = xml.find("slot='0x02'").unwrap();
+        let slot3 = xml.find("slot='0x03'").unwrap();
+        assert!(first < slot2 && slot2 < second && second < slot3, "{xml}");
+        assert_eq!(xml.matches("<address ").count(), 2, "only the NICs are pinned");
         // cdrom after the boot disk, and exactly one of each
         assert!(xml.find("bus='virtio'").unwrap() < xml.find("bus='sata'").unwrap());
         assert_eq!(xml.matches("<interface ").count(), 2);

@@ -138,7 +138,7 @@ pub struct ClientBuilder {
     hook: Option<RequestHook>,
     ticket_lifetime: Duration,
     max_in_flight: usize,
-    limiter: Option<Arc<Limiter>>,
+    limit_per_endpoint: bool,
 }
 
 impl fmt::Debug for ClientBuilder {
@@ -169,7 +169,7 @@ impl ClientBuilder {
             hook: None,
             ticket_lifetime: TICKET_LIFETIME,
             max_in_flight: MAX_IN_FLIGHT,
-            limiter: None,
+            limit_per_endpoint: false,
         }
     }
 
@@ -247,10 +247,11 @@ impl ClientBuilder {
         self
     }
 
-    /// Shares `limiter` (e.g. [`Limiter::shared`] of the endpoint) instead of a limiter of this
-    /// client's own: every client holding it counts against one bound.
-    pub fn limiter(mut self, limiter: Arc<Limiter>) -> Self {
-        self.limiter = Some(limiter);
+    /// Shares the bound on requests in flight with every other client of the same endpoint
+    /// (host and port, as the client normalises them) that asks for it, in this process
+    /// ([`Limiter::shared`]), instead of a bound of this client's own.
+    pub fn limit_per_endpoint(mut self) -> Self {
+        self.limit_per_endpoint = true;
         self
     }
 
@@ -311,6 +312,11 @@ impl ClientBuilder {
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(16)
             .build(connector);
+        let limiter = if self.limit_per_endpoint {
+            Limiter::shared(&base, self.max_in_flight)
+        } else {
+            Arc::new(Limiter::new(self.max_in_flight))
+        };
         Ok(Client {
             inner: Arc::new(Inner {
                 base,
@@ -321,9 +327,7 @@ impl ClientBuilder {
                 retry: self.retry,
                 hook: self.hook,
                 renew_after: self.ticket_lifetime.mul_f64(0.75),
-                limiter: self
-                    .limiter
-                    .unwrap_or_else(|| Arc::new(Limiter::new(self.max_in_flight))),
+                limiter,
             }),
         })
     }
@@ -676,14 +680,16 @@ impl Client {
             })?;
             Ok::<_, Error>((parts, bytes.to_bytes()))
         };
-        let (parts, bytes) =
-            tokio::time::timeout(timeout, exchange)
-                .await
-                .map_err(|_| Error::Timeout {
-                    method: method.clone(),
-                    path: path.to_owned(),
-                    timeout,
-                })??;
+        let Ok(exchanged) = tokio::time::timeout(timeout, exchange).await else {
+            // pveproxy queues what its workers cannot take: no answer in time is an overload too.
+            slot.overloaded(None);
+            return Err(Error::Timeout {
+                method: method.clone(),
+                path: path.to_owned(),
+                timeout,
+            });
+        };
+        let (parts, bytes) = exchanged?;
         tracing::trace!(%method, path, status = parts.status.as_u16(), attempt, "PVE response");
         if matches!(parts.status.as_u16(), 429 | 503) {
             let retry_after = crate::limit::retry_after(&parts.headers);
@@ -933,6 +939,29 @@ mod tests {
             .parse()
             .unwrap();
         assert_send(&c.wait_task(&upid, Duration::ZERO, Duration::ZERO));
+    }
+
+    #[test]
+    fn clients_that_limit_per_endpoint_share_one_bound_per_host_and_port() {
+        let build = |url: &str, shared: bool| {
+            let builder = Client::builder(url).token("a@pam!t", "s");
+            let builder = if shared {
+                builder.limit_per_endpoint()
+            } else {
+                builder
+            };
+            builder.build().unwrap()
+        };
+        let a = build("https://pve-limit.example.com", true);
+        let b = build("https://PVE-LIMIT.example.com:8006/", true);
+        let other_port = build("https://pve-limit.example.com:8007", true);
+        let own = build("https://pve-limit.example.com:8006", false);
+        assert!(
+            Arc::ptr_eq(&a.inner.limiter, &b.inner.limiter),
+            "8006 is the default port"
+        );
+        assert!(!Arc::ptr_eq(&a.inner.limiter, &other_port.inner.limiter));
+        assert!(!Arc::ptr_eq(&a.inner.limiter, &own.inner.limiter));
     }
 
     #[test]

@@ -1,37 +1,39 @@
 //! How many requests go to one Proxmox VE endpoint at once.
 //!
 //! At most the configured limit ([`crate::MAX_IN_FLIGHT`] by default: pveproxy's three workers
-//! serve the API, more requests only queue inside it). When the server says it is overloaded
-//! (`429 Too Many Requests`, `503 Service Unavailable`, as pveproxy or a proxy in front of it
-//! answers), the limit halves, and a `Retry-After` holds every new request until it has passed;
-//! after a window of answered requests (as many as the current limit) it grows back by one:
-//! additive increase, multiplicative decrease, as TCP's congestion control does. A limiter is
-//! shared by every client of the same endpoint ([`Limiter::shared`]), so many ProxmoxClusters
-//! on one host do not add up to more than the host bears.
+//! serve the API, more requests only queue inside it), waiting requests served in turn (a fair
+//! semaphore). When the server says it is overloaded (`429 Too Many Requests`,
+//! `503 Service Unavailable`, as pveproxy or a proxy in front of it answers), or does not answer
+//! within the request's timeout (pveproxy queues what its workers cannot take), the limit
+//! halves, and a `Retry-After` holds every new request until it has passed; after a window of
+//! answered requests (as many as the current limit) it grows back by one: additive increase,
+//! multiplicative decrease, as TCP's congestion control does. Clients that ask for it share the
+//! limiter of their endpoint ([`Limiter::shared`]), so many ProxmoxClusters on one host do not
+//! add up to more than the host bears.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 /// The longest `Retry-After` honoured: a server asking for more is asked again after this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// The bound on one endpoint's requests in flight, adapted to the server's overload answers.
+/// Requests wait in order (a fair semaphore of the current limit's permits).
 #[derive(Debug)]
 pub struct Limiter {
     max: usize,
+    permits: Semaphore,
     state: Mutex<State>,
-    changed: Notify,
 }
 
 #[derive(Debug)]
 struct State {
     /// Requests allowed in flight now (1..=max).
     limit: usize,
-    in_flight: usize,
     /// Requests answered (not overloaded) since the limit last changed.
     answered: usize,
     /// No request starts before this instant (a `Retry-After`).
@@ -39,12 +41,15 @@ struct State {
     /// How many times the limit was cut: the overload answers of requests that started before
     /// the last cut are that one overload, not one each.
     cuts: u64,
+    /// Permits a cut took away while they were in use: forgotten as they come back.
+    owed: usize,
 }
 
 /// A request's slot; the slot is free again when this is dropped.
 #[derive(Debug)]
 pub struct Slot<'a> {
     limiter: &'a Limiter,
+    permit: Option<SemaphorePermit<'a>>,
     /// The limiter's cut count when the request started.
     cuts: u64,
 }
@@ -55,19 +60,20 @@ impl Limiter {
         let max = max.max(1);
         Self {
             max,
+            permits: Semaphore::new(max),
             state: Mutex::new(State {
                 limit: max,
-                in_flight: 0,
                 answered: 0,
                 hold_until: None,
                 cuts: 0,
+                owed: 0,
             }),
-            changed: Notify::new(),
         }
     }
 
-    /// The limiter of endpoint `base` (e.g. `https://pve.example.com:8006`), shared by every
-    /// client of it in this process while one holds it; `max` applies when it is made.
+    /// The limiter of endpoint `base` (the client's normalised URL, e.g.
+    /// `https://pve.example.com:8006`), shared by every client of it in this process while one
+    /// holds it; `max` applies when it is made.
     pub fn shared(base: &str, max: usize) -> Arc<Self> {
         static BY_ENDPOINT: OnceLock<Mutex<HashMap<String, Weak<Limiter>>>> = OnceLock::new();
         let mut map = BY_ENDPOINT
@@ -94,34 +100,26 @@ impl Limiter {
         self.lock().limit
     }
 
-    /// Waits for a slot: until fewer than the limit are in flight and no `Retry-After` holds.
+    /// Waits for a slot: its turn among the waiting requests, and no `Retry-After` holding.
     pub async fn acquire(&self) -> Slot<'_> {
+        self.wait_out_hold().await;
+        // The semaphore is never closed: an error cannot happen (and would only mean no bound).
+        let permit = self.permits.acquire().await.ok();
+        // A Retry-After that came while this request waited for its turn holds it too.
+        self.wait_out_hold().await;
+        Slot {
+            limiter: self,
+            permit,
+            cuts: self.lock().cuts,
+        }
+    }
+
+    async fn wait_out_hold(&self) {
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            // Registered before the state is read: a release in between is not missed.
-            changed.as_mut().enable();
-            let hold = {
-                let mut state = self.lock();
-                let now = Instant::now();
-                match state.hold_until {
-                    Some(until) if until > now => Some(until),
-                    _ => {
-                        state.hold_until = None;
-                        if state.in_flight < state.limit {
-                            state.in_flight += 1;
-                            return Slot {
-                                limiter: self,
-                                cuts: state.cuts,
-                            };
-                        }
-                        None
-                    }
-                }
-            };
+            let hold = self.lock().hold_until;
             match hold {
-                Some(until) => tokio::time::sleep_until(until).await,
-                None => changed.await,
+                Some(until) if until > Instant::now() => tokio::time::sleep_until(until).await,
+                _ => return,
             }
         }
     }
@@ -140,18 +138,25 @@ impl Slot<'_> {
         if state.limit < self.limiter.max && state.answered >= state.limit {
             state.limit += 1;
             state.answered = 0;
-            drop(state);
-            self.limiter.changed.notify_waiters();
+            if state.owed > 0 {
+                state.owed -= 1;
+            } else {
+                self.limiter.permits.add_permits(1);
+            }
         }
     }
 
-    /// The server answered with an overload (429 or 503), maybe with a `Retry-After`: the limit
-    /// halves (once for all the requests that had started before it was last cut), and no
-    /// request starts before `retry_after` has passed.
+    /// The server answered with an overload (429 or 503), maybe with a `Retry-After`, or did
+    /// not answer in time: the limit halves (once for all the requests that had started before
+    /// it was last cut), and no request starts before `retry_after` has passed.
     pub fn overloaded(&self, retry_after: Option<Duration>) {
         let mut state = self.limiter.lock();
         if self.cuts == state.cuts {
-            state.limit = (state.limit / 2).max(1);
+            let limit = (state.limit / 2).max(1);
+            let taken = state.limit - limit;
+            let forgotten = self.limiter.permits.forget_permits(taken);
+            state.owed += taken - forgotten;
+            state.limit = limit;
             state.answered = 0;
             state.cuts += 1;
         }
@@ -164,8 +169,14 @@ impl Slot<'_> {
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.limiter.lock().in_flight -= 1;
-        self.limiter.changed.notify_waiters();
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        let mut state = self.limiter.lock();
+        if state.owed > 0 {
+            state.owed -= 1;
+            permit.forget();
+        }
     }
 }
 
@@ -239,6 +250,23 @@ mod tests {
         let later = limiter.acquire().await;
         later.overloaded(None);
         assert_eq!(limiter.limit(), 1, "never below one");
+    }
+
+    #[tokio::test]
+    async fn waiting_requests_are_served_in_turn() {
+        let limiter = Limiter::new(1);
+        let first = limiter.acquire().await;
+        let mut second = pin!(limiter.acquire());
+        assert!(ready_now(second.as_mut()).is_none(), "the second waits its turn");
+        drop(first);
+        let mut third = pin!(limiter.acquire());
+        assert!(
+            ready_now(third.as_mut()).is_none(),
+            "a later request does not take the freed slot from the one waiting"
+        );
+        let second = second.await;
+        drop(second);
+        let _third = third.await;
     }
 
     #[tokio::test]

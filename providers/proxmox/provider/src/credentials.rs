@@ -11,8 +11,7 @@ use banlieue_api::infrastructure::ProxmoxCluster;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, CREDENTIALS_INVALID, Own, Trust};
 use banlieue_provider_runtime::secret_watch::SecretKey;
-use banlieue_pve_client::limit::Limiter;
-use banlieue_pve_client::{Auth, Client, MAX_IN_FLIGHT, TlsVerification};
+use banlieue_pve_client::{Auth, Client, TlsVerification};
 use kube::ResourceExt;
 
 use crate::error::{Error, Result};
@@ -147,7 +146,7 @@ pub trait Connector: Send + Sync + 'static {
 }
 
 /// Builds real [`Client`]s, one per ProxmoxCluster, rebuilt when its settings change; the
-/// clients of one endpoint share its [`Limiter`].
+/// clients of one endpoint share one bound on requests in flight (`limit_per_endpoint`).
 #[derive(Default)]
 pub struct ClientConnector {
     cache: Mutex<HashMap<String, (String, Client)>>,
@@ -164,9 +163,8 @@ impl Connector for ClientConnector {
             return Ok(client.clone());
         }
         // One bound on the requests in flight per endpoint, whichever ProxmoxClusters use it.
-        let limiter = Limiter::shared(&connection.endpoint, MAX_IN_FLIGHT);
         let client = Client::builder(connection.endpoint.clone())
-            .limiter(limiter)
+            .limit_per_endpoint()
             .auth(connection.auth.clone())
             .tls(connection.tls.clone())
             .server_name(connection.server_name.clone())

@@ -151,19 +151,21 @@ impl Retries {
     }
 }
 
-/// The folders of powered-off guests whose VMs still exist: their disks stay (a VM started
-/// again boots from its disk) until the VM is deleted.
+/// The folders of powered-off guests: their disks stay (a VM started again boots from its disk)
+/// until their VM is deleted.
 #[derive(Default)]
-struct KeptDisks(BTreeMap<String, PathBuf>);
+struct KeptDisks(std::collections::BTreeSet<PathBuf>);
 
 impl KeptDisks {
-    /// Discards the disks of VMs that are gone (see [`Guest::discard_disk`]).
-    fn discard_gone(&mut self, vms: &BTreeMap<&str, &LabVm>, note: &dyn Fn(String)) {
-        self.0.retain(|id, dir| {
-            let exists = vms.contains_key(id.as_str());
+    /// Discards the disks whose VM is gone (see [`Guest::discard_disk`]): no listed VM has their
+    /// folder (a VM id handed out again after a deletion is another VM, with another folder).
+    fn discard_gone(&mut self, vms: &[LabVm], site: &Site, note: &dyn Fn(String)) {
+        let listed: std::collections::BTreeSet<PathBuf> = vms.iter().map(|vm| site.folder_of(vm)).collect();
+        self.0.retain(|dir| {
+            let exists = listed.contains(dir);
             if !exists {
                 Guest::discard_disk(dir);
-                note(format!("VM {id} gone: its disk discarded"));
+                note(format!("{}: VM gone, its disk discarded", dir.display()));
             }
             exists
         });
@@ -175,6 +177,16 @@ struct Site {
     lab: Arc<Lab>,
     image: PathBuf,
     dir: PathBuf,
+}
+
+impl Site {
+    /// The folder of `vm`'s guest, its disk: one per VM; an id the hypervisor hands out again
+    /// after a deletion is another VM (its SMBIOS uuid tells), while a VM started again keeps
+    /// its disk.
+    fn folder_of(&self, vm: &LabVm) -> PathBuf {
+        let uuid = vm.smbios.as_ref().map_or("no-uuid", |s| s.uuid.as_str());
+        self.dir.join(format!("{}-{uuid}", vm.id))
+    }
 }
 
 /// One look at the VMs: guests powered on and off; returns what each running guest's network
@@ -207,13 +219,11 @@ fn step(
             .collect()
     };
     for (id, guest) in stopped {
-        let dir = guest.dir().to_owned();
+        kept_disks.0.insert(guest.dir().to_owned());
         drop(guest);
         note(format!("VM {id} stopped: guest powered off"));
-        kept_disks.0.insert(id, dir);
     }
-    // A deleted VM's disk goes (an id handed out again is another VM, in another folder).
-    kept_disks.discard_gone(&by_id, note);
+    kept_disks.discard_gone(vms, site, note);
     for vm in vms {
         if stop.load(Ordering::SeqCst) {
             break;
@@ -234,15 +244,7 @@ fn step(
             guestinfo: vm.guestinfo.clone(),
             kubernetes: vm.kubernetes.clone(),
         };
-        // One disk per VM: an id the hypervisor hands out again after a deletion is another VM
-        // (its SMBIOS uuid tells), while a VM started again keeps its disk.
-        let uuid = vm.smbios.as_ref().map_or("no-uuid", |s| s.uuid.as_str());
-        match Guest::power_on(
-            &site.lab,
-            &site.image,
-            &site.dir.join(format!("{}-{uuid}", vm.id)),
-            &spec,
-        ) {
+        match Guest::power_on(&site.lab, &site.image, &site.folder_of(vm), &spec) {
             Ok(guest) => {
                 note(format!(
                     "VM {} started: guest powered on ({} {mac}, {})",

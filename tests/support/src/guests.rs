@@ -624,11 +624,11 @@ impl Drop for Guest {
 
 impl Guest {
     /// The disk's bulk of the powered-off guest whose files are in `dir` (containerd's images
-    /// and snapshots, kubelet's folder), for a VM that was deleted; its writes under `disk/`,
-    /// its logs among them, stay.
+    /// and snapshots, kubelet's folder; powering off removed the rest but the disk's writes),
+    /// for a VM that was deleted; its writes under `disk/`, its logs among them, stay.
     pub fn discard_disk(dir: &Path) {
-        for heavy in ["containerd", "kubelet", "disk-work", "root"] {
-            let _ = std::fs::remove_dir_all(dir.join(heavy));
+        for bulk in ["containerd", "kubelet"] {
+            let _ = std::fs::remove_dir_all(dir.join(bulk));
         }
     }
 }

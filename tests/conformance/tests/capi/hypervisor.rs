@@ -84,9 +84,9 @@ const PROXMOX_NIC: &str = "ens18";
 /// The NIC name of a vmxnet3 NIC in slot 192, as Debian and Ubuntu guests of vSphere name it (the
 /// vSphere template's `KUBE_VIP_INTERFACE` default).
 const VSPHERE_NIC: &str = "ens192";
-/// The NIC name of the first virtio NIC of the libvirt provider's domains (machine `pc`, where
-/// a real libvirtd puts it in PCI slot 2: the domains have no video device), as Debian and Ubuntu guests name it (the libvirt template's
-/// `KUBE_VIP_INTERFACE` default: with DHCP only, no seed renames it).
+/// The NIC name of the first NIC of the libvirt provider's domains, which the provider pins to
+/// PCI slot 2 (`banlieue_libvirt::xml::nic_pci_slot`), as Debian and Ubuntu guests name it (the
+/// libvirt template's `KUBE_VIP_INTERFACE` default: with DHCP only, no seed renames it).
 const LIBVIRT_NIC: &str = "ens2";
 
 /// A VM as a lab guest boots it (see [`Hypervisor::lab_vms`]).

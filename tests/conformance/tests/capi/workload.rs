@@ -198,33 +198,31 @@ pub const UPGRADE: Scenario = Scenario {
     specs: &[Spec::QuickStart, Spec::ClusterUpgrade, Spec::Deletion],
 };
 
-/// vSphere's default flavor on vcsim: quick-start, worker remediation, md-rollout, deletion.
+/// The specs the issue asks of every platform besides Proxmox: quick-start, worker remediation,
+/// md-rollout, deletion.
+const EVERY_PLATFORM_SPECS: &[Spec] = &[
+    Spec::QuickStart,
+    Spec::MachineRemediation,
+    Spec::MachineDeploymentRollout,
+    Spec::Deletion,
+];
+
+/// vSphere's default flavor on vcsim: [`EVERY_PLATFORM_SPECS`].
 pub const VSPHERE_DEFAULT: Scenario = Scenario {
     platform: Platform::VSphere,
     flavor: Flavor::Default,
     control_planes: 1,
     workers: 1,
-    specs: &[
-        Spec::QuickStart,
-        Spec::MachineRemediation,
-        Spec::MachineDeploymentRollout,
-        Spec::Deletion,
-    ],
+    specs: EVERY_PLATFORM_SPECS,
 };
 
-/// libvirt's default flavor on its test driver: quick-start, worker remediation, md-rollout,
-/// deletion.
+/// libvirt's default flavor on its test driver: [`EVERY_PLATFORM_SPECS`].
 pub const LIBVIRT_DEFAULT: Scenario = Scenario {
     platform: Platform::Libvirt,
     flavor: Flavor::Default,
     control_planes: 1,
     workers: 1,
-    specs: &[
-        Spec::QuickStart,
-        Spec::MachineRemediation,
-        Spec::MachineDeploymentRollout,
-        Spec::Deletion,
-    ],
+    specs: EVERY_PLATFORM_SPECS,
 };
 
 /// Runs `scenario` on a fresh management cluster, lab and simulator, recording one row per

@@ -127,6 +127,8 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     "ClassNotFound",
     "NoSize",
     "IPAddressInvalid",
+    // A field the backend cannot honour (`crate::support`).
+    "UnsupportedField",
     "InfrastructureMachineConflict",
     "InfrastructureClusterConflict",
 ];

@@ -21,6 +21,7 @@ pub mod crds;
 pub mod infrastructure;
 pub mod policies;
 pub mod standalone;
+pub mod support;
 pub mod validation;
 pub mod yaml;
 

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use banlieue_api::banlieue::{Backend, Provider, VirtualMachine, VirtualMachineClass, VirtualMachineImage};
 use banlieue_api::common::{Cpu, Disk, NetworkInterface};
 use banlieue_api::condition;
+use banlieue_api::support::{self, Kind};
 use kube::core::{Selector, SelectorExt};
 use kube::{Resource, ResourceExt};
 use serde_json::{Map, Value, json};
@@ -121,6 +122,10 @@ pub enum Invalid {
         /// VirtualMachines placed on it.
         placed: u32,
     },
+    /// The VirtualMachine, its class or its image sets a field the Provider's backend cannot
+    /// honour (`banlieue_api::support`); the message names each.
+    #[error("{0}")]
+    UnsupportedField(String),
     /// The Provider named by `spec.providerRef` is being deleted.
     #[error("Provider {0} is being deleted and takes no new VirtualMachines: choose another Provider")]
     ProviderDeleting(String),
@@ -144,6 +149,7 @@ impl Invalid {
             Self::KindNotInstalled { .. } => "ProviderKindNotInstalled",
             Self::ProviderFull { .. } => "ProviderFull",
             Self::ProviderDeleting(_) => provider_use::REFUSED_PROVIDER_DELETING,
+            Self::UnsupportedField(_) => support::UNSUPPORTED_FIELD,
         }
     }
 }
@@ -322,6 +328,43 @@ pub fn sizing(
     Ok((cpu, memory, disks))
 }
 
+/// Refuses what `backend` cannot honour of the VirtualMachine, its class and its image (the
+/// declarations of `banlieue_api::support`), before any infrastructure machine is made.
+pub fn unsupported_fields(
+    vm: &VirtualMachine,
+    backend: Backend,
+    provider: &str,
+    class: Option<&VirtualMachineClass>,
+    image: Option<&VirtualMachineImage>,
+) -> Result<(), Invalid> {
+    let mut found = Vec::new();
+    let mut check = |kind: Kind, name: String, spec: Value| {
+        let refusals = support::refusals(&support::fields(kind, backend), &spec);
+        if !refusals.is_empty() {
+            let kind = kind.name(backend);
+            found.push(support::refusal_message(
+                &format!("{kind} {name}"),
+                backend.as_str(),
+                &refusals,
+            ));
+        }
+    };
+    check(Kind::VirtualMachine, vm.name_any(), to_value(&vm.spec));
+    if let Some(class) = class {
+        check(Kind::VirtualMachineClass, class.name_any(), to_value(&class.spec));
+    }
+    if let Some(image) = image {
+        check(Kind::VirtualMachineImage, image.name_any(), to_value(&image.spec));
+    }
+    if found.is_empty() {
+        return Ok(());
+    }
+    Err(Invalid::UnsupportedField(format!(
+        "{} (Provider {provider})",
+        found.join("; ")
+    )))
+}
+
 fn to_value<T: serde::Serialize>(v: &T) -> Value {
     // The banlieue-api types serialize infallibly (plain structs, string-keyed maps).
     serde_json::to_value(v).unwrap_or(Value::Null)
@@ -344,6 +387,7 @@ pub fn desired_machine(
         backend: provider.spec.backend.as_str(),
         provider: provider_name.clone(),
     })?;
+    unsupported_fields(vm, provider.spec.backend, &provider_name, class, image)?;
     let (cpu, memory, disks) = sizing(vm, class)?;
     let defaults = provider
         .spec

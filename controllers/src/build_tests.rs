@@ -381,3 +381,54 @@ fn restart_policy_is_copied_only_when_the_vm_sets_it(
     let m = desired_machine(&vm(automatic), &p, None, None).expect("builds");
     assert_eq!(m["spec"]["restartPolicy"], "Automatic", "{backend}");
 }
+
+#[test]
+fn a_field_the_backend_cannot_honour_is_refused_naming_it_and_the_backend() {
+    let spec = json!({
+        "providerRef": {"name": "lab"}, "source": {"libvirt": {"volume": "u.qcow2", "pool": "images"}},
+        "cpu": {"cores": 1}, "memoryMiB": 512, "placement": {"node": "host-a"},
+    });
+    let p = provider("lab", "libvirt", json!({}), json!({"endpoint": "qemu:///system"}));
+    let err = desired_machine(&vm(spec.clone()), &p, None, None).expect_err("no node on libvirt");
+    assert_eq!(err.reason(), "UnsupportedField");
+    let message = err.to_string();
+    assert!(
+        message.contains("spec.placement.node")
+            && message.contains("the libvirt provider")
+            && message.contains("Provider lab"),
+        "{message}"
+    );
+    // The same placement is honoured where the backend has nodes.
+    let mut on_proxmox = spec;
+    on_proxmox["source"] = json!({"proxmox": {"vmid": 100}});
+    on_proxmox["providerRef"] = json!({"name": "pve"});
+    let pve = provider("pve", "proxmox", json!({}), json!({}));
+    let m = desired_machine(&vm(on_proxmox), &pve, None, None).expect("proxmox pins to a node");
+    assert_eq!(m["spec"]["targetNode"], "host-a");
+}
+
+#[test]
+fn a_refused_field_of_the_vm_or_its_image_is_named_with_its_kind() {
+    let v = vm(json!({
+        "providerRef": {"name": "vc"}, "source": {"vsphere": {"template": "t"}},
+        "cpu": {"cores": 1}, "memoryMiB": 512,
+        "networks": [{"name": "eth0", "network": "VM Network", "vlan": 7}],
+    }));
+    let vc = provider("vc", "vsphere", json!({}), json!({}));
+    let err = desired_machine(&v, &vc, None, None).expect_err("a VLAN is the port group's");
+    assert!(
+        err.to_string().contains("VirtualMachine web") && err.to_string().contains("spec.networks[0].vlan"),
+        "{err}"
+    );
+    let mut windows = image();
+    windows.spec.os_type = Some(banlieue_api::banlieue::OsType::Windows);
+    let v = vm(
+        json!({"providerRef": {"name": "pve"}, "imageRef": {"name": "ubuntu"}, "cpu": {"cores": 1}, "memoryMiB": 512}),
+    );
+    let pve = provider("pve", "proxmox", json!({}), json!({}));
+    let err = desired_machine(&v, &pve, None, Some(&windows)).expect_err("no cloudbase-init");
+    assert!(
+        err.to_string().contains("VirtualMachineImage ubuntu") && err.to_string().contains("spec.osType"),
+        "{err}"
+    );
+}

@@ -107,6 +107,22 @@ impl Backend {
     {
         "rule": "!has(self.tls) || !has(self.tls.caBundleRef) || has(self.tls.caBundleRef.__namespace__)",
         "message": "a Provider is cluster-scoped: set spec.tls.caBundleRef.namespace"
+    },
+    {
+        "rule": "self.backend != 'libvirt' || !has(self.tls)",
+        "message": crate::support::PROVIDER_TLS_RULE
+    },
+    {
+        "rule": "self.backend == 'proxmox' || !has(self.nodes)",
+        "message": crate::support::PROVIDER_NODES_RULE
+    },
+    {
+        "rule": "self.backend != 'libvirt' || !has(self.defaults) || !has(self.defaults.resourcePool)",
+        "message": crate::support::PROVIDER_RESOURCE_POOL_RULE
+    },
+    {
+        "rule": "self.backend == 'vsphere' || !has(self.defaults) || (!has(self.defaults.datacenter) && !has(self.defaults.folder))",
+        "message": crate::support::PROVIDER_VSPHERE_DEFAULTS_RULE
     }
 ]))]
 pub struct ProviderSpec {

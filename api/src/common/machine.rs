@@ -264,7 +264,9 @@ pub struct ReadinessChecks {
     /// Do not wait for the guest agent to answer (and do not read addresses from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_guest_agent: Option<bool>,
-    /// Do not wait for cloud-init to report completion.
+    /// Do not wait for cloud-init to report completion. Reserved: no provider waits for
+    /// cloud-init yet (a machine is ready once its guest reports an address), so the field has
+    /// no effect today (docs/field-support.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_cloud_init: Option<bool>,
 }

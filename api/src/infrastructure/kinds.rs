@@ -84,6 +84,9 @@ pub trait InfraMachineStatus: ContractStatus {
 
 /// An InfraMachine kind (`ProxmoxMachine`, `LibvirtMachine`, `VSphereMachine`).
 pub trait InfraMachine: NamespacedKind {
+    /// The hypervisor backend the kind belongs to (which fields it honours:
+    /// [`crate::support::machine_fields`]).
+    const BACKEND: crate::banlieue::Backend;
     /// Its `status`.
     type Status: InfraMachineStatus;
     /// Its InfraCluster kind.
@@ -117,6 +120,7 @@ pub trait InfraMachineTemplate: NamespacedKind {
 #[macro_export]
 macro_rules! impl_infra_kinds {
     (
+        backend: $backend:expr;
         cluster: $cluster:ty, $cluster_status:ty $(, version: $version:ident)?;
         machine: $machine:ty, $machine_status:ty;
         template: $template:ty $(;)?
@@ -155,6 +159,7 @@ macro_rules! impl_infra_kinds {
             }
         }
         impl $crate::infrastructure::kinds::InfraMachine for $machine {
+            const BACKEND: $crate::banlieue::Backend = $backend;
             type Status = $machine_status;
             type Cluster = $cluster;
             fn status(&self) -> Option<&Self::Status> {

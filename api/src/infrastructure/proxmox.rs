@@ -111,6 +111,10 @@ pub struct VmidRange {
     {
         "rule": "!has(oldSelf.controlPlaneEndpoint) || (has(self.controlPlaneEndpoint) && self.controlPlaneEndpoint == oldSelf.controlPlaneEndpoint)",
         "message": "spec.controlPlaneEndpoint is immutable once set"
+    },
+    {
+        "rule": "!has(self.providerRef) || (!has(self.credentialsRef) && !has(self.tls))",
+        "message": crate::support::CLUSTER_PROVIDER_REF_RULE
     }
 ]))]
 pub struct ProxmoxClusterSpec {

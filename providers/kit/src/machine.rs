@@ -35,6 +35,7 @@ use banlieue_api::banlieue::VirtualMachine;
 use banlieue_api::common::MachineAddress;
 use banlieue_api::condition;
 use banlieue_api::infrastructure::kinds::{ContractStatus, InfraMachine, InfraMachineStatus};
+use banlieue_api::support;
 use banlieue_capi::bootstrap::{BOOTSTRAP_VALUE_KEY, BootstrapData, BootstrapFormat};
 use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
@@ -488,12 +489,12 @@ impl<B: MachineBackend> MachineContext<B> {
 
     /// The next backoff of the object `uid` after a failed reconcile.
     fn backoff(&self, uid: &str) -> Duration {
-        self.backoffs().next(uid)
+        self.backoffs().next(uid, std::time::Instant::now())
     }
 
     /// The next backoff of `uid`, for a successful step that asked for it ([`Step::backoff`]).
     fn step_backoff(&self, uid: &str) -> Duration {
-        self.backoffs().hold(uid)
+        self.backoffs().hold(uid, std::time::Instant::now())
     }
 
     fn reset_backoff(&self, uid: &str) {
@@ -501,26 +502,37 @@ impl<B: MachineBackend> MachineContext<B> {
     }
 }
 
-/// Per-object backoff: 2 s, 4 s, … 256 s, then 5 min, counted over consecutive failures.
+/// Per-object backoff: 2 s, 4 s, … 256 s, then 5 min, counted over consecutive failures of the
+/// retries that came when due. A reconcile that an event brings earlier (a Secret, the owner, a
+/// status write) and fails too waits out what is left of the current delay instead of doubling
+/// it: the delay grows with the time the failure lasts, so a short outage is over for the
+/// machine within seconds of its end, however many events came meanwhile.
 #[derive(Debug, Default)]
 struct Backoffs {
-    failures: HashMap<String, u32>,
+    /// Failures counted, and when the current delay ends.
+    failures: HashMap<String, (u32, std::time::Instant)>,
     /// Objects whose last successful reconcile asked for a backoff: their count survives it.
     held: std::collections::HashSet<String>,
 }
 
 impl Backoffs {
-    /// Counts one more failure of `uid`; its delay.
-    fn next(&mut self, uid: &str) -> Duration {
-        let n = self.failures.entry(uid.to_owned()).or_insert(0);
+    /// Counts one more failure of `uid` at `now` (unless its current delay is not over); its
+    /// delay.
+    fn next(&mut self, uid: &str, now: std::time::Instant) -> Duration {
+        let (n, due) = self.failures.entry(uid.to_owned()).or_insert((0, now));
+        if *n > 0 && now < *due {
+            return *due - now;
+        }
         *n = n.saturating_add(1);
-        Duration::from_secs(1u64 << (*n).min(9)).min(Duration::from_secs(300))
+        let delay = Duration::from_secs(1u64 << (*n).min(9)).min(Duration::from_secs(300));
+        *due = now + delay;
+        delay
     }
 
     /// [`Self::next`], kept through the success that reports it.
-    fn hold(&mut self, uid: &str) -> Duration {
+    fn hold(&mut self, uid: &str, now: std::time::Instant) -> Duration {
         self.held.insert(uid.to_owned());
-        self.next(uid)
+        self.next(uid, now)
     }
 
     /// A reconcile of `uid` succeeded: its count starts again, unless the step held it.
@@ -814,6 +826,33 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 .await;
         }
     };
+    // A field the backend cannot honour: said before anything is created (or changed on a
+    // provisioned VM, whose day-2 condition says it), never silently ignored.
+    if let Some(message) = unsupported_fields::<B>(&machine) {
+        let type_ = B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned);
+        let Some(type_) = type_ else {
+            return write
+                .problem(new, support::UNSUPPORTED_FIELD, message, PERMANENT_RETRY)
+                .await;
+        };
+        let appears = condition::find(new.conditions(), type_)
+            .is_none_or(|c| c.reason != support::UNSUPPORTED_FIELD || c.status != "False");
+        status::set(
+            new.conditions_mut(),
+            type_,
+            false,
+            support::UNSUPPORTED_FIELD,
+            message.clone(),
+            machine.meta().generation,
+        );
+        write.status(&new).await?;
+        if appears {
+            write
+                .event(EventType::Warning, support::UNSUPPORTED_FIELD, message)
+                .await;
+        }
+        return Ok(Action::requeue(PERMANENT_RETRY));
+    }
     // Provisioned, exactly as the provider's own last write left it (the status above only
     // restates what is persisted), and not due yet: nothing to ask the hypervisor.
     if plan.provisioned
@@ -1003,14 +1042,23 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             let type_ = day2(reason).unwrap_or(condition::READY);
             let starts = condition::find(new.conditions(), type_).is_none_or(|c| c.reason != reason);
             let message = error.to_string();
-            status::set(
-                new.conditions_mut(),
-                type_,
-                false,
-                reason,
-                message.clone(),
-                generation,
-            );
+            // The first failure's message stands while the reason holds: a write for each new
+            // wording of the same outage (a refused connection, then a reset one) would bring
+            // the machine back at once through its own watch, a retry per write instead of one
+            // per backoff.
+            let same_outage = condition::find(new.conditions(), type_).is_some_and(|c| {
+                c.reason == reason && c.status == "False" && c.observed_generation == generation
+            });
+            if !same_outage {
+                status::set(
+                    new.conditions_mut(),
+                    type_,
+                    false,
+                    reason,
+                    message.clone(),
+                    generation,
+                );
+            }
             write.status(&new).await?;
             write.transitions(earlier_events).await;
             if starts {
@@ -1019,6 +1067,16 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             Err(Error::backend(error))
         }
     }
+}
+
+/// The condition message naming every field of `machine`'s spec its backend refuses
+/// ([`support::machine_refusals`]), if any.
+fn unsupported_fields<B: MachineBackend>(machine: &B::Machine) -> Option<String> {
+    let object = serde_json::to_value(machine).ok()?;
+    let backend = <B::Machine as InfraMachine>::BACKEND;
+    let refusals = support::machine_refusals(backend, object.get("spec")?);
+    (!refusals.is_empty())
+        .then(|| support::refusal_message(&B::Machine::kind(&()), backend.as_str(), &refusals))
 }
 
 /// The common answer for [`Step::next_now`] of a step that did not fail: it does not wait
@@ -1367,20 +1425,40 @@ mod tests {
     fn a_step_that_asks_for_backoff_keeps_growing_it_until_a_plain_success() {
         let mut b = Backoffs::default();
         let secs = |d: Duration| d.as_secs();
-        assert_eq!(secs(b.next("a")), 2);
+        let mut now = std::time::Instant::now();
+        assert_eq!(secs(b.next("a", now)), 2);
         b.succeeded("a");
-        assert_eq!(secs(b.next("a")), 2, "a plain success starts again");
+        assert_eq!(secs(b.next("a", now)), 2, "a plain success starts again");
+        now += Duration::from_secs(2);
         let held: Vec<u64> = (0..10)
             .map(|_| {
-                let d = b.hold("a");
+                let d = b.hold("a", now);
                 b.succeeded("a");
+                now += d;
                 secs(d)
             })
             .collect();
         assert_eq!(held, [4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
         b.succeeded("a");
-        assert_eq!(secs(b.hold("a")), 2, "after a plain success, from the start");
-        assert_eq!(secs(b.next("b")), 2, "per object");
+        assert_eq!(secs(b.hold("a", now)), 2, "after a plain success, from the start");
+        assert_eq!(secs(b.next("b", now)), 2, "per object");
+    }
+
+    #[test]
+    fn failures_that_events_bring_early_wait_out_the_current_delay_without_doubling_it() {
+        let mut b = Backoffs::default();
+        let start = std::time::Instant::now();
+        assert_eq!(b.next("a", start), Duration::from_secs(2));
+        // Ten failures within the first delay (status writes, Secret events): no growth.
+        for ms in [10, 50, 300, 900, 1500, 1990] {
+            let early = start + Duration::from_millis(ms);
+            assert_eq!(b.next("a", early), Duration::from_millis(2000 - ms));
+        }
+        // The retry that came when due fails: the delay doubles from then.
+        let due = start + Duration::from_secs(2);
+        assert_eq!(b.next("a", due), Duration::from_secs(4));
+        assert_eq!(b.next("a", due + Duration::from_secs(1)), Duration::from_secs(3));
+        assert_eq!(b.next("a", due + Duration::from_secs(4)), Duration::from_secs(8));
     }
 
     fn secret(pairs: &[(&str, &str)]) -> Secret {

@@ -121,6 +121,14 @@ pub trait ProviderUnderTest: Sized + 'static {
 
     /// Values that must never appear in a condition message or Event (passwords, tokens).
     fn secrets(&self) -> Vec<String>;
+
+    /// A field the provider refuses (`banlieue_api::support`): the top-level spec field to
+    /// merge into a valid machine spec, and the refused field's path as the condition names it
+    /// (`spec.networks[0].vlan`). `None` where the backend refuses no machine field (scenario
+    /// `unsupported_field` is not run for it).
+    fn unsupported_field(&self) -> Option<(Value, &'static str)> {
+        None
+    }
 }
 
 /// In-process controller tasks, aborted on drop.

@@ -449,6 +449,83 @@ pub async fn bad_template<P: ProviderUnderTest>() -> Result<()> {
     Ok(())
 }
 
+/// Unsupported field: a machine asking what the backend cannot do (a field its declarations
+/// refuse) gets `Ready=False` `UnsupportedField` naming the field and the provider, a Warning
+/// Event, and no VM; once the field is removed it is provisioned with one VM.
+pub async fn unsupported_field<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("unsupported").await?;
+    let (extra, field) = s
+        .provider
+        .unsupported_field()
+        .context("the provider names no field it refuses")?;
+    s.ready_cluster().await?;
+    let valid = s.provider.machine_spec(Template::Valid);
+    let mut spec = valid.clone();
+    for (key, value) in extra.as_object().into_iter().flatten() {
+        spec[key] = value.clone();
+    }
+    let backend = banlieue_api::support::BACKENDS
+        .into_iter()
+        .find(|b| banlieue_api::support::Kind::Machine.name(*b) == P::MACHINE_KIND)
+        .context("no backend of this machine kind")?;
+    let declared = banlieue_api::support::machine_refusals(backend, &spec);
+    ensure!(
+        declared.iter().any(|r| r.field == field),
+        "the declarations do not refuse {field}: {declared:?}"
+    );
+    let uid = s.machine_with_spec("m1", Some(&fd_at(&s, 0)?), spec).await?;
+    let m = s
+        .wait_machine("m1", "UnsupportedField", |m| {
+            condition(m, "Ready").is_some_and(|c| c.reason == "UnsupportedField")
+        })
+        .await?;
+    let ready = condition(&m, "Ready").context("Ready")?;
+    ensure!(
+        ready.status == "False"
+            && ready.message.contains(field)
+            && ready
+                .message
+                .contains(&format!("the {} provider", backend.as_str())),
+        "the condition does not name {field} and the provider: {ready:?}"
+    );
+    ensure!(s.vms().await?.is_empty(), "a VM was made: {:?}", s.vms().await?);
+    // The Event follows the status write.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = s.event_texts("m1").await?;
+        if events
+            .iter()
+            .any(|e| e.contains("UnsupportedField") && e.contains(field))
+        {
+            break;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no Warning Event naming {field}: {events:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The field removed (the valid spec's value, or none): provisioned with one VM.
+    let mut undo = serde_json::Map::new();
+    for key in extra
+        .as_object()
+        .map(|o| o.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
+        undo.insert(key.clone(), valid.get(&key).cloned().unwrap_or(Value::Null));
+    }
+    s.infra(P::MACHINE_KIND)
+        .patch(
+            "m1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": undo})),
+        )
+        .await?;
+    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    ensure!(s.vms_of(&uid).await?.len() == 1, "{:?}", s.vms().await?);
+    Ok(())
+}
+
 /// Bad credentials: the infra cluster reports it (`Ready=False`, the provider's reason on one
 /// of its conditions) without the secret in any message or Event, is not provisioned, and a
 /// machine of that cluster gets no VM.

@@ -25,6 +25,7 @@ banlieue_scenarios::scenario_tests!(
     outage,
     address_modes,
     few_writes,
+    unsupported_field,
 );
 
 use std::time::Duration;

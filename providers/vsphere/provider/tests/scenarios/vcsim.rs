@@ -193,6 +193,14 @@ impl ProviderUnderTest for VcSim {
     fn secrets(&self) -> Vec<String> {
         vec![PASSWORD.to_owned(), WRONG_PASSWORD.to_owned()]
     }
+
+    fn unsupported_field(&self) -> Option<(Value, &'static str)> {
+        // A VLAN belongs to the port group on vSphere.
+        Some((
+            json!({"networks": [{"name": "eth0", "network": Self::NETWORK, "vlan": 42}]}),
+            "spec.networks[0].vlan",
+        ))
+    }
 }
 
 impl VcSim {

@@ -1042,23 +1042,14 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             let type_ = day2(reason).unwrap_or(condition::READY);
             let starts = condition::find(new.conditions(), type_).is_none_or(|c| c.reason != reason);
             let message = error.to_string();
-            // The first failure's message stands while the reason holds: a write for each new
-            // wording of the same outage (a refused connection, then a reset one) would bring
-            // the machine back at once through its own watch, a retry per write instead of one
-            // per backoff.
-            let same_outage = condition::find(new.conditions(), type_).is_some_and(|c| {
-                c.reason == reason && c.status == "False" && c.observed_generation == generation
-            });
-            if !same_outage {
-                status::set(
-                    new.conditions_mut(),
-                    type_,
-                    false,
-                    reason,
-                    message.clone(),
-                    generation,
-                );
-            }
+            status::set(
+                new.conditions_mut(),
+                type_,
+                false,
+                reason,
+                message.clone(),
+                generation,
+            );
             write.status(&new).await?;
             write.transitions(earlier_events).await;
             if starts {

@@ -245,8 +245,13 @@ impl Proxy {
                 }
                 let (target, delay, cut) = (target.clone(), delay.clone(), cut.clone());
                 tokio::spawn(async move {
-                    let Ok(outbound) = TcpStream::connect(&target).await else {
-                        return;
+                    let outbound = match TcpStream::connect(&target).await {
+                        Ok(outbound) => outbound,
+                        Err(e) => {
+                            // Seen by the provider as a closed handshake, like an outage: say why.
+                            eprintln!("test proxy: cannot reach vcsim at {target}: {e}");
+                            return;
+                        }
                     };
                     let (mut from_client, mut to_client) = inbound.into_split();
                     let (mut from_server, mut to_server) = outbound.into_split();

@@ -84,8 +84,8 @@ fn disks(backend: Backend) -> Vec<Field> {
             ),
             field(
                 "storage",
-                Support::Ignored(
-                    "used for disks added beyond the template's only; the template's disks stay on spec.datastore",
+                Honoured(
+                    "the datastore of a disk added beyond the template's; a template disk on another datastore than asked is refused with a condition (UnsupportedField; never moved)",
                 ),
             ),
         ],

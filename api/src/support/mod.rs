@@ -198,6 +198,62 @@ pub fn machine_refusals(backend: Backend, spec: &Value) -> Vec<Refusal> {
         .unwrap_or_default()
 }
 
+/// Annotation of an infrastructure machine recording, as a JSON object, the values its
+/// [`Support::AtCreation`] fields had when the VM was created (written with `spec.providerID`):
+/// a later change of one of them is reported instead of silently not applied.
+pub const CREATED_WITH_ANNOTATION: &str = "banlieue.io/created-with";
+
+/// Condition reason of a provisioned machine whose spec changed a field that acts only when the
+/// VM is created.
+pub const RECREATE_REQUIRED: &str = "RecreateRequired";
+
+/// The values of the [`Support::AtCreation`] fields of an infrastructure machine's `spec` on
+/// `backend`, keyed by their path with list indexes (`networks[0].ipv4.mode`); unset fields are
+/// left out.
+pub fn creation_values(backend: Backend, spec: &Value) -> std::collections::BTreeMap<String, Value> {
+    static AT_CREATION: std::sync::LazyLock<Vec<(Backend, Vec<Field>)>> = std::sync::LazyLock::new(|| {
+        BACKENDS
+            .iter()
+            .map(|b| {
+                let fields = machine_fields(*b)
+                    .into_iter()
+                    .filter(|f| matches!(f.support, Support::AtCreation(_)))
+                    .collect();
+                (*b, fields)
+            })
+            .collect()
+    });
+    let mut out = std::collections::BTreeMap::new();
+    let Some((_, fields)) = AT_CREATION.iter().find(|(b, _)| *b == backend) else {
+        return out;
+    };
+    for field in fields {
+        for (at, value) in lookup(spec, &field.path) {
+            if is_set(value) {
+                out.insert(at, value.clone());
+            }
+        }
+    }
+    out
+}
+
+/// The [`creation_values`] that differ between `created` (as recorded) and `now`, one
+/// `spec.<path>: <then> → <now>` each (`unset` for a missing value).
+pub fn creation_changes(
+    created: &std::collections::BTreeMap<String, Value>,
+    now: &std::collections::BTreeMap<String, Value>,
+) -> Vec<String> {
+    let show = |v: Option<&Value>| v.map_or_else(|| "unset".to_owned(), Value::to_string);
+    let mut paths: Vec<&String> = created.keys().chain(now.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    paths
+        .into_iter()
+        .filter(|p| created.get(*p) != now.get(*p))
+        .map(|p| format!("spec.{p}: {} → {}", show(created.get(p)), show(now.get(p))))
+        .collect()
+}
+
 /// One message for a provider's condition: every refused field, the provider named.
 pub fn refusal_message(kind: &str, provider: &str, refusals: &[Refusal]) -> String {
     let list: Vec<String> = refusals.iter().map(Refusal::to_string).collect();
@@ -239,8 +295,10 @@ pub fn markdown() -> String {
          Generated from `banlieue_api::support` (the declarations the providers refuse from); \
          regenerate with `BANLIEUE_UPDATE_DOCS=1 cargo test -p banlieue-api --test support`.\n\n\
          - **yes**: the provider does what the field asks.\n\
-         - **at creation**: honoured when the VM is created; a later change is not applied to an \
-         existing VM (delete and recreate the machine, or roll it out through a new template).\n\
+         - **at creation**: honoured when the VM is created; a later change is not applied to the \
+         existing VM but reported: its `VMUpToDate` condition turns False with reason \
+         `RecreateRequired` naming the field, the old and the new value (set it back, or replace \
+         the machine: a MachineDeployment rolls out a new one).\n\
          - **refused (condition `UnsupportedField`)**: the machine's `Ready` condition turns False \
          naming the field and the provider, and nothing is created until the field is changed.\n\
          - **refused by the API server**: a CEL rule of the CRD refuses the object when it is written.\n\
@@ -421,6 +479,37 @@ mod tests {
         assert!(
             message.contains("libvirt provider") && message.contains("spec.tags"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn creation_values_keep_the_set_at_creation_fields_and_changes_name_each_difference() {
+        let spec = json!({
+            "cpu": {"cores": 2},
+            "storagePool": "default",
+            "networks": [{"name": "eth0", "network": "default", "ipv4": {"mode": "Static", "addresses": ["192.0.2.5/24"]}}],
+        });
+        let created = creation_values(Backend::Libvirt, &spec);
+        assert_eq!(created.get("storagePool"), Some(&json!("default")));
+        assert_eq!(
+            created.get("networks[0].ipv4.addresses"),
+            Some(&json!(["192.0.2.5/24"]))
+        );
+        assert!(
+            !created.contains_key("cpu.cores"),
+            "applied at any time: not recorded"
+        );
+        assert!(creation_changes(&created, &created).is_empty());
+        let mut later = spec.clone();
+        later["networks"][0]["ipv4"]["addresses"] = json!(["192.0.2.6/24"]);
+        later["networks"][0]["mtu"] = json!(9000);
+        let changes = creation_changes(&created, &creation_values(Backend::Libvirt, &later));
+        assert_eq!(
+            changes,
+            [
+                "spec.networks[0].ipv4.addresses: [\"192.0.2.5/24\"] → [\"192.0.2.6/24\"]",
+                "spec.networks[0].mtu: unset → 9000",
+            ]
         );
     }
 

@@ -853,6 +853,35 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
         }
         return Ok(Action::requeue(PERMANENT_RETRY));
     }
+    // A field that acts only at creation, changed since: said on the day-2 condition (the rest
+    // waits until it is set back or the machine replaced), never silently not applied.
+    if plan.provisioned
+        && let Some(type_) = B::UP_TO_DATE_CONDITION
+        && let Some(changes) = creation_changes::<B>(&machine)
+    {
+        let message = format!(
+            "{} changed after the VM was created and acts only when it is created: {}; set it back, or replace the machine to apply it (a MachineDeployment rolls out a new one)",
+            if changes.len() == 1 { "a field" } else { "fields" },
+            changes.join("; ")
+        );
+        let appears = condition::find(new.conditions(), type_)
+            .is_none_or(|c| c.reason != support::RECREATE_REQUIRED || c.status != "False");
+        status::set(
+            new.conditions_mut(),
+            type_,
+            false,
+            support::RECREATE_REQUIRED,
+            message.clone(),
+            machine.meta().generation,
+        );
+        write.status(&new).await?;
+        if appears {
+            write
+                .event(EventType::Warning, support::RECREATE_REQUIRED, message)
+                .await;
+        }
+        return Ok(Action::requeue(PERMANENT_RETRY));
+    }
     // Provisioned, exactly as the provider's own last write left it (the status above only
     // restates what is persisted), and not due yet: nothing to ask the hypervisor.
     if plan.provisioned
@@ -1070,6 +1099,18 @@ fn unsupported_fields<B: MachineBackend>(machine: &B::Machine) -> Option<String>
         .then(|| support::refusal_message(&B::Machine::kind(&()), backend.as_str(), &refusals))
 }
 
+/// The changes of `machine`'s creation-only fields since the VM was created
+/// ([`support::CREATED_WITH_ANNOTATION`]), if it records them and any changed.
+fn creation_changes<B: MachineBackend>(machine: &B::Machine) -> Option<Vec<String>> {
+    let recorded = machine.annotations().get(support::CREATED_WITH_ANNOTATION)?;
+    let created: std::collections::BTreeMap<String, serde_json::Value> =
+        serde_json::from_str(recorded).ok()?;
+    let spec = serde_json::to_value(machine).ok()?.get("spec")?.clone();
+    let now = support::creation_values(<B::Machine as InfraMachine>::BACKEND, &spec);
+    let changes = support::creation_changes(&created, &now);
+    (!changes.is_empty()).then_some(changes)
+}
+
 /// The common answer for [`Step::next_now`] of a step that did not fail: it does not wait
 /// (`requeue` zero), or it has just started a hypervisor task (`task_before` none, `task_after`
 /// some), which is polled at once (an instant task is done; a running one is waited for).
@@ -1094,7 +1135,19 @@ async fn publish_provider_id<B: MachineBackend>(
     let Some(provider_id) = provider_id.filter(|id| machine.provider_id() != Some(*id)) else {
         return Ok(());
     };
-    let patch = serde_json::json!({"spec": {"providerID": provider_id}});
+    // The values of the fields that act only at creation, recorded beside the providerID (one
+    // write): a later change of one is reported, not silently not applied.
+    let spec = serde_json::to_value(&*machine)
+        .ok()
+        .and_then(|m| m.get("spec").cloned())
+        .unwrap_or_default();
+    let created = support::creation_values(<B::Machine as InfraMachine>::BACKEND, &spec);
+    let patch = serde_json::json!({
+        "metadata": {"annotations": {
+            support::CREATED_WITH_ANNOTATION: serde_json::to_string(&created).unwrap_or_default(),
+        }},
+        "spec": {"providerID": provider_id},
+    });
     let patched = write
         .api
         .patch(

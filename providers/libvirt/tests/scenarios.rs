@@ -27,6 +27,7 @@ banlieue_scenarios::scenario_tests!(
     outage,
     address_modes,
     few_writes,
+    creation_only_change,
 );
 
 use std::time::Duration;

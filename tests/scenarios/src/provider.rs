@@ -129,6 +129,19 @@ pub trait ProviderUnderTest: Sized + 'static {
     fn unsupported_field(&self) -> Option<(Value, &'static str)> {
         None
     }
+
+    /// A field that acts only when the VM is created (`banlieue_api::support`, *at creation*)
+    /// and a new value for it: the top-level spec field to merge into the provisioned machine's
+    /// spec, and the field's path as the condition names it (`spec.pool`). Scenario
+    /// `creation_only_change`. By default one per machine kind (Proxmox `pool`, libvirt
+    /// `firmware`, vSphere `folder`).
+    fn creation_only_change(&self) -> (Value, &'static str) {
+        match Self::MACHINE_KIND {
+            "ProxmoxMachine" => (serde_json::json!({"pool": "elsewhere"}), "spec.pool"),
+            "VSphereMachine" => (serde_json::json!({"folder": "elsewhere"}), "spec.folder"),
+            _ => (serde_json::json!({"firmware": "UEFI"}), "spec.firmware"),
+        }
+    }
 }
 
 /// In-process controller tasks, aborted on drop.

@@ -526,6 +526,86 @@ pub async fn unsupported_field<P: ProviderUnderTest>() -> Result<()> {
     Ok(())
 }
 
+/// A field that acts only at creation, changed on a provisioned machine: `VMUpToDate=False`
+/// `RecreateRequired` naming the field (its old and new value) and a Warning Event, the VM kept
+/// (one, not replaced); set back, `VMUpToDate` is True again.
+pub async fn creation_only_change<P: ProviderUnderTest>() -> Result<()> {
+    let mut s = Scenario::<P>::new("creation").await?;
+    let (change, field) = s.provider.creation_only_change();
+    s.ready_cluster().await?;
+    let uid = s.machine("m1", Some(&fd_at(&s, 0)?), Template::Valid).await?;
+    let m = s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    let recorded = m["metadata"]["annotations"]["banlieue.io/created-with"].clone();
+    ensure!(
+        recorded.is_string(),
+        "no record of the creation values: {:?}",
+        m["metadata"]
+    );
+    let before = m["spec"].clone();
+    s.infra(P::MACHINE_KIND)
+        .patch(
+            "m1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": change})),
+        )
+        .await?;
+    let m = s
+        .wait_machine("m1", "RecreateRequired", |m| {
+            condition(m, "VMUpToDate").is_some_and(|c| c.reason == "RecreateRequired")
+        })
+        .await?;
+    let up_to_date = condition(&m, "VMUpToDate").context("VMUpToDate")?;
+    ensure!(
+        up_to_date.status == "False" && up_to_date.message.contains(field),
+        "the condition does not name {field}: {up_to_date:?}"
+    );
+    ensure!(
+        object::ready(&m),
+        "the running VM is still Ready: {:?}",
+        condition(&m, "Ready")
+    );
+    ensure!(s.vms_of(&uid).await?.len() == 1, "{:?}", s.vms().await?);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !s
+        .event_texts("m1")
+        .await?
+        .iter()
+        .any(|e| e.contains("RecreateRequired") && e.contains(field))
+    {
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "no Warning Event naming {field}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Set back: up to date again, the same VM.
+    let mut undo = serde_json::Map::new();
+    for key in change
+        .as_object()
+        .map(|o| o.keys().cloned().collect::<Vec<_>>())
+        .unwrap_or_default()
+    {
+        undo.insert(key.clone(), before.get(&key).cloned().unwrap_or(Value::Null));
+    }
+    s.infra(P::MACHINE_KIND)
+        .patch(
+            "m1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": undo})),
+        )
+        .await?;
+    s.wait_machine("m1", "up to date again", |m| {
+        condition(m, "VMUpToDate").is_some_and(|c| c.status == "True")
+    })
+    .await?;
+    ensure!(
+        s.vms_of(&uid).await?.len() == 1 && s.vms().await?.len() == 1,
+        "{:?}",
+        s.vms().await?
+    );
+    Ok(())
+}
+
 /// Bad credentials: the infra cluster reports it (`Ready=False`, the provider's reason on one
 /// of its conditions) without the secret in any message or Event, is not provisioned, and a
 /// machine of that cluster gets no VM.

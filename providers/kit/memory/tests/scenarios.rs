@@ -27,6 +27,7 @@ banlieue_scenarios::scenario_tests!(
     outage,
     address_modes,
     few_writes,
+    creation_only_change,
 );
 
 /// One in-memory hypervisor per scenario, and the kit's controllers with its backends.

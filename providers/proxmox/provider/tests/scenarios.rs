@@ -22,6 +22,7 @@ banlieue_scenarios::scenario_tests!(
     outage,
     address_modes,
     few_writes,
+    creation_only_change,
 );
 
 use std::sync::Arc;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState, ReadinessChecks};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachineSpec};
+use banlieue_api::support;
 use banlieue_provider_kit::network::{self, PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use banlieue_provider_kit::power;
 use banlieue_vsphere_client::device::nic_type_for_model;
@@ -526,6 +527,9 @@ pub async fn provision_step(
                     format!("VM {} disappeared; cloning again", vm.value),
                 ));
             };
+            if let Some(why) = update::disk_storage_refusal(input.spec, &info.hardware) {
+                return Err(permanent(support::UNSUPPORTED_FIELD, why));
+            }
             let nics = desired_nics(c, input).await?;
             match update::next_action(input.spec, &info, &nics, None) {
                 // (`RestartRequired` needs a provisioned VM the user wants on: not while configuring.)
@@ -693,6 +697,9 @@ pub async fn provision_step(
                     .event("Adopting", why);
                 step.vm = Some(info);
                 return Ok(step);
+            }
+            if let Some(why) = update::disk_storage_refusal(input.spec, &info.hardware) {
+                return Err(permanent(support::UNSUPPORTED_FIELD, why));
             }
             let nics = desired_nics(c, input).await?;
             let (task, waiting, event) =

@@ -197,6 +197,33 @@ pub fn device_changes(spec: &VSphereMachineSpec, hw: &Hardware, nics: &[DesiredN
     out
 }
 
+/// The first of the VM's disks (the template's, matched by position) that the spec wants on
+/// another datastore than the one it is on: a cloned disk is never moved, so that is refused
+/// (`UnsupportedField`) rather than ignored. `None` when every disk's `storage` is unset or
+/// its datastore. Disks beyond the VM's are created on their `storage`.
+pub fn disk_storage_refusal(spec: &VSphereMachineSpec, hw: &Hardware) -> Option<String> {
+    spec.disks
+        .iter()
+        .zip(&hw.disks)
+        .enumerate()
+        .find_map(|(i, (want, disk))| {
+            let wanted = want.storage.as_deref()?;
+            let actual = datastore_of(&disk.file_name)?;
+            (wanted != actual).then(|| {
+                format!(
+                    "spec.disks[{i}].storage = {wanted:?}: the VM's disk {i} ({:?}) is on datastore {actual:?}, and the vsphere provider does not move a cloned disk: remove storage or set it to {actual:?} (spec.datastore places the clone)",
+                    want.name
+                )
+            })
+        })
+}
+
+/// The datastore name of a disk file `[datastore] folder/disk.vmdk`.
+fn datastore_of(file: &str) -> Option<&str> {
+    let (datastore, _) = file.strip_prefix('[')?.split_once(']')?;
+    Some(datastore.trim())
+}
+
 /// The next action for a VM read as `info`. `power` is the desired power state once
 /// provisioned; `None` while provisioning (the power-on step follows).
 pub fn next_action(
@@ -357,6 +384,33 @@ mod tests {
             mac: None,
             kind: "VirtualVmxnet3",
         }
+    }
+
+    #[test]
+    fn a_template_disk_wanted_on_another_datastore_is_refused_not_ignored() {
+        let mut s = spec();
+        s.disks = vec![Disk {
+            name: "root".into(),
+            size_gib: 10,
+            storage: Some("ds".into()),
+        }];
+        assert_eq!(disk_storage_refusal(&s, &vm().hardware), None, "on its datastore");
+        s.disks[0].storage = Some("fast".into());
+        let why = disk_storage_refusal(&s, &vm().hardware).expect("refused");
+        assert!(
+            why.contains("spec.disks[0].storage")
+                && why.contains("\"ds\"")
+                && why.contains("vsphere provider"),
+            "{why}"
+        );
+        // A disk beyond the VM's is created on its storage: nothing to refuse.
+        s.disks[0].storage = None;
+        s.disks.push(Disk {
+            name: "data".into(),
+            size_gib: 5,
+            storage: Some("fast".into()),
+        });
+        assert_eq!(disk_storage_refusal(&s, &vm().hardware), None);
     }
 
     #[test]

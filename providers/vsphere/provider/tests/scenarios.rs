@@ -26,6 +26,7 @@ banlieue_scenarios::scenario_tests!(
     address_modes,
     few_writes,
     unsupported_field,
+    creation_only_change,
 );
 
 use std::time::Duration;

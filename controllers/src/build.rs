@@ -438,14 +438,14 @@ pub fn desired_machine(
 
     let vm_name = vm.name_any();
     let spec = Value::Object(spec);
-    let digest = sha2::Sha256::digest(spec.to_string().as_bytes());
+    let digest = spec_digest(&spec);
     Ok(json!({
         "apiVersion": entry.api_version(),
         "kind": entry.kind,
         "metadata": {
             "name": vm_name,
             "namespace": vm.namespace(),
-            "annotations": { APPLIED_SPEC_ANNOTATION: hex::encode(digest) },
+            "annotations": { APPLIED_SPEC_ANNOTATION: digest },
             "labels": {
                 VIRTUAL_MACHINE_LABEL: vm_name,
                 PROVIDER_LABEL: provider_name,
@@ -462,6 +462,46 @@ pub fn desired_machine(
         },
         "spec": spec,
     }))
+}
+
+/// The [`APPLIED_SPEC_ANNOTATION`] value of a desired machine spec.
+fn spec_digest(spec: &Value) -> String {
+    hex::encode(sha2::Sha256::digest(spec.to_string().as_bytes()))
+}
+
+/// Keeps what the Provider's defaults gave a machine whose VM exists (`spec.providerID` set):
+/// the fields the defaults fill (storage, pools, folders) and the default network of a VM that
+/// names none act only when the VM is created, so a later change of the Provider's defaults is
+/// for VMs created after it, not a change every existing machine would report as
+/// `RecreateRequired`. What the VirtualMachine itself asks still reaches its machine.
+pub fn keep_created_defaults(
+    desired: &mut Value,
+    existing: &Value,
+    entry: &BackendEntry,
+    vm: &VirtualMachine,
+) {
+    let Some(existing_spec) = existing.get("spec").filter(|s| s.get("providerID").is_some()) else {
+        return;
+    };
+    let Some(spec) = desired.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let mut kept: Vec<&str> = entry.defaults.iter().map(|(_, to)| *to).collect();
+    if vm.spec.networks.is_empty() {
+        kept.push("networks");
+    }
+    for field in kept {
+        match existing_spec.get(field) {
+            Some(value) => {
+                spec.insert(field.to_owned(), value.clone());
+            }
+            None => {
+                spec.remove(field);
+            }
+        }
+    }
+    let digest = spec_digest(&Value::Object(spec.clone()));
+    desired["metadata"]["annotations"][APPLIED_SPEC_ANNOTATION] = json!(digest);
 }
 
 /// Name of the infra cluster object of `provider` in every namespace (see

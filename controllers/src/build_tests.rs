@@ -432,3 +432,46 @@ fn a_refused_field_of_the_vm_or_its_image_is_named_with_its_kind() {
         "{err}"
     );
 }
+
+#[test]
+fn a_created_machine_keeps_what_the_providers_defaults_gave_it() {
+    let v = vm(
+        json!({"providerRef": {"name": "p"}, "source": {"proxmox": {"vmid": 100}}, "cpu": {"cores": 2}, "memoryMiB": 1024}),
+    );
+    let entry = entry_for(Backend::Proxmox).expect("proxmox");
+    let p = provider(
+        "p",
+        "proxmox",
+        json!({}),
+        json!({"defaults": {"storage": "slow", "network": "vmbr9", "resourcePool": "new"}}),
+    );
+    let mut desired = desired_machine(&v, &p, None, None).expect("builds");
+    let existing = json!({"spec": {
+        "providerID": "proxmox://c/100", "storage": "fast",
+        "networks": [{"name": "net0", "network": "vmbr0"}], "cpu": {"cores": 1},
+    }});
+    keep_created_defaults(&mut desired, &existing, entry, &v);
+    assert_eq!(
+        desired["spec"]["storage"], "fast",
+        "the default at creation stays"
+    );
+    assert_eq!(
+        desired["spec"]["networks"],
+        json!([{"name": "net0", "network": "vmbr0"}])
+    );
+    assert_eq!(desired["spec"].get("pool"), None, "no pool at creation: none now");
+    assert_eq!(
+        desired["spec"]["cpu"],
+        json!({"cores": 2}),
+        "the VM's own ask still reaches it"
+    );
+    assert_eq!(
+        desired["metadata"]["annotations"][APPLIED_SPEC_ANNOTATION],
+        json!(spec_digest(&desired["spec"])),
+        "the digest describes the spec sent"
+    );
+    // Not created yet (no providerID): the defaults as they are now.
+    let mut fresh = desired_machine(&v, &p, None, None).expect("builds");
+    keep_created_defaults(&mut fresh, &json!({"spec": {"storage": "fast"}}), entry, &v);
+    assert_eq!(fresh["spec"]["storage"], "slow");
+}

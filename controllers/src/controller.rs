@@ -304,6 +304,8 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
     };
     let chosen = build::choose_provider(vm, &providers, &namespace_labels, &placed, |p| {
         build::image_source(vm, p, image.as_ref()).is_some()
+            && build::unsupported_fields(vm, p.spec.backend, &p.name_any(), class.as_ref(), image.as_ref())
+                .is_ok()
     });
     let provider = match chosen {
         Ok(p) => p,
@@ -417,8 +419,11 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             plan.desired = None;
             machine = None;
         }
-        if let Some(desired) = &plan.desired {
+        if let Some(desired) = plan.desired.as_mut() {
             let existing = machine.as_ref().and_then(|m| serde_json::to_value(m).ok());
+            if let Some(existing) = &existing {
+                build::keep_created_defaults(desired, existing, entry, vm);
+            }
             if !existing.as_ref().is_some_and(|e| build::contains(e, desired)) {
                 let applied = api
                     .patch(

@@ -7,29 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::common::{SecretReference, TlsTrust};
 
-/// Which hypervisor API a Provider speaks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// Proxmox VE (REST API, API token credentials).
-    #[default]
-    Proxmox,
-    /// libvirt (a libvirt URI, e.g. `qemu+ssh://root@host/system`).
-    Libvirt,
-    /// VMware vSphere (vCenter SDK).
-    Vsphere,
-}
-
-impl Backend {
-    /// The wire form: `proxmox`, `libvirt` or `vsphere`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Proxmox => "proxmox",
-            Self::Libvirt => "libvirt",
-            Self::Vsphere => "vsphere",
-        }
-    }
-}
+pub use crate::common::Backend;
 
 /// One hypervisor endpoint (a Proxmox VE cluster, a libvirt host, a vCenter) with its
 /// credentials, TLS trust, defaults and declared capacity. Providers are cluster-scoped so
@@ -144,8 +122,9 @@ pub struct ProviderSpec {
     /// Defaults for VirtualMachines placed on this Provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<ProviderDefaults>,
-    /// Hypervisor nodes VMs may be placed on (Proxmox nodes, libvirt hosts, vSphere compute
-    /// clusters); each is a failure domain. Empty means any node.
+    /// Proxmox nodes VMs may be placed on; each is a failure domain. Empty means any node.
+    /// Only for backend `proxmox` (a libvirt Provider is one host; vSphere places through
+    /// failure domains).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
     pub nodes: Vec<String>,

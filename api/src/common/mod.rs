@@ -5,11 +5,13 @@
 //! infrastructure machine, so that the banlieue controller can map one onto the other with a
 //! data-driven table instead of per-backend code.
 
+mod backend;
 mod capi;
 mod machine;
 mod references;
 mod tls;
 
+pub use backend::Backend;
 pub use capi::{
     ApiEndpoint, FailureDomain, Initialization, MachineAddress, MachineAddressType, MachineTemplateStatus,
     NodeInfo, ObjectMetaTemplate,

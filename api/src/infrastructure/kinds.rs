@@ -86,7 +86,7 @@ pub trait InfraMachineStatus: ContractStatus {
 pub trait InfraMachine: NamespacedKind {
     /// The hypervisor backend the kind belongs to (which fields it honours:
     /// [`crate::support::machine_fields`]).
-    const BACKEND: crate::banlieue::Backend;
+    const BACKEND: crate::common::Backend;
     /// Its `status`.
     type Status: InfraMachineStatus;
     /// Its InfraCluster kind.
@@ -159,7 +159,7 @@ macro_rules! impl_infra_kinds {
             }
         }
         impl $crate::infrastructure::kinds::InfraMachine for $machine {
-            const BACKEND: $crate::banlieue::Backend = $backend;
+            const BACKEND: $crate::common::Backend = $backend;
             type Status = $machine_status;
             type Cluster = $cluster;
             fn status(&self) -> Option<&Self::Status> {

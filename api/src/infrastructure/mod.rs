@@ -21,21 +21,21 @@ pub use vsphere::*;
 pub mod kinds;
 
 crate::impl_infra_kinds! {
-    backend: crate::banlieue::Backend::Proxmox;
+    backend: crate::common::Backend::Proxmox;
     cluster: ProxmoxCluster, ProxmoxClusterStatus, version: version;
     machine: ProxmoxMachine, ProxmoxMachineStatus;
     template: ProxmoxMachineTemplate;
 }
 
 crate::impl_infra_kinds! {
-    backend: crate::banlieue::Backend::Libvirt;
+    backend: crate::common::Backend::Libvirt;
     cluster: LibvirtCluster, LibvirtClusterStatus, version: version;
     machine: LibvirtMachine, LibvirtMachineStatus;
     template: LibvirtMachineTemplate;
 }
 
 crate::impl_infra_kinds! {
-    backend: crate::banlieue::Backend::Vsphere;
+    backend: crate::common::Backend::Vsphere;
     cluster: VSphereCluster, VSphereClusterStatus, version: version;
     machine: VSphereMachine, VSphereMachineStatus;
     template: VSphereMachineTemplate;

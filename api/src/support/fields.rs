@@ -3,7 +3,7 @@
 //! prefix.
 
 use super::{Field, Kind, Refused, Support};
-use crate::banlieue::Backend;
+use crate::common::Backend;
 
 use Support::{Honoured, Ignored, NotApplicable, RefusedAtAdmission};
 
@@ -85,7 +85,7 @@ fn disks(backend: Backend) -> Vec<Field> {
             field(
                 "storage",
                 Honoured(
-                    "the datastore of a disk added beyond the template's; a template disk on another datastore than asked is refused with a condition (UnsupportedField; never moved)",
+                    "the datastore of a disk added beyond the template's; a template disk cloned to another datastore than asked is refused before the VM's first power-on (UnsupportedField; a disk is never moved)",
                 ),
             ),
         ],
@@ -153,7 +153,7 @@ fn networks(backend: Backend) -> Vec<Field> {
         Backend::Libvirt => vec![
             field(
                 "name",
-                Honoured("the guest interface's name in its network configuration"),
+                Support::AtCreation("the guest interface's name in its network configuration"),
             ),
             field(
                 "network",
@@ -178,7 +178,7 @@ fn networks(backend: Backend) -> Vec<Field> {
         Backend::Vsphere => vec![
             field(
                 "name",
-                Honoured("the guest interface's name in its network configuration"),
+                Support::AtCreation("the guest interface's name in its network configuration"),
             ),
             field(
                 "network",
@@ -323,7 +323,7 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
             field("source.template", Honoured("the template VM cloned (immutable)")),
             field(
                 "datacenter",
-                Honoured("the datacenter the VM is placed in and its networks resolved in"),
+                Support::AtCreation("the datacenter the VM is placed in and its networks resolved in"),
             ),
             field("datastore", Support::AtCreation("the clone's datastore")),
             field("folder", Support::AtCreation("the VM folder the clone goes to")),
@@ -366,6 +366,7 @@ fn tls() -> Vec<Field> {
 }
 
 fn secret_ref(what: &'static str) -> Vec<Field> {
+    // (An infra cluster naming a Provider takes the Provider's: CLUSTER_PROVIDER_REF_RULE.)
     vec![field("name", Honoured(what)), field("namespace", Honoured(what))]
 }
 

@@ -11,7 +11,7 @@ mod fields;
 
 use serde_json::Value;
 
-use crate::banlieue::Backend;
+use crate::common::Backend;
 
 pub use fields::{
     CLUSTER_PROVIDER_REF_RULE, PROVIDER_NODES_RULE, PROVIDER_RESOURCE_POOL_RULE, PROVIDER_TLS_RULE,
@@ -30,7 +30,8 @@ pub enum Support {
     Ignored(&'static str),
     /// Some values are honoured, the others are refused when the provider reconciles: its
     /// `Ready` condition turns False with reason [`UNSUPPORTED_FIELD`], naming the field and the
-    /// provider, and nothing is created until the field is changed.
+    /// provider, and nothing is created until the field is changed (on a VM that exists already,
+    /// its `VMUpToDate` says so and the rest of the spec is still acted on).
     Refused {
         /// The values that are refused.
         values: Refused,
@@ -254,6 +255,68 @@ pub fn creation_changes(
         .collect()
 }
 
+/// Puts back into `spec` the creation-only values `created` recorded (and unsets those set
+/// since), so that the steps of a provisioned machine act on the VM as it was created, not on a
+/// change that applies only to a new one. A value whose list element no longer exists is left
+/// as it is.
+pub fn restore_creation_values(
+    backend: Backend,
+    spec: &mut Value,
+    created: &std::collections::BTreeMap<String, Value>,
+) {
+    let now = creation_values(backend, spec);
+    for path in now.keys().filter(|p| !created.contains_key(*p)) {
+        let segments = segments(path);
+        if let Some((last, parents)) = segments.split_last()
+            && let Some(Value::Object(parent)) = walk_to(spec, parents, false)
+        {
+            parent.remove(last.as_str());
+        }
+    }
+    for (path, value) in created {
+        let segments = segments(path);
+        if let Some((last, parents)) = segments.split_last()
+            && let Some(Value::Object(parent)) = walk_to(spec, parents, true)
+        {
+            parent.insert(last.clone(), value.clone());
+        }
+    }
+}
+
+/// `networks[0].ipv4.mode` → `networks`, `0`, `ipv4`, `mode`.
+fn segments(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in path.split('.') {
+        match part.split_once('[') {
+            Some((name, index)) => {
+                out.push(name.to_owned());
+                out.push(index.trim_end_matches(']').to_owned());
+            }
+            None => out.push(part.to_owned()),
+        }
+    }
+    out
+}
+
+/// The value at `segments` (list indexes as numbers); missing objects are made when `create`
+/// (never missing list elements).
+fn walk_to<'v>(value: &'v mut Value, segments: &[String], create: bool) -> Option<&'v mut Value> {
+    let Some((first, rest)) = segments.split_first() else {
+        return Some(value);
+    };
+    let next = match value {
+        Value::Array(items) => items.get_mut(first.parse::<usize>().ok()?)?,
+        Value::Object(map) => {
+            if create && !map.contains_key(first) {
+                map.insert(first.clone(), Value::Object(serde_json::Map::new()));
+            }
+            map.get_mut(first)?
+        }
+        _ => return None,
+    };
+    walk_to(next, rest, create)
+}
+
 /// One message for a provider's condition: every refused field, the provider named.
 pub fn refusal_message(kind: &str, provider: &str, refusals: &[Refusal]) -> String {
     let list: Vec<String> = refusals.iter().map(Refusal::to_string).collect();
@@ -300,7 +363,8 @@ pub fn markdown() -> String {
          `RecreateRequired` naming the field, the old and the new value (set it back, or replace \
          the machine: a MachineDeployment rolls out a new one).\n\
          - **refused (condition `UnsupportedField`)**: the machine's `Ready` condition turns False \
-         naming the field and the provider, and nothing is created until the field is changed.\n\
+         naming the field and the provider, and nothing is created until the field is changed (on \
+         a VM that exists already: its `VMUpToDate`, the rest of the spec still acted on).\n\
          - **refused by the API server**: a CEL rule of the CRD refuses the object when it is written.\n\
          - **n/a**: not an ask of the user (set by the provider or Cluster API), or another \
          backend's entry.\n\
@@ -511,6 +575,29 @@ mod tests {
                 "spec.networks[0].mtu: unset → 9000",
             ]
         );
+    }
+
+    #[test]
+    fn restoring_creation_values_undoes_changes_of_creation_only_fields_only() {
+        let created_spec = json!({
+            "cpu": {"cores": 2},
+            "storagePool": "default",
+            "networks": [{"name": "eth0", "network": "default"}],
+        });
+        let created = creation_values(Backend::Libvirt, &created_spec);
+        let mut spec = json!({
+            "cpu": {"cores": 4},
+            "storagePool": "fast",
+            "firmware": "UEFI",
+            "networks": [{"name": "eth0", "network": "other", "ipv4": {"mode": "DHCP"}}],
+        });
+        restore_creation_values(Backend::Libvirt, &mut spec, &created);
+        assert_eq!(spec["cpu"]["cores"], 4, "applied at any time: kept");
+        assert_eq!(spec["storagePool"], "default");
+        assert_eq!(spec.get("firmware"), None, "set since: unset again");
+        assert_eq!(spec["networks"][0]["network"], "default");
+        assert_eq!(spec["networks"][0]["ipv4"].get("mode"), None);
+        assert!(creation_changes(&created, &creation_values(Backend::Libvirt, &spec)).is_empty());
     }
 
     #[test]

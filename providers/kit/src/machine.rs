@@ -826,61 +826,34 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 .await;
         }
     };
-    // A field the backend cannot honour: said before anything is created (or changed on a
-    // provisioned VM, whose day-2 condition says it), never silently ignored.
+    // A field the backend cannot honour: said before anything is created, never silently
+    // ignored. On a provisioned VM it is said on the day-2 condition and the rest of the spec
+    // is still acted on (power, CPU, memory), as is a field that acts only at creation and was
+    // changed since (it is not applied to the existing VM).
+    let mut day2_note: Option<Report> = None;
     if let Some(message) = unsupported_fields::<B>(&machine) {
-        let type_ = B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned);
-        let Some(type_) = type_ else {
+        if !(plan.provisioned && B::UP_TO_DATE_CONDITION.is_some()) {
             return write
                 .problem(new, support::UNSUPPORTED_FIELD, message, PERMANENT_RETRY)
                 .await;
-        };
-        let appears = condition::find(new.conditions(), type_)
-            .is_none_or(|c| c.reason != support::UNSUPPORTED_FIELD || c.status != "False");
-        status::set(
-            new.conditions_mut(),
-            type_,
-            false,
-            support::UNSUPPORTED_FIELD,
-            message.clone(),
-            machine.meta().generation,
-        );
-        write.status(&new).await?;
-        if appears {
-            write
-                .event(EventType::Warning, support::UNSUPPORTED_FIELD, message)
-                .await;
         }
-        return Ok(Action::requeue(PERMANENT_RETRY));
+        day2_note = Some(Report::new(false, support::UNSUPPORTED_FIELD, message));
     }
-    // A field that acts only at creation, changed since: said on the day-2 condition (the rest
-    // waits until it is set back or the machine replaced), never silently not applied.
+    // The steps act on the VM as created: a creation-only field changed since is put back to
+    // its recorded value for them.
+    let mut as_created: Option<B::Machine> = None;
     if plan.provisioned
-        && let Some(type_) = B::UP_TO_DATE_CONDITION
-        && let Some(changes) = creation_changes::<B>(&machine)
+        && day2_note.is_none()
+        && B::UP_TO_DATE_CONDITION.is_some()
+        && let Some((changes, restored)) = creation_changes::<B>(&machine)
     {
+        as_created = restored;
         let message = format!(
-            "{} changed after the VM was created and acts only when it is created: {}; set it back, or replace the machine to apply it (a MachineDeployment rolls out a new one)",
+            "{} changed after the VM was created and acts only when it is created, so the VM keeps the old value: {}; set it back, or replace the machine (delete and create it again; a MachineDeployment rolls out a new one) to apply it",
             if changes.len() == 1 { "a field" } else { "fields" },
             changes.join("; ")
         );
-        let appears = condition::find(new.conditions(), type_)
-            .is_none_or(|c| c.reason != support::RECREATE_REQUIRED || c.status != "False");
-        status::set(
-            new.conditions_mut(),
-            type_,
-            false,
-            support::RECREATE_REQUIRED,
-            message.clone(),
-            machine.meta().generation,
-        );
-        write.status(&new).await?;
-        if appears {
-            write
-                .event(EventType::Warning, support::RECREATE_REQUIRED, message)
-                .await;
-        }
-        return Ok(Action::requeue(PERMANENT_RETRY));
+        day2_note = Some(Report::new(false, support::RECREATE_REQUIRED, message));
     }
     // Provisioned, exactly as the provider's own last write left it (the status above only
     // restates what is persisted), and not due yet: nothing to ask the hypervisor.
@@ -986,7 +959,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // Steps run back to back while the backend says the next one may follow at once
     // (`Step::next_now`), each on the machine as the previous one left it in memory; the status
     // is written once, after the last, with the Events of all.
-    let mut current = machine.clone();
+    let mut current = as_created.unwrap_or_else(|| machine.clone());
     let (mut plan, mut phase) = (plan, phase);
     let mut earlier_events: Vec<(&'static str, String)> = Vec::new();
     let mut steps = 0;
@@ -1028,7 +1001,16 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let generation = current.meta().generation;
     let day2 = |reason: &str| B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && reason != VM_NOT_FOUND);
     match outcome {
-        Ok(step) => apply_step::<B>(&write, &current, new, earlier_events, step).await,
+        Ok(mut step) => {
+            // The day-2 note stands unless the step reports a day-2 problem of its own.
+            if let Some(note) = day2_note
+                && step.up_to_date.as_ref().is_none_or(|r| r.ok)
+            {
+                step.up_to_date = Some(note);
+                step.warning = true;
+            }
+            apply_step::<B>(&write, &current, new, earlier_events, step).await
+        }
         Err(StepFailure::Problem { problem, retry }) => {
             // A Warning when the problem appears (the condition's reason changes), not when only
             // its message or the generation does.
@@ -1100,15 +1082,23 @@ fn unsupported_fields<B: MachineBackend>(machine: &B::Machine) -> Option<String>
 }
 
 /// The changes of `machine`'s creation-only fields since the VM was created
-/// ([`support::CREATED_WITH_ANNOTATION`]), if it records them and any changed.
-fn creation_changes<B: MachineBackend>(machine: &B::Machine) -> Option<Vec<String>> {
+/// ([`support::CREATED_WITH_ANNOTATION`]), if it records them and any changed, with the
+/// machine as created (those fields put back) for the steps.
+fn creation_changes<B: MachineBackend>(machine: &B::Machine) -> Option<(Vec<String>, Option<B::Machine>)> {
     let recorded = machine.annotations().get(support::CREATED_WITH_ANNOTATION)?;
     let created: std::collections::BTreeMap<String, serde_json::Value> =
         serde_json::from_str(recorded).ok()?;
-    let spec = serde_json::to_value(machine).ok()?.get("spec")?.clone();
-    let now = support::creation_values(<B::Machine as InfraMachine>::BACKEND, &spec);
+    let mut object = serde_json::to_value(machine).ok()?;
+    let backend = <B::Machine as InfraMachine>::BACKEND;
+    let now = support::creation_values(backend, object.get("spec")?);
     let changes = support::creation_changes(&created, &now);
-    (!changes.is_empty()).then_some(changes)
+    if changes.is_empty() {
+        return None;
+    }
+    if let Some(spec) = object.get_mut("spec") {
+        support::restore_creation_values(backend, spec, &created);
+    }
+    Some((changes, serde_json::from_value(object).ok()))
 }
 
 /// The common answer for [`Step::next_now`] of a step that did not fail: it does not wait

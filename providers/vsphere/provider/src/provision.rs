@@ -698,9 +698,6 @@ pub async fn provision_step(
                 step.vm = Some(info);
                 return Ok(step);
             }
-            if let Some(why) = update::disk_storage_refusal(input.spec, &info.hardware) {
-                return Err(permanent(support::UNSUPPORTED_FIELD, why));
-            }
             let nics = desired_nics(c, input).await?;
             let (task, waiting, event) =
                 match update::next_action(input.spec, &info, &nics, Some(desired_power)) {

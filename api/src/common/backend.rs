@@ -1,0 +1,28 @@
+//! Which hypervisor API a Provider (and an infrastructure kind) speaks.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Which hypervisor API a Provider speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Proxmox VE (REST API, API token credentials).
+    #[default]
+    Proxmox,
+    /// libvirt (a libvirt URI, e.g. `qemu+ssh://root@host/system`).
+    Libvirt,
+    /// VMware vSphere (vCenter SDK).
+    Vsphere,
+}
+
+impl Backend {
+    /// The wire form: `proxmox`, `libvirt` or `vsphere`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Proxmox => "proxmox",
+            Self::Libvirt => "libvirt",
+            Self::Vsphere => "vsphere",
+        }
+    }
+}

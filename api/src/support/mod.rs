@@ -250,9 +250,27 @@ pub fn creation_changes(
     paths.dedup();
     paths
         .into_iter()
-        .filter(|p| created.get(*p) != now.get(*p))
+        .filter(|p| created.get(*p) != now.get(*p) && in_both(p, created, now))
         .map(|p| format!("spec.{p}: {} → {}", show(created.get(p)), show(now.get(p))))
         .collect()
+}
+
+/// Whether every list element `path` lies in (`networks[1]` of `networks[1].ipv4.mode`) has
+/// recorded values on both sides: an element added or removed since (a NIC, a disk) is the
+/// list's own business, honoured or not as the list field is declared, not a changed value.
+fn in_both(
+    path: &str,
+    created: &std::collections::BTreeMap<String, Value>,
+    now: &std::collections::BTreeMap<String, Value>,
+) -> bool {
+    let has = |map: &std::collections::BTreeMap<String, Value>, element: &str| {
+        map.keys()
+            .any(|k| k.starts_with(element) && k[element.len()..].starts_with('.'))
+    };
+    path.match_indices(']').all(|(end, _)| {
+        let element = &path[..=end];
+        has(created, element) && has(now, element)
+    })
 }
 
 /// Puts back into `spec` the creation-only values `created` recorded (and unsets those set
@@ -265,7 +283,10 @@ pub fn restore_creation_values(
     created: &std::collections::BTreeMap<String, Value>,
 ) {
     let now = creation_values(backend, spec);
-    for path in now.keys().filter(|p| !created.contains_key(*p)) {
+    for path in now
+        .keys()
+        .filter(|p| !created.contains_key(*p) && in_both(p, created, &now))
+    {
         let segments = segments(path);
         if let Some((last, parents)) = segments.split_last()
             && let Some(Value::Object(parent)) = walk_to(spec, parents, false)
@@ -273,7 +294,7 @@ pub fn restore_creation_values(
             parent.remove(last.as_str());
         }
     }
-    for (path, value) in created {
+    for (path, value) in created.iter().filter(|(p, _)| in_both(p, created, &now)) {
         let segments = segments(path);
         if let Some((last, parents)) = segments.split_last()
             && let Some(Value::Object(parent)) = walk_to(spec, parents, true)
@@ -330,7 +351,7 @@ impl Support {
     /// The table cell: the verdict, then what the field does or why it is refused.
     pub fn cell(&self) -> String {
         match self {
-            Support::Honoured(how) if how.is_empty() => "yes".to_owned(),
+            Support::Honoured("") => "yes".to_owned(),
             Support::Honoured(how) => format!("yes: {how}"),
             Support::AtCreation(how) => format!("at creation: {how}"),
             Support::Ignored(why) => format!("**ignored**: {why}"),
@@ -598,6 +619,22 @@ mod tests {
         assert_eq!(spec["networks"][0]["network"], "default");
         assert_eq!(spec["networks"][0]["ipv4"].get("mode"), None);
         assert!(creation_changes(&created, &creation_values(Backend::Libvirt, &spec)).is_empty());
+    }
+
+    #[test]
+    fn an_element_added_or_removed_since_is_not_a_changed_value() {
+        let two = json!({"networks": [{"name": "eth0", "network": "a"}, {"name": "eth1", "network": "b"}]});
+        let one = json!({"networks": [{"name": "eth0", "network": "a"}]});
+        let (two, one) = (
+            creation_values(Backend::Libvirt, &two),
+            creation_values(Backend::Libvirt, &one),
+        );
+        assert!(creation_changes(&two, &one).is_empty(), "removed");
+        assert!(creation_changes(&one, &two).is_empty(), "added");
+        let mut spec =
+            json!({"networks": [{"name": "eth0", "network": "a"}, {"name": "eth1", "network": "b"}]});
+        restore_creation_values(Backend::Libvirt, &mut spec, &one);
+        assert_eq!(spec["networks"][1]["name"], "eth1", "a new element is left whole");
     }
 
     #[test]

@@ -113,11 +113,16 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
     );
     ensure!(st.node.is_some(), "no node");
     ensure!(st.observed_generation == m.metadata.generation);
-    let events = s.events("web-1").await?;
-    ensure!(
-        events.iter().any(|e| e == "CloneStarted") && events.iter().any(|e| e == "Provisioned"),
-        "{events:?}"
-    );
+    // The Events follow the status write that reports the machine provisioned.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let events = s.events("web-1").await?;
+        if events.iter().any(|e| e == "CloneStarted") && events.iter().any(|e| e == "Provisioned") {
+            break;
+        }
+        ensure!(tokio::time::Instant::now() < deadline, "{events:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // spec.powerState Off powers the provisioned VM off (no re-clone) and status reports it.
     let patch = json!({"spec": {"powerState": "Off"}});

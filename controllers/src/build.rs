@@ -470,27 +470,20 @@ fn spec_digest(spec: &Value) -> String {
 }
 
 /// Keeps what the Provider's defaults gave a machine whose VM exists (`spec.providerID` set):
-/// the fields the defaults fill (storage, pools, folders) and the default network of a VM that
-/// names none act only when the VM is created, so a later change of the Provider's defaults is
-/// for VMs created after it, not a change every existing machine would report as
-/// `RecreateRequired`. What the VirtualMachine itself asks still reaches its machine.
-pub fn keep_created_defaults(
-    desired: &mut Value,
-    existing: &Value,
-    entry: &BackendEntry,
-    vm: &VirtualMachine,
-) {
+/// the fields the defaults fill (storage, pools, folders) act only when the VM is created, so a
+/// later change of the Provider's defaults is for VMs created after it, not a change every
+/// existing machine would report as `RecreateRequired`. What the VirtualMachine itself asks
+/// still reaches its machine.
+pub fn keep_created_defaults(desired: &mut Value, existing: &Value, entry: &BackendEntry) {
     let Some(existing_spec) = existing.get("spec").filter(|s| s.get("providerID").is_some()) else {
         return;
     };
     let Some(spec) = desired.get_mut("spec").and_then(Value::as_object_mut) else {
         return;
     };
-    let mut kept: Vec<&str> = entry.defaults.iter().map(|(_, to)| *to).collect();
-    if vm.spec.networks.is_empty() {
-        kept.push("networks");
-    }
-    for field in kept {
+    // (Not the default network: an empty `spec.networks` may also be the VM's own interfaces
+    // removed, which must reach the machine.)
+    for field in entry.defaults.iter().map(|(_, to)| *to) {
         match existing_spec.get(field) {
             Some(value) => {
                 spec.insert(field.to_owned(), value.clone());

@@ -450,14 +450,15 @@ fn a_created_machine_keeps_what_the_providers_defaults_gave_it() {
         "providerID": "proxmox://c/100", "storage": "fast",
         "networks": [{"name": "net0", "network": "vmbr0"}], "cpu": {"cores": 1},
     }});
-    keep_created_defaults(&mut desired, &existing, entry, &v);
+    keep_created_defaults(&mut desired, &existing, entry);
     assert_eq!(
         desired["spec"]["storage"], "fast",
         "the default at creation stays"
     );
     assert_eq!(
         desired["spec"]["networks"],
-        json!([{"name": "net0", "network": "vmbr0"}])
+        json!([{"name": "net0", "network": "vmbr9"}]),
+        "networks are the VM's business (its own removed ones must go)"
     );
     assert_eq!(desired["spec"].get("pool"), None, "no pool at creation: none now");
     assert_eq!(
@@ -472,6 +473,6 @@ fn a_created_machine_keeps_what_the_providers_defaults_gave_it() {
     );
     // Not created yet (no providerID): the defaults as they are now.
     let mut fresh = desired_machine(&v, &p, None, None).expect("builds");
-    keep_created_defaults(&mut fresh, &json!({"spec": {"storage": "fast"}}), entry, &v);
+    keep_created_defaults(&mut fresh, &json!({"spec": {"storage": "fast"}}), entry);
     assert_eq!(fresh["spec"]["storage"], "slow");
 }

@@ -422,7 +422,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         if let Some(desired) = plan.desired.as_mut() {
             let existing = machine.as_ref().and_then(|m| serde_json::to_value(m).ok());
             if let Some(existing) = &existing {
-                build::keep_created_defaults(desired, existing, entry, vm);
+                build::keep_created_defaults(desired, existing, entry);
             }
             if !existing.as_ref().is_some_and(|e| build::contains(e, desired)) {
                 let applied = api

@@ -180,23 +180,33 @@ pub fn refusals(fields: &[Field], spec: &Value) -> Vec<Refusal> {
 /// The refused fields of an infrastructure machine's `spec` on `backend` (the declarations'
 /// refusals, built once per backend).
 pub fn machine_refusals(backend: Backend, spec: &Value) -> Vec<Refusal> {
-    static REFUSED: std::sync::LazyLock<Vec<(Backend, Vec<Field>)>> = std::sync::LazyLock::new(|| {
-        BACKENDS
-            .iter()
-            .map(|b| {
-                let refused = machine_fields(*b)
+    static REFUSED: std::sync::LazyLock<Vec<(Backend, Vec<Field>)>> =
+        std::sync::LazyLock::new(|| machine_fields_where(|s| matches!(s, Support::Refused { .. })));
+    refusals(of_backend(&REFUSED, backend), spec)
+}
+
+/// Every backend's machine fields whose support `keep` accepts.
+fn machine_fields_where(keep: fn(&Support) -> bool) -> Vec<(Backend, Vec<Field>)> {
+    BACKENDS
+        .iter()
+        .map(|b| {
+            (
+                *b,
+                machine_fields(*b)
                     .into_iter()
-                    .filter(|f| matches!(f.support, Support::Refused { .. }))
-                    .collect();
-                (*b, refused)
-            })
-            .collect()
-    });
-    REFUSED
+                    .filter(|f| keep(&f.support))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+/// `backend`'s list of [`machine_fields_where`].
+fn of_backend(lists: &[(Backend, Vec<Field>)], backend: Backend) -> &[Field] {
+    lists
         .iter()
         .find(|(b, _)| *b == backend)
-        .map(|(_, fields)| refusals(fields, spec))
-        .unwrap_or_default()
+        .map_or(&[], |(_, fields)| fields.as_slice())
 }
 
 /// Annotation of an infrastructure machine recording, as a JSON object, the values its
@@ -212,22 +222,10 @@ pub const RECREATE_REQUIRED: &str = "RecreateRequired";
 /// `backend`, keyed by their path with list indexes (`networks[0].ipv4.mode`); unset fields are
 /// left out.
 pub fn creation_values(backend: Backend, spec: &Value) -> std::collections::BTreeMap<String, Value> {
-    static AT_CREATION: std::sync::LazyLock<Vec<(Backend, Vec<Field>)>> = std::sync::LazyLock::new(|| {
-        BACKENDS
-            .iter()
-            .map(|b| {
-                let fields = machine_fields(*b)
-                    .into_iter()
-                    .filter(|f| matches!(f.support, Support::AtCreation(_)))
-                    .collect();
-                (*b, fields)
-            })
-            .collect()
-    });
+    static AT_CREATION: std::sync::LazyLock<Vec<(Backend, Vec<Field>)>> =
+        std::sync::LazyLock::new(|| machine_fields_where(|s| matches!(s, Support::AtCreation(_))));
     let mut out = std::collections::BTreeMap::new();
-    let Some((_, fields)) = AT_CREATION.iter().find(|(b, _)| *b == backend) else {
-        return out;
-    };
+    let fields = of_backend(&AT_CREATION, backend);
     for field in fields {
         for (at, value) in lookup(spec, &field.path) {
             if is_set(value) {

@@ -489,40 +489,54 @@ pub async fn unsupported_field<P: ProviderUnderTest>() -> Result<()> {
         "the condition does not name {field} and the provider: {ready:?}"
     );
     ensure!(s.vms().await?.is_empty(), "a VM was made: {:?}", s.vms().await?);
-    // The Event follows the status write.
+    wait_for_warning(&s, "m1", "UnsupportedField", field).await?;
+    // The field removed (the valid spec's value, or none): provisioned with one VM.
+    undo(&s, "m1", &extra, &valid).await?;
+    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
+    ensure!(s.vms_of(&uid).await?.len() == 1, "{:?}", s.vms().await?);
+    Ok(())
+}
+
+/// Waits (bounded) for an Event of `name` with `reason` naming `field`: Events follow the status
+/// write that the scenario waited for.
+async fn wait_for_warning<P: ProviderUnderTest>(
+    s: &Scenario<P>,
+    name: &str,
+    reason: &str,
+    field: &str,
+) -> Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        let events = s.event_texts("m1").await?;
-        if events
-            .iter()
-            .any(|e| e.contains("UnsupportedField") && e.contains(field))
-        {
-            break;
+        let events = s.event_texts(name).await?;
+        if events.iter().any(|e| e.contains(reason) && e.contains(field)) {
+            return Ok(());
         }
         ensure!(
             tokio::time::Instant::now() < deadline,
-            "no Warning Event naming {field}: {events:?}"
+            "no {reason} Event naming {field}: {events:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // The field removed (the valid spec's value, or none): provisioned with one VM.
+}
+
+/// Sets the top-level spec fields `changed` set back to their value in `original` (or unset).
+async fn undo<P: ProviderUnderTest>(
+    s: &Scenario<P>,
+    name: &str,
+    changed: &Value,
+    original: &Value,
+) -> Result<()> {
     let mut undo = serde_json::Map::new();
-    for key in extra
-        .as_object()
-        .map(|o| o.keys().cloned().collect::<Vec<_>>())
-        .unwrap_or_default()
-    {
-        undo.insert(key.clone(), valid.get(&key).cloned().unwrap_or(Value::Null));
+    for key in changed.as_object().into_iter().flat_map(|o| o.keys()) {
+        undo.insert(key.clone(), original.get(key).cloned().unwrap_or(Value::Null));
     }
     s.infra(P::MACHINE_KIND)
         .patch(
-            "m1",
+            name,
             &PatchParams::default(),
             &Patch::Merge(&json!({"spec": undo})),
         )
         .await?;
-    s.wait_machine("m1", "provisioned", fully_provisioned).await?;
-    ensure!(s.vms_of(&uid).await?.len() == 1, "{:?}", s.vms().await?);
     Ok(())
 }
 
@@ -565,35 +579,9 @@ pub async fn creation_only_change<P: ProviderUnderTest>() -> Result<()> {
         condition(&m, "Ready")
     );
     ensure!(s.vms_of(&uid).await?.len() == 1, "{:?}", s.vms().await?);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !s
-        .event_texts("m1")
-        .await?
-        .iter()
-        .any(|e| e.contains("RecreateRequired") && e.contains(field))
-    {
-        ensure!(
-            tokio::time::Instant::now() < deadline,
-            "no Warning Event naming {field}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_warning(&s, "m1", "RecreateRequired", field).await?;
     // Set back: up to date again, the same VM.
-    let mut undo = serde_json::Map::new();
-    for key in change
-        .as_object()
-        .map(|o| o.keys().cloned().collect::<Vec<_>>())
-        .unwrap_or_default()
-    {
-        undo.insert(key.clone(), before.get(&key).cloned().unwrap_or(Value::Null));
-    }
-    s.infra(P::MACHINE_KIND)
-        .patch(
-            "m1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": undo})),
-        )
-        .await?;
+    undo(&s, "m1", &change, &before).await?;
     s.wait_machine("m1", "up to date again", |m| {
         condition(m, "VMUpToDate").is_some_and(|c| c.status == "True")
     })

@@ -640,12 +640,6 @@ fn provider(backend: Backend) -> Vec<Field> {
             Ignored("recorded, not enforced: only capacity.virtualMachines limits placement"),
         ),
         only(
-            &[Backend::Proxmox, Backend::Vsphere],
-            "tls",
-            "",
-            PROVIDER_TLS_RULE,
-        ),
-        only(
             &[Backend::Proxmox],
             "nodes",
             "the nodes VMs may be placed on",
@@ -653,7 +647,9 @@ fn provider(backend: Backend) -> Vec<Field> {
         ),
         field(
             "defaults.storage",
-            Honoured("the machines' default storage (Proxmox storage, libvirt pool, vSphere datastore)"),
+            Honoured(
+                "the default storage (Proxmox storage, libvirt pool, vSphere datastore) of VMs created while it is set; an existing VM keeps its own",
+            ),
         ),
         field(
             "defaults.network",
@@ -662,19 +658,19 @@ fn provider(backend: Backend) -> Vec<Field> {
         only(
             &[Backend::Proxmox, Backend::Vsphere],
             "defaults.resourcePool",
-            "the machines' pool (Proxmox resource pool, vSphere resource pool)",
+            "the pool (Proxmox resource pool, vSphere resource pool) of VMs created while it is set; an existing VM keeps its own",
             PROVIDER_RESOURCE_POOL_RULE,
         ),
         only(
             &[Backend::Vsphere],
             "defaults.datacenter",
-            "the machines' datacenter",
+            "the datacenter of VMs created while it is set; an existing VM keeps its own",
             PROVIDER_VSPHERE_DEFAULTS_RULE,
         ),
         only(
             &[Backend::Vsphere],
             "defaults.folder",
-            "the machines' VM folder",
+            "the VM folder of VMs created while it is set; an existing VM keeps its own",
             PROVIDER_VSPHERE_DEFAULTS_RULE,
         ),
     ];
@@ -683,16 +679,11 @@ fn provider(backend: Backend) -> Vec<Field> {
         "namespaceSelector",
         label_selector("the namespaces whose VMs may use the Provider"),
     ));
-    // `tls` is one declaration per leaf like everywhere else.
-    let tls_at = fields.iter().position(|f| f.path == "tls").unwrap_or(0);
-    let tls_support = fields.remove(tls_at).support;
-    for f in tls() {
-        let support = match tls_support {
-            RefusedAtAdmission(_) => tls_support,
-            _ => f.support,
-        };
-        fields.push(Field::new(format!("tls.{}", f.path), support));
-    }
+    let tls_fields = tls().into_iter().map(|f| match backend {
+        Backend::Libvirt => Field::new(f.path, RefusedAtAdmission(PROVIDER_TLS_RULE)),
+        Backend::Proxmox | Backend::Vsphere => f,
+    });
+    fields.extend(under("tls", tls_fields.collect()));
     fields
 }
 

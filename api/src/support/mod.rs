@@ -180,10 +180,18 @@ pub fn refusals(fields: &[Field], spec: &Value) -> Vec<Refusal> {
 /// The refused fields of an infrastructure machine's `spec` on `backend` (the declarations'
 /// refusals, built once per backend).
 pub fn machine_refusals(backend: Backend, spec: &Value) -> Vec<Refusal> {
-    static REFUSED: std::sync::LazyLock<Vec<(Backend, Vec<Field>)>> =
-        std::sync::LazyLock::new(|| machine_fields_where(|s| matches!(s, Support::Refused { .. })));
-    refusals(of_backend(&REFUSED, backend), spec)
+    refusals(of_backend(&REFUSED_MACHINE_FIELDS, backend), spec)
 }
+
+/// Whether `backend` refuses any machine field (else [`machine_refusals`] finds nothing in
+/// any spec).
+pub fn machine_refuses_any(backend: Backend) -> bool {
+    !of_backend(&REFUSED_MACHINE_FIELDS, backend).is_empty()
+}
+
+/// Every backend's refused machine fields, built once.
+static REFUSED_MACHINE_FIELDS: std::sync::LazyLock<Vec<(Backend, Vec<Field>)>> =
+    std::sync::LazyLock::new(|| machine_fields_where(|s| matches!(s, Support::Refused { .. })));
 
 /// Every backend's machine fields whose support `keep` accepts.
 fn machine_fields_where(keep: fn(&Support) -> bool) -> Vec<(Backend, Vec<Field>)> {

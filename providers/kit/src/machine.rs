@@ -830,8 +830,16 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // ignored. On a provisioned VM it is said on the day-2 condition and the rest of the spec
     // is still acted on (power, CPU, memory), as is a field that acts only at creation and was
     // changed since (it is not applied to the existing VM).
+    let backend = <B::Machine as InfraMachine>::BACKEND;
+    let records_creation = machine
+        .annotations()
+        .contains_key(support::CREATED_WITH_ANNOTATION);
+    // The spec as JSON, read once, and only when a check below reads it.
+    let spec = (support::machine_refuses_any(backend) || records_creation)
+        .then(|| serde_json::to_value(&machine).ok()?.get("spec").cloned())
+        .flatten();
     let mut day2_note: Option<Report> = None;
-    if let Some(message) = unsupported_fields::<B>(&machine) {
+    if let Some(message) = spec.as_ref().and_then(|spec| unsupported_fields::<B>(spec)) {
         if !(plan.provisioned && B::UP_TO_DATE_CONDITION.is_some()) {
             return write
                 .problem(new, support::UNSUPPORTED_FIELD, message, PERMANENT_RETRY)
@@ -845,7 +853,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     if plan.provisioned
         && day2_note.is_none()
         && B::UP_TO_DATE_CONDITION.is_some()
-        && let Some((changes, restored)) = creation_changes::<B>(&machine)
+        && let Some(spec) = &spec
+        && let Some((changes, restored)) = creation_changes::<B>(&machine, spec)
     {
         as_created = restored;
         let message = format!(
@@ -1071,30 +1080,31 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     }
 }
 
-/// The condition message naming every field of `machine`'s spec its backend refuses
-/// ([`support::machine_refusals`]), if any.
-fn unsupported_fields<B: MachineBackend>(machine: &B::Machine) -> Option<String> {
-    let object = serde_json::to_value(machine).ok()?;
+/// The condition message naming every field of the machine's `spec` (as JSON) its backend
+/// refuses ([`support::machine_refusals`]), if any.
+fn unsupported_fields<B: MachineBackend>(spec: &serde_json::Value) -> Option<String> {
     let backend = <B::Machine as InfraMachine>::BACKEND;
-    let refusals = support::machine_refusals(backend, object.get("spec")?);
+    let refusals = support::machine_refusals(backend, spec);
     (!refusals.is_empty())
         .then(|| support::refusal_message(&B::Machine::kind(&()), backend.as_str(), &refusals))
 }
 
 /// The changes of `machine`'s creation-only fields since the VM was created
-/// ([`support::CREATED_WITH_ANNOTATION`]), if it records them and any changed, with the
-/// machine as created (those fields put back) for the steps.
-fn creation_changes<B: MachineBackend>(machine: &B::Machine) -> Option<(Vec<String>, Option<B::Machine>)> {
+/// ([`support::CREATED_WITH_ANNOTATION`]; `spec` is its spec as JSON), if it records them and
+/// any changed, with the machine as created (those fields put back) for the steps.
+fn creation_changes<B: MachineBackend>(
+    machine: &B::Machine,
+    spec: &serde_json::Value,
+) -> Option<(Vec<String>, Option<B::Machine>)> {
     let recorded = machine.annotations().get(support::CREATED_WITH_ANNOTATION)?;
     let created: std::collections::BTreeMap<String, serde_json::Value> =
         serde_json::from_str(recorded).ok()?;
-    let mut object = serde_json::to_value(machine).ok()?;
     let backend = <B::Machine as InfraMachine>::BACKEND;
-    let now = support::creation_values(backend, object.get("spec")?);
-    let changes = support::creation_changes(&created, &now);
+    let changes = support::creation_changes(&created, &support::creation_values(backend, spec));
     if changes.is_empty() {
         return None;
     }
+    let mut object = serde_json::to_value(machine).ok()?;
     if let Some(spec) = object.get_mut("spec") {
         support::restore_creation_values(backend, spec, &created);
     }
@@ -1483,7 +1493,7 @@ mod tests {
         let mut b = Backoffs::default();
         let start = std::time::Instant::now();
         assert_eq!(b.next("a", start), Duration::from_secs(2));
-        // Ten failures within the first delay (status writes, Secret events): no growth.
+        // Failures within the first delay (status writes, Secret events): no growth.
         for ms in [10, 50, 300, 900, 1500, 1990] {
             let early = start + Duration::from_millis(ms);
             assert_eq!(b.next("a", early), Duration::from_millis(2000 - ms));

@@ -126,6 +126,8 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     // The spec itself.
     "ClassNotFound",
     "NoSize",
+    // A Provider that limits storage, and a VM that declares no disk size to count.
+    "StorageNotDeclared",
     "IPAddressInvalid",
     // A field the backend cannot honour (`crate::support`).
     "UnsupportedField",

@@ -7,7 +7,9 @@
 
 use std::collections::BTreeMap;
 
-use banlieue_api::banlieue::{Backend, Provider, VirtualMachine, VirtualMachineClass, VirtualMachineImage};
+use banlieue_api::banlieue::{
+    Backend, Provider, ProviderAllocation, VirtualMachine, VirtualMachineClass, VirtualMachineImage,
+};
 use banlieue_api::common::{Cpu, Disk, NetworkInterface};
 use banlieue_api::condition;
 use banlieue_api::support::{self, Kind};
@@ -109,19 +111,21 @@ pub enum Invalid {
         /// The chosen Provider.
         provider: String,
     },
-    /// The Provider named by `spec.providerRef` holds as many VirtualMachines as its
-    /// `spec.capacity.virtualMachines` allows.
-    #[error(
-        "Provider {provider} is full: {placed} of its {capacity} VirtualMachines (spec.capacity.virtualMachines) are placed; delete one of them or raise the capacity, and this VirtualMachine is placed then"
-    )]
+    /// The Provider named by `spec.providerRef` has no room left for this VirtualMachine in
+    /// one of its declared capacities (`spec.capacity`).
+    #[error("Provider {provider} is full: {}", full_message(shortfall))]
     ProviderFull {
         /// The Provider.
         provider: String,
-        /// Its declared capacity.
-        capacity: u32,
-        /// VirtualMachines placed on it.
-        placed: u32,
+        /// The capacity that is exceeded.
+        shortfall: provider_use::Shortfall,
     },
+    /// The Provider named by `spec.providerRef` limits storage and the VirtualMachine declares
+    /// no disk whose size could be counted.
+    #[error(
+        "Provider {0} limits storage (spec.capacity.storageGiB) and this VirtualMachine declares no disk: list its disks with their sizeGiB (spec.disks, or its class's) so that what it takes can be counted"
+    )]
+    StorageNotDeclared(String),
     /// The VirtualMachine, its class or its image sets a field the Provider's backend cannot
     /// honour (`banlieue_api::support`); the message names each.
     #[error("{0}")]
@@ -148,9 +152,47 @@ impl Invalid {
             Self::NoSize => "NoSize",
             Self::KindNotInstalled { .. } => "ProviderKindNotInstalled",
             Self::ProviderFull { .. } => "ProviderFull",
+            Self::StorageNotDeclared(_) => "StorageNotDeclared",
             Self::ProviderDeleting(_) => provider_use::REFUSED_PROVIDER_DELETING,
             Self::UnsupportedField(_) => support::UNSUPPORTED_FIELD,
         }
+    }
+}
+
+fn full_message(s: &provider_use::Shortfall) -> String {
+    if s.field == "virtualMachines" {
+        return format!(
+            "{} of its {} VirtualMachines (spec.capacity.virtualMachines) are placed; delete one of them or raise the capacity, and this VirtualMachine is placed then",
+            s.used, s.capacity
+        );
+    }
+    format!(
+        "its VirtualMachines take {} of its {} (spec.capacity.{}) and this one needs {}; delete or shrink one of them or raise the capacity, and this VirtualMachine is placed then",
+        s.used, s.capacity, s.field, s.wanted
+    )
+}
+
+/// Whether `wanted` fits on `provider` next to what `placed` says its VMs take.
+fn room_for(
+    provider: &Provider,
+    placed: &BTreeMap<String, ProviderAllocation>,
+    wanted: &ProviderAllocation,
+) -> Result<(), Invalid> {
+    let name = provider.name_any();
+    let limits_storage = provider
+        .spec
+        .capacity
+        .as_ref()
+        .is_some_and(|c| c.storage_gib.is_some());
+    if limits_storage && wanted.storage_gib.unwrap_or(0) == 0 {
+        return Err(Invalid::StorageNotDeclared(name));
+    }
+    match provider_use::shortfall(provider, placed.get(&name), wanted) {
+        Some(shortfall) => Err(Invalid::ProviderFull {
+            provider: name,
+            shortfall,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -179,24 +221,26 @@ fn provider_ready(provider: &Provider) -> bool {
 /// Chooses the Provider of `vm` among `providers` (every Provider of the cluster).
 ///
 /// * A VM that already has `status.provider` stays there (a VM is never moved silently).
-/// * Otherwise `spec.providerRef` names it; it must not be deleting nor full.
+/// * Otherwise `spec.providerRef` names it; it must not be deleting and must have room for
+///   `wanted` (what the VM takes, [`allocation`]) in every capacity it declares.
 /// * Otherwise `spec.placement.providerSelector` selects candidates by label; candidates must
-///   admit the namespace, not be deleting, have a registered backend, free declared capacity
-///   and a source for their backend (`has_source`). The pick is deterministic: Ready Providers
+///   admit the namespace, not be deleting, have a registered backend, room for `wanted` and a
+///   source for their backend (`has_source`). The pick is deterministic: Ready Providers
 ///   first, then the most free VM slots (undeclared capacity counts as unlimited), then the
 ///   name.
 ///
-/// `placed` counts the VirtualMachines already placed per Provider (not counting `vm`); it must
-/// be current for every Provider with a declared VM capacity.
+/// `placed` is what the VirtualMachines already placed take of each Provider (not counting
+/// `vm`, [`provider_use::placed_totals`]); it must be current for every Provider that
+/// declares a capacity.
 pub fn choose_provider<'a>(
     vm: &VirtualMachine,
     providers: &'a [Provider],
     namespace_labels: &BTreeMap<String, String>,
-    placed: &BTreeMap<String, u32>,
+    placed: &BTreeMap<String, ProviderAllocation>,
+    wanted: &ProviderAllocation,
     has_source: impl Fn(&Provider) -> bool,
 ) -> Result<&'a Provider, Invalid> {
-    let free_slots =
-        |p: &Provider| provider_use::free_slots(p, placed.get(&p.name_any()).copied().unwrap_or(0));
+    let free_slots = |p: &Provider| provider_use::free_slots(p, placed.get(&p.name_any()));
     let find = |name: &str| {
         providers
             .iter()
@@ -219,18 +263,7 @@ pub fn choose_provider<'a>(
         if provider_use::deleting(provider) {
             return Err(Invalid::ProviderDeleting(name.to_owned()));
         }
-        if free_slots(provider) == Some(0) {
-            return Err(Invalid::ProviderFull {
-                provider: name.to_owned(),
-                capacity: provider
-                    .spec
-                    .capacity
-                    .as_ref()
-                    .and_then(|c| c.virtual_machines)
-                    .unwrap_or(0),
-                placed: placed.get(name).copied().unwrap_or(0),
-            });
-        }
+        room_for(provider, placed, wanted)?;
         return Ok(provider);
     }
     let Some(sel) = vm
@@ -249,7 +282,7 @@ pub fn choose_provider<'a>(
             && admits_namespace(p, namespace_labels)?
             && !provider_use::deleting(p)
             && registry::lookup(p.spec.backend).is_some()
-            && free_slots(p) != Some(0)
+            && room_for(p, placed, wanted).is_ok()
             && has_source(p)
         {
             candidates.push(p);
@@ -326,6 +359,21 @@ pub fn sizing(
         }
     }
     Ok((cpu, memory, disks))
+}
+
+/// What `vm` takes of its Provider's capacity: one VM, `cores × sockets` vCPUs, its memory and
+/// the sizes of its disks (class included, [`sizing`]).
+pub fn allocation(
+    vm: &VirtualMachine,
+    class: Option<&VirtualMachineClass>,
+) -> Result<ProviderAllocation, Invalid> {
+    let (cpu, memory_mib, disks) = sizing(vm, class)?;
+    Ok(ProviderAllocation {
+        vcpus: Some(cpu.cores.saturating_mul(cpu.sockets.unwrap_or(1))),
+        memory_mib: Some(memory_mib),
+        storage_gib: Some(disks.iter().map(|d| d.size_gib).sum()),
+        virtual_machines: Some(1),
+    })
 }
 
 /// Refuses what `backend` cannot honour of the VirtualMachine, its class and its image (the

@@ -188,8 +188,31 @@ fn provider_choice(
         provider("b", "libvirt", json!({"zone": "b"}), json!({})),
         ready,
     ];
-    let got = choose_provider(&v, &providers, &no_labels(), &BTreeMap::new(), |_| true).map(|p| p.name_any());
+    let got = choose_provider(
+        &v,
+        &providers,
+        &no_labels(),
+        &BTreeMap::new(),
+        &small_vm(),
+        |_| true,
+    )
+    .map(|p| p.name_any());
     assert_eq!(got.as_deref().map_err(|e| e.reason()), expected);
+}
+
+/// What `n` VirtualMachines of [`small_vm`]'s size take.
+fn vms(n: u32) -> ProviderAllocation {
+    ProviderAllocation {
+        vcpus: Some(n),
+        memory_mib: Some(512 * u64::from(n)),
+        storage_gib: Some(10 * u64::from(n)),
+        virtual_machines: Some(n),
+    }
+}
+
+/// One VM: 1 vCPU, 512 MiB, a 10 GiB disk.
+fn small_vm() -> ProviderAllocation {
+    vms(1)
 }
 
 #[test]
@@ -205,8 +228,8 @@ fn selector_skips_full_providers_and_those_without_a_source_then_sorts_by_room_a
     ];
     // Placed counts (fresh, not the Providers' status): a-full has its one VM, d-big has room
     // for more than e-big.
-    let placed = BTreeMap::from([("a-full".to_owned(), 1), ("e-big".to_owned(), 3)]);
-    let pick = choose_provider(&v, &providers, &no_labels(), &placed, |p| {
+    let placed = BTreeMap::from([("a-full".to_owned(), vms(1)), ("e-big".to_owned(), vms(3))]);
+    let pick = choose_provider(&v, &providers, &no_labels(), &placed, &small_vm(), |p| {
         p.spec.backend == Backend::Proxmox
     })
     .expect("one fits");
@@ -222,9 +245,17 @@ fn a_named_provider_that_is_full_or_deleting_takes_no_new_vm_but_keeps_its_own()
         json!({}),
         json!({"capacity": {"virtualMachines": 2}}),
     )];
-    let placed = |n: u32| BTreeMap::from([("p".to_owned(), n)]);
-    assert!(choose_provider(&named, &providers, &no_labels(), &placed(1), |_| true).is_ok());
-    let err = choose_provider(&named, &providers, &no_labels(), &placed(2), |_| true).expect_err("full");
+    let placed = |n: u32| BTreeMap::from([("p".to_owned(), vms(n))]);
+    assert!(
+        choose_provider(&named, &providers, &no_labels(), &placed(1), &small_vm(), |_| {
+            true
+        })
+        .is_ok()
+    );
+    let err = choose_provider(&named, &providers, &no_labels(), &placed(2), &small_vm(), |_| {
+        true
+    })
+    .expect_err("full");
     assert_eq!(err.reason(), "ProviderFull");
     assert!(err.to_string().contains("2 of its 2 VirtualMachines"), "{err}");
 
@@ -234,22 +265,106 @@ fn a_named_provider_that_is_full_or_deleting_takes_no_new_vm_but_keeps_its_own()
         provider: Some("p".into()),
         ..Default::default()
     });
-    assert!(choose_provider(&own, &providers, &no_labels(), &placed(2), |_| true).is_ok());
+    assert!(choose_provider(&own, &providers, &no_labels(), &placed(2), &small_vm(), |_| true).is_ok());
 
     let mut deleting = providers.clone();
     deleting[0].metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
     ));
-    let err = choose_provider(&named, &deleting, &no_labels(), &placed(0), |_| true).expect_err("deleting");
+    let err = choose_provider(&named, &deleting, &no_labels(), &placed(0), &small_vm(), |_| true)
+        .expect_err("deleting");
     assert_eq!(err.reason(), "ProviderDeleting");
-    assert!(choose_provider(&own, &deleting, &no_labels(), &placed(2), |_| true).is_ok());
+    assert!(choose_provider(&own, &deleting, &no_labels(), &placed(2), &small_vm(), |_| true).is_ok());
     let selected = vm(json!({"placement": {"providerSelector": {}}}));
     assert_eq!(
-        choose_provider(&selected, &deleting, &no_labels(), &placed(0), |_| true)
-            .expect_err("no candidate")
-            .reason(),
+        choose_provider(
+            &selected,
+            &deleting,
+            &no_labels(),
+            &placed(0),
+            &small_vm(),
+            |_| true
+        )
+        .expect_err("no candidate")
+        .reason(),
         "NoProviderMatches"
     );
+}
+
+#[test]
+fn a_vm_takes_its_vcpus_memory_and_declared_disks_with_its_class() {
+    let v = vm(
+        json!({"classRef": {"name": "small"}, "cpu": {"cores": 3, "sockets": 2},
+                      "disks": [{"name": "root", "sizeGiB": 40}, {"name": "logs", "sizeGiB": 7}]}),
+    );
+    assert_eq!(
+        allocation(&v, Some(&class())),
+        Ok(ProviderAllocation {
+            vcpus: Some(6),
+            memory_mib: Some(2048),
+            storage_gib: Some(40 + 5 + 7),
+            virtual_machines: Some(1),
+        })
+    );
+    assert_eq!(
+        allocation(&vm(json!({"memoryMiB": 512})), None),
+        Err(Invalid::NoSize)
+    );
+}
+
+#[test]
+fn vcpus_memory_and_storage_capacities_hold_back_a_vm_that_does_not_fit() {
+    let named = vm(json!({"providerRef": {"name": "p"}}));
+    let limited = |capacity: Value| vec![provider("p", "proxmox", json!({}), json!({"capacity": capacity}))];
+    let placed = |n: u32| BTreeMap::from([("p".to_owned(), vms(n))]);
+    let choose = |providers: &[Provider], n: u32, wanted: &ProviderAllocation| {
+        choose_provider(&named, providers, &no_labels(), &placed(n), wanted, |_| true)
+            .map(|p| p.name_any())
+            .map_err(|e| (e.reason(), e.to_string()))
+    };
+
+    let cpus = limited(json!({"vcpus": 4}));
+    assert_eq!(choose(&cpus, 3, &small_vm()), Ok("p".to_owned()));
+    let (reason, message) = choose(&cpus, 4, &small_vm()).expect_err("no vCPU left");
+    assert_eq!(reason, "ProviderFull");
+    assert!(
+        message.contains("take 4 of its 4 (spec.capacity.vcpus) and this one needs 1"),
+        "{message}"
+    );
+
+    let memory = limited(json!({"memoryMiB": 2048}));
+    assert!(choose(&memory, 3, &small_vm()).is_ok());
+    let big = ProviderAllocation {
+        memory_mib: Some(1024),
+        ..small_vm()
+    };
+    let (_, message) = choose(&memory, 3, &big).expect_err("not enough memory");
+    assert!(message.contains("spec.capacity.memoryMiB"), "{message}");
+
+    let storage = limited(json!({"storageGiB": 35}));
+    assert!(choose(&storage, 2, &small_vm()).is_ok());
+    assert!(choose(&storage, 3, &small_vm()).is_err());
+    let diskless = ProviderAllocation {
+        storage_gib: Some(0),
+        ..small_vm()
+    };
+    let (reason, message) = choose(&storage, 0, &diskless).expect_err("nothing to count");
+    assert_eq!(reason, "StorageNotDeclared");
+    assert!(message.contains("declares no disk"), "{message}");
+    assert!(
+        choose(&cpus, 0, &diskless).is_ok(),
+        "only a storage limit needs disks"
+    );
+
+    // A selector passes over the Provider without room and takes the next one.
+    let selected = vm(json!({"placement": {"providerSelector": {}}}));
+    let two = vec![
+        provider("a", "proxmox", json!({}), json!({"capacity": {"vcpus": 4}})),
+        provider("b", "proxmox", json!({}), json!({"capacity": {"vcpus": 40}})),
+    ];
+    let used = BTreeMap::from([("a".to_owned(), vms(4)), ("b".to_owned(), vms(4))]);
+    let pick = choose_provider(&selected, &two, &no_labels(), &used, &small_vm(), |_| true);
+    assert_eq!(pick.map(|p| p.name_any()).ok().as_deref(), Some("b"));
 }
 
 #[test]
@@ -262,10 +377,11 @@ fn namespace_selector_is_honoured() {
         json!({"namespaceSelector": {"matchLabels": {"team": "x"}}}),
     )];
     let none = BTreeMap::new();
-    let err = choose_provider(&v, &providers, &no_labels(), &none, |_| true).expect_err("not admitted");
+    let err = choose_provider(&v, &providers, &no_labels(), &none, &small_vm(), |_| true)
+        .expect_err("not admitted");
     assert_eq!(err.reason(), "NamespaceNotAllowed");
     let labels = BTreeMap::from([("team".to_owned(), "x".to_owned())]);
-    assert!(choose_provider(&v, &providers, &labels, &none, |_| true).is_ok());
+    assert!(choose_provider(&v, &providers, &labels, &none, &small_vm(), |_| true).is_ok());
 }
 
 #[rstest]

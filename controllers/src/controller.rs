@@ -26,7 +26,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use banlieue_api::banlieue::{
-    Provider, VirtualMachine, VirtualMachineClass, VirtualMachineImage, VirtualMachineStatus,
+    Provider, ProviderAllocation, VirtualMachine, VirtualMachineClass, VirtualMachineImage,
+    VirtualMachineStatus,
 };
 use banlieue_api::common::ContractReference;
 use banlieue_provider_runtime::cache::lean_controller;
@@ -245,6 +246,8 @@ struct Plan {
     /// The infra cluster object of the chosen Provider in this namespace.
     cluster: Option<Value>,
     desired: Option<Value>,
+    /// What the VirtualMachine takes of the Provider's capacity, when the machine is built.
+    allocated: Option<ProviderAllocation>,
     invalid: Option<Invalid>,
     /// The placement lock, when this reconcile places the VirtualMachine on a Provider with a
     /// VM capacity; released when the reconcile ends (after the status write).
@@ -288,7 +291,7 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
         BTreeMap::new()
     };
     let unplaced = provider_use::placed_on(vm).is_none();
-    let (placed, placement) = if unplaced && providers.iter().any(provider_use::has_vm_capacity) {
+    let (placed, placement) = if unplaced && providers.iter().any(provider_use::has_capacity) {
         let guard = ctx.placement.clone().lock_owned().await;
         let all = Api::<VirtualMachine>::all(client.clone())
             .list(&ListParams::default())
@@ -296,13 +299,17 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
             .map_err(|e| Error::kube("listing VirtualMachines to count Provider capacity", e))?;
         let uid = vm.uid();
         (
-            provider_use::placed_counts(&all.items, uid.as_deref()),
+            provider_use::placed_totals(&all.items, uid.as_deref()),
             Some(guard),
         )
     } else {
         (BTreeMap::new(), None)
     };
-    let chosen = build::choose_provider(vm, &providers, &namespace_labels, &placed, |p| {
+    // Without a size the machine cannot be built (desired_machine says why); the VM then
+    // asks nothing of a capacity.
+    let allocated = build::allocation(vm, class.as_ref()).ok();
+    let wanted = allocated.clone().unwrap_or_default();
+    let chosen = build::choose_provider(vm, &providers, &namespace_labels, &placed, &wanted, |p| {
         build::image_source(vm, p, image.as_ref()).is_some()
             && build::unsupported_fields(vm, p.spec.backend, &p.name_any(), class.as_ref(), image.as_ref())
                 .is_ok()
@@ -324,6 +331,7 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
             entry,
             cluster: Some(cluster),
             desired: Some(desired),
+            allocated,
             invalid: None,
             _placement: placement,
         },
@@ -332,6 +340,7 @@ async fn plan(vm: &VirtualMachine, ctx: &Context) -> Result<Plan> {
             entry,
             cluster: None,
             desired: None,
+            allocated: None,
             invalid: Some(invalid),
             _placement: placement,
         },
@@ -347,6 +356,7 @@ impl Plan {
             entry: recorded.and_then(|r| registry::by_kind(&r.kind)),
             cluster: None,
             desired: None,
+            allocated: None,
             invalid: Some(invalid),
             _placement: None,
         }
@@ -460,6 +470,7 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         generation: vm.meta().generation,
         deleting: false,
         provider: plan.provider.as_deref(),
+        allocated: plan.allocated.as_ref().filter(|_| plan.invalid.is_none()),
         infrastructure_ref,
         machine: view.as_ref(),
         cluster: cluster_view.as_ref(),
@@ -594,6 +605,7 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         generation: vm.meta().generation,
         deleting: true,
         provider: None,
+        allocated: None,
         infrastructure_ref: Some(ContractReference {
             api_group: entry.group().to_owned(),
             kind: entry.kind.to_owned(),

@@ -8,7 +8,7 @@
 //! VirtualMachine shows the cluster's own reason (authentication, TLS, reachability) instead.
 //! A `Ready` reason that needs a human ([`condition::needs_human`]) makes the phase `Failed`.
 
-use banlieue_api::banlieue::{VirtualMachinePhase, VirtualMachineStatus};
+use banlieue_api::banlieue::{ProviderAllocation, VirtualMachinePhase, VirtualMachineStatus};
 use banlieue_api::common::{
     ContractReference, Initialization, MachineAddress, PowerState, ProvisioningState, ProvisioningStatus,
 };
@@ -136,6 +136,9 @@ pub struct MirrorInput<'a> {
     pub deleting: bool,
     /// The chosen Provider, if any.
     pub provider: Option<&'a str>,
+    /// What the VirtualMachine takes of that Provider's capacity (`status.allocated`), when
+    /// the controller could size it; the recorded value stays otherwise.
+    pub allocated: Option<&'a ProviderAllocation>,
     /// The infrastructure machine the VirtualMachine drives, once known.
     pub infrastructure_ref: Option<ContractReference>,
     /// The infrastructure machine, if it exists.
@@ -296,6 +299,7 @@ pub fn mirror(
     });
     status.observed_generation = generation;
     status.provider = input.provider.map(str::to_owned).or(status.provider);
+    status.allocated = input.allocated.cloned().or(status.allocated);
     status.infrastructure_ref = input.infrastructure_ref.clone().or(status.infrastructure_ref);
     status.provider_id = machine.and_then(|m| m.spec.provider_id.clone());
     status.addresses = machine.map(|m| m.status.addresses.clone()).unwrap_or_default();

@@ -416,8 +416,12 @@ fn every_invalid_reason_needs_a_human() {
     assert!(!condition::needs_human(
         Invalid::ProviderFull {
             provider: "p".into(),
-            capacity: 1,
-            placed: 1
+            shortfall: crate::provider_use::Shortfall {
+                field: "vcpus",
+                capacity: 1,
+                used: 1,
+                wanted: 1,
+            },
         }
         .reason()
     ));
@@ -448,6 +452,7 @@ fn every_invalid_reason_needs_a_human() {
             provider: "p".into(),
         },
         Invalid::ProviderDeleting("p".into()),
+        Invalid::StorageNotDeclared("p".into()),
     ];
     for invalid in all {
         assert!(condition::needs_human(invalid.reason()), "{}", invalid.reason());

@@ -19,7 +19,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::banlieue::{Backend, Provider, ProviderNodeTotals, VirtualMachine};
+use banlieue_api::banlieue::{Backend, Provider, ProviderAllocation, ProviderNodeTotals, VirtualMachine};
 use banlieue_api::condition::{self, ConditionStatus};
 use banlieue_provider_runtime::events::Publisher;
 use futures::StreamExt;
@@ -164,10 +164,9 @@ async fn reconcile(provider: &Provider, ctx: &Context, listed: &mut InfraCluster
     let name = provider.name_any();
     let vms = ctx.vms.state();
     let users = provider_use::users(&name, vms.iter().map(AsRef::as_ref));
-    let placed = provider_use::placed_counts(vms.iter().map(AsRef::as_ref), None)
-        .get(&name)
-        .copied()
-        .unwrap_or(0);
+    let allocated = provider_use::placed_totals(vms.iter().map(AsRef::as_ref), None)
+        .remove(&name)
+        .unwrap_or_else(provider_use::empty);
     let deleting = provider_use::deleting(provider);
     if deleting && users.is_empty() {
         if let Some(patch) = finalizer::remove_named_patch(IN_USE_FINALIZER, provider.finalizers()) {
@@ -181,7 +180,7 @@ async fn reconcile(provider: &Provider, ctx: &Context, listed: &mut InfraCluster
     }
     let blocked = deleting.then(|| provider_use::deletion_blocked_message(&users));
     let health = provider_health::health(&listed.of(ctx, provider).await?);
-    write_status(ctx, provider, placed, blocked, health).await
+    write_status(ctx, provider, allocated, blocked, health).await
 }
 
 /// The infrastructure clusters the controller applied for Providers (labelled
@@ -220,12 +219,11 @@ impl InfraClusters {
 async fn write_status(
     ctx: &Context,
     provider: &Provider,
-    placed: u32,
+    allocation: ProviderAllocation,
     blocked: Option<String>,
     health: provider_health::Health,
 ) -> Result<()> {
     let status = provider.status.clone().unwrap_or_default();
-    let allocation = provider_use::allocation(placed);
     let (ready_status, reason, message) = match &blocked {
         Some(message) => (
             ConditionStatus::False,

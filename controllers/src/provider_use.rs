@@ -54,51 +54,134 @@ pub fn users<'a>(provider: &str, vms: impl IntoIterator<Item = &'a VirtualMachin
     users
 }
 
-/// VirtualMachines placed per Provider name, not counting the VirtualMachine with uid `except`
-/// (the one being placed).
-pub fn placed_counts<'a>(
+/// What the VirtualMachines placed on each Provider take of it (by Provider name), not counting
+/// the VirtualMachine with uid `except` (the one being placed): one VM each, plus what each
+/// recorded in `status.allocated` (a VM placed before that was recorded counts as one VM).
+pub fn placed_totals<'a>(
     vms: impl IntoIterator<Item = &'a VirtualMachine>,
     except: Option<&str>,
-) -> BTreeMap<String, u32> {
-    let mut counts = BTreeMap::new();
+) -> BTreeMap<String, ProviderAllocation> {
+    let mut totals: BTreeMap<String, ProviderAllocation> = BTreeMap::new();
     for vm in vms {
         if except.is_some() && vm.metadata.uid.as_deref() == except {
             continue;
         }
         if let Some(provider) = placed_on(vm) {
-            *counts.entry(provider.to_owned()).or_insert(0u32) += 1;
+            let own = vm
+                .status
+                .as_ref()
+                .and_then(|s| s.allocated.clone())
+                .unwrap_or_default();
+            let total = totals.entry(provider.to_owned()).or_insert_with(empty);
+            add(
+                total,
+                &ProviderAllocation {
+                    virtual_machines: Some(1),
+                    ..own
+                },
+            );
         }
     }
-    counts
+    totals
 }
 
-/// Free VM slots of `provider` given `placed` VirtualMachines on it: `None` when it declares no
-/// VM capacity (unlimited).
-pub fn free_slots(provider: &Provider, placed: u32) -> Option<u32> {
+/// Nothing allocated (every resource zero).
+pub fn empty() -> ProviderAllocation {
+    ProviderAllocation {
+        vcpus: Some(0),
+        memory_mib: Some(0),
+        storage_gib: Some(0),
+        virtual_machines: Some(0),
+    }
+}
+
+fn add(total: &mut ProviderAllocation, more: &ProviderAllocation) {
+    fn sum<T: Copy + Default + std::ops::Add<Output = T>>(a: Option<T>, b: Option<T>) -> Option<T> {
+        Some(a.unwrap_or_default() + b.unwrap_or_default())
+    }
+    total.vcpus = sum(total.vcpus, more.vcpus);
+    total.memory_mib = sum(total.memory_mib, more.memory_mib);
+    total.storage_gib = sum(total.storage_gib, more.storage_gib);
+    total.virtual_machines = sum(total.virtual_machines, more.virtual_machines);
+}
+
+/// A declared capacity of a Provider that one more VirtualMachine would exceed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shortfall {
+    /// The field of `spec.capacity` (`virtualMachines`, `vcpus`, `memoryMiB`, `storageGiB`).
+    pub field: &'static str,
+    /// Its declared value.
+    pub capacity: u64,
+    /// What the VirtualMachines placed there take of it.
+    pub used: u64,
+    /// What the VirtualMachine being placed needs (1 for `virtualMachines`).
+    pub wanted: u64,
+}
+
+/// The first declared capacity of `provider` that `wanted` (one VirtualMachine's
+/// [`ProviderAllocation`]) does not fit in next to `used` (what its placed VMs take), if any.
+/// Undeclared capacities are unlimited.
+pub fn shortfall(
+    provider: &Provider,
+    used: Option<&ProviderAllocation>,
+    wanted: &ProviderAllocation,
+) -> Option<Shortfall> {
+    let capacity = provider.spec.capacity.as_ref()?;
+    let used = used.cloned().unwrap_or_else(empty);
+    let limits = [
+        (
+            "virtualMachines",
+            capacity.virtual_machines.map(u64::from),
+            used.virtual_machines.map(u64::from),
+            Some(1),
+        ),
+        (
+            "vcpus",
+            capacity.vcpus.map(u64::from),
+            used.vcpus.map(u64::from),
+            wanted.vcpus.map(u64::from),
+        ),
+        (
+            "memoryMiB",
+            capacity.memory_mib,
+            used.memory_mib,
+            wanted.memory_mib,
+        ),
+        (
+            "storageGiB",
+            capacity.storage_gib,
+            used.storage_gib,
+            wanted.storage_gib,
+        ),
+    ];
+    limits.into_iter().find_map(|(field, capacity, used, wanted)| {
+        let (capacity, used, wanted) = (capacity?, used.unwrap_or(0), wanted.unwrap_or(0));
+        (used.saturating_add(wanted) > capacity).then_some(Shortfall {
+            field,
+            capacity,
+            used,
+            wanted,
+        })
+    })
+}
+
+/// Free VM slots of `provider` next to `used`: `None` when it declares no VM capacity
+/// (unlimited).
+pub fn free_slots(provider: &Provider, used: Option<&ProviderAllocation>) -> Option<u32> {
     let capacity = provider.spec.capacity.as_ref()?.virtual_machines?;
-    Some(capacity.saturating_sub(placed))
+    Some(capacity.saturating_sub(used.and_then(|u| u.virtual_machines).unwrap_or(0)))
 }
 
-/// Whether the Provider declares a VM capacity (placing on it needs a fresh count).
-pub fn has_vm_capacity(provider: &Provider) -> bool {
-    provider
-        .spec
-        .capacity
-        .as_ref()
-        .is_some_and(|c| c.virtual_machines.is_some())
+/// Whether the Provider declares any capacity (placing on it needs a fresh count).
+pub fn has_capacity(provider: &Provider) -> bool {
+    provider.spec.capacity.as_ref().is_some_and(|c| {
+        c.virtual_machines.is_some() || c.vcpus.is_some() || c.memory_mib.is_some() || c.storage_gib.is_some()
+    })
 }
 
 /// Whether a deletion of the Provider was requested.
 pub fn deleting(provider: &Provider) -> bool {
     provider.metadata.deletion_timestamp.is_some()
-}
-
-/// `status.allocated` for `placed` VirtualMachines (only the count is known to the controller).
-pub fn allocation(placed: u32) -> ProviderAllocation {
-    ProviderAllocation {
-        virtual_machines: Some(placed),
-        ..ProviderAllocation::default()
-    }
 }
 
 /// The message of a deletion that waits for `users` (at most ten named).
@@ -189,26 +272,105 @@ mod tests {
     }
 
     #[test]
-    fn counts_only_placed_vms_and_not_the_one_being_placed() {
+    fn totals_count_placed_vms_with_what_they_recorded_and_not_the_one_being_placed() {
+        let mut sized = vm("a", "z", "3", Some("p"), Some("p"));
+        if let Some(status) = sized.status.as_mut() {
+            status.allocated = Some(ProviderAllocation {
+                vcpus: Some(4),
+                memory_mib: Some(2048),
+                storage_gib: Some(20),
+                virtual_machines: Some(1),
+            });
+        }
         let vms = [
             vm("a", "x", "1", Some("p"), None),
             vm("a", "y", "2", None, Some("p")),
-            vm("a", "z", "3", Some("p"), Some("p")),
+            sized,
         ];
-        assert_eq!(placed_counts(&vms, None).get("p"), Some(&2));
-        assert_eq!(placed_counts(&vms, Some("3")).get("p"), Some(&1));
-        assert_eq!(placed_counts(&vms, Some("1")).get("p"), Some(&2));
+        let all = placed_totals(&vms, None);
+        assert_eq!(
+            all.get("p"),
+            Some(&ProviderAllocation {
+                vcpus: Some(4),
+                memory_mib: Some(2048),
+                storage_gib: Some(20),
+                virtual_machines: Some(2),
+            })
+        );
+        let without_sized = placed_totals(&vms, Some("3"));
+        assert_eq!(
+            without_sized.get("p"),
+            Some(&ProviderAllocation {
+                virtual_machines: Some(1),
+                ..empty()
+            })
+        );
+        assert_eq!(placed_totals(&vms, Some("1")).get("p"), all.get("p"));
+    }
+
+    fn used(vms: u32, vcpus: u32, memory_mib: u64, storage_gib: u64) -> ProviderAllocation {
+        ProviderAllocation {
+            vcpus: Some(vcpus),
+            memory_mib: Some(memory_mib),
+            storage_gib: Some(storage_gib),
+            virtual_machines: Some(vms),
+        }
     }
 
     #[test]
     fn free_slots_follow_the_declared_capacity() {
-        assert_eq!(free_slots(&provider(None), 10), None);
-        assert_eq!(free_slots(&provider(Some(2)), 1), Some(1));
-        assert_eq!(free_slots(&provider(Some(2)), 2), Some(0));
-        assert_eq!(free_slots(&provider(Some(2)), 5), Some(0));
-        assert_eq!(free_slots(&provider(Some(0)), 0), Some(0));
-        assert!(has_vm_capacity(&provider(Some(0))));
-        assert!(!has_vm_capacity(&provider(None)));
+        assert_eq!(free_slots(&provider(None), Some(&used(10, 0, 0, 0))), None);
+        assert_eq!(free_slots(&provider(Some(2)), Some(&used(1, 0, 0, 0))), Some(1));
+        assert_eq!(free_slots(&provider(Some(2)), Some(&used(2, 0, 0, 0))), Some(0));
+        assert_eq!(free_slots(&provider(Some(2)), Some(&used(5, 0, 0, 0))), Some(0));
+        assert_eq!(free_slots(&provider(Some(0)), None), Some(0));
+        assert!(has_capacity(&provider(Some(0))));
+        assert!(!has_capacity(&provider(None)));
+    }
+
+    #[test]
+    fn a_vm_fits_only_where_every_declared_capacity_has_room_for_it() {
+        let mut p = provider(None);
+        p.spec.capacity = Some(ProviderCapacity {
+            vcpus: Some(8),
+            memory_mib: Some(8192),
+            storage_gib: Some(100),
+            virtual_machines: None,
+        });
+        assert!(has_capacity(&p));
+        let wanted = used(1, 2, 2048, 30);
+        assert_eq!(shortfall(&p, None, &wanted), None);
+        assert_eq!(
+            shortfall(&p, Some(&used(3, 6, 6144, 70)), &wanted),
+            None,
+            "exactly full fits"
+        );
+        assert_eq!(
+            shortfall(&p, Some(&used(3, 7, 1024, 10)), &wanted),
+            Some(Shortfall {
+                field: "vcpus",
+                capacity: 8,
+                used: 7,
+                wanted: 2
+            })
+        );
+        assert_eq!(
+            shortfall(&p, Some(&used(3, 0, 7000, 10)), &wanted).map(|s| s.field),
+            Some("memoryMiB")
+        );
+        assert_eq!(
+            shortfall(&p, Some(&used(3, 0, 0, 71)), &wanted).map(|s| s.field),
+            Some("storageGiB")
+        );
+        // Undeclared capacities are unlimited; the VM count is checked first.
+        assert_eq!(
+            shortfall(&provider(None), Some(&used(99, 99, 99, 99)), &wanted),
+            None
+        );
+        assert_eq!(
+            shortfall(&provider(Some(1)), Some(&used(1, 0, 0, 0)), &wanted).map(|s| s.field),
+            Some("virtualMachines")
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use banlieue_api::banlieue::{Provider, VirtualMachine, VirtualMachinePhase};
+use banlieue_api::banlieue::{Provider, ProviderAllocation, VirtualMachine, VirtualMachinePhase};
 use banlieue_api::common::PowerState;
 use banlieue_api::condition;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
@@ -1049,6 +1049,39 @@ async fn provider_capacity_is_honoured_and_a_provider_in_use_outlives_its_last_v
     })
     .await;
     allocated?;
+    let small = providers.get("small").await?;
+    assert_eq!(
+        small.status.and_then(|s| s.allocated),
+        Some(ProviderAllocation {
+            vcpus: Some(2),
+            memory_mib: Some(1024),
+            storage_gib: Some(0),
+            virtual_machines: Some(2),
+        }),
+        "the sum of what its two VMs recorded"
+    );
+
+    // One more VM slot, but no vCPU left: the waiting VM is told which capacity holds it back.
+    providers
+        .patch(
+            "small",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"capacity": {"virtualMachines": 3, "vcpus": 2}}})),
+        )
+        .await?;
+    let held = eventually("ProviderFull on spec.capacity.vcpus", || async {
+        let v = vms.get(&full).await?;
+        let message = v
+            .status
+            .as_ref()
+            .and_then(|s| condition::find(&s.conditions, condition::READY))
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        Ok(message.contains("spec.capacity.vcpus").then_some(message))
+    })
+    .await?;
+    assert!(held.contains("take 2 of its 2"), "{held}");
+    assert!(machines.get_opt(&full).await?.is_none(), "{held}");
     let in_use = providers.get("small").await?;
     assert!(
         in_use

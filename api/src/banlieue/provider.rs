@@ -128,8 +128,10 @@ pub struct ProviderSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 253)))]
     pub nodes: Vec<String>,
-    /// Capacity the operator allows banlieue to use on this endpoint; the controller does not
-    /// place VMs beyond it. Unset means unlimited.
+    /// Capacity the operator allows banlieue's standalone VirtualMachines to use on this
+    /// endpoint; the controller places no VM beyond any of the limits set (a VM that does not
+    /// fit waits, `Ready=False ProviderFull`, and is placed once there is room). Unset means
+    /// unlimited. VMs of Cluster API clusters are not counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<ProviderCapacity>,
     /// Namespaces whose VirtualMachines and infrastructure clusters (`spec.providerRef`) may
@@ -169,7 +171,7 @@ pub struct ProviderDefaults {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderCapacity {
-    /// Total virtual CPUs.
+    /// Total virtual CPUs (cores × sockets of each VM).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub vcpus: Option<u32>,
@@ -177,7 +179,9 @@ pub struct ProviderCapacity {
     #[serde(default, rename = "memoryMiB", skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 128))]
     pub memory_mib: Option<u64>,
-    /// Total disk space in GiB.
+    /// Total disk space in GiB: the sizes of the disks the VMs declare (`spec.disks` and their
+    /// class's). While it is set, a VM that declares no disk is not placed here
+    /// (`StorageNotDeclared`).
     #[serde(default, rename = "storageGiB", skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub storage_gib: Option<u64>,
@@ -267,7 +271,7 @@ pub struct ProviderStatus {
     /// Version reported by the hypervisor API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
-    /// Resources used by banlieue's VirtualMachines.
+    /// Resources used by banlieue's VirtualMachines: the sum of their `status.allocated`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub allocated: Option<ProviderAllocation>,
     /// The hypervisor's reachable nodes, as its infrastructure clusters report them.

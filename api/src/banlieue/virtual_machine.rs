@@ -5,7 +5,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::ImageSource;
+use super::{ImageSource, ProviderAllocation};
 use crate::common::{
     ContractReference, Cpu, Disk, LocalObjectReference, MachineAddress, NetworkInterface, PowerState,
     ProviderReference, RestartPolicy, SecretKeyReference,
@@ -249,4 +249,9 @@ pub struct VirtualMachineStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub failure_domain: Option<String>,
+    /// What the VM takes of its Provider's `spec.capacity`: one VM, its vCPUs (cores ×
+    /// sockets), memory, and the sizes of the disks it declares (its own and its class's).
+    /// Recorded with `provider`; the Provider's `status.allocated` is the sum over its VMs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allocated: Option<ProviderAllocation>,
 }

@@ -629,15 +629,17 @@ fn provider(backend: Backend) -> Vec<Field> {
         ),
         field(
             "capacity.vcpus",
-            Ignored("recorded, not enforced: only capacity.virtualMachines limits placement"),
+            Honoured("no VM is placed on the Provider beyond it: cores × sockets of its VMs (controller)"),
         ),
         field(
             "capacity.memoryMiB",
-            Ignored("recorded, not enforced: only capacity.virtualMachines limits placement"),
+            Honoured("no VM is placed on the Provider beyond it: the memory of its VMs (controller)"),
         ),
         field(
             "capacity.storageGiB",
-            Ignored("recorded, not enforced: only capacity.virtualMachines limits placement"),
+            Honoured(
+                "no VM is placed on the Provider beyond it: the sizes of the disks its VMs declare (a VM that declares none is refused, StorageNotDeclared) (controller)",
+            ),
         ),
         only(
             &[Backend::Proxmox],

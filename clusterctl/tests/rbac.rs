@@ -26,8 +26,8 @@ use banlieue_clusterctl::{CORE_NAMESPACE, Infra, PROXMOX_NAMESPACE, components, 
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::{KubeconfigFile, ManagedProcess, TestEnv, bin_dir, crds_from_files};
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 
 const TIMEOUT: Duration = Duration::from_secs(90);
@@ -260,6 +260,21 @@ async fn the_provider_provisions_a_machine_with_only_the_generated_rbac() -> Res
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The credentials Secret in the cluster's namespace was labelled for clusterctl move,
+    // under the same identity (the patch it needs is in the generated role).
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(case.client.clone(), NS)
+        .get("pve")
+        .await?;
+    assert_eq!(
+        secret
+            .labels()
+            .get("clusterctl.cluster.x-k8s.io/move")
+            .map(String::as_str),
+        Some(""),
+        "{:?}\nprovider log:\n{}",
+        secret.labels(),
+        case.provider.log_tail(40)
+    );
     let lease =
         Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(case.client.clone(), PROXMOX_NAMESPACE)
             .get("banlieue-proxmox-leader")

@@ -22,8 +22,10 @@ use std::collections::BTreeMap;
 use banlieue_api::banlieue::{Backend, Provider};
 use banlieue_api::common::{CaBundleKind, SecretReference, TlsTrust};
 use banlieue_api::{ALLOWED_ENDPOINTS_ANNOTATION, ALLOWED_NAMESPACES_ANNOTATION};
+use banlieue_capi::contract::CLUSTERCTL_MOVE_LABEL;
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
 use crate::cluster::Problem;
@@ -374,6 +376,9 @@ pub async fn credentials(
             ),
         )));
     }
+    if user == Some(ns.as_str()) {
+        label_for_move::<Secret>(client, &ns, &r.name, secret.labels()).await;
+    }
     let version = format!(
         "{}|{}",
         secret.uid().unwrap_or_default(),
@@ -393,6 +398,42 @@ pub async fn credentials(
     }))
 }
 
+/// Labels a Secret or ConfigMap that an infra cluster of its own namespace reads (credentials,
+/// CA bundle) with [`CLUSTERCTL_MOVE_LABEL`], once: `clusterctl move` takes along only the
+/// objects of a Cluster's graph and those labelled so, and a cluster moved without its
+/// credentials could not reach its hypervisor. A refusal (RBAC of an older release) is logged
+/// and changes nothing else: the label only matters for a later move.
+async fn label_for_move<K>(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+) where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if labels.contains_key(CLUSTERCTL_MOVE_LABEL) {
+        return;
+    }
+    let patch = serde_json::json!({"metadata": {"labels": {CLUSTERCTL_MOVE_LABEL: ""}}});
+    let kind = K::kind(&());
+    match Api::<K>::namespaced(client.clone(), namespace)
+        .patch_metadata(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => tracing::info!(%kind, namespace, name, "labelled for clusterctl move"),
+        Err(error) => tracing::warn!(
+            %kind,
+            namespace,
+            name,
+            %error,
+            "could not label for clusterctl move: a move of this namespace would leave it behind"
+        ),
+    }
+}
+
 /// How to verify the endpoint's certificate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Trust {
@@ -407,10 +448,12 @@ pub enum Trust {
 }
 
 /// Reads the trust `tls` asks for (a CA bundle from its Secret or ConfigMap), and a version
-/// that changes with the bundle.
+/// that changes with the bundle; for an object of namespace `user` (`None`: a Provider) whose
+/// bundle is in that namespace, labels the bundle for `clusterctl move`.
 pub async fn trust(
     client: &kube::Client,
     tls: Option<&TlsTrust>,
+    user: Option<&str>,
 ) -> Result<std::result::Result<(Trust, String), Problem>> {
     let Some(tls) = tls else {
         return Ok(Ok((Trust::WebPki, String::new())));
@@ -435,7 +478,7 @@ pub async fn trust(
             .map(|s| {
                 let pem = s.data.as_ref().and_then(|d| d.get(key));
                 let pem = pem.map(|v| String::from_utf8_lossy(&v.0).into_owned());
-                (pem, s.resource_version())
+                (pem, s.resource_version(), s.labels().clone())
             }),
         CaBundleKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), &ns)
             .get_opt(&ca.name)
@@ -445,9 +488,22 @@ pub async fn trust(
                 (
                     c.data.as_ref().and_then(|d| d.get(key)).cloned(),
                     c.resource_version(),
+                    c.labels().clone(),
                 )
             }),
     };
+    let (found, found_labels) = match found {
+        Some((pem, version, labels)) => (Some((pem, version)), labels),
+        None => (None, BTreeMap::new()),
+    };
+    if found.is_some() && user == Some(ns.as_str()) {
+        match ca.kind {
+            CaBundleKind::Secret => label_for_move::<Secret>(client, &ns, &ca.name, &found_labels).await,
+            CaBundleKind::ConfigMap => {
+                label_for_move::<ConfigMap>(client, &ns, &ca.name, &found_labels).await
+            }
+        }
+    }
     Ok(match found {
         Some((Some(pem), version)) if !pem.trim().is_empty() => {
             Ok((Trust::CaBundle(pem), version.unwrap_or_default()))
@@ -502,7 +558,7 @@ pub async fn connect(
         Ok(c) => c,
         Err(problem) => return Ok(Err(problem)),
     };
-    let (trust, ca_version) = match trust(client, source.tls.as_ref()).await? {
+    let (trust, ca_version) = match trust(client, source.tls.as_ref(), user).await? {
         Ok(t) => t,
         Err(problem) => return Ok(Err(problem)),
     };

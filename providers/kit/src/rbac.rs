@@ -62,6 +62,12 @@ macro_rules! contract_rbac {
                 why: "hypervisor credentials, CA bundles and bootstrap / user data: contents are read only by get, in the reconcile that needs them; list and watch feed a metadata-only watch (banlieue_provider_runtime::secret_watch, decoded as PartialObjectMeta, nothing of the data kept) so that a Secret created or fixed after the fact is acted on within seconds instead of at the next requeue",
             },
             Rule {
+                api_groups: &[""],
+                resources: &["secrets"],
+                verbs: &["patch"],
+                why: "the label clusterctl.cluster.x-k8s.io/move on the credentials and CA bundle an infra cluster reads from its own namespace, so that clusterctl move takes them along (metadata only, once)",
+            },
+            Rule {
                 api_groups: &["events.k8s.io"],
                 resources: &["events"],
                 verbs: &["create"],
@@ -126,13 +132,14 @@ macro_rules! contract_rbac {
     };
 }
 
-/// `configmaps` `get`: CA bundles referenced by `spec.tls.caBundleRef` (for backends whose
-/// connection takes a CA bundle from a ConfigMap).
+/// `configmaps` `get` and `patch`: CA bundles referenced by `spec.tls.caBundleRef` (for
+/// backends whose connection takes a CA bundle from a ConfigMap), labelled for
+/// `clusterctl move` when in the infra cluster's own namespace.
 pub const CA_BUNDLE_CONFIGMAPS: Rule = Rule {
     api_groups: &[""],
     resources: &["configmaps"],
-    verbs: &["get"],
-    why: "CA bundles referenced by spec.tls.caBundleRef",
+    verbs: &["get", "patch"],
+    why: "CA bundles referenced by spec.tls.caBundleRef; the label clusterctl.cluster.x-k8s.io/move on those in the infra cluster's own namespace (metadata only, once)",
 };
 
 #[cfg(test)]

@@ -1381,8 +1381,9 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
     if let Some((creds_name, creds_data)) = run.hv.credentials() {
         let creds: Secret = serde_json::from_value(json!({
             // In the cluster's namespace and owned by no Cluster: `clusterctl move` takes it
-            // along only with this label (see the provider README, "Moving a cluster").
-            "metadata": {"name": creds_name, "labels": {"clusterctl.cluster.x-k8s.io/move": ""}},
+            // along only with the label `clusterctl.cluster.x-k8s.io/move`, which the provider
+            // adds when its infra cluster reads it (checked before the move).
+            "metadata": {"name": creds_name},
             "stringData": creds_data,
         }))?;
         secrets.create(&PostParams::default(), &creds).await?;
@@ -2110,6 +2111,16 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
         before_vms.len(),
         provider_ids.len()
     );
+    if let Some((creds_name, _)) = run.hv.credentials() {
+        let creds = Api::<Secret>::namespaced(run.client.clone(), &run.ns)
+            .get(&creds_name)
+            .await?;
+        ensure!(
+            kube::ResourceExt::labels(&creds).contains_key("clusterctl.cluster.x-k8s.io/move"),
+            "before the move: the provider did not label the credentials Secret {creds_name} for clusterctl move: {:?}",
+            kube::ResourceExt::labels(&creds)
+        );
+    }
 
     // The target management cluster: `clusterctl init` (inventory, CRDs) and the controllers its
     // Deployments would run.

@@ -39,6 +39,14 @@ impl Rule {
 /// metadata-only watch that triggers the objects referencing a Secret (the rule's `why` says so).
 pub const SECRET_WATCH_VERBS: &[&str] = &["get", "list", "watch"];
 
+/// The one write to Secrets a binary may have: a `patch` that labels a Secret for
+/// `clusterctl move` (the rule's `why` names the label). RBAC cannot narrow a patch to metadata;
+/// the code patches nothing else.
+pub const SECRET_LABEL_VERBS: &[&str] = &["patch"];
+
+/// The label a [`SECRET_LABEL_VERBS`] rule exists for.
+const MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
+
 impl Rule {
     /// What is wrong with the rule, if anything (see [`lint`]).
     fn problems(&self, own_kind_prefix: Option<&str>) -> Vec<String> {
@@ -55,9 +63,14 @@ impl Rule {
         {
             problems.push("a wildcard".to_owned());
         }
-        if self.resources.contains(&"secrets") && self.verbs != ["get"] && self.verbs != SECRET_WATCH_VERBS {
+        let labels_for_move = self.verbs == SECRET_LABEL_VERBS && self.why.contains(MOVE_LABEL);
+        if self.resources.contains(&"secrets")
+            && self.verbs != ["get"]
+            && self.verbs != SECRET_WATCH_VERBS
+            && !labels_for_move
+        {
             problems.push(format!(
-                "secrets may only be read by name and watched (verbs must be exactly [get] or {SECRET_WATCH_VERBS:?})"
+                "secrets may only be read by name and watched (verbs must be exactly [get] or {SECRET_WATCH_VERBS:?}), or patched for the label {MOVE_LABEL} (verbs {SECRET_LABEL_VERBS:?}, the why naming the label)"
             ));
         }
         if let Some(prefix) = own_kind_prefix
@@ -144,6 +157,7 @@ mod tests {
     #[case::no_prefix_check(Rule { resources: &["libvirtmachines"], ..GOOD }, None)]
     #[case::secrets_get(Rule { api_groups: &[""], resources: &["secrets"], verbs: &["get"], ..GOOD }, Some("proxmox"))]
     #[case::secrets_watched(Rule { api_groups: &[""], resources: &["secrets"], verbs: SECRET_WATCH_VERBS, ..GOOD }, Some("proxmox"))]
+    #[case::secrets_labelled_for_move(Rule { api_groups: &[""], resources: &["secrets"], verbs: SECRET_LABEL_VERBS, why: "the label clusterctl.cluster.x-k8s.io/move on credentials" }, Some("proxmox"))]
     #[case::other_group(Rule { api_groups: &["cluster.x-k8s.io"], resources: &["machines"], ..GOOD }, Some("proxmox"))]
     fn accepts(#[case] rule: Rule, #[case] prefix: Option<&str>) {
         assert_eq!(lint(&[&[rule]], prefix), Ok(()));
@@ -158,6 +172,7 @@ mod tests {
     #[case::wildcard_group(Rule { api_groups: &["*"], ..GOOD }, "wildcard")]
     #[case::secrets_listed(Rule { api_groups: &[""], resources: &["secrets"], verbs: &["get", "list"], ..GOOD }, "secrets")]
     #[case::secrets_written(Rule { api_groups: &[""], resources: &["secrets"], verbs: &["get", "list", "watch", "update"], ..GOOD }, "secrets")]
+    #[case::secrets_patched_for_another_reason(Rule { api_groups: &[""], resources: &["secrets"], verbs: SECRET_LABEL_VERBS, why: "rotate the token" }, "secrets")]
     #[case::foreign_kind(Rule { resources: &["proxmoxmachines", "libvirtmachines"], ..GOOD }, "[\"libvirtmachines\"]")]
     fn rejects(#[case] rule: Rule, #[case] expected: &str) {
         let error = lint(&[LEADER_ELECTION_RULES, &[GOOD, rule]], Some("proxmox")).unwrap_err();

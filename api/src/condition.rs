@@ -121,6 +121,8 @@ pub const NEEDS_HUMAN_REASONS: &[&str] = &[
     "HostNotFound",
     // User data.
     "BootstrapDataInvalid",
+    // cloud-init in the guest finished with errors (a failed bootstrap).
+    "CloudInitFailed",
     USER_DATA_SECRET_NOT_FOUND,
     "UserDataSecretUnreadable",
     // The spec itself.

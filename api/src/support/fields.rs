@@ -225,9 +225,14 @@ fn readiness_checks(backend: Backend) -> Vec<Field> {
         field("skipGuestAgent", Honoured(agent)),
         field(
             "skipCloudInit",
-            Ignored(
-                "no provider waits for cloud-init to finish yet: a machine is Ready once its guest reports an address",
-            ),
+            match backend {
+                Backend::Proxmox => Honoured(
+                    "provisioned once the guest reports an address, Ready (True) only once cloud-init's report (/run/cloud-init/result.json, read through the guest agent) says it finished: WaitingForCloudInit until then, CloudInitFailed with its errors; set true for a guest without cloud-init",
+                ),
+                Backend::Libvirt | Backend::Vsphere => Ignored(
+                    "this provider does not wait for cloud-init yet: the machine is Ready once its guest reports an address",
+                ),
+            },
         ),
     ]
 }

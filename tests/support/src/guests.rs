@@ -540,8 +540,7 @@ impl Guest {
     /// cloud-init's verdict once its last stage ran (`/var/lib/cloud/data/result.json`): the
     /// errors it reports, empty when every module succeeded; `None` before it finished.
     pub fn cloud_init_errors(&self) -> Option<Vec<String>> {
-        let path = self.dir.join("disk/var/lib/cloud/data/result.json");
-        let result: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+        let result: serde_json::Value = serde_json::from_str(&self.cloud_init_result()?).ok()?;
         Some(
             result["v1"]["errors"]
                 .as_array()
@@ -550,6 +549,12 @@ impl Guest {
                 .map(|e| e.as_str().map_or_else(|| e.to_string(), str::to_owned))
                 .collect(),
         )
+    }
+
+    /// cloud-init's report as it wrote it once its last stage ran (the guest's
+    /// `/run/cloud-init/result.json` links to this file of its disk); `None` before.
+    pub fn cloud_init_result(&self) -> Option<String> {
+        std::fs::read_to_string(self.dir.join("disk/var/lib/cloud/data/result.json")).ok()
     }
 
     /// The memory its processes use now (its memory cgroup's usage: anonymous memory and the

@@ -28,7 +28,12 @@ pub struct FakeVm {
     pub running: bool,
     /// Addresses the guest agent reports once running (`None` = agent never answers).
     pub agent_ips: Option<Vec<IpAddr>>,
+    /// cloud-init's report the guest agent reads once running (`None`: not written yet).
+    pub cloud_init: Option<String>,
 }
+
+/// The report of a guest whose cloud-init finished without errors.
+pub const CLOUD_INIT_DONE: &str = r#"{"v1": {"datasource": "DataSourceNoCloud", "errors": []}}"#;
 
 #[derive(Debug)]
 enum Effect {
@@ -141,6 +146,7 @@ impl FakePve {
                         .collect(),
                     running: false,
                     agent_ips: None,
+                    cloud_init: None,
                 },
             );
         }
@@ -238,6 +244,13 @@ impl FakePve {
     pub fn set_agent_ips(&self, vmid: u32, ips: Option<Vec<IpAddr>>) {
         if let Some(vm) = self.lock().vms.get_mut(&vmid) {
             vm.agent_ips = ips;
+        }
+    }
+
+    /// Sets cloud-init's report in the guest of `vmid` (`None`: not written yet).
+    pub fn set_cloud_init(&self, vmid: u32, report: Option<&str>) {
+        if let Some(vm) = self.lock().vms.get_mut(&vmid) {
+            vm.cloud_init = report.map(str::to_owned);
         }
     }
 
@@ -544,6 +557,7 @@ impl Hypervisor for FakePve {
                         .parse()
                         .expect("ip"),
                 ]),
+                cloud_init: Some(CLOUD_INIT_DONE.to_owned()),
             },
         );
         let effect = Effect::Clone {
@@ -712,5 +726,14 @@ impl Hypervisor for FakePve {
             return Err(api_error(500, "VM is not running"));
         }
         Ok(vm.agent_ips.clone())
+    }
+
+    async fn cloud_init_result(&self, node: &str, vmid: u32) -> Result<Option<String>, PveError> {
+        let mut s = self.enter("cloud_init_result")?;
+        let vm = vm_on(&mut s, node, vmid)?;
+        if !vm.running {
+            return Err(api_error(500, "VM is not running"));
+        }
+        Ok(vm.cloud_init.clone())
     }
 }

@@ -10,6 +10,7 @@
 use std::future::Future;
 use std::net::IpAddr;
 
+use banlieue_provider_kit::cloud_init;
 use banlieue_pve_client::{
     Client, CloneRequest, ClusterResource, ConfigUpdate, DeleteVmOptions, ErrorClass, PendingConfig,
     ResourceType, SizeChange, TaskOutcome, Upid, UploadContent, VmConfig,
@@ -171,6 +172,13 @@ pub trait Hypervisor: Send + Sync + 'static {
         node: &str,
         vmid: u32,
     ) -> impl Future<Output = Result<Option<Vec<IpAddr>>, PveError>> + Send;
+    /// cloud-init's report of the guest's boot ([`cloud_init::RESULT_FILE`], read through the
+    /// guest agent); `Ok(None)` while the file does not exist or the agent does not answer.
+    fn cloud_init_result(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> impl Future<Output = Result<Option<String>, PveError>> + Send;
 }
 
 fn none_if_not_found<T>(res: Result<T, PveError>) -> Result<Option<T>, PveError> {
@@ -457,6 +465,26 @@ impl Hypervisor for Client {
                     .collect(),
             )),
             Err(e) if e.class() == ErrorClass::AgentNotRunning => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn cloud_init_result(&self, node: &str, vmid: u32) -> Result<Option<String>, PveError> {
+        let node = node.to_owned();
+        let res = with_client(self, move |c| async move {
+            Ok(c.agent_file_read(&node, vmid, cloud_init::RESULT_FILE).await)
+        })
+        .await?;
+        match res {
+            Ok(content) => Ok(Some(content)),
+            Err(e) if e.class() == ErrorClass::AgentNotRunning => Ok(None),
+            // The agent's answer for a file that is not there (qemu-ga: "Failed to open file").
+            Err(e)
+                if e.message()
+                    .is_some_and(|m| m.contains("No such file or directory")) =>
+            {
+                Ok(None)
+            }
             Err(e) => Err(e),
         }
     }

@@ -11,6 +11,7 @@ use std::time::SystemTime;
 
 use banlieue_api::common::ProvisioningState;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
+use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
@@ -146,6 +147,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         );
         // Read once: the step's input, and kept in the status while the wait goes on.
         let waiting_since = guest_wait_started(Some(status));
+        // A provisioned machine whose Ready waits on the guest's cloud-init: since when.
+        let cloud_init_wait =
+            banlieue_api::condition::find(&status.conditions, banlieue_api::condition::READY)
+                .filter(|c| cloud_init::pending(&c.reason))
+                .cloned();
         let input = MachineInput {
             uid: &uid,
             namespace: &namespace,
@@ -157,6 +163,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             seed_storage: &self.seed_storage,
             pool_addresses: request.pool_addresses,
             waiting_since,
+            cloud_init_pending: cloud_init_wait.is_some() && phase.is_provisioned(),
         };
         let from = phase.clone();
         let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
@@ -190,7 +197,23 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                     crate::update::desired_power(&pm.spec),
                     status.power_state,
                 );
-                Report::new(ok, reason, message)
+                let guest = format!("VM {}", loc.vmid);
+                match (ok, step.cloud_init.as_ref(), &cloud_init_wait) {
+                    // What the guest's cloud-init says now.
+                    (true, Some(state), _) => match state.not_ready(&guest) {
+                        Some((reason, message)) => Report::new(false, reason, message),
+                        None => Report::new(ok, reason, message),
+                    },
+                    // Not asked this time (a change in flight): the wait goes on as recorded.
+                    (true, None, Some(recorded)) => {
+                        let reason = match recorded.reason.as_str() {
+                            cloud_init::WAITING_FOR_CLOUD_INIT => cloud_init::WAITING_FOR_CLOUD_INIT,
+                            _ => cloud_init::CLOUD_INIT_FAILED,
+                        };
+                        Report::new(false, reason, recorded.message.clone())
+                    }
+                    _ => Report::new(ok, reason, message),
+                }
             }
             _ => match &step.failed {
                 Some(failed) => Report::new(false, failed.reason, failed.message.clone()),
@@ -208,8 +231,20 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 .up_to_date
                 .map(|up| Report::new(up.status, up.reason, up.message)),
         };
+        // While cloud-init runs, it is asked again soon: often at first, then less.
+        let requeue = if ready.reason == cloud_init::WAITING_FOR_CLOUD_INIT {
+            let since = cloud_init_wait
+                .as_ref()
+                .and_then(|c| SystemTime::try_from(c.last_transition_time.0).ok())
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            step.requeue.min(cloud_init::poll_interval(since))
+        } else {
+            step.requeue
+        };
         // A Warning when a failure or a change waiting for the user's restart appears.
         let warning = step.failed.is_some()
+            || ready.reason == cloud_init::CLOUD_INIT_FAILED
             || up_to_date
                 .as_ref()
                 .is_some_and(|u| u.reason == banlieue_api::condition::RESTART_REQUIRED);
@@ -224,7 +259,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             events: step.event.into_iter().collect(),
             warning,
             backoff: step.failed.as_ref().is_some_and(|f| f.busy),
-            requeue: step.requeue,
+            requeue,
             next_now,
         })
     }

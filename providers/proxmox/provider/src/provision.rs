@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState, ReadinessChecks};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
+use banlieue_provider_kit::cloud_init::{self, CloudInit};
 use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, TaskOutcome, Upid};
 
 use crate::desired::{self, ConfigureAction};
@@ -96,6 +97,9 @@ pub struct MachineInput<'a> {
     /// Since when the machine waits for its guest (`status.provisioning.taskStartedAt` while
     /// `WaitingForGuest`): how often the agent is asked.
     pub waiting_since: Option<SystemTime>,
+    /// The machine is provisioned and its `Ready` still waits on the guest's cloud-init
+    /// ([`cloud_init::pending`]): a provisioned step asks the guest again.
+    pub cloud_init_pending: bool,
 }
 
 impl<'a> MachineInput<'a> {
@@ -131,6 +135,9 @@ pub struct Step {
     pub up_to_date: Option<UpToDate>,
     /// A task of the previous step failed; `phase` is the one that tries again.
     pub failed: Option<FailedTask>,
+    /// What the guest's cloud-init says, when this step asked (see
+    /// [`banlieue_provider_kit::cloud_init`]).
+    pub cloud_init: Option<CloudInit>,
 }
 
 /// A task that failed (see [`crate::task_failure`]): reported in `Ready` (in `VMUpToDate` once
@@ -188,6 +195,7 @@ impl Step {
             power: None,
             up_to_date: None,
             failed: None,
+            cloud_init: None,
         }
     }
 
@@ -661,7 +669,10 @@ pub async fn provision_step<H: Hypervisor>(
             Err(e) => Err(pve(e)),
         },
         Phase::WaitGuest(loc) => wait_guest(hv, input, loc).await,
-        Phase::Provisioned(loc) => update_step(hv, input, loc, None).await,
+        Phase::Provisioned(loc) => {
+            let step = update_step(hv, input, loc, None).await?;
+            cloud_init_step(hv, input, step).await
+        }
         Phase::Update(loc, state, task) => update_step(hv, input, loc, Some((state, task))).await,
     }
 }
@@ -1401,11 +1412,15 @@ async fn wait_guest<H: Hypervisor>(
             })?
         }
     };
-    // The seed has served its purpose.
+    // The seed has served its purpose (cloud-init read it at its first stage).
     let left_behind = remove_seed(hv, input, &loc, reason).await?;
     let message = match left_behind {
         Some(why) => format!("VM running and reachable; {why}"),
         None => "VM running and reachable".to_owned(),
+    };
+    let cloud_init = match cloud_init::skipped(input.spec.readiness_checks.as_ref()) {
+        true => None,
+        false => Some(guest_cloud_init(hv, &loc, reason).await?),
     };
     Ok(Step {
         requeue: RESYNC,
@@ -1415,9 +1430,45 @@ async fn wait_guest<H: Hypervisor>(
         }),
         power: Some(PowerState::On),
         up_to_date: Some(UpToDate::yes()),
+        cloud_init,
         ..Step::to(Phase::Provisioned(loc))
     }
     .with_event("Provisioned", message))
+}
+
+/// What the guest's cloud-init says now.
+async fn guest_cloud_init<H: Hypervisor>(
+    hv: &H,
+    loc: &VmLocation,
+    reason: &'static str,
+) -> Result<CloudInit, StepError> {
+    let report = hv
+        .cloud_init_result(&loc.node, loc.vmid)
+        .await
+        .map_err(|e| pve_error(reason, e))?;
+    Ok(CloudInit::from_result(report.as_deref()))
+}
+
+/// A provisioned machine whose `Ready` waits on the guest's cloud-init asks it again, when the
+/// step left the VM running as it is (no change in flight, no failure).
+async fn cloud_init_step<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    mut step: Step,
+) -> Result<Step, StepError> {
+    let settled_and_running = step.failed.is_none()
+        && step.power == Some(PowerState::On)
+        && matches!(step.phase, Phase::Provisioned(_));
+    if !input.cloud_init_pending
+        || !settled_and_running
+        || cloud_init::skipped(input.spec.readiness_checks.as_ref())
+    {
+        return Ok(step);
+    }
+    if let Some(loc) = step.phase.location().cloned() {
+        step.cloud_init = Some(guest_cloud_init(hv, &loc, "GuestNotReady").await?);
+    }
+    Ok(step)
 }
 
 /// Ejects and deletes the seed ISO (it holds the bootstrap data, secrets included). A failure

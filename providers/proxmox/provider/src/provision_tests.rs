@@ -70,6 +70,7 @@ fn input<'a>(spec: &'a ProxmoxMachineSpec, fd: Option<&'a str>) -> MachineInput<
         seed_storage: "local",
         pool_addresses: &NO_POOL,
         waiting_since: None,
+        cloud_init_pending: false,
     }
 }
 
@@ -261,6 +262,7 @@ async fn a_foreign_vm_at_the_chosen_vmid_is_left_alone_and_another_vmid_is_used(
         config: [("name".to_owned(), "someone-else".to_owned())].into(),
         running: true,
         agent_ips: None,
+        cloud_init: None,
     };
     hv.insert_vm(150, foreign.clone());
     let loc = VmLocation {
@@ -331,6 +333,7 @@ async fn hundreds_of_machines_allocating_at_once_get_distinct_vmids_without_wast
             config: [("name".to_owned(), "foreign".to_owned())].into(),
             running: false,
             agent_ips: None,
+            cloud_init: None,
         },
     );
     let spec = spec();
@@ -391,6 +394,7 @@ async fn a_long_run_of_freshly_cloned_vmids_above_a_held_proposal_does_not_fail_
                 config: [("name".to_owned(), format!("cloned-{vmid}"))].into(),
                 running: false,
                 agent_ips: None,
+                cloud_init: None,
             },
         );
     }
@@ -1002,6 +1006,7 @@ async fn deletion_never_touches_a_vm_it_did_not_create() {
         config: [("name".to_owned(), "db".to_owned())].into(),
         running: true,
         agent_ips: None,
+        cloud_init: None,
     };
     hv.insert_vm(200, foreign.clone());
     let status = status_at(&Phase::Clone(VmLocation {
@@ -1782,4 +1787,63 @@ async fn polls_start_fast_and_back_off() {
     .await
     .unwrap();
     assert_eq!(long.requeue, GUEST_POLL, "{long:?}");
+}
+
+/// The guest's cloud-init is asked once the VM is provisioned (the machine is provisioned
+/// whatever it says), and again on later steps only while the machine's Ready waits on it;
+/// `skipCloudInit` never asks.
+#[tokio::test]
+async fn cloud_init_is_asked_when_provisioned_and_while_the_machine_waits_on_it() {
+    use banlieue_provider_kit::cloud_init::CloudInit;
+    let hv = FakePve::new(1);
+    let spec = spec();
+    let steps = booting(&hv, &input(&spec, None)).await;
+    let waiting = steps.last().unwrap().phase.clone();
+    let vmid = waiting.location().unwrap().vmid;
+    hv.set_cloud_init(vmid, None);
+
+    let done = one_step(&hv, &input(&spec, None), waiting.clone()).await;
+    assert!(done.provisioned.is_some(), "provisioned while cloud-init runs");
+    assert_eq!(done.cloud_init, Some(CloudInit::Running));
+
+    let pending = MachineInput {
+        cloud_init_pending: true,
+        ..input(&spec, None)
+    };
+    let again = one_step(&hv, &pending, done.phase.clone()).await;
+    assert_eq!(again.cloud_init, Some(CloudInit::Running));
+    hv.set_cloud_init(vmid, Some(r#"{"v1": {"errors": ["kubeadm join failed"]}}"#));
+    let failed = one_step(&hv, &pending, done.phase.clone()).await;
+    assert!(
+        matches!(&failed.cloud_init, Some(CloudInit::Failed(e)) if e.contains("kubeadm join failed")),
+        "{:?}",
+        failed.cloud_init
+    );
+    hv.set_cloud_init(vmid, Some(crate::fake::CLOUD_INIT_DONE));
+    let finished = one_step(&hv, &pending, done.phase.clone()).await;
+    assert_eq!(finished.cloud_init, Some(CloudInit::Done));
+
+    // Not waiting on it: not asked.
+    let asked = || hv.calls().iter().filter(|c| *c == "cloud_init_result").count();
+    let before = asked();
+    let settled = one_step(&hv, &input(&spec, None), done.phase.clone()).await;
+    assert_eq!(settled.cloud_init, None);
+    assert_eq!(asked(), before);
+
+    // skipCloudInit: provisioned without asking.
+    let hv = FakePve::new(1);
+    let skip = ProxmoxMachineSpec {
+        readiness_checks: Some(banlieue_api::common::ReadinessChecks {
+            skip_guest_agent: None,
+            skip_cloud_init: Some(true),
+        }),
+        ..spec.clone()
+    };
+    let steps = provision(&hv, &input(&skip, None)).await;
+    assert_eq!(steps.last().unwrap().cloud_init, None);
+    assert!(
+        !hv.calls().iter().any(|c| c == "cloud_init_result"),
+        "{:?}",
+        hv.calls()
+    );
 }

@@ -303,6 +303,12 @@ impl SimHandle {
     pub fn report_guest_interfaces(&self, vmid: u32, interfaces: Vec<GuestInterface>) -> Result<(), String> {
         self.shared.state().report_guest_interfaces(vmid, interfaces)
     }
+    /// A file of the real guest of running VM `vmid` ([`SimConfig::external_guests`]), as its
+    /// agent's `file-read` would return it (e.g. cloud-init's `/run/cloud-init/result.json`),
+    /// until the VM stops or reboots. Fails when the VM does not run.
+    pub fn report_guest_file(&self, vmid: u32, path: &str, content: String) -> Result<(), String> {
+        self.shared.state().report_guest_file(vmid, path, content)
+    }
     /// The API calls answered so far, counted by `METHOD /schema/{path}` (e.g.
     /// `POST /nodes/{node}/qemu/{vmid}/clone`): what a client costs.
     pub fn calls(&self) -> std::collections::BTreeMap<String, u64> {

@@ -170,6 +170,9 @@ struct Vm {
     /// What a real guest's agent reported ([`crate::SimConfig::external_guests`]); cleared when
     /// the VM stops or reboots.
     guest_interfaces: Option<Vec<GuestInterface>>,
+    /// Files a real guest's agent would read ([`crate::SimConfig::external_guests`], e.g.
+    /// cloud-init's report); cleared when the VM starts, stops or reboots.
+    guest_files: BTreeMap<String, String>,
     /// Changes written while the VM ran that PVE applies at its next start (`None`: a deletion).
     pending: BTreeMap<String, Option<String>>,
 }
@@ -274,6 +277,11 @@ pub(crate) fn value_text(v: &Value) -> String {
 }
 
 /// Every simulated node's memory (bytes).
+/// cloud-init's report of a finished boot, read through `agent/file-read`.
+const CLOUD_INIT_RESULT: &str = "/run/cloud-init/result.json";
+/// The report of a simulated guest, whose cloud-init always finishes without errors.
+const CLOUD_INIT_DONE: &str = r#"{"v1": {"datasource": "DataSourceNoCloud [seed=/dev/sr0]", "errors": []}}"#;
+
 const NODE_MEMORY: u64 = 64 << 30;
 /// CPUs of each simulated node.
 const NODE_CPUS: u64 = 16;
@@ -444,6 +452,7 @@ impl State {
                     ip: None,
                     boot_seed: None,
                     guest_interfaces: None,
+                    guest_files: BTreeMap::new(),
                     pending: BTreeMap::new(),
                 },
             );
@@ -552,6 +561,7 @@ impl State {
                 vm.started_at = Some(now);
                 vm.boot_seed = seed;
                 vm.guest_interfaces = None;
+                vm.guest_files.clear();
                 for (k, v) in std::mem::take(&mut vm.pending) {
                     match v {
                         Some(v) => vm.config.insert(k, v),
@@ -571,6 +581,7 @@ impl State {
                 vm.running = false;
                 vm.started_at = None;
                 vm.guest_interfaces = None;
+                vm.guest_files.clear();
                 Ok(())
             }
             Action::Shutdown { vmid } | Action::Reboot { vmid } if !self.vm_mut(vmid)?.running => {
@@ -581,12 +592,14 @@ impl State {
                 vm.running = false;
                 vm.started_at = None;
                 vm.guest_interfaces = None;
+                vm.guest_files.clear();
                 Ok(())
             }
             Action::Reboot { vmid } => {
                 let vm = self.vm_mut(vmid)?;
                 vm.started_at = Some(now);
                 vm.guest_interfaces = None;
+                vm.guest_files.clear();
                 Ok(())
             }
             Action::Destroy { vmid } => {
@@ -788,6 +801,17 @@ impl State {
         match self.vms.get_mut(&vmid) {
             Some(vm) if vm.running => {
                 vm.guest_interfaces = Some(interfaces);
+                Ok(())
+            }
+            Some(_) => Err(format!("VM {vmid} is not running")),
+            None => Err(format!("VM {vmid} does not exist")),
+        }
+    }
+
+    pub(crate) fn report_guest_file(&mut self, vmid: u32, path: &str, content: String) -> Result<(), String> {
+        match self.vms.get_mut(&vmid) {
+            Some(vm) if vm.running => {
+                vm.guest_files.insert(path.to_owned(), content);
                 Ok(())
             }
             Some(_) => Err(format!("VM {vmid} is not running")),
@@ -1518,6 +1542,7 @@ impl State {
                 ip: None,
                 boot_seed: None,
                 guest_interfaces: None,
+                guest_files: BTreeMap::new(),
                 pending: BTreeMap::new(),
             },
         );
@@ -1689,7 +1714,9 @@ impl State {
     }
 
     /// `agent/file-read`: cloud-init's copy of the user data the guest booted with
-    /// (`/var/lib/cloud/instance/user-data.txt`, from the seed captured at start); any other
+    /// (`/var/lib/cloud/instance/user-data.txt`, from the seed captured at start) and its report
+    /// (`/run/cloud-init/result.json`: a simulated guest's cloud-init has finished, without
+    /// errors, once its agent answers; a real guest's is what the harness reported); any other
     /// file does not exist in the simulated guest.
     fn agent_file_read(&self, req: &Request) -> ApiResult {
         let (_, vm) = self.agent_vm(req)?;
@@ -1697,6 +1724,8 @@ impl State {
         let seed = vm.boot_seed.as_ref();
         let content = match file.as_str() {
             "/var/lib/cloud/instance/user-data.txt" => seed.and_then(|s| s.user_data.clone()),
+            _ if self.cfg.external_guests => vm.guest_files.get(file.as_str()).cloned(),
+            CLOUD_INIT_RESULT => Some(CLOUD_INIT_DONE.to_owned()),
             _ => None,
         };
         let Some(content) = content else {

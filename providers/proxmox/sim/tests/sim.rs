@@ -1024,6 +1024,52 @@ async fn a_real_guest_agent_answers_once_the_guest_reported_and_says_what_it_has
     finish(sim).await;
 }
 
+/// cloud-init's report through `agent/file-read`: a simulated guest's has finished once its
+/// agent answers; a real guest's is there only once the harness reported it, and is gone when
+/// the VM stops (cloud-init writes it anew on every boot).
+#[tokio::test]
+async fn cloud_init_reports_through_the_agent_as_the_guest_wrote_it() {
+    use banlieue_pve_sim::GuestInterface;
+    async fn result(p: &mut Probe) -> ProbeResponse {
+        let file = [("file", "/run/cloud-init/result.json")];
+        p.call(Method::GET, "/nodes/pve1/qemu/101/agent/file-read", &file)
+            .await
+            .expect("request")
+    }
+    let (sim, mut p) = sim_with(|_| {}).await;
+    clone_template(&mut p, "101", "simulated").await;
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    let answer = result(&mut p).await;
+    let report: serde_json::Value = serde_json::from_str(answer.data()["content"].as_str().unwrap()).unwrap();
+    assert_eq!(report["v1"]["errors"], serde_json::json!([]), "{report}");
+    finish(sim).await;
+
+    let (sim, mut p) = sim_with(|c| c.external_guests = true).await;
+    clone_template(&mut p, "101", "real").await;
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/start").await;
+    let nic = GuestInterface {
+        name: "net0".into(),
+        mac: "BC:24:11:00:00:01".into(),
+        addresses: vec![("10.203.4.120".parse().unwrap(), 24)],
+    };
+    sim.report_guest_interfaces(101, vec![nic]).unwrap();
+    assert_error(
+        &result(&mut p).await,
+        500,
+        "Agent error: Failed to open file '/run/cloud-init/result.json': No such file or directory",
+    );
+    let written = r#"{"v1": {"errors": ["kubeadm failed"]}}"#;
+    sim.report_guest_file(101, "/run/cloud-init/result.json", written.to_owned())
+        .unwrap();
+    assert_eq!(result(&mut p).await.data()["content"], written);
+    post_wait(&mut p, "/nodes/pve1/qemu/101/status/stop").await;
+    assert!(
+        sim.report_guest_file(101, "/run/cloud-init/result.json", written.to_owned())
+            .is_err()
+    );
+    finish(sim).await;
+}
+
 // ---------- seed ISO ----------
 
 fn seed_iso_with_writer(user: &str, meta: &str, network: Option<&str>) -> Vec<u8> {

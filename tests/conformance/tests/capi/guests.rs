@@ -72,7 +72,7 @@ async fn run(
     let mut retries = Retries::default();
     let mut kept_disks = KeptDisks::default();
     // What each guest's agent reported last, and when.
-    let mut reported: BTreeMap<String, (Vec<GuestNic>, Instant)> = BTreeMap::new();
+    let mut reported: BTreeMap<String, (AgentView, Instant)> = BTreeMap::new();
     while !stop.load(Ordering::SeqCst) {
         match hv.lab_vms().await {
             Err(e) => note(format!("listing the hypervisor's VMs failed: {e:#}")),
@@ -106,7 +106,7 @@ async fn run(
                             {
                                 continue;
                             }
-                            match hv.report_guest_addresses(&id, &nics).await {
+                            match hv.report_guest(&id, &nics).await {
                                 Ok(()) => {
                                     reported.insert(id, (nics, Instant::now()));
                                 }
@@ -199,7 +199,7 @@ fn step(
     kept_disks: &mut KeptDisks,
     stop: &AtomicBool,
     note: &dyn Fn(String),
-) -> BTreeMap<String, Vec<GuestNic>> {
+) -> BTreeMap<String, AgentView> {
     retries.keep_only(vms);
     let by_id: BTreeMap<&str, &LabVm> = vms.iter().map(|vm| (vm.id.as_str(), vm)).collect();
     // Power off the guests of VMs that stopped or are gone (outside the lock: it waits for
@@ -265,19 +265,37 @@ fn step(
             }
         }
     }
-    // The guest agents: what each running guest's network has now (read outside the lock).
-    let namespaces: Vec<(String, String)> = guests
+    // The guest agents: what each running guest's network has now (read outside the lock), and
+    // cloud-init's report once its last stage ran.
+    let running: Vec<(String, String, Option<String>)> = guests
         .lock()
         .expect("guests lock")
         .iter_mut()
         .filter_map(|(id, guest)| {
-            guest
-                .is_running()
-                .then(|| (id.clone(), guest.network_namespace().to_owned()))
+            guest.is_running().then(|| {
+                (
+                    id.clone(),
+                    guest.network_namespace().to_owned(),
+                    guest.cloud_init_result(),
+                )
+            })
         })
         .collect();
-    namespaces
+    running
         .into_iter()
-        .filter_map(|(id, netns)| Some((id, interfaces_in(&netns).ok()?)))
+        .filter_map(|(id, netns, cloud_init)| {
+            let nics = interfaces_in(&netns).ok()?;
+            Some((id, AgentView { nics, cloud_init }))
+        })
         .collect()
+}
+
+/// What a running guest's agent can tell: its network, and cloud-init's report
+/// (`/run/cloud-init/result.json`) once written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentView {
+    /// The guest's interfaces and addresses.
+    pub nics: Vec<GuestNic>,
+    /// cloud-init's report, once its last stage ran.
+    pub cloud_init: Option<String>,
 }

@@ -18,7 +18,9 @@ use banlieue_vsphere_client::{Client, MoRef, VmPowerState};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use banlieue_testenv::guests::{GuestNic, Smbios};
+use banlieue_testenv::guests::Smbios;
+
+use super::guests::AgentView;
 
 use crate::vcsim_support::{PASSWORD, USER, Vcsim};
 
@@ -748,9 +750,11 @@ impl Hypervisor {
     }
 
     /// What a booted guest's agent reports (Proxmox: QEMU's guest agent, through
-    /// `report_guest_interfaces`; vSphere: VMware Tools' primary address, set in vcsim through
-    /// `SET.guest.ipAddress`; libvirt: the DHCP leases its network would report).
-    pub async fn report_guest_addresses(&self, id: &str, nics: &[GuestNic]) -> Result<()> {
+    /// `report_guest_interfaces`, and the cloud-init report its `file-read` serves; vSphere:
+    /// VMware Tools' primary address, set in vcsim through `SET.guest.ipAddress`; libvirt: the
+    /// DHCP leases its network would report).
+    pub async fn report_guest(&self, id: &str, view: &AgentView) -> Result<()> {
+        let nics = &view.nics;
         match self {
             Self::Proxmox(sim) => {
                 let vmid: u32 = id.parse().context("a Proxmox VM id")?;
@@ -763,7 +767,12 @@ impl Hypervisor {
                     })
                     .collect();
                 sim.report_guest_interfaces(vmid, interfaces)
-                    .map_err(|e| anyhow::anyhow!(e))
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                if let Some(result) = &view.cloud_init {
+                    sim.report_guest_file(vmid, "/run/cloud-init/result.json", result.clone())
+                        .map_err(|e| anyhow::anyhow!(e))?;
+                }
+                Ok(())
             }
             Self::VSphere(v) => match nics
                 .iter()

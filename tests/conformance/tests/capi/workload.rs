@@ -998,6 +998,39 @@ impl Workload {
                 "cloud-init on guest {name} reported errors: {errors:?}\n{report}"
             );
         }
+        if env.scenario.platform == Platform::Proxmox {
+            // banlieue-proxmox followed the same cloud-init: it read each guest's report through
+            // the guest agent, and every machine's Ready turned True after WaitingForCloudInit.
+            let infra_machines = env.api(&infra(&env.hv.kind("Machine")));
+            poll(
+                &mut self.procs,
+                "every ProxmoxMachine Ready once cloud-init finished in its guest",
+                GUEST_STEP_TIMEOUT,
+                async || {
+                    let waiting: Vec<String> = infra_machines
+                        .list(&ListParams::default())
+                        .await?
+                        .items
+                        .iter()
+                        .map(to_value)
+                        .filter(|m| condition_status(m, "Ready").as_deref() != Some("True"))
+                        .map(|m| {
+                            format!(
+                                "{}: {}",
+                                m["metadata"]["name"].as_str().unwrap_or_default(),
+                                condition(&m, "Ready").map(|c| c.to_string()).unwrap_or_default()
+                            )
+                        })
+                        .collect();
+                    Ok(if waiting.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(waiting.join("; "))
+                    })
+                },
+            )
+            .await?;
+        }
 
         // A working cluster: flannel (from the ClusterResourceSet) makes every Node Ready,
         // CoreDNS (which reaches the API through its Service, so kube-proxy works) becomes

@@ -1,0 +1,195 @@
+//! Whether cloud-init has finished in a guest, from the report it leaves when its last stage
+//! ends (`/run/cloud-init/result.json`, which the guest's agent reads for the backend), and the
+//! `Ready` a provisioned machine shows until then.
+//!
+//! A machine is provisioned (providerID, addresses, `initialization.provisioned`) as soon as its
+//! guest reports an address, so Cluster API goes on; its `Ready` stays False
+//! ([`WAITING_FOR_CLOUD_INIT`]) until cloud-init reports, and turns False with
+//! [`CLOUD_INIT_FAILED`] when that report lists errors (a bootstrap that failed: `kubeadm`,
+//! a `runcmd`). `readinessChecks.skipCloudInit` (or `skipGuestAgent`) skips the wait.
+
+use std::time::Duration;
+
+use banlieue_api::common::ReadinessChecks;
+use serde::Deserialize;
+
+/// Where cloud-init writes its report at the end of its last stage (a link to
+/// `/var/lib/cloud/data/result.json`, removed at the start of every boot).
+pub const RESULT_FILE: &str = "/run/cloud-init/result.json";
+
+/// `Ready` reason of a provisioned machine whose guest's cloud-init has not reported yet.
+pub const WAITING_FOR_CLOUD_INIT: &str = "WaitingForCloudInit";
+/// `Ready` reason of a provisioned machine whose guest's cloud-init reported errors.
+pub const CLOUD_INIT_FAILED: &str = "CloudInitFailed";
+
+/// The longest error text kept in a condition message.
+const MAX_ERRORS_LEN: usize = 600;
+
+/// What the guest's cloud-init says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CloudInit {
+    /// No report yet: cloud-init still runs (or has not started).
+    Running,
+    /// It finished without errors.
+    Done,
+    /// It finished with errors (their text), or left a report that cannot be read.
+    Failed(String),
+}
+
+#[derive(Deserialize)]
+struct ResultFile {
+    v1: ResultV1,
+}
+
+#[derive(Deserialize)]
+struct ResultV1 {
+    #[serde(default)]
+    errors: Vec<serde_json::Value>,
+}
+
+impl CloudInit {
+    /// Reads the report (`None`: the file does not exist yet).
+    pub fn from_result(content: Option<&str>) -> Self {
+        let Some(content) = content else {
+            return Self::Running;
+        };
+        match serde_json::from_str::<ResultFile>(content) {
+            Ok(result) if result.v1.errors.is_empty() => Self::Done,
+            Ok(result) => {
+                let errors: Vec<String> = result
+                    .v1
+                    .errors
+                    .iter()
+                    .map(|e| match e {
+                        serde_json::Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    })
+                    .collect();
+                Self::Failed(shorten(&errors.join("; ")))
+            }
+            Err(e) => Self::Failed(format!("{RESULT_FILE} cannot be read: {e}")),
+        }
+    }
+
+    /// The `Ready` condition of a provisioned, running machine whose guest is in this state:
+    /// `None` when cloud-init is done (the machine is Ready as far as cloud-init goes).
+    pub fn not_ready(&self, vm: &str) -> Option<(&'static str, String)> {
+        match self {
+            Self::Done => None,
+            Self::Running => Some((
+                WAITING_FOR_CLOUD_INIT,
+                format!(
+                    "{vm} runs and has its addresses; waiting for cloud-init in the guest to finish ({RESULT_FILE}); set spec.readinessChecks.skipCloudInit for a guest without cloud-init"
+                ),
+            )),
+            Self::Failed(errors) => Some((
+                CLOUD_INIT_FAILED,
+                format!(
+                    "cloud-init in {vm} finished with errors: {errors}; look at /var/log/cloud-init-output.log in the guest"
+                ),
+            )),
+        }
+    }
+}
+
+/// Whether a machine whose `Ready` reason is `reason` still waits on its guest's cloud-init
+/// (waiting, or reported failed: a report that may still change, after a reboot).
+pub fn pending(reason: &str) -> bool {
+    reason == WAITING_FOR_CLOUD_INIT || reason == CLOUD_INIT_FAILED
+}
+
+/// Whether the spec's readiness checks skip the wait for cloud-init (`skipCloudInit`, or
+/// `skipGuestAgent`: no agent to read the report through).
+pub fn skipped(checks: Option<&ReadinessChecks>) -> bool {
+    checks.is_some_and(|c| c.skip_cloud_init == Some(true)) || ReadinessChecks::skip_guest_agent(checks)
+}
+
+/// How long to wait before asking again, `waited` after the wait began: every 2 s at first,
+/// then a tenth of the time waited, at most every 30 s.
+pub fn poll_interval(waited: Duration) -> Duration {
+    (waited / 10).clamp(Duration::from_secs(2), Duration::from_secs(30))
+}
+
+fn shorten(text: &str) -> String {
+    if text.len() <= MAX_ERRORS_LEN {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERRORS_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_says_running_done_or_failed_with_its_errors() {
+        assert_eq!(CloudInit::from_result(None), CloudInit::Running);
+        let done = r#"{"v1": {"datasource": "DataSourceNoCloud [seed=/dev/sr0]", "errors": []}}"#;
+        assert_eq!(CloudInit::from_result(Some(done)), CloudInit::Done);
+        let failed = r#"{"v1": {"datasource": "DataSourceNoCloud", "errors": ["('scripts_user', RuntimeError('Runparts: 1 failures (part-001) in 1 attempted commands'))"]}}"#;
+        let CloudInit::Failed(errors) = CloudInit::from_result(Some(failed)) else {
+            panic!("errors listed");
+        };
+        assert!(errors.contains("scripts_user"), "{errors}");
+        assert!(matches!(
+            CloudInit::from_result(Some("{not json")),
+            CloudInit::Failed(e) if e.contains(RESULT_FILE)
+        ));
+    }
+
+    #[test]
+    fn long_errors_are_cut_on_a_character_boundary() {
+        let many = format!(r#"{{"v1": {{"errors": ["{}"]}}}}"#, "é".repeat(2000));
+        let CloudInit::Failed(errors) = CloudInit::from_result(Some(&many)) else {
+            panic!("errors listed");
+        };
+        assert!(
+            errors.len() <= MAX_ERRORS_LEN + '…'.len_utf8(),
+            "{}",
+            errors.len()
+        );
+        assert!(errors.ends_with('…'));
+    }
+
+    #[test]
+    fn the_ready_condition_names_the_wait_or_the_errors() {
+        assert_eq!(CloudInit::Done.not_ready("VM 100"), None);
+        let (reason, message) = CloudInit::Running.not_ready("VM 100").expect("waiting");
+        assert_eq!(reason, WAITING_FOR_CLOUD_INIT);
+        assert!(message.contains("skipCloudInit"), "{message}");
+        assert!(pending(reason));
+        let (reason, message) = CloudInit::Failed("boom".into())
+            .not_ready("VM 100")
+            .expect("failed");
+        assert_eq!(reason, CLOUD_INIT_FAILED);
+        assert!(
+            message.contains("boom") && message.contains("VM 100"),
+            "{message}"
+        );
+        assert!(pending(reason));
+        assert!(!pending("Running"));
+    }
+
+    #[test]
+    fn either_skip_skips_the_wait() {
+        let checks = |agent: Option<bool>, cloud_init: Option<bool>| ReadinessChecks {
+            skip_guest_agent: agent,
+            skip_cloud_init: cloud_init,
+        };
+        assert!(!skipped(None));
+        assert!(!skipped(Some(&checks(None, Some(false)))));
+        assert!(skipped(Some(&checks(None, Some(true)))));
+        assert!(skipped(Some(&checks(Some(true), None))));
+    }
+
+    #[test]
+    fn polls_start_fast_and_slow_down() {
+        assert_eq!(poll_interval(Duration::ZERO), Duration::from_secs(2));
+        assert_eq!(poll_interval(Duration::from_secs(100)), Duration::from_secs(10));
+        assert_eq!(poll_interval(Duration::from_secs(3600)), Duration::from_secs(30));
+    }
+}

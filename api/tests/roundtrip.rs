@@ -251,8 +251,15 @@ fn virtual_machine_and_provider_round_trip() {
         provider: Some("pve-zone-a".into()),
         node: Some("pve1".into()),
         failure_domain: Some("pve1".into()),
+        allocated: Some(banlieue_api::banlieue::ProviderAllocation {
+            vcpus: Some(2),
+            memory_mib: Some(4096),
+            storage_gib: Some(40),
+            virtual_machines: Some(1),
+        }),
     });
     let json = round_trip(&vm);
+    assert_eq!(json["status"]["allocated"]["memoryMiB"], 4096);
     assert_eq!(
         json["status"]["conditions"][0]["lastTransitionTime"],
         "2026-09-21T14:13:20Z"

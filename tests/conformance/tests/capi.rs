@@ -2113,7 +2113,7 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
     );
     if let Some((creds_name, _)) = run.hv.credentials() {
         let creds = Api::<Secret>::namespaced(run.client.clone(), &run.ns)
-            .get(&creds_name)
+            .get(creds_name)
             .await?;
         ensure!(
             kube::ResourceExt::labels(&creds).contains_key("clusterctl.cluster.x-k8s.io/move"),

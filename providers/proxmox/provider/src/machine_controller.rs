@@ -235,7 +235,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         let requeue = if ready.reason == cloud_init::WAITING_FOR_CLOUD_INIT {
             let since = cloud_init_wait
                 .as_ref()
-                .and_then(|c| SystemTime::try_from(c.last_transition_time.0).ok())
+                .map(|c| SystemTime::from(c.last_transition_time.0))
                 .and_then(|t| t.elapsed().ok())
                 .unwrap_or_default();
             step.requeue.min(cloud_init::poll_interval(since))

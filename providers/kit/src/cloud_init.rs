@@ -92,10 +92,13 @@ impl CloudInit {
     }
 }
 
-/// Whether a machine whose `Ready` reason is `reason` still waits on its guest's cloud-init
-/// (waiting, or reported failed: a report that may still change, after a reboot).
-pub fn pending(reason: &str) -> bool {
-    reason == WAITING_FOR_CLOUD_INIT || reason == CLOUD_INIT_FAILED
+/// The reason constant when a machine whose `Ready` reason is `reason` still waits on its
+/// guest's cloud-init (waiting, or reported failed: a report that may still change, after a
+/// reboot); `None` otherwise.
+pub fn pending(reason: &str) -> Option<&'static str> {
+    [WAITING_FOR_CLOUD_INIT, CLOUD_INIT_FAILED]
+        .into_iter()
+        .find(|pending| *pending == reason)
 }
 
 /// Whether the spec's readiness checks skip the wait for cloud-init (`skipCloudInit`, or
@@ -161,7 +164,7 @@ mod tests {
         let (reason, message) = CloudInit::Running.not_ready("VM 100").expect("waiting");
         assert_eq!(reason, WAITING_FOR_CLOUD_INIT);
         assert!(message.contains("skipCloudInit"), "{message}");
-        assert!(pending(reason));
+        assert_eq!(pending(reason), Some(reason));
         let (reason, message) = CloudInit::Failed("boom".into())
             .not_ready("VM 100")
             .expect("failed");
@@ -170,8 +173,8 @@ mod tests {
             message.contains("boom") && message.contains("VM 100"),
             "{message}"
         );
-        assert!(pending(reason));
-        assert!(!pending("Running"));
+        assert_eq!(pending(reason), Some(reason));
+        assert_eq!(pending("Running"), None);
     }
 
     #[test]

@@ -147,11 +147,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         );
         // Read once: the step's input, and kept in the status while the wait goes on.
         let waiting_since = guest_wait_started(Some(status));
-        // A provisioned machine whose Ready waits on the guest's cloud-init: since when.
+        // A provisioned machine whose Ready waits on the guest's cloud-init: its reason, and
+        // the condition (since when, what it said).
         let cloud_init_wait =
             banlieue_api::condition::find(&status.conditions, banlieue_api::condition::READY)
-                .filter(|c| cloud_init::pending(&c.reason))
-                .cloned();
+                .and_then(|c| Some((cloud_init::pending(&c.reason)?, c.clone())));
         let input = MachineInput {
             uid: &uid,
             namespace: &namespace,
@@ -205,11 +205,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                         None => Report::new(ok, reason, message),
                     },
                     // Not asked this time (a change in flight): the wait goes on as recorded.
-                    (true, None, Some(recorded)) => {
-                        let reason = match recorded.reason.as_str() {
-                            cloud_init::WAITING_FOR_CLOUD_INIT => cloud_init::WAITING_FOR_CLOUD_INIT,
-                            _ => cloud_init::CLOUD_INIT_FAILED,
-                        };
+                    (true, None, Some((reason, recorded))) => {
                         Report::new(false, reason, recorded.message.clone())
                     }
                     _ => Report::new(ok, reason, message),
@@ -235,7 +231,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         let requeue = if ready.reason == cloud_init::WAITING_FOR_CLOUD_INIT {
             let since = cloud_init_wait
                 .as_ref()
-                .map(|c| SystemTime::from(c.last_transition_time.0))
+                .map(|(_, c)| SystemTime::from(c.last_transition_time.0))
                 .and_then(|t| t.elapsed().ok())
                 .unwrap_or_default();
             step.requeue.min(cloud_init::poll_interval(since))

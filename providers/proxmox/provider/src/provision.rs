@@ -1418,9 +1418,10 @@ async fn wait_guest<H: Hypervisor>(
         Some(why) => format!("VM running and reachable; {why}"),
         None => "VM running and reachable".to_owned(),
     };
-    let cloud_init = match cloud_init::skipped(input.spec.readiness_checks.as_ref()) {
-        true => None,
-        false => Some(guest_cloud_init(hv, &loc, reason).await?),
+    let cloud_init = if cloud_init::skipped(input.spec.readiness_checks.as_ref()) {
+        None
+    } else {
+        Some(guest_cloud_init(hv, &loc, reason).await?)
     };
     Ok(Step {
         requeue: RESYNC,

@@ -89,6 +89,7 @@ fn worker_machine() -> ProxmoxMachine {
             readiness_checks: None,
             power_state: None,
             restart_policy: None,
+            high_availability: None,
         },
     );
     m.meta_mut().namespace = Some("prod".into());

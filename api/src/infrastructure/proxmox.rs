@@ -58,6 +58,36 @@ pub struct VmidRange {
     pub end: u32,
 }
 
+/// Proxmox VE High Availability for a machine's VM: the HA manager restarts it, or starts it on
+/// another node, when its node fails. The provider adds the VM as an HA resource (`vm:<vmid>`)
+/// once it is provisioned, keeps following it when HA moves it, and removes it from HA with the
+/// VM. Needs Proxmox VE 9 (HA rules) and `Sys.Console` on `/` for the token.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HighAvailability {
+    /// HA rules (`/cluster/ha/rules`, node-affinity or resource-affinity) the VM's resource
+    /// joins; they must exist. A rule listed here later is joined then; a rule removed from
+    /// the list keeps the VM (remove it in Proxmox). When the VM is deleted, Proxmox removes it
+    /// from its rules, and deletes a rule it was the only resource of.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z][A-Za-z0-9_.-]*$")),
+        extend("x-kubernetes-list-type" = "set")
+    )]
+    pub rules: Vec<String>,
+    /// How often the HA manager restarts the VM on its node after a failed start (Proxmox's
+    /// `max_restart`); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 10))]
+    pub max_restart: Option<u32>,
+    /// How often the HA manager tries another node after the restarts failed (Proxmox's
+    /// `max_relocate`); default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 10))]
+    pub max_relocate: Option<u32>,
+}
+
 /// A Proxmox VE cluster hosting a Cluster API workload cluster: where its API is, the
 /// credentials, and the nodes machines may be placed on (its failure domains).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -301,6 +331,10 @@ pub struct ProxmoxMachineSpec {
     /// VirtualMachine's `spec.restartPolicy`; a CAPI machine is replaced by CAPI, not changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<RestartPolicy>,
+    /// Put the VM under Proxmox VE High Availability. Unset: an HA resource the provider added
+    /// is removed (one added in Proxmox by hand is left alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub high_availability: Option<HighAvailability>,
 }
 
 /// Observed state of a ProxmoxMachine.

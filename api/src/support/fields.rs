@@ -304,6 +304,18 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 Honoured("added to the VM's tags (a removed tag stays on the VM)"),
             ),
             field(
+                "highAvailability.rules",
+                Honoured("HA rules the VM's HA resource joins (a rule left out later keeps it)"),
+            ),
+            field(
+                "highAvailability.maxRestart",
+                Honoured("the HA resource's max_restart"),
+            ),
+            field(
+                "highAvailability.maxRelocate",
+                Honoured("the HA resource's max_relocate"),
+            ),
+            field(
                 "vmidRange.start",
                 Support::AtCreation("the range the VMID is allocated from"),
             ),

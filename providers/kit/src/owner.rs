@@ -393,6 +393,7 @@ mod tests {
                 readiness_checks: None,
                 power_state: None,
                 restart_policy: None,
+                high_availability: None,
             },
         );
         pm.metadata.namespace = Some("ns".into());

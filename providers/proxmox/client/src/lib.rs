@@ -1,7 +1,8 @@
 //! A typed, async Proxmox VE API client.
 //!
 //! Small surface: what banlieue needs (version, nodes, cluster resources, VMID allocation, qemu
-//! lifecycle and config, tasks, storage upload, pools, guest-agent interfaces), with
+//! lifecycle and config, tasks, storage upload, pools, guest-agent interfaces, HA resources and
+//! rules), with
 //!
 //! - authentication by API token (preferred) or by ticket + CSRF token (re-login once on 401),
 //! - TLS verified by default (web PKI roots, a CA bundle, or a pinned SHA-256 leaf fingerprint;
@@ -29,6 +30,7 @@ mod client;
 pub mod config;
 pub mod de;
 mod error;
+mod ha;
 pub mod limit;
 mod secret;
 mod task;
@@ -44,6 +46,7 @@ pub use config::{
     DiskSpec, IpAssign, IpConfig, NetDevice, PendingConfig, PendingItem, Size, SizeChange, VmConfig,
 };
 pub use error::{BoxError, Error, ErrorClass, Result};
+pub use ha::{HaMigration, HaResource, HaResourceSettings, HaRule, vm_sid};
 pub use secret::Secret;
 pub use task::{TaskLogLine, TaskOutcome, TaskStatus, Upid};
 pub use tls::{TlsFailureKind, TlsHandshakeError, TlsVerification, fingerprint_of, parse_fingerprint};

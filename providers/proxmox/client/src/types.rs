@@ -209,6 +209,17 @@ pub struct VmStatus {
     /// Tags (`;`-separated).
     #[serde(default, deserialize_with = "de::opt_string")]
     pub tags: Option<String>,
+    /// High Availability: whether the VM is an HA resource.
+    #[serde(default)]
+    pub ha: VmHaStatus,
+}
+
+/// The `ha` object of a VM's status.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+pub struct VmHaStatus {
+    /// 1 when the VM is an HA resource.
+    #[serde(default, deserialize_with = "de::bool01")]
+    pub managed: bool,
 }
 
 impl VmStatus {

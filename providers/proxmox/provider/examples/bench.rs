@@ -238,6 +238,7 @@ async fn main() -> Result<()> {
                 readiness_checks: None,
                 power_state: None,
                 restart_policy: None,
+                high_availability: None,
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

@@ -477,6 +477,7 @@ mod tests {
             readiness_checks: None,
             power_state: None,
             restart_policy: None,
+            high_availability: None,
         }
     }
 

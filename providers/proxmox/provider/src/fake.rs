@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use banlieue_pve_client::config::normalize_tags;
 use banlieue_pve_client::{
-    CloneRequest, ConfigUpdate, PendingConfig, SizeChange, TaskOutcome, Upid, VmConfig,
+    CloneRequest, ConfigUpdate, HaResource, HaResourceSettings, HaRule, PendingConfig, SizeChange,
+    TaskOutcome, Upid, VmConfig, vm_sid,
 };
 
-use crate::hypervisor::{Guest, Hypervisor, Inventory, NodeLoad, PveError};
+use crate::hypervisor::{Guest, Hypervisor, Inventory, NodeLoad, PveError, RunState};
 
 /// A VM of the fake.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,6 +86,12 @@ struct State {
     keeps_pending: Vec<String>,
     /// Per VM, the keys pending until its next start.
     awaiting_restart: BTreeMap<u32, std::collections::BTreeSet<String>>,
+    /// HA resources by VMID.
+    ha_resources: BTreeMap<u32, HaResource>,
+    /// HA rules by name.
+    ha_rules: BTreeMap<String, HaRule>,
+    /// Bumped on every change of the HA rules (their digest).
+    ha_rules_version: u32,
 }
 
 /// The fake Proxmox VE cluster. Cheap to clone (shared state).
@@ -240,6 +247,35 @@ impl FakePve {
         self.lock().calls.clone()
     }
 
+    /// Adds an HA rule of `kind` (`node-affinity`, `resource-affinity`) applying to `resources`.
+    pub fn add_ha_rule(&self, rule: &str, kind: &str, resources: &[&str]) {
+        let mut s = self.lock();
+        s.ha_rules_version += 1;
+        let digest = Some(s.ha_rules_version.to_string());
+        s.ha_rules.insert(
+            rule.to_owned(),
+            HaRule {
+                rule: rule.to_owned(),
+                kind: kind.to_owned(),
+                resources: Some(resources.join(",")),
+                digest: None,
+            },
+        );
+        for r in s.ha_rules.values_mut() {
+            r.digest = digest.clone();
+        }
+    }
+
+    /// The HA rule `rule`.
+    pub fn ha_rule_now(&self, rule: &str) -> Option<HaRule> {
+        self.lock().ha_rules.get(rule).cloned()
+    }
+
+    /// The HA resource of `vmid`.
+    pub fn ha_resource_now(&self, vmid: u32) -> Option<HaResource> {
+        self.lock().ha_resources.get(&vmid).cloned()
+    }
+
     /// Sets what the guest agent of `vmid` reports.
     pub fn set_agent_ips(&self, vmid: u32, ips: Option<Vec<IpAddr>>) {
         if let Some(vm) = self.lock().vms.get_mut(&vmid) {
@@ -289,6 +325,29 @@ impl FakePve {
         }
         Ok(s)
     }
+}
+
+/// Removes `vmid` from HA and from its rules, deleting a rule left without resources (PVE's
+/// `purge`).
+fn remove_ha_resource(s: &mut State, vmid: u32) {
+    if s.ha_resources.remove(&vmid).is_none() {
+        return;
+    }
+    let sid = vm_sid(vmid);
+    s.ha_rules_version += 1;
+    let digest = Some(s.ha_rules_version.to_string());
+    s.ha_rules.retain(|_, rule| {
+        let left = rule
+            .resource_ids()
+            .into_iter()
+            .filter(|r| *r != sid)
+            .collect::<Vec<_>>()
+            .join(",");
+        let keep = !left.is_empty();
+        rule.resources = Some(left);
+        rule.digest = digest.clone();
+        keep
+    });
 }
 
 fn new_task(s: &mut State, op: &'static str, node: &str, kind: &str, id: &str, effect: Effect) -> Upid {
@@ -369,6 +428,8 @@ fn finish(s: &mut State, upid: &str) {
             }
         }
         Effect::Delete(vmid) => {
+            // Destroyed with `purge`: out of HA and its rules.
+            remove_ha_resource(s, vmid);
             s.vms.remove(&vmid);
         }
         Effect::Upload { node, volid, data } => {
@@ -735,5 +796,88 @@ impl Hypervisor for FakePve {
             return Err(api_error(500, "VM is not running"));
         }
         Ok(vm.cloud_init.clone())
+    }
+
+    async fn vm_run_state(&self, node: &str, vmid: u32) -> Result<Option<RunState>, PveError> {
+        let mut s = self.enter("vm_run_state")?;
+        let ha_managed = s.ha_resources.contains_key(&vmid);
+        Ok(vm_on(&mut s, node, vmid).ok().map(|vm| RunState {
+            running: vm.running,
+            ha_managed,
+        }))
+    }
+
+    async fn ha_resource(&self, vmid: u32) -> Result<Option<HaResource>, PveError> {
+        let s = self.enter("ha_resource")?;
+        Ok(s.ha_resources.get(&vmid).cloned())
+    }
+
+    async fn create_ha_resource(&self, vmid: u32, settings: &HaResourceSettings) -> Result<(), PveError> {
+        let mut s = self.enter("create_ha_resource")?;
+        if s.ha_resources.contains_key(&vmid) {
+            return Err(api_error(500, &format!("resource ID '{}' already defined", vm_sid(vmid))));
+        }
+        let resource = HaResource {
+            sid: vm_sid(vmid),
+            state: settings.state.clone(),
+            comment: settings.comment.clone(),
+            max_restart: settings.max_restart.map(u64::from),
+            max_relocate: settings.max_relocate.map(u64::from),
+            digest: None,
+        };
+        s.ha_resources.insert(vmid, resource);
+        Ok(())
+    }
+
+    async fn update_ha_resource(&self, vmid: u32, settings: &HaResourceSettings) -> Result<(), PveError> {
+        let mut s = self.enter("update_ha_resource")?;
+        let Some(resource) = s.ha_resources.get_mut(&vmid) else {
+            return Err(api_error(500, &format!("no such resource '{}'", vm_sid(vmid))));
+        };
+        if let Some(state) = &settings.state {
+            resource.state = Some(state.clone());
+        }
+        if let Some(comment) = &settings.comment {
+            resource.comment = Some(comment.clone());
+        }
+        if let Some(n) = settings.max_restart {
+            resource.max_restart = Some(n.into());
+        }
+        if let Some(n) = settings.max_relocate {
+            resource.max_relocate = Some(n.into());
+        }
+        Ok(())
+    }
+
+    async fn delete_ha_resource(&self, vmid: u32) -> Result<(), PveError> {
+        let mut s = self.enter("delete_ha_resource")?;
+        if !s.ha_resources.contains_key(&vmid) {
+            return Err(api_error(500, &format!("no such resource '{}'", vm_sid(vmid))));
+        }
+        remove_ha_resource(&mut s, vmid);
+        Ok(())
+    }
+
+    async fn ha_rule(&self, rule: &str) -> Result<Option<HaRule>, PveError> {
+        let s = self.enter("ha_rule")?;
+        Ok(s.ha_rules.get(rule).cloned())
+    }
+
+    async fn set_ha_rule_resources(&self, rule: &HaRule, resources: &[String]) -> Result<(), PveError> {
+        let mut s = self.enter("set_ha_rule_resources")?;
+        let version = s.ha_rules_version.to_string();
+        let Some(current) = s.ha_rules.get_mut(&rule.rule) else {
+            return Err(api_error(500, &format!("no such ha rule '{}'", rule.rule)));
+        };
+        if rule.digest.as_deref() != Some(version.as_str()) {
+            return Err(api_error(500, "detected modified configuration - file changed by other user? Try again."));
+        }
+        current.resources = Some(resources.join(","));
+        s.ha_rules_version += 1;
+        let digest = Some(s.ha_rules_version.to_string());
+        for r in s.ha_rules.values_mut() {
+            r.digest = digest.clone();
+        }
+        Ok(())
     }
 }

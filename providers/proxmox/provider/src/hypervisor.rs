@@ -12,8 +12,9 @@ use std::net::IpAddr;
 
 use banlieue_provider_kit::cloud_init;
 use banlieue_pve_client::{
-    Client, CloneRequest, ClusterResource, ConfigUpdate, DeleteVmOptions, ErrorClass, PendingConfig,
-    ResourceType, SizeChange, TaskOutcome, Upid, UploadContent, VmConfig,
+    Client, CloneRequest, ClusterResource, ConfigUpdate, DeleteVmOptions, ErrorClass, HaResource,
+    HaResourceSettings, HaRule, PendingConfig, ResourceType, SizeChange, TaskOutcome, Upid, UploadContent,
+    VmConfig, vm_sid,
 };
 
 /// Errors of the hypervisor calls: the Proxmox client's error, classified by
@@ -179,6 +180,47 @@ pub trait Hypervisor: Send + Sync + 'static {
         node: &str,
         vmid: u32,
     ) -> impl Future<Output = Result<Option<String>, PveError>> + Send;
+    /// Whether the VM runs and whether it is an HA resource; `Ok(None)` when it does not exist
+    /// on that node.
+    fn vm_run_state(
+        &self,
+        node: &str,
+        vmid: u32,
+    ) -> impl Future<Output = Result<Option<RunState>, PveError>> + Send;
+    /// The VM's HA resource; `Ok(None)` when it is not one.
+    fn ha_resource(&self, vmid: u32) -> impl Future<Output = Result<Option<HaResource>, PveError>> + Send;
+    /// Makes the VM an HA resource.
+    fn create_ha_resource(
+        &self,
+        vmid: u32,
+        settings: &HaResourceSettings,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
+    /// Changes the VM's HA resource.
+    fn update_ha_resource(
+        &self,
+        vmid: u32,
+        settings: &HaResourceSettings,
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
+    /// Removes the VM from HA (and from its rules).
+    fn delete_ha_resource(&self, vmid: u32) -> impl Future<Output = Result<(), PveError>> + Send;
+    /// An HA rule; `Ok(None)` when there is none by that name.
+    fn ha_rule(&self, rule: &str) -> impl Future<Output = Result<Option<HaRule>, PveError>> + Send;
+    /// Sets the resources an HA rule applies to (refused if the rules changed since `rule` was
+    /// read).
+    fn set_ha_rule_resources(
+        &self,
+        rule: &HaRule,
+        resources: &[String],
+    ) -> impl Future<Output = Result<(), PveError>> + Send;
+}
+
+/// What `status/current` says of a VM.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunState {
+    /// It runs.
+    pub running: bool,
+    /// It is an HA resource.
+    pub ha_managed: bool,
 }
 
 fn none_if_not_found<T>(res: Result<T, PveError>) -> Result<Option<T>, PveError> {
@@ -487,5 +529,57 @@ impl Hypervisor for Client {
             }
             Err(e) => Err(e),
         }
+    }
+
+    async fn vm_run_state(&self, node: &str, vmid: u32) -> Result<Option<RunState>, PveError> {
+        let node = node.to_owned();
+        let status = with_client(self, move |c| async move {
+            none_if_not_found(c.vm_status(&node, vmid).await)
+        })
+        .await?;
+        Ok(status.map(|s| RunState {
+            running: s.is_running(),
+            ha_managed: s.ha.managed,
+        }))
+    }
+
+    async fn ha_resource(&self, vmid: u32) -> Result<Option<HaResource>, PveError> {
+        with_client(self, move |c| async move {
+            none_if_not_found(c.ha_resource(&vm_sid(vmid)).await)
+        })
+        .await
+    }
+
+    async fn create_ha_resource(&self, vmid: u32, settings: &HaResourceSettings) -> Result<(), PveError> {
+        let settings = settings.clone();
+        with_client(self, move |c| async move {
+            c.create_ha_resource(&vm_sid(vmid), &settings).await
+        })
+        .await
+    }
+
+    async fn update_ha_resource(&self, vmid: u32, settings: &HaResourceSettings) -> Result<(), PveError> {
+        let settings = settings.clone();
+        with_client(self, move |c| async move {
+            c.update_ha_resource(&vm_sid(vmid), &settings).await
+        })
+        .await
+    }
+
+    async fn delete_ha_resource(&self, vmid: u32) -> Result<(), PveError> {
+        with_client(self, move |c| async move { c.delete_ha_resource(&vm_sid(vmid)).await }).await
+    }
+
+    async fn ha_rule(&self, rule: &str) -> Result<Option<HaRule>, PveError> {
+        let rule = rule.to_owned();
+        with_client(self, move |c| async move { none_if_not_found(c.ha_rule(&rule).await) }).await
+    }
+
+    async fn set_ha_rule_resources(&self, rule: &HaRule, resources: &[String]) -> Result<(), PveError> {
+        let (rule, resources) = (rule.clone(), resources.to_vec());
+        with_client(self, move |c| async move {
+            c.set_ha_rule_resources(&rule, &resources).await
+        })
+        .await
     }
 }

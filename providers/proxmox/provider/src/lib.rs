@@ -21,6 +21,7 @@ pub mod desired;
 pub mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
+pub mod ha;
 pub mod hypervisor;
 pub mod in_process;
 pub mod leader;

@@ -23,7 +23,8 @@ use banlieue_provider_kit::cloud_init::{self, CloudInit};
 use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, TaskOutcome, Upid};
 
 use crate::desired::{self, ConfigureAction};
-use crate::hypervisor::{Guest, Hypervisor, Inventory};
+use crate::ha;
+use crate::hypervisor::{Guest, Hypervisor, Inventory, RunState};
 use crate::phase::{Phase, VmLocation};
 use crate::placement::{PlacementInput, choose_node, reserve_for_stopped_guests};
 use crate::readopt::{self, Found};
@@ -806,11 +807,12 @@ async fn update_step<H: Hypervisor>(
         Some((state, _)) => Phase::Update(to, *state, None),
         None => Phase::Provisioned(to),
     };
-    let Some(running) = hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? else {
+    let Some(run) = hv.vm_run_state(&loc.node, loc.vmid).await.map_err(pve)? else {
         return follow_moved(hv, input, &loc, reason, again)
             .await?
             .ok_or_else(gone);
     };
+    let running = run.running;
     let Some(PendingConfig { config, pending }) = hv.vm_pending(&loc.node, loc.vmid).await.map_err(pve)?
     else {
         return follow_moved(hv, input, &loc, reason, again)
@@ -885,7 +887,7 @@ async fn update_step<H: Hypervisor>(
                 permanent(reason, "the VM has no smbios1 uuid to derive the providerID from")
             })?;
             remove_seed(hv, input, &loc, reason).await?;
-            Ok(Step {
+            let first_boot = Step {
                 requeue: RESYNC,
                 provisioned: Some(ProvisionedVm {
                     provider_id,
@@ -899,17 +901,21 @@ async fn update_step<H: Hypervisor>(
                     "VM {} booted for the first time; bootstrap seed removed",
                     loc.vmid
                 ),
-            ))
+            );
+            high_availability(hv, input, &loc, run, first_boot).await
         }
-        UpdateAction::InSync => Ok(Step {
-            requeue: RESYNC,
-            power,
-            up_to_date: Some(UpToDate::yes()),
-            event: in_flight
-                .is_some()
-                .then(|| ("Updated", "VM matches the spec".to_owned())),
-            ..Step::to(Phase::Provisioned(loc.clone()))
-        }),
+        UpdateAction::InSync => {
+            let in_sync = Step {
+                requeue: RESYNC,
+                power,
+                up_to_date: Some(UpToDate::yes()),
+                event: in_flight
+                    .is_some()
+                    .then(|| ("Updated", "VM matches the spec".to_owned())),
+                ..Step::to(Phase::Provisioned(loc.clone()))
+            };
+            high_availability(hv, input, &loc, run, in_sync).await
+        }
         UpdateAction::RestartRequired { why } => Ok(Step {
             requeue: RESYNC,
             power,
@@ -953,6 +959,42 @@ async fn update_step<H: Hypervisor>(
         }
     }
 }
+
+/// A VM otherwise in sync gets its HA membership converged ([`ha::converge`]): what changed
+/// is told in an Event; a rule the spec names that Proxmox lacks makes `VMUpToDate` False
+/// (`HARuleNotFound`), looked at again after [`PERMANENT_RETRY`].
+async fn high_availability<H: Hypervisor>(
+    hv: &H,
+    input: &MachineInput<'_>,
+    loc: &VmLocation,
+    run: RunState,
+    mut step: Step,
+) -> Result<Step, StepError> {
+    let outcome = ha::converge(hv, input, loc, run.ha_managed, run.running)
+        .await
+        .map_err(|e| pve_error(HA_FAILED, e))?;
+    if !outcome.changed.is_empty() {
+        let message = outcome.changed.join("; ");
+        step.event = Some(match step.event.take() {
+            Some((reason, earlier)) => (reason, format!("{earlier}; {message}")),
+            None => ("HighAvailability", message),
+        });
+    }
+    if let Some(rule) = outcome.missing_rule {
+        step.requeue = PERMANENT_RETRY;
+        step.up_to_date = Some(UpToDate::no(
+            "HARuleNotFound",
+            format!(
+                "HA rule {rule:?} does not exist in Proxmox VE: create it (Datacenter → HA → \
+                 Rules) or remove it from spec.highAvailability.rules"
+            ),
+        ));
+    }
+    Ok(step)
+}
+
+/// The reason of a failed HA call (a token without `Sys.Console` on `/` among them).
+const HA_FAILED: &str = "HighAvailabilityFailed";
 
 /// The VM is not on `loc.node` any more. A migration (by a user, node maintenance or HA) keeps
 /// its VMID, config and SMBIOS uuid: when the cluster lists that VMID on another node and the

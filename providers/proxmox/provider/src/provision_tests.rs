@@ -48,6 +48,7 @@ fn spec() -> ProxmoxMachineSpec {
         readiness_checks: None,
         power_state: None,
         restart_policy: None,
+        high_availability: None,
     }
 }
 
@@ -1063,7 +1064,7 @@ async fn a_provisioned_vm_in_sync_costs_two_reads_and_no_change() {
     assert_eq!(steps[0].phase, phase);
     assert_eq!(steps[0].event, None, "no Event when nothing changes");
     assert_eq!(steps[0].power, Some(banlieue_api::common::PowerState::On));
-    assert_eq!(hv.calls()[before..], ["vm_running", "vm_pending"]);
+    assert_eq!(hv.calls()[before..], ["vm_run_state", "vm_pending"]);
 }
 
 #[tokio::test]
@@ -1488,7 +1489,7 @@ async fn a_machine_created_powered_off_is_provisioned_without_booting() {
     let before = hv.calls().len();
     let again = drive_update(&hv, &input(&on, None), steps.last().unwrap().phase.clone()).await;
     assert_eq!(events(&again), Vec::<&str>::new());
-    assert_eq!(hv.calls()[before..], ["vm_running", "vm_pending"]);
+    assert_eq!(hv.calls()[before..], ["vm_run_state", "vm_pending"]);
 }
 
 #[tokio::test]
@@ -1845,5 +1846,136 @@ async fn cloud_init_is_asked_when_provisioned_and_while_the_machine_waits_on_it(
         !hv.calls().iter().any(|c| c == "cloud_init_result"),
         "{:?}",
         hv.calls()
+    );
+}
+
+fn with_ha(rules: &[&str], max_restart: Option<u32>) -> ProxmoxMachineSpec {
+    ProxmoxMachineSpec {
+        high_availability: Some(banlieue_api::infrastructure::HighAvailability {
+            rules: rules.iter().map(|r| (*r).to_owned()).collect(),
+            max_restart,
+            max_relocate: None,
+        }),
+        ..spec()
+    }
+}
+
+/// A provisioned machine with `highAvailability` becomes an HA resource in its power state,
+/// with its limits and the provider's comment, and joins the rules it names; the next step finds
+/// it in sync and writes nothing.
+#[tokio::test]
+async fn a_provisioned_machine_with_high_availability_becomes_an_ha_resource_in_its_rule() {
+    let hv = FakePve::new(2);
+    hv.add_ha_rule("spread", "resource-affinity", &["vm:4242"]);
+    let spec = with_ha(&["spread"], Some(3));
+    let input = input(&spec, Some("pve1"));
+    let steps = provision(&hv, &input).await;
+    let Phase::Provisioned(loc) = steps.last().unwrap().phase.clone() else {
+        panic!("provisioned")
+    };
+    let step = one_step(&hv, &input, Phase::Provisioned(loc.clone())).await;
+    let (reason, message) = step.event.clone().expect("an Event");
+    assert_eq!(reason, "HighAvailability");
+    assert!(message.contains(&format!("added vm:{} to HA rule spread", loc.vmid)), "{message}");
+    let resource = hv.ha_resource_now(loc.vmid).expect("an HA resource");
+    assert_eq!(resource.state.as_deref(), Some("started"));
+    assert_eq!(resource.max_restart, Some(3));
+    assert_eq!(resource.comment.as_deref(), Some("banlieue: ns/m1"));
+    let rule = hv.ha_rule_now("spread").expect("the rule");
+    assert_eq!(
+        rule.resource_ids(),
+        vec!["vm:4242".to_owned(), format!("vm:{}", loc.vmid)]
+    );
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
+
+    let before = hv.calls().len();
+    let again = one_step(&hv, &input, step.phase).await;
+    assert_eq!(again.event, None);
+    let writes: Vec<String> = hv.calls()[before..]
+        .iter()
+        .filter(|c| !matches!(c.as_str(), "vm_run_state" | "vm_pending" | "ha_resource" | "ha_rule"))
+        .cloned()
+        .collect();
+    assert_eq!(writes, Vec::<String>::new(), "in sync: reads only");
+}
+
+/// A rule the spec names that Proxmox lacks is said in `VMUpToDate` (the VM is still an HA
+/// resource), and joined once it exists.
+#[tokio::test]
+async fn a_missing_ha_rule_is_reported_and_joined_once_it_exists() {
+    let hv = FakePve::new(2);
+    let spec = with_ha(&["spread"], None);
+    let input = input(&spec, Some("pve1"));
+    let steps = provision(&hv, &input).await;
+    let phase = steps.last().unwrap().phase.clone();
+    let vmid = phase.location().unwrap().vmid;
+    let step = one_step(&hv, &input, phase).await;
+    let up_to_date = step.up_to_date.clone().expect("VMUpToDate");
+    assert!(!up_to_date.status);
+    assert_eq!(up_to_date.reason, "HARuleNotFound");
+    assert!(up_to_date.message.contains("\"spread\""), "{}", up_to_date.message);
+    assert!(hv.ha_resource_now(vmid).is_some(), "an HA resource all the same");
+
+    hv.add_ha_rule("spread", "node-affinity", &["vm:4242"]);
+    let step = one_step(&hv, &input, step.phase).await;
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
+    assert!(
+        hv.ha_rule_now("spread")
+            .unwrap()
+            .resource_ids()
+            .contains(&format!("vm:{vmid}").as_str())
+    );
+}
+
+/// Without the field, an HA resource the provider added is removed; one added in Proxmox by
+/// hand is left alone.
+#[tokio::test]
+async fn dropping_high_availability_removes_only_the_resource_the_provider_added() {
+    let hv = FakePve::new(2);
+    let with = with_ha(&[], None);
+    let input_with = input(&with, Some("pve1"));
+    let steps = provision(&hv, &input_with).await;
+    let phase = steps.last().unwrap().phase.clone();
+    let vmid = phase.location().unwrap().vmid;
+    let step = one_step(&hv, &input_with, phase).await;
+    assert!(hv.ha_resource_now(vmid).is_some());
+
+    let without = spec();
+    let input_without = input(&without, Some("pve1"));
+    let step = one_step(&hv, &input_without, step.phase).await;
+    assert_eq!(hv.ha_resource_now(vmid), None, "removed");
+    assert_eq!(
+        step.event.as_ref().map(|(r, m)| (*r, m.as_str())),
+        Some(("HighAvailability", format!("removed vm:{vmid} from HA").as_str()))
+    );
+
+    let by_hand = banlieue_pve_client::HaResourceSettings {
+        state: Some("started".into()),
+        ..Default::default()
+    };
+    hv.create_ha_resource(vmid, &by_hand).await.unwrap();
+    let step = one_step(&hv, &input_without, step.phase).await;
+    assert!(hv.ha_resource_now(vmid).is_some(), "left alone");
+    assert_eq!(step.event, None);
+}
+
+/// Deleting an HA machine's VM takes it out of HA and out of its rules (PVE's `purge`).
+#[tokio::test]
+async fn deleting_an_ha_machine_takes_its_vm_out_of_ha() {
+    let hv = FakePve::new(2);
+    hv.add_ha_rule("spread", "resource-affinity", &["vm:4242"]);
+    let spec = with_ha(&["spread"], None);
+    let input = input(&spec, Some("pve1"));
+    let steps = provision(&hv, &input).await;
+    let phase = steps.last().unwrap().phase.clone();
+    let vmid = phase.location().unwrap().vmid;
+    let step = one_step(&hv, &input, phase).await;
+    assert!(hv.ha_resource_now(vmid).is_some());
+    delete_all(&hv, status_at(&step.phase)).await;
+    assert_eq!(hv.vm(vmid), None);
+    assert_eq!(hv.ha_resource_now(vmid), None);
+    assert_eq!(
+        hv.ha_rule_now("spread").unwrap().resource_ids(),
+        vec!["vm:4242"]
     );
 }

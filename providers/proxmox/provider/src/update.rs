@@ -235,6 +235,7 @@ mod tests {
             readiness_checks: None,
             power_state: None,
             restart_policy: Some(RestartPolicy::Automatic),
+            high_availability: None,
         }
     }
 

@@ -214,6 +214,7 @@ impl Scenario {
                 readiness_checks: None,
                 power_state: None,
                 restart_policy: None,
+                high_availability: None,
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

@@ -46,6 +46,7 @@ fn spec() -> ProxmoxMachineSpec {
         readiness_checks: None,
         power_state: None,
         restart_policy: None,
+        high_availability: None,
     }
 }
 

@@ -382,6 +382,7 @@ fn machine_spec(provider: &str, source: ProxmoxTemplateSource) -> ProxmoxMachine
         readiness_checks: None,
         power_state: None,
         restart_policy: None,
+        high_availability: None,
     }
 }
 

@@ -366,6 +366,7 @@ pub fn normalize_tags(text: &str) -> String {
 }
 
 mod authorize;
+mod ha;
 
 /// Request parameters of `…/config` that are not VM options.
 const NOT_OPTIONS: [&str; 8] = [
@@ -401,6 +402,8 @@ pub(crate) struct State {
     stats_since: Instant,
     /// The token's privileges (`None`: root's, everything).
     acl: Option<crate::acl::Acl>,
+    /// HA resources and rules.
+    ha: ha::Ha,
 }
 
 impl State {
@@ -422,6 +425,7 @@ impl State {
             fingerprint,
             hidden: HashSet::new(),
             acl: None,
+            ha: ha::Ha::default(),
             stats_since: now.checked_sub(cfg.resources_lag).unwrap_or(now),
             cfg,
         };
@@ -837,6 +841,9 @@ impl State {
                 "hostname lookup '{node}' failed - failed to get address info for: {node}: Name or service not known"
             )));
         }
+        if let Some(answer) = self.ha_dispatch(req) {
+            return answer;
+        }
         match (req.method.as_str(), req.template.as_str()) {
             ("GET", "/version") => {
                 Ok(json!({"version": "9.1.1", "release": "9.1", "repoid": "5b1c7e7f0c8d3b11"}))
@@ -1168,7 +1175,13 @@ impl State {
         let vm = &self.vms[&vmid];
         let mut m = self.vm_summary(vmid, vm);
         m.insert("qmpstatus".into(), m["status"].clone());
-        m.insert("ha".into(), json!({"managed": 0}));
+        m.insert(
+            "ha".into(),
+            match self.ha.state_of(vmid) {
+                Some(state) => json!({"managed": 1, "state": state}),
+                None => json!({"managed": 0}),
+            },
+        );
         if vm.config.get("agent").is_some_and(|a| agent_enabled(a)) {
             m.insert("agent".into(), json!(1));
         }
@@ -1613,6 +1626,18 @@ impl State {
             "qmshutdown" => Action::Shutdown { vmid },
             _ => Action::Reboot { vmid },
         };
+        // An HA resource's start or stop is a request to the HA manager (which then acts).
+        let kind = match (kind, self.ha.manages(vmid)) {
+            ("qmstart", true) => {
+                self.ha.request(vmid, "started");
+                "hastart"
+            }
+            ("qmstop" | "qmshutdown", true) => {
+                self.ha.request(vmid, "stopped");
+                "hastop"
+            }
+            (kind, _) => kind,
+        };
         let log = vec![format!("{kind} VM {vmid}")];
         Ok(json!(self.new_task(
             req,
@@ -1665,6 +1690,14 @@ impl State {
             return Err(ApiError::internal(format!(
                 "VM {vmid} is running - destroy failed"
             )));
+        }
+        if self.ha.manages(vmid) {
+            if req.flag("purge") != Some(true) {
+                return Err(ApiError::internal(format!(
+                    "unable to remove VM {vmid} - used in HA resources and purge parameter not set.\n"
+                )));
+            }
+            self.ha.purge(vmid);
         }
         let log = vec![format!("destroy VM {vmid}")];
         Ok(json!(self.new_task(

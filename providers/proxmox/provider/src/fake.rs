@@ -815,7 +815,10 @@ impl Hypervisor for FakePve {
     async fn create_ha_resource(&self, vmid: u32, settings: &HaResourceSettings) -> Result<(), PveError> {
         let mut s = self.enter("create_ha_resource")?;
         if s.ha_resources.contains_key(&vmid) {
-            return Err(api_error(500, &format!("resource ID '{}' already defined", vm_sid(vmid))));
+            return Err(api_error(
+                500,
+                &format!("resource ID '{}' already defined", vm_sid(vmid)),
+            ));
         }
         let resource = HaResource {
             sid: vm_sid(vmid),
@@ -870,7 +873,10 @@ impl Hypervisor for FakePve {
             return Err(api_error(500, &format!("no such ha rule '{}'", rule.rule)));
         };
         if rule.digest.as_deref() != Some(version.as_str()) {
-            return Err(api_error(500, "detected modified configuration - file changed by other user? Try again."));
+            return Err(api_error(
+                500,
+                "detected modified configuration - file changed by other user? Try again.",
+            ));
         }
         current.resources = Some(resources.join(","));
         s.ha_rules_version += 1;

@@ -33,9 +33,8 @@ fn added_by_us(resource: &HaResource) -> bool {
 /// are PVE's default (1); the requested state is the power state's and left to the start and
 /// stop calls (PVE turns them into HA requests for an HA resource).
 pub fn settings_change(wanted: &HighAvailability, current: &HaResource) -> Option<HaResourceSettings> {
-    let differs = |want: Option<u32>, have: Option<u64>| {
-        want.is_some_and(|w| u64::from(w) != have.unwrap_or(1))
-    };
+    let differs =
+        |want: Option<u32>, have: Option<u64>| want.is_some_and(|w| u64::from(w) != have.unwrap_or(1));
     let change = HaResourceSettings {
         max_restart: wanted
             .max_restart
@@ -49,7 +48,11 @@ pub fn settings_change(wanted: &HighAvailability, current: &HaResource) -> Optio
 }
 
 /// The settings of a new HA resource for the machine's VM, in the power state it is in.
-pub fn new_resource(input: &MachineInput<'_>, wanted: &HighAvailability, running: bool) -> HaResourceSettings {
+pub fn new_resource(
+    input: &MachineInput<'_>,
+    wanted: &HighAvailability,
+    running: bool,
+) -> HaResourceSettings {
     HaResourceSettings {
         state: Some(if running { "started" } else { "stopped" }.to_owned()),
         comment: Some(comment(input)),
@@ -89,9 +92,7 @@ pub async fn converge<H: Hypervisor>(
     let Some(wanted) = wanted else {
         if let Some(resource) = current.filter(added_by_us) {
             hv.delete_ha_resource(loc.vmid).await?;
-            outcome
-                .changed
-                .push(format!("removed {} from HA", resource.sid));
+            outcome.changed.push(format!("removed {} from HA", resource.sid));
         }
         return Ok(outcome);
     };

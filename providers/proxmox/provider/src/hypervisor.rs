@@ -567,12 +567,20 @@ impl Hypervisor for Client {
     }
 
     async fn delete_ha_resource(&self, vmid: u32) -> Result<(), PveError> {
-        with_client(self, move |c| async move { c.delete_ha_resource(&vm_sid(vmid)).await }).await
+        with_client(
+            self,
+            move |c| async move { c.delete_ha_resource(&vm_sid(vmid)).await },
+        )
+        .await
     }
 
     async fn ha_rule(&self, rule: &str) -> Result<Option<HaRule>, PveError> {
         let rule = rule.to_owned();
-        with_client(self, move |c| async move { none_if_not_found(c.ha_rule(&rule).await) }).await
+        with_client(
+            self,
+            move |c| async move { none_if_not_found(c.ha_rule(&rule).await) },
+        )
+        .await
     }
 
     async fn set_ha_rule_resources(&self, rule: &HaRule, resources: &[String]) -> Result<(), PveError> {

@@ -1876,7 +1876,10 @@ async fn a_provisioned_machine_with_high_availability_becomes_an_ha_resource_in_
     let step = one_step(&hv, &input, Phase::Provisioned(loc.clone())).await;
     let (reason, message) = step.event.clone().expect("an Event");
     assert_eq!(reason, "HighAvailability");
-    assert!(message.contains(&format!("added vm:{} to HA rule spread", loc.vmid)), "{message}");
+    assert!(
+        message.contains(&format!("added vm:{} to HA rule spread", loc.vmid)),
+        "{message}"
+    );
     let resource = hv.ha_resource_now(loc.vmid).expect("an HA resource");
     assert_eq!(resource.state.as_deref(), Some("started"));
     assert_eq!(resource.max_restart, Some(3));
@@ -1893,7 +1896,12 @@ async fn a_provisioned_machine_with_high_availability_becomes_an_ha_resource_in_
     assert_eq!(again.event, None);
     let writes: Vec<String> = hv.calls()[before..]
         .iter()
-        .filter(|c| !matches!(c.as_str(), "vm_run_state" | "vm_pending" | "ha_resource" | "ha_rule"))
+        .filter(|c| {
+            !matches!(
+                c.as_str(),
+                "vm_run_state" | "vm_pending" | "ha_resource" | "ha_rule"
+            )
+        })
         .cloned()
         .collect();
     assert_eq!(writes, Vec::<String>::new(), "in sync: reads only");
@@ -1913,7 +1921,11 @@ async fn a_missing_ha_rule_is_reported_and_joined_once_it_exists() {
     let up_to_date = step.up_to_date.clone().expect("VMUpToDate");
     assert!(!up_to_date.status);
     assert_eq!(up_to_date.reason, "HARuleNotFound");
-    assert!(up_to_date.message.contains("\"spread\""), "{}", up_to_date.message);
+    assert!(
+        up_to_date.message.contains("\"spread\""),
+        "{}",
+        up_to_date.message
+    );
     assert!(hv.ha_resource_now(vmid).is_some(), "an HA resource all the same");
 
     hv.add_ha_rule("spread", "node-affinity", &["vm:4242"]);
@@ -1974,8 +1986,5 @@ async fn deleting_an_ha_machine_takes_its_vm_out_of_ha() {
     delete_all(&hv, status_at(&step.phase)).await;
     assert_eq!(hv.vm(vmid), None);
     assert_eq!(hv.ha_resource_now(vmid), None);
-    assert_eq!(
-        hv.ha_rule_now("spread").unwrap().resource_ids(),
-        vec!["vm:4242"]
-    );
+    assert_eq!(hv.ha_rule_now("spread").unwrap().resource_ids(), vec!["vm:4242"]);
 }

@@ -720,3 +720,96 @@ async fn the_documented_role_is_all_a_machine_needs_and_nothing_more() -> Result
     );
     Ok(())
 }
+
+/// Proxmox HA through the wire: a machine with `highAvailability` becomes an HA resource and
+/// joins an administrator's anti-affinity rule; when the HA manager moves it the machine follows
+/// it; deleted, its VM leaves HA and the rule (which keeps its other VM). The simulator checks
+/// every answer against the API schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ha_machine_joins_its_rule_is_followed_when_ha_moves_it_and_leaves_ha_when_deleted() -> Result<()>
+{
+    // HA moves VMs between nodes: their disks are on shared storage.
+    let (sim, client) = shared_disks_sim().await?;
+    let mut probe = banlieue_pve_sim::probe::Probe::for_sim(&sim)?;
+    // An HA VM already there (another machine), in the administrator's rule.
+    let plain = spec();
+    let first = provision(&client, &input(&plain, UID)).await?;
+    let first_sid = format!("vm:{}", first.location().context("location")?.vmid);
+    for (path, form) in [
+        ("/cluster/ha/resources", vec![("sid", first_sid.as_str())]),
+        (
+            "/cluster/ha/rules",
+            vec![
+                ("rule", "spread"),
+                ("type", "resource-affinity"),
+                ("affinity", "negative"),
+                ("resources", first_sid.as_str()),
+            ],
+        ),
+    ] {
+        let answer = probe.call("POST".parse()?, path, &form).await?;
+        anyhow::ensure!(answer.status == 200, "{path}: {:?}", answer.body);
+    }
+
+    let ha = ProxmoxMachineSpec {
+        high_availability: Some(banlieue_api::infrastructure::HighAvailability {
+            rules: vec!["spread".into()],
+            max_restart: Some(2),
+            max_relocate: None,
+        }),
+        ..spec()
+    };
+    const HA_UID: &str = "4f1c2d3e-0000-4000-8000-0000000000a1";
+    let machine = MachineInput {
+        name: "m2",
+        failure_domain: Some("pve2"),
+        ..input(&ha, HA_UID)
+    };
+    let phase = provision(&client, &machine).await?;
+    let reservations = VmidReservations::default();
+    let step = provision_step(&client, &machine, phase, None, &reservations).await?;
+    let vmid = step.phase.location().context("location")?.vmid;
+    let sid = format!("vm:{vmid}");
+    assert_eq!(
+        step.event.as_ref().map(|(r, _)| *r),
+        Some("HighAvailability"),
+        "{step:?}"
+    );
+    let resource = client.ha_resource(&sid).await?;
+    assert_eq!(resource.state.as_deref(), Some("started"));
+    assert_eq!(resource.max_restart, Some(2));
+    assert_eq!(resource.comment.as_deref(), Some("banlieue: ns/m2"));
+    let rule = client.ha_rule("spread").await?;
+    assert_eq!(rule.resource_ids(), vec![first_sid.as_str(), sid.as_str()]);
+    let status = client.vm_status("pve2", vmid).await?;
+    assert!(status.ha.managed, "status/current says it is an HA resource");
+
+    // The HA manager moves it (a migration request): the machine follows.
+    let moved = client.migrate_ha_resource(&sid, "pve3").await?;
+    assert_eq!(moved.requested_node, "pve3");
+    let migration = sim
+        .tasks()
+        .into_iter()
+        .find(|t| t.kind == "qmigrate" && t.id == vmid.to_string())
+        .context("the HA manager's migration task")?;
+    probe.wait_task("pve2", &migration.upid).await?;
+    let step = provision_step(&client, &machine, step.phase, None, &reservations).await?;
+    assert_eq!(step.event.as_ref().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
+    assert_eq!(step.phase.location().map(|l| l.node.as_str()), Some("pve3"));
+    let step = provision_step(&client, &machine, step.phase, None, &reservations).await?;
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
+    assert_eq!(step.event, None, "in sync on its new node: {step:?}");
+
+    delete_as(&client, HA_UID, &step.phase).await?;
+    assert!(sim.vm(vmid).is_none(), "deleted");
+    let gone = client
+        .ha_resource(&sid)
+        .await
+        .expect_err("no longer an HA resource");
+    assert!(gone.is_not_found(), "{gone}");
+    let rule = client.ha_rule("spread").await?;
+    assert_eq!(rule.resource_ids(), vec![first_sid.as_str()]);
+    assert_eq!(sim.returns_violations(), Vec::<String>::new());
+    sim.shutdown().await;
+    Ok(())
+}

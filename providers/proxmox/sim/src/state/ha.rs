@@ -55,7 +55,7 @@ fn vmid_of(sid: &str) -> ApiResult<u32> {
         return Err(ApiError::internal("the simulator has no containers"));
     }
     id.parse()
-        .map_err(|_| ApiError::param("sid", &format!("unable to parse HA resource id '{sid}'")))
+        .map_err(|_| ApiError::param("sid", format!("unable to parse HA resource id '{sid}'")))
 }
 
 fn sid(vmid: u32) -> String {
@@ -237,7 +237,9 @@ impl State {
         {
             return Err(modified());
         }
-        let state = req.opt("state").map(|s| if s == "enabled" { "started".to_owned() } else { s });
+        let state = req
+            .opt("state")
+            .map(|s| if s == "enabled" { "started".to_owned() } else { s });
         let r = self.ha.resources.get_mut(&vmid).expect("checked above");
         if let Some(s) = &state {
             r.state = s.clone();
@@ -254,7 +256,11 @@ impl State {
         if let Some(f) = req.flag("failback") {
             r.failback = Some(f);
         }
-        for key in req.opt("delete").iter().flat_map(|d| crate::schema::split_list(d).map(str::to_owned).collect::<Vec<_>>()) {
+        for key in req.opt("delete").iter().flat_map(|d| {
+            crate::schema::split_list(d)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        }) {
             match key.as_str() {
                 "comment" => r.comment = None,
                 "max_restart" => r.max_restart = None,
@@ -321,14 +327,16 @@ impl State {
             ("stopped", true) => Action::Stop { vmid },
             _ => return,
         };
-        let kind = if matches!(action, Action::Start { .. }) { "qmstart" } else { "qmstop" };
+        let kind = if matches!(action, Action::Start { .. }) {
+            "qmstart"
+        } else {
+            "qmstop"
+        };
         self.new_task(req, &node, kind, &vmid.to_string(), Some(action), vec![]);
     }
 
     fn ha_rules_list(&self, req: &Request) -> Value {
-        let resource = req.opt("resource").map(|r| {
-            vmid_of(&r).map(sid).unwrap_or(r)
-        });
+        let resource = req.opt("resource").map(|r| vmid_of(&r).map(sid).unwrap_or(r));
         let kind = req.opt("type");
         Value::Array(
             self.ha
@@ -363,7 +371,7 @@ impl State {
             if !self.ha.manages(vmid) {
                 return Err(ApiError::param(
                     "resources",
-                    &format!("HA resource '{}' is not configured", sid(vmid)),
+                    format!("HA resource '{}' is not configured", sid(vmid)),
                 ));
             }
             if !out.contains(&sid(vmid)) {
@@ -371,7 +379,10 @@ impl State {
             }
         }
         if out.is_empty() {
-            return Err(ApiError::param("resources", "property is missing and it is not optional"));
+            return Err(ApiError::param(
+                "resources",
+                "property is missing and it is not optional",
+            ));
         }
         Ok(out)
     }
@@ -383,7 +394,10 @@ impl State {
         }
         let kind = req.req("type")?;
         if kind == "node-affinity" && req.opt("nodes").is_none() {
-            return Err(ApiError::param("nodes", "property is missing and it is not optional"));
+            return Err(ApiError::param(
+                "nodes",
+                "property is missing and it is not optional",
+            ));
         }
         let rule = HaRule {
             resources: self.ha_rule_resources(&req.req("resources")?)?,

@@ -90,6 +90,7 @@ fn worker_machine() -> ProxmoxMachine {
             power_state: None,
             restart_policy: None,
             high_availability: None,
+            seed_drive_bus: None,
         },
     );
     m.meta_mut().namespace = Some("prod".into());

@@ -58,6 +58,32 @@ pub struct VmidRange {
     pub end: u32,
 }
 
+/// The bus of the CD-ROM drive the bootstrap seed (a NoCloud ISO) is attached on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SeedDriveBus {
+    /// IDE, slot `ide2` (default; what PVE's own cloud-init drive uses on x86).
+    #[default]
+    #[serde(rename = "IDE")]
+    Ide,
+    /// SATA, slot `sata5`.
+    #[serde(rename = "SATA")]
+    Sata,
+    /// SCSI, slot `scsi30`: for guests without an IDE controller (ARM64 `virt` machines).
+    #[serde(rename = "SCSI")]
+    Scsi,
+}
+
+impl SeedDriveBus {
+    /// The VM config key of the drive the seed is attached on.
+    pub fn slot(self) -> &'static str {
+        match self {
+            Self::Ide => "ide2",
+            Self::Sata => "sata5",
+            Self::Scsi => "scsi30",
+        }
+    }
+}
+
 /// Proxmox VE High Availability for a machine's VM: the HA manager restarts it, or starts it on
 /// another node, when its node fails. The provider adds the VM as an HA resource (`vm:<vmid>`)
 /// once it is provisioned, keeps following it when HA moves it, and removes it from HA with the
@@ -335,6 +361,11 @@ pub struct ProxmoxMachineSpec {
     /// is removed (one added in Proxmox by hand is left alone).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub high_availability: Option<HighAvailability>,
+    /// Bus of the CD-ROM drive the bootstrap seed is attached on until the first boot: `IDE`
+    /// (default when unset, slot `ide2`), `SATA` (`sata5`) or `SCSI` (`scsi30`). ARM64 guests
+    /// have no IDE controller: use `SCSI`. The slot must not be one of `disks`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_drive_bus: Option<SeedDriveBus>,
 }
 
 /// Observed state of a ProxmoxMachine.

@@ -304,6 +304,10 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 Honoured("added to the VM's tags (a removed tag stays on the VM)"),
             ),
             field(
+                "seedDriveBus",
+                Support::AtCreation("the bus of the CD-ROM the bootstrap seed is attached on"),
+            ),
+            field(
                 "highAvailability.rules",
                 Honoured("HA rules the VM's HA resource joins (a rule left out later keeps it)"),
             ),

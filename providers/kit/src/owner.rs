@@ -394,6 +394,7 @@ mod tests {
                 power_state: None,
                 restart_policy: None,
                 high_availability: None,
+                seed_drive_bus: None,
             },
         );
         pm.metadata.namespace = Some("ns".into());

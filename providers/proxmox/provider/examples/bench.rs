@@ -239,6 +239,7 @@ async fn main() -> Result<()> {
                 power_state: None,
                 restart_policy: None,
                 high_availability: None,
+                seed_drive_bus: None,
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

@@ -17,8 +17,13 @@ use banlieue_provider_kit::network::PoolAddresses;
 pub const OWNER_TAG_PREFIX: &str = "banlieue-uid-";
 /// Marker line prefix in the VM description (set at clone time, before tags can be written).
 pub const OWNER_DESCRIPTION_MARKER: &str = "banlieue.io/owner-uid: ";
-/// Drive slot the seed ISO is attached to.
+/// Drive slot the seed ISO is attached to by default (`seedDriveBus` unset).
 pub const SEED_SLOT: &str = "ide2";
+
+/// The drive slot the machine's seed ISO is attached to (its `seedDriveBus`).
+pub fn seed_slot(spec: &ProxmoxMachineSpec) -> &'static str {
+    spec.seed_drive_bus.unwrap_or_default().slot()
+}
 
 /// The spec asks for something Proxmox cannot do or the VM contradicts; permanent until the spec
 /// (or the template) changes.
@@ -99,6 +104,7 @@ pub fn next_configure_action(
     actual: &VmConfig,
     seed_volid: &str,
 ) -> Result<ConfigureAction, SpecError> {
+    check_seed_slot(spec, actual)?;
     let update = config_update(spec, uid, actual)?;
     if update != ConfigUpdate::default() {
         return Ok(ConfigureAction::Apply(update));
@@ -110,6 +116,27 @@ pub fn next_configure_action(
         return Ok(ConfigureAction::Seed);
     }
     Ok(ConfigureAction::Done)
+}
+
+/// The seed's slot ([`seed_slot`]) must be free for a CD-ROM: not a disk of the spec, not a disk
+/// of the template.
+fn check_seed_slot(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<(), SpecError> {
+    let slot = seed_slot(spec);
+    if spec.disks.iter().any(|d| d.name == slot) {
+        return Err(spec_err(format!(
+            "disk {slot} is the slot of the seed drive (seedDriveBus): name the disk differently or choose another bus"
+        )));
+    }
+    if actual
+        .get(slot)
+        .and_then(|v| v.parse::<DiskSpec>().ok())
+        .is_some_and(|d| !d.is_cdrom())
+    {
+        return Err(spec_err(format!(
+            "the template has a disk in {slot}, the slot of the seed drive (seedDriveBus): choose another bus"
+        )));
+    }
+    Ok(())
 }
 
 /// Whether `update` adds, changes or removes a device (a disk or a NIC): PVE does not store
@@ -127,22 +154,28 @@ pub fn changes_devices(update: &ConfigUpdate) -> bool {
         .any(|key| is_disk_key(key) || is_net(key))
 }
 
-/// Whether the seed volume is in the seed slot.
+/// The drive slot holding the seed volume, whichever bus it was attached on.
+fn seed_drive<'a>(actual: &'a VmConfig, seed_volid: &str) -> Option<&'a str> {
+    actual.0.iter().find_map(|(key, value)| {
+        (is_disk_key(key) && value.parse::<DiskSpec>().is_ok_and(|d| d.volume == seed_volid))
+            .then_some(key.as_str())
+    })
+}
+
+/// Whether the seed volume is attached (on any drive: the slot depends on `seedDriveBus`).
 pub fn seed_attached(actual: &VmConfig, seed_volid: &str) -> bool {
-    actual
-        .get(SEED_SLOT)
-        .and_then(|v| v.parse::<DiskSpec>().ok())
-        .is_some_and(|d| d.volume == seed_volid)
+    seed_drive(actual, seed_volid).is_some()
 }
 
-/// The update attaching the seed ISO as a cdrom.
-pub fn attach_seed(seed_volid: &str) -> ConfigUpdate {
-    ConfigUpdate::default().set(SEED_SLOT, format!("{seed_volid},media=cdrom"))
+/// The update attaching the seed ISO as a cdrom in `slot` ([`seed_slot`]).
+pub fn attach_seed(slot: &str, seed_volid: &str) -> ConfigUpdate {
+    ConfigUpdate::default().set(slot, format!("{seed_volid},media=cdrom"))
 }
 
-/// The update ejecting the seed ISO (live-applicable on a running VM).
-pub fn eject_seed() -> ConfigUpdate {
-    ConfigUpdate::default().set(SEED_SLOT, "none,media=cdrom")
+/// The update ejecting the seed ISO from `slot` ([`seed_slot`]; live-applicable on a running
+/// VM).
+pub fn eject_seed(slot: &str) -> ConfigUpdate {
+    ConfigUpdate::default().set(slot, "none,media=cdrom")
 }
 
 fn num(actual: &VmConfig, key: &str, default: u64) -> u64 {
@@ -219,7 +252,7 @@ pub fn config_update(
     // PVE's own cloud-init drive would compete with our NoCloud seed (both are `cidata`).
     for (key, value) in &actual.0 {
         if is_disk_key(key)
-            && key != SEED_SLOT
+            && key != seed_slot(spec)
             && value
                 .parse::<DiskSpec>()
                 .is_ok_and(|d| is_pve_cloudinit_volume(d.volume_name()))
@@ -478,6 +511,7 @@ mod tests {
             power_state: None,
             restart_policy: None,
             high_availability: None,
+            seed_drive_bus: None,
         }
     }
 
@@ -685,7 +719,7 @@ mod tests {
             next_configure_action(&s, UID, &config, &seed).unwrap(),
             ConfigureAction::Seed
         );
-        apply(&mut config, &attach_seed(&seed));
+        apply(&mut config, &attach_seed(SEED_SLOT, &seed));
         assert!(seed_attached(&config, &seed));
         assert_eq!(
             next_configure_action(&s, UID, &config, &seed).unwrap(),
@@ -863,6 +897,38 @@ mod tests {
                 (MachineAddressType::InternalIP, "10.0.0.9"),
                 (MachineAddressType::InternalIP, "2001:db8::5"),
             ]
+        );
+    }
+
+    /// The seed's slot is refused when a disk of the spec or of the template holds it.
+    #[test]
+    fn a_seed_slot_taken_by_a_disk_is_refused() {
+        let spec = ProxmoxMachineSpec {
+            seed_drive_bus: Some(banlieue_api::infrastructure::SeedDriveBus::Sata),
+            ..spec()
+        };
+        assert_eq!(seed_slot(&spec), "sata5");
+        let template = VmConfig(
+            [("sata5", "local-lvm:vm-101-disk-1,size=4G")]
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+        );
+        let err = next_configure_action(&spec, "uid", &template, "local:iso/seed.iso").unwrap_err();
+        assert!(err.0.contains("the template has a disk in sata5"), "{err}");
+        let in_spec = ProxmoxMachineSpec {
+            disks: vec![banlieue_api::common::Disk {
+                name: "sata5".into(),
+                size_gib: 4,
+                storage: None,
+            }],
+            ..spec.clone()
+        };
+        let err =
+            next_configure_action(&in_spec, "uid", &VmConfig::default(), "local:iso/seed.iso").unwrap_err();
+        assert!(
+            err.0.contains("disk sata5 is the slot of the seed drive"),
+            "{err}"
         );
     }
 }

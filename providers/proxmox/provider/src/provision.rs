@@ -627,9 +627,13 @@ pub async fn provision_step<H: Hypervisor>(
             // it provisioned.
             Polled::Done if upid.task_type == UPLOAD_TASK => {
                 let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
-                hv.set_config(&loc.node, loc.vmid, &desired::attach_seed(&seed_volid))
-                    .await
-                    .map_err(pve)?;
+                hv.set_config(
+                    &loc.node,
+                    loc.vmid,
+                    &desired::attach_seed(desired::seed_slot(input.spec), &seed_volid),
+                )
+                .await
+                .map_err(pve)?;
                 if update::desired_power(input.spec) == PowerState::Off {
                     return Ok(Step::to(Phase::Configure(loc, None)));
                 }
@@ -1525,9 +1529,13 @@ async fn remove_seed<H: Hypervisor>(
     reason: &'static str,
 ) -> Result<Option<String>, StepError> {
     let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
-    hv.set_config(&loc.node, loc.vmid, &desired::eject_seed())
-        .await
-        .map_err(|e| pve_error(reason, e))?;
+    hv.set_config(
+        &loc.node,
+        loc.vmid,
+        &desired::eject_seed(desired::seed_slot(input.spec)),
+    )
+    .await
+    .map_err(|e| pve_error(reason, e))?;
     match hv.delete_volume(&loc.node, &seed_volid).await {
         Ok(_) => Ok(None),
         Err(e) if e.is_not_found() => Ok(None),

@@ -49,6 +49,7 @@ fn spec() -> ProxmoxMachineSpec {
         power_state: None,
         restart_policy: None,
         high_availability: None,
+        seed_drive_bus: None,
     }
 }
 

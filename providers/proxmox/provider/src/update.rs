@@ -236,6 +236,7 @@ mod tests {
             power_state: None,
             restart_policy: Some(RestartPolicy::Automatic),
             high_availability: None,
+            seed_drive_bus: None,
         }
     }
 

@@ -47,6 +47,7 @@ fn spec() -> ProxmoxMachineSpec {
         power_state: None,
         restart_policy: None,
         high_availability: None,
+        seed_drive_bus: None,
     }
 }
 
@@ -810,6 +811,44 @@ async fn an_ha_machine_joins_its_rule_is_followed_when_ha_moves_it_and_leaves_ha
     let rule = client.ha_rule("spread").await?;
     assert_eq!(rule.resource_ids(), vec![first_sid.as_str()]);
     assert_eq!(sim.returns_violations(), Vec::<String>::new());
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// `seedDriveBus: SCSI` (ARM64 guests have no IDE): the seed ISO is attached as a SCSI CD-ROM
+/// in `scsi30`, the template's PVE cloud-init drive in `ide2` is removed rather than kept beside
+/// it, the guest boots from the seed, and the seed is ejected from `scsi30` once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_is_attached_on_the_bus_the_spec_names() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let spec = ProxmoxMachineSpec {
+        seed_drive_bus: Some(banlieue_api::infrastructure::SeedDriveBus::Scsi),
+        ..spec()
+    };
+    let input = input(&spec, UID);
+    let phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::PowerOn(..))
+    })
+    .await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let vm = sim.vm(vmid).context("VM")?;
+    let seed = vm.config.get("scsi30").context("a drive in scsi30")?;
+    assert!(
+        seed.contains("banlieue-seed") && seed.contains("media=cdrom"),
+        "{seed}"
+    );
+    assert_eq!(vm.config.get("ide2"), None, "PVE's cloud-init drive removed");
+    let data = sim.seed(vmid).context("the guest reads the seed")?;
+    assert_eq!(data.user_data.as_deref(), Some(USER_DATA));
+
+    let phase = drive(&client, &input, phase, |p| matches!(p, Phase::Provisioned(_))).await?;
+    let vm = sim.vm(vmid).context("VM")?;
+    assert_eq!(
+        vm.config.get("scsi30").map(String::as_str),
+        Some("none,media=cdrom"),
+        "ejected after the first boot"
+    );
+    delete(&client, &phase).await?;
     sim.shutdown().await;
     Ok(())
 }

@@ -383,6 +383,7 @@ fn machine_spec(provider: &str, source: ProxmoxTemplateSource) -> ProxmoxMachine
         power_state: None,
         restart_policy: None,
         high_availability: None,
+        seed_drive_bus: None,
     }
 }
 

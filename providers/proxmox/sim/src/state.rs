@@ -663,7 +663,7 @@ impl State {
     fn attached_seed(&self, vmid: u32) -> Option<SeedData> {
         let vm = self.vms.get(&vmid)?;
         for (key, value) in &vm.config {
-            if !(key.starts_with("ide") || key.starts_with("sata")) || !is_cdrom(value) {
+            if !["ide", "sata", "scsi"].iter().any(|bus| key.starts_with(bus)) || !is_cdrom(value) {
                 continue;
             }
             let volid = value.split(',').next().unwrap_or_default();

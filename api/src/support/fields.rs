@@ -229,7 +229,10 @@ fn readiness_checks(backend: Backend) -> Vec<Field> {
                 Backend::Proxmox => Honoured(
                     "provisioned once the guest reports an address, Ready (True) only once cloud-init's report (/run/cloud-init/result.json, read through the guest agent) says it finished: WaitingForCloudInit until then, CloudInitFailed with its errors; set true for a guest without cloud-init",
                 ),
-                Backend::Libvirt | Backend::Vsphere => Ignored(
+                Backend::Libvirt => Honoured(
+                    "provisioned once the guest has a DHCP lease, Ready (True) only once cloud-init's report (/run/cloud-init/result.json, read through the QEMU guest agent with guest-file-open/read) says it finished: WaitingForCloudInit until then, CloudInitFailed with its errors; set true for a guest without cloud-init or qemu-guest-agent",
+                ),
+                Backend::Vsphere => Ignored(
                     "this provider does not wait for cloud-init yet: the machine is Ready once its guest reports an address",
                 ),
             },

@@ -40,6 +40,14 @@ type Uploads = HashMap<(String, String), Vec<u8>>;
 /// DHCP leases reported for the `test` driver's domains, by domain uuid (lower-case).
 type Leases = HashMap<String, Vec<GuestAddress>>;
 
+/// cloud-init's report as the guest agents of the `test` driver's domains would read it, by
+/// domain uuid (lower-case); `None`: not written yet.
+type CloudInitReports = HashMap<String, Option<String>>;
+
+/// What the guest agent of a `test` driver domain nobody reported on reads: a guest whose
+/// cloud-init finished at once, without errors.
+pub const TEST_DRIVER_CLOUD_INIT_DONE: &str = r#"{"v1": {"datasource": "DataSourceNoCloud", "errors": []}}"#;
+
 fn classify(operation: &str, e: &virt::error::Error) -> HvError {
     let kind = match e.code() {
         Enum::Known(
@@ -70,6 +78,7 @@ pub struct VirtHypervisor {
     test_driver: bool,
     uploads: Arc<Mutex<Uploads>>,
     leases: Arc<Mutex<Leases>>,
+    cloud_init: Arc<Mutex<CloudInitReports>>,
 }
 
 impl std::fmt::Debug for VirtHypervisor {
@@ -89,6 +98,7 @@ impl VirtHypervisor {
             conn: Arc::default(),
             uploads: Arc::default(),
             leases: Arc::default(),
+            cloud_init: Arc::default(),
         }
     }
 
@@ -114,6 +124,18 @@ impl VirtHypervisor {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(uuid.to_ascii_lowercase(), leases);
+        }
+    }
+
+    /// Records what the guest agent of a `test` driver domain reads from cloud-init's report
+    /// (`None`: not written yet); ignored on every other driver. A domain nobody reported on
+    /// reads [`TEST_DRIVER_CLOUD_INIT_DONE`].
+    pub fn report_cloud_init(&self, uuid: &str, result: Option<String>) {
+        if self.test_driver {
+            self.cloud_init
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uuid.to_ascii_lowercase(), result);
         }
     }
 
@@ -458,6 +480,23 @@ impl Hypervisor for VirtHypervisor {
                     e => Err(e),
                 },
             }
+        })
+        .await
+    }
+
+    async fn cloud_init_result(&self, uuid: &str) -> HvResult<Option<String>> {
+        if self.test_driver {
+            let reports = self.cloud_init.lock().unwrap_or_else(|e| e.into_inner());
+            return Ok(match reports.get(&uuid.to_ascii_lowercase()) {
+                Some(reported) => reported.clone(),
+                None => Some(TEST_DRIVER_CLOUD_INIT_DONE.to_owned()),
+            });
+        }
+        let uuid = uuid.to_owned();
+        let operation = "reading cloud-init's report";
+        self.call(operation, move |c| {
+            let d = lookup_uuid(c, &uuid, operation)?;
+            crate::guest_agent::read_file(&d, banlieue_provider_kit::cloud_init::RESULT_FILE)
         })
         .await
     }

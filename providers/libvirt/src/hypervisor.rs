@@ -165,4 +165,8 @@ pub trait Hypervisor: Send + Sync + 'static {
     ) -> impl Future<Output = HvResult<()>> + Send;
     /// Deletes a volume (no error when it does not exist).
     fn delete_volume(&self, pool: &str, name: &str) -> impl Future<Output = HvResult<()>> + Send;
+    /// cloud-init's report of the guest's boot
+    /// ([`banlieue_provider_kit::cloud_init::RESULT_FILE`]), read through the QEMU guest agent;
+    /// `Ok(None)` while the agent does not answer or the file does not exist.
+    fn cloud_init_result(&self, uuid: &str) -> impl Future<Output = HvResult<Option<String>>> + Send;
 }

@@ -22,6 +22,8 @@ pub mod connection;
 pub mod credentials;
 pub mod desired;
 pub mod error;
+#[cfg(feature = "libvirt")]
+mod guest_agent;
 pub mod hosts;
 pub mod hypervisor;
 pub mod machine_controller;

@@ -8,9 +8,12 @@
 //! that a domain named by the providerID of a machine created anew is its own,
 //! [`crate::readopt`]).
 
+use std::time::SystemTime;
+
 use banlieue_api::common::{PowerState, ProvisioningState};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::{LibvirtMachine, LibvirtMachineStatus};
+use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
@@ -125,6 +128,10 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         };
         let hosts = hosts::connect_all(&self.connector, &host_specs);
         let (owner, uuid) = (me(lm), domain_uuid(lm));
+        // A provisioned machine whose Ready waits on the guest's cloud-init: since when.
+        let cloud_init_wait = banlieue_api::condition::find(&status.conditions, condition::READY)
+            .filter(|c| cloud_init::pending(&c.reason).is_some())
+            .cloned();
         let input = MachineInput {
             owner: &owner,
             spec: &lm.spec,
@@ -136,6 +143,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
                 lm.status.as_ref().and_then(|s| s.provisioning.as_ref()),
             ),
             pool_addresses: request.pool_addresses,
+            ask_cloud_init: cloud_init_wait.is_some() || !matches!(phase, Phase::Provisioned { .. }),
         };
         let user_data = request.user_data.map(|d| d.value.as_slice());
         let step = provision::provision(&hosts, &input, phase, user_data)
@@ -167,7 +175,16 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
                     condition::powered_off_message(&domain, lm.spec.power_state),
                 )
             }
-            Some(_) => Report::new(true, condition::PROVISIONED, ""),
+            Some(_) => {
+                let domain = format!(
+                    "domain {}",
+                    crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
+                );
+                match step.cloud_init.as_ref().and_then(|c| c.not_ready(&domain)) {
+                    Some((reason, message)) => Report::new(false, reason, message),
+                    None => Report::new(true, condition::PROVISIONED, ""),
+                }
+            }
             None => Report::new(
                 false,
                 step.phase.as_ref().map_or("Unknown", Phase::reason),
@@ -180,6 +197,18 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             Some(why) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
             None => Report::up_to_date(step.waiting.clone()),
         });
+        let warning = step.restart_required.is_some() || ready.reason == cloud_init::CLOUD_INIT_FAILED;
+        // While cloud-init runs, it is asked again soon: often at first, then less.
+        let requeue = if ready.reason == cloud_init::WAITING_FOR_CLOUD_INIT {
+            let since = cloud_init_wait
+                .as_ref()
+                .map(|c| SystemTime::from(c.last_transition_time.0))
+                .and_then(|t| t.elapsed().ok())
+                .unwrap_or_default();
+            step.requeue.min(cloud_init::poll_interval(since))
+        } else {
+            step.requeue
+        };
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
                 provider_id: done.provider_id,
@@ -188,11 +217,12 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             ready,
             up_to_date,
             events: step.events,
-            // A Warning when a change starts waiting for the user's restart.
-            warning: step.restart_required.is_some(),
+            // A Warning when a change starts waiting for the user's restart, or cloud-init
+            // failed.
+            warning,
             provider_id: None,
             backoff: false,
-            requeue: step.requeue,
+            requeue,
             next_now: false,
         })
     }

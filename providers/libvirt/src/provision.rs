@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use banlieue_api::common::{MachineAddress, PowerState, ReadinessChecks};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
+use banlieue_provider_kit::cloud_init::{self, CloudInit};
 use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use k8s_openapi::jiff::Timestamp;
 
@@ -60,6 +61,9 @@ pub struct MachineInput<'a> {
     pub shutdown_requested_at: Option<Timestamp>,
     /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
     pub pool_addresses: &'a PoolAddresses,
+    /// Whether the guest's cloud-init is asked how it went: while the machine is being
+    /// provisioned, and while its `Ready` waits on it ([`cloud_init::pending`]).
+    pub ask_cloud_init: bool,
 }
 
 /// Result of provisioning.
@@ -79,6 +83,8 @@ pub struct Step {
     pub shutdown_requested_at: Option<Timestamp>,
     /// Changes waiting for the user's restart (`spec.restartPolicy: Manual`), for `VMUpToDate`.
     pub restart_required: Option<String>,
+    /// What the guest's cloud-init says, when this step asked.
+    pub cloud_init: Option<CloudInit>,
 }
 
 /// Outputs of a provisioned machine.
@@ -301,6 +307,19 @@ pub async fn provision<H: Hypervisor>(
                         step.restart_required = Some(why);
                     }
                     UpdateAction::InSync => {}
+                }
+                // `Ready` waits for cloud-init in a guest left running as it was.
+                if input.ask_cloud_init
+                    && d.state == RunState::Running
+                    && power_state == PowerState::On
+                    && step.waiting.is_none()
+                    && !cloud_init::skipped(input.spec.readiness_checks.as_ref())
+                {
+                    let report = hv
+                        .cloud_init_result(uuid)
+                        .await
+                        .map_err(|e| hv_error(&phase, e))?;
+                    step.cloud_init = Some(CloudInit::from_result(report.as_deref()));
                 }
                 step.provisioned = Some(Done {
                     provider_id: desired::provider_id(name, uuid),

@@ -59,6 +59,7 @@ fn machine_input<'a>(
         power: PowerState::On,
         shutdown_requested_at: None,
         pool_addresses: &NO_POOL,
+        ask_cloud_init: true,
     }
 }
 
@@ -181,6 +182,7 @@ async fn a_foreign_domain_with_our_name_is_never_adopted_or_deleted() {
         power: PowerState::On,
         shutdown_requested_at: None,
         pool_addresses: &NO_POOL,
+        ask_cloud_init: true,
     };
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
@@ -329,6 +331,7 @@ async fn machines_land_on_the_host_of_their_failure_domain() {
             power: PowerState::On,
             shutdown_requested_at: None,
             pool_addresses: &NO_POOL,
+            ask_cloud_init: true,
         };
         let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
             .await
@@ -737,6 +740,7 @@ async fn a_restored_provisioned_machine_remarks_its_domain_and_keeps_its_macs() 
         power: PowerState::On,
         shutdown_requested_at: None,
         pool_addresses: &NO_POOL,
+        ask_cloud_init: true,
     };
     let (reasons, step) = settle(
         &hosts,
@@ -791,6 +795,7 @@ async fn the_original_never_takes_back_a_domain_its_copy_adopted() {
         power: PowerState::On,
         shutdown_requested_at: None,
         pool_addresses: &NO_POOL,
+        ask_cloud_init: true,
     };
     for phase in [provisioned.clone(), Phase::SelectHost] {
         let err = provision::provision(&hosts, &original, phase, None)
@@ -924,4 +929,82 @@ async fn leases_a_test_guest_reports_are_its_addresses_until_it_stops() {
         !after.contains(&lease),
         "a stopped guest's lease is gone: {after:?}"
     );
+}
+
+/// cloud-init's report is asked for while the machine is provisioned and while its Ready waits
+/// on it: not written yet is `Running`, a report with errors `Failed`, a clean one `Done`; a
+/// test-driver guest nobody reported on finished at once; `skipCloudInit` and a machine not
+/// waiting any more ask nothing.
+#[tokio::test]
+async fn cloud_init_is_asked_until_its_report_says_it_finished() {
+    use banlieue_provider_kit::cloud_init::CloudInit;
+    let host = host_with_base().await;
+    let hosts = [host];
+    let hv = hosts[0].hv.clone();
+    let o = owner("ci1");
+    let s = spec(serde_json::json!([{"name": "root", "sizeGiB": 4}]));
+    let settings = settings();
+    let input = machine_input(&o, &s, &settings);
+    hv.report_cloud_init(&o.uid, None);
+    let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
+        .await
+        .unwrap();
+    assert!(
+        step.provisioned.is_some(),
+        "provisioned before cloud-init finished"
+    );
+    assert_eq!(step.cloud_init, Some(CloudInit::Running));
+    let phase = step.phase.clone().unwrap();
+
+    let failed = r#"{"v1": {"errors": ["('scripts_user', RuntimeError('runparts: 1 failed'))"]}}"#;
+    hv.report_cloud_init(&o.uid.to_ascii_uppercase(), Some(failed.into()));
+    let step = provision::provision(&hosts, &input, phase.clone(), None)
+        .await
+        .unwrap();
+    match step.cloud_init {
+        Some(CloudInit::Failed(why)) => assert!(why.contains("runparts: 1 failed"), "{why}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+
+    hv.report_cloud_init(&o.uid, Some(r#"{"v1": {"errors": []}}"#.into()));
+    let step = provision::provision(&hosts, &input, phase.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(step.cloud_init, Some(CloudInit::Done));
+
+    let settled = MachineInput {
+        ask_cloud_init: false,
+        ..input
+    };
+    let step = provision::provision(&hosts, &settled, phase.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        step.cloud_init, None,
+        "a machine not waiting any more asks nothing"
+    );
+
+    let mut skipping = s.clone();
+    skipping.readiness_checks = Some(banlieue_api::common::ReadinessChecks {
+        skip_cloud_init: Some(true),
+        ..Default::default()
+    });
+    let skip = MachineInput {
+        spec: &skipping,
+        ..input
+    };
+    let step = provision::provision(&hosts, &skip, phase.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(step.cloud_init, None, "skipCloudInit asks nothing");
+
+    let unreported = owner("ci2");
+    let input = machine_input(&unreported, &s, &settings);
+    let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
+        .await
+        .unwrap();
+    assert_eq!(step.cloud_init, Some(CloudInit::Done), "finished at once");
+    for owner in [&o, &unreported] {
+        provision::delete(&*hv, owner, &s, &owner.uid).await.unwrap();
+    }
 }

@@ -270,4 +270,8 @@ impl Hypervisor for SlowHypervisor {
         self.pause().await?;
         self.inner.delete_volume(pool, name).await
     }
+    async fn cloud_init_result(&self, uuid: &str) -> HvResult<Option<String>> {
+        self.pause().await?;
+        self.inner.cloud_init_result(uuid).await
+    }
 }

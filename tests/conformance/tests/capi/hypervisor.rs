@@ -752,7 +752,7 @@ impl Hypervisor {
     /// What a booted guest's agent reports (Proxmox: QEMU's guest agent, through
     /// `report_guest_interfaces`, and the cloud-init report its `file-read` serves; vSphere:
     /// VMware Tools' primary address, set in vcsim through `SET.guest.ipAddress`; libvirt: the
-    /// DHCP leases its network would report).
+    /// DHCP leases its network would report, and the cloud-init report its guest agent reads).
     pub async fn report_guest(&self, id: &str, view: &AgentView) -> Result<()> {
         let nics = &view.nics;
         match self {
@@ -801,6 +801,8 @@ impl Hypervisor {
                     })
                     .collect();
                 hv.report_leases(id, leases);
+                // And what its guest agent reads from cloud-init's report.
+                hv.report_cloud_init(id, view.cloud_init.clone());
                 Ok(())
             }
         }

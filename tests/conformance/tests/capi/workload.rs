@@ -998,13 +998,13 @@ impl Workload {
                 "cloud-init on guest {name} reported errors: {errors:?}\n{report}"
             );
         }
-        if env.scenario.platform == Platform::Proxmox {
-            // banlieue-proxmox followed the same cloud-init: it read each guest's report through
-            // the guest agent, and every machine's Ready turned True after WaitingForCloudInit.
+        if matches!(env.scenario.platform, Platform::Proxmox | Platform::Libvirt) {
+            // The provider followed the same cloud-init: it read each guest's report through the
+            // guest agent, and every machine's Ready turned True after WaitingForCloudInit.
             let infra_machines = env.api(&infra(&env.hv.kind("Machine")));
             poll(
                 &mut self.procs,
-                "every ProxmoxMachine Ready once cloud-init finished in its guest",
+                "every infrastructure machine Ready once cloud-init finished in its guest",
                 GUEST_STEP_TIMEOUT,
                 async || {
                     let waiting: Vec<String> = infra_machines

@@ -483,6 +483,12 @@ pub fn desired_machine(
     if let Some(policy) = vm.spec.restart_policy {
         spec.insert("restartPolicy".into(), to_value(&policy));
     }
+    if let (Some(field), Some(bus)) = (
+        entry.seed_drive_bus_field,
+        image.and_then(|i| i.spec.seed_drive_bus),
+    ) {
+        spec.insert(field.into(), to_value(&bus));
+    }
 
     let vm_name = vm.name_any();
     let spec = Value::Object(spec);

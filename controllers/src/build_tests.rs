@@ -592,3 +592,33 @@ fn a_created_machine_keeps_what_the_providers_defaults_gave_it() {
     keep_created_defaults(&mut fresh, &json!({"spec": {"storage": "fast"}}), entry);
     assert_eq!(fresh["spec"]["storage"], "slow");
 }
+
+/// An image's `seedDriveBus` reaches the machine of the backends that attach a seed drive
+/// (Proxmox, libvirt), not vSphere's (guestinfo, no drive); unset, the machine has none.
+#[rstest]
+#[case::proxmox("proxmox", Some("SCSI"))]
+#[case::libvirt("libvirt", Some("SCSI"))]
+#[case::vsphere("vsphere", None)]
+fn the_images_seed_drive_bus_reaches_the_machine(#[case] backend: &str, #[case] expected: Option<&str>) {
+    let with_vsphere = |bus: Value| -> VirtualMachineImage {
+        serde_json::from_value(json!({
+            "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachineImage",
+            "metadata": {"name": "ubuntu"},
+            "spec": {"seedDriveBus": bus, "sources": [
+                {"proxmox": {"vmid": 9000}},
+                {"libvirt": {"volume": "ubuntu.qcow2", "pool": "images"}},
+                {"vsphere": {"template": "ubuntu"}},
+            ]},
+        }))
+        .expect("valid image")
+    };
+    let arm = with_vsphere(json!("SCSI"));
+    let v = vm(
+        json!({"providerRef": {"name": "p"}, "imageRef": {"name": "ubuntu"}, "cpu": {"cores": 1}, "memoryMiB": 512}),
+    );
+    let p = provider("p", backend, json!({}), json!({}));
+    let machine = desired_machine(&v, &p, None, Some(&arm)).expect("builds");
+    assert_eq!(machine["spec"]["seedDriveBus"].as_str(), expected, "{machine}");
+    let plain = desired_machine(&v, &p, None, Some(&with_vsphere(Value::Null))).expect("builds");
+    assert!(plain["spec"].get("seedDriveBus").is_none(), "{plain}");
+}

@@ -48,6 +48,9 @@ pub struct BackendEntry {
     /// Machine spec field that receives `VirtualMachine.spec.powerState` (`On` | `Off`, the same
     /// enum on both sides), when the backend can power machines on and off.
     pub power_state_field: Option<&'static str>,
+    /// Machine spec field that receives `VirtualMachineImage.spec.seedDriveBus` (the same enum),
+    /// when the backend attaches a seed drive.
+    pub seed_drive_bus_field: Option<&'static str>,
 }
 
 /// The registry: one entry per backend.
@@ -63,6 +66,7 @@ pub const REGISTRY: &[BackendEntry] = &[
         node_field: Some("targetNode"),
         default_interface: "net0",
         power_state_field: Some("powerState"),
+        seed_drive_bus_field: Some("seedDriveBus"),
     },
     BackendEntry {
         backend: Backend::Libvirt,
@@ -75,6 +79,7 @@ pub const REGISTRY: &[BackendEntry] = &[
         node_field: None,
         default_interface: "net0",
         power_state_field: Some("powerState"),
+        seed_drive_bus_field: Some("seedDriveBus"),
     },
     BackendEntry {
         backend: Backend::Vsphere,
@@ -92,6 +97,7 @@ pub const REGISTRY: &[BackendEntry] = &[
         node_field: None,
         default_interface: "net0",
         power_state_field: Some("powerState"),
+        seed_drive_bus_field: None,
     },
 ];
 
@@ -217,6 +223,7 @@ mod tests {
         let mut fields: Vec<&str> = entry.defaults.iter().map(|(_, to)| *to).collect();
         fields.extend(entry.node_field);
         fields.extend(entry.power_state_field);
+        fields.extend(entry.seed_drive_bus_field);
         fields.extend([
             "providerRef",
             "source",

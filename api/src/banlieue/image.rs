@@ -4,6 +4,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::common::SeedDriveBus;
 use crate::infrastructure::{LibvirtVolumeSource, ProxmoxTemplateSource, VSphereTemplateSource};
 
 /// The template or base volume to clone, per backend. A `VirtualMachine` with an explicit
@@ -61,6 +62,12 @@ pub struct VirtualMachineImageSpec {
     /// Guest operating system family: `Linux`, `Windows` or `Other`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub os_type: Option<OsType>,
+    /// Bus of the CD-ROM drive the bootstrap seed is attached on for this image's guests
+    /// (`IDE`, `SATA`, `SCSI`): ARM64 images have no IDE controller. Unset: the provider's
+    /// default (Proxmox `IDE`, libvirt `SATA`). Copied to the machine's `spec.seedDriveBus`;
+    /// vSphere passes cloud-init data through guestinfo and has no seed drive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_drive_bus: Option<SeedDriveBus>,
     /// Where the image lives on each backend. The controller uses the first entry whose backend
     /// matches the chosen Provider and whose `provider` (if set) names it.
     #[schemars(length(min = 1, max = 32))]

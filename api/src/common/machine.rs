@@ -256,6 +256,22 @@ pub enum CloneMode {
     Linked,
 }
 
+/// The bus of the CD-ROM drive the bootstrap seed (a NoCloud ISO) is attached on. Each
+/// provider has its default (Proxmox `IDE`, libvirt `SATA`); guests without an IDE controller
+/// (ARM64 `virt` machines, q35 without legacy devices) need `SATA` or `SCSI`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum SeedDriveBus {
+    /// IDE.
+    #[serde(rename = "IDE")]
+    Ide,
+    /// SATA (AHCI).
+    #[serde(rename = "SATA")]
+    Sata,
+    /// SCSI (a virtio-scsi controller).
+    #[serde(rename = "SCSI")]
+    Scsi,
+}
+
 /// Guest readiness checks done before a machine is reported provisioned. Skip them for guests
 /// without a guest agent or cloud-init (appliances, some BSDs).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

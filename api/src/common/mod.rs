@@ -18,7 +18,7 @@ pub use capi::{
 };
 pub use machine::{
     CloneMode, Cpu, Disk, IpAddressing, IpAddressingMode, MIN_MEMORY_MIB, NetworkInterface, PowerState,
-    ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy,
+    ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy, SeedDriveBus,
 };
 pub use references::{
     ContractReference, IpPoolReference, LocalObjectReference, ProviderReference, SecretKeyReference,

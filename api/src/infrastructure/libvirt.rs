@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{
     ApiEndpoint, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
     NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
-    RestartPolicy, SecretReference,
+    RestartPolicy, SecretReference, SeedDriveBus,
 };
 
 /// The libvirt base volume a machine's boot disk is cloned from (copy-on-write backing file).
@@ -264,6 +264,10 @@ pub struct LibvirtMachineSpec {
     /// VirtualMachine's `spec.restartPolicy`; a CAPI machine is replaced by CAPI, not changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<RestartPolicy>,
+    /// Bus of the CD-ROM drive the bootstrap seed is attached on: `SATA` (default when unset,
+    /// `sda`), `SCSI` (`sda` on a virtio-scsi controller) or `IDE` (`hdc`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_drive_bus: Option<SeedDriveBus>,
 }
 
 /// Observed state of a LibvirtMachine.

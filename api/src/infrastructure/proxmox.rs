@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::common::{
     ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
     NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
-    RestartPolicy, SecretReference, TlsTrust,
+    RestartPolicy, SecretReference, SeedDriveBus, TlsTrust,
 };
 
 /// The Proxmox VE template a machine is cloned from: by `vmid`, or by `name` and/or `tags`
@@ -56,32 +56,6 @@ pub struct VmidRange {
     /// Last VMID of the range.
     #[schemars(range(min = 100, max = 999_999_999))]
     pub end: u32,
-}
-
-/// The bus of the CD-ROM drive the bootstrap seed (a NoCloud ISO) is attached on.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum SeedDriveBus {
-    /// IDE, slot `ide2` (default; what PVE's own cloud-init drive uses on x86).
-    #[default]
-    #[serde(rename = "IDE")]
-    Ide,
-    /// SATA, slot `sata5`.
-    #[serde(rename = "SATA")]
-    Sata,
-    /// SCSI, slot `scsi30`: for guests without an IDE controller (ARM64 `virt` machines).
-    #[serde(rename = "SCSI")]
-    Scsi,
-}
-
-impl SeedDriveBus {
-    /// The VM config key of the drive the seed is attached on.
-    pub fn slot(self) -> &'static str {
-        match self {
-            Self::Ide => "ide2",
-            Self::Sata => "sata5",
-            Self::Scsi => "scsi30",
-        }
-    }
 }
 
 /// Proxmox VE High Availability for a machine's VM: the HA manager restarts it, or starts it on

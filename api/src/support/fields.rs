@@ -336,6 +336,12 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 "source.volume",
                 Honoured("the base volume cloned for the boot disk (immutable)"),
             ),
+            field(
+                "seedDriveBus",
+                Honoured(
+                    "the bus of the seed CD-ROM in the domain definition (sda on SATA or SCSI, hdc on IDE)",
+                ),
+            ),
             field("source.pool", Honoured("the base volume's pool (immutable)")),
             field(
                 "storagePool",
@@ -561,6 +567,13 @@ pub fn neutral_fields(kind: Kind, backend: Backend) -> Vec<Field> {
                     "sources[].provider",
                     Honoured("the entry applies to this Provider only"),
                 ),
+                match backend {
+                    Backend::Vsphere => field(
+                        "seedDriveBus",
+                        NotApplicable("vSphere passes cloud-init data through guestinfo: no seed drive"),
+                    ),
+                    _ => via_machine(backend, "seedDriveBus", "seedDriveBus"),
+                },
             ];
             fields.extend(image_source(backend, "sources[]"));
             fields

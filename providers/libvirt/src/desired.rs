@@ -1,7 +1,7 @@
 //! Pure functions from a LibvirtMachine to what should exist on the host: names of the domain
 //! and its volumes, the domain configuration, the NoCloud seed, addresses and the providerID.
 
-use banlieue_api::common::{MachineAddress, MachineAddressType, NetworkInterface};
+use banlieue_api::common::{MachineAddress, MachineAddressType, NetworkInterface, SeedDriveBus};
 use banlieue_api::infrastructure::{Firmware, LibvirtMachineSpec};
 use banlieue_cloudinit::{MetaData, NoCloudSeed};
 use banlieue_provider_kit::network::{self, PoolAddresses};
@@ -100,6 +100,15 @@ pub fn mac_address(uid: &str, index: usize) -> String {
     )
 }
 
+/// The seed cdrom's device name and bus for `seedDriveBus` (SATA when unset).
+pub fn seed_drive(bus: Option<SeedDriveBus>) -> (&'static str, &'static str) {
+    match bus {
+        None | Some(SeedDriveBus::Sata) => ("sda", "sata"),
+        Some(SeedDriveBus::Scsi) => ("sda", "scsi"),
+        Some(SeedDriveBus::Ide) => ("hdc", "ide"),
+    }
+}
+
 /// The domain configuration for a machine.
 pub fn domain_config(
     spec: &LibvirtMachineSpec,
@@ -116,15 +125,18 @@ pub fn domain_config(
             volume: v.name,
             target: format!("vd{}", (b'a' + (i as u8 % 26)) as char),
             cdrom: false,
+            bus: "virtio",
             format: "qcow2".into(),
         })
         .collect();
     let (seed_pool, seed_name) = seed_volume(spec, &name);
+    let (target, bus) = seed_drive(spec.seed_drive_bus);
     disks.push(DiskConfig {
         pool: seed_pool,
         volume: seed_name,
-        target: "sda".into(),
+        target: target.into(),
         cdrom: true,
+        bus,
         format: "raw".into(),
     });
     let nics = if spec.networks.is_empty() {
@@ -309,6 +321,34 @@ mod tests {
             ]
         );
         assert_eq!(seed_volume(&s, "ns_m1"), ("fast".into(), "ns_m1-seed.iso".into()));
+    }
+
+    /// The seed cdrom sits on the bus the spec names: SATA by default, SCSI on a virtio-scsi
+    /// controller, IDE as `hdc`.
+    #[test]
+    fn the_seed_cdrom_is_on_the_bus_the_spec_names() {
+        let settings = Settings {
+            domain_type: DomainType::Qemu,
+            serial_log_dir: None,
+            kernel_boot: None,
+        };
+        for (bus, target, xml_bus, controller) in [
+            (None, "sda", "sata", false),
+            (Some(SeedDriveBus::Scsi), "sda", "scsi", true),
+            (Some(SeedDriveBus::Ide), "hdc", "ide", false),
+        ] {
+            let mut s = spec();
+            s.seed_drive_bus = bus;
+            let c = domain_config(&s, &owner(), "uuid-1", &settings);
+            let seed = c.disks.iter().find(|d| d.cdrom).expect("the seed cdrom");
+            assert_eq!((seed.target.as_str(), seed.bus), (target, xml_bus), "{bus:?}");
+            let xml = crate::xml::domain_xml(&c);
+            assert!(
+                xml.contains(&format!("<target dev='{target}' bus='{xml_bus}'/>")),
+                "{xml}"
+            );
+            assert_eq!(xml.contains("model='virtio-scsi'"), controller, "{xml}");
+        }
     }
 
     #[test]

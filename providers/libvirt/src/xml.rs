@@ -66,10 +66,13 @@ pub struct DiskConfig {
     pub pool: String,
     /// Volume name in the pool.
     pub volume: String,
-    /// Guest device name (`vda`, `vdb`, …; `sda` for the cdrom).
+    /// Guest device name (`vda`, `vdb`, …; `sda` or `hdc` for the cdrom).
     pub target: String,
-    /// A read-only SATA cdrom (the NoCloud seed) instead of a virtio disk.
+    /// A read-only cdrom (the NoCloud seed) instead of a virtio disk.
     pub cdrom: bool,
+    /// The bus: `virtio` for disks; `sata`, `scsi` (a virtio-scsi controller is added) or
+    /// `ide` for the cdrom.
+    pub bus: &'static str,
     /// Volume format (`qcow2`, `raw`).
     pub format: String,
 }
@@ -412,12 +415,12 @@ pub fn domain_xml(c: &DomainConfig) -> String {
     );
     x.push_str("  <clock offset='utc'/>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
     x.push_str("  <devices>\n");
+    if c.disks.iter().any(|d| d.bus == "scsi") {
+        x.push_str("    <controller type='scsi' index='0' model='virtio-scsi'/>\n");
+    }
     for d in &c.disks {
-        let (device, bus) = if d.cdrom {
-            ("cdrom", "sata")
-        } else {
-            ("disk", "virtio")
-        };
+        let device = if d.cdrom { "cdrom" } else { "disk" };
+        let bus = d.bus;
         let _ = writeln!(x, "    <disk type='volume' device='{device}'>");
         let _ = writeln!(x, "      <driver name='qemu' type='{}'/>", escape(&d.format));
         let _ = writeln!(
@@ -559,6 +562,7 @@ mod tests {
                     volume: "default_web-1-root.qcow2".into(),
                     target: "vda".into(),
                     cdrom: false,
+                    bus: "virtio",
                     format: "qcow2".into(),
                 },
                 DiskConfig {
@@ -566,6 +570,7 @@ mod tests {
                     volume: "default_web-1-seed.iso".into(),
                     target: "sda".into(),
                     cdrom: true,
+                    bus: "sata",
                     format: "raw".into(),
                 },
             ],

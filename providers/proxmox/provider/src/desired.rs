@@ -4,7 +4,9 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use banlieue_api::common::{IpAddressingMode, MachineAddress, MachineAddressType, NetworkInterface};
+use banlieue_api::common::{
+    IpAddressingMode, MachineAddress, MachineAddressType, NetworkInterface, SeedDriveBus,
+};
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_capi::bootstrap::{BootstrapData, BootstrapFormat};
 use banlieue_cloudinit::{MetaData, NetworkConfig, NoCloudSeed};
@@ -20,9 +22,14 @@ pub const OWNER_DESCRIPTION_MARKER: &str = "banlieue.io/owner-uid: ";
 /// Drive slot the seed ISO is attached to by default (`seedDriveBus` unset).
 pub const SEED_SLOT: &str = "ide2";
 
-/// The drive slot the machine's seed ISO is attached to (its `seedDriveBus`).
+/// The drive slot the machine's seed ISO is attached to (its `seedDriveBus`): `ide2` (the
+/// default, PVE's own cloud-init slot on x86), `sata5` or `scsi30` (the last slot of each bus).
 pub fn seed_slot(spec: &ProxmoxMachineSpec) -> &'static str {
-    spec.seed_drive_bus.unwrap_or_default().slot()
+    match spec.seed_drive_bus {
+        None | Some(SeedDriveBus::Ide) => SEED_SLOT,
+        Some(SeedDriveBus::Sata) => "sata5",
+        Some(SeedDriveBus::Scsi) => "scsi30",
+    }
 }
 
 /// The spec asks for something Proxmox cannot do or the VM contradicts; permanent until the spec
@@ -904,7 +911,7 @@ mod tests {
     #[test]
     fn a_seed_slot_taken_by_a_disk_is_refused() {
         let spec = ProxmoxMachineSpec {
-            seed_drive_bus: Some(banlieue_api::infrastructure::SeedDriveBus::Sata),
+            seed_drive_bus: Some(SeedDriveBus::Sata),
             ..spec()
         };
         assert_eq!(seed_slot(&spec), "sata5");

@@ -822,7 +822,7 @@ async fn an_ha_machine_joins_its_rule_is_followed_when_ha_moves_it_and_leaves_ha
 async fn the_seed_is_attached_on_the_bus_the_spec_names() -> Result<()> {
     let (sim, client) = sim().await?;
     let spec = ProxmoxMachineSpec {
-        seed_drive_bus: Some(banlieue_api::infrastructure::SeedDriveBus::Scsi),
+        seed_drive_bus: Some(banlieue_api::common::SeedDriveBus::Scsi),
         ..spec()
     };
     let input = input(&spec, UID);

@@ -91,6 +91,12 @@ fn worker_machine() -> ProxmoxMachine {
             restart_policy: None,
             high_availability: None,
             seed_drive_bus: None,
+            firmware: None,
+            secure_boot: None,
+            tpm: None,
+            cpu_type: None,
+            cpu_flags: vec![],
+            pci_devices: vec![],
         },
     );
     m.meta_mut().namespace = Some("prod".into());

@@ -489,6 +489,9 @@ pub fn desired_machine(
     ) {
         spec.insert(field.into(), to_value(&bus));
     }
+    if let (Some(field), Some(firmware)) = (entry.firmware_field, image.and_then(|i| i.spec.firmware)) {
+        spec.insert(field.into(), to_value(&firmware));
+    }
 
     let vm_name = vm.name_any();
     let spec = Value::Object(spec);

@@ -593,13 +593,17 @@ fn a_created_machine_keeps_what_the_providers_defaults_gave_it() {
     assert_eq!(fresh["spec"]["storage"], "slow");
 }
 
-/// An image's `seedDriveBus` reaches the machine of the backends that attach a seed drive
-/// (Proxmox, libvirt), not vSphere's (guestinfo, no drive); unset, the machine has none.
+/// An image's `seedDriveBus` and `firmware` reach the machine of the backends that attach a
+/// seed drive and set a clone's firmware (Proxmox, libvirt), not vSphere's (guestinfo, no drive;
+/// the template's firmware); unset, the machine has neither.
 #[rstest]
 #[case::proxmox("proxmox", Some("SCSI"))]
 #[case::libvirt("libvirt", Some("SCSI"))]
 #[case::vsphere("vsphere", None)]
-fn the_images_seed_drive_bus_reaches_the_machine(#[case] backend: &str, #[case] expected: Option<&str>) {
+fn the_images_seed_drive_bus_and_firmware_reach_the_machine(
+    #[case] backend: &str,
+    #[case] expected: Option<&str>,
+) {
     let with_vsphere = |bus: Value| -> VirtualMachineImage {
         serde_json::from_value(json!({
             "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachineImage",
@@ -612,13 +616,17 @@ fn the_images_seed_drive_bus_reaches_the_machine(#[case] backend: &str, #[case] 
         }))
         .expect("valid image")
     };
-    let arm = with_vsphere(json!("SCSI"));
+    let mut arm = with_vsphere(json!("SCSI"));
+    arm.spec.firmware = Some(banlieue_api::common::Firmware::UEFI);
     let v = vm(
         json!({"providerRef": {"name": "p"}, "imageRef": {"name": "ubuntu"}, "cpu": {"cores": 1}, "memoryMiB": 512}),
     );
     let p = provider("p", backend, json!({}), json!({}));
     let machine = desired_machine(&v, &p, None, Some(&arm)).expect("builds");
     assert_eq!(machine["spec"]["seedDriveBus"].as_str(), expected, "{machine}");
+    let firmware = expected.map(|_| "UEFI");
+    assert_eq!(machine["spec"]["firmware"].as_str(), firmware, "{machine}");
     let plain = desired_machine(&v, &p, None, Some(&with_vsphere(Value::Null))).expect("builds");
     assert!(plain["spec"].get("seedDriveBus").is_none(), "{plain}");
+    assert!(plain["spec"].get("firmware").is_none(), "{plain}");
 }

@@ -51,6 +51,9 @@ pub struct BackendEntry {
     /// Machine spec field that receives `VirtualMachineImage.spec.seedDriveBus` (the same enum),
     /// when the backend attaches a seed drive.
     pub seed_drive_bus_field: Option<&'static str>,
+    /// Machine spec field that receives `VirtualMachineImage.spec.firmware` (the same enum),
+    /// when the backend sets a clone's firmware.
+    pub firmware_field: Option<&'static str>,
 }
 
 /// The registry: one entry per backend.
@@ -67,6 +70,7 @@ pub const REGISTRY: &[BackendEntry] = &[
         default_interface: "net0",
         power_state_field: Some("powerState"),
         seed_drive_bus_field: Some("seedDriveBus"),
+        firmware_field: Some("firmware"),
     },
     BackendEntry {
         backend: Backend::Libvirt,
@@ -80,6 +84,7 @@ pub const REGISTRY: &[BackendEntry] = &[
         default_interface: "net0",
         power_state_field: Some("powerState"),
         seed_drive_bus_field: Some("seedDriveBus"),
+        firmware_field: Some("firmware"),
     },
     BackendEntry {
         backend: Backend::Vsphere,
@@ -98,6 +103,7 @@ pub const REGISTRY: &[BackendEntry] = &[
         default_interface: "net0",
         power_state_field: Some("powerState"),
         seed_drive_bus_field: None,
+        firmware_field: None,
     },
 ];
 
@@ -224,6 +230,7 @@ mod tests {
         fields.extend(entry.node_field);
         fields.extend(entry.power_state_field);
         fields.extend(entry.seed_drive_bus_field);
+        fields.extend(entry.firmware_field);
         fields.extend([
             "providerRef",
             "source",

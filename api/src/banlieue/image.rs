@@ -4,7 +4,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::SeedDriveBus;
+use crate::common::{Firmware, SeedDriveBus};
 use crate::infrastructure::{LibvirtVolumeSource, ProxmoxTemplateSource, VSphereTemplateSource};
 
 /// The template or base volume to clone, per backend. A `VirtualMachine` with an explicit
@@ -68,6 +68,11 @@ pub struct VirtualMachineImageSpec {
     /// vSphere passes cloud-init data through guestinfo and has no seed drive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_drive_bus: Option<SeedDriveBus>,
+    /// Firmware the image boots with: `BIOS` or `UEFI`. Copied to the machine's
+    /// `spec.firmware` (Proxmox: `bios: ovmf` with an EFI disk; libvirt: OVMF); a vSphere clone
+    /// keeps its template's firmware. Unset: the template's (Proxmox) or BIOS (libvirt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<Firmware>,
     /// Where the image lives on each backend. The controller uses the first entry whose backend
     /// matches the chosen Provider and whose `provider` (if set) names it.
     #[schemars(length(min = 1, max = 32))]

@@ -256,6 +256,16 @@ pub enum CloneMode {
     Linked,
 }
 
+/// Firmware a VM boots with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum Firmware {
+    /// SeaBIOS (default).
+    #[default]
+    BIOS,
+    /// OVMF (UEFI).
+    UEFI,
+}
+
 /// The bus of the CD-ROM drive the bootstrap seed (a NoCloud ISO) is attached on. Each
 /// provider has its default (Proxmox `IDE`, libvirt `SATA`); guests without an IDE controller
 /// (ARM64 `virt` machines, q35 without legacy devices) need `SATA` or `SCSI`.

@@ -17,8 +17,8 @@ pub use capi::{
     NodeInfo, ObjectMetaTemplate,
 };
 pub use machine::{
-    CloneMode, Cpu, Disk, IpAddressing, IpAddressingMode, MIN_MEMORY_MIB, NetworkInterface, PowerState,
-    ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy, SeedDriveBus,
+    CloneMode, Cpu, Disk, Firmware, IpAddressing, IpAddressingMode, MIN_MEMORY_MIB, NetworkInterface,
+    PowerState, ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy, SeedDriveBus,
 };
 pub use references::{
     ContractReference, IpPoolReference, LocalObjectReference, ProviderReference, SecretKeyReference,

@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{
-    ApiEndpoint, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
+    ApiEndpoint, Cpu, Disk, FailureDomain, Firmware, Initialization, MachineAddress, MachineTemplateStatus,
     NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
     RestartPolicy, SecretReference, SeedDriveBus,
 };
@@ -21,16 +21,6 @@ pub struct LibvirtVolumeSource {
     /// Storage pool holding the base volume, e.g. `default`.
     #[schemars(length(min = 1, max = 253))]
     pub pool: String,
-}
-
-/// Firmware a libvirt domain boots with.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub enum Firmware {
-    /// SeaBIOS (default).
-    #[default]
-    BIOS,
-    /// OVMF (UEFI).
-    UEFI,
 }
 
 /// One libvirt host of a LibvirtCluster: a failure domain.

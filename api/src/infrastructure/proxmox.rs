@@ -6,9 +6,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{
-    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
-    NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
-    RestartPolicy, SecretReference, SeedDriveBus, TlsTrust,
+    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Firmware, Initialization, MachineAddress,
+    MachineTemplateStatus, NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference,
+    ProvisioningStatus, ReadinessChecks, RestartPolicy, SecretReference, SeedDriveBus, TlsTrust,
 };
 
 /// The Proxmox VE template a machine is cloned from: by `vmid`, or by `name` and/or `tags`
@@ -56,6 +56,23 @@ pub struct VmidRange {
     /// Last VMID of the range.
     #[schemars(range(min = 100, max = 999_999_999))]
     pub end: u32,
+}
+
+/// A PCI device passed through to the VM by a Proxmox VE resource mapping (Datacenter →
+/// Resource Mappings): the mapping names the device on each node, so the VM can move between
+/// nodes that have it, and its `Mapping.Use` permission is what the token needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PciDevice {
+    /// The PCI resource mapping's id.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z][A-Za-z0-9_.-]*$"))]
+    pub mapping: String,
+    /// Attach it as a PCI Express device (`pcie=1`; the VM's machine type becomes `q35`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<bool>,
+    /// It is the VM's primary GPU (`x-vga=1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_gpu: Option<bool>,
 }
 
 /// Proxmox VE High Availability for a machine's VM: the HA manager restarts it, or starts it on
@@ -340,6 +357,33 @@ pub struct ProxmoxMachineSpec {
     /// have no IDE controller: use `SCSI`. The slot must not be one of `disks`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_drive_bus: Option<SeedDriveBus>,
+    /// Firmware: `BIOS` (SeaBIOS) or `UEFI` (OVMF, with an EFI variables disk created on
+    /// `storage`, else the boot disk's storage). Unset: the template's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<Firmware>,
+    /// UEFI Secure Boot: the EFI disk is created with Microsoft's keys enrolled
+    /// (`pre-enrolled-keys=1`). Needs `firmware: UEFI`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
+    /// A TPM 2.0, its state (`tpmstate0`) on `storage`, else the boot disk's storage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<bool>,
+    /// CPU model the VM sees (Proxmox's `cpu` option): `host`, `x86-64-v2-AES`, `x86-64-v3`…
+    /// Unset: the template's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"))]
+    pub cpu_type: Option<String>,
+    /// CPU flags to add (`+aes`) or remove (`-pcid`) from the model; needs `cpuType`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        inner(length(min = 2, max = 64), regex(pattern = r"^[+-][a-z0-9_-]+$"))
+    )]
+    pub cpu_flags: Vec<String>,
+    /// PCI devices (GPUs, NICs) passed through by resource mapping, as `hostpci0`, `hostpci1`…
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub pci_devices: Vec<PciDevice>,
 }
 
 /// Observed state of a ProxmoxMachine.

@@ -311,6 +311,28 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 Support::AtCreation("the bus of the CD-ROM the bootstrap seed is attached on"),
             ),
             field(
+                "firmware",
+                Support::AtCreation(
+                    "bios seabios or ovmf, with an EFI disk on storage (else the boot disk's)",
+                ),
+            ),
+            field(
+                "secureBoot",
+                Support::AtCreation("the EFI disk with Microsoft's keys enrolled (needs firmware UEFI)"),
+            ),
+            field("tpm", Support::AtCreation("a TPM 2.0 state volume (tpmstate0)")),
+            field("cpuType", Support::AtCreation("the cpu option's model")),
+            field("cpuFlags", Support::AtCreation("the cpu option's flags")),
+            field(
+                "pciDevices[].mapping",
+                Support::AtCreation("hostpciN by resource mapping (Mapping.Use)"),
+            ),
+            field(
+                "pciDevices[].pcie",
+                Support::AtCreation("pcie=1, on a q35 machine"),
+            ),
+            field("pciDevices[].primaryGpu", Support::AtCreation("x-vga=1")),
+            field(
                 "highAvailability.rules",
                 Honoured("HA rules the VM's HA resource joins (a rule left out later keeps it)"),
             ),
@@ -573,6 +595,13 @@ pub fn neutral_fields(kind: Kind, backend: Backend) -> Vec<Field> {
                         NotApplicable("vSphere passes cloud-init data through guestinfo: no seed drive"),
                     ),
                     _ => via_machine(backend, "seedDriveBus", "seedDriveBus"),
+                },
+                match backend {
+                    Backend::Vsphere => field(
+                        "firmware",
+                        NotApplicable("a vSphere clone keeps its template's firmware"),
+                    ),
+                    _ => via_machine(backend, "firmware", "firmware"),
                 },
             ];
             fields.extend(image_source(backend, "sources[]"));

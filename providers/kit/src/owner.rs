@@ -395,6 +395,12 @@ mod tests {
                 restart_policy: None,
                 high_availability: None,
                 seed_drive_bus: None,
+                firmware: None,
+                secure_boot: None,
+                tpm: None,
+                cpu_type: None,
+                cpu_flags: vec![],
+                pci_devices: vec![],
             },
         );
         pm.metadata.namespace = Some("ns".into());

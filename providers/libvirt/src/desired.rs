@@ -1,8 +1,8 @@
 //! Pure functions from a LibvirtMachine to what should exist on the host: names of the domain
 //! and its volumes, the domain configuration, the NoCloud seed, addresses and the providerID.
 
-use banlieue_api::common::{MachineAddress, MachineAddressType, NetworkInterface, SeedDriveBus};
-use banlieue_api::infrastructure::{Firmware, LibvirtMachineSpec};
+use banlieue_api::common::{Firmware, MachineAddress, MachineAddressType, NetworkInterface, SeedDriveBus};
+use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_cloudinit::{MetaData, NoCloudSeed};
 use banlieue_provider_kit::network::{self, PoolAddresses};
 

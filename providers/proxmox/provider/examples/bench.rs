@@ -240,6 +240,12 @@ async fn main() -> Result<()> {
                 restart_policy: None,
                 high_availability: None,
                 seed_drive_bus: None,
+                firmware: None,
+                secure_boot: None,
+                tpm: None,
+                cpu_type: None,
+                cpu_flags: vec![],
+                pci_devices: vec![],
             },
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());

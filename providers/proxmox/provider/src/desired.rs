@@ -116,6 +116,11 @@ pub fn next_configure_action(
     if update != ConfigUpdate::default() {
         return Ok(ConfigureAction::Apply(update));
     }
+    // Firmware, TPM, CPU model, PCI devices: at creation only (not in the update path).
+    let hardware = crate::hardware::hardware_update(spec, actual)?;
+    if hardware != ConfigUpdate::default() {
+        return Ok(ConfigureAction::Apply(hardware));
+    }
     if let Some((disk, size)) = disk_to_grow(spec, actual)? {
         return Ok(ConfigureAction::Resize { disk, size });
     }
@@ -519,6 +524,12 @@ mod tests {
             restart_policy: None,
             high_availability: None,
             seed_drive_bus: None,
+            firmware: None,
+            secure_boot: None,
+            tpm: None,
+            cpu_type: None,
+            cpu_flags: vec![],
+            pci_devices: vec![],
         }
     }
 

@@ -22,6 +22,7 @@ pub mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;
 pub mod ha;
+pub mod hardware;
 pub mod hypervisor;
 pub mod in_process;
 pub mod leader;

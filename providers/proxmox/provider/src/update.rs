@@ -237,6 +237,12 @@ mod tests {
             restart_policy: Some(RestartPolicy::Automatic),
             high_availability: None,
             seed_drive_bus: None,
+            firmware: None,
+            secure_boot: None,
+            tpm: None,
+            cpu_type: None,
+            cpu_flags: vec![],
+            pci_devices: vec![],
         }
     }
 

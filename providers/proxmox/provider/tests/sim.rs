@@ -48,6 +48,12 @@ fn spec() -> ProxmoxMachineSpec {
         restart_policy: None,
         high_availability: None,
         seed_drive_bus: None,
+        firmware: None,
+        secure_boot: None,
+        tpm: None,
+        cpu_type: None,
+        cpu_flags: vec![],
+        pci_devices: vec![],
     }
 }
 
@@ -849,6 +855,89 @@ async fn the_seed_is_attached_on_the_bus_the_spec_names() -> Result<()> {
         "ejected after the first boot"
     );
     delete(&client, &phase).await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// Firmware, TPM, CPU model and a mapped PCI device through the wire: the clone gets OVMF with
+/// an EFI disk (keys enrolled for Secure Boot) and a TPM 2.0 state on the spec's storage, the CPU
+/// model with its flags, the GPU by its resource mapping as a PCIe device on a q35 machine, and
+/// boots; a mapping the node lacks fails the start with PVE's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn firmware_tpm_cpu_model_and_a_mapped_gpu_are_given_to_the_new_vm() -> Result<()> {
+    let (sim, client) = sim_with(SimConfig {
+        pci_mappings: vec!["gpu-a100".into()],
+        ..SimConfig::fast()
+    })
+    .await?;
+    let given = ProxmoxMachineSpec {
+        storage: Some("local-lvm".into()),
+        firmware: Some(banlieue_api::common::Firmware::UEFI),
+        secure_boot: Some(true),
+        tpm: Some(true),
+        cpu_type: Some("x86-64-v2-AES".into()),
+        cpu_flags: vec!["+aes".into()],
+        pci_devices: vec![banlieue_api::infrastructure::PciDevice {
+            mapping: "gpu-a100".into(),
+            pcie: Some(true),
+            primary_gpu: None,
+        }],
+        ..spec()
+    };
+    let machine = input(&given, UID);
+    let phase = provision(&client, &machine).await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let vm = sim.vm(vmid).context("VM")?;
+    let get = |k: &str| vm.config.get(k).cloned().unwrap_or_default();
+    assert!(vm.running, "booted");
+    assert_eq!(get("bios"), "ovmf");
+    let efi = get("efidisk0");
+    assert!(
+        efi.starts_with("local-lvm:vm-") && efi.contains("efitype=4m") && efi.contains("pre-enrolled-keys=1"),
+        "{efi}"
+    );
+    let tpm = get("tpmstate0");
+    assert!(
+        tpm.starts_with("local-lvm:vm-") && tpm.contains("version=v2.0"),
+        "{tpm}"
+    );
+    assert_eq!(get("cpu"), "x86-64-v2-AES,flags=+aes");
+    assert_eq!(get("hostpci0"), "mapping=gpu-a100,pcie=1");
+    assert_eq!(get("machine"), "q35");
+    delete(&client, &phase).await?;
+
+    // A mapping this cluster does not have: the VM is configured, its start task fails.
+    let missing = ProxmoxMachineSpec {
+        pci_devices: vec![banlieue_api::infrastructure::PciDevice {
+            mapping: "gpu-h100".into(),
+            ..Default::default()
+        }],
+        ..spec()
+    };
+    let input = MachineInput {
+        name: "m2",
+        ..input(&missing, "4f1c2d3e-0000-4000-8000-0000000000a2")
+    };
+    let mut phase = drive(&client, &input, Phase::SelectNode, |p| {
+        matches!(p, Phase::PowerOn(..))
+    })
+    .await?;
+    let reservations = VmidReservations::default();
+    let mut failure = None;
+    for _ in 0..50 {
+        let step = provision_step(&client, &input, phase.clone(), None, &reservations).await?;
+        if let Some(failed) = step.failed {
+            failure = Some(failed.message);
+            break;
+        }
+        phase = step.phase;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let message = failure.context("the start task fails")?;
+    assert!(
+        message.contains("PCI device mapping not found for 'gpu-h100'"),
+        "{message}"
+    );
     sim.shutdown().await;
     Ok(())
 }

@@ -384,6 +384,12 @@ fn machine_spec(provider: &str, source: ProxmoxTemplateSource) -> ProxmoxMachine
         restart_policy: None,
         high_availability: None,
         seed_drive_bus: None,
+        firmware: None,
+        secure_boot: None,
+        tpm: None,
+        cpu_type: None,
+        cpu_flags: vec![],
+        pci_devices: vec![],
     }
 }
 

@@ -388,6 +388,9 @@ pub fn config_privilege(key: &str, cdrom: bool) -> &'static str {
     if numbered("numa") {
         return "VM.Config.CPU";
     }
+    if numbered("hostpci") || numbered("usb") {
+        return "VM.Config.HWType";
+    }
     match key {
         "cores" | "sockets" | "vcpus" | "cpu" | "cpulimit" | "cpuunits" | "affinity" | "numa" => {
             "VM.Config.CPU"

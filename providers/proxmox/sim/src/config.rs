@@ -141,6 +141,9 @@ pub struct SimConfig {
     /// Check every successful response against the schema's declared `returns`; mismatches are
     /// logged and collected ([`crate::SimHandle::returns_violations`]).
     pub check_returns: bool,
+    /// PCI resource mappings (`/cluster/mapping/pci`) present on every node: a VM whose
+    /// `hostpciN` names another mapping fails to start, as on PVE.
+    pub pci_mappings: Vec<String>,
 }
 
 impl Default for SimConfig {
@@ -190,6 +193,7 @@ impl Default for SimConfig {
             upload_limit: 64 * 1024 * 1024,
             max_finished_tasks: 10_000,
             check_returns: true,
+            pci_mappings: Vec::new(),
         }
     }
 }

@@ -554,12 +554,23 @@ impl State {
                 let seed = self.attached_seed(vmid);
                 let pool_ip = self.peek_ip();
                 let external_guests = self.cfg.external_guests;
+                let pci_mappings = self.cfg.pci_mappings.clone();
                 let vm = self.vm_mut(vmid)?;
                 if vm.config.get("template").is_some_and(|t| t == "1") {
                     return Err("you can't start a vm if it's a template".into());
                 }
                 if vm.running {
                     return Err(format!("VM {vmid} already running"));
+                }
+                // A mapped PCI device must exist on the VM's node (checked when QEMU starts).
+                if let Some(missing) = vm
+                    .config
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("hostpci"))
+                    .filter_map(|(_, v)| v.split(',').find_map(|p| p.strip_prefix("mapping=")))
+                    .find(|m| !pci_mappings.iter().any(|known| known == m))
+                {
+                    return Err(format!("PCI device mapping not found for '{missing}'"));
                 }
                 vm.running = true;
                 vm.started_at = Some(now);
@@ -1289,7 +1300,7 @@ impl State {
             } else if is_net_key(key) {
                 self.canonical_net(&text)
             } else if is_disk_key(key) {
-                self.allocate_disk(&text, vmid, &mut disk_index)?
+                self.allocate_disk(key, &text, vmid, &mut disk_index)?
             } else if key == "template" {
                 return Err(ApiError::param(
                     key,
@@ -1381,7 +1392,7 @@ impl State {
     }
 
     /// `local-lvm:32,discard=on` → `local-lvm:vm-101-disk-1,discard=on,size=32G`.
-    fn allocate_disk(&self, text: &str, vmid: u32, index: &mut u32) -> ApiResult<String> {
+    fn allocate_disk(&self, key: &str, text: &str, vmid: u32, index: &mut u32) -> ApiResult<String> {
         let mut parts = text.split(',');
         let file = parts.next().unwrap_or_default();
         let rest: Vec<&str> = parts.collect();
@@ -1405,10 +1416,13 @@ impl State {
                 .filter(|p| !p.starts_with("size="))
                 .map(|p| (*p).to_owned()),
         );
-        out.push(format!(
-            "size={}",
-            format_size((gib * (1u64 << 30) as f64) as u64)
-        ));
+        // PVE sizes an EFI variables disk and a TPM state volume itself, whatever is asked.
+        let bytes = if key.starts_with("efidisk") || key.starts_with("tpmstate") {
+            4 << 20
+        } else {
+            (gib * (1u64 << 30) as f64) as u64
+        };
+        out.push(format!("size={}", format_size(bytes)));
         Ok(out.join(","))
     }
 

@@ -153,6 +153,13 @@ impl State {
                     {
                         self.require(&format!("/sdn/zones/localnetwork/{bridge}"), &["SDN.Use"], false)?;
                     }
+                    // A mapped PCI device needs Mapping.Use on its mapping (a raw host address,
+                    // root itself: not modelled).
+                    if key.starts_with("hostpci")
+                        && let Some(mapping) = value.split(',').find_map(|p| p.strip_prefix("mapping="))
+                    {
+                        self.require(&format!("/mapping/pci/{mapping}"), &["Mapping.Use"], false)?;
+                    }
                     if is_disk_key(key)
                         && let Some(storage) = storage_of(&value)
                     {

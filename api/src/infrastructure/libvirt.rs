@@ -258,6 +258,22 @@ pub struct LibvirtMachineSpec {
     /// `sda`), `SCSI` (`sda` on a virtio-scsi controller) or `IDE` (`hdc`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_drive_bus: Option<SeedDriveBus>,
+    /// CPU model the guest sees: `host` (host-passthrough) or a libvirt model name
+    /// (`Skylake-Server`, `EPYC-Rome`, `qemu64`…). Unset: host-passthrough on KVM, QEMU's default
+    /// on TCG.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"))]
+    pub cpu_type: Option<String>,
+    /// CPU features to require (`+aes`) or disable (`-pcid`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        inner(length(min = 2, max = 64), regex(pattern = r"^[+-][a-z0-9_.-]+$"))
+    )]
+    pub cpu_flags: Vec<String>,
+    /// An emulated TPM 2.0 (`tpm-crb` with libvirt's swtpm emulator; the host needs swtpm).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<bool>,
 }
 
 /// Observed state of a LibvirtMachine.

@@ -360,9 +360,21 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
             ),
             field(
                 "seedDriveBus",
-                Honoured(
+                Support::AtCreation(
                     "the bus of the seed CD-ROM in the domain definition (sda on SATA or SCSI, hdc on IDE)",
                 ),
+            ),
+            field(
+                "cpuType",
+                Support::AtCreation("the domain's <cpu> model (host: host-passthrough)"),
+            ),
+            field(
+                "cpuFlags",
+                Support::AtCreation("<feature policy='require'|'disable'> of the <cpu>"),
+            ),
+            field(
+                "tpm",
+                Support::AtCreation("a tpm-crb device with the swtpm emulator, TPM 2.0"),
             ),
             field("source.pool", Honoured("the base volume's pool (immutable)")),
             field(

@@ -184,6 +184,9 @@ pub fn domain_config(
             Some(Firmware::UEFI) => FirmwareConfig::Uefi,
             _ => FirmwareConfig::Bios,
         },
+        cpu_model: spec.cpu_type.clone(),
+        cpu_flags: spec.cpu_flags.clone(),
+        tpm: spec.tpm == Some(true),
         kernel_boot: settings.kernel_boot.clone(),
         owner: owner.clone(),
         adopted_from: None,
@@ -321,6 +324,37 @@ mod tests {
             ]
         );
         assert_eq!(seed_volume(&s, "ns_m1"), ("fast".into(), "ns_m1-seed.iso".into()));
+    }
+
+    /// The CPU model with its required and disabled features, and a TPM 2.0, in the domain XML.
+    #[test]
+    fn cpu_model_flags_and_tpm_reach_the_domain_xml() {
+        let settings = Settings {
+            domain_type: DomainType::Kvm,
+            serial_log_dir: None,
+            kernel_boot: None,
+        };
+        let mut s = spec();
+        s.cpu_type = Some("EPYC-Rome".into());
+        s.cpu_flags = vec!["+aes".into(), "-pcid".into()];
+        s.tpm = Some(true);
+        let xml = crate::xml::domain_xml(&domain_config(&s, &owner(), "uuid-1", &settings));
+        for part in [
+            "<cpu mode='custom' match='exact'>",
+            "<model fallback='forbid'>EPYC-Rome</model>",
+            "<feature policy='require' name='aes'/>",
+            "<feature policy='disable' name='pcid'/>",
+            "<tpm model='tpm-crb'>",
+            "<backend type='emulator' version='2.0'/>",
+        ] {
+            assert!(xml.contains(part), "{part} missing from\n{xml}");
+        }
+        s.cpu_type = Some("host".into());
+        s.cpu_flags.clear();
+        s.tpm = None;
+        let xml = crate::xml::domain_xml(&domain_config(&s, &owner(), "uuid-1", &settings));
+        assert!(xml.contains("<cpu mode='host-passthrough'>"), "{xml}");
+        assert!(!xml.contains("<tpm"), "{xml}");
     }
 
     /// The seed cdrom sits on the bus the spec names: SATA by default, SCSI on a virtio-scsi

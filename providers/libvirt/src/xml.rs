@@ -144,6 +144,13 @@ pub struct DomainConfig {
     pub nics: Vec<NicConfig>,
     /// Firmware.
     pub firmware: FirmwareConfig,
+    /// CPU model (`None`: host-passthrough on KVM, QEMU's default on TCG; `host`:
+    /// host-passthrough) and flags (`+aes` required, `-pcid` disabled).
+    pub cpu_model: Option<String>,
+    /// CPU flags with their sign.
+    pub cpu_flags: Vec<String>,
+    /// An emulated TPM 2.0 (swtpm).
+    pub tpm: bool,
     /// Direct kernel boot instead of booting the first disk.
     pub kernel_boot: Option<KernelBoot>,
     /// File the serial console is also logged to.
@@ -367,6 +374,38 @@ pub fn macs_from_xml(xml: &str) -> Vec<String> {
     macs
 }
 
+/// The `<cpu>` element: the model asked for (with its required and disabled features), else
+/// host-passthrough on KVM and QEMU's default model on TCG; the topology.
+fn cpu_element(c: &DomainConfig) -> String {
+    let mut x = String::new();
+    match c.cpu_model.as_deref() {
+        Some("host") => x.push_str("  <cpu mode='host-passthrough'>\n"),
+        Some(model) => {
+            x.push_str("  <cpu mode='custom' match='exact'>\n");
+            let _ = writeln!(x, "    <model fallback='forbid'>{}</model>", escape(model));
+        }
+        None => match c.domain_type {
+            DomainType::Kvm => x.push_str("  <cpu mode='host-passthrough'>\n"),
+            DomainType::Qemu => x.push_str("  <cpu mode='custom'>\n"),
+        },
+    }
+    for flag in &c.cpu_flags {
+        let (policy, name) = match flag.split_at_checked(1) {
+            Some(("-", name)) => ("disable", name),
+            Some(("+", name)) => ("require", name),
+            _ => ("require", flag.as_str()),
+        };
+        let _ = writeln!(x, "    <feature policy='{policy}' name='{}'/>", escape(name));
+    }
+    let _ = writeln!(
+        x,
+        "    <topology sockets='{}' dies='1' cores='{}' threads='1'/>\n  </cpu>",
+        c.sockets.max(1),
+        c.cores.max(1)
+    );
+    x
+}
+
 /// Renders the domain XML.
 pub fn domain_xml(c: &DomainConfig) -> String {
     let mut x = String::new();
@@ -403,16 +442,7 @@ pub fn domain_xml(c: &DomainConfig) -> String {
     }
     x.push_str("    <smbios mode='sysinfo'/>\n  </os>\n");
     x.push_str("  <features>\n    <acpi/>\n    <apic/>\n  </features>\n");
-    let _ = writeln!(
-        x,
-        "  <cpu mode='{}'>\n    <topology sockets='{}' dies='1' cores='{}' threads='1'/>\n  </cpu>",
-        match c.domain_type {
-            DomainType::Kvm => "host-passthrough",
-            DomainType::Qemu => "custom",
-        },
-        c.sockets.max(1),
-        c.cores.max(1)
-    );
+    x.push_str(&cpu_element(c));
     x.push_str("  <clock offset='utc'/>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
     x.push_str("  <devices>\n");
     if c.disks.iter().any(|d| d.bus == "scsi") {
@@ -464,6 +494,9 @@ pub fn domain_xml(c: &DomainConfig) -> String {
     x.push_str("      <target port='0'/>\n    </serial>\n");
     x.push_str("    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>\n");
     x.push_str("    <channel type='unix'>\n      <target type='virtio' name='org.qemu.guest_agent.0'/>\n    </channel>\n");
+    if c.tpm {
+        x.push_str("    <tpm model='tpm-crb'>\n      <backend type='emulator' version='2.0'/>\n    </tpm>\n");
+    }
     x.push_str("    <memballoon model='virtio'/>\n    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
     x.push_str("  </devices>\n</domain>\n");
     x
@@ -591,6 +624,9 @@ mod tests {
                 },
             ],
             firmware: FirmwareConfig::Bios,
+            cpu_model: None,
+            cpu_flags: vec![],
+            tpm: false,
             kernel_boot: None,
             serial_log: Some("/var/log/libvirt/qemu/x.serial".into()),
             owner: Owner {

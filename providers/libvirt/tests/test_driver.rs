@@ -1008,3 +1008,25 @@ async fn cloud_init_is_asked_until_its_report_says_it_finished() {
         provision::delete(&*hv, owner, &s, &owner.uid).await.unwrap();
     }
 }
+
+/// libvirt itself (the test driver parses what it is given) accepts a domain with a CPU model,
+/// CPU features, a TPM 2.0 and the seed on SCSI.
+#[tokio::test]
+async fn libvirt_accepts_a_cpu_model_features_a_tpm_and_a_scsi_seed() {
+    let host = host_with_base().await;
+    let hosts = [host];
+    let hv = hosts[0].hv.clone();
+    let o = owner("hw1");
+    let mut s = spec(serde_json::json!([{"name": "root", "sizeGiB": 4}]));
+    s.cpu_type = Some("Skylake-Server".into());
+    s.cpu_flags = vec!["+aes".into(), "-pcid".into()];
+    s.tpm = Some(true);
+    s.seed_drive_bus = Some(banlieue_api::common::SeedDriveBus::Scsi);
+    let settings = settings();
+    let input = machine_input(&o, &s, &settings);
+    let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
+        .await
+        .unwrap();
+    assert!(step.provisioned.is_some(), "{:?}", step.phase);
+    provision::delete(&*hv, &o, &s, &o.uid).await.unwrap();
+}

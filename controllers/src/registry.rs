@@ -103,7 +103,7 @@ pub const REGISTRY: &[BackendEntry] = &[
         default_interface: "net0",
         power_state_field: Some("powerState"),
         seed_drive_bus_field: None,
-        firmware_field: None,
+        firmware_field: Some("firmware"),
     },
 ];
 

@@ -69,8 +69,8 @@ pub struct VirtualMachineImageSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_drive_bus: Option<SeedDriveBus>,
     /// Firmware the image boots with: `BIOS` or `UEFI`. Copied to the machine's
-    /// `spec.firmware` (Proxmox: `bios: ovmf` with an EFI disk; libvirt: OVMF); a vSphere clone
-    /// keeps its template's firmware. Unset: the template's (Proxmox) or BIOS (libvirt).
+    /// `spec.firmware` (Proxmox: `bios: ovmf` with an EFI disk; libvirt: OVMF; vSphere: `efi`).
+    /// Unset: the template's (Proxmox, vSphere) or BIOS (libvirt).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub firmware: Option<Firmware>,
     /// Where the image lives on each backend. The controller uses the first entry whose backend

@@ -8,9 +8,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{
-    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Initialization, MachineAddress, MachineTemplateStatus,
-    NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
-    RestartPolicy, SecretReference, TlsTrust,
+    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Firmware, Initialization, MachineAddress,
+    MachineTemplateStatus, NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference,
+    ProvisioningStatus, ReadinessChecks, RestartPolicy, SecretReference, TlsTrust,
 };
 
 /// The vSphere template a machine is cloned from.
@@ -272,6 +272,13 @@ pub struct VSphereMachineSpec {
     /// VirtualMachine's `spec.restartPolicy`; a CAPI machine is replaced by CAPI, not changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<RestartPolicy>,
+    /// Firmware: `BIOS` or `UEFI` (vSphere's `efi`). Unset: the template's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<Firmware>,
+    /// UEFI Secure Boot (`bootOptions.efiSecureBootEnabled`). Needs `firmware: UEFI` or a UEFI
+    /// template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
 }
 
 /// Observed state of a VSphereMachine.

@@ -386,6 +386,14 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
         Backend::Vsphere => vec![
             field("source.template", Honoured("the template VM cloned (immutable)")),
             field(
+                "firmware",
+                Support::AtCreation("config.firmware bios or efi, set before the first power-on"),
+            ),
+            field(
+                "secureBoot",
+                Support::AtCreation("bootOptions.efiSecureBootEnabled (needs UEFI)"),
+            ),
+            field(
                 "datacenter",
                 Support::AtCreation("the datacenter the VM is placed in and its networks resolved in"),
             ),
@@ -608,13 +616,7 @@ pub fn neutral_fields(kind: Kind, backend: Backend) -> Vec<Field> {
                     ),
                     _ => via_machine(backend, "seedDriveBus", "seedDriveBus"),
                 },
-                match backend {
-                    Backend::Vsphere => field(
-                        "firmware",
-                        NotApplicable("a vSphere clone keeps its template's firmware"),
-                    ),
-                    _ => via_machine(backend, "firmware", "firmware"),
-                },
+                via_machine(backend, "firmware", "firmware"),
             ];
             fields.extend(image_source(backend, "sources[]"));
             fields

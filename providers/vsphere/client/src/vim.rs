@@ -105,6 +105,10 @@ pub struct VmInfo {
     pub host: Option<MoRef>,
     /// Disks and NICs of `config.hardware.device`.
     pub hardware: Hardware,
+    /// `config.firmware`: `bios` or `efi`.
+    pub firmware: Option<String>,
+    /// `config.bootOptions.efiSecureBootEnabled`.
+    pub secure_boot: bool,
 }
 
 /// The properties [`Client::vm_info`] reads.
@@ -118,6 +122,8 @@ pub const VM_PROPERTIES: &[&str] = &[
     "config.hardware.memoryMB",
     "config.extraConfig",
     "config.hardware.device",
+    "config.firmware",
+    "config.bootOptions",
     "runtime.powerState",
     "runtime.host",
     "guest.ipAddress",
@@ -184,6 +190,11 @@ impl VmInfo {
                 .get("config.hardware.device")
                 .map(device::hardware_of)
                 .unwrap_or_default(),
+            firmware: text("config.firmware"),
+            secure_boot: props
+                .get("config.bootOptions")
+                .and_then(|o| o.child_text("efiSecureBootEnabled"))
+                .is_some_and(|t| t.trim() == "true"),
             vm,
         }
     }
@@ -207,6 +218,10 @@ pub struct ConfigSpec {
     pub device_change: Vec<DeviceChange>,
     /// `extraConfig` entries to set (an empty value removes the key).
     pub extra_config: Vec<OptionValue>,
+    /// `bootOptions.efiSecureBootEnabled`.
+    pub secure_boot: Option<bool>,
+    /// `firmware`: `bios` or `efi`.
+    pub firmware: Option<String>,
 }
 
 impl ConfigSpec {
@@ -240,6 +255,16 @@ impl ConfigSpec {
                 xml::escape(k),
                 xml::escape(v)
             );
+        }
+        // The schema's sequence: extraConfig, swapPlacement, bootOptions, …, firmware.
+        if let Some(on) = self.secure_boot {
+            let _ = write!(
+                s,
+                "<bootOptions><efiSecureBootEnabled>{on}</efiSecureBootEnabled></bootOptions>"
+            );
+        }
+        if let Some(f) = &self.firmware {
+            let _ = write!(s, "<firmware>{}</firmware>", xml::escape(f));
         }
         let _ = write!(s, "</{tag}>");
         s
@@ -670,6 +695,8 @@ mod tests {
                 },
             }],
             extra_config: vec![("k".into(), "v".into())],
+            secure_boot: Some(true),
+            firmware: Some("efi".into()),
         };
         let root = xml::parse(&spec.to_xml("spec")).unwrap();
         let order: Vec<&str> = root.children.iter().map(Element::local_name).collect();
@@ -680,7 +707,9 @@ mod tests {
                 "numCoresPerSocket",
                 "memoryMB",
                 "deviceChange",
-                "extraConfig"
+                "extraConfig",
+                "bootOptions",
+                "firmware"
             ]
         );
     }

@@ -530,6 +530,20 @@ pub async fn provision_step(
             if let Some(why) = update::disk_storage_refusal(input.spec, &info.hardware) {
                 return Err(permanent(support::UNSUPPORTED_FIELD, why));
             }
+            // Firmware and Secure Boot: while the new VM is off, before anything else.
+            let firmware = update::firmware_changes(input.spec, &info)
+                .map_err(|why| permanent("ConfiguringFailed", why))?;
+            if !firmware.is_empty() {
+                let task = c
+                    .reconfigure(&vm, &firmware)
+                    .await
+                    .map_err(|e| client_error("ConfiguringFailed", e))?;
+                return Ok(Step::wait(
+                    Phase::Configure(vm, Some(task)),
+                    TASK_POLL,
+                    "setting the firmware".to_owned(),
+                ));
+            }
             let nics = desired_nics(c, input).await?;
             match update::next_action(input.spec, &info, &nics, None) {
                 // (`RestartRequired` needs a provisioned VM the user wants on: not while configuring.)
@@ -985,6 +999,8 @@ mod tests {
             networks: vec![],
             readiness_checks: None,
             restart_policy: None,
+            firmware: None,
+            secure_boot: None,
         }
     }
 
@@ -1054,6 +1070,8 @@ mod tests {
             guest_ips: vec!["10.0.0.1".into(), "10.0.0.2".into()],
             host: None,
             hardware: Default::default(),
+            firmware: None,
+            secure_boot: false,
         };
         assert!(update::cold_changes(&s, &info).is_empty());
         info.memory_mb = Some(1024);

@@ -182,6 +182,8 @@ mod tests {
             guest_ips: vec![],
             host: None,
             hardware: Default::default(),
+            firmware: None,
+            secure_boot: false,
         }
     }
 

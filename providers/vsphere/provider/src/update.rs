@@ -16,7 +16,7 @@
 //!   (the default) a provisioned VM is left running and `VMUpToDate` says `RestartRequired` until
 //!   its user powers it off.
 
-use banlieue_api::common::{PowerState, RestartPolicy};
+use banlieue_api::common::{Firmware, PowerState, RestartPolicy};
 use banlieue_api::infrastructure::VSphereMachineSpec;
 use banlieue_vsphere_client::{
     ConfigSpec, DeviceChange, Hardware, NetworkBacking, VirtualNic, VmInfo, VmPowerState,
@@ -58,6 +58,34 @@ pub enum UpdateAction {
     },
     /// Nothing to do.
     InSync,
+}
+
+/// The firmware and Secure Boot a new VM still lacks (set while it is configured, powered off,
+/// before its first start; never changed afterwards: they belong to the installed guest). Empty
+/// when it has them. `Err`: Secure Boot asked for a VM that would boot BIOS.
+pub fn firmware_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> Result<ConfigSpec, String> {
+    let mut change = ConfigSpec::default();
+    let want = spec.firmware.map(|f| match f {
+        Firmware::BIOS => "bios",
+        Firmware::UEFI => "efi",
+    });
+    if let Some(want) = want
+        && info.firmware.as_deref() != Some(want)
+    {
+        change.firmware = Some(want.to_owned());
+    }
+    if let Some(on) = spec.secure_boot
+        && info.secure_boot != on
+    {
+        let efi = want.or(info.firmware.as_deref()) == Some("efi");
+        if on && !efi {
+            return Err(
+                "secureBoot needs UEFI firmware: set firmware: UEFI (the template boots BIOS)".to_owned(),
+            );
+        }
+        change.secure_boot = Some(on);
+    }
+    Ok(change)
 }
 
 /// CPU and memory changes (cold); empty when the VM matches.
@@ -322,6 +350,8 @@ mod tests {
             networks: vec![],
             readiness_checks: None,
             restart_policy: None,
+            firmware: None,
+            secure_boot: None,
         }
     }
 
@@ -375,6 +405,8 @@ mod tests {
                 nics: vec![nic(4000, net("VM Network", "network-6"), "00:0c:29:00:00:01")],
                 used_units: vec![(202, 0), (100, 7)],
             },
+            firmware: None,
+            secure_boot: false,
         }
     }
 

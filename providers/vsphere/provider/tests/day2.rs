@@ -701,3 +701,35 @@ async fn a_clone_whose_answer_is_lost_is_adopted_not_repeated() -> Result<()> {
     }
     Ok(())
 }
+
+/// `firmware: UEFI` and `secureBoot: true`: the new VM is set to `efi` with Secure Boot while it
+/// is off, before its first power-on; vcsim refuses Secure Boot on BIOS as vSphere does, so the
+/// order matters.
+#[tokio::test]
+async fn firmware_and_secure_boot_are_set_before_the_first_power_on() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
+    let s = scenario(&sim.url, &sim.thumbprint, "vs-firmware").await?;
+    s.machine(
+        "uefi-1",
+        json!({
+            "cpu": {"cores": 1},
+            "memoryMiB": 512,
+            "firmware": "UEFI",
+            "secureBoot": true,
+            "readinessChecks": {"skipGuestAgent": true},
+        }),
+    )
+    .await?;
+    let m = s.wait_machine("uefi-1", "Ready", is_ready).await?;
+    let vm = info(&vc, &vm_of(&m)?).await?;
+    ensure!(vm.firmware.as_deref() == Some("efi"), "{:?}", vm.firmware);
+    ensure!(vm.secure_boot, "Secure Boot enabled");
+    ensure!(
+        vm.power_state == Some(banlieue_vsphere_client::VmPowerState::PoweredOn),
+        "{:?}",
+        vm.power_state
+    );
+    Ok(())
+}

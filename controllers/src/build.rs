@@ -483,6 +483,10 @@ pub fn desired_machine(
     if let Some(policy) = vm.spec.restart_policy {
         spec.insert("restartPolicy".into(), to_value(&policy));
     }
+    // Every backend's machine has spec.readinessChecks (the same struct).
+    if let Some(checks) = &vm.spec.readiness_checks {
+        spec.insert("readinessChecks".into(), to_value(checks));
+    }
     if let (Some(field), Some(bus)) = (
         entry.seed_drive_bus_field,
         image.and_then(|i| i.spec.seed_drive_bus),

@@ -629,3 +629,27 @@ fn the_images_seed_drive_bus_and_firmware_reach_the_machine(
     assert!(plain["spec"].get("seedDriveBus").is_none(), "{plain}");
     assert!(plain["spec"].get("firmware").is_none(), "{plain}");
 }
+
+/// The VM's readiness checks reach its machine on every backend (the same struct there).
+#[rstest]
+#[case::proxmox("proxmox")]
+#[case::libvirt("libvirt")]
+#[case::vsphere("vsphere")]
+fn the_vms_readiness_checks_reach_the_machine(#[case] backend: &str) {
+    let source = match backend {
+        "proxmox" => json!({"proxmox": {"vmid": 9000}}),
+        "libvirt" => json!({"libvirt": {"volume": "v", "pool": "p"}}),
+        _ => json!({"vsphere": {"template": "t"}}),
+    };
+    let v = vm(
+        json!({"providerRef": {"name": "p"}, "source": source, "cpu": {"cores": 1}, "memoryMiB": 512,
+                      "readinessChecks": {"skipCloudInit": true}}),
+    );
+    let p = provider("p", backend, json!({}), json!({}));
+    let machine = desired_machine(&v, &p, None, None).expect("builds");
+    assert_eq!(
+        machine["spec"]["readinessChecks"],
+        json!({"skipCloudInit": true}),
+        "{machine}"
+    );
+}

@@ -239,6 +239,7 @@ mod tests {
             "disks",
             "networks",
             "restartPolicy",
+            "readinessChecks",
         ]);
         for field in fields {
             assert!(

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::{ImageSource, ProviderAllocation};
 use crate::common::{
     ContractReference, Cpu, Disk, LocalObjectReference, MachineAddress, NetworkInterface, PowerState,
-    ProviderReference, RestartPolicy, SecretKeyReference,
+    ProviderReference, ReadinessChecks, RestartPolicy, SecretKeyReference,
 };
 
 /// A hypervisor-neutral virtual machine. Pick where it runs with `providerRef` (one `Provider`)
@@ -162,6 +162,11 @@ pub struct VirtualMachineSpec {
     /// down, apply, start again, announced by a `PoweringOff` Event).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy: Option<RestartPolicy>,
+    /// Guest readiness checks, copied to the infrastructure machine: `skipCloudInit` for a guest
+    /// without cloud-init (else `Ready` waits for cloud-init's report where the provider reads
+    /// it), `skipGuestAgent` for one without a guest agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub readiness_checks: Option<ReadinessChecks>,
     /// Placement: provider selection and hints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,

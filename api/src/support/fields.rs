@@ -651,6 +651,16 @@ fn virtual_machine(backend: Backend) -> Vec<Field> {
         via_machine(backend, "memoryMiB", "memoryMiB"),
         via_machine(backend, "powerState", "powerState"),
         via_machine(backend, "restartPolicy", "restartPolicy"),
+        via_machine(
+            backend,
+            "readinessChecks.skipGuestAgent",
+            "readinessChecks.skipGuestAgent",
+        ),
+        via_machine(
+            backend,
+            "readinessChecks.skipCloudInit",
+            "readinessChecks.skipCloudInit",
+        ),
         field(
             "placement.failureDomain",
             Honoured("the failure domain of the Provider the VM is placed in"),

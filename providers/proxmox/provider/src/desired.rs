@@ -117,7 +117,7 @@ pub fn next_configure_action(
         return Ok(ConfigureAction::Apply(update));
     }
     // Firmware, TPM, CPU model, PCI devices: at creation only (not in the update path).
-    let hardware = crate::hardware::hardware_update(spec, actual)?;
+    let hardware = crate::hardware::hardware_update(spec, actual).map_err(SpecError)?;
     if hardware != ConfigUpdate::default() {
         return Ok(ConfigureAction::Apply(hardware));
     }

@@ -12,11 +12,10 @@ use banlieue_pve_client::{HaResource, HaResourceSettings, vm_sid};
 
 use crate::hypervisor::{Hypervisor, PveError};
 use crate::phase::VmLocation;
-use crate::provision::MachineInput;
 
 /// The comment marking an HA resource the provider added: `banlieue: <namespace>/<name>`.
-pub fn comment(input: &MachineInput<'_>) -> String {
-    format!("{COMMENT_PREFIX} {}/{}", input.namespace, input.name)
+pub fn comment(namespace: &str, name: &str) -> String {
+    format!("{COMMENT_PREFIX} {namespace}/{name}")
 }
 
 const COMMENT_PREFIX: &str = "banlieue:";
@@ -48,14 +47,10 @@ pub fn settings_change(wanted: &HighAvailability, current: &HaResource) -> Optio
 }
 
 /// The settings of a new HA resource for the machine's VM, in the power state it is in.
-pub fn new_resource(
-    input: &MachineInput<'_>,
-    wanted: &HighAvailability,
-    running: bool,
-) -> HaResourceSettings {
+pub fn new_resource(comment: &str, wanted: &HighAvailability, running: bool) -> HaResourceSettings {
     HaResourceSettings {
         state: Some(if running { "started" } else { "stopped" }.to_owned()),
-        comment: Some(comment(input)),
+        comment: Some(comment.to_owned()),
         max_restart: wanted.max_restart,
         max_relocate: wanted.max_relocate,
     }
@@ -70,17 +65,18 @@ pub struct Outcome {
     pub missing_rule: Option<String>,
 }
 
-/// Makes the VM's HA membership match `input.spec.highAvailability`. `managed`: whether
-/// `status/current` reported the VM an HA resource; `running`: whether it runs.
+/// Makes the VM's HA membership match `wanted` (the spec's `highAvailability`); `comment`
+/// marks a resource the provider adds ([`comment`]). `managed`: whether `status/current`
+/// reported the VM an HA resource; `running`: whether it runs.
 pub async fn converge<H: Hypervisor>(
     hv: &H,
-    input: &MachineInput<'_>,
+    wanted: Option<&HighAvailability>,
+    comment: &str,
     loc: &VmLocation,
     managed: bool,
     running: bool,
 ) -> Result<Outcome, PveError> {
     let mut outcome = Outcome::default();
-    let wanted = input.spec.high_availability.as_ref();
     if wanted.is_none() && !managed {
         return Ok(outcome);
     }
@@ -99,7 +95,7 @@ pub async fn converge<H: Hypervisor>(
     let sid = vm_sid(loc.vmid);
     match current {
         None => {
-            hv.create_ha_resource(loc.vmid, &new_resource(input, wanted, running))
+            hv.create_ha_resource(loc.vmid, &new_resource(comment, wanted, running))
                 .await?;
             outcome.changed.push(format!("added {sid} to HA"));
         }

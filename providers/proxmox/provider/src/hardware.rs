@@ -8,13 +8,11 @@ use banlieue_api::common::Firmware;
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_pve_client::{ConfigUpdate, DiskSpec, VmConfig};
 
-use crate::desired::SpecError;
-
 /// The drive keys tried, in order, for the boot disk's storage when the spec names none.
 const BOOT_DISK_KEYS: [&str; 4] = ["scsi0", "virtio0", "sata0", "ide0"];
 
 /// The storage new firmware volumes go on: `spec.storage`, else the boot disk's.
-fn volume_storage(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<String, SpecError> {
+fn volume_storage(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<String, String> {
     if let Some(storage) = &spec.storage {
         return Ok(storage.clone());
     }
@@ -26,18 +24,16 @@ fn volume_storage(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<String
         .filter_map(|key| actual.get(key)?.parse::<DiskSpec>().ok())
         .filter(|d| !d.is_cdrom())
         .find_map(|d| d.storage().map(str::to_owned))
-        .ok_or_else(|| SpecError("no storage for the EFI disk or TPM state: set spec.storage".to_owned()))
+        .ok_or_else(|| "no storage for the EFI disk or TPM state: set spec.storage".to_owned())
 }
 
 /// The `cpu` option the spec asks for (`x86-64-v2-AES,flags=+aes;-pcid`), if any.
-pub fn cpu_option(spec: &ProxmoxMachineSpec) -> Result<Option<String>, SpecError> {
+pub fn cpu_option(spec: &ProxmoxMachineSpec) -> Result<Option<String>, String> {
     let Some(model) = &spec.cpu_type else {
         if spec.cpu_flags.is_empty() {
             return Ok(None);
         }
-        return Err(SpecError(
-            "cpuFlags needs cpuType: flags change a CPU model".to_owned(),
-        ));
+        return Err("cpuFlags needs cpuType: flags change a CPU model".to_owned());
     };
     Ok(Some(if spec.cpu_flags.is_empty() {
         model.clone()
@@ -75,11 +71,11 @@ fn hostpci_value(device: &banlieue_api::infrastructure::PciDevice) -> String {
 
 /// What the new VM's config still lacks of the spec's firmware, TPM, CPU model and PCI
 /// devices (empty when nothing).
-pub fn hardware_update(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<ConfigUpdate, SpecError> {
+pub fn hardware_update(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<ConfigUpdate, String> {
     let uefi = spec.firmware == Some(Firmware::UEFI);
     let secure_boot = spec.secure_boot == Some(true);
     if secure_boot && !uefi {
-        return Err(SpecError("secureBoot needs firmware: UEFI".to_owned()));
+        return Err("secureBoot needs firmware: UEFI".to_owned());
     }
     let mut update = ConfigUpdate::default();
     match spec.firmware {
@@ -216,18 +212,18 @@ mod tests {
             ..spec()
         };
         let err = hardware_update(&secure_bios, &config(&[])).unwrap_err();
-        assert!(err.0.contains("firmware: UEFI"), "{err}");
+        assert!(err.contains("firmware: UEFI"), "{err}");
         let flags_only = ProxmoxMachineSpec {
             cpu_flags: vec!["+aes".into()],
             ..spec()
         };
         let err = hardware_update(&flags_only, &config(&[])).unwrap_err();
-        assert!(err.0.contains("cpuType"), "{err}");
+        assert!(err.contains("cpuType"), "{err}");
         let no_storage = ProxmoxMachineSpec {
             tpm: Some(true),
             ..spec()
         };
         let err = hardware_update(&no_storage, &config(&[])).unwrap_err();
-        assert!(err.0.contains("spec.storage"), "{err}");
+        assert!(err.contains("spec.storage"), "{err}");
     }
 }

@@ -974,7 +974,9 @@ async fn high_availability<H: Hypervisor>(
     run: RunState,
     mut step: Step,
 ) -> Result<Step, StepError> {
-    let outcome = ha::converge(hv, input, loc, run.ha_managed, run.running)
+    let comment = ha::comment(input.namespace, input.name);
+    let wanted = input.spec.high_availability.as_ref();
+    let outcome = ha::converge(hv, wanted, &comment, loc, run.ha_managed, run.running)
         .await
         .map_err(|e| pve_error(HA_FAILED, e))?;
     if !outcome.changed.is_empty() {

@@ -242,15 +242,29 @@ pub(crate) fn clean_up_abandoned_in(dir: &Path) {
         return;
     };
     for entry in entries.flatten() {
-        let pid = std::fs::read_to_string(entry.path().join("pid")).unwrap_or_default();
-        let alive = pid
-            .trim()
-            .parse::<u32>()
-            .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
-        if !alive {
+        if owner_is_gone(&entry.path()) {
             tracing::info!(state = %entry.path().display(), "removing a node network a killed run left behind");
             remove_recorded(&entry.path());
         }
+    }
+}
+
+/// How long a state folder may lack its owner's PID before it counts as abandoned: its owner
+/// writes the PID right after creating the folder, and a concurrent clean-up must not take a
+/// folder being set up (and the bridge it is about to configure) for a killed run's.
+const PID_GRACE: Duration = Duration::from_secs(60);
+
+/// Whether the owner recorded in a state folder no longer runs. A folder without a (complete)
+/// PID is its owner's until [`PID_GRACE`] has passed since it was created.
+fn owner_is_gone(state: &Path) -> bool {
+    let pid = std::fs::read_to_string(state.join("pid")).unwrap_or_default();
+    match pid.trim().parse::<u32>() {
+        Ok(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
+        Err(_) => std::fs::metadata(state)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|created| created.elapsed().ok())
+            .is_some_and(|age| age > PID_GRACE),
     }
 }
 
@@ -780,5 +794,26 @@ mod tests {
         assert!(text.contains("`umoci` (Debian package umoci)"), "{text}");
         // /usr/sbin is searched whatever PATH says (ip lives there).
         assert!(!text.contains("`ip`"), "{text}");
+    }
+
+    #[test]
+    fn a_folder_still_being_set_up_is_not_taken_for_a_killed_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = dir.path().join("24");
+        std::fs::create_dir(&fresh).unwrap();
+        assert!(!owner_is_gone(&fresh), "no PID yet: its owner is writing it");
+        std::fs::write(fresh.join("pid"), "").unwrap();
+        assert!(!owner_is_gone(&fresh), "an empty PID is one being written");
+
+        std::fs::write(fresh.join("pid"), std::process::id().to_string()).unwrap();
+        assert!(!owner_is_gone(&fresh), "its owner runs");
+        std::fs::write(fresh.join("pid"), u32::MAX.to_string()).unwrap();
+        assert!(owner_is_gone(&fresh), "no such process");
+
+        let old = dir.path().join("25");
+        std::fs::create_dir(&old).unwrap();
+        let long_ago = std::time::SystemTime::now() - 2 * PID_GRACE;
+        std::fs::File::open(&old).unwrap().set_modified(long_ago).unwrap();
+        assert!(owner_is_gone(&old), "a PID never written within the grace");
     }
 }

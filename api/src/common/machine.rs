@@ -290,10 +290,10 @@ pub struct ReadinessChecks {
     /// Do not wait for the guest agent to answer (and do not read addresses from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_guest_agent: Option<bool>,
-    /// Do not wait for cloud-init to report completion. Where the provider waits (Proxmox,
-    /// libvirt; docs/field-support.md), a machine is provisioned once its guest reports an address and
-    /// Ready only once cloud-init in the guest has finished (`WaitingForCloudInit` until then,
-    /// `CloudInitFailed` with its errors); set it for a guest without cloud-init.
+    /// Do not wait for cloud-init to report completion. Otherwise a machine is provisioned once
+    /// its guest reports an address and Ready only once cloud-init in the guest has finished
+    /// (`WaitingForCloudInit` until then, `CloudInitFailed` with its errors; how each provider
+    /// learns it: docs/field-support.md); set it for a guest without cloud-init.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skip_cloud_init: Option<bool>,
 }

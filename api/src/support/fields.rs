@@ -5,7 +5,7 @@
 use super::{Field, Kind, Refused, Support};
 use crate::common::Backend;
 
-use Support::{Honoured, Ignored, NotApplicable, RefusedAtAdmission};
+use Support::{Honoured, NotApplicable, RefusedAtAdmission};
 
 fn refused(values: Refused, why: &'static str) -> Support {
     Support::Refused { values, why }
@@ -232,8 +232,8 @@ fn readiness_checks(backend: Backend) -> Vec<Field> {
                 Backend::Libvirt => Honoured(
                     "provisioned once the guest has a DHCP lease, Ready (True) only once cloud-init's report (/run/cloud-init/result.json, read through the QEMU guest agent with guest-file-open/read) says it finished: WaitingForCloudInit until then, CloudInitFailed with its errors; set true for a guest without cloud-init or qemu-guest-agent",
                 ),
-                Backend::Vsphere => Ignored(
-                    "this provider does not wait for cloud-init yet: the machine is Ready once its guest reports an address",
+                Backend::Vsphere => Honoured(
+                    "provisioned once VMware Tools reports an address, Ready (True) only once the guest has published cloud-init's report in guestinfo.banlieue.cloud-init (the vendor data every clone gets waits for /run/cloud-init/result.json and sets it with vmware-rpctool): WaitingForCloudInit until then, CloudInitFailed with its errors; set true for a guest without cloud-init or VMware Tools",
                 ),
             },
         ),

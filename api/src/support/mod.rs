@@ -26,8 +26,6 @@ pub enum Support {
     /// Honoured when the VM is created; a later change is not applied to an existing VM (the
     /// text says what the field does).
     AtCreation(&'static str),
-    /// Accepted and not acted on: a known hole, listed in the table until it is closed.
-    Ignored(&'static str),
     /// Some values are honoured, the others are refused when the provider reconciles: its
     /// `Ready` condition turns False with reason [`UNSUPPORTED_FIELD`], naming the field and the
     /// provider, and nothing is created until the field is changed (on a VM that exists already,
@@ -360,7 +358,6 @@ impl Support {
             Support::Honoured("") => "yes".to_owned(),
             Support::Honoured(how) => format!("yes: {how}"),
             Support::AtCreation(how) => format!("at creation: {how}"),
-            Support::Ignored(why) => format!("**ignored**: {why}"),
             Support::Refused {
                 values: Refused::Any,
                 why,
@@ -394,8 +391,9 @@ pub fn markdown() -> String {
          a VM that exists already: its `VMUpToDate`, the rest of the spec still acted on).\n\
          - **refused by the API server**: a CEL rule of the CRD refuses the object when it is written.\n\
          - **n/a**: not an ask of the user (set by the provider or Cluster API), or another \
-         backend's entry.\n\
-         - **ignored**: a known hole; it stays in this table until it is closed.\n\n\
+         backend's entry.\n\n\
+         There is no \"ignored\": a field a backend accepts and does not act on cannot be \
+         declared (it is refused, or honoured).\n\n\
          Machine and cluster rows hold for the kind's template too (`spec.template.spec`). A \
          VirtualMachine's fields copied onto the infrastructure machine have that machine's verdict.\n",
     );

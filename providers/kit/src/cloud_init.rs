@@ -8,9 +8,10 @@
 //! [`CLOUD_INIT_FAILED`] when that report lists errors (a bootstrap that failed: `kubeadm`,
 //! a `runcmd`). `readinessChecks.skipCloudInit` (or `skipGuestAgent`) skips the wait.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use banlieue_api::common::ReadinessChecks;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::Deserialize;
 
 /// Where cloud-init writes its report at the end of its last stage (a link to
@@ -113,6 +114,61 @@ pub fn poll_interval(waited: Duration) -> Duration {
     (waited / 10).clamp(Duration::from_secs(2), Duration::from_secs(30))
 }
 
+/// A machine's wait for its guest's cloud-init as its `Ready` condition records it, and what
+/// that wait makes of a reconcile: the `Ready` of a provisioned, running machine and how soon
+/// to ask again. One rule for every backend.
+#[derive(Clone, Debug, Default)]
+pub struct Wait {
+    /// The `Ready` condition, when it waits on cloud-init (its reason is one of [`pending`]).
+    recorded: Option<(&'static str, Condition)>,
+}
+
+impl Wait {
+    /// The wait recorded in a machine's conditions (none: `Ready` does not wait on cloud-init).
+    pub fn recorded(conditions: &[Condition]) -> Self {
+        let recorded = banlieue_api::condition::find(conditions, banlieue_api::condition::READY)
+            .and_then(|c| Some((pending(&c.reason)?, c.clone())));
+        Self { recorded }
+    }
+
+    /// Whether `Ready` waits on cloud-init now (a provisioned machine's step asks the guest
+    /// again).
+    pub fn is_pending(&self) -> bool {
+        self.recorded.is_some()
+    }
+
+    /// Why a provisioned, running machine whose guest is `vm` is not Ready as far as cloud-init
+    /// goes (`None`: it is). `now` is what the guest said this time; `None` when it was not asked
+    /// (a change in flight), and then a recorded wait goes on as it was. A skipped check
+    /// ([`skipped`]) never holds the machine back, even one set while the wait went on.
+    pub fn not_ready(&self, now: Option<&CloudInit>, skip: bool, vm: &str) -> Option<(&'static str, String)> {
+        if skip {
+            return None;
+        }
+        match (now, &self.recorded) {
+            (Some(state), _) => state.not_ready(vm),
+            (None, Some((reason, condition))) => Some((reason, condition.message.clone())),
+            (None, None) => None,
+        }
+    }
+
+    /// When to reconcile again, given the `Ready` reason this reconcile writes and the step's own
+    /// `requeue`: while `Ready` waits on cloud-init, soon ([`poll_interval`] since the wait
+    /// began); a failed report is asked again as well (a reboot or the user's fix may bring a
+    /// new one), at the same pace.
+    pub fn requeue(&self, ready_reason: &str, requeue: Duration) -> Duration {
+        if pending(ready_reason).is_none() {
+            return requeue;
+        }
+        let waited = self
+            .recorded
+            .as_ref()
+            .and_then(|(_, c)| SystemTime::from(c.last_transition_time.0).elapsed().ok())
+            .unwrap_or_default();
+        requeue.min(poll_interval(waited))
+    }
+}
+
 fn shorten(text: &str) -> String {
     if text.len() <= MAX_ERRORS_LEN {
         return text.to_owned();
@@ -187,6 +243,69 @@ mod tests {
         assert!(!skipped(Some(&checks(None, Some(false)))));
         assert!(skipped(Some(&checks(None, Some(true)))));
         assert!(skipped(Some(&checks(Some(true), None))));
+    }
+
+    fn ready(reason: &str, message: &str, since: Duration) -> Condition {
+        Condition {
+            type_: banlieue_api::condition::READY.to_owned(),
+            status: "False".to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::try_from(SystemTime::now() - since).unwrap(),
+            ),
+            observed_generation: None,
+        }
+    }
+
+    #[test]
+    fn a_recorded_wait_goes_on_until_the_guest_is_asked_and_a_skip_ends_it() {
+        let none = Wait::recorded(&[ready("Provisioned", "", Duration::ZERO)]);
+        assert!(!none.is_pending());
+        assert_eq!(none.not_ready(None, false, "VM 1"), None);
+        assert_eq!(
+            none.not_ready(Some(&CloudInit::Running), false, "VM 1")
+                .map(|r| r.0),
+            Some(WAITING_FOR_CLOUD_INIT)
+        );
+
+        let waiting = Wait::recorded(&[ready(WAITING_FOR_CLOUD_INIT, "as recorded", Duration::ZERO)]);
+        assert!(waiting.is_pending());
+        // Not asked this time: the wait goes on as it was, message included.
+        assert_eq!(
+            waiting.not_ready(None, false, "VM 1"),
+            Some((WAITING_FOR_CLOUD_INIT, "as recorded".to_owned()))
+        );
+        assert_eq!(waiting.not_ready(Some(&CloudInit::Done), false, "VM 1"), None);
+        // skipCloudInit set while it waits: Ready at once, whatever was recorded.
+        assert_eq!(waiting.not_ready(None, true, "VM 1"), None);
+        assert_eq!(waiting.not_ready(Some(&CloudInit::Running), true, "VM 1"), None);
+    }
+
+    #[test]
+    fn the_wait_asks_often_at_first_then_less() {
+        let long = Duration::from_secs(300);
+        let fresh = Wait::recorded(&[ready(WAITING_FOR_CLOUD_INIT, "", Duration::ZERO)]);
+        assert_eq!(
+            fresh.requeue(WAITING_FOR_CLOUD_INIT, long),
+            Duration::from_secs(2)
+        );
+        let old = Wait::recorded(&[ready(WAITING_FOR_CLOUD_INIT, "", Duration::from_secs(200))]);
+        let later = old.requeue(WAITING_FOR_CLOUD_INIT, long);
+        assert!(
+            (Duration::from_secs(20)..Duration::from_secs(21)).contains(&later),
+            "{later:?}"
+        );
+        // A failed report is asked again at the same pace.
+        assert!(old.requeue(CLOUD_INIT_FAILED, long) < Duration::from_secs(21));
+        // Not waiting (done): the step's own requeue.
+        assert_eq!(old.requeue("Provisioned", long), long);
+        assert_eq!(Wait::default().requeue("Provisioned", long), long);
+        // Never later than the step wants.
+        assert_eq!(
+            fresh.requeue(WAITING_FOR_CLOUD_INIT, Duration::from_secs(1)),
+            Duration::from_secs(1)
+        );
     }
 
     #[test]

@@ -8,8 +8,6 @@
 //! that a domain named by the providerID of a machine created anew is its own,
 //! [`crate::readopt`]).
 
-use std::time::SystemTime;
-
 use banlieue_api::common::{PowerState, ProvisioningState};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::{LibvirtMachine, LibvirtMachineStatus};
@@ -128,10 +126,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         };
         let hosts = hosts::connect_all(&self.connector, &host_specs);
         let (owner, uuid) = (me(lm), domain_uuid(lm));
-        // A provisioned machine whose Ready waits on the guest's cloud-init: since when.
-        let cloud_init_wait = banlieue_api::condition::find(&status.conditions, condition::READY)
-            .filter(|c| cloud_init::pending(&c.reason).is_some())
-            .cloned();
+        let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
         let input = MachineInput {
             owner: &owner,
             spec: &lm.spec,
@@ -143,7 +138,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
                 lm.status.as_ref().and_then(|s| s.provisioning.as_ref()),
             ),
             pool_addresses: request.pool_addresses,
-            ask_cloud_init: cloud_init_wait.is_some() || !matches!(phase, Phase::Provisioned { .. }),
+            ask_cloud_init: cloud_init_wait.is_pending() || !matches!(phase, Phase::Provisioned { .. }),
         };
         let user_data = request.user_data.map(|d| d.value.as_slice());
         let step = provision::provision(&hosts, &input, phase, user_data)
@@ -163,24 +158,21 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         }
         // Provisioned is not Ready while the domain is off (the same semantics as every
         // provider: `status.initialization.provisioned` stays true, `Ready` says why not).
+        let domain = || {
+            format!(
+                "domain {}",
+                crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
+            )
+        };
         let ready = match &step.provisioned {
-            Some(done) if done.power_state == PowerState::Off => {
-                let domain = format!(
-                    "domain {}",
-                    crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
-                );
-                Report::new(
-                    false,
-                    condition::POWERED_OFF,
-                    condition::powered_off_message(&domain, lm.spec.power_state),
-                )
-            }
+            Some(done) if done.power_state == PowerState::Off => Report::new(
+                false,
+                condition::POWERED_OFF,
+                condition::powered_off_message(&domain(), lm.spec.power_state),
+            ),
             Some(_) => {
-                let domain = format!(
-                    "domain {}",
-                    crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
-                );
-                match step.cloud_init.as_ref().and_then(|c| c.not_ready(&domain)) {
+                let skip = cloud_init::skipped(lm.spec.readiness_checks.as_ref());
+                match cloud_init_wait.not_ready(step.cloud_init.as_ref(), skip, &domain()) {
                     Some((reason, message)) => Report::new(false, reason, message),
                     None => Report::new(true, condition::PROVISIONED, ""),
                 }
@@ -198,17 +190,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             None => Report::up_to_date(step.waiting.clone()),
         });
         let warning = step.restart_required.is_some() || ready.reason == cloud_init::CLOUD_INIT_FAILED;
-        // While cloud-init runs, it is asked again soon: often at first, then less.
-        let requeue = if ready.reason == cloud_init::WAITING_FOR_CLOUD_INIT {
-            let since = cloud_init_wait
-                .as_ref()
-                .map(|c| SystemTime::from(c.last_transition_time.0))
-                .and_then(|t| t.elapsed().ok())
-                .unwrap_or_default();
-            step.requeue.min(cloud_init::poll_interval(since))
-        } else {
-            step.requeue
-        };
+        let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
                 provider_id: done.provider_id,

@@ -436,9 +436,13 @@ async fn vsphere_virtual_machine_through_the_banlieue_controller() -> anyhow::Re
     )
     .await?;
 
-    // VMware Tools (played through vcsim) reports the guest's address.
+    // VMware Tools (played through vcsim) reports the guest's address, and the guest publishes
+    // cloud-init's report.
     let set_ip = ConfigSpec {
-        extra_config: vec![("SET.guest.ipAddress".into(), GUEST_IP.into())],
+        extra_config: vec![
+            ("SET.guest.ipAddress".into(), GUEST_IP.into()),
+            banlieue_vsphere::guest_report::published_done(),
+        ],
         ..ConfigSpec::default()
     };
     vc.wait_task(

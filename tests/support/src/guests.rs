@@ -557,6 +557,16 @@ impl Guest {
         std::fs::read_to_string(self.dir.join("disk/var/lib/cloud/data/result.json")).ok()
     }
 
+    /// A guestinfo value as the guest holds it now: the one its VM had at power-on, or what the
+    /// guest set since with `vmware-rpctool "info-set <key> <value>"` (its stand-in keeps both
+    /// in `/var/lib/banlieue-guestinfo`); `None` when it has none.
+    pub fn guestinfo_set(&self, key: &str) -> Option<String> {
+        if key.contains('/') {
+            return None;
+        }
+        std::fs::read_to_string(self.dir.join("disk/var/lib/banlieue-guestinfo").join(key)).ok()
+    }
+
     /// The memory its processes use now (its memory cgroup's usage: anonymous memory and the
     /// page cache it brought in, e.g. its images; binaries shared with other guests count once).
     pub fn memory_bytes(&self) -> Option<u64> {

@@ -147,11 +147,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         );
         // Read once: the step's input, and kept in the status while the wait goes on.
         let waiting_since = guest_wait_started(Some(status));
-        // A provisioned machine whose Ready waits on the guest's cloud-init: its reason, and
-        // the condition (since when, what it said).
-        let cloud_init_wait =
-            banlieue_api::condition::find(&status.conditions, banlieue_api::condition::READY)
-                .and_then(|c| Some((cloud_init::pending(&c.reason)?, c.clone())));
+        let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
         let input = MachineInput {
             uid: &uid,
             namespace: &namespace,
@@ -163,7 +159,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             seed_storage: &self.seed_storage,
             pool_addresses: request.pool_addresses,
             waiting_since,
-            cloud_init_pending: cloud_init_wait.is_some() && phase.is_provisioned(),
+            cloud_init_pending: cloud_init_wait.is_pending() && phase.is_provisioned(),
         };
         let from = phase.clone();
         let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
@@ -197,17 +193,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                     crate::update::desired_power(&pm.spec),
                     status.power_state,
                 );
+                let skip = cloud_init::skipped(pm.spec.readiness_checks.as_ref());
                 let guest = format!("VM {}", loc.vmid);
-                match (ok, step.cloud_init.as_ref(), &cloud_init_wait) {
-                    // What the guest's cloud-init says now.
-                    (true, Some(state), _) => match state.not_ready(&guest) {
-                        Some((reason, message)) => Report::new(false, reason, message),
-                        None => Report::new(ok, reason, message),
-                    },
-                    // Not asked this time (a change in flight): the wait goes on as recorded.
-                    (true, None, Some((reason, recorded))) => {
-                        Report::new(false, reason, recorded.message.clone())
-                    }
+                match cloud_init_wait.not_ready(step.cloud_init.as_ref(), skip, &guest) {
+                    Some((reason, message)) if ok => Report::new(false, reason, message),
                     _ => Report::new(ok, reason, message),
                 }
             }
@@ -227,17 +216,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 .up_to_date
                 .map(|up| Report::new(up.status, up.reason, up.message)),
         };
-        // While cloud-init runs, it is asked again soon: often at first, then less.
-        let requeue = if ready.reason == cloud_init::WAITING_FOR_CLOUD_INIT {
-            let since = cloud_init_wait
-                .as_ref()
-                .map(|(_, c)| SystemTime::from(c.last_transition_time.0))
-                .and_then(|t| t.elapsed().ok())
-                .unwrap_or_default();
-            step.requeue.min(cloud_init::poll_interval(since))
-        } else {
-            step.requeue
-        };
+        let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
         // A Warning when a failure or a change waiting for the user's restart appears.
         let warning = step.failed.is_some()
             || ready.reason == cloud_init::CLOUD_INIT_FAILED

@@ -151,7 +151,10 @@ async fn main() -> Result<()> {
             {
                 let ip = format!("10.0.{}.{}", ip_set.len() / 250, ip_set.len() % 250 + 1);
                 let spec = ConfigSpec {
-                    extra_config: vec![("SET.guest.ipAddress".into(), ip)],
+                    extra_config: vec![
+                        ("SET.guest.ipAddress".into(), ip),
+                        banlieue_vsphere::guest_report::published_done(),
+                    ],
                     ..ConfigSpec::default()
                 };
                 vc.reconfigure(&MoRef::new("VirtualMachine", vm), &spec).await?;

@@ -4,6 +4,7 @@
 //! - [`connection`]: VSphereCluster / Provider → endpoint, credentials, TLS; client cache.
 //! - [`phase`]: the provisioning state machine persisted in status.
 //! - [`provision`]: one provisioning or deletion step against vCenter.
+//! - [`guest_report`]: cloud-init's report, which the guest publishes in its guestinfo.
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
 //! - [`update`]: CPU, memory, disks and NICs towards the spec (pure), during provisioning and as drift.
 //! - [`machine_controller`]: the VSphereMachine controller; [`cluster_controller`]: the
@@ -15,6 +16,7 @@
 pub mod cluster_controller;
 pub mod connection;
 pub mod error;
+pub mod guest_report;
 pub mod machine_controller;
 pub mod phase;
 pub mod provision;

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use banlieue_api::common::{PowerState, ProvisioningState};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::{VSphereMachine, VSphereMachineStatus};
+use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
@@ -22,6 +23,7 @@ use kube::ResourceExt;
 
 use crate::connection::{self, ClientCache};
 use crate::error::Error;
+use crate::guest_report;
 use crate::phase::{Phase, task_ref, vm_ref};
 use crate::provision::{self, DeleteStep, MachineInput};
 use crate::readopt;
@@ -147,6 +149,10 @@ impl MachineBackend for VSphereMachines {
             .user_data
             .map(|d| (!d.value.is_empty()).then_some(d.value.as_slice()));
         let from = phase.clone();
+        // Ready waits on the guest's cloud-init: asked when the machine is provisioned, and again
+        // while the recorded wait goes on (its report is in the VM's extraConfig, read anyway).
+        let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
+        let ask_cloud_init = cloud_init_wait.is_pending() || !from.is_provisioned();
         let step = provision::provision_step(&client, &input, phase, user_data, desired_power)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
@@ -183,7 +189,19 @@ impl MachineBackend for VSphereMachines {
                 let message = condition::powered_off_message(&format!("VM {name}"), vm.spec.power_state);
                 Report::new(false, condition::POWERED_OFF, message)
             }
-            (phase, _) if phase.is_provisioned() => Report::new(true, condition::PROVISIONED, ""),
+            (phase, _) if phase.is_provisioned() => {
+                // What the guest's cloud-init says, unless a change is in flight.
+                let now = step
+                    .vm
+                    .as_ref()
+                    .filter(|_| ask_cloud_init && step.waiting.is_none() && step.failed.is_none())
+                    .map(|info| guest_report::cloud_init(&info.extra_config));
+                let skip = cloud_init::skipped(vm.spec.readiness_checks.as_ref());
+                match cloud_init_wait.not_ready(now.as_ref(), skip, &format!("VM {name}")) {
+                    Some((reason, message)) => Report::new(false, reason, message),
+                    None => Report::new(true, condition::PROVISIONED, ""),
+                }
+            }
             (_, Some((reason, message))) => Report::new(false, reason, message.clone()),
             (phase, None) => Report::new(false, phase.reason(), why),
         };
@@ -194,6 +212,12 @@ impl MachineBackend for VSphereMachines {
             (None, Some(why)) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
             (None, None) => Report::up_to_date(step.waiting.clone()),
         });
+        // A Warning when a failure, a change waiting for the user's restart or cloud-init's
+        // errors appear.
+        let warning = step.failed.is_some()
+            || step.restart_required.is_some()
+            || ready.reason == cloud_init::CLOUD_INIT_FAILED;
+        let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
         Ok(Step {
             provisioned,
             ready,
@@ -203,11 +227,10 @@ impl MachineBackend for VSphereMachines {
             } else {
                 step.event.clone().into_iter().collect()
             },
-            // A Warning when a failure or a change waiting for the user's restart appears.
-            warning: step.failed.is_some() || step.restart_required.is_some(),
+            warning,
             provider_id: None,
             backoff: false,
-            requeue: step.requeue,
+            requeue,
             next_now,
         })
     }

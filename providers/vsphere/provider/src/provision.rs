@@ -203,7 +203,8 @@ fn base64(data: &[u8]) -> String {
 
 /// The guestinfo extraConfig of a clone: user data and meta-data ([`guest_metadata`], its
 /// interfaces matched by the MACs the spec sets: the VM's own are known once it exists, and
-/// Configure rewrites the meta-data with them), base64, plus our UID.
+/// Configure rewrites the meta-data with them), base64, the vendor data that reports cloud-init's
+/// end ([`crate::guest_report`]), plus our UID.
 pub fn guestinfo(
     input: &MachineInput<'_>,
     user_data: Option<&[u8]>,
@@ -218,6 +219,7 @@ pub fn guestinfo(
         out.push(("guestinfo.userdata".to_owned(), base64(ud)));
         out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
     }
+    out.extend(crate::guest_report::clone_extra_config());
     out.extend(readopt::marker(input.owner()));
     Ok(out)
 }

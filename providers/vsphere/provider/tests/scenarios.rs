@@ -96,6 +96,56 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
         TIMEOUT,
     )
     .await?;
+    // Provisioned (CAPI goes on), but not Ready until the guest publishes cloud-init's report:
+    // the clone carries the vendor data that does, and no report yet.
+    let m = s
+        .wait_machine("web-1", "WaitingForCloudInit", |m| {
+            ready(m).is_some_and(|r| r.1 == "WaitingForCloudInit")
+        })
+        .await?;
+    ensure!(m.spec.provider_id.is_some(), "provisioned while cloud-init runs");
+    let info = vc.vm_info(&vm).await?.context("clone gone")?;
+    ensure!(
+        info.extra_config
+            .get(banlieue_vsphere::guest_report::REPORT_KEY)
+            .is_none_or(String::is_empty),
+        "a clone starts without a report"
+    );
+    let vendor_data = base64::engine::general_purpose::STANDARD.decode(
+        info.extra_config
+            .get("guestinfo.vendordata")
+            .context("no vendor data")?,
+    )?;
+    ensure!(String::from_utf8(vendor_data)?.contains("vmware-rpctool"));
+    // The guest publishes cloud-init's errors: CloudInitFailed names them.
+    let publish = |report: &str| ConfigSpec {
+        extra_config: vec![(
+            banlieue_vsphere::guest_report::REPORT_KEY.to_owned(),
+            banlieue_vsphere::guest_report::encode(report),
+        )],
+        ..ConfigSpec::default()
+    };
+    let failed = publish(r#"{"v1": {"errors": ["('scripts_user', RuntimeError('kubeadm failed'))"]}}"#);
+    vc.wait_task(
+        &vc.reconfigure(&vm, &failed).await?,
+        Duration::from_millis(100),
+        TIMEOUT,
+    )
+    .await?;
+    let m = s
+        .wait_machine("web-1", "CloudInitFailed", |m| {
+            ready(m).is_some_and(|r| r.1 == "CloudInitFailed" && r.2.contains("kubeadm failed"))
+        })
+        .await?;
+    ensure!(ready(&m).is_some_and(|r| r.0 == "False"));
+    // Then (a reboot that ran it again) a report without errors: Ready.
+    let done = publish(r#"{"v1": {"errors": []}}"#);
+    vc.wait_task(
+        &vc.reconfigure(&vm, &done).await?,
+        Duration::from_millis(100),
+        TIMEOUT,
+    )
+    .await?;
     let m = s
         .wait_machine("web-1", "Ready", |m| ready(m).is_some_and(|r| r.0 == "True"))
         .await?;

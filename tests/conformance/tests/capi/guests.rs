@@ -267,7 +267,8 @@ fn step(
     }
     // The guest agents: what each running guest's network has now (read outside the lock), and
     // cloud-init's report once its last stage ran.
-    let running: Vec<(String, String, Option<String>)> = guests
+    type Running = (String, String, Option<String>, Option<String>);
+    let running: Vec<Running> = guests
         .lock()
         .expect("guests lock")
         .iter_mut()
@@ -277,15 +278,25 @@ fn step(
                     id.clone(),
                     guest.network_namespace().to_owned(),
                     guest.cloud_init_result(),
+                    guest
+                        .guestinfo_set(banlieue_vsphere::guest_report::REPORT_KEY)
+                        .filter(|v| !v.is_empty()),
                 )
             })
         })
         .collect();
     running
         .into_iter()
-        .filter_map(|(id, netns, cloud_init)| {
+        .filter_map(|(id, netns, cloud_init, published)| {
             let nics = interfaces_in(&netns).ok()?;
-            Some((id, AgentView { nics, cloud_init }))
+            Some((
+                id,
+                AgentView {
+                    nics,
+                    cloud_init,
+                    published,
+                },
+            ))
         })
         .collect()
 }
@@ -298,4 +309,7 @@ pub struct AgentView {
     pub nics: Vec<GuestNic>,
     /// cloud-init's report, once its last stage ran.
     pub cloud_init: Option<String>,
+    /// What the guest published with `vmware-rpctool info-set` under the provider's report key
+    /// (vSphere: the vendor data's script, once cloud-init ran), for vCenter to show.
+    pub published: Option<String>,
 }

@@ -205,9 +205,14 @@ impl VSphere {
 
     /// Plays VMware Tools reporting VM `id`'s primary address (vcsim has no Tools):
     /// `SET.guest.ipAddress`.
-    async fn set_guest_ip(&self, id: &str, ip: String) -> Result<()> {
+    /// Sets extraConfig values of VM `id` as its guest would (vcsim: `SET.guest.*` for VMware
+    /// Tools' view, `guestinfo.*` for what the guest set); nothing to set, no call.
+    async fn set_extra_config(&self, id: &str, extra_config: Vec<(String, String)>) -> Result<()> {
+        if extra_config.is_empty() {
+            return Ok(());
+        }
         let spec = ConfigSpec {
-            extra_config: vec![("SET.guest.ipAddress".into(), ip)],
+            extra_config,
             ..ConfigSpec::default()
         };
         let vm = MoRef::new("VirtualMachine", id.to_owned());
@@ -579,12 +584,18 @@ impl Hypervisor {
     }
 
     /// Plays what the guest's agent reports once booted where the hypervisor does not (vcsim
-    /// has no VMware Tools: the guest IP is set through `SET.guest.ipAddress`). `n` numbers the
-    /// address.
+    /// has no VMware Tools: the guest IP is set through `SET.guest.ipAddress`, and the emulated
+    /// guest publishes a cloud-init that finished). `n` numbers the address.
     pub async fn report_address(&self, guest: &Guest, n: u8) -> Result<()> {
         match self {
             Self::Proxmox(_) | Self::Libvirt(_) => Ok(()),
-            Self::VSphere(v) => v.set_guest_ip(&guest.id, format!("192.0.2.{n}")).await,
+            Self::VSphere(v) => {
+                let extra_config = vec![
+                    ("SET.guest.ipAddress".to_owned(), format!("192.0.2.{n}")),
+                    banlieue_vsphere::guest_report::published_done(),
+                ];
+                v.set_extra_config(&guest.id, extra_config).await
+            }
         }
     }
 
@@ -774,14 +785,24 @@ impl Hypervisor {
                 }
                 Ok(())
             }
-            Self::VSphere(v) => match nics
-                .iter()
-                .flat_map(|n| &n.addresses)
-                .find(|(ip, _)| ip.is_ipv4())
-            {
-                Some((ip, _)) => v.set_guest_ip(id, ip.to_string()).await,
-                None => Ok(()),
-            },
+            // VMware Tools' primary address, and what the guest published in its guestinfo
+            // (cloud-init's report, once the vendor data's script sent it).
+            Self::VSphere(v) => {
+                let mut extra_config: Vec<(String, String)> = nics
+                    .iter()
+                    .flat_map(|n| &n.addresses)
+                    .find(|(ip, _)| ip.is_ipv4())
+                    .map(|(ip, _)| ("SET.guest.ipAddress".to_owned(), ip.to_string()))
+                    .into_iter()
+                    .collect();
+                if let Some(published) = &view.published {
+                    extra_config.push((
+                        banlieue_vsphere::guest_report::REPORT_KEY.to_owned(),
+                        published.clone(),
+                    ));
+                }
+                v.set_extra_config(id, extra_config).await
+            }
             // What libvirt's network reports for a real domain: the DHCP leases of its NICs.
             Self::Libvirt(lv) => {
                 use banlieue_libvirt::hypervisor::Hypervisor as _;

@@ -167,7 +167,10 @@ impl ProviderUnderTest for VcSim {
                 };
                 if info.power_state == Some(VmPowerState::PoweredOn) && info.ip_address.is_none() {
                     let ip = ConfigSpec {
-                        extra_config: vec![("SET.guest.ipAddress".into(), format!("192.0.2.{}", 10 + i))],
+                        extra_config: vec![
+                            ("SET.guest.ipAddress".into(), format!("192.0.2.{}", 10 + i)),
+                            banlieue_vsphere::guest_report::published_done(),
+                        ],
                         ..ConfigSpec::default()
                     };
                     let task = self.vc.reconfigure(&vm, &ip).await?;

@@ -279,6 +279,12 @@ pub struct VSphereMachineSpec {
     /// template.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_boot: Option<bool>,
+    /// A virtual TPM 2.0 (`VirtualTPM`), added while the new VM is off, before its first
+    /// power-on. Needs UEFI firmware (`firmware: UEFI` or a UEFI template) and a key provider in
+    /// vCenter (the TPM's state is encrypted); a vCenter without one fails the reconfigure, and
+    /// the machine's `Ready` says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<bool>,
 }
 
 /// Observed state of a VSphereMachine.

@@ -394,6 +394,12 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 Support::AtCreation("bootOptions.efiSecureBootEnabled (needs UEFI)"),
             ),
             field(
+                "tpm",
+                Support::AtCreation(
+                    "a VirtualTPM added before the first power-on (needs UEFI and a key provider in vCenter)",
+                ),
+            ),
+            field(
                 "datacenter",
                 Support::AtCreation("the datacenter the VM is placed in and its networks resolved in"),
             ),

@@ -149,6 +149,8 @@ pub struct Hardware {
     pub nics: Vec<VirtualNic>,
     /// `(controllerKey, unitNumber)` of every device attached to a controller unit.
     pub used_units: Vec<(i32, i32)>,
+    /// Whether the VM has a virtual TPM (`VirtualTPM`).
+    pub tpm: bool,
 }
 
 impl Hardware {
@@ -176,7 +178,9 @@ pub fn hardware_of(val: &Element) -> Hardware {
         if let (Some(c), Some(u)) = (small(d, "controllerKey"), small(d, "unitNumber")) {
             hw.used_units.push((c, u));
         }
-        if kind == "VirtualDisk" {
+        if kind == "VirtualTPM" {
+            hw.tpm = true;
+        } else if kind == "VirtualDisk" {
             let backing = d.child("backing");
             let capacity_kb = int(d, "capacityInKB")
                 .and_then(|k| u64::try_from(k).ok())
@@ -300,6 +304,11 @@ pub enum DeviceChange {
     RemoveNic {
         /// The NIC as read.
         nic: VirtualNic,
+    },
+    /// Add a virtual TPM (the VM off, with EFI firmware).
+    AddTpm {
+        /// Temporary (negative) key, unique within one spec.
+        key: i32,
     },
 }
 
@@ -425,6 +434,12 @@ impl DeviceChange {
                 unit_xml(&mut s, nic.controller_key, nic.unit_number);
                 s.push_str("</device>");
             }
+            Self::AddTpm { key } => {
+                let _ = write!(
+                    s,
+                    "<operation>add</operation><device xsi:type=\"VirtualTPM\"><key>{key}</key></device>"
+                );
+            }
         }
         s.push_str("</deviceChange>");
         s
@@ -450,6 +465,7 @@ impl DeviceChange {
                 backing.describe()
             ),
             Self::RemoveNic { nic } => format!("remove NIC {} on {}", nic.key, nic.backing.describe()),
+            Self::AddTpm { .. } => "add a virtual TPM".to_owned(),
         }
     }
 }
@@ -468,9 +484,23 @@ mod tests {
 </val>"#;
 
     #[test]
+    fn a_virtual_tpm_is_seen_and_added_by_key() {
+        let with_tpm = DEVICES.replace(
+            "</val>",
+            "<VirtualDevice x:type=\"VirtualTPM\"><key>11000</key></VirtualDevice>\n</val>",
+        );
+        assert!(hardware_of(&xml::parse(&with_tpm).unwrap()).tpm);
+        assert_eq!(
+            DeviceChange::AddTpm { key: -11 }.to_xml(),
+            "<deviceChange><operation>add</operation><device xsi:type=\"VirtualTPM\"><key>-11</key></device></deviceChange>"
+        );
+    }
+
+    #[test]
     fn reads_disks_in_unit_order_and_nics_by_key() {
         let hw = hardware_of(&xml::parse(DEVICES).unwrap());
         assert_eq!(hw.disks.len(), 2);
+        assert!(!hw.tpm);
         let boot = &hw.disks[0];
         assert_eq!(
             (boot.key, boot.unit_number, boot.capacity_kb),

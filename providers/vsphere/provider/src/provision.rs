@@ -532,7 +532,7 @@ pub async fn provision_step(
             if let Some(why) = update::disk_storage_refusal(input.spec, &info.hardware) {
                 return Err(permanent(support::UNSUPPORTED_FIELD, why));
             }
-            // Firmware and Secure Boot: while the new VM is off, before anything else.
+            // Firmware, Secure Boot and a TPM: while the new VM is off, before anything else.
             let firmware = update::firmware_changes(input.spec, &info)
                 .map_err(|why| permanent("ConfiguringFailed", why))?;
             if !firmware.is_empty() {
@@ -543,7 +543,7 @@ pub async fn provision_step(
                 return Ok(Step::wait(
                     Phase::Configure(vm, Some(task)),
                     TASK_POLL,
-                    "setting the firmware".to_owned(),
+                    "setting the firmware (Secure Boot, TPM)".to_owned(),
                 ));
             }
             let nics = desired_nics(c, input).await?;
@@ -1003,6 +1003,7 @@ mod tests {
             restart_policy: None,
             firmware: None,
             secure_boot: None,
+            tpm: None,
         }
     }
 

@@ -60,9 +60,10 @@ pub enum UpdateAction {
     InSync,
 }
 
-/// The firmware and Secure Boot a new VM still lacks (set while it is configured, powered off,
-/// before its first start; never changed afterwards: they belong to the installed guest). Empty
-/// when it has them. `Err`: Secure Boot asked for a VM that would boot BIOS.
+/// The firmware, Secure Boot and virtual TPM a new VM still lacks (set while it is configured,
+/// powered off, before its first start; never changed afterwards: they belong to the installed
+/// guest). Empty when it has them. `Err`: Secure Boot or a TPM asked for a VM that would boot
+/// BIOS.
 pub fn firmware_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> Result<ConfigSpec, String> {
     let mut change = ConfigSpec::default();
     let want = spec.firmware.map(|f| match f {
@@ -85,8 +86,17 @@ pub fn firmware_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> Result<Conf
         }
         change.secure_boot = Some(on);
     }
+    if spec.tpm == Some(true) && !info.hardware.tpm {
+        if want.or(info.firmware.as_deref()) != Some("efi") {
+            return Err("tpm needs UEFI firmware: set firmware: UEFI (the template boots BIOS)".to_owned());
+        }
+        change.device_change.push(DeviceChange::AddTpm { key: TPM_KEY });
+    }
     Ok(change)
 }
+
+/// The temporary key of a virtual TPM being added.
+const TPM_KEY: i32 = -11_000;
 
 /// CPU and memory changes (cold); empty when the VM matches.
 pub fn cold_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> ConfigSpec {
@@ -352,6 +362,7 @@ mod tests {
             restart_policy: None,
             firmware: None,
             secure_boot: None,
+            tpm: None,
         }
     }
 
@@ -404,6 +415,7 @@ mod tests {
                 }],
                 nics: vec![nic(4000, net("VM Network", "network-6"), "00:0c:29:00:00:01")],
                 used_units: vec![(202, 0), (100, 7)],
+                tpm: false,
             },
             firmware: None,
             secure_boot: false,
@@ -443,6 +455,29 @@ mod tests {
             storage: Some("fast".into()),
         });
         assert_eq!(disk_storage_refusal(&s, &vm().hardware), None);
+    }
+
+    #[test]
+    fn firmware_secure_boot_and_a_tpm_are_added_once_and_need_uefi() {
+        let mut s = spec();
+        s.firmware = Some(Firmware::UEFI);
+        s.secure_boot = Some(true);
+        s.tpm = Some(true);
+        let change = firmware_changes(&s, &vm()).unwrap();
+        assert_eq!(change.firmware.as_deref(), Some("efi"));
+        assert_eq!(change.secure_boot, Some(true));
+        assert_eq!(change.device_change, vec![DeviceChange::AddTpm { key: TPM_KEY }]);
+        // Once the VM has them, nothing.
+        let mut done = vm();
+        done.firmware = Some("efi".into());
+        done.secure_boot = true;
+        done.hardware.tpm = true;
+        assert!(firmware_changes(&s, &done).unwrap().is_empty());
+        // A TPM on a VM that boots BIOS is refused with what to set.
+        s.firmware = None;
+        s.secure_boot = None;
+        let why = firmware_changes(&s, &vm()).unwrap_err();
+        assert!(why.contains("firmware: UEFI"), "{why}");
     }
 
     #[test]

@@ -706,7 +706,7 @@ async fn a_clone_whose_answer_is_lost_is_adopted_not_repeated() -> Result<()> {
 /// is off, before its first power-on; vcsim refuses Secure Boot on BIOS as vSphere does, so the
 /// order matters.
 #[tokio::test]
-async fn firmware_and_secure_boot_are_set_before_the_first_power_on() -> Result<()> {
+async fn firmware_secure_boot_and_tpm_are_set_before_the_first_power_on() -> Result<()> {
     let sim = Vcsim::start(&[])?;
     let vc = sim.client()?;
     sim.make_template(&vc, TEMPLATE).await?;
@@ -718,6 +718,7 @@ async fn firmware_and_secure_boot_are_set_before_the_first_power_on() -> Result<
             "memoryMiB": 512,
             "firmware": "UEFI",
             "secureBoot": true,
+            "tpm": true,
             "readinessChecks": {"skipGuestAgent": true},
         }),
     )
@@ -726,6 +727,7 @@ async fn firmware_and_secure_boot_are_set_before_the_first_power_on() -> Result<
     let vm = info(&vc, &vm_of(&m)?).await?;
     ensure!(vm.firmware.as_deref() == Some("efi"), "{:?}", vm.firmware);
     ensure!(vm.secure_boot, "Secure Boot enabled");
+    ensure!(vm.hardware.tpm, "a virtual TPM added");
     ensure!(
         vm.power_state == Some(banlieue_vsphere_client::VmPowerState::PoweredOn),
         "{:?}",

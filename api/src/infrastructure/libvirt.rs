@@ -202,6 +202,14 @@ pub struct LibvirtClusterStatus {
     {
         "rule": "self.source == oldSelf.source",
         "message": "spec.source is immutable: create a new machine to change the base volume"
+    },
+    {
+        "rule": "!has(self.secureBoot) || !self.secureBoot || (has(self.firmware) && self.firmware == 'UEFI')",
+        "message": "secureBoot needs firmware: UEFI"
+    },
+    {
+        "rule": "!has(self.secureBoot) || !self.secureBoot || !has(self.seedDriveBus) || self.seedDriveBus != 'IDE'",
+        "message": "secureBoot runs on a q35 machine, which has no IDE controller: use seedDriveBus SATA or SCSI"
     }
 ]))]
 pub struct LibvirtMachineSpec {
@@ -274,6 +282,12 @@ pub struct LibvirtMachineSpec {
     /// An emulated TPM 2.0 (`tpm-crb` with libvirt's swtpm emulator; the host needs swtpm).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpm: Option<bool>,
+    /// UEFI Secure Boot: libvirt picks an OVMF build with Secure Boot and Microsoft's keys
+    /// enrolled (`<firmware>` features `secure-boot`, `enrolled-keys`), on a q35 machine with SMM.
+    /// Needs `firmware: UEFI` and a seed drive on SATA or SCSI (q35 has no IDE); the host needs
+    /// such an OVMF build (Debian: `ovmf`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
 }
 
 /// Observed state of a LibvirtMachine.

@@ -382,6 +382,12 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 Support::AtCreation("the pool of the VM's volumes and seed"),
             ),
             field("firmware", Support::AtCreation("BIOS (SeaBIOS) or UEFI (OVMF)")),
+            field(
+                "secureBoot",
+                Support::AtCreation(
+                    "an OVMF with Secure Boot and enrolled keys (<firmware> features), q35 with SMM; needs UEFI (CEL)",
+                ),
+            ),
         ],
         Backend::Vsphere => vec![
             field("source.template", Honoured("the template VM cloned (immutable)")),

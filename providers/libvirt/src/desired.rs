@@ -180,8 +180,9 @@ pub fn domain_config(
         memory_mib: spec.memory_mib,
         disks,
         nics,
-        firmware: match spec.firmware {
-            Some(Firmware::UEFI) => FirmwareConfig::Uefi,
+        firmware: match (spec.firmware, spec.secure_boot) {
+            (Some(Firmware::UEFI), Some(true)) => FirmwareConfig::UefiSecureBoot,
+            (Some(Firmware::UEFI), _) => FirmwareConfig::Uefi,
             _ => FirmwareConfig::Bios,
         },
         cpu_model: spec.cpu_type.clone(),
@@ -407,6 +408,9 @@ mod tests {
         assert_eq!((c.sockets, c.cores, c.memory_mib), (2, 2, 1024));
         assert_eq!(c.domain_type, DomainType::Qemu);
         assert_eq!(c.firmware, FirmwareConfig::Uefi);
+        s.secure_boot = Some(true);
+        let secure = domain_config(&s, &owner(), "uuid-1", &settings);
+        assert_eq!(secure.firmware, FirmwareConfig::UefiSecureBoot);
         assert_eq!(c.serial_log.as_deref(), Some("/var/log/x/ns_m1.serial"));
         assert_eq!(c.disks.len(), 2);
         assert_eq!((c.disks[0].target.as_str(), c.disks[0].cdrom), ("vda", false));

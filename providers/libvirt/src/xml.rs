@@ -110,6 +110,9 @@ pub enum FirmwareConfig {
     Bios,
     /// OVMF, selected by libvirt's firmware auto-selection.
     Uefi,
+    /// OVMF with Secure Boot and the default keys enrolled, on a q35 machine with SMM (what
+    /// libvirt's auto-selection needs to pick a secure-boot build).
+    UefiSecureBoot,
 }
 
 /// Direct kernel boot (used by tests with a tiny kernel + initramfs guest).
@@ -428,10 +431,14 @@ pub fn domain_xml(c: &DomainConfig) -> String {
         escape(&c.uuid)
     );
     match c.firmware {
-        FirmwareConfig::Bios => x.push_str("  <os>\n"),
-        FirmwareConfig::Uefi => x.push_str("  <os firmware='efi'>\n"),
+        FirmwareConfig::Bios => x.push_str("  <os>\n    <type arch='x86_64' machine='pc'>hvm</type>\n"),
+        FirmwareConfig::Uefi => {
+            x.push_str("  <os firmware='efi'>\n    <type arch='x86_64' machine='pc'>hvm</type>\n");
+        }
+        FirmwareConfig::UefiSecureBoot => x.push_str(
+            "  <os firmware='efi'>\n    <type arch='x86_64' machine='q35'>hvm</type>\n    <firmware>\n      <feature enabled='yes' name='secure-boot'/>\n      <feature enabled='yes' name='enrolled-keys'/>\n    </firmware>\n",
+        ),
     }
-    x.push_str("    <type arch='x86_64' machine='pc'>hvm</type>\n");
     match &c.kernel_boot {
         Some(k) => {
             let _ = writeln!(x, "    <kernel>{}</kernel>", escape(&k.kernel));
@@ -441,7 +448,12 @@ pub fn domain_xml(c: &DomainConfig) -> String {
         None => x.push_str("    <boot dev='hd'/>\n"),
     }
     x.push_str("    <smbios mode='sysinfo'/>\n  </os>\n");
-    x.push_str("  <features>\n    <acpi/>\n    <apic/>\n  </features>\n");
+    x.push_str("  <features>\n    <acpi/>\n    <apic/>\n");
+    if c.firmware == FirmwareConfig::UefiSecureBoot {
+        // Secure Boot's variables are only writable in System Management Mode.
+        x.push_str("    <smm state='on'/>\n");
+    }
+    x.push_str("  </features>\n");
     x.push_str(&cpu_element(c));
     x.push_str("  <clock offset='utc'/>\n  <on_poweroff>destroy</on_poweroff>\n  <on_reboot>restart</on_reboot>\n  <on_crash>destroy</on_crash>\n");
     x.push_str("  <devices>\n");
@@ -690,6 +702,28 @@ mod tests {
         assert!(xml.starts_with("<domain type='kvm'>"));
         assert!(xml.contains("<cpu mode='host-passthrough'>"));
         assert!(xml.contains("<os firmware='efi'>"));
+    }
+
+    #[test]
+    fn secure_boot_asks_for_an_enrolled_ovmf_on_q35_with_smm() {
+        let mut c = config();
+        c.firmware = FirmwareConfig::UefiSecureBoot;
+        let xml = domain_xml(&c);
+        assert!(xml.contains("<os firmware='efi'>"), "{xml}");
+        assert!(xml.contains("machine='q35'"), "{xml}");
+        assert!(
+            xml.contains("<feature enabled='yes' name='secure-boot'/>"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<feature enabled='yes' name='enrolled-keys'/>"),
+            "{xml}"
+        );
+        assert!(xml.contains("<smm state='on'/>"), "{xml}");
+        // Without it: i440FX, no SMM, no firmware features.
+        c.firmware = FirmwareConfig::Uefi;
+        let xml = domain_xml(&c);
+        assert!(xml.contains("machine='pc'") && !xml.contains("<smm") && !xml.contains("secure-boot"));
     }
 
     #[test]

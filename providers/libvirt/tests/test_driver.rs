@@ -1030,3 +1030,37 @@ async fn libvirt_accepts_a_cpu_model_features_a_tpm_and_a_scsi_seed() {
     assert!(step.provisioned.is_some(), "{:?}", step.phase);
     provision::delete(&*hv, &o, &s, &o.uid).await.unwrap();
 }
+
+/// libvirt accepts a Secure Boot domain (q35 with SMM, OVMF with enrolled keys asked by
+/// `<firmware>` features, the NICs at their pinned slots on the PCIe root bus), and keeps what
+/// was asked in its definition.
+#[tokio::test]
+async fn libvirt_accepts_a_secure_boot_domain_on_q35() {
+    let host = host_with_base().await;
+    let hosts = [host];
+    let hv = hosts[0].hv.clone();
+    let o = owner("sb1");
+    let mut s = spec(serde_json::json!([{"name": "root", "sizeGiB": 4}]));
+    s.firmware = Some(banlieue_api::common::Firmware::UEFI);
+    s.secure_boot = Some(true);
+    let settings = settings();
+    let input = machine_input(&o, &s, &settings);
+    let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
+        .await
+        .unwrap();
+    assert!(step.provisioned.is_some(), "{:?}", step.phase);
+    // The definition as libvirt keeps it (its own XML, not the one sent).
+    let conn = virt::connect::Connect::open(Some("test:///default")).unwrap();
+    let xml = conn
+        .lookup_domain_by_uuid_string(&o.uid)
+        .unwrap()
+        .xml_desc(0)
+        .unwrap();
+    assert!(xml.contains("q35"), "{xml}");
+    assert!(xml.contains("secure-boot"), "{xml}");
+    assert!(
+        xml.contains("<smm state='on'/>") || xml.contains("<smm state=\"on\"/>"),
+        "{xml}"
+    );
+    provision::delete(&*hv, &o, &s, &o.uid).await.unwrap();
+}

@@ -285,6 +285,47 @@ pub struct VSphereMachineSpec {
     /// the machine's `Ready` says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpm: Option<bool>,
+    /// PCI devices (GPUs, NICs) passed through, added while the new VM is off, before its first
+    /// power-on: by vendor and device ID with Dynamic DirectPath I/O (vCenter picks a free
+    /// matching device on the host, optionally one with the hardware label `customLabel`), or an
+    /// NVIDIA vGPU profile. Either locks the VM's memory reservation to its size, as vSphere
+    /// requires.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub pci_devices: Vec<VSpherePciDevice>,
+}
+
+/// A PCI device for a VSphereMachine: a Dynamic DirectPath I/O device (`vendorId` and
+/// `deviceId`, optionally `customLabel`), or a vGPU (`vgpuProfile`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.vgpuProfile) != (has(self.vendorId) && has(self.deviceId))",
+        "message": "a PCI device is either vendorId and deviceId (Dynamic DirectPath I/O) or a vgpuProfile"
+    },
+    {
+        "rule": "!has(self.customLabel) || has(self.deviceId)",
+        "message": "customLabel selects among the devices of vendorId and deviceId"
+    }
+]))]
+pub struct VSpherePciDevice {
+    /// PCI vendor ID, as vSphere shows it (decimal: NVIDIA is 4318).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 65535))]
+    pub vendor_id: Option<i32>,
+    /// PCI device ID (decimal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 65535))]
+    pub device_id: Option<i32>,
+    /// The hardware label a host gave the device (Dynamic DirectPath I/O's `customLabel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    pub custom_label: Option<String>,
+    /// An NVIDIA vGPU profile (`grid_a100-4c`…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"))]
+    pub vgpu_profile: Option<String>,
 }
 
 /// Observed state of a VSphereMachine.

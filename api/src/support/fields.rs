@@ -406,6 +406,24 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 ),
             ),
             field(
+                "pciDevices[].vendorId",
+                Support::AtCreation(
+                    "a VirtualPCIPassthrough with Dynamic DirectPath I/O (allowedDevice), memory reservation locked",
+                ),
+            ),
+            field(
+                "pciDevices[].deviceId",
+                Support::AtCreation("the allowedDevice's device ID"),
+            ),
+            field(
+                "pciDevices[].customLabel",
+                Support::AtCreation("the Dynamic DirectPath hardware label"),
+            ),
+            field(
+                "pciDevices[].vgpuProfile",
+                Support::AtCreation("a VirtualPCIPassthrough with an NVIDIA vGPU profile (vmiop backing)"),
+            ),
+            field(
                 "datacenter",
                 Support::AtCreation("the datacenter the VM is placed in and its networks resolved in"),
             ),

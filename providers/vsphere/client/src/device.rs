@@ -151,6 +151,98 @@ pub struct Hardware {
     pub used_units: Vec<(i32, i32)>,
     /// Whether the VM has a virtual TPM (`VirtualTPM`).
     pub tpm: bool,
+    /// PCI passthrough devices (`VirtualPCIPassthrough`), in key order.
+    pub pci_devices: Vec<PciPassthrough>,
+}
+
+/// What a `VirtualPCIPassthrough` device passes through.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PciPassthrough {
+    /// Dynamic DirectPath I/O: any free device of this vendor and device ID on the host
+    /// (`VirtualPCIPassthroughDynamicBackingInfo`), optionally one with this hardware label.
+    Dynamic {
+        /// PCI vendor ID.
+        vendor_id: i32,
+        /// PCI device ID.
+        device_id: i32,
+        /// The host's hardware label of the device.
+        custom_label: Option<String>,
+    },
+    /// An NVIDIA vGPU of this profile (`VirtualPCIPassthroughVmiopBackingInfo`).
+    Vgpu {
+        /// The profile (`grid_a100-4c`…).
+        profile: String,
+    },
+    /// Another backing (a fixed host device), by its backing type.
+    Other(String),
+}
+
+impl PciPassthrough {
+    fn from_backing(backing: Option<&Element>) -> Self {
+        let Some(b) = backing else {
+            return Self::Other("none".to_owned());
+        };
+        match b.xsi_type() {
+            Some("VirtualPCIPassthroughDynamicBackingInfo") => Self::Dynamic {
+                vendor_id: b
+                    .child("allowedDevice")
+                    .and_then(|a| small(a, "vendorId"))
+                    .unwrap_or(0),
+                device_id: b
+                    .child("allowedDevice")
+                    .and_then(|a| small(a, "deviceId"))
+                    .unwrap_or(0),
+                custom_label: b
+                    .child_text("customLabel")
+                    .map(|l| l.trim().to_owned())
+                    .filter(|l| !l.is_empty()),
+            },
+            Some("VirtualPCIPassthroughVmiopBackingInfo") => Self::Vgpu {
+                profile: b.child_text("vgpu").unwrap_or("").trim().to_owned(),
+            },
+            other => Self::Other(other.unwrap_or("unknown").to_owned()),
+        }
+    }
+
+    fn backing_xml(&self) -> String {
+        match self {
+            Self::Dynamic {
+                vendor_id,
+                device_id,
+                custom_label,
+            } => {
+                let label = custom_label
+                    .as_deref()
+                    .map(|l| format!("<customLabel>{}</customLabel>", xml::escape(l)))
+                    .unwrap_or_default();
+                format!(
+                    "<backing xsi:type=\"VirtualPCIPassthroughDynamicBackingInfo\"><deviceName></deviceName>\
+<allowedDevice><vendorId>{vendor_id}</vendorId><deviceId>{device_id}</deviceId></allowedDevice>{label}</backing>"
+                )
+            }
+            Self::Vgpu { profile } => format!(
+                "<backing xsi:type=\"VirtualPCIPassthroughVmiopBackingInfo\"><vgpu>{}</vgpu></backing>",
+                xml::escape(profile)
+            ),
+            Self::Other(kind) => format!("<backing xsi:type=\"{}\"></backing>", xml::escape(kind)),
+        }
+    }
+
+    /// A short human description.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Dynamic {
+                vendor_id,
+                device_id,
+                custom_label: Some(label),
+            } => format!("PCI device {vendor_id:04x}:{device_id:04x} labelled {label}"),
+            Self::Dynamic {
+                vendor_id, device_id, ..
+            } => format!("PCI device {vendor_id:04x}:{device_id:04x}"),
+            Self::Vgpu { profile } => format!("vGPU {profile}"),
+            Self::Other(kind) => format!("PCI device ({kind})"),
+        }
+    }
 }
 
 impl Hardware {
@@ -180,6 +272,9 @@ pub fn hardware_of(val: &Element) -> Hardware {
         }
         if kind == "VirtualTPM" {
             hw.tpm = true;
+        } else if kind == "VirtualPCIPassthrough" {
+            hw.pci_devices
+                .push(PciPassthrough::from_backing(d.child("backing")));
         } else if kind == "VirtualDisk" {
             let backing = d.child("backing");
             let capacity_kb = int(d, "capacityInKB")
@@ -309,6 +404,13 @@ pub enum DeviceChange {
     AddTpm {
         /// Temporary (negative) key, unique within one spec.
         key: i32,
+    },
+    /// Add a PCI passthrough device (the VM off, its memory reservation locked).
+    AddPci {
+        /// Temporary (negative) key, unique within one spec.
+        key: i32,
+        /// What it passes through.
+        device: PciPassthrough,
     },
 }
 
@@ -440,6 +542,13 @@ impl DeviceChange {
                     "<operation>add</operation><device xsi:type=\"VirtualTPM\"><key>{key}</key></device>"
                 );
             }
+            Self::AddPci { key, device } => {
+                let _ = write!(
+                    s,
+                    "<operation>add</operation><device xsi:type=\"VirtualPCIPassthrough\"><key>{key}</key>{}</device>",
+                    device.backing_xml()
+                );
+            }
         }
         s.push_str("</deviceChange>");
         s
@@ -466,6 +575,7 @@ impl DeviceChange {
             ),
             Self::RemoveNic { nic } => format!("remove NIC {} on {}", nic.key, nic.backing.describe()),
             Self::AddTpm { .. } => "add a virtual TPM".to_owned(),
+            Self::AddPci { device, .. } => format!("add {}", device.describe()),
         }
     }
 }
@@ -482,6 +592,40 @@ mod tests {
 <VirtualDevice x:type="VirtualDisk"><key>204</key><backing x:type="VirtualDiskFlatVer2BackingInfo"><fileName>[LocalDS_0] vm/disk1.vmdk</fileName><datastore type="Datastore">datastore-59</datastore><diskMode>persistent</diskMode><thinProvisioned>true</thinProvisioned></backing><controllerKey>202</controllerKey><unitNumber>0</unitNumber><capacityInKB>10485760</capacityInKB><capacityInBytes>10737418240</capacityInBytes></VirtualDevice>
 <VirtualDevice x:type="VirtualVmxnet3"><key>205</key><backing x:type="VirtualEthernetCardNetworkBackingInfo"><deviceName>VM Network</deviceName><network type="Network">network-6</network></backing><controllerKey>100</controllerKey><unitNumber>1</unitNumber><addressType>manual</addressType><macAddress>00:50:56:00:00:01</macAddress></VirtualDevice>
 </val>"#;
+
+    #[test]
+    fn pci_passthrough_devices_are_read_and_added_as_written() {
+        let with_pci = DEVICES.replace(
+            "</val>",
+            "<VirtualDevice x:type=\"VirtualPCIPassthrough\"><key>13000</key><backing x:type=\"VirtualPCIPassthroughDynamicBackingInfo\"><deviceName></deviceName><allowedDevice><vendorId>4318</vendorId><deviceId>7864</deviceId></allowedDevice><customLabel>gpu-a</customLabel></backing></VirtualDevice>\n\
+<VirtualDevice x:type=\"VirtualPCIPassthrough\"><key>13001</key><backing x:type=\"VirtualPCIPassthroughVmiopBackingInfo\"><vgpu>grid_a100-4c</vgpu></backing></VirtualDevice>\n</val>",
+        );
+        let hw = hardware_of(&xml::parse(&with_pci).unwrap());
+        let dynamic = PciPassthrough::Dynamic {
+            vendor_id: 4318,
+            device_id: 7864,
+            custom_label: Some("gpu-a".into()),
+        };
+        let vgpu = PciPassthrough::Vgpu {
+            profile: "grid_a100-4c".into(),
+        };
+        assert_eq!(hw.pci_devices, vec![dynamic.clone(), vgpu.clone()]);
+        let added = DeviceChange::AddPci {
+            key: -13,
+            device: dynamic,
+        }
+        .to_xml();
+        assert!(
+            added.contains("<device xsi:type=\"VirtualPCIPassthrough\"><key>-13</key><backing xsi:type=\"VirtualPCIPassthroughDynamicBackingInfo\"><deviceName></deviceName><allowedDevice><vendorId>4318</vendorId><deviceId>7864</deviceId></allowedDevice><customLabel>gpu-a</customLabel></backing></device>"),
+            "{added}"
+        );
+        let added = DeviceChange::AddPci {
+            key: -14,
+            device: vgpu,
+        }
+        .to_xml();
+        assert!(added.contains("<vgpu>grid_a100-4c</vgpu>"), "{added}");
+    }
 
     #[test]
     fn a_virtual_tpm_is_seen_and_added_by_key() {

@@ -20,7 +20,7 @@ pub mod vim;
 pub mod xml;
 
 pub use client::{Client, ClientBuilder};
-pub use device::{DeviceChange, Hardware, NetworkBacking, VirtualDisk, VirtualNic};
+pub use device::{DeviceChange, Hardware, NetworkBacking, PciPassthrough, VirtualDisk, VirtualNic};
 pub use error::{Error, ErrorClass, Result};
 pub use hosts::{HostRoom, PoolHosts};
 pub use secret::Secret;

@@ -222,6 +222,8 @@ pub struct ConfigSpec {
     pub secure_boot: Option<bool>,
     /// `firmware`: `bios` or `efi`.
     pub firmware: Option<String>,
+    /// `memoryReservationLockedToMax` (PCI passthrough needs all memory reserved).
+    pub memory_reservation_locked_to_max: Option<bool>,
 }
 
 impl ConfigSpec {
@@ -265,6 +267,12 @@ impl ConfigSpec {
         }
         if let Some(f) = &self.firmware {
             let _ = write!(s, "<firmware>{}</firmware>", xml::escape(f));
+        }
+        if let Some(locked) = self.memory_reservation_locked_to_max {
+            let _ = write!(
+                s,
+                "<memoryReservationLockedToMax>{locked}</memoryReservationLockedToMax>"
+            );
         }
         let _ = write!(s, "</{tag}>");
         s
@@ -697,6 +705,7 @@ mod tests {
             extra_config: vec![("k".into(), "v".into())],
             secure_boot: Some(true),
             firmware: Some("efi".into()),
+            memory_reservation_locked_to_max: Some(true),
         };
         let root = xml::parse(&spec.to_xml("spec")).unwrap();
         let order: Vec<&str> = root.children.iter().map(Element::local_name).collect();
@@ -709,7 +718,8 @@ mod tests {
                 "deviceChange",
                 "extraConfig",
                 "bootOptions",
-                "firmware"
+                "firmware",
+                "memoryReservationLockedToMax"
             ]
         );
     }

@@ -532,7 +532,8 @@ pub async fn provision_step(
             if let Some(why) = update::disk_storage_refusal(input.spec, &info.hardware) {
                 return Err(permanent(support::UNSUPPORTED_FIELD, why));
             }
-            // Firmware, Secure Boot and a TPM: while the new VM is off, before anything else.
+            // Firmware, Secure Boot, a TPM and PCI devices: while the new VM is off, before
+            // anything else.
             let firmware = update::firmware_changes(input.spec, &info)
                 .map_err(|why| permanent("ConfiguringFailed", why))?;
             if !firmware.is_empty() {
@@ -543,7 +544,7 @@ pub async fn provision_step(
                 return Ok(Step::wait(
                     Phase::Configure(vm, Some(task)),
                     TASK_POLL,
-                    "setting the firmware (Secure Boot, TPM)".to_owned(),
+                    "setting the firmware (Secure Boot, TPM, PCI devices)".to_owned(),
                 ));
             }
             let nics = desired_nics(c, input).await?;
@@ -1004,6 +1005,7 @@ mod tests {
             firmware: None,
             secure_boot: None,
             tpm: None,
+            pci_devices: vec![],
         }
     }
 

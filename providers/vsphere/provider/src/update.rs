@@ -19,7 +19,7 @@
 use banlieue_api::common::{Firmware, PowerState, RestartPolicy};
 use banlieue_api::infrastructure::VSphereMachineSpec;
 use banlieue_vsphere_client::{
-    ConfigSpec, DeviceChange, Hardware, NetworkBacking, VirtualNic, VmInfo, VmPowerState,
+    ConfigSpec, DeviceChange, Hardware, NetworkBacking, PciPassthrough, VirtualNic, VmInfo, VmPowerState,
 };
 
 /// A NIC the spec asks for, with its network resolved.
@@ -60,10 +60,10 @@ pub enum UpdateAction {
     InSync,
 }
 
-/// The firmware, Secure Boot and virtual TPM a new VM still lacks (set while it is configured,
-/// powered off, before its first start; never changed afterwards: they belong to the installed
-/// guest). Empty when it has them. `Err`: Secure Boot or a TPM asked for a VM that would boot
-/// BIOS.
+/// The firmware, Secure Boot, virtual TPM and PCI devices a new VM still lacks (set while it is
+/// configured, powered off, before its first start; never changed afterwards: they belong to the
+/// installed guest). Empty when it has them. `Err`: Secure Boot or a TPM asked for a VM that
+/// would boot BIOS.
 pub fn firmware_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> Result<ConfigSpec, String> {
     let mut change = ConfigSpec::default();
     let want = spec.firmware.map(|f| match f {
@@ -92,11 +92,51 @@ pub fn firmware_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> Result<Conf
         }
         change.device_change.push(DeviceChange::AddTpm { key: TPM_KEY });
     }
+    let missing = missing_pci_devices(spec, &info.hardware);
+    if !missing.is_empty() {
+        // vSphere powers on a VM with passthrough devices only with all its memory reserved.
+        change.memory_reservation_locked_to_max = Some(true);
+    }
+    for (i, device) in (0..).zip(missing) {
+        change.device_change.push(DeviceChange::AddPci {
+            key: PCI_KEY - i,
+            device,
+        });
+    }
     Ok(change)
 }
 
 /// The temporary key of a virtual TPM being added.
 const TPM_KEY: i32 = -11_000;
+/// The temporary key of the first PCI device being added (the next ones count down).
+const PCI_KEY: i32 = -13_000;
+
+/// The spec's PCI devices the VM does not have yet (each device it has counts once).
+fn missing_pci_devices(spec: &VSphereMachineSpec, hardware: &Hardware) -> Vec<PciPassthrough> {
+    let mut present = hardware.pci_devices.clone();
+    let mut missing = Vec::new();
+    for wanted in &spec.pci_devices {
+        let device = match (&wanted.vgpu_profile, wanted.vendor_id, wanted.device_id) {
+            (Some(profile), _, _) => PciPassthrough::Vgpu {
+                profile: profile.clone(),
+            },
+            (None, Some(vendor_id), Some(device_id)) => PciPassthrough::Dynamic {
+                vendor_id,
+                device_id,
+                custom_label: wanted.custom_label.clone(),
+            },
+            // The schema refuses anything else.
+            _ => continue,
+        };
+        match present.iter().position(|p| *p == device) {
+            Some(found) => {
+                present.remove(found);
+            }
+            None => missing.push(device),
+        }
+    }
+    missing
+}
 
 /// CPU and memory changes (cold); empty when the VM matches.
 pub fn cold_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> ConfigSpec {
@@ -363,6 +403,7 @@ mod tests {
             firmware: None,
             secure_boot: None,
             tpm: None,
+            pci_devices: vec![],
         }
     }
 
@@ -416,6 +457,7 @@ mod tests {
                 nics: vec![nic(4000, net("VM Network", "network-6"), "00:0c:29:00:00:01")],
                 used_units: vec![(202, 0), (100, 7)],
                 tpm: false,
+                pci_devices: vec![],
             },
             firmware: None,
             secure_boot: false,
@@ -478,6 +520,52 @@ mod tests {
         s.secure_boot = None;
         let why = firmware_changes(&s, &vm()).unwrap_err();
         assert!(why.contains("firmware: UEFI"), "{why}");
+    }
+
+    #[test]
+    fn missing_pci_devices_are_added_once_with_memory_locked() {
+        use banlieue_api::infrastructure::VSpherePciDevice;
+        let mut s = spec();
+        let gpu = VSpherePciDevice {
+            vendor_id: Some(4318),
+            device_id: Some(7864),
+            custom_label: Some("gpu-a".into()),
+            vgpu_profile: None,
+        };
+        s.pci_devices = vec![
+            gpu.clone(),
+            gpu,
+            VSpherePciDevice {
+                vgpu_profile: Some("grid_a100-4c".into()),
+                ..VSpherePciDevice::default()
+            },
+        ];
+        let change = firmware_changes(&s, &vm()).unwrap();
+        assert_eq!(change.memory_reservation_locked_to_max, Some(true));
+        assert_eq!(change.device_change.len(), 3);
+        let keys: Vec<i32> = change
+            .device_change
+            .iter()
+            .map(|d| match d {
+                DeviceChange::AddPci { key, .. } => *key,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(keys, [PCI_KEY, PCI_KEY - 1, PCI_KEY - 2]);
+        // One of the two GPUs is there already: one more is added, with the vGPU.
+        let mut one = vm();
+        one.hardware.pci_devices = vec![PciPassthrough::Dynamic {
+            vendor_id: 4318,
+            device_id: 7864,
+            custom_label: Some("gpu-a".into()),
+        }];
+        assert_eq!(firmware_changes(&s, &one).unwrap().device_change.len(), 2);
+        // All there: nothing, the memory left as it is.
+        one.hardware.pci_devices.push(one.hardware.pci_devices[0].clone());
+        one.hardware.pci_devices.push(PciPassthrough::Vgpu {
+            profile: "grid_a100-4c".into(),
+        });
+        assert!(firmware_changes(&s, &one).unwrap().is_empty());
     }
 
     #[test]

@@ -702,11 +702,11 @@ async fn a_clone_whose_answer_is_lost_is_adopted_not_repeated() -> Result<()> {
     Ok(())
 }
 
-/// `firmware: UEFI` and `secureBoot: true`: the new VM is set to `efi` with Secure Boot while it
-/// is off, before its first power-on; vcsim refuses Secure Boot on BIOS as vSphere does, so the
+/// `firmware: UEFI`, `secureBoot: true`, a TPM and PCI devices (Dynamic DirectPath, a vGPU): the
+/// new VM gets them while it is off, before its first power-on; vcsim refuses Secure Boot on BIOS as vSphere does, so the
 /// order matters.
 #[tokio::test]
-async fn firmware_secure_boot_and_tpm_are_set_before_the_first_power_on() -> Result<()> {
+async fn firmware_secure_boot_tpm_and_pci_devices_are_set_before_the_first_power_on() -> Result<()> {
     let sim = Vcsim::start(&[])?;
     let vc = sim.client()?;
     sim.make_template(&vc, TEMPLATE).await?;
@@ -719,6 +719,10 @@ async fn firmware_secure_boot_and_tpm_are_set_before_the_first_power_on() -> Res
             "firmware": "UEFI",
             "secureBoot": true,
             "tpm": true,
+            "pciDevices": [
+                {"vendorId": 4318, "deviceId": 7864, "customLabel": "gpu-a"},
+                {"vgpuProfile": "grid_a100-4c"},
+            ],
             "readinessChecks": {"skipGuestAgent": true},
         }),
     )
@@ -728,6 +732,21 @@ async fn firmware_secure_boot_and_tpm_are_set_before_the_first_power_on() -> Res
     ensure!(vm.firmware.as_deref() == Some("efi"), "{:?}", vm.firmware);
     ensure!(vm.secure_boot, "Secure Boot enabled");
     ensure!(vm.hardware.tpm, "a virtual TPM added");
+    ensure!(
+        vm.hardware.pci_devices
+            == [
+                banlieue_vsphere_client::PciPassthrough::Dynamic {
+                    vendor_id: 4318,
+                    device_id: 7864,
+                    custom_label: Some("gpu-a".into()),
+                },
+                banlieue_vsphere_client::PciPassthrough::Vgpu {
+                    profile: "grid_a100-4c".into(),
+                },
+            ],
+        "{:?}",
+        vm.hardware.pci_devices
+    );
     ensure!(
         vm.power_state == Some(banlieue_vsphere_client::VmPowerState::PoweredOn),
         "{:?}",

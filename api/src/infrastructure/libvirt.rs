@@ -288,6 +288,23 @@ pub struct LibvirtMachineSpec {
     /// such an OVMF build (Debian: `ovmf`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secure_boot: Option<bool>,
+    /// Host PCI devices (GPUs, NICs) passed through with VFIO (`<hostdev managed='yes'>`:
+    /// libvirt detaches each from its host driver while the domain runs). The addresses are the
+    /// host's, so a machine with PCI devices belongs on a host (failure domain) that has them
+    /// free; the host needs an IOMMU (`intel_iommu=on` / `amd_iommu=on`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub pci_devices: Vec<LibvirtPciDevice>,
+}
+
+/// A host PCI device passed through to a libvirt domain.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LibvirtPciDevice {
+    /// The device's PCI address on the host, `domain:bus:slot.function` as `lspci -D` shows
+    /// it, e.g. `0000:01:00.0`.
+    #[schemars(regex(pattern = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"))]
+    pub address: String,
 }
 
 /// Observed state of a LibvirtMachine.

@@ -388,6 +388,10 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                     "an OVMF with Secure Boot and enrolled keys (<firmware> features), q35 with SMM; needs UEFI (CEL)",
                 ),
             ),
+            field(
+                "pciDevices[].address",
+                Support::AtCreation("a managed VFIO <hostdev> of the host's PCI device at this address"),
+            ),
         ],
         Backend::Vsphere => vec![
             field("source.template", Honoured("the template VM cloned (immutable)")),

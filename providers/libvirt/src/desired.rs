@@ -188,6 +188,11 @@ pub fn domain_config(
         cpu_model: spec.cpu_type.clone(),
         cpu_flags: spec.cpu_flags.clone(),
         tpm: spec.tpm == Some(true),
+        pci_devices: spec
+            .pci_devices
+            .iter()
+            .map(|d| d.address.to_ascii_lowercase())
+            .collect(),
         kernel_boot: settings.kernel_boot.clone(),
         owner: owner.clone(),
         adopted_from: None,

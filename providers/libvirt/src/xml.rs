@@ -154,6 +154,8 @@ pub struct DomainConfig {
     pub cpu_flags: Vec<String>,
     /// An emulated TPM 2.0 (swtpm).
     pub tpm: bool,
+    /// Host PCI devices passed through, by address (`0000:01:00.0`).
+    pub pci_devices: Vec<String>,
     /// Direct kernel boot instead of booting the first disk.
     pub kernel_boot: Option<KernelBoot>,
     /// File the serial console is also logged to.
@@ -506,12 +508,36 @@ pub fn domain_xml(c: &DomainConfig) -> String {
     x.push_str("      <target port='0'/>\n    </serial>\n");
     x.push_str("    <console type='pty'>\n      <target type='serial' port='0'/>\n    </console>\n");
     x.push_str("    <channel type='unix'>\n      <target type='virtio' name='org.qemu.guest_agent.0'/>\n    </channel>\n");
+    for address in &c.pci_devices {
+        x.push_str(&hostdev_element(address));
+    }
     if c.tpm {
         x.push_str("    <tpm model='tpm-crb'>\n      <backend type='emulator' version='2.0'/>\n    </tpm>\n");
     }
     x.push_str("    <memballoon model='virtio'/>\n    <rng model='virtio'>\n      <backend model='random'>/dev/urandom</backend>\n    </rng>\n");
     x.push_str("  </devices>\n</domain>\n");
     x
+}
+
+/// A managed VFIO `<hostdev>` for the host PCI device at `address` (`domain:bus:slot.function`,
+/// hexadecimal, as the schema checks); an address of another shape is written as nothing.
+fn hostdev_element(address: &str) -> String {
+    let parts: Option<(&str, &str, &str, &str)> = (|| {
+        let (domain, rest) = address.split_once(':')?;
+        let (bus, rest) = rest.split_once(':')?;
+        let (slot, function) = rest.split_once('.')?;
+        Some((domain, bus, slot, function))
+    })();
+    let Some((domain, bus, slot, function)) = parts else {
+        return String::new();
+    };
+    let hex = |s: &str| s.chars().all(|c| c.is_ascii_hexdigit());
+    if ![domain, bus, slot, function].iter().all(|p| hex(p)) {
+        return String::new();
+    }
+    format!(
+        "    <hostdev mode='subsystem' type='pci' managed='yes'>\n      <source>\n        <address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' function='0x{function}'/>\n      </source>\n    </hostdev>\n"
+    )
 }
 
 /// The PCI slot of the domain's NIC number `index` (from 0): the NICs come first on the root
@@ -639,6 +665,7 @@ mod tests {
             cpu_model: None,
             cpu_flags: vec![],
             tpm: false,
+            pci_devices: vec![],
             kernel_boot: None,
             serial_log: Some("/var/log/libvirt/qemu/x.serial".into()),
             owner: Owner {
@@ -702,6 +729,27 @@ mod tests {
         assert!(xml.starts_with("<domain type='kvm'>"));
         assert!(xml.contains("<cpu mode='host-passthrough'>"));
         assert!(xml.contains("<os firmware='efi'>"));
+    }
+
+    #[test]
+    fn host_pci_devices_are_managed_vfio_hostdevs_by_address() {
+        let mut c = config();
+        c.pci_devices = vec!["0000:01:00.0".into(), "0000:65:1f.7".into(), "bad".into()];
+        let xml = domain_xml(&c);
+        assert_eq!(
+            xml.matches("<hostdev mode='subsystem' type='pci' managed='yes'>")
+                .count(),
+            2,
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<address domain='0x0000' bus='0x01' slot='0x00' function='0x0'/>"),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<address domain='0x0000' bus='0x65' slot='0x1f' function='0x7'/>"),
+            "{xml}"
+        );
     }
 
     #[test]

@@ -1010,9 +1010,9 @@ async fn cloud_init_is_asked_until_its_report_says_it_finished() {
 }
 
 /// libvirt itself (the test driver parses what it is given) accepts a domain with a CPU model,
-/// CPU features, a TPM 2.0 and the seed on SCSI.
+/// CPU features, a TPM 2.0, a host PCI device and the seed on SCSI.
 #[tokio::test]
-async fn libvirt_accepts_a_cpu_model_features_a_tpm_and_a_scsi_seed() {
+async fn libvirt_accepts_a_cpu_model_features_a_tpm_a_host_pci_device_and_a_scsi_seed() {
     let host = host_with_base().await;
     let hosts = [host];
     let hv = hosts[0].hv.clone();
@@ -1022,12 +1022,31 @@ async fn libvirt_accepts_a_cpu_model_features_a_tpm_and_a_scsi_seed() {
     s.cpu_flags = vec!["+aes".into(), "-pcid".into()];
     s.tpm = Some(true);
     s.seed_drive_bus = Some(banlieue_api::common::SeedDriveBus::Scsi);
+    s.pci_devices = vec![banlieue_api::infrastructure::LibvirtPciDevice {
+        address: "0000:01:00.0".into(),
+    }];
     let settings = settings();
     let input = machine_input(&o, &s, &settings);
     let step = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"#cloud-config\n"))
         .await
         .unwrap();
     assert!(step.provisioned.is_some(), "{:?}", step.phase);
+    // The definition as libvirt keeps it has the host device.
+    let conn = virt::connect::Connect::open(Some("test:///default")).unwrap();
+    let xml = conn
+        .lookup_domain_by_uuid_string(&o.uid)
+        .unwrap()
+        .xml_desc(0)
+        .unwrap();
+    assert!(
+        xml.contains("<hostdev mode=\"subsystem\" type=\"pci\" managed=\"yes\">")
+            || xml.contains("<hostdev mode='subsystem' type='pci' managed='yes'>"),
+        "{xml}"
+    );
+    assert!(
+        xml.contains("bus=\"0x01\"") || xml.contains("bus='0x01'"),
+        "{xml}"
+    );
     provision::delete(&*hv, &o, &s, &o.uid).await.unwrap();
 }
 

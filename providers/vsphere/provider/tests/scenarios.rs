@@ -85,17 +85,21 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
     let (status, reason, _) = ready(&m).context("no Ready")?;
     ensure!(status == "False" && reason == "WaitingForGuest", "{reason}");
 
-    // VMware Tools reports an IP (vcsim: through extraConfig).
-    let set_ip = ConfigSpec {
-        extra_config: vec![("SET.guest.ipAddress".into(), "192.0.2.15".into())],
-        ..ConfigSpec::default()
+    // What the guest sets, as vcsim takes it: extraConfig values, in one reconfigure.
+    let guest_sets = |key: &str, value: String| {
+        let spec = ConfigSpec {
+            extra_config: vec![(key.to_owned(), value)],
+            ..ConfigSpec::default()
+        };
+        let (vc, vm) = (&vc, &vm);
+        async move {
+            let task = vc.reconfigure(vm, &spec).await?;
+            vc.wait_task(&task, Duration::from_millis(100), TIMEOUT).await?;
+            anyhow::Ok(())
+        }
     };
-    vc.wait_task(
-        &vc.reconfigure(&vm, &set_ip).await?,
-        Duration::from_millis(100),
-        TIMEOUT,
-    )
-    .await?;
+    // VMware Tools reports an IP (vcsim: through extraConfig).
+    guest_sets("SET.guest.ipAddress", "192.0.2.15".into()).await?;
     // Provisioned (CAPI goes on), but not Ready until the guest publishes cloud-init's report:
     // the clone carries the vendor data that does, and no report yet.
     let m = s
@@ -118,20 +122,13 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
     )?;
     ensure!(String::from_utf8(vendor_data)?.contains("vmware-rpctool"));
     // The guest publishes cloud-init's errors: CloudInitFailed names them.
-    let publish = |report: &str| ConfigSpec {
-        extra_config: vec![(
-            banlieue_vsphere::guest_report::REPORT_KEY.to_owned(),
+    let publish = |report: &str| {
+        guest_sets(
+            banlieue_vsphere::guest_report::REPORT_KEY,
             banlieue_vsphere::guest_report::encode(report),
-        )],
-        ..ConfigSpec::default()
+        )
     };
-    let failed = publish(r#"{"v1": {"errors": ["('scripts_user', RuntimeError('kubeadm failed'))"]}}"#);
-    vc.wait_task(
-        &vc.reconfigure(&vm, &failed).await?,
-        Duration::from_millis(100),
-        TIMEOUT,
-    )
-    .await?;
+    publish(r#"{"v1": {"errors": ["('scripts_user', RuntimeError('kubeadm failed'))"]}}"#).await?;
     let m = s
         .wait_machine("web-1", "CloudInitFailed", |m| {
             ready(m).is_some_and(|r| r.1 == "CloudInitFailed" && r.2.contains("kubeadm failed"))
@@ -139,13 +136,7 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
         .await?;
     ensure!(ready(&m).is_some_and(|r| r.0 == "False"));
     // Then (a reboot that ran it again) a report without errors: Ready.
-    let done = publish(r#"{"v1": {"errors": []}}"#);
-    vc.wait_task(
-        &vc.reconfigure(&vm, &done).await?,
-        Duration::from_millis(100),
-        TIMEOUT,
-    )
-    .await?;
+    publish(r#"{"v1": {"errors": []}}"#).await?;
     let m = s
         .wait_machine("web-1", "Ready", |m| ready(m).is_some_and(|r| r.0 == "True"))
         .await?;

@@ -590,11 +590,6 @@ impl Hypervisor for FakePve {
         Ok(Some(PendingConfig { config, pending }))
     }
 
-    async fn vm_running(&self, node: &str, vmid: u32) -> Result<Option<bool>, PveError> {
-        let mut s = self.enter("vm_running")?;
-        Ok(vm_on(&mut s, node, vmid).ok().map(|vm| vm.running))
-    }
-
     async fn clone_vm(&self, node: &str, source: u32, request: &CloneRequest) -> Result<Upid, PveError> {
         let mut s = self.enter("clone_vm")?;
         let template = vm_on(&mut s, node, source)?.config.clone();

@@ -102,12 +102,15 @@ pub trait Hypervisor: Send + Sync + 'static {
         node: &str,
         vmid: u32,
     ) -> impl Future<Output = Result<Option<PendingConfig>, PveError>> + Send;
-    /// Whether the VM runs; `Ok(None)` when it does not exist on that node.
+    /// Whether the VM runs; `Ok(None)` when it does not exist on that node (its
+    /// [`Hypervisor::vm_run_state`]).
     fn vm_running(
         &self,
         node: &str,
         vmid: u32,
-    ) -> impl Future<Output = Result<Option<bool>, PveError>> + Send;
+    ) -> impl Future<Output = Result<Option<bool>, PveError>> + Send {
+        async move { Ok(self.vm_run_state(node, vmid).await?.map(|s| s.running)) }
+    }
     /// Starts a clone of `source` (on `node`).
     fn clone_vm(
         &self,
@@ -376,15 +379,6 @@ impl Hypervisor for Client {
             none_if_not_found(c.vm_pending(&node, vmid).await)
         })
         .await
-    }
-
-    async fn vm_running(&self, node: &str, vmid: u32) -> Result<Option<bool>, PveError> {
-        let node = node.to_owned();
-        let status = with_client(self, move |c| async move {
-            none_if_not_found(c.vm_status(&node, vmid).await)
-        })
-        .await?;
-        Ok(status.map(|s| s.is_running()))
     }
 
     async fn clone_vm(&self, node: &str, source: u32, request: &CloneRequest) -> Result<Upid, PveError> {

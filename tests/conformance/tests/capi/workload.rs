@@ -998,9 +998,11 @@ impl Workload {
                 "cloud-init on guest {name} reported errors: {errors:?}\n{report}"
             );
         }
-        if matches!(env.scenario.platform, Platform::Proxmox | Platform::Libvirt) {
-            // The provider followed the same cloud-init: it read each guest's report through the
-            // guest agent, and every machine's Ready turned True after WaitingForCloudInit.
+        {
+            // The provider followed the same cloud-init: it read each guest's report (Proxmox and
+            // libvirt: through the guest agent; vSphere: as the vendor data's script published
+            // it in the guest's guestinfo), and every machine's Ready turned True after
+            // WaitingForCloudInit.
             let infra_machines = env.api(&infra(&env.hv.kind("Machine")));
             poll(
                 &mut self.procs,

@@ -47,21 +47,10 @@ fn worker_machine() -> ProxmoxMachine {
         "prod-md-0-7x2kq",
         ProxmoxMachineSpec {
             provider_id: Some("proxmox://6b1f3c51-3b9e-4c1a-9d0e-0f6a2b7c8d9e".into()),
-            provider_ref: None,
-            source: ProxmoxTemplateSource {
-                vmid: Some(9000),
-                ..Default::default()
-            },
-            target_node: None,
             allowed_nodes: vec!["pve1".into(), "pve2".into()],
             storage: Some("local-lvm".into()),
             clone_mode: Some(CloneMode::Full),
             pool: Some("kubernetes".into()),
-            cpu: Cpu {
-                cores: 4,
-                sockets: Some(1),
-            },
-            memory_mib: 8192,
             disks: vec![Disk {
                 name: "scsi0".into(),
                 size_gib: 40,
@@ -86,17 +75,17 @@ fn worker_machine() -> ProxmoxMachine {
                 start: 1000,
                 end: 1999,
             }),
-            readiness_checks: None,
-            power_state: None,
-            restart_policy: None,
-            high_availability: None,
-            seed_drive_bus: None,
-            firmware: None,
-            secure_boot: None,
-            tpm: None,
-            cpu_type: None,
-            cpu_flags: vec![],
-            pci_devices: vec![],
+            ..ProxmoxMachineSpec::new(
+                ProxmoxTemplateSource {
+                    vmid: Some(9000),
+                    ..Default::default()
+                },
+                Cpu {
+                    cores: 4,
+                    sockets: Some(1),
+                },
+                8192,
+            )
         },
     );
     m.meta_mut().namespace = Some("prod".into());

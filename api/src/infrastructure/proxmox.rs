@@ -386,6 +386,40 @@ pub struct ProxmoxMachineSpec {
     pub pci_devices: Vec<PciDevice>,
 }
 
+impl ProxmoxMachineSpec {
+    /// A machine cloned from `source` with `cpu` and `memory_mib`, everything else unset (the
+    /// provider's and the template's defaults); set more with struct update syntax.
+    pub fn new(source: ProxmoxTemplateSource, cpu: Cpu, memory_mib: u64) -> Self {
+        Self {
+            provider_id: None,
+            provider_ref: None,
+            source,
+            target_node: None,
+            allowed_nodes: Vec::new(),
+            storage: None,
+            clone_mode: None,
+            pool: None,
+            cpu,
+            memory_mib,
+            disks: Vec::new(),
+            networks: Vec::new(),
+            tags: Vec::new(),
+            vmid_range: None,
+            readiness_checks: None,
+            power_state: None,
+            restart_policy: None,
+            high_availability: None,
+            seed_drive_bus: None,
+            firmware: None,
+            secure_boot: None,
+            tpm: None,
+            cpu_type: None,
+            cpu_flags: Vec::new(),
+            pci_devices: Vec::new(),
+        }
+    }
+}
+
 /// Observed state of a ProxmoxMachine.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -373,34 +373,15 @@ mod tests {
         let mut pm = ProxmoxMachine::new(
             "pm",
             ProxmoxMachineSpec {
-                provider_id: None,
                 provider_ref: provider.map(|p| ProviderReference { name: p.into() }),
-                source: ProxmoxTemplateSource {
-                    vmid: Some(9000),
-                    ..Default::default()
-                },
-                target_node: None,
-                allowed_nodes: vec![],
-                storage: None,
-                clone_mode: None,
-                pool: None,
-                cpu: Cpu::cores(1),
-                memory_mib: 512,
-                disks: vec![],
-                networks: vec![],
-                tags: vec![],
-                vmid_range: None,
-                readiness_checks: None,
-                power_state: None,
-                restart_policy: None,
-                high_availability: None,
-                seed_drive_bus: None,
-                firmware: None,
-                secure_boot: None,
-                tpm: None,
-                cpu_type: None,
-                cpu_flags: vec![],
-                pci_devices: vec![],
+                ..ProxmoxMachineSpec::new(
+                    ProxmoxTemplateSource {
+                        vmid: Some(9000),
+                        ..Default::default()
+                    },
+                    Cpu::cores(1),
+                    512,
+                )
             },
         );
         pm.metadata.namespace = Some("ns".into());

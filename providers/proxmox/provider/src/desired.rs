@@ -501,36 +501,14 @@ mod tests {
     const UID: &str = "5b1e0f3c-aaaa-bbbb-cccc-0123456789ab";
 
     fn spec() -> ProxmoxMachineSpec {
-        ProxmoxMachineSpec {
-            provider_id: None,
-            provider_ref: None,
-            source: ProxmoxTemplateSource {
+        ProxmoxMachineSpec::new(
+            ProxmoxTemplateSource {
                 vmid: Some(9000),
                 ..ProxmoxTemplateSource::default()
             },
-            target_node: None,
-            allowed_nodes: vec![],
-            storage: None,
-            clone_mode: None,
-            pool: None,
-            cpu: Cpu::cores(2),
-            memory_mib: 4096,
-            disks: vec![],
-            networks: vec![],
-            tags: vec![],
-            vmid_range: None,
-            readiness_checks: None,
-            power_state: None,
-            restart_policy: None,
-            high_availability: None,
-            seed_drive_bus: None,
-            firmware: None,
-            secure_boot: None,
-            tpm: None,
-            cpu_type: None,
-            cpu_flags: vec![],
-            pci_devices: vec![],
-        }
+            Cpu::cores(2),
+            4096,
+        )
     }
 
     /// A freshly cloned VM, as PVE returns it (memory as a string, MAC first in net0).

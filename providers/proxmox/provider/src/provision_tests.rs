@@ -24,38 +24,20 @@ const USER_DATA: &[u8] = b"#cloud-config\nwrite_files:\n- path: /etc/x\n  conten
 
 fn spec() -> ProxmoxMachineSpec {
     ProxmoxMachineSpec {
-        provider_id: None,
-        provider_ref: None,
-        source: ProxmoxTemplateSource {
-            vmid: Some(9000),
-            ..ProxmoxTemplateSource::default()
-        },
-        target_node: None,
-        allowed_nodes: vec![],
-        storage: None,
-        clone_mode: None,
-        pool: None,
-        cpu: Cpu::cores(2),
-        memory_mib: 4096,
         disks: vec![Disk {
             name: "scsi0".into(),
             size_gib: 20,
             storage: None,
         }],
-        networks: vec![],
         tags: vec!["k8s".into()],
-        vmid_range: None,
-        readiness_checks: None,
-        power_state: None,
-        restart_policy: None,
-        high_availability: None,
-        seed_drive_bus: None,
-        firmware: None,
-        secure_boot: None,
-        tpm: None,
-        cpu_type: None,
-        cpu_flags: vec![],
-        pci_devices: vec![],
+        ..ProxmoxMachineSpec::new(
+            ProxmoxTemplateSource {
+                vmid: Some(9000),
+                ..ProxmoxTemplateSource::default()
+            },
+            Cpu::cores(2),
+            4096,
+        )
     }
 }
 

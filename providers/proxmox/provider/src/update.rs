@@ -211,38 +211,20 @@ mod tests {
 
     fn spec() -> ProxmoxMachineSpec {
         ProxmoxMachineSpec {
-            provider_id: None,
-            provider_ref: None,
-            source: ProxmoxTemplateSource {
-                vmid: Some(9000),
-                ..Default::default()
-            },
-            target_node: None,
-            allowed_nodes: vec![],
-            storage: None,
-            clone_mode: None,
-            pool: None,
-            cpu: Cpu::cores(2),
-            memory_mib: 2048,
             disks: vec![Disk {
                 name: "scsi0".into(),
                 size_gib: 16,
                 storage: None,
             }],
-            networks: vec![],
-            tags: vec![],
-            vmid_range: None,
-            readiness_checks: None,
-            power_state: None,
             restart_policy: Some(RestartPolicy::Automatic),
-            high_availability: None,
-            seed_drive_bus: None,
-            firmware: None,
-            secure_boot: None,
-            tpm: None,
-            cpu_type: None,
-            cpu_flags: vec![],
-            pci_devices: vec![],
+            ..ProxmoxMachineSpec::new(
+                ProxmoxTemplateSource {
+                    vmid: Some(9000),
+                    ..Default::default()
+                },
+                Cpu::cores(2),
+                2048,
+            )
         }
     }
 

@@ -193,36 +193,14 @@ impl Scenario {
             .await?;
         let mut pm = ProxmoxMachine::new(
             name,
-            ProxmoxMachineSpec {
-                provider_id: None,
-                provider_ref: None,
-                source: ProxmoxTemplateSource {
+            ProxmoxMachineSpec::new(
+                ProxmoxTemplateSource {
                     vmid: Some(9000),
                     ..Default::default()
                 },
-                target_node: None,
-                allowed_nodes: vec![],
-                storage: None,
-                clone_mode: None,
-                pool: None,
-                cpu: Cpu::cores(2),
-                memory_mib: 2048,
-                disks: vec![],
-                networks: vec![],
-                tags: vec![],
-                vmid_range: None,
-                readiness_checks: None,
-                power_state: None,
-                restart_policy: None,
-                high_availability: None,
-                seed_drive_bus: None,
-                firmware: None,
-                secure_boot: None,
-                tpm: None,
-                cpu_type: None,
-                cpu_flags: vec![],
-                pci_devices: vec![],
-            },
+                Cpu::cores(2),
+                2048,
+            ),
         );
         pm.metadata.labels = Some([(CLUSTER_NAME_LABEL.to_owned(), "c1".to_owned())].into());
         pm.metadata.owner_references = Some(vec![OwnerReference {

@@ -22,38 +22,20 @@ const USER_DATA: &str = "#cloud-config\nruncmd:\n- [sh, -c, 'echo ✓ > /tmp/x']
 
 fn spec() -> ProxmoxMachineSpec {
     ProxmoxMachineSpec {
-        provider_id: None,
-        provider_ref: None,
-        source: ProxmoxTemplateSource {
-            name: Some("ubuntu-2404-template".into()),
-            ..Default::default()
-        },
-        target_node: None,
-        allowed_nodes: vec![],
-        storage: None,
-        clone_mode: None,
-        pool: None,
-        cpu: Cpu::cores(2),
-        memory_mib: 4096,
         disks: vec![Disk {
             name: "scsi0".into(),
             size_gib: 16,
             storage: None,
         }],
-        networks: vec![],
         tags: vec!["k8s".into()],
-        vmid_range: None,
-        readiness_checks: None,
-        power_state: None,
-        restart_policy: None,
-        high_availability: None,
-        seed_drive_bus: None,
-        firmware: None,
-        secure_boot: None,
-        tpm: None,
-        cpu_type: None,
-        cpu_flags: vec![],
-        pci_devices: vec![],
+        ..ProxmoxMachineSpec::new(
+            ProxmoxTemplateSource {
+                name: Some("ubuntu-2404-template".into()),
+                ..Default::default()
+            },
+            Cpu::cores(2),
+            4096,
+        )
     }
 }
 

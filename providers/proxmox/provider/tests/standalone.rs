@@ -363,33 +363,10 @@ impl Standalone {
 
 fn machine_spec(provider: &str, source: ProxmoxTemplateSource) -> ProxmoxMachineSpec {
     ProxmoxMachineSpec {
-        provider_id: None,
         provider_ref: Some(ProviderReference {
             name: provider.to_owned(),
         }),
-        source,
-        target_node: None,
-        allowed_nodes: vec![],
-        storage: None,
-        clone_mode: None,
-        pool: None,
-        cpu: Cpu::cores(2),
-        memory_mib: 2048,
-        disks: vec![],
-        networks: vec![],
-        tags: vec![],
-        vmid_range: None,
-        readiness_checks: None,
-        power_state: None,
-        restart_policy: None,
-        high_availability: None,
-        seed_drive_bus: None,
-        firmware: None,
-        secure_boot: None,
-        tpm: None,
-        cpu_type: None,
-        cpu_flags: vec![],
-        pci_devices: vec![],
+        ..ProxmoxMachineSpec::new(source, Cpu::cores(2), 2048)
     }
 }
 

@@ -121,20 +121,27 @@ pub fn poll_interval(waited: Duration) -> Duration {
 pub struct Wait {
     /// The `Ready` condition, when it waits on cloud-init (its reason is one of [`pending`]).
     recorded: Option<(&'static str, Condition)>,
+    /// `Ready` said the VM was powered off: once it runs again, its guest boots again, and its
+    /// cloud-init is asked again (a machine created off has never been asked).
+    powered_off: bool,
 }
 
 impl Wait {
     /// The wait recorded in a machine's conditions (none: `Ready` does not wait on cloud-init).
     pub fn recorded(conditions: &[Condition]) -> Self {
-        let recorded = banlieue_api::condition::find(conditions, banlieue_api::condition::READY)
-            .and_then(|c| Some((pending(&c.reason)?, c.clone())));
-        Self { recorded }
+        let ready = banlieue_api::condition::find(conditions, banlieue_api::condition::READY);
+        let recorded = ready.and_then(|c| Some((pending(&c.reason)?, c.clone())));
+        let powered_off = ready.is_some_and(|c| c.reason == banlieue_api::condition::POWERED_OFF);
+        Self {
+            recorded,
+            powered_off,
+        }
     }
 
-    /// Whether `Ready` waits on cloud-init now (a provisioned machine's step asks the guest
-    /// again).
+    /// Whether the guest's cloud-init is to be asked (again): `Ready` waits on it, or the VM was
+    /// off (a provisioned machine's step asks the guest once it runs).
     pub fn is_pending(&self) -> bool {
-        self.recorded.is_some()
+        self.recorded.is_some() || self.powered_off
     }
 
     /// Why a provisioned, running machine whose guest is `vm` is not Ready as far as cloud-init
@@ -148,6 +155,8 @@ impl Wait {
         match (now, &self.recorded) {
             (Some(state), _) => state.not_ready(vm),
             (None, Some((reason, condition))) => Some((reason, condition.message.clone())),
+            // Running again after a power-off, not asked yet (a change in flight).
+            (None, None) if self.powered_off => CloudInit::Running.not_ready(vm),
             (None, None) => None,
         }
     }
@@ -280,6 +289,22 @@ mod tests {
         // skipCloudInit set while it waits: Ready at once, whatever was recorded.
         assert_eq!(waiting.not_ready(None, true, "VM 1"), None);
         assert_eq!(waiting.not_ready(Some(&CloudInit::Running), true, "VM 1"), None);
+    }
+
+    #[test]
+    fn a_vm_that_was_off_is_asked_again_once_it_runs() {
+        let off = Wait::recorded(&[ready(banlieue_api::condition::POWERED_OFF, "off", Duration::ZERO)]);
+        assert!(off.is_pending(), "its guest boots again");
+        assert_eq!(
+            off.not_ready(None, false, "VM 1").map(|r| r.0),
+            Some(WAITING_FOR_CLOUD_INIT),
+            "not asked yet: waiting, never Ready on the strength of an old boot"
+        );
+        assert_eq!(off.not_ready(Some(&CloudInit::Done), false, "VM 1"), None);
+        assert_eq!(off.not_ready(None, true, "VM 1"), None, "skipped");
+        // Written while it is still off: the step's own requeue.
+        let long = Duration::from_secs(300);
+        assert_eq!(off.requeue(banlieue_api::condition::POWERED_OFF, long), long);
     }
 
     #[test]

@@ -1241,7 +1241,12 @@ async fn apply_step<B: MachineBackend>(
                     .event(EventType::Warning, report.reason, report.message.clone())
                     .await;
             }
-            None if reason_changed && !step.ready.ok && step.up_to_date.is_none() => {
+            // (A provisioned machine's `Ready` problem is its guest's cloud-init failing.)
+            None if reason_changed
+                && !step.ready.ok
+                && (step.up_to_date.is_none()
+                    || step.ready.reason == crate::cloud_init::CLOUD_INIT_FAILED) =>
+            {
                 write
                     .event(EventType::Warning, step.ready.reason, step.ready.message)
                     .await;

@@ -196,7 +196,12 @@ impl MachineBackend for VSphereMachines {
                     .as_ref()
                     .filter(|_| ask_cloud_init && step.waiting.is_none() && step.failed.is_none())
                     .map(|info| guest_report::cloud_init(&info.extra_config));
-                let skip = cloud_init::skipped(vm.spec.readiness_checks.as_ref());
+                // A VM cloned before the reporter existed says nothing: not waited for.
+                let skip = cloud_init::skipped(vm.spec.readiness_checks.as_ref())
+                    || step
+                        .vm
+                        .as_ref()
+                        .is_some_and(|info| !guest_report::reports(&info.extra_config));
                 match cloud_init_wait.not_ready(now.as_ref(), skip, &format!("VM {name}")) {
                     Some((reason, message)) => Report::new(false, reason, message),
                     None => Report::new(true, condition::PROVISIONED, ""),

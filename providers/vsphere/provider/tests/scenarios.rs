@@ -135,6 +135,12 @@ async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
         })
         .await?;
     ensure!(ready(&m).is_some_and(|r| r.0 == "False"));
+    // ... and a Warning Event says so once.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !s.events("web-1").await?.iter().any(|e| e == "CloudInitFailed") {
+        ensure!(tokio::time::Instant::now() < deadline, "no CloudInitFailed event");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // Then (a reboot that ran it again) a report without errors: Ready.
     publish(r#"{"v1": {"errors": []}}"#).await?;
     let m = s

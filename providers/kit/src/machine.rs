@@ -201,7 +201,8 @@ pub struct Step {
     pub up_to_date: Option<Report>,
     /// Normal Events: (reason, note).
     pub events: Vec<(&'static str, String)>,
-    /// A problem reported beside the progress (a Warning Event when `Ready`'s reason changes).
+    /// A problem reported beside the progress (a Warning Event when `Ready`'s reason changes;
+    /// `Ready`'s `CloudInitFailed` is one without saying so).
     pub warning: bool,
     /// When to look again.
     pub requeue: Duration,
@@ -1233,8 +1234,9 @@ async fn apply_step<B: MachineBackend>(
     events.extend(step.events);
     write.transitions(events).await;
     // A Warning when the problem appears: on the day-2 condition when it carries it, else on
-    // `Ready`.
-    if step.warning {
+    // `Ready`. A guest's cloud-init that failed is one on every backend.
+    let cloud_init_failed = step.ready.reason == crate::cloud_init::CLOUD_INIT_FAILED;
+    if step.warning || cloud_init_failed {
         match day2_problem {
             Some(report) => {
                 write
@@ -1242,11 +1244,7 @@ async fn apply_step<B: MachineBackend>(
                     .await;
             }
             // (A provisioned machine's `Ready` problem is its guest's cloud-init failing.)
-            None if reason_changed
-                && !step.ready.ok
-                && (step.up_to_date.is_none()
-                    || step.ready.reason == crate::cloud_init::CLOUD_INIT_FAILED) =>
-            {
+            None if reason_changed && !step.ready.ok && (step.up_to_date.is_none() || cloud_init_failed) => {
                 write
                     .event(EventType::Warning, step.ready.reason, step.ready.message)
                     .await;

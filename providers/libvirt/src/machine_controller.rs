@@ -189,7 +189,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             Some(why) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
             None => Report::up_to_date(step.waiting.clone()),
         });
-        let warning = step.restart_required.is_some() || ready.reason == cloud_init::CLOUD_INIT_FAILED;
+        let warning = step.restart_required.is_some();
         let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
         Ok(Step {
             provisioned: step.provisioned.map(|done| Provisioned {
@@ -199,8 +199,8 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             ready,
             up_to_date,
             events: step.events,
-            // A Warning when a change starts waiting for the user's restart, or cloud-init
-            // failed.
+            // A Warning when a change starts waiting for the user's restart (the kit adds
+            // cloud-init's errors).
             warning,
             provider_id: None,
             backoff: false,

@@ -219,7 +219,6 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
         // A Warning when a failure or a change waiting for the user's restart appears.
         let warning = step.failed.is_some()
-            || ready.reason == cloud_init::CLOUD_INIT_FAILED
             || up_to_date
                 .as_ref()
                 .is_some_and(|u| u.reason == banlieue_api::condition::RESTART_REQUIRED);

@@ -217,11 +217,9 @@ impl MachineBackend for VSphereMachines {
             (None, Some(why)) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
             (None, None) => Report::up_to_date(step.waiting.clone()),
         });
-        // A Warning when a failure, a change waiting for the user's restart or cloud-init's
-        // errors appear.
-        let warning = step.failed.is_some()
-            || step.restart_required.is_some()
-            || ready.reason == cloud_init::CLOUD_INIT_FAILED;
+        // A Warning when a failure or a change waiting for the user's restart appears (the kit
+        // adds cloud-init's errors).
+        let warning = step.failed.is_some() || step.restart_required.is_some();
         let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
         Ok(Step {
             provisioned,

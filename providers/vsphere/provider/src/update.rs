@@ -75,10 +75,11 @@ pub fn firmware_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> Result<Conf
     {
         change.firmware = Some(want.to_owned());
     }
+    // The firmware the VM boots with once configured.
+    let efi = want.or(info.firmware.as_deref()) == Some("efi");
     if let Some(on) = spec.secure_boot
         && info.secure_boot != on
     {
-        let efi = want.or(info.firmware.as_deref()) == Some("efi");
         if on && !efi {
             return Err(
                 "secureBoot needs UEFI firmware: set firmware: UEFI (the template boots BIOS)".to_owned(),
@@ -87,7 +88,7 @@ pub fn firmware_changes(spec: &VSphereMachineSpec, info: &VmInfo) -> Result<Conf
         change.secure_boot = Some(on);
     }
     if spec.tpm == Some(true) && !info.hardware.tpm {
-        if want.or(info.firmware.as_deref()) != Some("efi") {
+        if !efi {
             return Err("tpm needs UEFI firmware: set firmware: UEFI (the template boots BIOS)".to_owned());
         }
         change.device_change.push(DeviceChange::AddTpm { key: TPM_KEY });

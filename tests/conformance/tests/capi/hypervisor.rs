@@ -203,8 +203,6 @@ impl VSphere {
         Ok(out)
     }
 
-    /// Plays VMware Tools reporting VM `id`'s primary address (vcsim has no Tools):
-    /// `SET.guest.ipAddress`.
     /// Sets extraConfig values of VM `id` as its guest would (vcsim: `SET.guest.*` for VMware
     /// Tools' view, `guestinfo.*` for what the guest set); nothing to set, no call.
     async fn set_extra_config(&self, id: &str, extra_config: Vec<(String, String)>) -> Result<()> {

@@ -7,6 +7,7 @@
 
 mod backend;
 mod capi;
+mod download;
 mod machine;
 mod references;
 mod tls;
@@ -16,6 +17,7 @@ pub use capi::{
     ApiEndpoint, FailureDomain, Initialization, MachineAddress, MachineAddressType, MachineTemplateStatus,
     NodeInfo, ObjectMetaTemplate,
 };
+pub use download::{ChecksumAlgorithm, ImageDownload};
 pub use machine::{
     CloneMode, Cpu, Disk, Firmware, IpAddressing, IpAddressingMode, MIN_MEMORY_MIB, NetworkInterface,
     PowerState, ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy, SeedDriveBus,

@@ -6,21 +6,35 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{
-    ApiEndpoint, Cpu, Disk, FailureDomain, Firmware, Initialization, MachineAddress, MachineTemplateStatus,
-    NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference, ProvisioningStatus, ReadinessChecks,
-    RestartPolicy, SecretReference, SeedDriveBus,
+    ApiEndpoint, Cpu, Disk, FailureDomain, Firmware, ImageDownload, Initialization, MachineAddress,
+    MachineTemplateStatus, NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference,
+    ProvisioningStatus, ReadinessChecks, RestartPolicy, SecretReference, SeedDriveBus,
 };
 
-/// The libvirt base volume a machine's boot disk is cloned from (copy-on-write backing file).
+/// The libvirt base volume a machine's boot disk is cloned from (copy-on-write backing file):
+/// an existing volume (`volume`), or an image the provider imports from a URL (`image`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.volume) != has(self.image)",
+        "message": "set exactly one of volume (an existing base volume) or image (a URL to import)"
+    }
+]))]
 pub struct LibvirtVolumeSource {
-    /// Name of the base volume, e.g. `ubuntu-24.04.qcow2`.
+    /// Name of an existing base volume, e.g. `ubuntu-24.04.qcow2`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
-    pub volume: String,
-    /// Storage pool holding the base volume, e.g. `default`.
+    pub volume: Option<String>,
+    /// Storage pool holding the base volume (or receiving the import), e.g. `default`.
     #[schemars(length(min = 1, max = 253))]
     pub pool: String,
+    /// An image to import into `pool` as the base volume
+    /// `banlieue-image-<algorithm>-<checksum>`: downloaded by the provider, verified, uploaded
+    /// once per host and pool, and kept when its machines are deleted (delete the volume to
+    /// reclaim the space).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageDownload>,
 }
 
 /// One libvirt host of a LibvirtCluster: a failure domain.

@@ -359,6 +359,18 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
                 Honoured("the base volume cloned for the boot disk (immutable)"),
             ),
             field(
+                "source.image.url",
+                Honoured("downloaded by the provider, uploaded once per host and pool as the base volume"),
+            ),
+            field(
+                "source.image.checksumAlgorithm",
+                Honoured("the digest computed while downloading"),
+            ),
+            field(
+                "source.image.checksum",
+                Honoured("compared before the upload; a mismatch is refused (ImageChecksumMismatch)"),
+            ),
+            field(
                 "seedDriveBus",
                 Support::AtCreation(
                     "the bus of the seed CD-ROM in the domain definition (sda on SATA or SCSI, hdc on IDE)",
@@ -597,6 +609,9 @@ fn image_source(backend: Backend, prefix: &str) -> Vec<Field> {
         this(Backend::Proxmox, "node"),
         this(Backend::Libvirt, "volume"),
         this(Backend::Libvirt, "pool"),
+        this(Backend::Libvirt, "image.url"),
+        this(Backend::Libvirt, "image.checksumAlgorithm"),
+        this(Backend::Libvirt, "image.checksum"),
         this(Backend::Vsphere, "template"),
     ]
 }

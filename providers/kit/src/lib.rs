@@ -11,6 +11,7 @@
 //! | [`machine`] | the InfraMachine reconciler (fresh read, move, owner, pause, deletion step by step, finalizer, waits, user data, one provisioning step, `providerID`, conditions, Events, backoff), around a [`machine::MachineBackend`] |
 //! | [`network`] | `spec.networks` for the guest: IPAM pool claims and their allocations, cloud-init `network-config` with DHCP, static and pool addresses |
 //! | [`cloud_init`] | whether cloud-init has finished in a guest (its `result.json`), and the `Ready` of a provisioned machine until then |
+//! | [`image`] | images imported from a URL: the verified download, and one background import per target shared by every machine waiting on it |
 //! | [`placement`] | where a VM without a failure domain goes: the node or host with the most free memory |
 //! | [`power`] | powering a guest off: a shutdown request first, a hard power-off once it is ignored for two minutes, the request's time persisted |
 //! | [`readopt`] | re-adoption by identity: which VM a machine created anew (`clusterctl move`, a restore) may take over, and what its deletion may delete |
@@ -32,6 +33,7 @@ pub mod connection;
 mod drive;
 pub mod error;
 pub mod events;
+pub mod image;
 pub mod machine;
 pub mod network;
 pub mod owner;

@@ -31,6 +31,10 @@ use crate::xml;
 
 /// Longest time one libvirt call may take before the reconcile gives up on it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest time the upload or copy of an imported image may take.
+pub const IMAGE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Size of the pieces an image file is streamed in.
+const UPLOAD_CHUNK: usize = 1 << 20;
 
 static QUIET: Once = Once::new();
 
@@ -172,17 +176,26 @@ impl VirtHypervisor {
         T: Send + 'static,
         F: FnOnce(&Connect) -> HvResult<T> + Send + 'static,
     {
+        self.call_within(CALL_TIMEOUT, operation, f).await
+    }
+
+    /// [`Self::call`] bounded by `timeout`.
+    async fn call_within<T, F>(&self, timeout: Duration, operation: &str, f: F) -> HvResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connect) -> HvResult<T> + Send + 'static,
+    {
         let uri = self.uri.clone();
         let slot = self.conn.clone();
         let task = tokio::task::spawn_blocking(move || {
             let conn = Self::connection(&uri, &slot)?;
             f(&conn)
         });
-        match tokio::time::timeout(CALL_TIMEOUT, task).await {
+        match tokio::time::timeout(timeout, task).await {
             Err(_) => Err(HvError::new(
                 ErrorKind::Transient,
                 operation,
-                format!("no answer within {}s", CALL_TIMEOUT.as_secs()),
+                format!("no answer within {}s", timeout.as_secs()),
             )),
             Ok(Err(join)) => Err(HvError::new(ErrorKind::Other, operation, join.to_string())),
             Ok(Ok(out)) => out,
@@ -460,6 +473,86 @@ impl Hypervisor for VirtHypervisor {
                 sent += n as usize;
             }
             stream.finish().map_err(|e| classify(&op, &e))
+        })
+        .await
+    }
+
+    async fn upload_volume_file(
+        &self,
+        pool_name: &str,
+        name: &str,
+        path: &std::path::Path,
+        length: u64,
+    ) -> HvResult<()> {
+        if self.test_driver {
+            let data = tokio::fs::read(path).await.map_err(|e| {
+                HvError::new(
+                    ErrorKind::Other,
+                    format!("reading {}", path.display()),
+                    e.to_string(),
+                )
+            })?;
+            return self.upload_volume(pool_name, name, data).await;
+        }
+        let (pool_name, name, path) = (pool_name.to_owned(), name.to_owned(), path.to_owned());
+        self.call_within(IMAGE_TIMEOUT, "uploading an image", move |c| {
+            use std::io::Read;
+            let op = format!("uploading {} to {pool_name}/{name}", path.display());
+            let local = |e: std::io::Error| HvError::new(ErrorKind::Other, op.clone(), e.to_string());
+            let mut file = std::fs::File::open(&path).map_err(local)?;
+            let p = pool(c, &pool_name)?;
+            let v = p
+                .lookup_storage_vol_by_name(&name)
+                .map_err(|e| classify(&op, &e))?;
+            let stream = Stream::new(c, 0).map_err(|e| classify(&op, &e))?;
+            v.upload(&stream, 0, length, 0).map_err(|e| classify(&op, &e))?;
+            let mut chunk = vec![0u8; UPLOAD_CHUNK];
+            loop {
+                let n = match file.read(&mut chunk) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = stream.abort();
+                        return Err(local(e));
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                let mut sent = 0;
+                while sent < n {
+                    let m = stream.send(&chunk[sent..n]).map_err(|e| classify(&op, &e))?;
+                    if m <= 0 {
+                        let _ = stream.abort();
+                        return Err(HvError::new(ErrorKind::Transient, op, "stream closed"));
+                    }
+                    sent += m as usize;
+                }
+            }
+            stream.finish().map_err(|e| classify(&op, &e))
+        })
+        .await
+    }
+
+    async fn clone_volume(&self, pool_name: &str, xml: &str, from: &str) -> HvResult<VolumeInfo> {
+        let (pool_name, xml, from) = (pool_name.to_owned(), xml.to_owned(), from.to_owned());
+        let uploads = self.uploads.clone();
+        let test_driver = self.test_driver;
+        self.call_within(IMAGE_TIMEOUT, "copying a volume", move |c| {
+            let op = format!("copying {pool_name}/{from}");
+            let p = pool(c, &pool_name)?;
+            let source = p
+                .lookup_storage_vol_by_name(&from)
+                .map_err(|e| classify(&op, &e))?;
+            let made = StorageVol::create_xml_from(&p, &xml, &source, 0)
+                .and_then(|v| volume_info(&v))
+                .map_err(|e| classify(&op, &e))?;
+            if test_driver {
+                let mut uploads = uploads.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(data) = uploads.get(&(pool_name.clone(), from.clone())).cloned() {
+                    uploads.insert((pool_name, made.name.clone()), data);
+                }
+            }
+            Ok(made)
         })
         .await
     }

@@ -163,6 +163,22 @@ pub trait Hypervisor: Send + Sync + 'static {
         name: &str,
         data: Vec<u8>,
     ) -> impl Future<Output = HvResult<()>> + Send;
+    /// Replaces a volume's content with the `length` bytes of the local file `path` (an image
+    /// being imported), streamed.
+    fn upload_volume_file(
+        &self,
+        pool: &str,
+        name: &str,
+        path: &std::path::Path,
+        length: u64,
+    ) -> impl Future<Output = HvResult<()>> + Send;
+    /// Creates a volume from XML as a copy of the volume `from` of the same pool.
+    fn clone_volume(
+        &self,
+        pool: &str,
+        xml: &str,
+        from: &str,
+    ) -> impl Future<Output = HvResult<VolumeInfo>> + Send;
     /// Deletes a volume (no error when it does not exist).
     fn delete_volume(&self, pool: &str, name: &str) -> impl Future<Output = HvResult<()>> + Send;
     /// cloud-init's report of the guest's boot

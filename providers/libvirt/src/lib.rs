@@ -5,6 +5,7 @@
 //! - [`connection`] (feature `libvirt`): the real implementation over the `virt` crate.
 //! - [`desired`], [`phase`], [`provision`]: names and configuration, the persisted state
 //!   machine, and provisioning / deletion against hosts.
+//! - [`image_import`]: the base volume, an existing one or an image imported from a URL.
 //! - [`readopt`]: finding the domain of a machine re-created by `clusterctl move` or a restore.
 //! - [`hosts`]: the LibvirtCluster's hosts.
 //! - [`credentials`]: Secret-held SSH keys / TLS certificates as private files and URI
@@ -26,6 +27,7 @@ pub mod error;
 mod guest_agent;
 pub mod hosts;
 pub mod hypervisor;
+pub mod image_import;
 pub mod machine_controller;
 pub mod phase;
 pub mod provision;
@@ -53,6 +55,7 @@ pub fn provider(
     let machines = machine_controller::LibvirtMachines {
         connector: connector.clone(),
         settings,
+        imports: Default::default(),
     };
     let clusters = cluster_controller::LibvirtClusters { connector };
     banlieue_provider_kit::serve::Provider::new(NAME, machines, clusters)

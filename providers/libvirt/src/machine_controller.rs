@@ -13,6 +13,7 @@ use banlieue_api::condition;
 use banlieue_api::infrastructure::{LibvirtMachine, LibvirtMachineStatus};
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
+use banlieue_provider_kit::image::Imports;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
@@ -40,6 +41,8 @@ pub struct LibvirtMachines<C: Connector> {
     pub connector: C,
     /// Provider-wide settings (domain type, serial logs, kernel boot).
     pub settings: Settings,
+    /// The image imports running in this process (`spec.source.image`).
+    pub imports: Imports,
 }
 
 /// Shared state of the LibvirtMachine controller.
@@ -52,7 +55,15 @@ pub fn context<C: Connector>(
     settings: Settings,
     reporter: &str,
 ) -> MachineContext<C> {
-    kit::MachineContext::new(client, LibvirtMachines { connector, settings }, reporter)
+    kit::MachineContext::new(
+        client,
+        LibvirtMachines {
+            connector,
+            settings,
+            imports: Imports::default(),
+        },
+        reporter,
+    )
 }
 
 /// The domain uuid of a machine: the one recorded in status, else its UID.
@@ -139,6 +150,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             ),
             pool_addresses: request.pool_addresses,
             ask_cloud_init: cloud_init_wait.is_pending() || !matches!(phase, Phase::Provisioned { .. }),
+            imports: &self.imports,
         };
         let user_data = request.user_data.map(|d| d.value.as_slice());
         let step = provision::provision(&hosts, &input, phase, user_data)
@@ -179,7 +191,9 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             }
             None => Report::new(
                 false,
-                step.phase.as_ref().map_or("Unknown", Phase::reason),
+                step.waiting_reason
+                    .or_else(|| step.phase.as_ref().map(Phase::reason))
+                    .unwrap_or("Unknown"),
                 step.waiting.clone().unwrap_or_default(),
             ),
         };

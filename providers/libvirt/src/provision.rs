@@ -10,11 +10,13 @@ use std::time::Duration;
 use banlieue_api::common::{MachineAddress, PowerState, ReadinessChecks};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_provider_kit::cloud_init::{self, CloudInit};
+use banlieue_provider_kit::image::{IMPORTING_IMAGE, Imports};
 use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::desired::{self, GIB, Settings};
 use crate::hypervisor::{HvError, Hypervisor, RunState};
+use crate::image_import::{self, Base};
 use crate::phase::Phase;
 use crate::readopt::{self, Found};
 use crate::update::{self, UpdateAction};
@@ -22,6 +24,8 @@ use crate::xml::{self, Owner};
 
 /// Requeue while waiting for the guest's lease.
 pub const GUEST_POLL: Duration = Duration::from_secs(5);
+/// Requeue while an image is being imported (its progress is reported each time).
+pub const IMPORT_POLL: Duration = Duration::from_secs(5);
 /// Resync of a provisioned machine (detects a vanished domain).
 pub const RESYNC: Duration = Duration::from_secs(300);
 /// Retry after a permanent error (the user may have fixed the input meanwhile).
@@ -64,6 +68,8 @@ pub struct MachineInput<'a> {
     /// Whether the guest's cloud-init is asked how it went: while the machine is being
     /// provisioned, and while its `Ready` waits on it ([`cloud_init::pending`]).
     pub ask_cloud_init: bool,
+    /// The image imports of this provider process (`spec.source.image`).
+    pub imports: &'a Imports,
 }
 
 /// Result of provisioning.
@@ -85,6 +91,9 @@ pub struct Step {
     pub restart_required: Option<String>,
     /// What the guest's cloud-init says, when this step asked.
     pub cloud_init: Option<CloudInit>,
+    /// The `Ready` reason while waiting, when the phase's own does not say it
+    /// ([`IMPORTING_IMAGE`]).
+    pub waiting_reason: Option<&'static str>,
 }
 
 /// Outputs of a provisioned machine.
@@ -151,7 +160,21 @@ pub async fn provision<H: Hypervisor>(
             }
             Phase::Volumes { host: name } => {
                 let hv = &host(hosts, name)?.hv;
-                create_volumes(&**hv, input, &domain, &phase, user_data).await?;
+                let base = match image_import::base_volume(hv, name, &input.spec.source, input.imports, |e| {
+                    hv_error(&phase, e)
+                })
+                .await?
+                {
+                    Base::Ready(base) => base,
+                    Base::Importing(how_far) => {
+                        step.waiting = Some(how_far);
+                        step.waiting_reason = Some(IMPORTING_IMAGE);
+                        step.requeue = IMPORT_POLL;
+                        step.phase = Some(phase);
+                        return Ok(step);
+                    }
+                };
+                create_volumes(&**hv, input, &base, &domain, &phase, user_data).await?;
                 step.events.push((
                     "VolumesCreated",
                     format!("disk and seed volumes of {domain} on {name}"),
@@ -418,24 +441,11 @@ async fn readopt_step<H: Hypervisor>(
 async fn create_volumes<H: Hypervisor>(
     hv: &H,
     input: &MachineInput<'_>,
+    base: &crate::hypervisor::VolumeInfo,
     domain: &str,
     phase: &Phase,
     user_data: Option<&[u8]>,
 ) -> Result<(), StepError> {
-    let src = &input.spec.source;
-    let base = hv
-        .volume(&src.pool, &src.volume)
-        .await
-        .map_err(|e| hv_error(phase, e))?
-        .ok_or_else(|| {
-            StepError::permanent(
-                "BaseVolumeNotFound",
-                format!(
-                    "base volume {:?} not found in storage pool {:?}: upload it or fix spec.source",
-                    src.volume, src.pool
-                ),
-            )
-        })?;
     for v in desired::disk_volumes(input.spec, domain) {
         if hv
             .volume(&v.pool, &v.name)

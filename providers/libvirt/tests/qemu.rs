@@ -30,6 +30,10 @@ use banlieue_libvirt::update;
 use banlieue_libvirt::xml::{self, DomainType, KernelBoot, Owner};
 use sha2::{Digest, Sha256};
 
+/// The image imports of the provider process these tests stand for.
+static IMPORTS: std::sync::LazyLock<banlieue_provider_kit::image::Imports> =
+    std::sync::LazyLock::new(Default::default);
+
 static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
     banlieue_provider_kit::network::PoolAddresses::new();
 const URI: &str = "qemu:///system";
@@ -106,6 +110,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     let token = format!("token-{}", &uid[24..]);
     let user_data = format!("#!/bin/sh\necho \"BANLIEUE user-data says {token}\"\n");
     let input = MachineInput {
+        imports: &IMPORTS,
         owner: &owner,
         spec: &spec,
         uuid: &uid,

@@ -18,6 +18,10 @@ use banlieue_libvirt::readopt::{self, OnDeletion};
 use banlieue_libvirt::xml::{self, DomainType, Owner};
 use banlieue_provider_kit::machine::Deleted;
 
+/// The image imports of the provider process these tests stand for.
+static IMPORTS: std::sync::LazyLock<banlieue_provider_kit::image::Imports> =
+    std::sync::LazyLock::new(Default::default);
+
 static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
     banlieue_provider_kit::network::PoolAddresses::new();
 const POOL: &str = "default-pool";
@@ -51,6 +55,7 @@ fn machine_input<'a>(
     settings: &'a Settings,
 ) -> MachineInput<'a> {
     MachineInput {
+        imports: &IMPORTS,
         owner,
         spec,
         uuid: &owner.uid,
@@ -174,6 +179,7 @@ async fn a_foreign_domain_with_our_name_is_never_adopted_or_deleted() {
     let o = owner("m2");
     let settings = settings();
     let input = MachineInput {
+        imports: &IMPORTS,
         owner: &o,
         spec: &s,
         uuid: &o.uid,
@@ -209,7 +215,7 @@ async fn bad_input_is_a_permanent_error_with_an_actionable_reason() {
     let settings = settings();
     let o = owner("m3");
     let mut s = spec(serde_json::json!([]));
-    s.source.volume = "missing.qcow2".into();
+    s.source.volume = Some("missing.qcow2".into());
     let input = machine_input(&o, &s, &settings);
     let err = provision::provision(&hosts, &input, Phase::SelectHost, Some(b""))
         .await
@@ -323,6 +329,7 @@ async fn machines_land_on_the_host_of_their_failure_domain() {
     ] {
         let o = owner(machine);
         let input = MachineInput {
+            imports: &IMPORTS,
             owner: &o,
             spec: &s,
             uuid: &o.uid,
@@ -732,6 +739,7 @@ async fn a_restored_provisioned_machine_remarks_its_domain_and_keeps_its_macs() 
     s2.cpu.cores = 3;
     s2.restart_policy = Some(banlieue_api::common::RestartPolicy::Automatic);
     let input = MachineInput {
+        imports: &IMPORTS,
         owner: &copy,
         spec: &s2,
         uuid: &uuid,
@@ -787,6 +795,7 @@ async fn the_original_never_takes_back_a_domain_its_copy_adopted() {
     // The original's provisioned path would re-mark it back ("a restored provisioned object is
     // re-marked"): refused, nothing written.
     let original = MachineInput {
+        imports: &IMPORTS,
         owner: &o,
         spec: &s,
         uuid: &uuid,
@@ -1065,4 +1074,186 @@ async fn libvirt_accepts_a_secure_boot_domain_on_q35() {
     assert!(xml.contains("q35"), "{xml}");
     assert!(xml.contains("secure-boot"), "{xml}");
     assert!(xml.contains("<smm state='on'/>"), "{xml}");
+}
+
+/// A small QCOW2-looking image: the header's magic and a virtual size of 3 GiB, then filler.
+fn qcow2_image(filler: u8) -> Vec<u8> {
+    let mut image = b"QFI\xfb\0\0\0\x03".to_vec();
+    image.extend_from_slice(&[0; 16]);
+    image.extend_from_slice(&(3u64 << 30).to_be_bytes());
+    image.extend(std::iter::repeat_n(filler, 300 * 1024));
+    image
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+/// A spec whose source is `url` with `checksum` (SHA256) in [`POOL`].
+fn image_spec(url: &str, checksum: &str) -> LibvirtMachineSpec {
+    let mut s = spec(serde_json::json!([]));
+    s.source = serde_json::from_value(serde_json::json!({
+        "pool": POOL,
+        "image": {"url": url, "checksumAlgorithm": "SHA256", "checksum": checksum},
+    }))
+    .unwrap();
+    s
+}
+
+/// Provisions until the step stops waiting for the import (bounded); returns the steps that
+/// waited, and the outcome.
+async fn provision_through_import(
+    hosts: &[Host<VirtHypervisor>],
+    input: &MachineInput<'_>,
+) -> (Vec<provision::Step>, Result<provision::Step, StepError>) {
+    let mut waited = Vec::new();
+    for _ in 0..400 {
+        match provision::provision(hosts, input, Phase::SelectHost, Some(b"#cloud-config\n")).await {
+            Ok(step) if step.waiting_reason == Some(banlieue_provider_kit::image::IMPORTING_IMAGE) => {
+                waited.push(step);
+                tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+            }
+            outcome => return (waited, outcome),
+        }
+    }
+    panic!("the import did not end within 10s");
+}
+
+#[tokio::test]
+async fn an_image_from_a_url_is_imported_once_and_backs_every_machine_that_names_it() {
+    let image = qcow2_image(7);
+    let server = banlieue_testenv::files::FileServer::start([("/noble.qcow2".to_owned(), image.clone())])
+        .await
+        .unwrap();
+    let host = host_with_base().await;
+    let hosts = [host];
+    let hv = hosts[0].hv.clone();
+    let settings = settings();
+    let s = image_spec(&server.url("/noble.qcow2"), &sha256_hex(&image));
+    let volume = banlieue_libvirt::image_import::volume_name(s.source.image.as_ref().unwrap());
+
+    let (a, b) = (owner("img-a"), owner("img-b"));
+    let (input_a, input_b) = (machine_input(&a, &s, &settings), machine_input(&b, &s, &settings));
+    // Both machines ask before the import ends: one import serves both.
+    let first_a = provision::provision(&hosts, &input_a, Phase::SelectHost, Some(b""))
+        .await
+        .unwrap();
+    let first_b = provision::provision(&hosts, &input_b, Phase::SelectHost, Some(b""))
+        .await
+        .unwrap();
+    for first in [&first_a, &first_b] {
+        assert_eq!(
+            first.waiting_reason,
+            Some(banlieue_provider_kit::image::IMPORTING_IMAGE)
+        );
+        assert_eq!(
+            first.phase,
+            Some(Phase::Volumes { host: "h1".into() }),
+            "nothing is created before the image"
+        );
+        let message = first.waiting.as_deref().unwrap_or_default();
+        assert!(message.contains(&server.url("/noble.qcow2")), "{message}");
+    }
+    let (_, done_a) = provision_through_import(&hosts, &input_a).await;
+    let (_, done_b) = provision_through_import(&hosts, &input_b).await;
+    for done in [done_a, done_b] {
+        assert!(
+            done.unwrap().provisioned.is_some(),
+            "the machine is provisioned on the imported image"
+        );
+    }
+    assert_eq!(
+        server.requests(),
+        ["/noble.qcow2"],
+        "downloaded once for both machines"
+    );
+
+    let imported = hv
+        .volume(POOL, &volume)
+        .await
+        .unwrap()
+        .expect("the imported volume");
+    assert_eq!(imported.capacity, 3 << 30, "the QCOW2 header's virtual size");
+    assert_eq!(imported.format, "qcow2");
+    assert_eq!(
+        hv.uploaded(POOL, &volume),
+        Some(image),
+        "the verified bytes, whole"
+    );
+    assert!(
+        hv.volume(POOL, &format!("{volume}.part"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the upload's staging volume is gone"
+    );
+    // Each boot disk is an overlay on the imported volume.
+    let boot = desired::disk_volumes(&s, &desired::domain_name("ns", "img-a"))
+        .into_iter()
+        .find(|v| v.boot)
+        .unwrap();
+    assert!(hv.volume(&boot.pool, &boot.name).await.unwrap().is_some());
+
+    // Deleting a machine keeps the image for the others.
+    provision::delete(&*hv, &a, &s, &a.uid).await.unwrap();
+    assert!(hv.volume(POOL, &volume).await.unwrap().is_some());
+    provision::delete(&*hv, &b, &s, &b.uid).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_image_whose_checksum_differs_is_refused_and_nothing_is_stored() {
+    let image = qcow2_image(9);
+    let server = banlieue_testenv::files::FileServer::start([("/tampered.qcow2".to_owned(), image.clone())])
+        .await
+        .unwrap();
+    let host = host_with_base().await;
+    let hosts = [host];
+    let hv = hosts[0].hv.clone();
+    let settings = settings();
+    let asked = sha256_hex(b"the image that was published");
+    let s = image_spec(&server.url("/tampered.qcow2"), &asked);
+    let volume = banlieue_libvirt::image_import::volume_name(s.source.image.as_ref().unwrap());
+    let o = owner("img-bad");
+    let input = machine_input(&o, &s, &settings);
+
+    let (waited, outcome) = provision_through_import(&hosts, &input).await;
+    assert!(!waited.is_empty(), "the download was reported while it ran");
+    match outcome {
+        Err(StepError::Permanent { reason, message }) => {
+            assert_eq!(reason, banlieue_provider_kit::image::IMAGE_CHECKSUM_MISMATCH);
+            assert!(
+                message.contains(&asked),
+                "names the checksum asked for: {message}"
+            );
+            assert!(
+                message.contains(&sha256_hex(&image)),
+                "names the checksum served: {message}"
+            );
+            assert!(
+                message.contains("spec.source.image"),
+                "names the field: {message}"
+            );
+        }
+        other => panic!("expected ImageChecksumMismatch, got {other:?}"),
+    }
+    for name in [volume.clone(), format!("{volume}.part")] {
+        assert!(
+            hv.volume(POOL, &name).await.unwrap().is_none(),
+            "{name} was not created"
+        );
+    }
+    // Asked again at once, the failure is reported without downloading again.
+    let again = provision::provision(&hosts, &input, Phase::SelectHost, Some(b"")).await;
+    assert!(
+        matches!(
+            again,
+            Err(StepError::Permanent {
+                reason: "ImageChecksumMismatch",
+                ..
+            })
+        ),
+        "{again:?}"
+    );
+    assert_eq!(server.requests().len(), 1);
 }

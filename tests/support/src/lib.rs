@@ -23,6 +23,7 @@ mod binaries;
 mod crds;
 mod env;
 mod error;
+pub mod files;
 pub mod guests;
 pub mod images;
 mod kubeconfig;

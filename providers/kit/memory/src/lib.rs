@@ -352,7 +352,7 @@ impl MachineBackend for MemoryMachines {
                 Phase::Provisioned { host, id }
             }
             Phase::Place => {
-                let image = machine.spec.source.volume.clone();
+                let image = machine.spec.source.volume.clone().unwrap_or_default();
                 let wanted = request.view.failure_domain.clone();
                 let placed = self
                     .0

@@ -266,6 +266,20 @@ impl Hypervisor for SlowHypervisor {
         self.pause().await?;
         self.inner.upload_volume(pool, name, data).await
     }
+    async fn upload_volume_file(
+        &self,
+        pool: &str,
+        name: &str,
+        path: &std::path::Path,
+        length: u64,
+    ) -> HvResult<()> {
+        self.pause().await?;
+        self.inner.upload_volume_file(pool, name, path, length).await
+    }
+    async fn clone_volume(&self, pool: &str, xml: &str, from: &str) -> HvResult<VolumeInfo> {
+        self.pause().await?;
+        self.inner.clone_volume(pool, xml, from).await
+    }
     async fn delete_volume(&self, pool: &str, name: &str) -> HvResult<()> {
         self.pause().await?;
         self.inner.delete_volume(pool, name).await

@@ -1,0 +1,331 @@
+//! Downloading an [`ImageDownload`] to a local file while computing its digest: `http://` or
+//! `https://` (web PKI), redirects followed, every wait bounded, the checksum compared before
+//! the caller may use the file.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use banlieue_api::common::{ChecksumAlgorithm, ImageDownload};
+use banlieue_provider_runtime::tls::{self, ErrorChain, HttpsConnector, Trust};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256, Sha512};
+use tokio::io::AsyncWriteExt;
+
+/// TCP connect (plus TLS handshake) timeout.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest wait for the response headers, or between two pieces of the body.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Redirects followed before giving up.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// Bytes received so far, and the announced size (0: not announced). Shared with whoever
+/// reports the progress.
+#[derive(Debug, Default)]
+pub struct Progress {
+    received: AtomicU64,
+    total: AtomicU64,
+}
+
+impl Progress {
+    /// `(received, total)`; `total` is `None` when the server did not announce it.
+    pub fn get(&self) -> (u64, Option<u64>) {
+        let total = self.total.load(Ordering::Relaxed);
+        (
+            self.received.load(Ordering::Relaxed),
+            (total > 0).then_some(total),
+        )
+    }
+}
+
+/// A download that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    /// The URL does not parse or is not http(s).
+    #[error("{url}: {reason}")]
+    InvalidUrl {
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// No connection, or the transfer broke off.
+    #[error("downloading {url}: {message}")]
+    Transfer {
+        /// The URL.
+        url: String,
+        /// The cause, with its sources.
+        message: String,
+    },
+    /// The server answered with an error status.
+    #[error("downloading {url}: the server answered {status}")]
+    Status {
+        /// The URL.
+        url: String,
+        /// The HTTP status.
+        status: http::StatusCode,
+    },
+    /// Nothing arrived for [`IDLE_TIMEOUT`].
+    #[error("downloading {url}: nothing received for {}s", IDLE_TIMEOUT.as_secs())]
+    Stalled {
+        /// The URL.
+        url: String,
+    },
+    /// More than [`MAX_REDIRECTS`] redirects.
+    #[error("downloading {url}: more than {MAX_REDIRECTS} redirects")]
+    TooManyRedirects {
+        /// The URL.
+        url: String,
+    },
+    /// The local file could not be written.
+    #[error("writing the download of {url} to {path}: {source}")]
+    Io {
+        /// The URL.
+        url: String,
+        /// The local file.
+        path: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The image is not the one the checksum names.
+    #[error(
+        "{url} has {algorithm} {actual}, not the {expected} that spec.source.image.checksum names: the download was discarded"
+    )]
+    ChecksumMismatch {
+        /// The URL.
+        url: String,
+        /// `sha256` or `sha512`.
+        algorithm: &'static str,
+        /// The checksum asked for.
+        expected: String,
+        /// The checksum of what was served.
+        actual: String,
+    },
+}
+
+impl DownloadError {
+    /// Whether trying again as it is cannot help (the input or the served file is wrong);
+    /// otherwise the network or the server may recover.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Self::InvalidUrl { .. } | Self::ChecksumMismatch { .. } | Self::TooManyRedirects { .. } => true,
+            Self::Status { status, .. } => status.is_client_error(),
+            Self::Transfer { .. } | Self::Stalled { .. } | Self::Io { .. } => false,
+        }
+    }
+}
+
+enum Hasher {
+    Sha256(Sha256),
+    Sha512(Sha512),
+}
+
+impl Hasher {
+    fn new(algorithm: ChecksumAlgorithm) -> Self {
+        match algorithm {
+            ChecksumAlgorithm::Sha256 => Self::Sha256(Sha256::new()),
+            ChecksumAlgorithm::Sha512 => Self::Sha512(Sha512::new()),
+        }
+    }
+
+    fn update(&mut self, data: &[u8]) {
+        match self {
+            Self::Sha256(h) => h.update(data),
+            Self::Sha512(h) => h.update(data),
+        }
+    }
+
+    fn finish(self) -> String {
+        match self {
+            Self::Sha256(h) => hex::encode(h.finalize()),
+            Self::Sha512(h) => hex::encode(h.finalize()),
+        }
+    }
+}
+
+type Body = Empty<Bytes>;
+
+/// The two clients, one per scheme.
+struct Clients {
+    http: Client<HttpConnector, Body>,
+    https: Client<HttpsConnector, Body>,
+}
+
+impl Clients {
+    fn new(url: &str) -> Result<Self, DownloadError> {
+        let config = tls::client_config(&Trust::WebPki).map_err(|e| DownloadError::Transfer {
+            url: url.to_owned(),
+            message: e.to_string(),
+        })?;
+        let mut http = HttpConnector::new();
+        http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+        Ok(Self {
+            http: Client::builder(TokioExecutor::new()).build(http),
+            https: Client::builder(TokioExecutor::new()).build(HttpsConnector::new(config, CONNECT_TIMEOUT)),
+        })
+    }
+
+    async fn get(&self, url: &url::Url) -> Result<http::Response<Incoming>, DownloadError> {
+        let uri: http::Uri =
+            url.as_str()
+                .parse()
+                .map_err(|e: http::uri::InvalidUri| DownloadError::InvalidUrl {
+                    url: url.to_string(),
+                    reason: e.to_string(),
+                })?;
+        let request = http::Request::get(uri)
+            .header(http::header::USER_AGENT, "banlieue-image-import")
+            .body(Body::new())
+            .map_err(|e| DownloadError::InvalidUrl {
+                url: url.to_string(),
+                reason: e.to_string(),
+            })?;
+        let sent = match url.scheme() {
+            "https" => tokio::time::timeout(IDLE_TIMEOUT, self.https.request(request)).await,
+            _ => tokio::time::timeout(IDLE_TIMEOUT, self.http.request(request)).await,
+        };
+        match sent {
+            Err(_) => Err(DownloadError::Stalled { url: url.to_string() }),
+            Ok(Err(e)) => Err(DownloadError::Transfer {
+                url: url.to_string(),
+                message: ErrorChain(&e).to_string(),
+            }),
+            Ok(Ok(response)) => Ok(response),
+        }
+    }
+}
+
+/// Checks that `url` is an absolute http(s) URL.
+pub fn parse_url(url: &str) -> Result<url::Url, DownloadError> {
+    let parsed = url::Url::parse(url).map_err(|e| DownloadError::InvalidUrl {
+        url: url.to_owned(),
+        reason: e.to_string(),
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(DownloadError::InvalidUrl {
+            url: url.to_owned(),
+            reason: "only http:// and https:// URLs with a host can be downloaded".into(),
+        });
+    }
+    Ok(parsed)
+}
+
+/// Downloads `image` into `dest` (created or truncated), counting into `progress`, and checks
+/// its checksum; returns the number of bytes. On a mismatch the file is emptied, so that
+/// nothing of it can be used by mistake.
+pub async fn download(image: &ImageDownload, dest: &Path, progress: &Progress) -> Result<u64, DownloadError> {
+    let clients = Clients::new(&image.url)?;
+    let mut url = parse_url(&image.url)?;
+    let mut response = None;
+    for _ in 0..=MAX_REDIRECTS {
+        let r = clients.get(&url).await?;
+        if r.status().is_redirection()
+            && let Some(location) = r.headers().get(http::header::LOCATION)
+        {
+            let location = location.to_str().unwrap_or_default();
+            url = url.join(location).map_err(|e| DownloadError::InvalidUrl {
+                url: location.to_owned(),
+                reason: format!("redirect from {url}: {e}"),
+            })?;
+            parse_url(url.as_str())?;
+            continue;
+        }
+        response = Some(r);
+        break;
+    }
+    let Some(response) = response else {
+        return Err(DownloadError::TooManyRedirects {
+            url: image.url.clone(),
+        });
+    };
+    if !response.status().is_success() {
+        return Err(DownloadError::Status {
+            url: url.to_string(),
+            status: response.status(),
+        });
+    }
+    let total = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    progress.total.store(total, Ordering::Relaxed);
+    progress.received.store(0, Ordering::Relaxed);
+    let io = |source| DownloadError::Io {
+        url: image.url.clone(),
+        path: dest.display().to_string(),
+        source,
+    };
+    let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
+    let mut hasher = Hasher::new(image.checksum_algorithm);
+    let mut body = response.into_body();
+    let mut received = 0u64;
+    loop {
+        let frame = match tokio::time::timeout(IDLE_TIMEOUT, body.frame()).await {
+            Err(_) => return Err(DownloadError::Stalled { url: url.to_string() }),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return Err(DownloadError::Transfer {
+                    url: url.to_string(),
+                    message: ErrorChain(&e).to_string(),
+                });
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        hasher.update(&data);
+        file.write_all(&data).await.map_err(io)?;
+        received += data.len() as u64;
+        progress.received.store(received, Ordering::Relaxed);
+    }
+    if total > 0 && received != total {
+        return Err(DownloadError::Transfer {
+            url: url.to_string(),
+            message: format!("the connection closed after {received} of {total} bytes"),
+        });
+    }
+    file.flush().await.map_err(io)?;
+    let actual = hasher.finish();
+    if actual != image.checksum.to_ascii_lowercase() {
+        file.set_len(0).await.map_err(io)?;
+        return Err(DownloadError::ChecksumMismatch {
+            url: image.url.clone(),
+            algorithm: image.checksum_algorithm.as_str(),
+            expected: image.checksum.clone(),
+            actual,
+        });
+    }
+    file.sync_all().await.map_err(io)?;
+    Ok(received)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_http_and_https_urls_are_downloaded() {
+        assert!(parse_url("https://example.com/a.img").is_ok());
+        assert!(parse_url("http://10.0.0.1:8080/a.img").is_ok());
+        for bad in ["file:///etc/passwd", "ftp://example.com/a.img", "not a url"] {
+            let e = parse_url(bad).unwrap_err();
+            assert!(e.is_permanent(), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_client_error_is_permanent_a_server_error_is_not() {
+        let status = |status| DownloadError::Status {
+            url: "http://x/".into(),
+            status,
+        };
+        assert!(status(http::StatusCode::NOT_FOUND).is_permanent());
+        assert!(!status(http::StatusCode::SERVICE_UNAVAILABLE).is_permanent());
+    }
+}

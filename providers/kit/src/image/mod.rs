@@ -1,0 +1,215 @@
+//! Images imported from a URL ([`ImageDownload`]): the download itself ([`download`]) and the
+//! imports a provider process runs in the background ([`Imports`]), one per target (host and
+//! storage and checksum) whatever the number of machines waiting on it.
+//!
+//! The registry is a cache, not state: an import interrupted by a restart is started again by
+//! the next reconcile, and a backend makes its import idempotent (it looks for the finished
+//! image first and publishes it under its final name only once it is complete).
+
+pub mod download;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use banlieue_api::common::ImageDownload;
+
+pub use download::{DownloadError, Progress};
+
+/// Condition reason while an image is being imported.
+pub const IMPORTING_IMAGE: &str = "ImportingImage";
+/// Condition reason: the served image does not have the checksum asked for.
+pub const IMAGE_CHECKSUM_MISMATCH: &str = "ImageChecksumMismatch";
+/// Condition reason: the import failed (download or upload).
+pub const IMAGE_IMPORT_FAILED: &str = "ImageImportFailed";
+/// How long a failed import is reported before the next reconcile may start it again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(120);
+
+/// Why an import failed, as a condition shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportFailure {
+    /// [`IMAGE_CHECKSUM_MISMATCH`] or [`IMAGE_IMPORT_FAILED`].
+    pub reason: &'static str,
+    /// What happened, for a human.
+    pub message: String,
+    /// Whether only a change of the input (or of the served file) can help.
+    pub permanent: bool,
+}
+
+impl From<DownloadError> for ImportFailure {
+    fn from(e: DownloadError) -> Self {
+        Self {
+            reason: if matches!(e, DownloadError::ChecksumMismatch { .. }) {
+                IMAGE_CHECKSUM_MISMATCH
+            } else {
+                IMAGE_IMPORT_FAILED
+            },
+            permanent: e.is_permanent(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Where an import stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImportState {
+    /// Running; the message says how far (for the `Ready` condition).
+    Running(String),
+    /// Failed recently ([`RETRY_AFTER`]).
+    Failed(ImportFailure),
+}
+
+/// What the import task reports it is doing.
+#[derive(Debug, Default)]
+pub struct ImportProgress {
+    /// The download's bytes.
+    pub download: Progress,
+    /// Set once the download is verified and the image is being written to the hypervisor.
+    pub uploading: std::sync::atomic::AtomicBool,
+}
+
+impl ImportProgress {
+    fn describe(&self, image: &ImageDownload) -> String {
+        if self.uploading.load(std::sync::atomic::Ordering::Relaxed) {
+            return format!("checksum verified; writing {} to the storage", image.url);
+        }
+        const MIB: u64 = 1 << 20;
+        match self.download.get() {
+            (done, Some(total)) => format!(
+                "downloading {}: {} of {} MiB ({}%)",
+                image.url,
+                done / MIB,
+                total.div_ceil(MIB),
+                done.saturating_mul(100) / total.max(1)
+            ),
+            (done, None) => format!("downloading {}: {} MiB", image.url, done / MIB),
+        }
+    }
+}
+
+enum Entry {
+    Running(Arc<ImportProgress>),
+    Failed(ImportFailure, Instant),
+}
+
+/// The imports of one provider process, by key (e.g. `host/pool/volume`).
+#[derive(Clone, Default)]
+pub struct Imports {
+    entries: Arc<Mutex<HashMap<String, Entry>>>,
+}
+
+impl std::fmt::Debug for Imports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Imports").finish_non_exhaustive()
+    }
+}
+
+impl Imports {
+    /// Where the import of `key` stands; starts it with `start` (on a task of its own) when none
+    /// runs and none failed within [`RETRY_AFTER`]. The caller looks for the finished image
+    /// before asking: a finished import leaves no entry.
+    pub fn poll<F, Fut>(&self, key: &str, image: &ImageDownload, start: F) -> ImportState
+    where
+        F: FnOnce(Arc<ImportProgress>) -> Fut,
+        Fut: Future<Output = Result<(), ImportFailure>> + Send + 'static,
+    {
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match entries.get(key) {
+            Some(Entry::Running(progress)) => return ImportState::Running(progress.describe(image)),
+            Some(Entry::Failed(failure, at)) if at.elapsed() < RETRY_AFTER => {
+                return ImportState::Failed(failure.clone());
+            }
+            _ => {}
+        }
+        let progress = Arc::new(ImportProgress::default());
+        entries.insert(key.to_owned(), Entry::Running(progress.clone()));
+        let work = start(progress.clone());
+        let (registry, key_owned) = (self.entries.clone(), key.to_owned());
+        tracing::info!(key, url = %image.url, "image import started");
+        tokio::spawn(async move {
+            let outcome = work.await;
+            let mut entries = registry.lock().unwrap_or_else(|e| e.into_inner());
+            match outcome {
+                Ok(()) => {
+                    tracing::info!(key = %key_owned, "image import finished");
+                    entries.remove(&key_owned);
+                }
+                Err(failure) => {
+                    tracing::warn!(key = %key_owned, reason = failure.reason, message = %failure.message, "image import failed");
+                    entries.insert(key_owned, Entry::Failed(failure, Instant::now()));
+                }
+            }
+        });
+        ImportState::Running(progress.describe(image))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image() -> ImageDownload {
+        ImageDownload {
+            url: "http://images.test/a.qcow2".into(),
+            ..ImageDownload::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn one_import_runs_per_key_however_often_it_is_polled() {
+        let imports = Imports::default();
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (release, wait) = tokio::sync::oneshot::channel::<()>();
+        let mut wait = Some(wait);
+        for _ in 0..3 {
+            let started = started.clone();
+            let wait = wait.take();
+            let state = imports.poll("h/p/v", &image(), move |_| async move {
+                started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some(w) = wait {
+                    let _ = w.await;
+                }
+                Ok(())
+            });
+            assert!(
+                matches!(state, ImportState::Running(ref m) if m.contains("downloading http://images.test/a.qcow2"))
+            );
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
+        release.send(()).unwrap();
+        for _ in 0..100 {
+            if imports.entries.lock().unwrap().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            imports.entries.lock().unwrap().is_empty(),
+            "a finished import leaves no entry"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_reported_and_not_retried_at_once() {
+        let imports = Imports::default();
+        let failure = ImportFailure {
+            reason: IMAGE_CHECKSUM_MISMATCH,
+            message: "wrong".into(),
+            permanent: true,
+        };
+        let f = failure.clone();
+        imports.poll("k", &image(), move |_| async move { Err(f) });
+        let mut state = None;
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let s = imports.poll("k", &image(), |_| async { panic!("must not start again") });
+            if let ImportState::Failed(_) = s {
+                state = Some(s);
+                break;
+            }
+        }
+        assert_eq!(state, Some(ImportState::Failed(failure)));
+    }
+}

@@ -257,3 +257,76 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     );
     let _ = std::fs::remove_file(&log_path);
 }
+
+/// An image served over HTTP is imported into the real `default` pool: the daemon accepts the
+/// upload of a QCOW2 file into a QCOW2 volume and the copy to the final name (`qemu-img convert`
+/// on a dir pool), the result has the image's virtual size and the same content, and the
+/// staging volume is gone.
+#[tokio::test]
+async fn an_image_from_a_url_lands_in_a_real_pool_with_its_content() {
+    use banlieue_libvirt::image_import::{self, Base};
+    let hv = Arc::new(VirtHypervisor::new(URI));
+    if let Err(e) = hv.host_info().await {
+        if std::env::var_os("CI").is_some() {
+            panic!("libvirtd must run under CI (providers/libvirt/ci/start-libvirtd.sh): {e}");
+        }
+        eprintln!("SKIPPED: no libvirt daemon at {URI} ({e}); run providers/libvirt/ci/start-libvirtd.sh as root");
+        return;
+    }
+    // A QCOW2 image with content of this run's own (so that each run imports anew).
+    let dir = tempfile::tempdir().unwrap();
+    let (raw, served) = (dir.path().join("disk.raw"), dir.path().join("disk.qcow2"));
+    let mut content = vec![0u8; 4 << 20];
+    content[..36].copy_from_slice(pseudo_uuid().as_bytes());
+    std::fs::write(&raw, &content).unwrap();
+    let convert = Command::new("qemu-img")
+        .args(["convert", "-f", "raw", "-O", "qcow2"])
+        .arg(&raw)
+        .arg(&served)
+        .status()
+        .expect("running qemu-img");
+    assert!(convert.success());
+    let image = std::fs::read(&served).unwrap();
+    let server = banlieue_testenv::files::FileServer::start([("/disk.qcow2".to_owned(), image.clone())])
+        .await
+        .unwrap();
+    let source: banlieue_api::infrastructure::LibvirtVolumeSource = serde_json::from_value(serde_json::json!({
+        "pool": POOL,
+        "image": {
+            "url": server.url("/disk.qcow2"),
+            "checksumAlgorithm": "SHA256",
+            "checksum": hex::encode(Sha256::digest(&image)),
+        },
+    }))
+    .unwrap();
+    let name = image_import::volume_name(source.image.as_ref().unwrap());
+
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let imported = loop {
+        match image_import::base_volume(&hv, "h1", &source, &IMPORTS, |e| panic!("{e}")).await {
+            Ok(Base::Ready(v)) => break v,
+            Ok(Base::Importing(how_far)) => {
+                assert!(Instant::now() < deadline, "still importing after 120s: {how_far}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("import failed: {e:?}"),
+        }
+    };
+    assert_eq!(imported.name, name);
+    assert_eq!(imported.format, "qcow2");
+    assert_eq!(imported.capacity, 4 << 20, "the image's virtual size");
+    assert!(hv.volume(POOL, &format!("{name}.part")).await.unwrap().is_none());
+    let compare = Command::new("qemu-img")
+        .args(["compare", "-f", "qcow2", "-F", "qcow2"])
+        .arg(&served)
+        .arg(&imported.path)
+        .output()
+        .expect("running qemu-img compare");
+    assert!(
+        compare.status.success(),
+        "the imported volume's content differs from the served image: {}",
+        String::from_utf8_lossy(&compare.stdout)
+    );
+    assert_eq!(server.requests().len(), 1);
+    hv.delete_volume(POOL, &name).await.unwrap();
+}

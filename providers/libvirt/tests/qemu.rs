@@ -270,7 +270,9 @@ async fn an_image_from_a_url_lands_in_a_real_pool_with_its_content() {
         if std::env::var_os("CI").is_some() {
             panic!("libvirtd must run under CI (providers/libvirt/ci/start-libvirtd.sh): {e}");
         }
-        eprintln!("SKIPPED: no libvirt daemon at {URI} ({e}); run providers/libvirt/ci/start-libvirtd.sh as root");
+        eprintln!(
+            "SKIPPED: no libvirt daemon at {URI} ({e}); run providers/libvirt/ci/start-libvirtd.sh as root"
+        );
         return;
     }
     // A QCOW2 image with content of this run's own (so that each run imports anew).
@@ -290,15 +292,16 @@ async fn an_image_from_a_url_lands_in_a_real_pool_with_its_content() {
     let server = banlieue_testenv::files::FileServer::start([("/disk.qcow2".to_owned(), image.clone())])
         .await
         .unwrap();
-    let source: banlieue_api::infrastructure::LibvirtVolumeSource = serde_json::from_value(serde_json::json!({
-        "pool": POOL,
-        "image": {
-            "url": server.url("/disk.qcow2"),
-            "checksumAlgorithm": "SHA256",
-            "checksum": hex::encode(Sha256::digest(&image)),
-        },
-    }))
-    .unwrap();
+    let source: banlieue_api::infrastructure::LibvirtVolumeSource =
+        serde_json::from_value(serde_json::json!({
+            "pool": POOL,
+            "image": {
+                "url": server.url("/disk.qcow2"),
+                "checksumAlgorithm": "SHA256",
+                "checksum": hex::encode(Sha256::digest(&image)),
+            },
+        }))
+        .unwrap();
     let name = image_import::volume_name(source.image.as_ref().unwrap());
 
     let deadline = Instant::now() + Duration::from_secs(120);

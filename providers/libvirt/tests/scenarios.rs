@@ -320,3 +320,72 @@ async fn a_late_user_data_secret_is_acted_on_within_seconds() -> Result<()> {
     assert!(lm.spec.provider_id.is_some());
     Ok(())
 }
+
+/// The `Ready` condition of a LibvirtMachine: (status, reason, message).
+fn ready_of(lm: &LibvirtMachine) -> Option<(String, String, String)> {
+    lm.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+#[tokio::test]
+async fn an_image_imported_from_a_url_reports_its_progress_and_a_tampered_one_is_refused() -> Result<()> {
+    use sha2::Digest;
+    let (s, _ns) = Standalone::new("lv-image").await?;
+    let mut image = b"QFI\xfb\0\0\0\x03".to_vec();
+    image.extend_from_slice(&[0; 16]);
+    image.extend_from_slice(&(2u64 << 30).to_be_bytes());
+    image.extend(s.ns.as_bytes()); // this run's own image
+    let server =
+        banlieue_testenv::files::FileServer::holding([("/focal.qcow2".to_owned(), image.clone())]).await?;
+    let source = |checksum: String| {
+        json!({"pool": POOL, "image": {
+            "url": server.url("/focal.qcow2"), "checksumAlgorithm": "SHA256", "checksum": checksum,
+        }})
+    };
+    let api = s.api::<LibvirtMachine>();
+
+    // Tampered: the checksum published is of other bytes. Held, both machines show the import.
+    let published = hex::encode(sha2::Sha256::digest(b"what the vendor published"));
+    s.user_data_secret("tampered", "#cloud-config\n").await?;
+    s.machine_from("tampered", source(published.clone())).await?;
+    s.user_data_secret("good", "#cloud-config\n").await?;
+    s.machine_from("good", source(hex::encode(sha2::Sha256::digest(&image))))
+        .await?;
+    for name in ["tampered", "good"] {
+        eventually(&format!("{name} shows the import"), || async {
+            let lm = api.get(name).await?;
+            Ok(ready_of(&lm).filter(|(status, reason, message)| {
+                status == "False"
+                    && reason == "ImportingImage"
+                    && message.contains(&server.url("/focal.qcow2"))
+            }))
+        })
+        .await?;
+    }
+    server.release();
+
+    s.provisioned("good").await?;
+    let (_, reason, message) = eventually("the tampered image is refused", || async {
+        let lm = api.get("tampered").await?;
+        Ok(ready_of(&lm).filter(|(_, reason, _)| reason == "ImageChecksumMismatch"))
+    })
+    .await?;
+    assert_eq!(reason, "ImageChecksumMismatch");
+    assert!(message.contains(&published), "{message}");
+    let hv = s.connector.get(URI);
+    let domain = banlieue_libvirt::desired::domain_name(&s.ns, "tampered");
+    assert!(
+        hv.domain_by_name(&domain).await?.is_none(),
+        "no domain was defined on the tampered image"
+    );
+    assert_eq!(
+        server.requests(),
+        ["/focal.qcow2", "/focal.qcow2"],
+        "one download per checksum"
+    );
+    Ok(())
+}

@@ -11,25 +11,45 @@ use tokio::net::TcpListener;
 
 /// Longest a test client may take to send its request head.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a request waits for [`FileServer::release`] while the server holds its answers.
+const HOLD_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Serves `files` over plain HTTP/1.1 (one request per connection) until dropped.
 pub struct FileServer {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<String>>>,
+    open: Arc<tokio::sync::watch::Sender<bool>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl FileServer {
     /// Starts serving `files` (path → content, paths starting with `/`) on `127.0.0.1`.
     pub async fn start(files: impl IntoIterator<Item = (String, Vec<u8>)>) -> std::io::Result<Self> {
+        Self::serve(files, true).await
+    }
+
+    /// [`Self::start`], but every answer waits for [`Self::release`] (at most two minutes), so
+    /// that a test can look at a download while it runs.
+    pub async fn holding(files: impl IntoIterator<Item = (String, Vec<u8>)>) -> std::io::Result<Self> {
+        Self::serve(files, false).await
+    }
+
+    /// Lets the held answers (and every later one) go.
+    pub fn release(&self) {
+        self.open.send_replace(true);
+    }
+
+    async fn serve(files: impl IntoIterator<Item = (String, Vec<u8>)>, open: bool) -> std::io::Result<Self> {
         let files: Arc<HashMap<String, Vec<u8>>> = Arc::new(files.into_iter().collect());
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
+        let open = Arc::new(tokio::sync::watch::Sender::new(open));
+        let gate = open.clone();
         let task = tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
-                let (files, seen) = (files.clone(), seen.clone());
+                let (files, seen, mut gate) = (files.clone(), seen.clone(), gate.subscribe());
                 tokio::spawn(async move {
                     let Ok(Some(path)) = tokio::time::timeout(REQUEST_TIMEOUT, read_path(&mut conn))
                         .await
@@ -39,6 +59,7 @@ impl FileServer {
                         return;
                     };
                     seen.lock().unwrap_or_else(|e| e.into_inner()).push(path.clone());
+                    let _ = tokio::time::timeout(HOLD_TIMEOUT, gate.wait_for(|open| *open)).await;
                     let (status, body) = match files.get(&path) {
                         Some(content) => ("200 OK", content.as_slice()),
                         None => ("404 Not Found", b"not found\n".as_slice()),
@@ -53,7 +74,12 @@ impl FileServer {
                 });
             }
         });
-        Ok(Self { addr, requests, task })
+        Ok(Self {
+            addr,
+            requests,
+            open,
+            task,
+        })
     }
 
     /// The URL of `path` on this server.

@@ -181,12 +181,18 @@ impl Standalone {
 
     /// [`Self::machine`] before its user-data Secret exists.
     pub async fn machine_without_user_data(&self, name: &str) -> Result<LibvirtMachine> {
+        self.machine_from(name, json!({"volume": "base.qcow2", "pool": POOL}))
+            .await
+    }
+
+    /// [`Self::machine_without_user_data`] cloned from `source` (a `LibvirtVolumeSource`).
+    pub async fn machine_from(&self, name: &str, source: serde_json::Value) -> Result<LibvirtMachine> {
         let vm: VirtualMachine = serde_json::from_value(json!({
             "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
             "metadata": {"name": name},
             "spec": {
                 "providerRef": {"name": self.provider},
-                "source": {"libvirt": {"volume": "base.qcow2", "pool": POOL}},
+                "source": {"libvirt": source},
                 "cpu": {"cores": 1}, "memoryMiB": 256,
                 "userDataSecretRef": {"name": format!("{name}-user-data"), "key": "userdata"},
             },
@@ -200,7 +206,7 @@ impl Standalone {
             "metadata": {"name": name, "ownerReferences": [owner_ref(&vm)]},
             "spec": {
                 "providerRef": {"name": self.provider},
-                "source": {"volume": "base.qcow2", "pool": POOL},
+                "source": source,
                 "cpu": {"cores": 1}, "memoryMiB": 256,
                 "disks": [{"name": "root", "sizeGiB": 2}],
             },

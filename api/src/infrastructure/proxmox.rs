@@ -6,19 +6,24 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{
-    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Firmware, Initialization, MachineAddress,
-    MachineTemplateStatus, NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference,
-    ProvisioningStatus, ReadinessChecks, RestartPolicy, SecretReference, SeedDriveBus, TlsTrust,
+    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Firmware, ImageDownload, Initialization,
+    MachineAddress, MachineTemplateStatus, NetworkInterface, ObjectMetaTemplate, PowerState,
+    ProviderReference, ProvisioningStatus, ReadinessChecks, RestartPolicy, SecretReference, SeedDriveBus,
+    TlsTrust,
 };
 
 /// The Proxmox VE template a machine is cloned from: by `vmid`, or by `name` and/or `tags`
-/// (the template must then be unique).
+/// (the template must then be unique), or made by the provider from an `image`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "has(self.vmid) != (has(self.name) || has(self.tags))",
-        "message": "select the source template either by vmid, or by name and/or tags (not both)"
+        "rule": "has(self.image) ? !(has(self.vmid) || has(self.name) || has(self.tags)) : has(self.vmid) != (has(self.name) || has(self.tags))",
+        "message": "select the source template either by vmid, or by name and/or tags, or by image (only one of them)"
+    },
+    {
+        "rule": "!has(self.imageStorage) || has(self.image)",
+        "message": "imageStorage is where an image is downloaded to: set image too"
     }
 ]))]
 pub struct ProxmoxTemplateSource {
@@ -41,6 +46,18 @@ pub struct ProxmoxTemplateSource {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub node: Option<String>,
+    /// An image the provider makes the template from, once per node: the storage downloads it
+    /// (`download-url`, checksum verified by Proxmox VE), a VM is created with its disk imported
+    /// (`import-from`) and made a template tagged `banlieue-<algorithm>-<checksum's first 48
+    /// digits>`, which every machine naming the same image on that node clones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageDownload>,
+    /// Storage the image is downloaded to: file-based, with content `import` enabled (default
+    /// `local`). The template's disk goes to `spec.storage`, else the first disk's storage,
+    /// else `local-lvm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 100))]
+    pub image_storage: Option<String>,
 }
 
 /// An inclusive range of VMIDs new machines get their VMID from.

@@ -281,6 +281,22 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
             field("source.vmid", Honoured("the template VM cloned (immutable)")),
             field("source.name", Honoured("the template found by name (immutable)")),
             field(
+                "source.image.url",
+                Honoured("downloaded by the storage (download-url), imported into a template once per node"),
+            ),
+            field(
+                "source.image.checksumAlgorithm",
+                Honoured("download-url's checksum-algorithm"),
+            ),
+            field(
+                "source.image.checksum",
+                Honoured("download-url's checksum: Proxmox VE fails a mismatch (ImageChecksumMismatch)"),
+            ),
+            field(
+                "source.imageStorage",
+                Honoured("the storage the image is downloaded to (content import)"),
+            ),
+            field(
                 "source.tags",
                 Honoured("the template found by its tags (immutable)"),
             ),
@@ -607,6 +623,10 @@ fn image_source(backend: Backend, prefix: &str) -> Vec<Field> {
         this(Backend::Proxmox, "name"),
         this(Backend::Proxmox, "tags"),
         this(Backend::Proxmox, "node"),
+        this(Backend::Proxmox, "image.url"),
+        this(Backend::Proxmox, "image.checksumAlgorithm"),
+        this(Backend::Proxmox, "image.checksum"),
+        this(Backend::Proxmox, "imageStorage"),
         this(Backend::Libvirt, "volume"),
         this(Backend::Libvirt, "pool"),
         this(Backend::Libvirt, "image.url"),

@@ -67,10 +67,21 @@ pub struct ImportProgress {
     pub download: Progress,
     /// Set once the download is verified and the image is being written to the hypervisor.
     pub uploading: std::sync::atomic::AtomicBool,
+    /// What the import does, when the backend says it itself (e.g. a download the hypervisor
+    /// runs, whose bytes the provider does not see); replaces the two above.
+    stage: Mutex<Option<String>>,
 }
 
 impl ImportProgress {
+    /// Says what the import does now (shown instead of the download's bytes).
+    pub fn set_stage(&self, stage: impl Into<String>) {
+        *self.stage.lock().unwrap_or_else(|e| e.into_inner()) = Some(stage.into());
+    }
+
     fn describe(&self, image: &ImageDownload) -> String {
+        if let Some(stage) = self.stage.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return stage;
+        }
         if self.uploading.load(std::sync::atomic::Ordering::Relaxed) {
             return format!("checksum verified; writing {} to the storage", image.url);
         }

@@ -39,6 +39,19 @@ pub struct CloneRequest {
     pub snapname: Option<String>,
 }
 
+/// A `download-url` request: a file the storage downloads itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DownloadUrlRequest {
+    /// `import` (disk images), `iso` or `vztmpl`.
+    pub content: String,
+    /// The file to create (PVE normalises it).
+    pub filename: String,
+    /// Where to download from.
+    pub url: String,
+    /// `(algorithm, digest)`: PVE fails the task when the file's digest differs.
+    pub checksum: Option<(String, String)>,
+}
+
 /// A config update: values to set and keys to delete.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ConfigUpdate {
@@ -239,6 +252,43 @@ impl Client {
             self.call(Method::POST, &format!("{}/clone", vm_path(node, vmid)), params)
                 .await?,
         )
+    }
+
+    /// `POST /nodes/{node}/qemu`: creates VM `vmid` with the options of `config` (a disk may be
+    /// `<storage>:0,import-from=<volume id>`).
+    pub async fn create_vm(&self, node: &str, vmid: u32, config: &ConfigUpdate) -> Result<Upid> {
+        let params = config.params().set("vmid", vmid);
+        upid(
+            self.call(Method::POST, &format!("/nodes/{}/qemu", seg(node)), params)
+                .await?,
+        )
+    }
+
+    /// `POST /nodes/{node}/qemu/{vmid}/template`: makes the (stopped) VM a template.
+    pub async fn make_template(&self, node: &str, vmid: u32) -> Result<Upid> {
+        upid(
+            self.call(
+                Method::POST,
+                &format!("{}/template", vm_path(node, vmid)),
+                Params::new(),
+            )
+            .await?,
+        )
+    }
+
+    /// `POST /nodes/{node}/storage/{storage}/download-url`: a `download` task.
+    pub async fn download_url(&self, node: &str, storage: &str, req: &DownloadUrlRequest) -> Result<Upid> {
+        let path = format!("/nodes/{}/storage/{}/download-url", seg(node), seg(storage));
+        let mut params = Params::new()
+            .set("content", &req.content)
+            .set("filename", &req.filename)
+            .set("url", &req.url);
+        if let Some((algorithm, digest)) = &req.checksum {
+            params = params
+                .set("checksum-algorithm", algorithm)
+                .set("checksum", digest);
+        }
+        upid(self.call(Method::POST, &path, params).await?)
     }
 
     /// `PUT /nodes/{node}/qemu/{vmid}/resize`: a task (PVE ≥ 8), or `None` on older versions.

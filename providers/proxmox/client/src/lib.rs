@@ -37,7 +37,7 @@ mod task;
 mod tls;
 mod types;
 
-pub use api::{CloneRequest, ConfigUpdate, DeleteVmOptions};
+pub use api::{CloneRequest, ConfigUpdate, DeleteVmOptions, DownloadUrlRequest};
 pub use client::{
     API_PREFIX, Auth, Client, ClientBuilder, MAX_IN_FLIGHT, POOL_IDLE_TIMEOUT, RequestHook, RequestRecord,
     RetryPolicy, TICKET_LIFETIME, path_segment,

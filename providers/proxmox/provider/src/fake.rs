@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use banlieue_pve_client::config::normalize_tags;
 use banlieue_pve_client::{
-    CloneRequest, ConfigUpdate, HaResource, HaResourceSettings, HaRule, PendingConfig, SizeChange,
-    TaskOutcome, Upid, VmConfig, vm_sid,
+    CloneRequest, ConfigUpdate, DownloadUrlRequest, HaResource, HaResourceSettings, HaRule, PendingConfig,
+    SizeChange, TaskOutcome, Upid, VmConfig, vm_sid,
 };
 
 use crate::hypervisor::{Guest, Hypervisor, Inventory, NodeLoad, PveError, RunState};
@@ -711,6 +711,41 @@ impl Hypervisor for FakePve {
             data,
         };
         Ok(new_task(&mut s, "upload_iso", node, "imgcopy", "", effect))
+    }
+
+    async fn has_volume(&self, node: &str, _storage: &str, volid: &str) -> Result<bool, PveError> {
+        let s = self.enter("has_volume")?;
+        Ok(s.volumes.contains_key(&(node.to_owned(), volid.to_owned())))
+    }
+
+    // Images from a URL are exercised on the wire-level simulator, which downloads them.
+    async fn download_url(
+        &self,
+        _node: &str,
+        _storage: &str,
+        _request: &DownloadUrlRequest,
+    ) -> Result<Upid, PveError> {
+        let _s = self.enter("download_url")?;
+        Err(api_error(
+            501,
+            "download-url is not modelled by the fake (use banlieue-pve-sim)",
+        ))
+    }
+
+    async fn create_vm(&self, _node: &str, _vmid: u32, _config: &ConfigUpdate) -> Result<Upid, PveError> {
+        let _s = self.enter("create_vm")?;
+        Err(api_error(
+            501,
+            "VM creation is not modelled by the fake (use banlieue-pve-sim)",
+        ))
+    }
+
+    async fn make_template(&self, _node: &str, _vmid: u32) -> Result<Upid, PveError> {
+        let _s = self.enter("make_template")?;
+        Err(api_error(
+            501,
+            "template conversion is not modelled by the fake (use banlieue-pve-sim)",
+        ))
     }
 
     async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {

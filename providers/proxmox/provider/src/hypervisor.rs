@@ -12,9 +12,9 @@ use std::net::IpAddr;
 
 use banlieue_provider_kit::cloud_init;
 use banlieue_pve_client::{
-    Client, CloneRequest, ClusterResource, ConfigUpdate, DeleteVmOptions, ErrorClass, HaResource,
-    HaResourceSettings, HaRule, PendingConfig, ResourceType, SizeChange, TaskOutcome, Upid, UploadContent,
-    VmConfig, vm_sid,
+    Client, CloneRequest, ClusterResource, ConfigUpdate, DeleteVmOptions, DownloadUrlRequest, ErrorClass,
+    HaResource, HaResourceSettings, HaRule, PendingConfig, ResourceType, SizeChange, TaskOutcome, Upid,
+    UploadContent, VmConfig, vm_sid,
 };
 
 /// Errors of the hypervisor calls: the Proxmox client's error, classified by
@@ -74,7 +74,7 @@ pub struct Guest {
 
 /// What the reconcilers need from a Proxmox VE cluster. Implemented by
 /// [`banlieue_pve_client::Client`]; tests may substitute a double.
-pub trait Hypervisor: Send + Sync + 'static {
+pub trait Hypervisor: Clone + Send + Sync + 'static {
     /// Which Proxmox VE cluster this is (its API address), for what is remembered per cluster.
     fn endpoint(&self) -> String;
     /// Nodes, guests and local storages in one call.
@@ -151,6 +151,29 @@ pub trait Hypervisor: Send + Sync + 'static {
         file_name: &str,
         data: Vec<u8>,
     ) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Whether `storage` on `node` holds the volume `volid` (`storage:import/name.qcow2`).
+    fn has_volume(
+        &self,
+        node: &str,
+        storage: &str,
+        volid: &str,
+    ) -> impl Future<Output = Result<bool, PveError>> + Send;
+    /// Has `storage` on `node` download a file (`download-url`).
+    fn download_url(
+        &self,
+        node: &str,
+        storage: &str,
+        request: &DownloadUrlRequest,
+    ) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Creates VM `vmid` on `node` with `config` (`POST /nodes/{node}/qemu`).
+    fn create_vm(
+        &self,
+        node: &str,
+        vmid: u32,
+        config: &ConfigUpdate,
+    ) -> impl Future<Output = Result<Upid, PveError>> + Send;
+    /// Makes the stopped VM a template.
+    fn make_template(&self, node: &str, vmid: u32) -> impl Future<Output = Result<Upid, PveError>> + Send;
     /// Deletes a volume (`storage:iso/name.iso`); `None` when PVE finished at once.
     fn delete_volume(
         &self,
@@ -447,6 +470,44 @@ impl Hypervisor for Client {
                 .await
         })
         .await
+    }
+
+    async fn has_volume(&self, node: &str, storage: &str, volid: &str) -> Result<bool, PveError> {
+        let (node, storage, volid) = (node.to_owned(), storage.to_owned(), volid.to_owned());
+        with_client(self, move |c| async move {
+            Ok(c.storage_content(&node, &storage, None)
+                .await?
+                .iter()
+                .any(|v| v.volid == volid))
+        })
+        .await
+    }
+
+    async fn download_url(
+        &self,
+        node: &str,
+        storage: &str,
+        request: &DownloadUrlRequest,
+    ) -> Result<Upid, PveError> {
+        let (node, storage, request) = (node.to_owned(), storage.to_owned(), request.clone());
+        with_client(self, move |c| async move {
+            c.download_url(&node, &storage, &request).await
+        })
+        .await
+    }
+
+    async fn create_vm(&self, node: &str, vmid: u32, config: &ConfigUpdate) -> Result<Upid, PveError> {
+        let (node, config) = (node.to_owned(), config.clone());
+        with_client(
+            self,
+            move |c| async move { c.create_vm(&node, vmid, &config).await },
+        )
+        .await
+    }
+
+    async fn make_template(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
+        let node = node.to_owned();
+        with_client(self, move |c| async move { c.make_template(&node, vmid).await }).await
     }
 
     async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {

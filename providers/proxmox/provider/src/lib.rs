@@ -5,6 +5,7 @@
 //! - [`phase`]: the provisioning state machine, persisted in `ProxmoxMachine.status`.
 //! - [`placement`], [`desired`]: pure functions — node choice, desired VM config, seed content.
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
+//! - [`image_import`]: templates made from an image (`spec.source.image`) by Proxmox VE itself.
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
 //! - [`task_failure`]: what a failed Proxmox task means (retry, another VMID, or a human).
 //! - `fake` (feature `testing`, and unit tests): an in-memory hypervisor double for tests.
@@ -24,6 +25,7 @@ pub mod fake;
 pub mod ha;
 pub mod hardware;
 pub mod hypervisor;
+pub mod image_import;
 pub mod in_process;
 pub mod leader;
 pub mod machine_controller;

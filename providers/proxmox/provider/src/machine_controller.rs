@@ -148,11 +148,13 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         // Read once: the step's input, and kept in the status while the wait goes on.
         let waiting_since = guest_wait_started(Some(status));
         let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
+        // A template made from an image is searched for by the image's tag.
+        let spec = crate::image_import::effective_spec(&pm.spec);
         let input = MachineInput {
             uid: &uid,
             namespace: &namespace,
             name: &name,
-            spec: &pm.spec,
+            spec: &spec,
             failure_domain: request.view.failure_domain.as_deref(),
             cluster_allowed_nodes: &allowed_nodes,
             cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
@@ -204,7 +206,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 Some(failed) => Report::new(false, failed.reason, failed.message.clone()),
                 None => Report::new(
                     false,
-                    step.phase.reason(),
+                    step.waiting_reason.unwrap_or_else(|| step.phase.reason()),
                     step.waiting.clone().unwrap_or_default(),
                 ),
             },

@@ -25,12 +25,14 @@ use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, T
 use crate::desired::{self, ConfigureAction};
 use crate::ha;
 use crate::hypervisor::{Guest, Hypervisor, Inventory, RunState};
+use crate::image_import;
 use crate::phase::{Phase, VmLocation};
 use crate::placement::{PlacementInput, choose_node, reserve_for_stopped_guests};
 use crate::readopt::{self, Found};
 use crate::task_failure::{self, TaskFailure};
 use crate::template_facts;
 use crate::update::{self, UpdateAction};
+use banlieue_provider_kit::image::IMPORTING_IMAGE;
 
 /// How often a running task is polled at most (see [`task_poll`]).
 pub const TASK_POLL: Duration = Duration::from_secs(2);
@@ -139,6 +141,9 @@ pub struct Step {
     /// What the guest's cloud-init says, when this step asked (see
     /// [`banlieue_provider_kit::cloud_init`]).
     pub cloud_init: Option<CloudInit>,
+    /// The `Ready` reason while waiting, when the phase's own does not say it
+    /// ([`IMPORTING_IMAGE`]).
+    pub waiting_reason: Option<&'static str>,
 }
 
 /// A task that failed (see [`crate::task_failure`]): reported in `Ready` (in `VMUpToDate` once
@@ -197,6 +202,7 @@ impl Step {
             up_to_date: None,
             failed: None,
             cloud_init: None,
+            waiting_reason: None,
         }
     }
 
@@ -245,6 +251,9 @@ pub use crate::error::{StepError, pve_error};
 fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
     StepError::permanent(reason, message)
 }
+
+/// Requeue while a template is being made from an image (its progress is reported each time).
+pub const IMPORT_POLL: Duration = Duration::from_secs(5);
 
 /// The highest VMID Proxmox accepts.
 const MAX_VMID: u32 = 999_999_999;
@@ -562,7 +571,9 @@ pub async fn provision_step<H: Hypervisor>(
         Phase::SelectNode => {
             let requested =
                 input.spec.target_node.is_some() || input.failure_domain.is_some_and(|f| !f.is_empty());
-            let (nodes, template_node) = if requested {
+            // A template made from an image is made on the node the machine goes to.
+            let from_image = input.spec.source.image.is_some();
+            let (nodes, template_node) = if requested || from_image {
                 (hv.nodes().await.map_err(pve)?, None)
             } else {
                 // Nodes, guests and storages in one listing.
@@ -1104,6 +1115,11 @@ async fn clone<H: Hypervisor>(
                 loc.vmid
             ),
         ));
+    }
+    if let Some(how_far) = image_import::ensure(hv, &guests, &loc.node, input.spec)? {
+        let mut step = Step::wait(Phase::Clone(loc), IMPORT_POLL, how_far);
+        step.waiting_reason = Some(IMPORTING_IMAGE);
+        return Ok(step);
     }
     let (template_node, template_vmid) = match find_template(input.spec, &guests, Some(&loc.node)) {
         Err(err) if err.reason() == "TemplateNotFound" => {

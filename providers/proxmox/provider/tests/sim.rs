@@ -923,3 +923,272 @@ async fn firmware_tpm_cpu_model_and_a_mapped_gpu_are_given_to_the_new_vm() -> Re
     sim.shutdown().await;
     Ok(())
 }
+
+/// A small QCOW2 image: the header's magic and a virtual size of 5 GiB, then `filler`.
+fn qcow2_image(filler: &[u8]) -> Vec<u8> {
+    let mut image = b"QFI\xfb\0\0\0\x03".to_vec();
+    image.extend_from_slice(&[0; 16]);
+    image.extend_from_slice(&(5u64 << 30).to_be_bytes());
+    image.extend_from_slice(filler);
+    image
+}
+
+fn image_spec(url: &str, checksum: &str) -> ProxmoxMachineSpec {
+    let mut spec = spec();
+    spec.source = serde_json::from_value(serde_json::json!({
+        "image": {"url": url, "checksumAlgorithm": "SHA256", "checksum": checksum},
+    }))
+    .expect("source");
+    spec
+}
+
+/// Steps a machine from `phase` until it is provisioned or a step fails for good (bounded), as
+/// the controller does; the reasons it waited with, in order, deduplicated.
+async fn drive_image(
+    client: &Client,
+    input: &MachineInput<'_>,
+) -> (Vec<&'static str>, Result<Phase, StepError>) {
+    let bootstrap = BootstrapData {
+        format: BootstrapFormat::CloudConfig,
+        value: USER_DATA.as_bytes().to_vec(),
+    };
+    let reservations = VmidReservations::default();
+    let mut spec = banlieue_proxmox::image_import::effective_spec(input.spec).into_owned();
+    let (mut phase, mut reasons) = (Phase::SelectNode, Vec::new());
+    for _ in 0..2000 {
+        if matches!(phase, Phase::Provisioned(_)) {
+            return (reasons, Ok(phase));
+        }
+        let input = MachineInput {
+            spec: &spec,
+            ..*input
+        };
+        match provision_step(client, &input, phase.clone(), Some(&bootstrap), &reservations).await {
+            Ok(step) => {
+                if let Some(reason) = step.waiting_reason
+                    && reasons.last() != Some(&reason)
+                {
+                    reasons.push(reason);
+                }
+                if let Some(id) = step.provider_id.or(step.provisioned.map(|p| p.provider_id)) {
+                    spec.provider_id = Some(id);
+                }
+                phase = step.phase;
+            }
+            Err(StepError::Transient { .. }) => {}
+            Err(e) => return (reasons, Err(e)),
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("no convergence, last phase {phase:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_from_a_url_becomes_one_template_per_node_that_machines_clone() -> Result<()> {
+    use sha2::Digest;
+    let image = qcow2_image(b"noble");
+    let server =
+        banlieue_testenv::files::FileServer::start([("/noble.img".to_owned(), image.clone())]).await?;
+    let (sim, client) = sim().await?;
+    let spec = image_spec(
+        &server.url("/noble.img"),
+        &hex::encode(sha2::Sha256::digest(&image)),
+    );
+    let tag = banlieue_proxmox::image_import::image_tag(spec.source.image.as_ref().context("image")?);
+
+    let second = "4f1c2d3e-0000-4000-8000-00000000abce";
+    let (mut a, mut b) = (input(&spec, UID), input(&spec, second));
+    b.name = "m2";
+    let (reasons, phase_a) = drive_image(&client, &a).await;
+    assert_eq!(
+        reasons,
+        ["ImportingImage"],
+        "the machine waited for the import, then cloned"
+    );
+    let phase_a = phase_a?;
+    let (reasons, phase_b) = drive_image(&client, &b).await;
+    assert!(
+        reasons.is_empty(),
+        "the second machine finds the template: {reasons:?}"
+    );
+    let phase_b = phase_b?;
+    assert_eq!(server.requests(), ["/noble.img"], "downloaded once");
+
+    let templates: Vec<_> = sim
+        .vms()
+        .into_iter()
+        .filter(|v| v.template && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
+        .collect();
+    assert_eq!(templates.len(), 1, "one template of the image on pve1");
+    let template = &templates[0];
+    assert_eq!(template.node, "pve1");
+    let disk = template.config.get("scsi0").context("the template's disk")?;
+    assert!(disk.contains(&format!("base-{}-disk-0", template.vmid)), "{disk}");
+    assert!(disk.contains("size=5G"), "the image's virtual size: {disk}");
+    assert!(
+        sim.volumes().iter().any(|(node, storage, id)| node == "pve1"
+            && storage == "local"
+            && id.starts_with("import/banlieue-sha256-")),
+        "the downloaded file stays for the next node's import"
+    );
+    // Both machines are clones of it.
+    for vm in sim.vms().into_iter().filter(|v| !v.template) {
+        assert!(vm.running, "VM {} runs", vm.vmid);
+    }
+
+    // Another node gets its own template (its storage is local): made from the same file.
+    a.failure_domain = Some("pve2");
+    a.uid = "4f1c2d3e-0000-4000-8000-00000000abcf";
+    a.name = "m3";
+    let (reasons, phase_c) = drive_image(&client, &a).await;
+    assert_eq!(reasons, ["ImportingImage"]);
+    let phase_c = phase_c?;
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "pve2's storage downloads it too (local storage)"
+    );
+    let on_pve2 = sim
+        .vms()
+        .into_iter()
+        .filter(|v| v.template && v.node == "pve2" && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
+        .count();
+    assert_eq!(on_pve2, 1);
+
+    delete_as(&client, UID, &phase_a).await?;
+    delete_as(&client, second, &phase_b).await?;
+    delete_as(&client, "4f1c2d3e-0000-4000-8000-00000000abcf", &phase_c).await?;
+    assert_eq!(
+        sim.vms()
+            .iter()
+            .filter(|v| v.config.get("tags").is_some_and(|t| t.contains(&tag)))
+            .count(),
+        2,
+        "the templates stay when their machines are deleted"
+    );
+    sim.shutdown().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_whose_checksum_differs_is_refused_by_proxmox_and_nothing_is_made() -> Result<()> {
+    use sha2::Digest;
+    let image = qcow2_image(b"tampered");
+    let server =
+        banlieue_testenv::files::FileServer::start([("/noble.img".to_owned(), image.clone())]).await?;
+    let (sim, client) = sim().await?;
+    let published = hex::encode(sha2::Sha256::digest(b"what the vendor published"));
+    let spec = image_spec(&server.url("/noble.img"), &published);
+    let templates_before = sim.vms().len();
+
+    let (reasons, outcome) = drive_image(&client, &input(&spec, UID)).await;
+    assert_eq!(reasons, ["ImportingImage"]);
+    match outcome {
+        Err(StepError::Permanent { reason, message }) => {
+            assert_eq!(reason, "ImageChecksumMismatch");
+            assert!(
+                message.contains(&published),
+                "names the checksum asked for: {message}"
+            );
+            assert!(
+                message.contains(&hex::encode(sha2::Sha256::digest(&image))),
+                "names the checksum served: {message}"
+            );
+            assert!(message.contains("spec.source.image"), "{message}");
+        }
+        other => panic!("expected ImageChecksumMismatch, got {other:?}"),
+    }
+    assert_eq!(sim.vms().len(), templates_before, "no VM, no template");
+    assert!(
+        !sim.volumes().iter().any(|(_, _, id)| id.starts_with("import/")),
+        "no file kept: {:?}",
+        sim.volumes()
+    );
+    let download = sim
+        .tasks()
+        .into_iter()
+        .find(|t| t.kind == "download")
+        .context("the download task")?;
+    assert!(
+        download
+            .exitstatus
+            .as_deref()
+            .is_some_and(|s| s.starts_with("checksum mismatch: got")),
+        "{download:?}"
+    );
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// The ```sh block after `marker` in the provider's README.
+fn readme_block(marker: &str) -> Result<&'static str> {
+    include_str!("../README.md")
+        .split_once(marker)
+        .and_then(|(_, rest)| rest.split_once("```sh\n"))
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map(|(block, _)| block)
+        .with_context(|| format!("no ```sh block after {marker:?} in the README"))
+}
+
+/// The README's image grants, both ways: with the least-privilege role and them, a machine is
+/// cloned from a template made from an image; without any one of them, the import fails with
+/// `ImageImportFailed` naming the missing privilege, and nothing is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_from_an_image_needs_the_documented_image_grants_and_each_of_them() -> Result<()> {
+    use sha2::Digest;
+    const IMAGE_MARKER: &str = "<!-- pve-image-privileges";
+    let image = qcow2_image(b"grants");
+    let server =
+        banlieue_testenv::files::FileServer::start([("/noble.img".to_owned(), image.clone())]).await?;
+    let mut spec = image_spec(
+        &server.url("/noble.img"),
+        &hex::encode(sha2::Sha256::digest(&image)),
+    );
+    spec.storage = Some("local-lvm".into());
+    let script = format!(
+        "{}\n{}",
+        readme_block(banlieue_pve_sim::acl::LEAST_PRIVILEGE_MARKER)?,
+        readme_block(IMAGE_MARKER)?
+    );
+    let role = Acl::from_pveum(&script, "capi@pve!banlieue").map_err(anyhow::Error::msg)?;
+    let image_grants = Acl::from_pveum(readme_block(IMAGE_MARKER)?, "capi@pve!banlieue")
+        .map_err(anyhow::Error::msg)?
+        .role_privileges();
+    anyhow::ensure!(
+        !image_grants.is_empty(),
+        "the README's image block grants nothing"
+    );
+
+    let (granted, client) = sim().await?;
+    granted.set_acl(Some(role.clone()));
+    let (reasons, outcome) = drive_image(&client, &input(&spec, UID)).await;
+    assert_eq!(reasons, ["ImportingImage"]);
+    outcome.context("with the documented grants")?;
+    granted.shutdown().await;
+
+    for (name, privilege) in image_grants {
+        let (restricted, client) = sim().await?;
+        restricted.set_acl(Some(role.without(&name, &privilege)));
+        let vms_before = restricted.vms().len();
+        let (_, outcome) = drive_image(&client, &input(&spec, UID)).await;
+        match outcome {
+            Err(StepError::Permanent { reason, message }) => {
+                assert_eq!(reason, "ImageImportFailed", "{message}");
+                // A check with alternatives (Sys.AccessNetwork on the node, or Sys.Audit and
+                // Sys.Modify on /) names the first one's.
+                assert!(
+                    message.contains("lacks the privilege"),
+                    "without {privilege}: {message}"
+                );
+            }
+            other => panic!("without {privilege} (role {name}) the import should fail: {other:?}"),
+        }
+        assert_eq!(
+            restricted.vms().len(),
+            vms_before,
+            "nothing made without {privilege}"
+        );
+        restricted.shutdown().await;
+    }
+    Ok(())
+}

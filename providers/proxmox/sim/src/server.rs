@@ -293,7 +293,7 @@ enum Handled {
 }
 
 async fn api(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     req: http::Request<Incoming>,
     method: &Method,
     rel: &str,
@@ -376,11 +376,15 @@ async fn api(
         task_failure,
         upload,
     };
-    let data = {
+    let (data, fetches) = {
         let mut state = shared.state();
         state.authorize(endpoint.info.get("permissions"), &request)?;
-        state.handle(&request)?
+        let data = state.handle(&request)?;
+        (data, state.take_fetches())
     };
+    for fetch in fetches {
+        tokio::spawn(fetch_download(shared.clone(), fetch));
+    }
     if shared.cfg.check_returns {
         let problems = crate::schema::check_returns(endpoint.returns(), &data);
         if !problems.is_empty() {
@@ -392,6 +396,48 @@ async fn api(
         }
     }
     Ok(Handled::Data(data))
+}
+
+/// Longest a `download-url` fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Fetches what a `download-url` task downloads (plain HTTP: the simulator reaches only the
+/// test's own servers) and ends the task with it.
+async fn fetch_download(shared: Arc<Shared>, fetch: crate::state::Fetch) {
+    let fetched = async {
+        let uri: http::Uri = fetch
+            .url
+            .parse()
+            .map_err(|e| format!("invalid URL '{}': {e}", fetch.url))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(format!(
+                "the simulator downloads only http:// URLs, not '{}'",
+                fetch.url
+            ));
+        }
+        let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Empty<bytes::Bytes>>();
+        let response = client
+            .get(uri)
+            .await
+            .map_err(|e| format!("unable to download '{}': {e}", fetch.url))?;
+        if !response.status().is_success() {
+            return Err(format!(
+                "download failed: {} {}",
+                response.status().as_u16(),
+                response.status().canonical_reason().unwrap_or_default()
+            ));
+        }
+        Limited::new(response.into_body(), shared.cfg.upload_limit)
+            .collect()
+            .await
+            .map(|b| b.to_bytes().to_vec())
+            .map_err(|e| format!("download of '{}' failed: {e}", fetch.url))
+    };
+    let outcome = tokio::time::timeout(FETCH_TIMEOUT, fetched)
+        .await
+        .unwrap_or_else(|_| Err(format!("download of '{}' timed out", fetch.url)));
+    shared.state().fetched(&fetch, outcome);
 }
 
 /// At most this many `returns` violations are kept for inspection.

@@ -367,6 +367,9 @@ pub fn normalize_tags(text: &str) -> String {
 
 mod authorize;
 mod ha;
+mod images;
+
+pub(crate) use images::Fetch;
 
 /// Request parameters of `…/config` that are not VM options.
 const NOT_OPTIONS: [&str; 8] = [
@@ -390,6 +393,8 @@ pub(crate) struct State {
     tasks: BTreeMap<String, Task>,
     pending: Vec<String>,
     finished: VecDeque<String>,
+    /// Downloads (`download-url`) the server has yet to fetch.
+    fetches: Vec<Fetch>,
     rng: ChaCha8Rng,
     macs: HashSet<String>,
     next_pid: u32,
@@ -417,6 +422,7 @@ impl State {
             pools: cfg.pools.iter().map(|p| (p.clone(), String::new())).collect(),
             tasks: BTreeMap::new(),
             pending: Vec::new(),
+            fetches: Vec::new(),
             finished: VecDeque::new(),
             macs: HashSet::new(),
             next_pid: 0x1000 + (cfg.seed % 0x1000) as u32,
@@ -750,7 +756,12 @@ impl State {
             pid,
             pstart,
             starttime,
-            end: now + self.cfg.duration_for(kind),
+            // A download runs until the server has fetched the file (images::State::fetched).
+            end: if kind == "download" && req.task_failure.is_none() {
+                now + images::FETCH_DEADLINE
+            } else {
+                now + self.cfg.duration_for(kind)
+            },
             forced_failure: req.task_failure.clone(),
             action,
             log,
@@ -887,6 +898,9 @@ impl State {
             ("GET", "/nodes/{node}/storage") => Ok(self.storage_list(req)),
             ("GET", "/nodes/{node}/storage/{storage}/content") => self.content_list(req),
             ("POST", "/nodes/{node}/storage/{storage}/upload") => self.upload(req),
+            ("POST", "/nodes/{node}/storage/{storage}/download-url") => self.download_url(req),
+            ("POST", "/nodes/{node}/qemu") => self.create_vm(req),
+            ("POST", "/nodes/{node}/qemu/{vmid}/template") => self.make_template(req),
             ("DELETE", "/nodes/{node}/storage/{storage}/content/{volume}") => self.delete_volume(req),
             ("GET", "/pools") => self.pools_get(req.opt("poolid").as_deref()),
             ("GET", "/pools/{poolid}") => self.pool_get(&req.req("poolid")?),
@@ -1952,24 +1966,8 @@ impl State {
             .upload
             .clone()
             .ok_or_else(|| ApiError::param("filename", "no file uploaded"))?;
-        let (dir, ok_ext): (&str, &[&str]) = match content.as_str() {
-            "iso" => ("iso", &[".iso", ".img"]),
-            "vztmpl" => ("vztmpl", &[".tar.gz", ".tar.xz", ".tar.zst"]),
-            _ => ("import", &[".ova", ".qcow2", ".raw", ".vmdk", ".img"]),
-        };
-        let clean: String = filename
-            .rsplit(['/', '\\'])
-            .next()
-            .unwrap_or_default()
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
+        let (dir, ok_ext) = images::content_dir(&content);
+        let clean = images::normalize_filename(&filename);
         if !ok_ext.iter().any(|e| clean.to_lowercase().ends_with(e)) {
             return Err(ApiError::internal("wrong file extension"));
         }

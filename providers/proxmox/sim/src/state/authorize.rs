@@ -184,6 +184,39 @@ impl State {
                     self.require(&vm_path(), &[option_privilege(key, None, was.as_deref())], false)?;
                 }
             }
+            ("POST", "/nodes/{node}/qemu") => {
+                // qemu-server's create: every option as a config change, a disk's storage, an
+                // imported volume's storage (read access, as an ISO's), a NIC's bridge.
+                for (key, value) in req.params.iter().filter(|(k, _)| {
+                    !NOT_OPTIONS.contains(&k.as_str()) && !matches!(k.as_str(), "pool" | "start")
+                }) {
+                    let value = value_text(value);
+                    self.require(&vm_path(), &[option_privilege(key, Some(&value), None)], false)?;
+                    if key.starts_with("net")
+                        && let Some(bridge) = bridge_of(&value)
+                    {
+                        self.require(&format!("/sdn/zones/localnetwork/{bridge}"), &["SDN.Use"], false)?;
+                    }
+                    if is_disk_key(key) && !is_cdrom(&value) {
+                        if let Some(storage) = storage_of(&value) {
+                            self.require(
+                                &format!("/storage/{storage}"),
+                                &["Datastore.AllocateSpace"],
+                                false,
+                            )?;
+                        }
+                        if let Some(from) = value.split(',').find_map(|p| p.strip_prefix("import-from="))
+                            && let Some(storage) = storage_of(from)
+                        {
+                            self.require(
+                                &format!("/storage/{storage}"),
+                                &["Datastore.AllocateSpace", "Datastore.Audit"],
+                                true,
+                            )?;
+                        }
+                    }
+                }
+            }
             ("PUT", "/nodes/{node}/qemu/{vmid}/resize") => {
                 if let Some(storage) = req
                     .opt("disk")

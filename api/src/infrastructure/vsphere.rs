@@ -8,9 +8,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::common::{
-    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Firmware, Initialization, MachineAddress,
-    MachineTemplateStatus, NetworkInterface, ObjectMetaTemplate, PowerState, ProviderReference,
-    ProvisioningStatus, ReadinessChecks, RestartPolicy, SecretReference, TlsTrust,
+    ApiEndpoint, CloneMode, Cpu, Disk, FailureDomain, Firmware, ImageDownload, Initialization,
+    MachineAddress, MachineTemplateStatus, NetworkInterface, ObjectMetaTemplate, PowerState,
+    ProviderReference, ProvisioningStatus, ReadinessChecks, RestartPolicy, SecretReference, TlsTrust,
 };
 
 /// The vSphere template a machine is cloned from.
@@ -21,6 +21,12 @@ pub struct VSphereTemplateSource {
     /// `/dc1/vm/templates/ubuntu-2404-kube-v1.34`.
     #[schemars(length(min = 1, max = 2048))]
     pub template: String,
+    /// An OVA the provider imports as `template` when no VM has that path: downloaded and
+    /// verified by the provider, imported once (`ImportVApp` into the machine's resource pool
+    /// and datastore, which must be set), renamed to its final name only once complete and
+    /// marked as a template. An existing `template` is used as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageDownload>,
 }
 
 /// A vSphere failure domain: a compute cluster (and optionally a resource pool, datastore and

@@ -424,6 +424,18 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
         Backend::Vsphere => vec![
             field("source.template", Honoured("the template VM cloned (immutable)")),
             field(
+                "source.image.url",
+                Honoured("an OVA downloaded by the provider and imported as the template when it is missing"),
+            ),
+            field(
+                "source.image.checksumAlgorithm",
+                Honoured("the digest computed while downloading"),
+            ),
+            field(
+                "source.image.checksum",
+                Honoured("compared before the import; a mismatch is refused (ImageChecksumMismatch)"),
+            ),
+            field(
                 "firmware",
                 Support::AtCreation("config.firmware bios or efi, set before the first power-on"),
             ),
@@ -633,6 +645,9 @@ fn image_source(backend: Backend, prefix: &str) -> Vec<Field> {
         this(Backend::Libvirt, "image.checksumAlgorithm"),
         this(Backend::Libvirt, "image.checksum"),
         this(Backend::Vsphere, "template"),
+        this(Backend::Vsphere, "image.url"),
+        this(Backend::Vsphere, "image.checksumAlgorithm"),
+        this(Backend::Vsphere, "image.checksum"),
     ]
 }
 

@@ -97,12 +97,14 @@ impl ClientBuilder {
             connect_timeout: self.connect_timeout,
             server_name: self.server_name,
         };
+        let upload_http = HyperClient::builder(TokioExecutor::new()).build(connector.clone());
         let http = HyperClient::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
         Ok(Client {
             inner: Arc::new(Inner {
                 http,
+                upload_http,
                 endpoint,
                 username: self.username,
                 password: self.password,
@@ -150,8 +152,13 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
+/// The body of an upload: a file streamed in pieces.
+pub(crate) type UploadBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
 struct Inner {
     http: HyperClient<HttpsConnector, Full<Bytes>>,
+    /// The same connection settings for uploads (disks of an imported OVF).
+    upload_http: HyperClient<HttpsConnector, UploadBody>,
     endpoint: http::Uri,
     username: String,
     password: Secret,
@@ -383,6 +390,95 @@ impl Client {
             message: "empty SOAP Body".into(),
         })?;
         Ok((resp, new_cookie))
+    }
+
+    /// The `/sdk` URL this client calls.
+    pub fn endpoint(&self) -> String {
+        self.inner.endpoint.to_string()
+    }
+
+    /// The session cookie, logging in first when there is none.
+    pub(crate) async fn session_cookie(&self) -> Result<Option<Secret>> {
+        let mut guard = self.inner.session.lock().await;
+        if guard.is_none() {
+            self.login_locked(&mut guard).await?;
+        }
+        Ok(guard.clone())
+    }
+
+    /// `url` with a `*` host (what a lease hands out) replaced by this client's server.
+    pub(crate) fn on_server(&self, url: &str) -> String {
+        match self.inner.endpoint.authority() {
+            Some(authority) => url.replacen("://*", &format!("://{authority}"), 1),
+            None => url.to_owned(),
+        }
+    }
+
+    /// Sends `body` to `url` with `method` and the session cookie; `what` names the upload in
+    /// errors. Bounded by `timeout`.
+    pub(crate) async fn upload(
+        &self,
+        method: Method,
+        url: &str,
+        length: u64,
+        body: UploadBody,
+        timeout: Duration,
+        what: &str,
+    ) -> Result<()> {
+        let cookie = self.session_cookie().await?;
+        let uri: http::Uri = self
+            .on_server(url)
+            .parse()
+            .map_err(|e| Error::Config(format!("upload URL {url:?}: {e}")))?;
+        let mut req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(CONTENT_TYPE, "application/x-vnd.vmware-streamVmdk")
+            .header(http::header::CONTENT_LENGTH, length);
+        if let Some(cookie) = cookie {
+            let mut value = HeaderValue::from_str(cookie.expose()).map_err(|e| Error::Decode {
+                method: what.into(),
+                message: format!("session cookie: {e}"),
+            })?;
+            value.set_sensitive(true);
+            req = req.header(COOKIE, value);
+        }
+        let req = req.body(body).map_err(|e| Error::Config(e.to_string()))?;
+        let exchange = async {
+            let resp = self
+                .inner
+                .upload_http
+                .request(req)
+                .await
+                .map_err(|e| classify(what, e))?;
+            let status = resp.status();
+            let text = resp
+                .into_body()
+                .collect()
+                .await
+                .map(|b| {
+                    String::from_utf8_lossy(&b.to_bytes())
+                        .chars()
+                        .take(300)
+                        .collect::<String>()
+                })
+                .unwrap_or_default();
+            if status.is_success() {
+                Ok(())
+            } else {
+                Err(Error::Http {
+                    method: what.into(),
+                    status: status.as_u16(),
+                    body: text,
+                })
+            }
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| Error::Timeout {
+                method: what.into(),
+                timeout,
+            })?
     }
 
     /// The managed object reference of the property collector etc. are in

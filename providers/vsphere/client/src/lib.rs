@@ -4,6 +4,7 @@
 //! - [`client`]: transport, session cookie, re-login on `NotAuthenticated`, timeouts.
 //! - [`objects`]: managed object references and the service content.
 //! - [`device`]: disks and NICs of a VM, network backings, `deviceChange` entries.
+//! - [`ovf`]: importing an OVF package (import spec, `ImportVApp`, the lease's uploads).
 //! - [`hosts`]: the hosts a clone into a resource pool may land on, with their memory left.
 //! - [`vim`]: typed calls (find, clone, reconfigure, power, destroy, tasks, properties).
 //! - [`tls`]: web PKI, CA bundle, SHA-256 thumbprint pinning, explicit insecure.
@@ -14,6 +15,7 @@ pub mod device;
 pub mod error;
 pub mod hosts;
 pub mod objects;
+pub mod ovf;
 pub mod secret;
 pub mod tls;
 pub mod vim;

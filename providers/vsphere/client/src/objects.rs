@@ -57,6 +57,8 @@ pub struct ServiceContent {
     pub search_index: MoRef,
     /// The SessionManager.
     pub session_manager: MoRef,
+    /// The OvfManager (`None` where the endpoint has none).
+    pub ovf_manager: Option<MoRef>,
     /// `about.apiVersion`, e.g. `8.0.2.0`.
     pub api_version: String,
     /// `about.fullName`.
@@ -83,6 +85,7 @@ impl ServiceContent {
             view_manager: mo("viewManager")?,
             search_index: mo("searchIndex")?,
             session_manager: mo("sessionManager")?,
+            ovf_manager: rv.child("ovfManager").and_then(MoRef::from_xml),
             api_version: about("apiVersion"),
             full_name: about("fullName"),
             api_type: about("apiType"),

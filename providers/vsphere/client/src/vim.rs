@@ -572,6 +572,16 @@ impl Client {
         self.task_call("Destroy_Task", &obj.to_xml("_this")).await
     }
 
+    /// `ManagedEntity.Rename_Task`.
+    pub async fn rename(&self, obj: &MoRef, new_name: &str) -> Result<MoRef> {
+        let body = format!(
+            "{}<newName>{}</newName>",
+            obj.to_xml("_this"),
+            xml::escape(new_name)
+        );
+        self.task_call("Rename_Task", &body).await
+    }
+
     /// `VirtualMachine.MarkAsTemplate` (the VM must be powered off).
     pub async fn mark_as_template(&self, vm: &MoRef) -> Result<()> {
         self.call("MarkAsTemplate", &vm.to_xml("_this")).await.map(|_| ())

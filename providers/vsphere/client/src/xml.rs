@@ -65,6 +65,40 @@ impl Element {
             .map(|(_, v)| v.as_str())
     }
 
+    /// This element written back as XML under the name `tag` (its children under their local
+    /// names): what a call returned passed on to another call as it is (e.g. an import spec).
+    /// Namespace declarations are dropped; a prefixed `type` attribute is written `xsi:type`
+    /// (the prefix the request envelope declares), other attributes unprefixed.
+    pub fn to_xml(&self, tag: &str) -> String {
+        let mut out = String::new();
+        self.write_xml(tag, &mut out);
+        out
+    }
+
+    fn write_xml(&self, tag: &str, out: &mut String) {
+        out.push('<');
+        out.push_str(tag);
+        for (name, value) in &self.attrs {
+            if name == "xmlns" || name.starts_with("xmlns:") {
+                continue;
+            }
+            let (name, value) = if name.contains(':') && local(name) == "type" {
+                ("xsi:type", local(value))
+            } else {
+                (local(name), value.as_str())
+            };
+            out.push_str(&format!(" {name}=\"{}\"", escape(value)));
+        }
+        out.push('>');
+        out.push_str(&escape(&self.text));
+        for child in &self.children {
+            child.write_xml(child.local_name(), out);
+        }
+        out.push_str("</");
+        out.push_str(tag);
+        out.push('>');
+    }
+
     /// The `xsi:type` attribute (without prefix), if any.
     pub fn xsi_type(&self) -> Option<&str> {
         self.attrs

@@ -5,6 +5,7 @@
 //! - [`phase`]: the provisioning state machine persisted in status.
 //! - [`provision`]: one provisioning or deletion step against vCenter.
 //! - [`guest_report`]: cloud-init's report, which the guest publishes in its guestinfo.
+//! - [`image_import`], [`ova`]: a missing template imported from an OVA (`spec.source.image`).
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
 //! - [`update`]: CPU, memory, disks and NICs towards the spec (pure), during provisioning and as drift.
 //! - [`machine_controller`]: the VSphereMachine controller; [`cluster_controller`]: the
@@ -17,7 +18,9 @@ pub mod cluster_controller;
 pub mod connection;
 pub mod error;
 pub mod guest_report;
+pub mod image_import;
 pub mod machine_controller;
+pub mod ova;
 pub mod phase;
 pub mod provision;
 pub mod rbac;

@@ -208,7 +208,7 @@ impl MachineBackend for VSphereMachines {
                 }
             }
             (_, Some((reason, message))) => Report::new(false, reason, message.clone()),
-            (phase, None) => Report::new(false, phase.reason(), why),
+            (phase, None) => Report::new(false, step.waiting_reason.unwrap_or_else(|| phase.reason()), why),
         };
         // Once provisioned, drift being corrected and a failed correction are VMUpToDate's, as on
         // every provider.

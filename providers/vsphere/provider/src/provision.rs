@@ -20,9 +20,11 @@ use banlieue_vsphere_client::{Client, CloneSpec, MoRef, PoolHosts, VmInfo, VmPow
 use base64::Engine as _;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::image_import;
 use crate::phase::Phase;
 use crate::readopt::{self, Found};
 use crate::update::{self, DesiredNic, UpdateAction};
+use banlieue_provider_kit::image::IMPORTING_IMAGE;
 
 pub use crate::readopt::{OWNER_KEY, OWNER_NAME_KEY};
 /// How often a running task is polled.
@@ -309,6 +311,9 @@ pub struct Step {
     pub failed: Option<(&'static str, String)>,
     /// Changes waiting for the user's restart (`spec.restartPolicy: Manual`), for `VMUpToDate`.
     pub restart_required: Option<String>,
+    /// The `Ready` reason while waiting, when the phase's own does not say it
+    /// ([`IMPORTING_IMAGE`]).
+    pub waiting_reason: Option<&'static str>,
 }
 
 impl Step {
@@ -322,6 +327,7 @@ impl Step {
             failure_domain: None,
             failed: None,
             restart_required: None,
+            waiting_reason: None,
         }
     }
 
@@ -400,6 +406,44 @@ async fn adoptable(c: &Client, uid: &str) -> Result<Option<MoRef>, StepError> {
     Ok(vms.into_iter().next())
 }
 
+/// Requeue while a template is being imported (its progress is reported each time).
+pub const IMPORT_POLL: Duration = Duration::from_secs(5);
+
+/// The template of `spec.source.image` is missing: its import is started or looked at
+/// ([`image_import`]); the machine waits in [`Phase::Clone`].
+async fn import_template(
+    c: &Client,
+    p: &Placement,
+    image: &banlieue_api::common::ImageDownload,
+) -> Result<Step, StepError> {
+    let datastore = p.datastore.as_deref().ok_or_else(|| {
+        permanent(
+            image_import::IMPORT_NEEDS_DATASTORE,
+            format!(
+                "template {:?} is missing and spec.source.image would import it, which needs a datastore: \
+                 set spec.datastore (or the failure domain's datastore)",
+                p.template
+            ),
+        )
+    })?;
+    let folder_path = p.template.rsplit_once('/').map_or("", |(parent, _)| parent);
+    let target = image_import::Target {
+        template_path: p.template.clone(),
+        folder: find(c, folder_path, "FolderNotFound", "template folder").await?,
+        pool: find(c, &p.pool, "ResourcePoolNotFound", "resource pool").await?,
+        datastore: find(c, datastore, "DatastoreNotFound", "datastore").await?,
+        host: None,
+    };
+    let target = image_import::Target {
+        host: choose_host(c, &target.pool, &p.pool).await?,
+        ..target
+    };
+    let how_far = image_import::ensure(c, image, target)?;
+    let mut step = Step::wait(Phase::Clone, IMPORT_POLL, how_far);
+    step.waiting_reason = Some(IMPORTING_IMAGE);
+    Ok(step)
+}
+
 /// One provisioning step. `user_data` is `None` until the controller read it; a step that needs
 /// it returns [`StepError::NeedBootstrapData`]. `Some(None)` means "no user data".
 pub async fn provision_step(
@@ -424,7 +468,17 @@ pub async fn provision_step(
                 return Err(StepError::NeedBootstrapData);
             };
             let p = placement(input)?;
-            let template = find(c, &p.template, "TemplateNotFound", "template").await?;
+            let template = match &input.spec.source.image {
+                None => find(c, &p.template, "TemplateNotFound", "template").await?,
+                Some(image) => match c
+                    .find_by_inventory_path(&p.template)
+                    .await
+                    .map_err(|e| client_error("TemplateNotFound", e))?
+                {
+                    Some(template) => template,
+                    None => return import_template(c, &p, image).await,
+                },
+            };
             let folder = find(c, &p.folder, "FolderNotFound", "folder").await?;
             let pool = find(c, &p.pool, "ResourcePoolNotFound", "resource pool").await?;
             let host = choose_host(c, &pool, &p.pool).await?;
@@ -987,6 +1041,7 @@ mod tests {
             power_state: None,
             source: VSphereTemplateSource {
                 template: "ubuntu".into(),
+                image: None,
             },
             datacenter: None,
             datastore: Some("ds1".into()),

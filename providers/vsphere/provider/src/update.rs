@@ -386,6 +386,7 @@ mod tests {
             power_state: None,
             source: VSphereTemplateSource {
                 template: "ubuntu".into(),
+                image: None,
             },
             datacenter: None,
             datastore: None,

@@ -488,3 +488,173 @@ async fn the_guest_network_is_matched_by_the_macs_vcenter_assigned() -> Result<(
     );
     Ok(())
 }
+
+/// A one-disk OVF descriptor as exporters write it (`disk-0.vmdk`, 1 GiB).
+const OVF: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1" xmlns:ovf="http://schemas.dmtf.org/ovf/envelope/1" xmlns:rasd="http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_ResourceAllocationSettingData" xmlns:vssd="http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_VirtualSystemSettingData" xmlns:vmw="http://www.vmware.com/schema/ovf">
+  <References><File ovf:href="disk-0.vmdk" ovf:id="file1"/></References>
+  <DiskSection><Info>Virtual disk information</Info>
+    <Disk ovf:capacity="1" ovf:capacityAllocationUnits="byte * 2^30" ovf:diskId="vmdisk1" ovf:fileRef="file1" ovf:format="http://www.vmware.com/interfaces/specifications/vmdk.html#streamOptimized"/>
+  </DiskSection>
+  <NetworkSection><Info>The logical networks</Info><Network ovf:name="VM Network"><Description>VM Network</Description></Network></NetworkSection>
+  <VirtualSystem ovf:id="noble">
+    <Info>A virtual machine</Info>
+    <Name>noble</Name>
+    <OperatingSystemSection ovf:id="94" vmw:osType="ubuntu64Guest"><Info>The guest operating system</Info></OperatingSystemSection>
+    <VirtualHardwareSection>
+      <Info>Virtual hardware requirements</Info>
+      <System><vssd:ElementName>Virtual Hardware Family</vssd:ElementName><vssd:InstanceID>0</vssd:InstanceID><vssd:VirtualSystemIdentifier>noble</vssd:VirtualSystemIdentifier><vssd:VirtualSystemType>vmx-13</vssd:VirtualSystemType></System>
+      <Item><rasd:AllocationUnits>hertz * 10^6</rasd:AllocationUnits><rasd:Description>Number of Virtual CPUs</rasd:Description><rasd:ElementName>1 virtual CPU(s)</rasd:ElementName><rasd:InstanceID>1</rasd:InstanceID><rasd:ResourceType>3</rasd:ResourceType><rasd:VirtualQuantity>1</rasd:VirtualQuantity></Item>
+      <Item><rasd:AllocationUnits>byte * 2^20</rasd:AllocationUnits><rasd:Description>Memory Size</rasd:Description><rasd:ElementName>512MB of memory</rasd:ElementName><rasd:InstanceID>2</rasd:InstanceID><rasd:ResourceType>4</rasd:ResourceType><rasd:VirtualQuantity>512</rasd:VirtualQuantity></Item>
+      <Item><rasd:Address>0</rasd:Address><rasd:Description>SCSI Controller</rasd:Description><rasd:ElementName>SCSI Controller 0</rasd:ElementName><rasd:InstanceID>3</rasd:InstanceID><rasd:ResourceSubType>lsilogic</rasd:ResourceSubType><rasd:ResourceType>6</rasd:ResourceType></Item>
+      <Item><rasd:AddressOnParent>0</rasd:AddressOnParent><rasd:ElementName>Hard Disk 1</rasd:ElementName><rasd:HostResource>ovf:/disk/vmdisk1</rasd:HostResource><rasd:InstanceID>4</rasd:InstanceID><rasd:Parent>3</rasd:Parent><rasd:ResourceType>17</rasd:ResourceType></Item>
+      <Item><rasd:AddressOnParent>7</rasd:AddressOnParent><rasd:AutomaticAllocation>true</rasd:AutomaticAllocation><rasd:Connection>VM Network</rasd:Connection><rasd:ElementName>Network adapter 1</rasd:ElementName><rasd:InstanceID>5</rasd:InstanceID><rasd:ResourceSubType>VmxNet3</rasd:ResourceSubType><rasd:ResourceType>10</rasd:ResourceType></Item>
+    </VirtualHardwareSection>
+  </VirtualSystem>
+</Envelope>
+"#;
+
+fn ova(disk: &[u8]) -> Vec<u8> {
+    banlieue_vsphere::ova::pack(&[("noble.ovf", OVF.as_bytes()), ("disk-0.vmdk", disk)])
+}
+
+fn image_spec(url: &str, checksum: &str) -> Result<VSphereMachineSpec> {
+    let mut spec = spec()?;
+    spec.source = serde_json::from_value(json!({
+        "template": "/DC0/vm/noble",
+        "image": {"url": url, "checksumAlgorithm": "SHA256", "checksum": checksum},
+    }))?;
+    Ok(spec)
+}
+
+/// Steps until provisioned or a step fails (bounded); the reasons waited with, deduplicated.
+async fn drive_image(
+    c: &Client,
+    input: &MachineInput<'_>,
+) -> (Vec<&'static str>, std::result::Result<Phase, StepError>) {
+    let (mut phase, mut reasons) = (Phase::Clone, Vec::new());
+    for _ in 0..600 {
+        match provision::provision_step(
+            c,
+            input,
+            phase.clone(),
+            Some(Some(b"#cloud-config\n")),
+            PowerState::On,
+        )
+        .await
+        {
+            Ok(step) => {
+                if let Some(reason) = step.waiting_reason
+                    && reasons.last() != Some(&reason)
+                {
+                    reasons.push(reason);
+                }
+                phase = step.phase.clone();
+                if matches!(phase, Phase::Provisioned(_, None)) && step.waiting.is_none() {
+                    return (reasons, Ok(phase));
+                }
+            }
+            Err(StepError::Transient { .. }) => {}
+            Err(e) => return (reasons, Err(e)),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("not provisioned after 600 steps, phase {phase:?}");
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(data))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_template_is_imported_from_an_ova_once_and_cloned() -> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let image = ova(&[5u8; 4096]);
+    let server =
+        banlieue_testenv::files::FileServer::start([("/noble.ova".to_owned(), image.clone())]).await?;
+    let spec = image_spec(&server.url("/noble.ova"), &sha256_hex(&image))?;
+    let cluster = cluster();
+
+    let (reasons, first) = drive_image(&c, &input(OLD_UID, "m-ova-1", &spec, &cluster)).await;
+    ensure!(reasons == ["ImportingImage"], "waited with {reasons:?}");
+    first.map_err(|e| anyhow::anyhow!("{e}"))?;
+    let (reasons, second) = drive_image(&c, &input(NEW_UID, "m-ova-2", &spec, &cluster)).await;
+    ensure!(
+        reasons.is_empty(),
+        "the second machine finds the template: {reasons:?}"
+    );
+    second.map_err(|e| anyhow::anyhow!("{e}"))?;
+    assert_eq!(server.requests(), ["/noble.ova"], "downloaded once");
+
+    let template = c
+        .find_by_inventory_path("/DC0/vm/noble")
+        .await?
+        .context("the imported template")?;
+    let props = c
+        .properties(&template, &["config.template"])
+        .await?
+        .context("its properties")?;
+    assert_eq!(props.get("config.template").map(|t| t.text.trim()), Some("true"));
+    assert!(
+        c.find_by_inventory_path(&format!(
+            "/DC0/vm/noble{}",
+            banlieue_vsphere::image_import::STAGING_SUFFIX
+        ))
+        .await?
+        .is_none(),
+        "the staging name is gone"
+    );
+    ensure!(vms_named(&c, "m-ova-1").await?.len() == 1 && vms_named(&c, "m-ova-2").await?.len() == 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ova_whose_checksum_differs_is_refused_and_nothing_is_imported() -> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let image = ova(&[6u8; 4096]);
+    let server =
+        banlieue_testenv::files::FileServer::start([("/noble.ova".to_owned(), image.clone())]).await?;
+    let published = sha256_hex(b"what the vendor published");
+    let spec = image_spec(&server.url("/noble.ova"), &published)?;
+    let cluster = cluster();
+
+    let (reasons, outcome) = drive_image(&c, &input(OLD_UID, "m-ova-bad", &spec, &cluster)).await;
+    ensure!(reasons == ["ImportingImage"], "waited with {reasons:?}");
+    match outcome {
+        Err(StepError::Permanent { reason, message }) => {
+            assert_eq!(reason, "ImageChecksumMismatch");
+            assert!(message.contains(&published), "{message}");
+            assert!(message.contains(&sha256_hex(&image)), "{message}");
+        }
+        other => bail!("expected ImageChecksumMismatch, got {other:?}"),
+    }
+    for path in [
+        "/DC0/vm/noble".to_owned(),
+        format!("/DC0/vm/noble{}", banlieue_vsphere::image_import::STAGING_SUFFIX),
+    ] {
+        ensure!(
+            c.find_by_inventory_path(&path).await?.is_none(),
+            "{path} was not created"
+        );
+    }
+    ensure!(vms_named(&c, "m-ova-bad").await?.is_empty(), "no clone");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_needs_a_datastore_to_be_imported_to() -> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let mut spec = image_spec("http://127.0.0.1:9/noble.ova", &sha256_hex(b"x"))?;
+    spec.datastore = None;
+    let cluster = cluster();
+    let (_, outcome) = drive_image(&c, &input(OLD_UID, "m-ova-nods", &spec, &cluster)).await;
+    match outcome {
+        Err(StepError::Permanent { reason, message }) => {
+            assert_eq!(reason, "ImportNeedsDatastore");
+            assert!(message.contains("spec.datastore"), "{message}");
+        }
+        other => bail!("expected ImportNeedsDatastore, got {other:?}"),
+    }
+    Ok(())
+}

@@ -1,0 +1,229 @@
+//! The template of `spec.source.image`: an OVA imported as `spec.source.template` when no VM has
+//! that path. Once per template path, in the background (the kit's [`Imports`]):
+//!
+//! 1. the provider downloads the OVA and verifies its checksum (the kit's download);
+//! 2. `CreateImportSpec` reads its descriptor, `ImportVApp` creates the VM under a staging name
+//!    (`<name>-banlieue-importing`) in the machine's resource pool, datastore and the template's
+//!    folder, and the disks are uploaded to the lease's URLs straight from the archive;
+//! 3. the lease is completed, the VM renamed to its final name (so the template path appears only
+//!    complete) and marked as a template.
+//!
+//! A staging VM left by an interrupted import is destroyed before the next one starts.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use banlieue_api::common::ImageDownload;
+use banlieue_provider_kit::image::{
+    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
+};
+use banlieue_vsphere_client::{Client, MoRef};
+
+use crate::provision::StepError;
+
+/// The imports of this process.
+static IMPORTS: LazyLock<Imports> = LazyLock::new(Imports::default);
+
+/// Suffix of the name a VM is imported under until it is complete.
+pub const STAGING_SUFFIX: &str = "-banlieue-importing";
+/// Condition reason: an image is to be imported but no datastore is set.
+pub const IMPORT_NEEDS_DATASTORE: &str = "ImportNeedsDatastore";
+/// Longest a lease may take to become ready.
+const LEASE_READY_TIMEOUT: Duration = Duration::from_secs(600);
+/// Longest the upload of one disk may take.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+/// Longest the rename may take.
+const TASK_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where to import: what the machine's placement resolved.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Inventory path of the template to create.
+    pub template_path: String,
+    /// Its folder.
+    pub folder: MoRef,
+    /// The resource pool the VM is imported into.
+    pub pool: MoRef,
+    /// The datastore of its disks.
+    pub datastore: MoRef,
+    /// The host, when the pool spans several.
+    pub host: Option<MoRef>,
+}
+
+/// Where the import of `image` to `target` stands: `Some(progress)` while it runs; an error
+/// once it failed (tried again after [`image::RETRY_AFTER`]).
+pub fn ensure(c: &Client, image: &ImageDownload, target: Target) -> Result<String, StepError> {
+    let key = format!("{}|{}", c.endpoint(), target.template_path);
+    let (client, img) = (c.clone(), image.clone());
+    let job =
+        move |progress: Arc<ImportProgress>| async move { import(&client, &img, &target, &progress).await };
+    match IMPORTS.poll(&key, image, job) {
+        ImportState::Running(how_far) => Ok(how_far),
+        ImportState::Failed(failure) => Err(StepError::permanent(
+            failure.reason,
+            format!(
+                "spec.source.image: {} (tried again within {}s)",
+                failure.message,
+                image::RETRY_AFTER.as_secs()
+            ),
+        )),
+    }
+}
+
+fn failed(what: &str, e: impl std::fmt::Display) -> ImportFailure {
+    ImportFailure {
+        reason: IMAGE_IMPORT_FAILED,
+        message: format!("{what}: {e}"),
+        permanent: false,
+    }
+}
+
+/// The template path's last component.
+fn name_of(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+async fn import(
+    c: &Client,
+    image: &ImageDownload,
+    target: &Target,
+    progress: &ImportProgress,
+) -> Result<(), ImportFailure> {
+    if c.find_by_inventory_path(&target.template_path)
+        .await
+        .map_err(|e| failed("looking for the template", e))?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let name = name_of(&target.template_path);
+    let staging_path = format!("{}{STAGING_SUFFIX}", target.template_path);
+    if let Some(stale) = c
+        .find_by_inventory_path(&staging_path)
+        .await
+        .map_err(|e| failed("looking for an interrupted import", e))?
+    {
+        let task = c
+            .destroy(&stale)
+            .await
+            .map_err(|e| failed("destroying an interrupted import", e))?;
+        c.wait_task(&task, Duration::from_secs(1), TASK_TIMEOUT)
+            .await
+            .map_err(|e| failed("destroying an interrupted import", e))?;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("banlieue-image-")
+        .tempdir()
+        .map_err(|e| failed("creating a temporary folder for the download", e))?;
+    let file = dir.path().join("image.ova");
+    download::download(image, &file, &progress.download).await?;
+    progress.set_stage(format!("checksum verified; importing {} into vSphere", image.url));
+    let ova = crate::ova::read(&file).await.map_err(|e| ImportFailure {
+        reason: IMAGE_IMPORT_FAILED,
+        message: format!("{}: {e}", image.url),
+        permanent: true,
+    })?;
+    let spec = c
+        .create_import_spec(
+            &ova.descriptor,
+            &target.pool,
+            &target.datastore,
+            &format!("{name}{STAGING_SUFFIX}"),
+        )
+        .await
+        .map_err(|e| failed("CreateImportSpec", e))?;
+    if !spec.errors.is_empty() {
+        return Err(ImportFailure {
+            reason: IMAGE_IMPORT_FAILED,
+            message: format!(
+                "vSphere refuses the OVF descriptor of {}: {}",
+                image.url,
+                spec.errors.join("; ")
+            ),
+            permanent: true,
+        });
+    }
+    let lease = c
+        .import_vapp(&target.pool, &spec.spec, &target.folder, target.host.as_ref())
+        .await
+        .map_err(|e| failed("ImportVApp", e))?;
+    let uploaded = async {
+        let devices = c
+            .lease_ready(&lease, LEASE_READY_TIMEOUT)
+            .await
+            .map_err(|e| failed("waiting for the import lease", e))?;
+        for (done, item) in spec.files.iter().enumerate() {
+            let entry = ova.files.get(&item.path).ok_or_else(|| ImportFailure {
+                reason: IMAGE_IMPORT_FAILED,
+                message: format!("{} names {} but the OVA does not hold it", image.url, item.path),
+                permanent: true,
+            })?;
+            let device = devices
+                .iter()
+                .find(|d| d.import_key == item.device_id)
+                .ok_or_else(|| failed("the import lease", format!("no upload URL for {}", item.path)))?;
+            progress.set_stage(format!(
+                "uploading {} ({} MiB) of {} to vSphere",
+                item.path,
+                entry.length >> 20,
+                image.url
+            ));
+            c.upload_to_lease(
+                &device.url,
+                &file,
+                entry.offset,
+                entry.length,
+                item.create,
+                UPLOAD_TIMEOUT,
+            )
+            .await
+            .map_err(|e| failed(&format!("uploading {}", item.path), e))?;
+            let percent = ((done + 1) * 100 / spec.files.len().max(1)) as u8;
+            c.lease_progress(&lease, percent)
+                .await
+                .map_err(|e| failed("reporting the import's progress", e))?;
+        }
+        Ok::<_, ImportFailure>(())
+    };
+    if let Err(failure) = uploaded.await {
+        if let Err(e) = c.lease_abort(&lease, &failure.message).await {
+            tracing::warn!(error = %e, "aborting the import lease");
+        }
+        return Err(failure);
+    }
+    c.lease_complete(&lease)
+        .await
+        .map_err(|e| failed("completing the import lease", e))?;
+    let vm = c
+        .find_by_inventory_path(&staging_path)
+        .await
+        .map_err(|e| failed("finding the imported VM", e))?
+        .ok_or_else(|| {
+            failed(
+                "finding the imported VM",
+                format!("{staging_path} is not in the inventory"),
+            )
+        })?;
+    c.mark_as_template(&vm)
+        .await
+        .map_err(|e| failed("marking the imported VM as a template", e))?;
+    let task = c
+        .rename(&vm, name)
+        .await
+        .map_err(|e| failed("renaming the imported template", e))?;
+    c.wait_task(&task, Duration::from_secs(1), TASK_TIMEOUT)
+        .await
+        .map_err(|e| failed("renaming the imported template", e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_template_name_is_the_path_s_last_component() {
+        assert_eq!(name_of("/dc1/vm/templates/noble"), "noble");
+        assert_eq!(name_of("noble"), "noble");
+    }
+}

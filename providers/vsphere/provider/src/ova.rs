@@ -1,0 +1,201 @@
+//! The files of an OVA: a tar archive (ustar, with GNU long names and PAX `path` records)
+//! holding the OVF descriptor and its disks. Only the headers are read; a file is where it lies
+//! in the archive (offset and length), so a disk is uploaded straight from the download.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+const BLOCK: u64 = 512;
+/// Longest OVF descriptor read into memory.
+const MAX_DESCRIPTOR: u64 = 8 << 20;
+
+/// Where a file lies in the archive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// Byte offset of its content.
+    pub offset: u64,
+    /// Its length.
+    pub length: u64,
+}
+
+/// An OVA's descriptor and files.
+#[derive(Debug)]
+pub struct Ova {
+    /// The `.ovf` descriptor's text.
+    pub descriptor: String,
+    /// Every regular file by its path in the archive.
+    pub files: BTreeMap<String, Entry>,
+}
+
+/// Why an OVA cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum OvaError {
+    /// Reading the file failed.
+    #[error("reading the OVA: {0}")]
+    Io(#[from] std::io::Error),
+    /// The archive is not a tar archive, or is cut short.
+    #[error("the image is not an OVA (a tar archive): {0}")]
+    NotTar(String),
+    /// No `.ovf` descriptor in it.
+    #[error("the OVA holds no .ovf descriptor (files: {0})")]
+    NoDescriptor(String),
+}
+
+/// A header field as text, up to its first NUL.
+fn text(field: &[u8]) -> String {
+    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    String::from_utf8_lossy(&field[..end]).into_owned()
+}
+
+/// A header's octal size field (or GNU base-256 for large files).
+fn size_of(field: &[u8]) -> Result<u64, OvaError> {
+    if field.first().is_some_and(|b| b & 0x80 != 0) {
+        return Ok(field[1..].iter().fold(0u64, |n, &b| (n << 8) | u64::from(b)));
+    }
+    let digits = text(field);
+    let digits = digits.trim_matches(|c: char| c == ' ' || c == '\0');
+    if digits.is_empty() {
+        return Ok(0);
+    }
+    u64::from_str_radix(digits, 8).map_err(|_| OvaError::NotTar(format!("bad size field {digits:?}")))
+}
+
+/// The `path` record of a PAX extended header.
+fn pax_path(records: &[u8]) -> Option<String> {
+    String::from_utf8_lossy(records).lines().find_map(|line| {
+        let (_, record) = line.split_once(' ')?;
+        record.strip_prefix("path=").map(str::to_owned)
+    })
+}
+
+/// The first 64 KiB at most of `length` bytes at `offset` (a long name, PAX records).
+async fn read_at(file: &mut tokio::fs::File, offset: u64, length: u64) -> std::io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; length.min(64 << 10) as usize];
+    file.seek(std::io::SeekFrom::Start(offset)).await?;
+    file.read_exact(&mut buf).await?;
+    Ok(buf)
+}
+
+/// Reads the archive's headers and its descriptor.
+pub async fn read(path: &Path) -> Result<Ova, OvaError> {
+    let mut file = tokio::fs::File::open(path).await?;
+    let total = file.metadata().await?.len();
+    let mut files = BTreeMap::new();
+    let mut offset = 0u64;
+    let mut long_name: Option<String> = None;
+    while offset + BLOCK <= total {
+        let mut header = [0u8; BLOCK as usize];
+        file.seek(std::io::SeekFrom::Start(offset)).await?;
+        file.read_exact(&mut header).await?;
+        if header.iter().all(|&b| b == 0) {
+            break;
+        }
+        let length = size_of(&header[124..136])?;
+        let data = offset + BLOCK;
+        if data + length > total {
+            return Err(OvaError::NotTar(format!(
+                "an entry runs past the end ({} bytes)",
+                total
+            )));
+        }
+        let kind = header[156];
+        match kind {
+            b'L' => long_name = Some(text(&read_at(&mut file, data, length).await?)),
+            b'x' => long_name = pax_path(&read_at(&mut file, data, length).await?),
+            b'0' | 0 => {
+                let name = long_name.take().unwrap_or_else(|| {
+                    let prefix = text(&header[345..500]);
+                    let name = text(&header[..100]);
+                    if &header[257..262] == b"ustar" && !prefix.is_empty() {
+                        format!("{prefix}/{name}")
+                    } else {
+                        name
+                    }
+                });
+                files.insert(
+                    name.trim_start_matches("./").to_owned(),
+                    Entry { offset: data, length },
+                );
+            }
+            _ => long_name = None,
+        }
+        offset = data + length.div_ceil(BLOCK) * BLOCK;
+    }
+    let (_, descriptor) = files
+        .iter()
+        .find(|(name, _)| name.to_ascii_lowercase().ends_with(".ovf"))
+        .ok_or_else(|| OvaError::NoDescriptor(files.keys().cloned().collect::<Vec<_>>().join(", ")))?;
+    if descriptor.length > MAX_DESCRIPTOR {
+        return Err(OvaError::NotTar(format!(
+            "a descriptor of {} bytes",
+            descriptor.length
+        )));
+    }
+    let mut text = vec![0u8; descriptor.length as usize];
+    file.seek(std::io::SeekFrom::Start(descriptor.offset)).await?;
+    file.read_exact(&mut text).await?;
+    Ok(Ova {
+        descriptor: String::from_utf8_lossy(&text).into_owned(),
+        files,
+    })
+}
+
+/// A ustar archive of `files` (path, content), as an OVA is packed: for tests and tools.
+pub fn pack(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, content) in files {
+        let mut header = [0u8; BLOCK as usize];
+        header[..name.len().min(100)].copy_from_slice(&name.as_bytes()[..name.len().min(100)]);
+        header[100..107].copy_from_slice(b"0000644");
+        header[108..115].copy_from_slice(b"0000000");
+        header[116..123].copy_from_slice(b"0000000");
+        header[124..135].copy_from_slice(format!("{:011o}", content.len()).as_bytes());
+        header[136..147].copy_from_slice(b"00000000000");
+        header[156] = b'0';
+        header[257..263].copy_from_slice(b"ustar\0");
+        header[263..265].copy_from_slice(b"00");
+        header[148..156].copy_from_slice(b"        ");
+        let sum: u32 = header.iter().map(|&b| u32::from(b)).sum();
+        header[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        out.extend_from_slice(&header);
+        out.extend_from_slice(content);
+        out.resize(out.len().div_ceil(BLOCK as usize) * BLOCK as usize, 0);
+    }
+    out.resize(out.len() + 2 * BLOCK as usize, 0);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_descriptor_and_the_disks_are_found_where_they_lie() {
+        let disk = vec![7u8; 1300];
+        let archive = pack(&[("noble.ovf", b"<Envelope/>"), ("noble-disk1.vmdk", &disk)]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.ova");
+        std::fs::write(&path, &archive).unwrap();
+        let ova = read(&path).await.unwrap();
+        assert_eq!(ova.descriptor, "<Envelope/>");
+        let entry = ova.files["noble-disk1.vmdk"];
+        assert_eq!(entry.length, 1300);
+        assert_eq!(&archive[entry.offset as usize..][..1300], disk.as_slice());
+    }
+
+    #[tokio::test]
+    async fn what_is_not_an_ova_is_said_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.img");
+        std::fs::write(&path, b"QFI\xfb not a tar archive at all").unwrap();
+        assert!(matches!(
+            read(&path).await,
+            Err(OvaError::NoDescriptor(_) | OvaError::NotTar(_))
+        ));
+        let only_disk = dir.path().join("b.ova");
+        std::fs::write(&only_disk, pack(&[("disk.vmdk", b"x")])).unwrap();
+        assert!(matches!(read(&only_disk).await, Err(OvaError::NoDescriptor(f)) if f == "disk.vmdk"));
+    }
+}

@@ -348,6 +348,22 @@ pub struct ProxmoxMachineSpec {
         extend("x-kubernetes-list-type" = "set")
     )]
     pub tags: Vec<String>,
+    /// Label keys of this ProxmoxMachine whose labels become VM tags (Cluster API copies a
+    /// Machine's labels onto it when it creates it): `<name>.<value>` with `<name>` the key's
+    /// part after its prefix and the value lower-cased, characters a tag cannot hold as `_`
+    /// (`cluster.x-k8s.io/cluster-name: prod` → `cluster-name.prod`); a label without a value is
+    /// `<name>` (`node-role.kubernetes.io/control-plane` → `control-plane`). A changed value
+    /// replaces its tag; a missing label adds none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(
+            length(min = 1, max = 317),
+            regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+        ),
+        extend("x-kubernetes-list-type" = "set")
+    )]
+    pub tags_from_labels: Vec<String>,
     /// VMIDs this machine may get; overrides the cluster's range.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vmid_range: Option<VmidRange>,
@@ -421,6 +437,7 @@ impl ProxmoxMachineSpec {
             disks: Vec::new(),
             networks: Vec::new(),
             tags: Vec::new(),
+            tags_from_labels: Vec::new(),
             vmid_range: None,
             readiness_checks: None,
             power_state: None,

@@ -279,6 +279,10 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
     let own = match backend {
         Backend::Proxmox => vec![
             field("source.vmid", Honoured("the template VM cloned (immutable)")),
+            field(
+                "tagsFromLabels",
+                Honoured("the listed labels as VM tags (<name>.<value>), replaced when a value changes"),
+            ),
             field("source.name", Honoured("the template found by name (immutable)")),
             field(
                 "source.image.url",

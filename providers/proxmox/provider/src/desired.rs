@@ -17,6 +17,42 @@ use banlieue_provider_kit::network::PoolAddresses;
 
 /// Prefix of the tag put on every VM this provider creates; the owner's UID follows.
 pub const OWNER_TAG_PREFIX: &str = "banlieue-uid-";
+/// A label key's name part as a tag: after the prefix (`cluster.x-k8s.io/cluster-name` →
+/// `cluster-name`), lower-cased, characters a tag cannot hold as `_`.
+fn label_tag_name(key: &str) -> String {
+    tag_text(key.rsplit('/').next().unwrap_or(key))
+}
+
+/// `text` lower-cased with every character outside `[a-z0-9_+.-]` as `_`.
+fn tag_text(text: &str) -> String {
+    text.chars()
+        .map(|c| c.to_ascii_lowercase())
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '_' | '+' | '.' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// The tags of `spec.tagsFromLabels`: `<name>.<value>` for each listed key the machine's
+/// `labels` carry (`<name>` alone for an empty value), in the keys' order.
+pub fn label_tags(labels: &std::collections::BTreeMap<String, String>, keys: &[String]) -> Vec<String> {
+    keys.iter()
+        .filter_map(|key| {
+            let value = labels.get(key)?;
+            let name = label_tag_name(key);
+            Some(if value.is_empty() {
+                name
+            } else {
+                format!("{name}.{}", tag_text(value))
+            })
+        })
+        .collect()
+}
+
 /// Marker line prefix in the VM description (set at clone time, before tags can be written).
 pub const OWNER_DESCRIPTION_MARKER: &str = "banlieue.io/owner-uid: ";
 /// Drive slot the seed ISO is attached to by default (`seedDriveBus` unset).
@@ -249,9 +285,20 @@ pub fn config_update(
     let current_tags = actual
         .tags()
         .map_err(|e| spec_err(format!("cannot read the VM's tags: {e}")))?;
-    let mut tags: BTreeSet<String> = current_tags.iter().cloned().collect();
-    tags.extend(spec.tags.iter().map(|t| t.to_ascii_lowercase()));
-    tags.insert(owner_tag(uid));
+    let mut wanted: BTreeSet<String> = spec.tags.iter().map(|t| t.to_ascii_lowercase()).collect();
+    wanted.insert(owner_tag(uid));
+    // Tags of other origins stay; a label's tag whose value changed (or went) is replaced.
+    let label_prefixes: Vec<String> = spec
+        .tags_from_labels
+        .iter()
+        .map(|key| format!("{}.", label_tag_name(key)))
+        .collect();
+    let mut tags: BTreeSet<String> = current_tags
+        .iter()
+        .filter(|t| wanted.contains(*t) || !label_prefixes.iter().any(|p| t.starts_with(p.as_str())))
+        .cloned()
+        .collect();
+    tags.extend(wanted);
     let tags: Vec<String> = tags.into_iter().collect();
     if tags != current_tags {
         let joined = tags.join(";");
@@ -543,6 +590,52 @@ mod tests {
         for k in &update.delete {
             config.0.remove(k);
         }
+    }
+
+    #[test]
+    fn labels_become_tags_named_after_the_key() {
+        let labels: std::collections::BTreeMap<String, String> = [
+            ("cluster.x-k8s.io/cluster-name", "Prod-EU"),
+            ("node-role.kubernetes.io/control-plane", ""),
+            ("team", "a b"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let keys: Vec<String> = [
+            "cluster.x-k8s.io/cluster-name",
+            "node-role.kubernetes.io/control-plane",
+            "team",
+            "absent",
+        ]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+        assert_eq!(
+            label_tags(&labels, &keys),
+            ["cluster-name.prod-eu", "control-plane", "team.a_b"]
+        );
+        assert!(
+            normalize_tags(&label_tags(&labels, &keys).join(";")).is_ok(),
+            "valid Proxmox tags"
+        );
+    }
+
+    #[test]
+    fn a_label_tag_whose_value_changed_is_replaced_and_other_tags_stay() {
+        let mut s = spec();
+        s.tags_from_labels = vec!["cluster.x-k8s.io/cluster-name".into()];
+        s.tags = vec!["cluster-name.new".into()];
+        let mut vm = clone_config();
+        vm.0.insert(
+            "tags".into(),
+            format!("cluster-name.old;manual;{}", owner_tag(UID)),
+        );
+        let update = config_update(&s, UID, &vm).unwrap();
+        assert_eq!(
+            update.set.get("tags").map(String::as_str),
+            Some(format!("{};cluster-name.new;manual", owner_tag(UID)).as_str())
+        );
     }
 
     #[test]

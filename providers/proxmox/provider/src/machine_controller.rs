@@ -148,8 +148,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         // Read once: the step's input, and kept in the status while the wait goes on.
         let waiting_since = guest_wait_started(Some(status));
         let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
-        // A template made from an image is searched for by the image's tag.
-        let spec = crate::image_import::effective_spec(&pm.spec);
+        // A template made from an image is searched for by the image's tag; the labels of
+        // spec.tagsFromLabels are tags like the spec's.
+        let mut spec = crate::image_import::effective_spec(&pm.spec).into_owned();
+        spec.tags
+            .extend(crate::desired::label_tags(pm.labels(), &pm.spec.tags_from_labels));
         let input = MachineInput {
             uid: &uid,
             namespace: &namespace,

@@ -1223,3 +1223,66 @@ async fn a_missing_user_data_secret_blocks_the_clone_until_it_appears() -> Resul
     assert_eq!(seed.user_data.as_deref(), Some(USER_DATA));
     s.stop().await
 }
+
+/// The tags of the simulator's VM named `name`.
+fn vm_tags(s: &Standalone, name: &str) -> Vec<String> {
+    s.sim
+        .vms()
+        .into_iter()
+        .find(|v| !v.template && v.config.get("name").map(String::as_str) == Some(name))
+        .and_then(|v| v.config.get("tags").cloned())
+        .map(|t| t.split(';').map(str::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// Waits until the VM `tagged` has `want` and `control-plane`, and not `gone`; its tags.
+async fn wait_tags(s: &Standalone, want: &str, gone: Option<&str>) -> Result<Vec<String>> {
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let tags = vm_tags(s, "tagged");
+        if tags.iter().any(|t| t == want)
+            && tags.iter().any(|t| t == "control-plane")
+            && gone.is_none_or(|g| !tags.iter().any(|t| t == g))
+        {
+            return Ok(tags);
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("VM tags {tags:?}: want {want} and control-plane, not {gone:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_labels_a_machine_lists_become_vm_tags_and_follow_their_values() -> Result<()> {
+    let (s, _ns) = Standalone::start("pxm-label-tags").await?;
+    s.virtual_machine_with("tagged", Some("#cloud-config\n"), None, |spec| {
+        spec.tags_from_labels = vec![
+            "cluster.x-k8s.io/cluster-name".into(),
+            "node-role.kubernetes.io/control-plane".into(),
+        ];
+    })
+    .await?;
+    let label = |value: &str| {
+        serde_json::json!({"metadata": {"labels": {
+            "cluster.x-k8s.io/cluster-name": value,
+            "node-role.kubernetes.io/control-plane": "",
+            "not-listed": "x",
+        }}})
+    };
+    s.api::<ProxmoxMachine>()
+        .patch("tagged", &PatchParams::default(), &Patch::Merge(&label("prod")))
+        .await?;
+    s.wait_for("tagged", "provisioned", provisioned).await?;
+    let tags = wait_tags(&s, "cluster-name.prod", None).await?;
+    assert!(!tags.iter().any(|t| t.starts_with("not-listed")), "{tags:?}");
+    s.api::<ProxmoxMachine>()
+        .patch(
+            "tagged",
+            &PatchParams::default(),
+            &Patch::Merge(&label("staging")),
+        )
+        .await?;
+    wait_tags(&s, "cluster-name.staging", Some("cluster-name.prod")).await?;
+    Ok(())
+}

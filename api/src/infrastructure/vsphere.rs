@@ -267,6 +267,21 @@ pub struct VSphereMachineSpec {
     /// Guest readiness checks; skip them for guests without VMware Tools or cloud-init.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness_checks: Option<ReadinessChecks>,
+    /// Label keys of this VSphereMachine whose labels become vSphere tags of its VM (Cluster API
+    /// copies a Machine's labels onto it when it creates it): each key is a tag category of its
+    /// own (one tag per VM, created when missing), the label's value the tag (the key's part
+    /// after its prefix for a label without a value). A changed value moves the VM to the other
+    /// tag, a removed label detaches it; tags of other categories stay.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(
+            length(min = 1, max = 317),
+            regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+        ),
+        extend("x-kubernetes-list-type" = "set")
+    )]
+    pub tags_from_labels: Vec<String>,
     /// Desired power state: `On` (default when unset) or `Off`. Set by the banlieue controller
     /// from a VirtualMachine's `spec.powerState`; unset for machines of CAPI Machines. The
     /// provider powers a provisioned machine on or off to match and reports `status.powerState`.

@@ -426,6 +426,10 @@ pub fn machine_fields(backend: Backend) -> Vec<Field> {
             ),
         ],
         Backend::Vsphere => vec![
+            field(
+                "tagsFromLabels",
+                Honoured("the listed labels as vSphere tags, one category per key (vAPI tagging)"),
+            ),
             field("source.template", Honoured("the template VM cloned (immutable)")),
             field(
                 "source.image.url",

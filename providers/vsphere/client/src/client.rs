@@ -110,6 +110,7 @@ impl ClientBuilder {
                 password: self.password,
                 timeout: self.timeout,
                 session: Mutex::new(None),
+                rest_session: Mutex::new(None),
                 content: OnceCell::new(),
             }),
         })
@@ -165,6 +166,8 @@ struct Inner {
     timeout: Duration,
     /// The session cookie (`vmware_soap_session="…"`), `None` before login.
     session: Mutex<Option<Secret>>,
+    /// The vAPI REST session id, `None` before its login.
+    rest_session: Mutex<Option<Secret>>,
     content: OnceCell<ServiceContent>,
 }
 
@@ -390,6 +393,149 @@ impl Client {
             message: "empty SOAP Body".into(),
         })?;
         Ok((resp, new_cookie))
+    }
+
+    /// Calls the vAPI REST service (`https://<server>/rest<path>`, e.g. tagging) with its own
+    /// session (`vmware-api-session-id`, logged in with basic authentication and again once when
+    /// the server answers 401). Returns the answer's `value`, `None` when it has none.
+    pub async fn rest(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Option<serde_json::Value>> {
+        let what = format!("{method} /rest{path}");
+        for attempt in 0..2 {
+            let session = {
+                let mut guard = self.inner.rest_session.lock().await;
+                if guard.is_none() {
+                    *guard = Some(self.rest_login().await?);
+                }
+                guard.clone()
+            };
+            let (status, answer) = self
+                .rest_exchange(method.clone(), path, body, session.as_ref(), &what)
+                .await?;
+            if status == http::StatusCode::UNAUTHORIZED && attempt == 0 {
+                *self.inner.rest_session.lock().await = None;
+                continue;
+            }
+            if !status.is_success() {
+                return Err(Error::Http {
+                    method: what,
+                    status: status.as_u16(),
+                    body: answer.chars().take(300).collect(),
+                });
+            }
+            if answer.trim().is_empty() {
+                return Ok(None);
+            }
+            let value: serde_json::Value = serde_json::from_str(&answer).map_err(|e| Error::Decode {
+                method: what.clone(),
+                message: e.to_string(),
+            })?;
+            return Ok(value.get("value").cloned());
+        }
+        Err(Error::Http {
+            method: what,
+            status: 401,
+            body: "the vAPI session was refused twice".into(),
+        })
+    }
+
+    async fn rest_login(&self) -> Result<Secret> {
+        let what = "POST /rest/com/vmware/cis/session";
+        let (status, answer) = self
+            .rest_exchange(Method::POST, "/com/vmware/cis/session", None, None, what)
+            .await?;
+        if !status.is_success() {
+            return Err(Error::Http {
+                method: what.into(),
+                status: status.as_u16(),
+                body: answer.chars().take(300).collect(),
+            });
+        }
+        let id = serde_json::from_str::<serde_json::Value>(&answer)
+            .ok()
+            .and_then(|v| v.get("value").and_then(|v| v.as_str()).map(str::to_owned))
+            .ok_or_else(|| Error::Decode {
+                method: what.into(),
+                message: "no session id in the answer".into(),
+            })?;
+        Ok(Secret::new(id))
+    }
+
+    /// One REST request: with `session` its header, else (the login) basic authentication.
+    async fn rest_exchange(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        session: Option<&Secret>,
+        what: &str,
+    ) -> Result<(http::StatusCode, String)> {
+        let authority = self
+            .inner
+            .endpoint
+            .authority()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        let uri: http::Uri = format!("https://{authority}/rest{path}")
+            .parse()
+            .map_err(|e| Error::Config(format!("{what}: {e}")))?;
+        let mut req = Request::builder().method(method).uri(uri);
+        let mut secret_header = |name: &'static str, value: &str| -> Result<()> {
+            let mut value = HeaderValue::from_str(value).map_err(|e| Error::Decode {
+                method: what.into(),
+                message: format!("{name}: {e}"),
+            })?;
+            value.set_sensitive(true);
+            req = std::mem::take(&mut req).header(name, value);
+            Ok(())
+        };
+        match session {
+            Some(id) => secret_header("vmware-api-session-id", id.expose())?,
+            None => {
+                use base64::Engine as _;
+                let credentials = base64::engine::general_purpose::STANDARD.encode(format!(
+                    "{}:{}",
+                    self.inner.username,
+                    self.inner.password.expose()
+                ));
+                secret_header("authorization", &format!("Basic {credentials}"))?;
+            }
+        }
+        let payload = body.map(|b| b.to_string()).unwrap_or_default();
+        let req = req
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(payload)))
+            .map_err(|e| Error::Config(e.to_string()))?;
+        let timeout = self.inner.timeout;
+        let exchange = async {
+            let resp = self
+                .inner
+                .http
+                .request(req)
+                .await
+                .map_err(|e| classify(what, e))?;
+            let status = resp.status();
+            let bytes = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| Error::Transport {
+                    method: what.into(),
+                    source: Box::new(e),
+                })?
+                .to_bytes();
+            Ok::<_, Error>((status, String::from_utf8_lossy(&bytes).into_owned()))
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| Error::Timeout {
+                method: what.into(),
+                timeout,
+            })?
     }
 
     /// The `/sdk` URL this client calls.

@@ -7,6 +7,7 @@
 //! - [`ovf`]: importing an OVF package (import spec, `ImportVApp`, the lease's uploads).
 //! - [`hosts`]: the hosts a clone into a resource pool may land on, with their memory left.
 //! - [`vim`]: typed calls (find, clone, reconfigure, power, destroy, tasks, properties).
+//! - [`tagging`]: vSphere tags over the vAPI REST service (categories, tags, a VM's tags).
 //! - [`tls`]: web PKI, CA bundle, SHA-256 thumbprint pinning, explicit insecure.
 //! - [`xml`]: the XML subset SOAP uses.
 
@@ -17,6 +18,7 @@ pub mod hosts;
 pub mod objects;
 pub mod ovf;
 pub mod secret;
+pub mod tagging;
 pub mod tls;
 pub mod vim;
 pub mod xml;

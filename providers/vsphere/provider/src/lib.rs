@@ -7,6 +7,7 @@
 //! - [`guest_report`]: cloud-init's report, which the guest publishes in its guestinfo.
 //! - [`image_import`], [`ova`]: a missing template imported from an OVA (`spec.source.image`).
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
+//! - [`tags`]: vSphere tags from the machine's labels (`spec.tagsFromLabels`).
 //! - [`update`]: CPU, memory, disks and NICs towards the spec (pure), during provisioning and as drift.
 //! - [`machine_controller`]: the VSphereMachine controller; [`cluster_controller`]: the
 //!   VSphereCluster's backend for the kit's InfraCluster reconciler.
@@ -25,4 +26,5 @@ pub mod phase;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;
+pub mod tags;
 pub mod update;

@@ -217,19 +217,46 @@ impl MachineBackend for VSphereMachines {
             (None, Some(why)) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
             (None, None) => Report::up_to_date(step.waiting.clone()),
         });
+        // A settled provisioned VM gets the tags of its labels (spec.tagsFromLabels).
+        let mut events: Vec<(&'static str, String)> = if step.failed.is_some() {
+            vec![]
+        } else {
+            step.event.clone().into_iter().collect()
+        };
+        let mut up_to_date = up_to_date;
+        let mut tagging_failed = false;
+        if let Phase::Provisioned(vm_ref, None) = &step.phase
+            && step.failed.is_none()
+            && !vm.spec.tags_from_labels.is_empty()
+        {
+            let wanted = crate::tags::wanted(vm.labels(), &vm.spec.tags_from_labels);
+            match crate::tags::sync(&client, vm_ref, &wanted).await {
+                Ok(changes) if !changes.is_empty() => {
+                    events.push((crate::tags::TAGS_CHANGED, changes.join(", ")));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tagging_failed = true;
+                    up_to_date = Some(Report::new(
+                        false,
+                        crate::tags::TAGGING_FAILED,
+                        format!("the tags of spec.tagsFromLabels: {e}"),
+                    ));
+                }
+            }
+        }
         // A Warning when a failure or a change waiting for the user's restart appears (the kit
         // adds cloud-init's errors).
-        let warning = step.failed.is_some() || step.restart_required.is_some();
-        let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
+        let warning = step.failed.is_some() || step.restart_required.is_some() || tagging_failed;
+        let mut requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
+        if tagging_failed {
+            requeue = requeue.min(provision::TAGGING_RETRY);
+        }
         Ok(Step {
             provisioned,
             ready,
             up_to_date,
-            events: if step.failed.is_some() {
-                vec![]
-            } else {
-                step.event.clone().into_iter().collect()
-            },
+            events,
             warning,
             provider_id: None,
             backoff: false,

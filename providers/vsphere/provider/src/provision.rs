@@ -406,6 +406,9 @@ async fn adoptable(c: &Client, uid: &str) -> Result<Option<MoRef>, StepError> {
     Ok(vms.into_iter().next())
 }
 
+/// Retry after the VM's tags could not be set.
+pub const TAGGING_RETRY: Duration = Duration::from_secs(60);
+
 /// Requeue while a template is being imported (its progress is reported each time).
 pub const IMPORT_POLL: Duration = Duration::from_secs(5);
 
@@ -1043,6 +1046,7 @@ mod tests {
                 template: "ubuntu".into(),
                 image: None,
             },
+            tags_from_labels: Vec::new(),
             datacenter: None,
             datastore: Some("ds1".into()),
             folder: Some("k8s".into()),

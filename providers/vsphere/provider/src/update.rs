@@ -388,6 +388,7 @@ mod tests {
                 template: "ubuntu".into(),
                 image: None,
             },
+            tags_from_labels: Vec::new(),
             datacenter: None,
             datastore: None,
             folder: None,

@@ -754,3 +754,89 @@ async fn firmware_secure_boot_tpm_and_pci_devices_are_set_before_the_first_power
     );
     Ok(())
 }
+
+/// The VM's tags as `category name=tag name`.
+async fn vm_tags(vc: &Client, vm: &MoRef) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for id in vc.attached_tags(vm).await? {
+        let tag = vc.tag(&id).await?.context("an attached tag")?;
+        let category = vc
+            .rest(
+                http::Method::GET,
+                &format!("/com/vmware/cis/tagging/category/id:{}", tag.category_id),
+                None,
+            )
+            .await?
+            .and_then(|c| c.get("name").and_then(|n| n.as_str()).map(str::to_owned))
+            .unwrap_or_default();
+        out.push(format!("{category}={}", tag.name));
+    }
+    out.sort();
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_labels_a_machine_lists_become_vsphere_tags_and_follow_them() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
+    let s = scenario(&sim.url, &sim.thumbprint, "vs-tags").await?;
+    s.machine(
+        "tagged",
+        json!({
+            "tagsFromLabels": ["cluster.x-k8s.io/cluster-name", "node-role.kubernetes.io/control-plane"],
+            "readinessChecks": {"skipGuestAgent": true},
+        }),
+    )
+    .await?;
+    let labels = |labels: serde_json::Value| json!({"metadata": {"labels": labels}});
+    s.machines()
+        .patch(
+            "tagged",
+            &PatchParams::default(),
+            &Patch::Merge(&labels(json!({
+                "cluster.x-k8s.io/cluster-name": "prod",
+                "node-role.kubernetes.io/control-plane": "",
+                "not-listed": "x",
+            }))),
+        )
+        .await?;
+    let m = s.wait_machine("tagged", "Ready", is_ready).await?;
+    let vm = vm_of(&m)?;
+    let wait_tags = |want: Vec<&'static str>| {
+        let (vc, vm) = (vc.clone(), vm.clone());
+        async move {
+            let deadline = tokio::time::Instant::now() + TIMEOUT;
+            loop {
+                let tags = vm_tags(&vc, &vm).await?;
+                if tags == want {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                if tokio::time::Instant::now() > deadline {
+                    bail!("VM tags {tags:?}, want {want:?}");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    };
+    wait_tags(vec![
+        "cluster.x-k8s.io/cluster-name=prod",
+        "node-role.kubernetes.io/control-plane=control-plane",
+    ])
+    .await?;
+    // A changed value moves the VM to the other tag; a removed label detaches its tag.
+    s.machines()
+        .patch(
+            "tagged",
+            &PatchParams::default(),
+            &Patch::Merge(&labels(json!({
+                "cluster.x-k8s.io/cluster-name": "staging",
+                "node-role.kubernetes.io/control-plane": null,
+            }))),
+        )
+        .await?;
+    wait_tags(vec!["cluster.x-k8s.io/cluster-name=staging"]).await?;
+    let events = events(&s.kube, &s.ns, "tagged").await?;
+    ensure!(events.iter().any(|e| e.contains("TagsChanged")), "{events:?}");
+    Ok(())
+}

@@ -52,7 +52,10 @@ fn text(field: &[u8]) -> String {
 /// A header's octal size field (or GNU base-256 for large files).
 fn size_of(field: &[u8]) -> Result<u64, OvaError> {
     if field.first().is_some_and(|b| b & 0x80 != 0) {
-        return Ok(field[1..].iter().fold(0u64, |n, &b| (n << 8) | u64::from(b)));
+        return field[1..]
+            .iter()
+            .try_fold(0u64, |n, &b| n.checked_mul(256).map(|n| n | u64::from(b)))
+            .ok_or_else(|| OvaError::NotTar("a size beyond 64 bits".into()));
     }
     let digits = text(field);
     let digits = digits.trim_matches(|c: char| c == ' ' || c == '\0');
@@ -94,10 +97,9 @@ pub async fn read(path: &Path) -> Result<Ova, OvaError> {
         }
         let length = size_of(&header[124..136])?;
         let data = offset + BLOCK;
-        if data + length > total {
+        if data.checked_add(length).is_none_or(|end| end > total) {
             return Err(OvaError::NotTar(format!(
-                "an entry runs past the end ({} bytes)",
-                total
+                "an entry runs past the end ({total} bytes)"
             )));
         }
         let kind = header[156];
@@ -183,6 +185,49 @@ mod tests {
         let entry = ova.files["noble-disk1.vmdk"];
         assert_eq!(entry.length, 1300);
         assert_eq!(&archive[entry.offset as usize..][..1300], disk.as_slice());
+    }
+
+    #[tokio::test]
+    async fn a_broken_archive_is_an_error_never_a_panic() {
+        let valid = pack(&[("a.ovf", b"<Envelope/>"), ("disk.vmdk", &[1u8; 2000])]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.ova");
+        let mut cases: Vec<Vec<u8>> = (0..valid.len())
+            .step_by(61)
+            .map(|cut| valid[..cut].to_vec())
+            .collect();
+        for (i, byte) in [
+            (124usize, b'9'),
+            (130, 0xff),
+            (156, b'L'),
+            (156, b'x'),
+            (0, 0),
+            (257, b'u'),
+            (345, b'/'),
+        ] {
+            let mut broken = valid.clone();
+            broken[i] = byte;
+            cases.push(broken);
+        }
+        // A size field claiming more than the archive holds, and GNU base-256 sizes.
+        let mut huge = valid.clone();
+        huge[124..136].copy_from_slice(b"77777777777\0");
+        cases.push(huge);
+        let mut base256 = valid.clone();
+        base256[124] = 0x80;
+        base256[125..136].fill(0xff);
+        cases.push(base256);
+        for case in cases {
+            std::fs::write(&path, &case).unwrap();
+            if let Ok(ova) = read(&path).await {
+                for entry in ova.files.values() {
+                    assert!(
+                        entry.offset + entry.length <= case.len() as u64,
+                        "an entry inside the file"
+                    );
+                }
+            }
+        }
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::LibvirtVolumeSource;
 use banlieue_provider_kit::image::{
-    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
+    IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
 };
 
 use crate::error::StepError;
@@ -83,14 +83,7 @@ pub async fn base_volume<H: Hypervisor>(
         ImportState::Running(how_far) => Ok(Base::Importing(format!(
             "{how_far} (pool {pool:?} on host {host})"
         ))),
-        ImportState::Failed(failure) => Err(StepError::permanent(
-            failure.reason,
-            format!(
-                "spec.source.image: {} (tried again within {}s)",
-                failure.message,
-                image::RETRY_AFTER.as_secs()
-            ),
-        )),
+        ImportState::Failed(failure) => Err(failure.step_error()),
     }
 }
 

@@ -37,6 +37,24 @@ pub struct ImportFailure {
     pub permanent: bool,
 }
 
+impl ImportFailure {
+    /// The machine's step failure: the reason, and the message naming `spec.source.image` and
+    /// when the import may be tried again.
+    pub fn step_error<E>(&self) -> crate::machine::StepError<E>
+    where
+        E: std::error::Error + 'static,
+    {
+        crate::machine::StepError::permanent(
+            self.reason,
+            format!(
+                "spec.source.image: {} (tried again after {}s at the earliest)",
+                self.message,
+                RETRY_AFTER.as_secs()
+            ),
+        )
+    }
+}
+
 impl From<DownloadError> for ImportFailure {
     fn from(e: DownloadError) -> Self {
         Self {

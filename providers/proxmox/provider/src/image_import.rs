@@ -20,7 +20,6 @@ use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_provider_kit::image::{
     IMAGE_CHECKSUM_MISMATCH, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports,
-    RETRY_AFTER,
 };
 use banlieue_pve_client::{ConfigUpdate, DownloadUrlRequest, TaskOutcome, Upid};
 
@@ -131,14 +130,7 @@ pub fn ensure<H: Hypervisor>(
         job.run(&progress).await
     }) {
         ImportState::Running(how_far) => Ok(Some(how_far)),
-        ImportState::Failed(failure) => Err(StepError::permanent(
-            failure.reason,
-            format!(
-                "spec.source.image: {} (tried again within {}s)",
-                failure.message,
-                RETRY_AFTER.as_secs()
-            ),
-        )),
+        ImportState::Failed(failure) => Err(failure.step_error()),
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use banlieue_api::common::ImageDownload;
 use banlieue_provider_kit::image::{
-    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
+    IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
 };
 use banlieue_vsphere_client::{Client, MoRef};
 
@@ -59,14 +59,7 @@ pub fn ensure(c: &Client, image: &ImageDownload, target: Target) -> Result<Strin
         move |progress: Arc<ImportProgress>| async move { import(&client, &img, &target, &progress).await };
     match IMPORTS.poll(&key, image, job) {
         ImportState::Running(how_far) => Ok(how_far),
-        ImportState::Failed(failure) => Err(StepError::permanent(
-            failure.reason,
-            format!(
-                "spec.source.image: {} (tried again within {}s)",
-                failure.message,
-                image::RETRY_AFTER.as_secs()
-            ),
-        )),
+        ImportState::Failed(failure) => Err(failure.step_error()),
     }
 }
 

@@ -58,18 +58,27 @@ fn pseudo_uuid() -> String {
     )
 }
 
+/// The daemon at [`URI`]; `None` (the test is skipped, with a message) without one, except
+/// under CI (`CI` set), where `.ci/run` starts it and a skip would hide a broken set-up.
+async fn daemon() -> Option<Arc<VirtHypervisor>> {
+    let hv = Arc::new(VirtHypervisor::new(URI));
+    match hv.host_info().await {
+        Ok(_) => Some(hv),
+        Err(e) if std::env::var_os("CI").is_some() => {
+            panic!("libvirtd must run under CI (providers/libvirt/ci/start-libvirtd.sh): {e}")
+        }
+        Err(e) => {
+            eprintln!(
+                "SKIPPED: no libvirt daemon at {URI} ({e}); run providers/libvirt/ci/start-libvirtd.sh as root"
+            );
+            None
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
-    let hv = Arc::new(VirtHypervisor::new(URI));
-    if let Err(e) = hv.host_info().await {
-        if std::env::var_os("CI").is_some() {
-            panic!("libvirtd must run under CI (providers/libvirt/ci/start-libvirtd.sh): {e}");
-        }
-        eprintln!(
-            "SKIPPED: no libvirt daemon at {URI} ({e}); run providers/libvirt/ci/start-libvirtd.sh as root"
-        );
-        return;
-    }
+    let Some(hv) = daemon().await else { return };
     let build = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/guest/build.sh"))
         .arg(BOOT_DIR)
         .status()
@@ -265,16 +274,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
 #[tokio::test]
 async fn an_image_from_a_url_lands_in_a_real_pool_with_its_content() {
     use banlieue_libvirt::image_import::{self, Base};
-    let hv = Arc::new(VirtHypervisor::new(URI));
-    if let Err(e) = hv.host_info().await {
-        if std::env::var_os("CI").is_some() {
-            panic!("libvirtd must run under CI (providers/libvirt/ci/start-libvirtd.sh): {e}");
-        }
-        eprintln!(
-            "SKIPPED: no libvirt daemon at {URI} ({e}); run providers/libvirt/ci/start-libvirtd.sh as root"
-        );
-        return;
-    }
+    let Some(hv) = daemon().await else { return };
     // A QCOW2 image with content of this run's own (so that each run imports anew).
     let dir = tempfile::tempdir().unwrap();
     let (raw, served) = (dir.path().join("disk.raw"), dir.path().join("disk.qcow2"));

@@ -180,6 +180,16 @@ impl fmt::Debug for Client {
     }
 }
 
+/// A header value kept out of debug output (a cookie, a session id, credentials).
+fn sensitive(value: &str, what: &str, name: &str) -> Result<HeaderValue> {
+    let mut value = HeaderValue::from_str(value).map_err(|e| Error::Decode {
+        method: what.into(),
+        message: format!("{name}: {e}"),
+    })?;
+    value.set_sensitive(true);
+    Ok(value)
+}
+
 /// Wraps a method body in a SOAP envelope.
 pub fn envelope(method: &str, body: &str) -> String {
     format!(
@@ -319,51 +329,19 @@ impl Client {
             .header(CONTENT_TYPE, "text/xml; charset=utf-8")
             .header("SOAPAction", VIM_VERSION);
         if let Some(cookie) = cookie {
-            let mut value = HeaderValue::from_str(cookie.expose()).map_err(|e| Error::Decode {
-                method: method.into(),
-                message: format!("session cookie: {e}"),
-            })?;
-            value.set_sensitive(true);
-            req = req.header(COOKIE, value);
+            req = req.header(COOKIE, sensitive(cookie.expose(), method, "session cookie")?);
         }
         let req = req
             .body(Full::new(Bytes::from(payload)))
             .map_err(|e| Error::Config(e.to_string()))?;
-        let timeout = self.inner.timeout;
-        let exchange = async {
-            let resp = self
-                .inner
-                .http
-                .request(req)
-                .await
-                .map_err(|e| classify(method, e))?;
-            let status = resp.status();
-            let new_cookie = resp
-                .headers()
-                .get_all(SET_COOKIE)
-                .iter()
-                .filter_map(|v| v.to_str().ok())
-                .filter_map(|v| v.split(';').next())
-                .find(|pair| pair.trim_start().starts_with(SESSION_COOKIE))
-                .map(|pair| Secret::new(pair.trim()));
-            let bytes = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| Error::Transport {
-                    method: method.into(),
-                    source: Box::new(e),
-                })?
-                .to_bytes();
-            Ok::<_, Error>((status, new_cookie, bytes))
-        };
-        let (status, new_cookie, bytes) =
-            tokio::time::timeout(timeout, exchange)
-                .await
-                .map_err(|_| Error::Timeout {
-                    method: method.into(),
-                    timeout,
-                })??;
+        let (status, headers, bytes) = self.exchange(req, method).await?;
+        let new_cookie = headers
+            .get_all(SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(|v| v.split(';').next())
+            .find(|pair| pair.trim_start().starts_with(SESSION_COOKIE))
+            .map(|pair| Secret::new(pair.trim()));
         let text = String::from_utf8_lossy(&bytes);
         let doc = xml::parse(&text);
         let body = doc.as_ref().ok().and_then(|root| root.child("Body")).cloned();
@@ -483,18 +461,8 @@ impl Client {
         let uri: http::Uri = format!("https://{authority}/rest{path}")
             .parse()
             .map_err(|e| Error::Config(format!("{what}: {e}")))?;
-        let mut req = Request::builder().method(method).uri(uri);
-        let mut secret_header = |name: &'static str, value: &str| -> Result<()> {
-            let mut value = HeaderValue::from_str(value).map_err(|e| Error::Decode {
-                method: what.into(),
-                message: format!("{name}: {e}"),
-            })?;
-            value.set_sensitive(true);
-            req = std::mem::take(&mut req).header(name, value);
-            Ok(())
-        };
-        match session {
-            Some(id) => secret_header("vmware-api-session-id", id.expose())?,
+        let credential = match session {
+            Some(id) => ("vmware-api-session-id", id.expose().to_owned()),
             None => {
                 use base64::Engine as _;
                 let credentials = base64::engine::general_purpose::STANDARD.encode(format!(
@@ -502,14 +470,29 @@ impl Client {
                     self.inner.username,
                     self.inner.password.expose()
                 ));
-                secret_header("authorization", &format!("Basic {credentials}"))?;
+                ("authorization", format!("Basic {credentials}"))
             }
-        }
-        let payload = body.map(|b| b.to_string()).unwrap_or_default();
-        let req = req
+        };
+        let req = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(credential.0, sensitive(&credential.1, what, credential.0)?)
             .header(CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::from(payload)))
+            .body(Full::new(Bytes::from(
+                body.map(|b| b.to_string()).unwrap_or_default(),
+            )))
             .map_err(|e| Error::Config(e.to_string()))?;
+        let (status, _, bytes) = self.exchange(req, what).await?;
+        Ok((status, String::from_utf8_lossy(&bytes).into_owned()))
+    }
+
+    /// Sends `req` and reads the whole answer, bounded by the client's timeout; `what` names
+    /// the call in errors.
+    async fn exchange(
+        &self,
+        req: Request<Full<Bytes>>,
+        what: &str,
+    ) -> Result<(http::StatusCode, http::HeaderMap, Bytes)> {
         let timeout = self.inner.timeout;
         let exchange = async {
             let resp = self
@@ -518,9 +501,8 @@ impl Client {
                 .request(req)
                 .await
                 .map_err(|e| classify(what, e))?;
-            let status = resp.status();
-            let bytes = resp
-                .into_body()
+            let (parts, body) = resp.into_parts();
+            let bytes = body
                 .collect()
                 .await
                 .map_err(|e| Error::Transport {
@@ -528,7 +510,7 @@ impl Client {
                     source: Box::new(e),
                 })?
                 .to_bytes();
-            Ok::<_, Error>((status, String::from_utf8_lossy(&bytes).into_owned()))
+            Ok::<_, Error>((parts.status, parts.headers, bytes))
         };
         tokio::time::timeout(timeout, exchange)
             .await
@@ -582,12 +564,7 @@ impl Client {
             .header(CONTENT_TYPE, "application/x-vnd.vmware-streamVmdk")
             .header(http::header::CONTENT_LENGTH, length);
         if let Some(cookie) = cookie {
-            let mut value = HeaderValue::from_str(cookie.expose()).map_err(|e| Error::Decode {
-                method: what.into(),
-                message: format!("session cookie: {e}"),
-            })?;
-            value.set_sensitive(true);
-            req = req.header(COOKIE, value);
+            req = req.header(COOKIE, sensitive(cookie.expose(), what, "session cookie")?);
         }
         let req = req.body(body).map_err(|e| Error::Config(e.to_string()))?;
         let exchange = async {

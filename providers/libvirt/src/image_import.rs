@@ -65,7 +65,12 @@ pub async fn base_volume<H: Hypervisor>(
             ));
         }
     };
-    if let Some(found) = hv.volume(pool, &name).await.map_err(&lookup_failed)? {
+    let key = format!("{host}/{pool}/{name}");
+    // The final volume is listed while libvirt copies into it: not used before the import ends.
+    let copying = image.is_some() && imports.is_running(&key);
+    if let Some(found) = hv.volume(pool, &name).await.map_err(&lookup_failed)?
+        && !copying
+    {
         return Ok(Base::Ready(found));
     }
     let Some(image) = image else {
@@ -74,7 +79,6 @@ pub async fn base_volume<H: Hypervisor>(
             format!("base volume {name:?} not found in storage pool {pool:?}: upload it or fix spec.source"),
         ));
     };
-    let key = format!("{host}/{pool}/{name}");
     let task = {
         let (hv, pool, image) = (hv.clone(), pool.clone(), image.clone());
         move |progress: Arc<ImportProgress>| async move { import(&*hv, &pool, &image, &progress).await }

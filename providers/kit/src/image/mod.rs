@@ -135,6 +135,14 @@ impl std::fmt::Debug for Imports {
 }
 
 impl Imports {
+    /// Whether an import of `key` runs in this process (what it writes may be there, unfinished).
+    pub fn is_running(&self, key: &str) -> bool {
+        matches!(
+            self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(key),
+            Some(Entry::Running(_))
+        )
+    }
+
     /// Where the import of `key` stands; starts it with `start` (on a task of its own) when none
     /// runs and none failed within [`RETRY_AFTER`]. The caller looks for the finished image
     /// before asking: a finished import leaves no entry.

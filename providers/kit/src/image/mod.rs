@@ -215,6 +215,7 @@ mod tests {
         }
         tokio::task::yield_now().await;
         assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(imports.is_running("h/p/v") && !imports.is_running("other"));
         release.send(()).unwrap();
         for _ in 0..100 {
             if imports.entries.lock().unwrap().is_empty() {
@@ -226,6 +227,7 @@ mod tests {
             imports.entries.lock().unwrap().is_empty(),
             "a finished import leaves no entry"
         );
+        assert!(!imports.is_running("h/p/v"));
     }
 
     #[tokio::test]

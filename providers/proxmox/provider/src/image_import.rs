@@ -46,12 +46,8 @@ const LISTING_DEADLINE: Duration = Duration::from_secs(120);
 /// The tag of the template made from `image`: `banlieue-<algorithm>-<first 48 digits>`
 /// (a tag is at most 64 characters here).
 pub fn image_tag(image: &ImageDownload) -> String {
-    let sum = image.checksum.to_ascii_lowercase();
-    format!(
-        "banlieue-{}-{}",
-        image.checksum_algorithm.as_str(),
-        &sum[..sum.len().min(48)]
-    )
+    let sum: String = image.checksum.to_ascii_lowercase().chars().take(48).collect();
+    format!("banlieue-{}-{sum}", image.checksum_algorithm.as_str())
 }
 
 /// The file the storage downloads `image` to: named after the checksum, with the extension
@@ -118,7 +114,9 @@ pub fn ensure<H: Hypervisor>(
         .clone()
         .or_else(|| spec.disks.first().and_then(|d| d.storage.clone()))
         .unwrap_or_else(|| DEFAULT_DISK_STORAGE.to_owned());
-    let key = format!("{}/{node}/{storage}/{disk_storage}/{tag}", hv.endpoint());
+    // One import per node and image, whatever the storages asked (two would make two templates
+    // with the same tag, which no machine could choose between).
+    let key = format!("{}/{node}/{tag}", hv.endpoint());
     let job = Job {
         hv: hv.clone(),
         node: node.to_owned(),
@@ -142,6 +140,22 @@ fn failed(what: &str, e: PveError) -> ImportFailure {
     }
 }
 
+/// What [`Job::vm_of_image`] saw on the node.
+enum Seen {
+    /// The import's VM, and whether it is a template yet.
+    Ours { vmid: u32, template: bool },
+    /// A VM still being created, which may be it.
+    BeingCreated(u32),
+    /// Neither.
+    None,
+}
+
+/// The name of the VM (then template) made from `image`: `banlieue-image-<12 digits>`.
+fn template_vm_name(image: &ImageDownload) -> String {
+    let sum: String = image.checksum.to_ascii_lowercase().chars().take(12).collect();
+    format!("banlieue-image-{sum}")
+}
+
 /// One import, with what it needs.
 struct Job<H> {
     hv: H,
@@ -155,15 +169,29 @@ impl<H: Hypervisor> Job<H> {
     async fn run(&self, progress: &ImportProgress) -> Result<(), ImportFailure> {
         let (hv, node) = (&self.hv, self.node.as_str());
         let tag = image_tag(&self.image);
-        if let Some((vmid, template)) = self.vm_of_image(&tag).await? {
-            if template {
-                return Ok(());
+        // A VM being created may be an earlier import's (this process restarted): its creation
+        // is waited for, then looked at again (twice at most).
+        for _ in 0..3 {
+            match self.vm_of_image(&tag).await? {
+                Seen::Ours { template: true, .. } => return Ok(()),
+                Seen::Ours {
+                    vmid,
+                    template: false,
+                } => {
+                    progress.set_stage(format!(
+                        "making VM {vmid} on {node} (imported from {}) a template",
+                        self.image.url
+                    ));
+                    return self.to_template(vmid, &tag).await;
+                }
+                Seen::BeingCreated(vmid) => {
+                    progress.set_stage(format!(
+                        "VM {vmid} on {node} is being created (lock: create): waiting to see whether it is this image's template"
+                    ));
+                    self.wait_unlocked(vmid).await?;
+                }
+                Seen::None => break,
             }
-            progress.set_stage(format!(
-                "making VM {vmid} on {node} (imported from {}) a template",
-                self.image.url
-            ));
-            return self.to_template(vmid, &tag).await;
         }
         let file = file_name(&self.image);
         let volid = format!("{}:import/{file}", self.storage);
@@ -210,7 +238,7 @@ impl<H: Hypervisor> Job<H> {
         let vmid = hv.next_vmid().await.map_err(|e| failed("choosing a VMID", e))?;
         let sum = self.image.checksum.to_ascii_lowercase();
         let config = ConfigUpdate::default()
-            .set("name", format!("banlieue-image-{}", &sum[..sum.len().min(12)]))
+            .set("name", template_vm_name(&self.image))
             .set("tags", tag.clone())
             .set(
                 "description",
@@ -245,15 +273,17 @@ impl<H: Hypervisor> Job<H> {
         self.to_template(vmid, &tag).await
     }
 
-    /// The VM of this image on the node, if any: `(vmid, is a template)`. A guest listed
-    /// without its details (just created or converted) is read from its config.
-    async fn vm_of_image(&self, tag: &str) -> Result<Option<(u32, bool)>, ImportFailure> {
+    /// The VM this import makes on the node, if there is one. Only the import's own VM counts:
+    /// its name and tag, and no machine's owner tag (clones inherit the template's tags, so a
+    /// machine's VM carries the image's tag too). A VM still being created (`lock: create`, whose
+    /// config PVE writes only when its disk import ends) may be it.
+    async fn vm_of_image(&self, tag: &str) -> Result<Seen, ImportFailure> {
         let guests = self.hv.guests().await.map_err(|e| failed("listing guests", e))?;
+        let name = template_vm_name(&self.image);
+        let mut creating = None;
         for g in guests.iter().filter(|g| g.node == self.node) {
-            if g.reported {
-                if g.tags.iter().any(|t| t == tag) {
-                    return Ok(Some((g.vmid, g.template)));
-                }
+            let candidate = !g.reported || g.tags.iter().any(|t| t == tag);
+            if !candidate {
                 continue;
             }
             let Some(config) = self
@@ -264,18 +294,28 @@ impl<H: Hypervisor> Job<H> {
             else {
                 continue;
             };
-            let tagged = config
+            let tags: Vec<&str> = config
                 .get("tags")
-                .is_some_and(|t| t.split([';', ',', ' ']).any(|t| t.eq_ignore_ascii_case(tag)));
-            if tagged {
-                return Ok(Some((g.vmid, config.get("template").is_some_and(|t| t == "1"))));
+                .map(|t| t.split([';', ',', ' ']).filter(|t| !t.is_empty()).collect())
+                .unwrap_or_default();
+            let ours = config.get("name") == Some(name.as_str())
+                && tags.iter().any(|t| t.eq_ignore_ascii_case(tag))
+                && !tags.iter().any(|t| t.starts_with("banlieue-uid-"));
+            if ours {
+                return Ok(Seen::Ours {
+                    vmid: g.vmid,
+                    template: config.get("template") == Some("1"),
+                });
+            }
+            if config.lock() == Some("create") && tags.is_empty() {
+                creating = Some(g.vmid);
             }
         }
-        Ok(None)
+        Ok(creating.map_or(Seen::None, Seen::BeingCreated))
     }
 
-    /// Makes `vmid` a template once its creation is over, then waits until it is listed so.
-    async fn to_template(&self, vmid: u32, tag: &str) -> Result<(), ImportFailure> {
+    /// Waits (at most [`TASK_DEADLINE`]) until `vmid` is not locked any more.
+    async fn wait_unlocked(&self, vmid: u32) -> Result<(), ImportFailure> {
         let (hv, node) = (&self.hv, self.node.as_str());
         let started = Instant::now();
         loop {
@@ -285,7 +325,7 @@ impl<H: Hypervisor> Job<H> {
                 .map_err(|e| failed(&format!("reading VM {vmid}"), e))?;
             match config.as_ref().and_then(|c| c.lock().map(str::to_owned)) {
                 Some(lock) if started.elapsed() < TASK_DEADLINE => {
-                    tracing::debug!(vmid, lock, "waiting for the image's VM to be unlocked");
+                    tracing::debug!(vmid, lock, "waiting for VM to be unlocked");
                     tokio::time::sleep(TASK_POLL).await;
                 }
                 Some(lock) => {
@@ -295,9 +335,15 @@ impl<H: Hypervisor> Job<H> {
                         permanent: false,
                     });
                 }
-                None => break,
+                None => return Ok(()),
             }
         }
+    }
+
+    /// Makes `vmid` a template once its creation is over, then waits until it is listed so.
+    async fn to_template(&self, vmid: u32, tag: &str) -> Result<(), ImportFailure> {
+        let (hv, node) = (&self.hv, self.node.as_str());
+        self.wait_unlocked(vmid).await?;
         let upid = hv
             .make_template(node, vmid)
             .await

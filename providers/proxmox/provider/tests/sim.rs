@@ -1192,3 +1192,60 @@ async fn a_template_from_an_image_needs_the_documented_image_grants_and_each_of_
     }
     Ok(())
 }
+
+/// Clones carry their template's tags, so a machine's VM carries the image's tag too: an import
+/// run again (here: the template was deleted) makes a new template and never takes a machine's
+/// VM for its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_import_never_takes_a_machine_vm_for_its_template() -> Result<()> {
+    use sha2::Digest;
+    let image = qcow2_image(b"retagged");
+    let server =
+        banlieue_testenv::files::FileServer::start([("/noble.img".to_owned(), image.clone())]).await?;
+    let (sim, client) = sim().await?;
+    let spec = image_spec(
+        &server.url("/noble.img"),
+        &hex::encode(sha2::Sha256::digest(&image)),
+    );
+    let tag = banlieue_proxmox::image_import::image_tag(spec.source.image.as_ref().context("image")?);
+    let (_, first) = drive_image(&client, &input(&spec, UID)).await;
+    let first = first?;
+    let machine_vmid = first.location().context("location")?.vmid;
+    let machine = sim.vm(machine_vmid).context("the machine's VM")?;
+    assert!(
+        machine.config.get("tags").is_some_and(|t| t.contains(&tag)),
+        "the clone inherited the image's tag: {:?}",
+        machine.config.get("tags")
+    );
+    let template = sim
+        .vms()
+        .into_iter()
+        .find(|v| v.template && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
+        .context("the image's template")?;
+    let upid = client
+        .delete_vm(
+            &template.node,
+            template.vmid,
+            banlieue_pve_client::DeleteVmOptions::default(),
+        )
+        .await?;
+    client
+        .wait_task(&upid, Duration::from_secs(10), Duration::from_millis(20))
+        .await?;
+
+    let mut second = input(&spec, "4f1c2d3e-0000-4000-8000-00000000abd0");
+    second.name = "m2";
+    let (reasons, outcome) = drive_image(&client, &second).await;
+    assert_eq!(reasons, ["ImportingImage"], "a new template is made");
+    outcome?;
+    let machine = sim.vm(machine_vmid).context("the first machine's VM")?;
+    assert!(!machine.template, "the first machine's VM stays a VM");
+    let templates = sim
+        .vms()
+        .into_iter()
+        .filter(|v| v.template && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
+        .count();
+    assert_eq!(templates, 1);
+    sim.shutdown().await;
+    Ok(())
+}

@@ -46,6 +46,11 @@ fn part_name(name: &str) -> String {
     format!("{name}.part")
 }
 
+/// The empty volume created once the copy to `name` is complete.
+fn marker_name(name: &str) -> String {
+    format!("{name}.ok")
+}
+
 /// The base volume of `source` on the host `host` (`hv`), starting its import when needed.
 pub async fn base_volume<H: Hypervisor>(
     hv: &Arc<H>,
@@ -66,11 +71,20 @@ pub async fn base_volume<H: Hypervisor>(
         }
     };
     let key = format!("{host}/{pool}/{name}");
-    // The final volume is listed while libvirt copies into it: not used before the import ends.
-    let copying = image.is_some() && imports.is_running(&key);
-    if let Some(found) = hv.volume(pool, &name).await.map_err(&lookup_failed)?
-        && !copying
-    {
+    // An imported volume is complete once its marker exists (libvirt lists it while it copies
+    // into it, also after a restart of either side).
+    let complete = match image {
+        None => true,
+        Some(_) => {
+            !imports.is_running(&key)
+                && hv
+                    .volume(pool, &marker_name(&name))
+                    .await
+                    .map_err(&lookup_failed)?
+                    .is_some()
+        }
+    };
+    if complete && let Some(found) = hv.volume(pool, &name).await.map_err(&lookup_failed)? {
         return Ok(Base::Ready(found));
     }
     let Some(image) = image else {
@@ -107,9 +121,15 @@ async fn import<H: Hypervisor>(
     progress: &ImportProgress,
 ) -> Result<(), ImportFailure> {
     let name = volume_name(image);
-    if hv.volume(pool, &name).await.map_err(hv_failure)?.is_some() {
-        return Ok(());
+    let marker = marker_name(&name);
+    if hv.volume(pool, &marker).await.map_err(hv_failure)?.is_some() {
+        if hv.volume(pool, &name).await.map_err(hv_failure)?.is_some() {
+            return Ok(());
+        }
+        hv.delete_volume(pool, &marker).await.map_err(hv_failure)?;
     }
+    // A final volume without its marker is a copy that did not end: made again.
+    hv.delete_volume(pool, &name).await.map_err(hv_failure)?;
     let local_failure = |what: &str, e: std::io::Error| ImportFailure {
         reason: IMAGE_IMPORT_FAILED,
         message: format!("{what}: {e}"),
@@ -126,7 +146,12 @@ async fn import<H: Hypervisor>(
         .store(true, std::sync::atomic::Ordering::Relaxed);
     let (format, capacity) = image_facts(&file, length)
         .await
-        .map_err(|e| local_failure("reading the downloaded image", e))?;
+        .map_err(|e| local_failure("reading the downloaded image", e))?
+        .map_err(|refusal| ImportFailure {
+            reason: IMAGE_IMPORT_FAILED,
+            message: format!("{}: {refusal}", image.url),
+            permanent: true,
+        })?;
     let part = part_name(&name);
     hv.delete_volume(pool, &part).await.map_err(hv_failure)?;
     hv.create_volume(pool, &xml::plain_volume_xml(&part, capacity, format))
@@ -138,14 +163,18 @@ async fn import<H: Hypervisor>(
     hv.clone_volume(pool, &xml::plain_volume_xml(&name, capacity, format), &part)
         .await
         .map_err(hv_failure)?;
+    hv.create_volume(pool, &xml::plain_volume_xml(&marker, 512, "raw"))
+        .await
+        .map_err(hv_failure)?;
     hv.delete_volume(pool, &part).await.map_err(hv_failure)?;
     Ok(())
 }
 
-/// The format (`qcow2` or `raw`) and the virtual size in bytes of a downloaded image.
-async fn image_facts(path: &Path, length: u64) -> std::io::Result<(&'static str, u64)> {
+/// The format (`qcow2` or `raw`) and the virtual size in bytes of a downloaded image, or why it
+/// is refused.
+async fn image_facts(path: &Path, length: u64) -> std::io::Result<Result<(&'static str, u64), String>> {
     use tokio::io::AsyncReadExt;
-    let mut header = [0u8; 32];
+    let mut header = [0u8; 104];
     let mut file = tokio::fs::File::open(path).await?;
     let mut read = 0;
     while read < header.len() {
@@ -155,17 +184,51 @@ async fn image_facts(path: &Path, length: u64) -> std::io::Result<(&'static str,
         }
         read += n;
     }
-    Ok(qcow2_virtual_size(&header[..read]).map_or(("raw", length), |size| ("qcow2", size)))
+    Ok(classify(&header[..read], length))
 }
 
-/// The virtual size of a QCOW2 header, `None` when `header` is not one.
-fn qcow2_virtual_size(header: &[u8]) -> Option<u64> {
-    if header.len() < 32 || &header[..4] != QCOW2_MAGIC {
-        return None;
+/// Compressed files the image may be by mistake: their first bytes and names.
+const COMPRESSED: [(&[u8], &str); 4] = [
+    (b"\x1f\x8b", "gzip"),
+    (b"\xfd7zXZ\0", "xz"),
+    (b"\x28\xb5\x2f\xfd", "zstd"),
+    (b"BZh", "bzip2"),
+];
+
+fn be_u64(bytes: &[u8]) -> u64 {
+    let mut buf = [0u8; 8];
+    buf.copy_from_slice(&bytes[..8]);
+    u64::from_be_bytes(buf)
+}
+
+/// What a downloaded image is, from its first bytes: QCOW2 (version 2 or 3, no backing file and
+/// no external data file: either would make libvirt's copy read a file of the host) with its
+/// virtual size, a compressed file (refused: the URL should name the image itself), or raw.
+fn classify(header: &[u8], length: u64) -> Result<(&'static str, u64), String> {
+    if let Some((_, kind)) = COMPRESSED.iter().find(|(magic, _)| header.starts_with(magic)) {
+        return Err(format!(
+            "the file is {kind}-compressed: give the URL of the uncompressed image (QCOW2 or raw)"
+        ));
     }
-    let mut size = [0u8; 8];
-    size.copy_from_slice(&header[24..32]);
-    Some(u64::from_be_bytes(size))
+    if !header.starts_with(QCOW2_MAGIC) {
+        return Ok(("raw", length));
+    }
+    if header.len() < 104 {
+        return Err("a QCOW2 header cut short".into());
+    }
+    let version = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+    if !(2..=3).contains(&version) {
+        return Err(format!("QCOW2 version {version} (2 or 3 are read)"));
+    }
+    if be_u64(&header[8..16]) != 0 {
+        return Err("the QCOW2 image names a backing file: only self-contained images are imported".into());
+    }
+    if version == 3 && be_u64(&header[72..80]) & 0b100 != 0 {
+        return Err(
+            "the QCOW2 image uses an external data file: only self-contained images are imported".into(),
+        );
+    }
+    Ok(("qcow2", be_u64(&header[24..32])))
 }
 
 #[cfg(test)]
@@ -186,14 +249,41 @@ mod tests {
         assert_eq!(part_name("v"), "v.part");
     }
 
+    /// A QCOW2 version 3 header of `size` bytes, with a backing file offset and incompatible
+    /// features as given.
+    fn qcow2(size: u64, backing_offset: u64, incompatible: u64) -> Vec<u8> {
+        let mut header = b"QFI\xfb\0\0\0\x03".to_vec();
+        header.extend_from_slice(&backing_offset.to_be_bytes());
+        header.extend_from_slice(&[0; 8]);
+        header.extend_from_slice(&size.to_be_bytes());
+        header.resize(72, 0);
+        header.extend_from_slice(&incompatible.to_be_bytes());
+        header.resize(104, 0);
+        header
+    }
+
     #[test]
-    fn a_qcow2_header_gives_the_virtual_size_anything_else_is_raw() {
-        let mut header = b"QFI\xfb".to_vec();
-        header.extend_from_slice(&[0, 0, 0, 3]);
-        header.extend_from_slice(&[0; 16]);
-        header.extend_from_slice(&(5u64 << 30).to_be_bytes());
-        assert_eq!(qcow2_virtual_size(&header), Some(5 << 30));
-        assert_eq!(qcow2_virtual_size(&[0; 32]), None);
-        assert_eq!(qcow2_virtual_size(b"QFI\xfb"), None);
+    fn a_self_contained_qcow2_gives_its_virtual_size_anything_else_is_raw() {
+        assert_eq!(classify(&qcow2(5 << 30, 0, 0), 1000), Ok(("qcow2", 5 << 30)));
+        assert_eq!(classify(&[0; 104], 1000), Ok(("raw", 1000)));
+        assert_eq!(classify(b"", 0), Ok(("raw", 0)));
+    }
+
+    #[test]
+    fn an_image_that_would_read_host_files_or_is_compressed_is_refused() {
+        for (header, why) in [
+            (qcow2(1 << 30, 512, 0), "backing file"),
+            (qcow2(1 << 30, 0, 0b100), "external data file"),
+            (
+                b"QFI\xfb\0\0\0\x09".iter().copied().chain([0; 96]).collect(),
+                "version 9",
+            ),
+            (b"QFI\xfb\0\0\0\x03".to_vec(), "cut short"),
+            (b"\x1f\x8b\x08\0".to_vec(), "gzip"),
+            (b"\xfd7zXZ\0\0".to_vec(), "xz"),
+        ] {
+            let refusal = classify(&header, 100).unwrap_err();
+            assert!(refusal.contains(why), "{refusal}");
+        }
     }
 }

@@ -1076,11 +1076,13 @@ async fn libvirt_accepts_a_secure_boot_domain_on_q35() {
     assert!(xml.contains("<smm state='on'/>"), "{xml}");
 }
 
-/// A small QCOW2-looking image: the header's magic and a virtual size of 3 GiB, then filler.
+/// A small QCOW2-looking image: a version 3 header (no backing file, no external data file)
+/// with a virtual size of 3 GiB, then filler.
 fn qcow2_image(filler: u8) -> Vec<u8> {
     let mut image = b"QFI\xfb\0\0\0\x03".to_vec();
     image.extend_from_slice(&[0; 16]);
     image.extend_from_slice(&(3u64 << 30).to_be_bytes());
+    image.resize(104, 0);
     image.extend(std::iter::repeat_n(filler, 300 * 1024));
     image
 }
@@ -1188,12 +1190,25 @@ async fn an_image_from_a_url_is_imported_once_and_backs_every_machine_that_names
             .is_none(),
         "the upload's staging volume is gone"
     );
+    assert!(
+        hv.volume(POOL, &format!("{volume}.ok")).await.unwrap().is_some(),
+        "the copy's completion is marked"
+    );
     // Each boot disk is an overlay on the imported volume.
     let boot = desired::disk_volumes(&s, &desired::domain_name("ns", "img-a"))
         .into_iter()
         .find(|v| v.boot)
         .unwrap();
     assert!(hv.volume(&boot.pool, &boot.name).await.unwrap().is_some());
+
+    // A final volume without its marker (a copy cut short by a crash) is not used: imported again.
+    hv.delete_volume(POOL, &format!("{volume}.ok")).await.unwrap();
+    let c = owner("img-c");
+    let (waited, done_c) = provision_through_import(&hosts, &machine_input(&c, &s, &settings)).await;
+    assert!(!waited.is_empty(), "the unmarked volume was imported again");
+    assert!(done_c.unwrap().provisioned.is_some());
+    assert_eq!(server.requests().len(), 2);
+    provision::delete(&*hv, &c, &s, &c.uid).await.unwrap();
 
     // Deleting a machine keeps the image for the others.
     provision::delete(&*hv, &a, &s, &a.uid).await.unwrap();

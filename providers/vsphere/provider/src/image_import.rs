@@ -19,7 +19,7 @@ use banlieue_provider_kit::image::{
 };
 use banlieue_vsphere_client::{Client, MoRef};
 
-use crate::provision::StepError;
+use crate::error::StepError;
 
 /// The imports of this process.
 static IMPORTS: LazyLock<Imports> = LazyLock::new(Imports::default);

@@ -25,6 +25,12 @@ pub const IMAGE_CHECKSUM_MISMATCH: &str = "ImageChecksumMismatch";
 pub const IMAGE_IMPORT_FAILED: &str = "ImageImportFailed";
 /// How long a failed import is reported before the next reconcile may start it again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(120);
+/// The same after a failure that only a change can mend (a checksum that differs, a file that is
+/// not an image): the whole image is not downloaded again every two minutes. A changed checksum
+/// or URL is another import, started at once.
+pub const PERMANENT_RETRY_AFTER: Duration = Duration::from_secs(1800);
+/// Longest an import may run (download, upload, copy) before it is given up.
+pub const IMPORT_DEADLINE: Duration = Duration::from_secs(6 * 3600);
 
 /// Why an import failed, as a condition shows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +44,15 @@ pub struct ImportFailure {
 }
 
 impl ImportFailure {
+    /// How long this failure is reported before the import may run again.
+    pub fn retry_after(&self) -> Duration {
+        if self.permanent {
+            PERMANENT_RETRY_AFTER
+        } else {
+            RETRY_AFTER
+        }
+    }
+
     /// The machine's step failure: the reason, and the message naming `spec.source.image` and
     /// when the import may be tried again.
     pub fn step_error<E>(&self) -> crate::machine::StepError<E>
@@ -49,7 +64,7 @@ impl ImportFailure {
             format!(
                 "spec.source.image: {} (tried again after {}s at the earliest)",
                 self.message,
-                RETRY_AFTER.as_secs()
+                self.retry_after().as_secs()
             ),
         )
     }
@@ -74,7 +89,7 @@ impl From<DownloadError> for ImportFailure {
 pub enum ImportState {
     /// Running; the message says how far (for the `Ready` condition).
     Running(String),
-    /// Failed recently ([`RETRY_AFTER`]).
+    /// Failed recently ([`ImportFailure::retry_after`]).
     Failed(ImportFailure),
 }
 
@@ -144,7 +159,7 @@ impl Imports {
     }
 
     /// Where the import of `key` stands; starts it with `start` (on a task of its own) when none
-    /// runs and none failed within [`RETRY_AFTER`]. The caller looks for the finished image
+    /// runs and none failed within its [`ImportFailure::retry_after`]. The caller looks for the finished image
     /// before asking: a finished import leaves no entry.
     pub fn poll<F, Fut>(&self, key: &str, image: &ImageDownload, start: F) -> ImportState
     where
@@ -154,7 +169,7 @@ impl Imports {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         match entries.get(key) {
             Some(Entry::Running(progress)) => return ImportState::Running(progress.describe(image)),
-            Some(Entry::Failed(failure, at)) if at.elapsed() < RETRY_AFTER => {
+            Some(Entry::Failed(failure, at)) if at.elapsed() < failure.retry_after() => {
                 return ImportState::Failed(failure.clone());
             }
             _ => {}
@@ -165,7 +180,23 @@ impl Imports {
         let (registry, key_owned) = (self.entries.clone(), key.to_owned());
         tracing::info!(key, url = %image.url, "image import started");
         tokio::spawn(async move {
-            let outcome = work.await;
+            // On a task of its own, so that a panic is a failure, not an import running forever.
+            let outcome = match tokio::spawn(tokio::time::timeout(IMPORT_DEADLINE, work)).await {
+                Ok(Ok(outcome)) => outcome,
+                Ok(Err(_)) => Err(ImportFailure {
+                    reason: IMAGE_IMPORT_FAILED,
+                    message: format!(
+                        "the import did not end within {}h",
+                        IMPORT_DEADLINE.as_secs() / 3600
+                    ),
+                    permanent: false,
+                }),
+                Err(e) => Err(ImportFailure {
+                    reason: IMAGE_IMPORT_FAILED,
+                    message: format!("the import stopped: {e}"),
+                    permanent: false,
+                }),
+            };
             let mut entries = registry.lock().unwrap_or_else(|e| e.into_inner());
             match outcome {
                 Ok(()) => {
@@ -228,6 +259,21 @@ mod tests {
             "a finished import leaves no entry"
         );
         assert!(!imports.is_running("h/p/v"));
+    }
+
+    #[tokio::test]
+    async fn an_import_that_panics_is_a_failure_not_a_run_forever() {
+        let imports = Imports::default();
+        imports.poll("p", &image(), |_| async { panic!("a bug in a backend") });
+        for _ in 0..100 {
+            if let ImportState::Failed(f) = imports.poll("p", &image(), |_| async { Ok(()) }) {
+                assert!(f.message.contains("the import stopped"), "{f:?}");
+                assert!(!f.permanent, "tried again later");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the panicking import stays Running");
     }
 
     #[tokio::test]

@@ -67,8 +67,9 @@ impl Element {
 
     /// This element written back as XML under the name `tag` (its children under their local
     /// names): what a call returned passed on to another call as it is (e.g. an import spec).
-    /// Namespace declarations are dropped; a prefixed `type` attribute is written `xsi:type`
-    /// (the prefix the request envelope declares), other attributes unprefixed.
+    /// Namespace declarations are dropped; prefixed `type` and `nil` attributes are written
+    /// `xsi:type`/`xsi:nil` (the prefix the request envelope declares), with an XML Schema type
+    /// as `xsd:…`; other attributes unprefixed.
     pub fn to_xml(&self, tag: &str) -> String {
         let mut out = String::new();
         self.write_xml(tag, &mut out);
@@ -82,12 +83,23 @@ impl Element {
             if name == "xmlns" || name.starts_with("xmlns:") {
                 continue;
             }
-            let (name, value) = if name.contains(':') && local(name) == "type" {
-                ("xsi:type", local(value))
-            } else {
-                (local(name), value.as_str())
+            // xsi attributes keep their prefix (xsi:type, xsi:nil); a type of the XML Schema
+            // namespace keeps its `xsd:` (declared by the envelope), a vim25 type is unprefixed.
+            let prefixed = name.contains(':');
+            let name = match local(name) {
+                "type" if prefixed => "xsi:type".to_owned(),
+                "nil" if prefixed => "xsi:nil".to_owned(),
+                other => other.to_owned(),
             };
-            out.push_str(&format!(" {name}=\"{}\"", escape(value)));
+            let value = if name == "xsi:type" {
+                match value.split_once(':') {
+                    Some((prefix, ty)) if prefix == "xsd" || prefix == "xs" => format!("xsd:{ty}"),
+                    _ => local(value).to_owned(),
+                }
+            } else {
+                value.clone()
+            };
+            out.push_str(&format!(" {name}=\"{}\"", escape(&value)));
         }
         out.push('>');
         out.push_str(&escape(&self.text));
@@ -353,5 +365,22 @@ mod tests {
         let text = "<x a=\"1\"> & 'q' \u{1}";
         let doc = format!("<v>{}</v>", escape(text));
         assert_eq!(parse(&doc).unwrap().text, text);
+    }
+}
+
+#[cfg(test)]
+mod to_xml_tests {
+    use super::*;
+
+    #[test]
+    fn schema_types_and_nil_keep_their_namespaces() {
+        let doc = parse(
+            r#"<importSpec xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xmlns:xsd="http://www.w3.org/2001/XMLSchema" xsi:type="VirtualMachineImportSpec"><extraConfig><key>a</key><value xsi:type="xsd:string">1 &amp; 2</value></extraConfig><none xsi:nil="true"/></importSpec>"#,
+        )
+        .unwrap();
+        assert_eq!(
+            doc.to_xml("spec"),
+            r#"<spec xsi:type="VirtualMachineImportSpec"><extraConfig><key>a</key><value xsi:type="xsd:string">1 &amp; 2</value></extraConfig><none xsi:nil="true"></none></spec>"#
+        );
     }
 }

@@ -350,8 +350,34 @@ pub fn args(infra: Infra) -> Vec<String> {
 /// The libvirt socket folder of the node, mounted for local URIs (`qemu:///system`).
 pub const LIBVIRT_SOCKET_DIR: &str = "/var/run/libvirt";
 
+/// Where a provider that downloads images (`spec.source.image`) keeps them while it imports
+/// them: an emptyDir of its own (`<PREFIX>_IMAGE_CACHE_SIZE`, default 20Gi).
+pub const IMAGE_DIR: &str = "/var/cache/banlieue/images";
+
+/// The environment variable the providers read [`IMAGE_DIR`] from
+/// (`banlieue_provider_kit::image::IMAGE_DIR_ENV`).
+pub const IMAGE_DIR_ENV: &str = "BANLIEUE_IMAGE_DIR";
+
+/// Whether `infra`'s provider downloads images itself (Proxmox VE's storage does its own).
+fn downloads_images(infra: Infra) -> bool {
+    matches!(infra, Infra::Libvirt | Infra::Vsphere)
+}
+
 /// `(volume, mount)` pairs and pod security additions of `infra`'s Deployment.
 fn pod_extras(infra: Infra) -> (Vec<(Value, Value)>, Option<Value>) {
+    let (mut volumes, groups) = base_pod_extras(infra);
+    if downloads_images(infra) {
+        volumes.push((
+            json!({"name": "images", "emptyDir": {
+                "sizeLimit": format!("${{{}_IMAGE_CACHE_SIZE:=20Gi}}", infra.var_prefix()),
+            }}),
+            json!({"name": "images", "mountPath": IMAGE_DIR}),
+        ));
+    }
+    (volumes, groups)
+}
+
+fn base_pod_extras(infra: Infra) -> (Vec<(Value, Value)>, Option<Value>) {
     match infra {
         Infra::Libvirt => (
             vec![
@@ -472,6 +498,9 @@ pub fn infra_components(infra: Infra) -> Vec<Value> {
         if infra == Infra::Libvirt {
             // ssh (qemu+ssh URIs) wants a writable home; the root file system is read-only.
             list.push(json!({"name": "HOME", "value": "/tmp"}));
+        }
+        if downloads_images(infra) {
+            list.push(json!({"name": IMAGE_DIR_ENV, "value": IMAGE_DIR}));
         }
     }
     let (volumes, supplemental_groups) = pod_extras(infra);
@@ -706,7 +735,7 @@ mod tests {
         let pod = d.spec.template.spec.unwrap();
         let mounts = pod.containers[0].volume_mounts.clone().unwrap();
         let paths: Vec<&str> = mounts.iter().map(|m| m.mount_path.as_str()).collect();
-        assert_eq!(paths, [LIBVIRT_SOCKET_DIR, "/tmp"]);
+        assert_eq!(paths, [LIBVIRT_SOCKET_DIR, "/tmp", IMAGE_DIR]);
         let volumes = pod.volumes.unwrap();
         assert_eq!(
             volumes[0].host_path.as_ref().unwrap().path,
@@ -716,6 +745,47 @@ mod tests {
         let secret = find(&vsphere, "Secret", &credentials_secret(Infra::Vsphere).unwrap());
         assert_eq!(secret["stringData"]["username"], "${VSPHERE_USERNAME}");
         assert_eq!(secret["stringData"]["password"], "${VSPHERE_PASSWORD}");
+    }
+
+    #[test]
+    fn the_providers_that_download_images_get_a_folder_of_their_own_for_them() {
+        for infra in Infra::ALL {
+            let docs = infra_components(infra);
+            let d = typed_deployment(find(&docs, "Deployment", &deployment_name(infra)));
+            let pod = d.spec.template.spec.unwrap();
+            let container = &pod.containers[0];
+            let env = container.env.clone().unwrap_or_default();
+            let dir = env
+                .iter()
+                .find(|e| e.name == IMAGE_DIR_ENV)
+                .and_then(|e| e.value.clone());
+            let mounted = container
+                .volume_mounts
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .any(|m| m.mount_path == IMAGE_DIR);
+            if infra == Infra::Proxmox {
+                assert!(dir.is_none() && !mounted, "Proxmox VE's storage downloads itself");
+            } else {
+                assert_eq!(dir.as_deref(), Some(IMAGE_DIR), "{infra:?}");
+                assert!(
+                    mounted,
+                    "{infra:?}: an emptyDir at {IMAGE_DIR} (the root file system is read-only)"
+                );
+                let volume = pod
+                    .volumes
+                    .clone()
+                    .unwrap()
+                    .into_iter()
+                    .find(|v| v.name == "images")
+                    .unwrap();
+                assert!(
+                    volume.empty_dir.unwrap().size_limit.is_some(),
+                    "{infra:?}: a size the administrator can set"
+                );
+            }
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::LibvirtVolumeSource;
 use banlieue_provider_kit::image::{
-    IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
+    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
 };
 
 use crate::error::StepError;
@@ -135,10 +135,7 @@ async fn import<H: Hypervisor>(
         message: format!("{what}: {e}"),
         permanent: false,
     };
-    let dir = tempfile::Builder::new()
-        .prefix("banlieue-image-")
-        .tempdir()
-        .map_err(|e| local_failure("creating a temporary folder for the download", e))?;
+    let dir = image::download_dir().map_err(|e| local_failure("creating a folder for the download", e))?;
     let file = dir.path().join("image");
     let length = download::download(image, &file, &progress.download).await?;
     progress

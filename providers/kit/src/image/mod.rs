@@ -17,6 +17,20 @@ use banlieue_api::common::ImageDownload;
 
 pub use download::{DownloadError, Progress};
 
+/// The environment variable naming the folder downloads are kept in while they are imported
+/// (the Deployments give it an emptyDir of its own); unset: the system's temporary folder.
+pub const IMAGE_DIR_ENV: &str = "BANLIEUE_IMAGE_DIR";
+
+/// A fresh temporary folder for one import's download, in [`IMAGE_DIR_ENV`]'s folder (created
+/// when missing) or the system's; removed when dropped.
+pub fn download_dir() -> std::io::Result<tempfile::TempDir> {
+    let base = std::env::var_os(IMAGE_DIR_ENV).map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    std::fs::create_dir_all(&base)?;
+    tempfile::Builder::new()
+        .prefix("banlieue-image-")
+        .tempdir_in(base)
+}
+
 /// Condition reason while an image is being imported.
 pub const IMPORTING_IMAGE: &str = "ImportingImage";
 /// Condition reason: the served image does not have the checksum asked for.

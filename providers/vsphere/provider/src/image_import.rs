@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use banlieue_api::common::ImageDownload;
 use banlieue_provider_kit::image::{
-    IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
+    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
 };
 use banlieue_vsphere_client::{Client, MoRef};
 
@@ -104,10 +104,7 @@ async fn import(
             .await
             .map_err(|e| failed("destroying an interrupted import", e))?;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("banlieue-image-")
-        .tempdir()
-        .map_err(|e| failed("creating a temporary folder for the download", e))?;
+    let dir = image::download_dir().map_err(|e| failed("creating a folder for the download", e))?;
     let file = dir.path().join("image.ova");
     download::download(image, &file, &progress.download).await?;
     progress.set_stage(format!("checksum verified; importing {} into vSphere", image.url));

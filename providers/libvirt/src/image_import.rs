@@ -13,7 +13,7 @@ use std::sync::Arc;
 use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::LibvirtVolumeSource;
 use banlieue_provider_kit::image::{
-    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
+    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download, shown_url,
 };
 
 use crate::error::StepError;
@@ -146,7 +146,7 @@ async fn import<H: Hypervisor>(
         .map_err(|e| local_failure("reading the downloaded image", e))?
         .map_err(|refusal| ImportFailure {
             reason: IMAGE_IMPORT_FAILED,
-            message: format!("{}: {refusal}", image.url),
+            message: format!("{}: {refusal}", shown_url(&image.url)),
             permanent: true,
         })?;
     let part = part_name(&name);

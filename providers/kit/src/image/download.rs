@@ -47,7 +47,7 @@ impl Progress {
 #[derive(Debug, thiserror::Error)]
 pub enum DownloadError {
     /// The URL does not parse or is not http(s).
-    #[error("{url}: {reason}")]
+    #[error("{}: {reason}", shown_url(.url))]
     InvalidUrl {
         /// The URL.
         url: String,
@@ -55,7 +55,7 @@ pub enum DownloadError {
         reason: String,
     },
     /// No connection, or the transfer broke off.
-    #[error("downloading {url}: {message}")]
+    #[error("downloading {}: {message}", shown_url(.url))]
     Transfer {
         /// The URL.
         url: String,
@@ -63,7 +63,7 @@ pub enum DownloadError {
         message: String,
     },
     /// The server answered with an error status.
-    #[error("downloading {url}: the server answered {status}")]
+    #[error("downloading {}: the server answered {status}", shown_url(.url))]
     Status {
         /// The URL.
         url: String,
@@ -71,19 +71,19 @@ pub enum DownloadError {
         status: http::StatusCode,
     },
     /// Nothing arrived for [`IDLE_TIMEOUT`].
-    #[error("downloading {url}: nothing received for {}s", IDLE_TIMEOUT.as_secs())]
+    #[error("downloading {}: nothing received for {}s", shown_url(.url), IDLE_TIMEOUT.as_secs())]
     Stalled {
         /// The URL.
         url: String,
     },
     /// More than [`MAX_REDIRECTS`] redirects.
-    #[error("downloading {url}: more than {MAX_REDIRECTS} redirects")]
+    #[error("downloading {}: more than {MAX_REDIRECTS} redirects", shown_url(.url))]
     TooManyRedirects {
         /// The URL.
         url: String,
     },
     /// The local file could not be written.
-    #[error("writing the download of {url} to {path}: {source}")]
+    #[error("writing the download of {} to {path}: {source}", shown_url(.url))]
     Io {
         /// The URL.
         url: String,
@@ -94,7 +94,8 @@ pub enum DownloadError {
     },
     /// The image is not the one the checksum names.
     #[error(
-        "{url} has {algorithm} {actual}, not the {expected} that spec.source.image.checksum names: the download was discarded"
+        "{} has {algorithm} {actual}, not the {expected} that spec.source.image.checksum names: the download was discarded",
+        shown_url(.url)
     )]
     ChecksumMismatch {
         /// The URL.
@@ -200,6 +201,25 @@ impl Clients {
     }
 }
 
+/// `url` as messages, conditions and logs show it: without user name and password, and with
+/// `?…` for a query (a presigned URL's signature is a credential); the URL itself when it does
+/// not parse.
+pub fn shown_url(url: &str) -> String {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return url.split(['?', '#']).next().unwrap_or_default().to_owned();
+    };
+    let _ = parsed.set_username("");
+    let _ = parsed.set_password(None);
+    parsed.set_fragment(None);
+    let query = parsed.query().is_some();
+    parsed.set_query(None);
+    let mut shown = parsed.to_string();
+    if query {
+        shown.push_str("?…");
+    }
+    shown
+}
+
 /// Checks that `url` is an absolute http(s) URL.
 pub fn parse_url(url: &str) -> Result<url::Url, DownloadError> {
     let parsed = url::Url::parse(url).map_err(|e| DownloadError::InvalidUrl {
@@ -230,7 +250,7 @@ pub async fn download(image: &ImageDownload, dest: &Path, progress: &Progress) -
             let location = location.to_str().unwrap_or_default();
             url = url.join(location).map_err(|e| DownloadError::InvalidUrl {
                 url: location.to_owned(),
-                reason: format!("redirect from {url}: {e}"),
+                reason: format!("redirect from {}: {e}", shown_url(url.as_str())),
             })?;
             parse_url(url.as_str())?;
             continue;
@@ -317,6 +337,22 @@ mod tests {
             let e = parse_url(bad).unwrap_err();
             assert!(e.is_permanent(), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn credentials_in_a_url_are_never_shown() {
+        let url = "https://user:s3cret@images.example/noble.img?X-Amz-Signature=abc#frag";
+        assert_eq!(shown_url(url), "https://images.example/noble.img?…");
+        assert_eq!(
+            shown_url("http://images.example/a.img"),
+            "http://images.example/a.img"
+        );
+        let e = DownloadError::Status {
+            url: url.into(),
+            status: http::StatusCode::FORBIDDEN,
+        };
+        let text = e.to_string();
+        assert!(!text.contains("s3cret") && !text.contains("abc"), "{text}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use banlieue_api::common::ImageDownload;
 
-pub use download::{DownloadError, Progress};
+pub use download::{DownloadError, Progress, shown_url};
 
 /// The environment variable naming the folder downloads are kept in while they are imported
 /// (the Deployments give it an emptyDir of its own); unset: the system's temporary folder.
@@ -130,18 +130,22 @@ impl ImportProgress {
             return stage;
         }
         if self.uploading.load(std::sync::atomic::Ordering::Relaxed) {
-            return format!("checksum verified; writing {} to the storage", image.url);
+            return format!(
+                "checksum verified; writing {} to the storage",
+                shown_url(&image.url)
+            );
         }
         const MIB: u64 = 1 << 20;
+        let url = shown_url(&image.url);
         match self.download.get() {
             (done, Some(total)) => format!(
                 "downloading {}: {} of {} MiB ({}%)",
-                image.url,
+                url,
                 done / MIB,
                 total.div_ceil(MIB),
                 done.saturating_mul(100) / total.max(1)
             ),
-            (done, None) => format!("downloading {}: {} MiB", image.url, done / MIB),
+            (done, None) => format!("downloading {}: {} MiB", url, done / MIB),
         }
     }
 }
@@ -192,7 +196,7 @@ impl Imports {
         entries.insert(key.to_owned(), Entry::Running(progress.clone()));
         let work = start(progress.clone());
         let (registry, key_owned) = (self.entries.clone(), key.to_owned());
-        tracing::info!(key, url = %image.url, "image import started");
+        tracing::info!(key, url = %shown_url(&image.url), "image import started");
         tokio::spawn(async move {
             // On a task of its own, so that a panic is a failure, not an import running forever.
             let outcome = match tokio::spawn(tokio::time::timeout(IMPORT_DEADLINE, work)).await {

@@ -20,6 +20,7 @@ use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_provider_kit::image::{
     IMAGE_CHECKSUM_MISMATCH, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports,
+    shown_url,
 };
 use banlieue_pve_client::{ConfigUpdate, DownloadUrlRequest, TaskOutcome, Upid};
 
@@ -180,7 +181,7 @@ impl<H: Hypervisor> Job<H> {
                 } => {
                     progress.set_stage(format!(
                         "making VM {vmid} on {node} (imported from {}) a template",
-                        self.image.url
+                        shown_url(&self.image.url)
                     ));
                     return self.to_template(vmid, &tag).await;
                 }
@@ -220,7 +221,7 @@ impl<H: Hypervisor> Job<H> {
                 })?;
             progress.set_stage(format!(
                 "Proxmox VE downloads {} to {volid} on {node} (task {upid})",
-                self.image.url
+                shown_url(&self.image.url)
             ));
             self.wait(&upid, DOWNLOAD_DEADLINE).await.map_err(|text| {
                 let mismatch = text.contains("checksum mismatch");
@@ -230,7 +231,10 @@ impl<H: Hypervisor> Job<H> {
                     } else {
                         IMAGE_IMPORT_FAILED
                     },
-                    message: format!("downloading {} on node {node}: {text}", self.image.url),
+                    message: format!(
+                        "downloading {} on node {node}: {text}",
+                        shown_url(&self.image.url)
+                    ),
                     permanent: mismatch,
                 }
             })?;
@@ -244,7 +248,7 @@ impl<H: Hypervisor> Job<H> {
                 "description",
                 format!(
                     "banlieue: template made from {} ({} {sum})",
-                    self.image.url,
+                    shown_url(&self.image.url),
                     self.image.checksum_algorithm.as_str()
                 ),
             )

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use banlieue_api::common::ImageDownload;
 use banlieue_provider_kit::image::{
-    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download,
+    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download, shown_url,
 };
 use banlieue_vsphere_client::{Client, MoRef};
 
@@ -32,6 +32,8 @@ pub const IMPORT_NEEDS_DATASTORE: &str = "ImportNeedsDatastore";
 const LEASE_READY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest the upload of one disk may take.
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(4 * 3600);
+/// How often a lease hears of the import's progress while a disk is uploaded.
+const LEASE_KEEP_ALIVE: Duration = Duration::from_secs(60);
 /// Longest the rename may take.
 const TASK_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -107,10 +109,13 @@ async fn import(
     let dir = image::download_dir().map_err(|e| failed("creating a folder for the download", e))?;
     let file = dir.path().join("image.ova");
     download::download(image, &file, &progress.download).await?;
-    progress.set_stage(format!("checksum verified; importing {} into vSphere", image.url));
+    progress.set_stage(format!(
+        "checksum verified; importing {} into vSphere",
+        shown_url(&image.url)
+    ));
     let ova = crate::ova::read(&file).await.map_err(|e| ImportFailure {
         reason: IMAGE_IMPORT_FAILED,
-        message: format!("{}: {e}", image.url),
+        message: format!("{}: {e}", shown_url(&image.url)),
         permanent: true,
     })?;
     let spec = c
@@ -127,7 +132,7 @@ async fn import(
             reason: IMAGE_IMPORT_FAILED,
             message: format!(
                 "vSphere refuses the OVF descriptor of {}: {}",
-                image.url,
+                shown_url(&image.url),
                 spec.errors.join("; ")
             ),
             permanent: true,
@@ -145,7 +150,11 @@ async fn import(
         for (done, item) in spec.files.iter().enumerate() {
             let entry = ova.files.get(&item.path).ok_or_else(|| ImportFailure {
                 reason: IMAGE_IMPORT_FAILED,
-                message: format!("{} names {} but the OVA does not hold it", image.url, item.path),
+                message: format!(
+                    "{} names {} but the OVA does not hold it",
+                    shown_url(&image.url),
+                    item.path
+                ),
                 permanent: true,
             })?;
             let device = devices
@@ -156,18 +165,33 @@ async fn import(
                 "uploading {} ({} MiB) of {} to vSphere",
                 item.path,
                 entry.length >> 20,
-                image.url
+                shown_url(&image.url)
             ));
-            c.upload_to_lease(
+            let upload = c.upload_to_lease(
                 &device.url,
                 &file,
                 entry.offset,
                 entry.length,
                 item.create,
                 UPLOAD_TIMEOUT,
-            )
-            .await
-            .map_err(|e| failed(&format!("uploading {}", item.path), e))?;
+            );
+            // vSphere ends a lease that hears nothing for its timeout (5 minutes by default):
+            // its progress is reported every minute while a disk is uploaded.
+            let before = (done * 100 / spec.files.len().max(1)) as u8;
+            tokio::pin!(upload);
+            let mut keep_alive = tokio::time::interval(LEASE_KEEP_ALIVE);
+            keep_alive.tick().await;
+            let sent = loop {
+                tokio::select! {
+                    sent = &mut upload => break sent,
+                    _ = keep_alive.tick() => {
+                        if let Err(e) = c.lease_progress(&lease, before).await {
+                            tracing::warn!(error = %e, "keeping the import lease alive");
+                        }
+                    }
+                }
+            };
+            sent.map_err(|e| failed(&format!("uploading {}", item.path), e))?;
             let percent = ((done + 1) * 100 / spec.files.len().max(1)) as u8;
             c.lease_progress(&lease, percent)
                 .await

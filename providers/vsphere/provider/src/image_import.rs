@@ -17,12 +17,54 @@ use banlieue_api::common::ImageDownload;
 use banlieue_provider_kit::image::{
     self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download, shown_url,
 };
+use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, MoRef};
 
 use crate::error::StepError;
 
 /// The imports of this process.
 static IMPORTS: LazyLock<Imports> = LazyLock::new(Imports::default);
+
+/// extraConfig key of an imported template: `<algorithm>:<checksum>` of the image it is.
+pub const IMAGE_KEY: &str = "banlieue.image.checksum";
+/// Condition reason: the template path holds a template imported from another image.
+pub const IMAGE_CONFLICT: &str = "ImageConflict";
+
+/// `IMAGE_KEY`'s value for `image`.
+pub fn image_marker(image: &ImageDownload) -> String {
+    format!(
+        "{}:{}",
+        image.checksum_algorithm.as_str(),
+        image.checksum.to_ascii_lowercase()
+    )
+}
+
+/// Refuses a template at the image's path that was imported from another image (a changed
+/// checksum with the same `spec.source.template` would otherwise clone the old one silently).
+/// A template without the marker (made another way) is used as it is.
+pub async fn check_template(
+    c: &Client,
+    template: &MoRef,
+    path: &str,
+    image: &ImageDownload,
+) -> Result<(), StepError> {
+    let info = c
+        .vm_info(template)
+        .await
+        .map_err(|e| crate::error::client_error("TemplateNotFound", e))?;
+    let recorded = info.and_then(|i| i.extra_config.get(IMAGE_KEY).cloned());
+    match recorded {
+        Some(recorded) if recorded != image_marker(image) => Err(StepError::permanent(
+            IMAGE_CONFLICT,
+            format!(
+                "template {path:?} was imported from another image ({recorded}), not spec.source.image's {}: \
+                 name another spec.source.template for this image",
+                image_marker(image)
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// Suffix of the name a VM is imported under until it is complete.
 pub const STAGING_SUFFIX: &str = "-banlieue-importing";
@@ -218,6 +260,19 @@ async fn import(
                 format!("{staging_path} is not in the inventory"),
             )
         })?;
+    let marked = c
+        .reconfigure(
+            &vm,
+            &ConfigSpec {
+                extra_config: vec![(IMAGE_KEY.to_owned(), image_marker(image))],
+                ..ConfigSpec::default()
+            },
+        )
+        .await
+        .map_err(|e| failed("recording the image on the imported VM", e))?;
+    c.wait_task(&marked, Duration::from_secs(1), TASK_TIMEOUT)
+        .await
+        .map_err(|e| failed("recording the image on the imported VM", e))?;
     c.mark_as_template(&vm)
         .await
         .map_err(|e| failed("marking the imported VM as a template", e))?;

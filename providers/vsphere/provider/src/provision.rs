@@ -478,7 +478,10 @@ pub async fn provision_step(
                     .await
                     .map_err(|e| client_error("TemplateNotFound", e))?
                 {
-                    Some(template) => template,
+                    Some(template) => {
+                        image_import::check_template(c, &template, &p.template, image).await?;
+                        template
+                    }
                     None => return import_template(c, &p, image).await,
                 },
             };

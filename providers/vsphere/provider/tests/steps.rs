@@ -606,6 +606,33 @@ async fn a_missing_template_is_imported_from_an_ova_once_and_cloned() -> Result<
         "the staging name is gone"
     );
     ensure!(vms_named(&c, "m-ova-1").await?.len() == 1 && vms_named(&c, "m-ova-2").await?.len() == 1);
+    let recorded = c.vm_info(&template).await?.context("the template")?.extra_config;
+    assert_eq!(
+        recorded.get(banlieue_vsphere::image_import::IMAGE_KEY),
+        Some(&format!("sha256:{}", sha256_hex(&image))),
+        "the template records the image it was imported from"
+    );
+
+    // Another image at the same template path is refused, not silently served the old one.
+    let other = ova(&[8u8; 4096]);
+    let changed = image_spec(&server.url("/noble.ova"), &sha256_hex(&other))?;
+    let (_, outcome) = drive_image(
+        &c,
+        &input(
+            "5e1d2c3b-0000-4000-8000-00000000a003",
+            "m-ova-3",
+            &changed,
+            &cluster,
+        ),
+    )
+    .await;
+    match outcome {
+        Err(StepError::Permanent { reason, message }) => {
+            assert_eq!(reason, "ImageConflict");
+            assert!(message.contains("/DC0/vm/noble"), "{message}");
+        }
+        other => bail!("expected ImageConflict, got {other:?}"),
+    }
     Ok(())
 }
 

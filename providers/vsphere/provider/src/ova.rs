@@ -1,4 +1,5 @@
-//! The files of an OVA: a tar archive (ustar, with GNU long names and PAX `path` records)
+//! The files of an OVA: a tar archive (ustar, with GNU long names and PAX `path` and `size`
+//! records)
 //! holding the OVF descriptor and its disks. Only the headers are read; a file is where it lies
 //! in the archive (offset and length), so a disk is uploaded straight from the download.
 
@@ -65,12 +66,28 @@ fn size_of(field: &[u8]) -> Result<u64, OvaError> {
     u64::from_str_radix(digits, 8).map_err(|_| OvaError::NotTar(format!("bad size field {digits:?}")))
 }
 
-/// The `path` record of a PAX extended header.
-fn pax_path(records: &[u8]) -> Option<String> {
-    String::from_utf8_lossy(records).lines().find_map(|line| {
-        let (_, record) = line.split_once(' ')?;
-        record.strip_prefix("path=").map(str::to_owned)
-    })
+/// The `path` and `size` records of a PAX extended header (each record is
+/// `<length> <key>=<value>\n`, its length counting itself); what does not parse is left out.
+fn pax_records(mut records: &[u8]) -> (Option<String>, Option<u64>) {
+    let (mut path, mut size) = (None, None);
+    while let Some(space) = records.iter().position(|&b| b == b' ') {
+        let Some(length) = std::str::from_utf8(&records[..space])
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok())
+            .filter(|&n| n > space && n <= records.len())
+        else {
+            break;
+        };
+        let record = String::from_utf8_lossy(&records[space + 1..length]);
+        let record = record.trim_end_matches('\n');
+        if let Some(value) = record.strip_prefix("path=") {
+            path = Some(value.to_owned());
+        } else if let Some(value) = record.strip_prefix("size=") {
+            size = value.parse().ok();
+        }
+        records = &records[length..];
+    }
+    (path, size)
 }
 
 /// The first 64 KiB at most of `length` bytes at `offset` (a long name, PAX records).
@@ -87,7 +104,8 @@ pub async fn read(path: &Path) -> Result<Ova, OvaError> {
     let total = file.metadata().await?.len();
     let mut files = BTreeMap::new();
     let mut offset = 0u64;
-    let mut long_name: Option<String> = None;
+    // What a GNU long name or a PAX header says of the entry after it.
+    let (mut long_name, mut pax_size): (Option<String>, Option<u64>) = (None, None);
     while offset + BLOCK <= total {
         let mut header = [0u8; BLOCK as usize];
         file.seek(std::io::SeekFrom::Start(offset)).await?;
@@ -95,33 +113,43 @@ pub async fn read(path: &Path) -> Result<Ova, OvaError> {
         if header.iter().all(|&b| b == 0) {
             break;
         }
-        let length = size_of(&header[124..136])?;
+        let kind = header[156];
+        // A PAX `size` replaces the header's (0 for files of 8 GiB and more).
+        let length = match (kind, pax_size) {
+            (b'0' | 0, Some(size)) => size,
+            _ => size_of(&header[124..136])?,
+        };
         let data = offset + BLOCK;
         if data.checked_add(length).is_none_or(|end| end > total) {
             return Err(OvaError::NotTar(format!(
                 "an entry runs past the end ({total} bytes)"
             )));
         }
-        let kind = header[156];
         match kind {
             b'L' => long_name = Some(text(&read_at(&mut file, data, length).await?)),
-            b'x' => long_name = pax_path(&read_at(&mut file, data, length).await?),
+            b'x' => {
+                let (path, size) = pax_records(&read_at(&mut file, data, length).await?);
+                long_name = path;
+                pax_size = size;
+            }
             b'0' | 0 => {
                 let name = long_name.take().unwrap_or_else(|| {
                     let prefix = text(&header[345..500]);
                     let name = text(&header[..100]);
-                    if &header[257..262] == b"ustar" && !prefix.is_empty() {
+                    // Only POSIX ustar has a name prefix there (GNU keeps times in it).
+                    if &header[257..263] == b"ustar\0" && !prefix.is_empty() {
                         format!("{prefix}/{name}")
                     } else {
                         name
                     }
                 });
+                pax_size = None;
                 files.insert(
                     name.trim_start_matches("./").to_owned(),
                     Entry { offset: data, length },
                 );
             }
-            _ => long_name = None,
+            _ => (long_name, pax_size) = (None, None),
         }
         offset = data + length.div_ceil(BLOCK) * BLOCK;
     }
@@ -228,6 +256,48 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn pax_records_are_read_by_their_length() {
+        let records = b"31 path=disks/noble-disk1.vmdk\n19 size=8589934592\n";
+        assert_eq!(
+            pax_records(records),
+            (Some("disks/noble-disk1.vmdk".to_owned()), Some(8_589_934_592))
+        );
+        assert_eq!(
+            pax_records(b"999 path=x\n"),
+            (None, None),
+            "a length beyond the records"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pax_size_replaces_the_header_s() {
+        // As Go's and Python's tar write a file too large for the header: size 0 there, the real
+        // one in a PAX record before it.
+        let disk = vec![3u8; 700];
+        let mut archive = pack(&[("a.ovf", b"<Envelope/>")]);
+        archive.truncate(archive.len() - 2 * BLOCK as usize);
+        let pax = pack(&[("PaxHeaders/disk.vmdk", b"12 size=700\n")]);
+        let mut pax = pax[..pax.len() - 2 * BLOCK as usize].to_vec();
+        pax[156] = b'x';
+        pax[148..156].copy_from_slice(b"        ");
+        let sum: u32 = pax[..BLOCK as usize].iter().map(|&b| u32::from(b)).sum();
+        pax[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        archive.extend_from_slice(&pax);
+        let entry = pack(&[("disk.vmdk", &disk)]);
+        let mut header = entry[..BLOCK as usize].to_vec();
+        header[124..135].copy_from_slice(b"00000000000");
+        archive.extend_from_slice(&header);
+        archive.extend_from_slice(&entry[BLOCK as usize..]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.ova");
+        std::fs::write(&path, &archive).unwrap();
+        let ova = read(&path).await.unwrap();
+        assert_eq!(ova.files["disk.vmdk"].length, 700);
+        let e = ova.files["disk.vmdk"];
+        assert_eq!(&archive[e.offset as usize..][..700], disk.as_slice());
     }
 
     #[tokio::test]

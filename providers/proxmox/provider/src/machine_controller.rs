@@ -150,9 +150,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
         // A template made from an image is searched for by the image's tag; the labels of
         // spec.tagsFromLabels are tags like the spec's.
-        let mut spec = crate::image_import::effective_spec(&pm.spec).into_owned();
-        spec.tags
-            .extend(crate::desired::label_tags(pm.labels(), &pm.spec.tags_from_labels));
+        let mut spec = crate::image_import::effective_spec(&pm.spec);
+        let label_tags = crate::desired::label_tags(pm.labels(), &pm.spec.tags_from_labels);
+        if !label_tags.is_empty() {
+            spec.to_mut().tags.extend(label_tags);
+        }
         let input = MachineInput {
             uid: &uid,
             namespace: &namespace,

@@ -933,6 +933,14 @@ fn qcow2_image(filler: &[u8]) -> Vec<u8> {
     image
 }
 
+/// The simulator's templates tagged `tag` (an image's).
+fn image_templates(sim: &SimHandle, tag: &str) -> Vec<banlieue_pve_sim::VmInfo> {
+    sim.vms()
+        .into_iter()
+        .filter(|v| v.template && v.config.get("tags").is_some_and(|t| t.contains(tag)))
+        .collect()
+}
+
 fn image_spec(url: &str, checksum: &str) -> ProxmoxMachineSpec {
     let mut spec = spec();
     spec.source = serde_json::from_value(serde_json::json!({
@@ -1014,11 +1022,7 @@ async fn an_image_from_a_url_becomes_one_template_per_node_that_machines_clone()
     let phase_b = phase_b?;
     assert_eq!(server.requests(), ["/noble.img"], "downloaded once");
 
-    let templates: Vec<_> = sim
-        .vms()
-        .into_iter()
-        .filter(|v| v.template && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
-        .collect();
+    let templates = image_templates(&sim, &tag);
     assert_eq!(templates.len(), 1, "one template of the image on pve1");
     let template = &templates[0];
     assert_eq!(template.node, "pve1");
@@ -1048,10 +1052,9 @@ async fn an_image_from_a_url_becomes_one_template_per_node_that_machines_clone()
         2,
         "pve2's storage downloads it too (local storage)"
     );
-    let on_pve2 = sim
-        .vms()
+    let on_pve2 = image_templates(&sim, &tag)
         .into_iter()
-        .filter(|v| v.template && v.node == "pve2" && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
+        .filter(|v| v.node == "pve2")
         .count();
     assert_eq!(on_pve2, 1);
 
@@ -1217,10 +1220,9 @@ async fn a_new_import_never_takes_a_machine_vm_for_its_template() -> Result<()> 
         "the clone inherited the image's tag: {:?}",
         machine.config.get("tags")
     );
-    let template = sim
-        .vms()
+    let template = image_templates(&sim, &tag)
         .into_iter()
-        .find(|v| v.template && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
+        .next()
         .context("the image's template")?;
     let upid = client
         .delete_vm(
@@ -1240,12 +1242,7 @@ async fn a_new_import_never_takes_a_machine_vm_for_its_template() -> Result<()> 
     outcome?;
     let machine = sim.vm(machine_vmid).context("the first machine's VM")?;
     assert!(!machine.template, "the first machine's VM stays a VM");
-    let templates = sim
-        .vms()
-        .into_iter()
-        .filter(|v| v.template && v.config.get("tags").is_some_and(|t| t.contains(&tag)))
-        .count();
-    assert_eq!(templates, 1);
+    assert_eq!(image_templates(&sim, &tag).len(), 1);
     sim.shutdown().await;
     Ok(())
 }

@@ -122,6 +122,56 @@ pub struct HighAvailability {
     pub max_relocate: Option<u32>,
 }
 
+/// One Proxmox VE cluster (or standalone host) of a ProxmoxCluster spread over several: a
+/// failure domain.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.providerRef) != has(self.endpoint)",
+        "message": "set either providerRef (a banlieue Provider) or endpoint with credentialsRef"
+    },
+    {
+        "rule": "!has(self.endpoint) || has(self.credentialsRef)",
+        "message": "endpoint needs credentialsRef: a Secret with keys tokenID and secret"
+    },
+    {
+        "rule": "!has(self.providerRef) || (!has(self.credentialsRef) && !has(self.tls))",
+        "message": "with providerRef, the Provider's credentials and TLS trust are used: remove credentialsRef and tls"
+    }
+]))]
+pub struct ProxmoxClusterEndpoint {
+    /// Failure-domain name (a DNS label): what `Machine.spec.failureDomain` names and what a
+    /// machine's `status.failureDomain` says.
+    #[schemars(
+        length(min = 1, max = 63),
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    )]
+    pub name: String,
+    /// A banlieue `Provider` (backend `proxmox`) giving endpoint, credentials and TLS trust.
+    /// Mutually exclusive with `endpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderReference>,
+    /// URL of this Proxmox VE API, e.g. `https://pve-a.example.com:8006`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 9, max = 2048), regex(pattern = r"^https://"))]
+    pub endpoint: Option<String>,
+    /// Secret with this endpoint's API token: keys `tokenID` (`user@realm!name`) and `secret`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_ref: Option<SecretReference>,
+    /// How to trust this endpoint's TLS certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsTrust>,
+    /// Nodes of this endpoint machines may run on. Empty means every online node (or the
+    /// Provider's `nodes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
+    pub allowed_nodes: Vec<String>,
+    /// Whether control plane machines may be placed here (default `true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<bool>,
+}
+
 /// A Proxmox VE cluster hosting a Cluster API workload cluster: where its API is, the
 /// credentials, and the nodes machines may be placed on (its failure domains).
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -165,8 +215,12 @@ pub struct HighAvailability {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "has(self.providerRef) != has(self.endpoint)",
-        "message": "set either spec.providerRef (a banlieue Provider) or spec.endpoint with spec.credentialsRef"
+        "rule": "[has(self.providerRef), has(self.endpoint), has(self.endpoints)].exists_one(x, x)",
+        "message": "set exactly one of spec.providerRef (a banlieue Provider), spec.endpoint with spec.credentialsRef (one Proxmox VE cluster) or spec.endpoints (several, each a failure domain)"
+    },
+    {
+        "rule": "!has(self.endpoints) || !(has(self.credentialsRef) || has(self.tls) || has(self.allowedNodes))",
+        "message": "with spec.endpoints, credentialsRef, tls and allowedNodes are set on each endpoint: remove spec.credentialsRef, spec.tls and spec.allowedNodes"
     },
     {
         "rule": "!has(self.endpoint) || has(self.credentialsRef)",
@@ -203,6 +257,12 @@ pub struct ProxmoxClusterSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64), inner(length(min = 1, max = 63)))]
     pub allowed_nodes: Vec<String>,
+    /// Several Proxmox VE clusters (or standalone hosts), keyed by name: each is one failure
+    /// domain, and a machine goes to the node with the most free memory of its failure
+    /// domain's endpoint. Mutually exclusive with `endpoint` and `providerRef`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(min = 1, max = 32), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub endpoints: Vec<ProxmoxClusterEndpoint>,
     /// VMIDs new machines get; defaults to the next free VMID of the Proxmox cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vmid_range: Option<VmidRange>,

@@ -558,6 +558,28 @@ pub fn cluster_fields(backend: Backend) -> Vec<Field> {
                 Honoured("the range new VMIDs come from"),
             ));
             fields.push(field("vmidRange.end", Honoured("the range new VMIDs come from")));
+            fields.push(field("endpoints[].name", Honoured("the failure domain's name")));
+            fields.push(field(
+                "endpoints[].providerRef.name",
+                Honoured("the Provider whose endpoint, credentials and trust this failure domain uses"),
+            ));
+            fields.push(field(
+                "endpoints[].endpoint",
+                Honoured("the failure domain's Proxmox VE API URL"),
+            ));
+            fields.extend(under(
+                "endpoints[].credentialsRef",
+                secret_ref("the failure domain's API token or user Secret"),
+            ));
+            fields.extend(under("endpoints[].tls", tls()));
+            fields.push(field(
+                "endpoints[].allowedNodes",
+                Honoured("the nodes of the failure domain machines may use"),
+            ));
+            fields.push(field(
+                "endpoints[].controlPlane",
+                Honoured("published in the failure domain for CAPI's control plane placement"),
+            ));
         }
         Backend::Libvirt => {
             fields.push(field("uri", Honoured("the single host's libvirt URI")));

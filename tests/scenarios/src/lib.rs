@@ -30,10 +30,13 @@ pub use provider::{Access, Controllers, MachineHint, ProviderUnderTest, Template
 /// ```
 ///
 /// `Proxmox` is resolved in the calling module.
+///
+/// A second provider set-up of the same test binary names its own module:
+/// `scenario_tests!(mod spread_scenarios; Spread: provision, delete)`.
 #[macro_export]
 macro_rules! scenario_tests {
-    ($provider:ty: $($scenario:ident),+ $(,)?) => {
-        mod shared_scenarios {
+    (mod $module:ident; $provider:ty: $($scenario:ident),+ $(,)?) => {
+        mod $module {
             #[allow(unused_imports)]
             use super::*;
             $(
@@ -43,5 +46,8 @@ macro_rules! scenario_tests {
                 }
             )+
         }
+    };
+    ($provider:ty: $($scenario:ident),+ $(,)?) => {
+        $crate::scenario_tests!(mod shared_scenarios; $provider: $($scenario),+);
     };
 }

@@ -6,10 +6,11 @@
 //! its Provider's, see [`crate::credentials::read_connection`]), checked with `GET /version`
 //! and the node and guest listings (`ProxmoxConnected`, with the reason of
 //! [`crate::error::connection_reason`]), and one failure domain per allowed online node (every
-//! online node when `spec.allowedNodes` is empty).
+//! online node when `spec.allowedNodes` is empty). A cluster spread over `spec.endpoints` is
+//! checked endpoint by endpoint, each one failure domain ([`check_from_endpoints`]).
 
 use banlieue_api::common::FailureDomain;
-use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine};
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint, ProxmoxMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
 use kube::ResourceExt;
@@ -91,6 +92,113 @@ pub fn check_from_nodes(allowed: &[String], nodes: &[NodeLoad]) -> ClusterCheck 
     }
 }
 
+/// What one endpoint of a spread cluster answered: its version, allowed nodes and nodes.
+pub type EndpointAnswer = Result<(String, Vec<String>, Vec<NodeLoad>), Problem>;
+
+/// The check of a cluster spread over `spec.endpoints` (pure), from what each endpoint
+/// answered: one failure domain per endpoint with an allowed node online (its capacity the sum
+/// of those nodes'); connected while one endpoint answers, with a note naming those that do not
+/// and those without an allowed node online.
+pub fn check_from_endpoints(answers: &[(&ProxmoxClusterEndpoint, EndpointAnswer)]) -> ClusterCheck {
+    let (mut domains, mut notes, mut versions) = (Vec::new(), Vec::new(), Vec::new());
+    let mut failures = Vec::new();
+    for (site, answer) in answers {
+        let (version, allowed, nodes) = match answer {
+            Ok(answered) => answered,
+            Err(problem) => {
+                failures.push(problem.clone());
+                notes.push(format!(
+                    "endpoint {} unusable ({}): {}",
+                    site.name, problem.reason, problem.message
+                ));
+                continue;
+            }
+        };
+        versions.push(format!("{}: {version}", site.name));
+        let (node_domains, missing) = failure_domains(allowed, nodes);
+        if !missing.is_empty() {
+            notes.push(format!(
+                "endpoint {}: allowed nodes not online: {}",
+                site.name,
+                missing.join(", ")
+            ));
+        }
+        if node_domains.is_empty() {
+            notes.push(format!("endpoint {}: no allowed node online", site.name));
+            continue;
+        }
+        let sum = |values: Vec<Option<u64>>| values.into_iter().sum::<Option<u64>>();
+        let cpus = sum(node_domains
+            .iter()
+            .map(|d| d.capacity().0.map(u64::from))
+            .collect());
+        let memory = sum(node_domains.iter().map(|d| d.capacity().1).collect());
+        domains.push(
+            FailureDomain {
+                name: site.name.clone(),
+                control_plane: Some(site.control_plane.unwrap_or(true)),
+                attributes: None,
+            }
+            .with_capacity(cpus.and_then(|c| u32::try_from(c).ok()), memory),
+        );
+    }
+    if failures.len() == answers.len()
+        && let Some(first) = failures.first()
+    {
+        let message = notes.join("; ");
+        return ClusterCheck::failed(Problem::new(first.reason, message));
+    }
+    domains.sort_by(|a, b| a.name.cmp(&b.name));
+    ClusterCheck {
+        connected: Ok(notes.join("; ")),
+        usable: if domains.is_empty() {
+            Err(Problem::new(
+                crate::endpoints::NO_ONLINE_NODE,
+                "no endpoint of spec.endpoints has an allowed node online",
+            ))
+        } else {
+            Ok(())
+        },
+        failure_domains: Some(domains),
+        version: (!versions.is_empty()).then(|| versions.join(", ")),
+        insecure_tls: false,
+    }
+}
+
+impl<C: Connector> ProxmoxClusters<C> {
+    /// The check of a cluster spread over `spec.endpoints`: each endpoint asked in turn.
+    async fn check_spread(
+        &self,
+        client: &kube::Client,
+        pxc: &ProxmoxCluster,
+        secrets: &ReadSecrets<ProxmoxCluster>,
+    ) -> Result<ClusterCheck, Error> {
+        let mut answers = Vec::with_capacity(pxc.spec.endpoints.len());
+        let mut insecure_tls = false;
+        for site in &pxc.spec.endpoints {
+            let record = |keys| secrets.record(keys);
+            let answer =
+                match crate::endpoints::connect(client, &self.connector, pxc, Some(site), record).await? {
+                    Err(problem) => Err(problem),
+                    Ok(connected) => {
+                        insecure_tls |= matches!(
+                            connected.connection.tls,
+                            banlieue_pve_client::TlsVerification::InsecureSkipVerify
+                        );
+                        check(&connected.hv, &connected.connection.endpoint)
+                            .await
+                            .map(|(version, nodes)| (version, connected.connection.allowed_nodes, nodes))
+                    }
+                };
+            answers.push((site, answer));
+        }
+        Ok(ClusterCheck {
+            insecure_tls,
+            ..check_from_endpoints(&answers)
+        })
+    }
+}
+
 impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
     type Cluster = ProxmoxCluster;
     type Machine = ProxmoxMachine;
@@ -105,6 +213,9 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
         pxc: &ProxmoxCluster,
         secrets: &ReadSecrets<ProxmoxCluster>,
     ) -> Result<ClusterCheck, Error> {
+        if crate::endpoints::spread(pxc) {
+            return self.check_spread(client, pxc, secrets).await;
+        }
         let connection = match read_connection(client, pxc, |keys| secrets.record(keys)).await? {
             Err(problem) => return Ok(ClusterCheck::failed(problem)),
             Ok(connection) => connection,
@@ -188,6 +299,90 @@ mod tests {
             "with the CPUs Proxmox lists"
         );
         assert_eq!(got_missing, missing);
+    }
+
+    fn site(name: &str, control_plane: Option<bool>) -> ProxmoxClusterEndpoint {
+        ProxmoxClusterEndpoint {
+            name: name.into(),
+            control_plane,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn each_endpoint_with_an_allowed_node_online_is_one_failure_domain() {
+        let (b, a, c, d) = (
+            site("site-b", Some(false)),
+            site("site-a", None),
+            site("site-c", None),
+            site("site-d", None),
+        );
+        let answers = [
+            (&b, Ok(("8.2.4".to_owned(), vec![], nodes()))),
+            (
+                &a,
+                Ok((
+                    "8.1.3".to_owned(),
+                    vec!["pve1".to_owned(), "pve3".to_owned()],
+                    nodes(),
+                )),
+            ),
+            (&c, Ok(("8.2.4".to_owned(), vec!["pve3".to_owned()], nodes()))),
+            (&d, Err(Problem::new("ProxmoxUnreachable", "connection refused"))),
+        ];
+        let check = check_from_endpoints(&answers);
+        let domains = check.failure_domains.expect("published");
+        let names: Vec<(&str, Option<bool>)> = domains
+            .iter()
+            .map(|d| (d.name.as_str(), d.control_plane))
+            .collect();
+        assert_eq!(
+            names,
+            [("site-a", Some(true)), ("site-b", Some(false))],
+            "site-c has no allowed node online"
+        );
+        assert_eq!(
+            domains[1].capacity(),
+            (Some(8), None),
+            "site-b: two online nodes of 4 CPUs"
+        );
+        assert_eq!(domains[0].capacity(), (Some(4), None), "site-a: pve1 only");
+        let note = check.connected.expect("connected while one endpoint answers");
+        for part in [
+            "endpoint site-d unusable (ProxmoxUnreachable)",
+            "endpoint site-c: no allowed node online",
+            "endpoint site-a: allowed nodes not online: pve3",
+        ] {
+            assert!(note.contains(part), "{part:?} in {note:?}");
+        }
+        assert!(check.usable.is_ok());
+        assert_eq!(
+            check.version.as_deref(),
+            Some("site-b: 8.2.4, site-a: 8.1.3, site-c: 8.2.4")
+        );
+    }
+
+    #[test]
+    fn a_spread_cluster_with_no_endpoint_answering_is_not_connected() {
+        let (a, b) = (site("site-a", None), site("site-b", None));
+        let answers = [
+            (&a, Err(Problem::new("ProxmoxUnreachable", "refused"))),
+            (&b, Err(Problem::new("CredentialsInvalid", "401"))),
+        ];
+        let check = check_from_endpoints(&answers);
+        let problem = check.connected.unwrap_err();
+        assert_eq!(problem.reason, "ProxmoxUnreachable");
+        assert!(
+            problem.message.contains("site-b") && problem.message.contains("401"),
+            "{}",
+            problem.message
+        );
+        assert_eq!(check.failure_domains, None, "the published ones are kept");
+        let offline = [(&a, Ok(("8.2.4".to_owned(), vec!["pve3".to_owned()], nodes())))];
+        assert_eq!(
+            check_from_endpoints(&offline).usable.unwrap_err().reason,
+            "NoOnlineNode"
+        );
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use banlieue_api::banlieue::Backend;
-use banlieue_api::infrastructure::ProxmoxCluster;
+use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, CREDENTIALS_INVALID, Own, Trust};
 use banlieue_provider_runtime::secret_watch::SecretKey;
@@ -90,30 +90,49 @@ pub fn auth(credentials: &connection::Credentials) -> std::result::Result<Auth, 
 /// Reads the connection settings of a ProxmoxCluster: `spec.endpoint`, `spec.credentialsRef`,
 /// `spec.tls`, or those of the cluster-scoped banlieue `Provider` named by `spec.providerRef`
 /// ([`banlieue_provider_kit::connection`]). `record` gets the referenced Secrets before they are
-/// read.
+/// read. A cluster spread over `spec.endpoints` is read one endpoint at a time
+/// ([`read_endpoint_connection`]).
 pub async fn read_connection(
     client: &kube::Client,
     cluster: &ProxmoxCluster,
     record: impl FnOnce(Vec<SecretKey>),
 ) -> Result<std::result::Result<Connection, Problem>> {
+    read_endpoint_connection(client, cluster, None, record).await
+}
+
+/// The connection settings of one of a ProxmoxCluster's `spec.endpoints` (`Some`), or of the
+/// ProxmoxCluster itself (`None`).
+pub async fn read_endpoint_connection(
+    client: &kube::Client,
+    cluster: &ProxmoxCluster,
+    site: Option<&ProxmoxClusterEndpoint>,
+    record: impl FnOnce(Vec<SecretKey>),
+) -> Result<std::result::Result<Connection, Problem>> {
     let spec = &cluster.spec;
-    let own = Own {
-        endpoint: spec.endpoint.as_deref(),
-        credentials: spec.credentials_ref.as_ref(),
-        tls: spec.tls.as_ref(),
-        provider: spec.provider_ref.as_ref().map(|p| p.name.as_str()),
+    let (own, own_nodes, kind) = match site {
+        None => (
+            Own {
+                endpoint: spec.endpoint.as_deref(),
+                credentials: spec.credentials_ref.as_ref(),
+                tls: spec.tls.as_ref(),
+                provider: spec.provider_ref.as_ref().map(|p| p.name.as_str()),
+            },
+            &spec.allowed_nodes,
+            "ProxmoxCluster".to_owned(),
+        ),
+        Some(site) => (
+            Own {
+                endpoint: site.endpoint.as_deref(),
+                credentials: site.credentials_ref.as_ref(),
+                tls: site.tls.as_ref(),
+                provider: site.provider_ref.as_ref().map(|p| p.name.as_str()),
+            },
+            &site.allowed_nodes,
+            format!("ProxmoxCluster endpoint {:?}", site.name),
+        ),
     };
     let namespace = cluster.namespace().unwrap_or_default();
-    let c = match connection::connect(
-        client,
-        &namespace,
-        own,
-        Backend::Proxmox,
-        "ProxmoxCluster",
-        record,
-    )
-    .await?
-    {
+    let c = match connection::connect(client, &namespace, own, Backend::Proxmox, &kind, record).await? {
         Ok(c) => c,
         Err(problem) => return Ok(Err(problem)),
     };
@@ -133,7 +152,7 @@ pub async fn read_connection(
         tls,
         server_name: c.server_name,
         version: c.version,
-        allowed_nodes: allowed_nodes(&spec.allowed_nodes, &c.provider_nodes),
+        allowed_nodes: allowed_nodes(own_nodes, &c.provider_nodes),
     }))
 }
 
@@ -141,7 +160,8 @@ pub async fn read_connection(
 pub trait Connector: Send + Sync + 'static {
     /// The hypervisor handle.
     type Hv: Hypervisor + Clone;
-    /// A handle for the ProxmoxCluster `key` (`namespace/name`) with these settings; may be cached.
+    /// A handle for the ProxmoxCluster `key` (`namespace/name`, `namespace/name/endpoint` for one
+    /// of its `spec.endpoints`) with these settings; may be cached.
     fn connect(&self, key: &str, connection: &Connection) -> Result<Self::Hv>;
 }
 

@@ -6,6 +6,7 @@
 //! - [`placement`], [`desired`]: pure functions — node choice, desired VM config, seed content.
 //! - [`provision`]: one provisioning or deletion step against a [`hypervisor::Hypervisor`].
 //! - [`image_import`]: templates made from an image (`spec.source.image`) by Proxmox VE itself.
+//! - [`endpoints`]: the Proxmox VE endpoint a machine uses (one, or one of several failure domains).
 //! - [`readopt`]: finding the VM of a machine re-created by `clusterctl move` or a restore.
 //! - [`task_failure`]: what a failed Proxmox task means (retry, another VMID, or a human).
 //! - `fake` (feature `testing`, and unit tests): an in-memory hypervisor double for tests.
@@ -19,6 +20,7 @@
 pub mod cluster_controller;
 pub mod credentials;
 pub mod desired;
+pub mod endpoints;
 pub mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod fake;

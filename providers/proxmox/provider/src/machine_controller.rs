@@ -20,8 +20,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::credentials::{Connector, read_connection};
+use crate::credentials::Connector;
+use crate::endpoints::{self, Connected};
 use crate::error::Error;
+use crate::hypervisor::Hypervisor;
 use crate::phase::Phase;
 use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservations};
 use crate::readopt;
@@ -79,24 +81,160 @@ pub fn user_data_needed(phase: &Phase, has_provider_id: bool) -> bool {
     }
 }
 
-/// A hypervisor handle for the ProxmoxCluster and the nodes machines may use, or why there is
-/// none.
-async fn hypervisor<C: Connector>(
+/// The endpoint a provisioning step of `pm` uses ([`crate::endpoints`]), or why there is none:
+/// the cluster's own; on a spread cluster the one kept in `status.failureDomain` once the node
+/// is chosen, else the owner's failure domain, else the one holding the VM of a providerID,
+/// else the roomiest.
+async fn provisioning_endpoint<C: Connector>(
+    client: &kube::Client,
+    connector: &C,
+    (pm, phase, owner_failure_domain): (&ProxmoxMachine, &Phase, Option<&str>),
+    pxc: &ProxmoxCluster,
+    secrets: &ReadSecrets<ProxmoxMachine>,
+) -> Result<Result<Connected<C::Hv>, Problem>, Error> {
+    // The connection's Secrets are watched for the machine too: fixing them wakes it at once.
+    let record = |keys| secrets.record(keys);
+    if !endpoints::spread(pxc) {
+        return endpoints::connect(client, connector, pxc, None, record).await;
+    }
+    let kept = kept_endpoint(pm).filter(|_| !matches!(phase, Phase::SelectNode));
+    if let Some(name) = kept.or(owner_failure_domain.filter(|f| !f.is_empty())) {
+        return match endpoints::named(pxc, name) {
+            Ok(site) => endpoints::connect(client, connector, pxc, Some(site), record).await,
+            Err(problem) => Ok(Err(problem)),
+        };
+    }
+    let (reachable, problems) = every_endpoint(client, connector, pxc, secrets).await?;
+    if reachable.is_empty() {
+        return Ok(Err(unreachable(problems)));
+    }
+    if let Some(provider_id) = pm.spec.provider_id.as_deref() {
+        // Re-adoption: the endpoint holding the VM (none: the first one says it is missing).
+        let index = holding(&reachable, pm, provider_id).await.unwrap_or(0);
+        return Ok(Ok(reachable.into_iter().nth(index).expect("index of reachable")));
+    }
+    let mut rooms = Vec::with_capacity(reachable.len());
+    for endpoint in &reachable {
+        rooms.push(match endpoint.hv.nodes().await {
+            Ok(nodes) => endpoints::roomiest_free_memory(&endpoint.connection.allowed_nodes, &nodes),
+            Err(e) => {
+                tracing::debug!(endpoint = ?endpoint.site, error = %e, "nodes not listed; endpoint skipped");
+                None
+            }
+        });
+    }
+    let names = reachable.iter().map(|e| e.site.as_deref().unwrap_or_default());
+    let Some(chosen) = endpoints::roomiest_site(names.zip(rooms)).map(str::to_owned) else {
+        return Ok(Err(Problem::new(
+            endpoints::NO_ONLINE_NODE,
+            "no endpoint of spec.endpoints has an allowed node online",
+        )));
+    };
+    Ok(Ok(reachable
+        .into_iter()
+        .find(|e| e.site.as_deref() == Some(chosen.as_str()))
+        .expect("chosen among the reachable")))
+}
+
+/// The endpoint of a spread cluster that `status.failureDomain` keeps.
+fn kept_endpoint(pm: &ProxmoxMachine) -> Option<&str> {
+    pm.status.as_ref().and_then(|s| s.failure_domain.as_deref())
+}
+
+/// Every endpoint of a spread cluster: those connected, and what the others lack.
+async fn every_endpoint<C: Connector>(
     client: &kube::Client,
     connector: &C,
     pxc: &ProxmoxCluster,
     secrets: &ReadSecrets<ProxmoxMachine>,
-) -> Result<Result<(C::Hv, Vec<String>), Problem>, Error> {
-    // The connection's Secrets are watched for the machine too: fixing them wakes it at once.
-    let connection = match read_connection(client, pxc, |keys| secrets.record(keys)).await? {
-        Ok(connection) => connection,
-        Err(problem) => return Ok(Err(problem)),
+) -> Result<(Vec<Connected<C::Hv>>, Vec<String>), Error> {
+    let (mut reachable, mut problems) = (Vec::new(), Vec::new());
+    for site in &pxc.spec.endpoints {
+        match endpoints::connect(client, connector, pxc, Some(site), |keys| secrets.record(keys)).await? {
+            Ok(connected) => reachable.push(connected),
+            Err(problem) => problems.push(format!("{}: {}", site.name, problem.message)),
+        }
+    }
+    Ok((reachable, problems))
+}
+
+/// Why no endpoint of a spread cluster could be used.
+fn unreachable(problems: Vec<String>) -> Problem {
+    Problem::new(
+        CREDENTIALS_INVALID,
+        format!(
+            "no endpoint of spec.endpoints can be used: {}",
+            problems.join("; ")
+        ),
+    )
+}
+
+/// Which of `reachable` holds the VM of `provider_id`, if one does.
+async fn holding<H: Hypervisor>(
+    reachable: &[Connected<H>],
+    pm: &ProxmoxMachine,
+    provider_id: &str,
+) -> Option<usize> {
+    let (uid, namespace, name) = (
+        pm.uid().unwrap_or_default(),
+        pm.namespace().unwrap_or_default(),
+        pm.name_any(),
+    );
+    let owner = readopt::Owner {
+        uid: &uid,
+        namespace: &namespace,
+        name: &name,
     };
-    let key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
-    Ok(match connector.connect(&key, &connection) {
-        Ok(hv) => Ok((hv, connection.allowed_nodes)),
-        Err(e) => Err(Problem::new(CREDENTIALS_INVALID, e.to_string())),
-    })
+    for (index, endpoint) in reachable.iter().enumerate() {
+        match readopt::find(&endpoint.hv, owner, provider_id).await {
+            Ok(readopt::Found::Missing) | Err(_) => {}
+            Ok(_) => return Some(index),
+        }
+    }
+    None
+}
+
+/// The endpoint a deletion step of `pm` uses: `None` when no VM can exist (a spread cluster's
+/// machine deleted before its endpoint was kept, without a providerID to look for).
+async fn deletion_endpoint<C: Connector>(
+    client: &kube::Client,
+    connector: &C,
+    pm: &ProxmoxMachine,
+    pxc: &ProxmoxCluster,
+    secrets: &ReadSecrets<ProxmoxMachine>,
+) -> Result<Result<Option<C::Hv>, Problem>, Error> {
+    let record = |keys| secrets.record(keys);
+    if !endpoints::spread(pxc) {
+        return Ok(endpoints::connect(client, connector, pxc, None, record)
+            .await?
+            .map(|c| Some(c.hv)));
+    }
+    if let Some(name) = kept_endpoint(pm) {
+        let site = match endpoints::named(pxc, name) {
+            Ok(site) => site,
+            Err(problem) => {
+                let message = format!(
+                    "{}: the machine's VM lives there; put the endpoint back to delete it (or delete the VM by hand and remove the finalizer)",
+                    problem.message
+                );
+                return Ok(Err(Problem::new(problem.reason, message)));
+            }
+        };
+        return Ok(endpoints::connect(client, connector, pxc, Some(site), record)
+            .await?
+            .map(|c| Some(c.hv)));
+    }
+    let Some(provider_id) = pm.spec.provider_id.as_deref() else {
+        return Ok(Ok(None));
+    };
+    // Created anew with a providerID and deleted before adoption: every endpoint must answer,
+    // or the VM could be where nobody looked.
+    let (reachable, problems) = every_endpoint(client, connector, pxc, secrets).await?;
+    if !problems.is_empty() {
+        return Ok(Err(unreachable(problems)));
+    }
+    let index = holding(&reachable, pm, provider_id).await;
+    Ok(Ok(index.and_then(|i| reachable.into_iter().nth(i)).map(|c| c.hv)))
 }
 
 impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
@@ -130,7 +268,16 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         status: &mut ProxmoxMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let (pm, pxc) = (request.machine, request.cluster);
-        let (hv, allowed_nodes) = match hypervisor(client, &self.connector, pxc, request.secrets).await {
+        let owner_failure_domain = request.view.failure_domain.as_deref();
+        let endpoint = provisioning_endpoint(
+            client,
+            &self.connector,
+            (pm, &phase, owner_failure_domain),
+            pxc,
+            request.secrets,
+        )
+        .await;
+        let Connected { hv, connection, site } = match endpoint {
             Ok(Ok(found)) => found,
             Ok(Err(problem)) => return Err(StepFailure::unusable(problem, provision::PERMANENT_RETRY)),
             Err(error) => {
@@ -160,8 +307,9 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             namespace: &namespace,
             name: &name,
             spec: &spec,
-            failure_domain: request.view.failure_domain.as_deref(),
-            cluster_allowed_nodes: &allowed_nodes,
+            // On a spread cluster, the failure domain chose the endpoint, not the node.
+            failure_domain: owner_failure_domain.filter(|_| site.is_none()),
+            cluster_allowed_nodes: &connection.allowed_nodes,
             cluster_vmid_range: pxc.spec.vmid_range.as_ref(),
             seed_storage: &self.seed_storage,
             pool_addresses: request.pool_addresses,
@@ -184,8 +332,13 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 ));
             }
         }
-        if let Some(loc) = step.phase.location() {
-            status.failure_domain = Some(loc.node.clone());
+        match (&site, step.phase.location()) {
+            // The endpoint is kept from the moment the node is chosen: later steps find it there.
+            (Some(site), _) if !matches!(step.phase, Phase::SelectNode) => {
+                status.failure_domain = Some(site.clone());
+            }
+            (None, Some(loc)) => status.failure_domain = Some(loc.node.clone()),
+            _ => {}
         }
         if let Some(power) = step.power {
             status.power_state = Some(power);
@@ -253,8 +406,15 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     ) -> Result<Deleted, Error> {
         let (pm, pxc) = (request.machine, request.cluster);
         let uid = pm.uid().unwrap_or_default();
-        let hv = match hypervisor(client, &self.connector, pxc, request.secrets).await? {
-            Ok((hv, _)) => hv,
+        let hv = match deletion_endpoint(client, &self.connector, pm, pxc, request.secrets).await? {
+            Ok(Some(hv)) => hv,
+            Ok(None) => {
+                self.reservations.release(&uid);
+                return Ok(Deleted::Released {
+                    reason: "Deleted",
+                    note: "no VM was created".to_owned(),
+                });
+            }
             Err(problem) => return Ok(Deleted::Blocked(problem)),
         };
         if pm.status.as_ref().and_then(|s| s.vmid).is_none()

@@ -25,6 +25,75 @@ banlieue_scenarios::scenario_tests!(
     creation_only_change,
 );
 
+// One workload cluster spread over two Proxmox VE endpoints, each a failure domain: the same
+// scenarios, every machine on the endpoint its Machine names.
+banlieue_scenarios::scenario_tests!(
+    mod spread_scenarios;
+    pve_sim::PveSpread: provision,
+    delete,
+    crash_restart,
+    outage,
+    bad_credentials,
+);
+
+/// A spread cluster publishes one failure domain per endpoint; a machine without a failure
+/// domain goes to the endpoint with the most free memory on an allowed node, keeps it in
+/// `status.failureDomain`, and is deleted there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_without_failure_domain_goes_to_the_roomiest_endpoint() -> Result<()> {
+    use banlieue_scenarios::{Scenario, object};
+    let mut s = Scenario::<pve_sim::PveSpread>::new("roomiest").await?;
+    s.ready_cluster().await?;
+    let cluster = s
+        .get_infra("ProxmoxCluster", banlieue_scenarios::fixture::CLUSTER)
+        .await?
+        .context("cluster")?;
+    let domains: Vec<&str> = cluster
+        .pointer("/status/failureDomains")
+        .and_then(|d| d.as_array())
+        .context("status.failureDomains")?
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    anyhow::ensure!(
+        domains == ["site-a", "site-b"],
+        "published failure domains, by name: {domains:?}"
+    );
+    // Each endpoint allows one node. A running VM on site-b's (the endpoint listed first)
+    // sends the next machine to site-a; two on site-a's send the one after to site-b.
+    for (name, failure_domain, want) in [
+        ("m1", Some("site-b"), "site-b"),
+        ("m2", None, "site-a"),
+        ("m3", Some("site-a"), "site-a"),
+        ("m4", None, "site-b"),
+    ] {
+        let uid = s
+            .machine(name, failure_domain, banlieue_scenarios::Template::Valid)
+            .await?;
+        let m = s
+            .wait_machine(name, "provisioned", object::fully_provisioned)
+            .await?;
+        anyhow::ensure!(
+            object::failure_domain(&m) == Some(want),
+            "{name}: status.failureDomain {:?}, want {want}",
+            object::failure_domain(&m)
+        );
+        let vms = s.vms_of(&uid).await?;
+        anyhow::ensure!(
+            vms.len() == 1 && vms[0].failure_domain.as_deref() == Some(want),
+            "{name}'s VMs: {vms:?}"
+        );
+    }
+    for name in ["m1", "m2", "m3", "m4"] {
+        s.delete_machine(name).await?;
+    }
+    for name in ["m1", "m2", "m3", "m4"] {
+        s.wait_machine_gone(name).await?;
+    }
+    anyhow::ensure!(s.vms().await?.is_empty(), "left behind: {:?}", s.vms().await?);
+    Ok(())
+}
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -29,10 +29,25 @@ pub struct VSphereTemplateSource {
     pub image: Option<ImageDownload>,
 }
 
-/// A vSphere failure domain: a compute cluster (and optionally a resource pool, datastore and
-/// network) in the cluster's datacenter.
+/// A vSphere failure domain: a compute cluster (and optionally a resource pool and datastore)
+/// in the cluster's datacenter, or in another vCenter (`server` or `providerRef`) and
+/// datacenter.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!(has(self.server) && has(self.providerRef))",
+        "message": "set at most one of server (with credentialsRef) or providerRef on a failure domain"
+    },
+    {
+        "rule": "!has(self.server) || has(self.credentialsRef)",
+        "message": "a failure domain's server needs its credentialsRef: a Secret with keys username and password"
+    },
+    {
+        "rule": "has(self.server) || !(has(self.credentialsRef) || has(self.tls))",
+        "message": "a failure domain's credentialsRef and tls are for its own server: set server too, or remove them"
+    }
+]))]
 pub struct VSphereFailureDomain {
     /// Name of the failure domain, copied into Machines' `spec.failureDomain`.
     #[schemars(length(min = 1, max = 256))]
@@ -54,6 +69,33 @@ pub struct VSphereFailureDomain {
     /// Free-form attributes published in the Cluster's failure domain.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub attributes: BTreeMap<String, String>,
+    /// Another vCenter for this failure domain (a hostname or an `https://` URL), so one
+    /// workload cluster spans several vCenters. Unset: the VSphereCluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub server: Option<String>,
+    /// A banlieue `Provider` (backend `vsphere`) giving this failure domain's vCenter,
+    /// credentials and TLS trust. Mutually exclusive with `server`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_ref: Option<ProviderReference>,
+    /// Secret with keys `username` and `password` for `server`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_ref: Option<SecretReference>,
+    /// How to trust `server`'s certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsTrust>,
+    /// Datacenter of this failure domain's compute cluster, resource pool, datastore, template
+    /// and folder; overrides the machine's and the VSphereCluster's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub datacenter: Option<String>,
+}
+
+impl VSphereFailureDomain {
+    /// Whether its vCenter is its own (`server` or `providerRef`), not the VSphereCluster's.
+    pub fn has_own_server(&self) -> bool {
+        self.server.is_some() || self.provider_ref.is_some()
+    }
 }
 
 /// A vCenter (and datacenter) hosting a Cluster API workload cluster.

@@ -630,6 +630,23 @@ pub fn cluster_fields(backend: Backend) -> Vec<Field> {
                 "failureDomains[].attributes",
                 Honoured("published in the failure domain (informational)"),
             ));
+            fields.push(field(
+                "failureDomains[].server",
+                Honoured("the failure domain's own vCenter"),
+            ));
+            fields.push(field(
+                "failureDomains[].providerRef.name",
+                Honoured("the Provider whose vCenter, credentials and trust this failure domain uses"),
+            ));
+            fields.extend(under(
+                "failureDomains[].credentialsRef",
+                secret_ref("the failure domain's vCenter user Secret"),
+            ));
+            fields.extend(under("failureDomains[].tls", tls()));
+            fields.push(field(
+                "failureDomains[].datacenter",
+                Honoured("the datacenter of the failure domain's machines"),
+            ));
         }
     }
     fields

@@ -4,12 +4,14 @@
 //!
 //! What is vSphere's: the vCenter (the VSphereCluster's `server` and credentials Secret, or its
 //! Provider's), a login (`VSphereConnected`), `status.version` (vCenter's API version), the
-//! datacenter checked, and the failure domains (compute clusters) checked and published.
+//! datacenter checked, and the failure domains (compute clusters) checked and published; a
+//! failure domain in another vCenter (its own `server` or `providerRef`) is checked there, and
+//! left out, with a note on `VSphereConnected`, while that vCenter cannot be used.
 
 use std::sync::Arc;
 
 use banlieue_api::common::FailureDomain;
-use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine};
+use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain, VSphereMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
 
@@ -47,6 +49,31 @@ pub fn compute_cluster_path(datacenter: Option<&str>, compute_cluster: &str) -> 
         compute_cluster.to_owned()
     } else {
         format!("/{}/host/{compute_cluster}", datacenter.unwrap_or_default())
+    }
+}
+
+impl VSphereClusters {
+    /// A logged-in client for a failure domain's own vCenter, or why there is none.
+    async fn domain_client(
+        &self,
+        client: &kube::Client,
+        vsc: &VSphereCluster,
+        fd: &VSphereFailureDomain,
+        secrets: &ReadSecrets<VSphereCluster>,
+    ) -> Result<Result<banlieue_vsphere_client::Client, Problem>, Error> {
+        let endpoint =
+            match connection::resolve_for(client, vsc, Some(fd), |keys| secrets.record(keys)).await? {
+                Ok(endpoint) => endpoint,
+                Err(problem) => return Ok(Err(problem)),
+            };
+        let vc = match self.clients.client(&endpoint) {
+            Ok(vc) => vc,
+            Err(problem) => return Ok(Err(problem)),
+        };
+        Ok(match vc.login_if_needed().await {
+            Ok(()) => Ok(vc),
+            Err(e) => Err(Problem::new(reason_of(&e), e.to_string())),
+        })
     }
 }
 
@@ -103,10 +130,35 @@ impl ClusterBackend for VSphereClusters {
                 Ok(Some(_)) => {}
             }
         }
-        let mut domains = Vec::new();
+        let (mut domains, mut notes) = (Vec::new(), Vec::new());
         for fd in &vsc.spec.failure_domains {
-            let path = compute_cluster_path(vsc.spec.datacenter.as_deref(), &fd.compute_cluster);
-            match vcenter.find_by_inventory_path(&path).await {
+            let datacenter = fd.datacenter.as_deref().or(vsc.spec.datacenter.as_deref());
+            let path = compute_cluster_path(datacenter, &fd.compute_cluster);
+            // A failure domain in another vCenter that cannot be used is left out (and said),
+            // the others stay usable.
+            let own = fd.has_own_server();
+            let vc = if own {
+                match self.domain_client(client, vsc, fd, secrets).await? {
+                    Ok(vc) => vc,
+                    Err(problem) => {
+                        notes.push(format!(
+                            "failure domain {} left out ({}): {}",
+                            fd.name, problem.reason, problem.message
+                        ));
+                        continue;
+                    }
+                }
+            } else {
+                vcenter.clone()
+            };
+            match vc.find_by_inventory_path(&path).await {
+                Err(e) if own => {
+                    notes.push(format!(
+                        "failure domain {} left out ({}): {e}",
+                        fd.name,
+                        reason_of(&e)
+                    ));
+                }
                 Err(e) => return Ok(failed(&e)),
                 Ok(None) => {
                     return Ok(not_usable(Problem::new(
@@ -121,7 +173,7 @@ impl ClusterBackend for VSphereClusters {
                         .as_ref()
                         .and_then(|s| s.failure_domains.iter().find(|d| d.name == fd.name))
                         .map_or((None, None), FailureDomain::capacity);
-                    let (cpus, memory_mib) = capacity(&vcenter, &compute).await.unwrap_or(published);
+                    let (cpus, memory_mib) = capacity(&vc, &compute).await.unwrap_or(published);
                     let domain = FailureDomain {
                         name: fd.name.clone(),
                         control_plane: Some(fd.control_plane.unwrap_or(true)),
@@ -132,7 +184,7 @@ impl ClusterBackend for VSphereClusters {
             }
         }
         Ok(ClusterCheck {
-            connected: Ok(String::new()),
+            connected: Ok(notes.join("; ")),
             usable: Ok(()),
             failure_domains: Some(domains),
             version,

@@ -1,12 +1,13 @@
 //! From a VSphereCluster (or the banlieue `Provider` it names) to a logged-in vSphere client:
-//! server, credentials Secret (`username`, `password`), TLS trust. Clients are cached per
+//! server, credentials Secret (`username`, `password`), TLS trust; a failure domain may name its
+//! own vCenter ([`resolve_for`]). Clients are cached per
 //! (server, user, password hash, trust) so sessions are reused across reconciles.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
 use banlieue_api::banlieue::Backend;
-use banlieue_api::infrastructure::VSphereCluster;
+use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, Own, Trust};
 use banlieue_provider_runtime::secret_watch::SecretKey;
@@ -59,19 +60,43 @@ pub async fn resolve(
     cluster: &VSphereCluster,
     record: impl FnOnce(Vec<SecretKey>),
 ) -> Result<Result<Endpoint, Problem>> {
+    resolve_for(kube, cluster, None, record).await
+}
+
+/// The vCenter of failure domain `domain` (its own `server` or `providerRef`, else the
+/// VSphereCluster's), or the VSphereCluster's (`None`).
+pub async fn resolve_for(
+    kube: &kube::Client,
+    cluster: &VSphereCluster,
+    domain: Option<&VSphereFailureDomain>,
+    record: impl FnOnce(Vec<SecretKey>),
+) -> Result<Result<Endpoint, Problem>> {
     let spec = &cluster.spec;
-    let own = Own {
-        endpoint: spec.server.as_deref(),
-        credentials: spec.credentials_ref.as_ref(),
-        tls: spec.tls.as_ref(),
-        provider: spec.provider_ref.as_ref().map(|p| p.name.as_str()),
+    let (own, kind) = match domain.filter(|d| d.has_own_server()) {
+        Some(d) => (
+            Own {
+                endpoint: d.server.as_deref(),
+                credentials: d.credentials_ref.as_ref(),
+                tls: d.tls.as_ref(),
+                provider: d.provider_ref.as_ref().map(|p| p.name.as_str()),
+            },
+            format!("VSphereCluster failure domain {:?}", d.name),
+        ),
+        None => (
+            Own {
+                endpoint: spec.server.as_deref(),
+                credentials: spec.credentials_ref.as_ref(),
+                tls: spec.tls.as_ref(),
+                provider: spec.provider_ref.as_ref().map(|p| p.name.as_str()),
+            },
+            "VSphereCluster".to_owned(),
+        ),
     };
     let namespace = cluster.namespace().unwrap_or_default();
-    let c =
-        match connection::connect(kube, &namespace, own, Backend::Vsphere, "VSphereCluster", record).await? {
-            Ok(c) => c,
-            Err(problem) => return Ok(Err(problem)),
-        };
+    let c = match connection::connect(kube, &namespace, own, Backend::Vsphere, &kind, record).await? {
+        Ok(c) => c,
+        Err(problem) => return Ok(Err(problem)),
+    };
     let [username, password] = match c.credentials.texts(["username", "password"]) {
         Ok(texts) => texts,
         Err(problem) => return Ok(Err(problem)),

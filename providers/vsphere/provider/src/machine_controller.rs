@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use banlieue_api::common::{PowerState, ProvisioningState};
 use banlieue_api::condition;
-use banlieue_api::infrastructure::{VSphereMachine, VSphereMachineStatus};
+use banlieue_api::infrastructure::{
+    VSphereCluster, VSphereFailureDomain, VSphereMachine, VSphereMachineStatus,
+};
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
@@ -68,17 +70,25 @@ pub struct VSphereMachines {
 pub type MachineContext = kit::MachineContext<VSphereMachines>;
 
 impl VSphereMachines {
-    /// A vCenter client for the VSphereCluster, or why there is none.
+    /// A client for the vCenter of failure domain `domain` (the VSphereCluster's unless the
+    /// domain names its own), or why there is none.
     async fn client(
         &self,
         kube: &kube::Client,
-        cluster: &banlieue_api::infrastructure::VSphereCluster,
+        cluster: &VSphereCluster,
+        domain: Option<&str>,
         secrets: &ReadSecrets<VSphereMachine>,
     ) -> Result<Result<banlieue_vsphere_client::Client, Problem>, Error> {
+        let domain = match domain_entry(cluster, domain) {
+            Ok(domain) => domain,
+            Err(problem) => return Ok(Err(problem)),
+        };
         // The connection's Secrets are watched for the machine too: fixing them wakes it at once.
-        Ok(connection::resolve(kube, cluster, |keys| secrets.record(keys))
-            .await?
-            .and_then(|endpoint| self.clients.client(&endpoint)))
+        Ok(
+            connection::resolve_for(kube, cluster, domain, |keys| secrets.record(keys))
+                .await?
+                .and_then(|endpoint| self.clients.client(&endpoint)),
+        )
     }
 }
 
@@ -119,7 +129,12 @@ impl MachineBackend for VSphereMachines {
         status: &mut VSphereMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let (vm, cluster) = (request.machine, request.cluster);
-        let client = match self.client(kube, cluster, request.secrets).await {
+        // The failure domain kept in the status, else the owner's: its vCenter.
+        let domain = status
+            .failure_domain
+            .as_deref()
+            .or(request.view.failure_domain.as_deref());
+        let client = match self.client(kube, cluster, domain, request.secrets).await {
             Ok(Ok(client)) => client,
             Ok(Err(p)) => return Err(StepFailure::unusable(p, provision::PERMANENT_RETRY)),
             Err(error) => {
@@ -272,10 +287,76 @@ impl MachineBackend for VSphereMachines {
         status: &mut VSphereMachineStatus,
     ) -> Result<Deleted, Error> {
         let vm = request.machine;
-        let client = match self.client(kube, request.cluster, request.secrets).await? {
-            Ok(client) => client,
-            Err(problem) => return Ok(Deleted::Blocked(problem)),
-        };
+        let candidates = deletion_domains(request.cluster, status);
+        let mut deleted = None;
+        for domain in &candidates {
+            let client = match self
+                .client(kube, request.cluster, domain.as_deref(), request.secrets)
+                .await?
+            {
+                Ok(client) => client,
+                Err(problem) => return Ok(Deleted::Blocked(problem)),
+            };
+            // Released by one vCenter: nothing of this machine there; the next one is looked at.
+            match self.delete_on(&client, vm, status).await? {
+                released @ Deleted::Released { .. } => deleted = Some(released),
+                other => return Ok(other),
+            }
+        }
+        Ok(deleted.unwrap_or(Deleted::Released {
+            reason: "Deleted",
+            note: "no VM was created".to_owned(),
+        }))
+    }
+}
+
+/// The failure domain `name` of the cluster (`None`: its own vCenter). A name missing from
+/// `spec.failureDomains` is the cluster's vCenter, unless some failure domain has its own: the
+/// machine's VM may then be in the missing domain's vCenter, and looking for it elsewhere could
+/// take it for gone.
+fn domain_entry<'a>(
+    cluster: &'a VSphereCluster,
+    name: Option<&str>,
+) -> Result<Option<&'a VSphereFailureDomain>, Problem> {
+    let Some(name) = name else { return Ok(None) };
+    let domains = &cluster.spec.failure_domains;
+    match domains.iter().find(|f| f.name == name) {
+        Some(domain) => Ok(Some(domain)),
+        None if domains.iter().any(VSphereFailureDomain::has_own_server) => Err(Problem::new(
+            "FailureDomainNotFound",
+            format!(
+                "failure domain {name:?} is not in the VSphereCluster's spec.failureDomains, whose failure domains span several vCenters: put it back (its vCenter holds this machine's VM)"
+            ),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The failure domains (`None`: the VSphereCluster's own vCenter) whose vCenters may hold the
+/// VM of a machine being deleted: the one it was placed in; for a machine created anew
+/// without status (clusterctl move, a restore), every vCenter of the cluster.
+fn deletion_domains(cluster: &VSphereCluster, status: &VSphereMachineStatus) -> Vec<Option<String>> {
+    let placed = status.vm_ref.is_some() || status.provisioning.is_some() || status.failure_domain.is_some();
+    if placed {
+        return vec![status.failure_domain.clone()];
+    }
+    let own = cluster
+        .spec
+        .failure_domains
+        .iter()
+        .filter(|f| f.has_own_server())
+        .map(|f| Some(f.name.clone()));
+    std::iter::once(None).chain(own).collect()
+}
+
+impl VSphereMachines {
+    /// One deletion step of `vm` on the vCenter of `client`.
+    async fn delete_on(
+        &self,
+        client: &banlieue_vsphere_client::Client,
+        vm: &VSphereMachine,
+        status: &mut VSphereMachineStatus,
+    ) -> Result<Deleted, Error> {
         let uid = vm.uid().unwrap_or_default();
         let mut found = status.vm_ref.as_deref().map(vm_ref);
         // A task in flight (a pending guest shutdown is not one: the VM is powered off anyway).
@@ -295,21 +376,22 @@ impl MachineBackend for VSphereMachines {
             // Created anew (clusterctl move, a restore) and deleted before its VM was adopted:
             // the VM is deleted only if it already carries this object's UID; one created for
             // an earlier object of this name is left in place (never re-marked here).
-            (None, None, Some(provider_id)) => match readopt::on_deletion(&client, owner, provider_id).await?
-            {
-                readopt::OnDeletion::Delete(candidate) => {
-                    found = Some(candidate.vm.vm);
-                    provision::delete_step(&client, &uid, found.clone(), None).await?
-                }
-                readopt::OnDeletion::Release(released) => {
-                    // Still nothing carrying this object's UID may be left behind.
-                    match provision::delete_step(&client, &uid, None, None).await? {
-                        DeleteStep::Gone => return Ok(released),
-                        other => other,
+            (None, None, Some(provider_id)) => {
+                match readopt::on_deletion(client, owner, provider_id).await? {
+                    readopt::OnDeletion::Delete(candidate) => {
+                        found = Some(candidate.vm.vm);
+                        provision::delete_step(client, &uid, found.clone(), None).await?
+                    }
+                    readopt::OnDeletion::Release(released) => {
+                        // Still nothing carrying this object's UID may be left behind.
+                        match provision::delete_step(client, &uid, None, None).await? {
+                            DeleteStep::Gone => return Ok(released),
+                            other => other,
+                        }
                     }
                 }
-            },
-            (_, task, _) => provision::delete_step(&client, &uid, found.clone(), task).await?,
+            }
+            (_, task, _) => provision::delete_step(client, &uid, found.clone(), task).await?,
         };
         match step {
             DeleteStep::Gone => Ok(Deleted::Released {
@@ -352,4 +434,64 @@ pub async fn run_until(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     kit::run(Arc::new(context(&ctx)), namespace, ctx.concurrency, shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use banlieue_api::infrastructure::VSphereClusterSpec;
+
+    fn cluster(remote: bool) -> VSphereCluster {
+        let domain = |name: &str, server: Option<&str>| VSphereFailureDomain {
+            name: name.into(),
+            compute_cluster: "c".into(),
+            server: server.map(str::to_owned),
+            ..Default::default()
+        };
+        VSphereCluster::new(
+            "c",
+            VSphereClusterSpec {
+                failure_domains: vec![
+                    domain("az1", None),
+                    domain("az2", remote.then_some("vc2.example.com")),
+                ],
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn a_missing_failure_domain_is_refused_only_when_domains_span_vcenters() {
+        assert_eq!(domain_entry(&cluster(true), None), Ok(None));
+        assert_eq!(
+            domain_entry(&cluster(true), Some("az2")).map(|d| d.map(|d| d.name.as_str())),
+            Ok(Some("az2"))
+        );
+        assert_eq!(
+            domain_entry(&cluster(false), Some("gone")),
+            Ok(None),
+            "one vCenter: the cluster's"
+        );
+        let problem = domain_entry(&cluster(true), Some("gone")).unwrap_err();
+        assert_eq!(problem.reason, "FailureDomainNotFound");
+        assert!(problem.message.contains("put it back"), "{}", problem.message);
+    }
+
+    #[test]
+    fn a_machine_without_status_is_looked_for_in_every_vcenter() {
+        let fresh = VSphereMachineStatus::default();
+        assert_eq!(
+            deletion_domains(&cluster(true), &fresh),
+            [None, Some("az2".to_owned())]
+        );
+        assert_eq!(deletion_domains(&cluster(false), &fresh), [None]);
+        let placed = VSphereMachineStatus {
+            failure_domain: Some("az2".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            deletion_domains(&cluster(true), &placed),
+            [Some("az2".to_owned())]
+        );
+    }
 }

@@ -94,16 +94,6 @@ fn under(dc: &str, kind: &str, path: &str) -> String {
 /// Resolves datacenter, template, folder, pool and datastore paths (pure).
 pub fn placement(input: &MachineInput<'_>) -> Result<Placement, StepError> {
     let spec = input.spec;
-    let dc = spec
-        .datacenter
-        .clone()
-        .or_else(|| input.cluster.spec.datacenter.clone())
-        .ok_or_else(|| {
-            permanent(
-                "DatacenterNotSet",
-                "set spec.datacenter on the VSphereMachine or the VSphereCluster",
-            )
-        })?;
     let fd = match input.failure_domain {
         None => None,
         Some(name) => Some(
@@ -121,6 +111,17 @@ pub fn placement(input: &MachineInput<'_>) -> Result<Placement, StepError> {
                 })?,
         ),
     };
+    // A failure domain's own datacenter wins (it may be in another vCenter).
+    let dc = fd
+        .and_then(|f| f.datacenter.clone())
+        .or_else(|| spec.datacenter.clone())
+        .or_else(|| input.cluster.spec.datacenter.clone())
+        .ok_or_else(|| {
+            permanent(
+                "DatacenterNotSet",
+                "set spec.datacenter on the VSphereMachine or the VSphereCluster",
+            )
+        })?;
     let pool = match (fd, &spec.resource_pool) {
         (Some(fd), _) => {
             let cluster = under(&dc, "host", &fd.compute_cluster);

@@ -29,6 +29,97 @@ banlieue_scenarios::scenario_tests!(
     creation_only_change,
 );
 
+// One workload cluster over two vCenters: failure domain `remote` names its own server.
+banlieue_scenarios::scenario_tests!(
+    mod spread_scenarios;
+    vcsim::VcSimSpread: provision,
+    delete,
+    crash_restart,
+    outage,
+    bad_credentials,
+);
+
+/// A failure domain in another vCenter that cannot be reached is left out of
+/// `status.failureDomains` (said on `VSphereConnected`), the cluster stays usable in the
+/// others, and it comes back once its vCenter answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_vcenter_leaves_out_only_its_failure_domain() -> Result<()> {
+    use banlieue_scenarios::{Access, ProviderUnderTest as _, Scenario, TIMEOUT};
+    let mut s = Scenario::<vcsim::VcSimSpread>::new("unreach").await?;
+    let remote = &s
+        .provider
+        .sites
+        .iter()
+        .find(|site| site.0 == "remote")
+        .context("remote")?
+        .3;
+    remote.set_down(true);
+    s.cluster(Access::Valid).await?;
+    s.provider.start();
+    // In the order of spec.failureDomains.
+    let published = |c: &serde_json::Value| -> Vec<String> {
+        c.pointer("/status/failureDomains")
+            .and_then(|d| d.as_array())
+            .map(|d| {
+                d.iter()
+                    .filter_map(|d| d["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let wait = async |what: &str, check: &dyn Fn(&serde_json::Value) -> bool| -> Result<serde_json::Value> {
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let c = s
+                .get_infra("VSphereCluster", banlieue_scenarios::fixture::CLUSTER)
+                .await?
+                .unwrap_or_default();
+            if check(&c) {
+                return Ok(c);
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "timed out waiting for {what}: {:#}",
+                c["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let c = wait("home alone", &|c| published(c) == ["home"]).await?;
+    let connected =
+        banlieue_scenarios::object::condition(&c, "VSphereConnected").context("VSphereConnected")?;
+    ensure!(connected.status == "True", "{connected:?}");
+    ensure!(
+        connected
+            .message
+            .contains("failure domain remote left out (VCenterUnreachable)"),
+        "{connected:?}"
+    );
+    ensure!(
+        c.pointer("/status/initialization/provisioned") == Some(&serde_json::json!(true)),
+        "{:#}",
+        c["status"]
+    );
+    let remote = &s
+        .provider
+        .sites
+        .iter()
+        .find(|site| site.0 == "remote")
+        .context("remote")?
+        .3;
+    remote.set_down(false);
+    // Any change wakes the cluster's reconcile (its periodic re-check is minutes away).
+    s.infra("VSphereCluster")
+        .patch(
+            banlieue_scenarios::fixture::CLUSTER,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&serde_json::json!({"metadata": {"annotations": {"poke": "1"}}})),
+        )
+        .await?;
+    wait("both failure domains", &|c| published(c) == ["remote", "home"]).await?;
+    Ok(())
+}
+
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};

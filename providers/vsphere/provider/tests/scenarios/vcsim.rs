@@ -58,10 +58,7 @@ impl ProviderUnderTest for VcSim {
     const NETWORK: &'static str = "VM Network";
 
     async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
-        let sim = Vcsim::start(&["-cluster", "3", "-host", "1", "-vm", "1", "-standalone-host", "0"])?;
-        let vc = sim.client()?;
-        sim.make_template(&vc, TEMPLATE).await?;
-        let proxy = Proxy::start(sim.host.clone()).await?;
+        let (sim, vc, proxy) = start_vcenter(CLUSTERS).await?;
         Ok(Self {
             kube,
             ns: ns.to_owned(),
@@ -77,17 +74,7 @@ impl ProviderUnderTest for VcSim {
     }
 
     async fn cluster_spec(&self, access: Access) -> Result<Value> {
-        let password = match access {
-            Access::Valid => PASSWORD,
-            Access::Bad => WRONG_PASSWORD,
-        };
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": {"name": "vc-creds"},
-            "stringData": {"username": USER, "password": password},
-        }))?;
-        Api::<Secret>::namespaced(self.kube.clone(), &self.ns)
-            .create(&PostParams::default(), &secret)
-            .await?;
+        credentials_secret(&self.kube, &self.ns, "vc-creds", access).await?;
         let domains: Vec<Value> = (0..CLUSTERS)
             .map(|i| json!({"name": fd_name(i), "computeCluster": format!("DC0_C{i}"), "datastore": "LocalDS_0"}))
             .collect();
@@ -101,22 +88,11 @@ impl ProviderUnderTest for VcSim {
     }
 
     fn machine_spec(&self, template: Template) -> Value {
-        let template = match template {
-            Template::Valid => TEMPLATE,
-            Template::Missing => Self::MISSING_TEMPLATE,
-        };
-        json!({"source": {"template": template}, "cpu": {"cores": 2}, "memoryMiB": 2048})
+        machine_spec(template)
     }
 
     fn start(&mut self) {
-        let ctx = Arc::new(Context::new(self.kube.clone(), "banlieue-vsphere-test"));
-        let (a, b, c) = (self.ns.clone(), self.ns.clone(), ctx.clone());
-        self.controllers.push(tokio::spawn(async move {
-            machine_controller::run(c, Some(&a)).await;
-        }));
-        self.controllers.push(tokio::spawn(async move {
-            cluster_controller::run(ctx, Some(&b)).await;
-        }));
+        start_controllers(&self.kube, &self.ns, &mut self.controllers);
     }
 
     async fn stop(&mut self) {
@@ -125,62 +101,17 @@ impl ProviderUnderTest for VcSim {
 
     async fn vms(&self, machines: &[MachineHint]) -> Result<Vec<Vm>> {
         let mut vms = Vec::new();
-        for m in machines {
-            for vm in self.vc.find_vms_by_extra_config(OWNER_KEY, &m.uid).await? {
-                let Some(info) = self.vc.vm_info(&vm).await? else {
-                    continue;
-                };
-                let failure_domain = self
-                    .compute_cluster(&vm)
-                    .await?
-                    .and_then(|c| (0..CLUSTERS).find(|i| c == format!("DC0_C{i}")).map(fd_name));
-                let decode = |b64: &str| base64::engine::general_purpose::STANDARD.decode(b64).ok();
-                let user_data = info
-                    .extra_config
-                    .get("guestinfo.userdata")
-                    .and_then(|b| decode(b));
-                // cloud-init's VMware datasource: the meta-data's `network`, base64.
-                let network_config = info
-                    .extra_config
-                    .get("guestinfo.metadata")
-                    .and_then(|b| decode(b))
-                    .and_then(|meta| serde_yaml::from_slice::<Value>(&meta).ok())
-                    .and_then(|meta| meta["network"].as_str().and_then(decode))
-                    .and_then(|config| String::from_utf8(config).ok());
-                vms.push(Vm {
-                    id: vm.value.clone(),
-                    owner_uid: info.extra_config.get(OWNER_KEY).cloned(),
-                    failure_domain,
-                    user_data,
-                    network_config,
-                });
-            }
+        for (vm, info) in owned_vms(&self.vc, machines).await? {
+            let failure_domain = compute_cluster(&self.vc, &vm)
+                .await?
+                .and_then(|c| (0..CLUSTERS).find(|i| c == format!("DC0_C{i}")).map(fd_name));
+            vms.push(vm_of(vm, &info, failure_domain));
         }
         Ok(vms)
     }
 
     async fn boot_guests(&self, machines: &[MachineHint]) -> Result<()> {
-        for (i, m) in machines.iter().enumerate() {
-            for vm in self.vc.find_vms_by_extra_config(OWNER_KEY, &m.uid).await? {
-                let Some(info) = self.vc.vm_info(&vm).await? else {
-                    continue;
-                };
-                if info.power_state == Some(VmPowerState::PoweredOn) && info.ip_address.is_none() {
-                    let ip = ConfigSpec {
-                        extra_config: vec![
-                            ("SET.guest.ipAddress".into(), format!("192.0.2.{}", 10 + i)),
-                            banlieue_vsphere::guest_report::published_done(),
-                        ],
-                        ..ConfigSpec::default()
-                    };
-                    let task = self.vc.reconfigure(&vm, &ip).await?;
-                    self.vc
-                        .wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
-                        .await?;
-                }
-            }
-        }
-        Ok(())
+        boot_guests(&self.vc, machines).await
     }
 
     async fn slow_down(&self) -> Result<()> {
@@ -206,27 +137,268 @@ impl ProviderUnderTest for VcSim {
     }
 }
 
-impl VcSim {
-    /// The compute cluster whose resource pool holds the VM (vcsim keeps a clone on the
-    /// template's host, so the pool, not the host, tells where the VM was placed).
-    async fn compute_cluster(&self, vm: &MoRef) -> Result<Option<String>> {
-        let Some(pool) = self.vc.property_text(vm, "resourcePool").await? else {
-            return Ok(None);
-        };
-        let pool = MoRef::new("ResourcePool", pool);
-        let Some(parent) = self.vc.property_text(&pool, "parent").await? else {
-            return Ok(None);
-        };
-        Ok(self
-            .vc
-            .property_text(&MoRef::new("ClusterComputeResource", parent), "name")
-            .await?)
+/// vcsim with `clusters` compute clusters `DC0_C<i>` (one host each) and the template
+/// `DC0_C0_RP0_VM0`, and the proxy in front of it.
+async fn start_vcenter(clusters: usize) -> Result<(Vcsim, Client, Proxy)> {
+    let clusters = clusters.to_string();
+    let sim = Vcsim::start(&[
+        "-cluster",
+        &clusters,
+        "-host",
+        "1",
+        "-vm",
+        "1",
+        "-standalone-host",
+        "0",
+    ])?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
+    let proxy = Proxy::start(sim.host.clone()).await?;
+    Ok((sim, vc, proxy))
+}
+
+/// The credentials Secret `name` (a wrong password for [`Access::Bad`]).
+async fn credentials_secret(kube: &kube::Client, ns: &str, name: &str, access: Access) -> Result<()> {
+    let password = match access {
+        Access::Valid => PASSWORD,
+        Access::Bad => WRONG_PASSWORD,
+    };
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "stringData": {"username": USER, "password": password},
+    }))?;
+    Api::<Secret>::namespaced(kube.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    Ok(())
+}
+
+fn machine_spec(template: Template) -> Value {
+    let template = match template {
+        Template::Valid => TEMPLATE,
+        Template::Missing => VcSim::MISSING_TEMPLATE,
+    };
+    json!({"source": {"template": template}, "cpu": {"cores": 2}, "memoryMiB": 2048})
+}
+
+fn start_controllers(kube: &kube::Client, ns: &str, controllers: &mut Controllers) {
+    let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-test"));
+    let (a, b, c) = (ns.to_owned(), ns.to_owned(), ctx.clone());
+    controllers.push(tokio::spawn(async move {
+        machine_controller::run(c, Some(&a)).await;
+    }));
+    controllers.push(tokio::spawn(async move {
+        cluster_controller::run(ctx, Some(&b)).await;
+    }));
+}
+
+/// The VMs of `vc` carrying the UID of one of `machines`, with what vCenter says of them.
+async fn owned_vms(
+    vc: &Client,
+    machines: &[MachineHint],
+) -> Result<Vec<(MoRef, banlieue_vsphere_client::VmInfo)>> {
+    let mut found = Vec::new();
+    for m in machines {
+        for vm in vc.find_vms_by_extra_config(OWNER_KEY, &m.uid).await? {
+            if let Some(info) = vc.vm_info(&vm).await? {
+                found.push((vm, info));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The scenario's view of a VM: owner, user data and network config from its extraConfig.
+fn vm_of(vm: MoRef, info: &banlieue_vsphere_client::VmInfo, failure_domain: Option<String>) -> Vm {
+    let decode = |b64: &str| base64::engine::general_purpose::STANDARD.decode(b64).ok();
+    let user_data = info
+        .extra_config
+        .get("guestinfo.userdata")
+        .and_then(|b| decode(b));
+    // cloud-init's VMware datasource: the meta-data's `network`, base64.
+    let network_config = info
+        .extra_config
+        .get("guestinfo.metadata")
+        .and_then(|b| decode(b))
+        .and_then(|meta| serde_yaml::from_slice::<Value>(&meta).ok())
+        .and_then(|meta| meta["network"].as_str().and_then(decode))
+        .and_then(|config| String::from_utf8(config).ok());
+    Vm {
+        id: vm.value.clone(),
+        owner_uid: info.extra_config.get(OWNER_KEY).cloned(),
+        failure_domain,
+        user_data,
+        network_config,
+    }
+}
+
+/// Plays VMware Tools: every powered-on VM of `machines` without an IP reports one.
+async fn boot_guests(vc: &Client, machines: &[MachineHint]) -> Result<()> {
+    for (i, m) in machines.iter().enumerate() {
+        for vm in vc.find_vms_by_extra_config(OWNER_KEY, &m.uid).await? {
+            let Some(info) = vc.vm_info(&vm).await? else {
+                continue;
+            };
+            if info.power_state == Some(VmPowerState::PoweredOn) && info.ip_address.is_none() {
+                let ip = ConfigSpec {
+                    extra_config: vec![
+                        ("SET.guest.ipAddress".into(), format!("192.0.2.{}", 10 + i)),
+                        banlieue_vsphere::guest_report::published_done(),
+                    ],
+                    ..ConfigSpec::default()
+                };
+                let task = vc.reconfigure(&vm, &ip).await?;
+                vc.wait_task(&task, Duration::from_millis(50), Duration::from_secs(30))
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The compute cluster whose resource pool holds the VM (vcsim keeps a clone on the template's
+/// host, so the pool, not the host, tells where the VM was placed).
+async fn compute_cluster(vc: &Client, vm: &MoRef) -> Result<Option<String>> {
+    let Some(pool) = vc.property_text(vm, "resourcePool").await? else {
+        return Ok(None);
+    };
+    let pool = MoRef::new("ResourcePool", pool);
+    let Some(parent) = vc.property_text(&pool, "parent").await? else {
+        return Ok(None);
+    };
+    Ok(vc
+        .property_text(&MoRef::new("ClusterComputeResource", parent), "name")
+        .await?)
+}
+
+/// One workload cluster over two vCenters (a vcsim each, one compute cluster `DC0_C0`): the
+/// VSphereCluster's `server` is `home`'s, and failure domain `remote` names its own `server`,
+/// credentials and trust.
+pub struct VcSimSpread {
+    kube: kube::Client,
+    ns: String,
+    /// Failure domain, vcsim, its client, its proxy.
+    pub sites: Vec<(&'static str, Vcsim, Client, Proxy)>,
+    controllers: Controllers,
+}
+
+impl ProviderUnderTest for VcSimSpread {
+    const NAME: &'static str = "vss";
+    const CLUSTER_KIND: &'static str = VcSim::CLUSTER_KIND;
+    const MACHINE_KIND: &'static str = VcSim::MACHINE_KIND;
+    const PROVIDER_ID_PREFIX: &'static str = VcSim::PROVIDER_ID_PREFIX;
+    const BAD_TEMPLATE_REASON: &'static str = VcSim::BAD_TEMPLATE_REASON;
+    const MISSING_TEMPLATE: &'static str = VcSim::MISSING_TEMPLATE;
+    const BAD_ACCESS_REASONS: &'static [&'static str] = VcSim::BAD_ACCESS_REASONS;
+    const OUTAGE_MESSAGE: &'static str = VcSim::OUTAGE_MESSAGE;
+    const PROVISIONING_WRITES: usize = VcSim::PROVISIONING_WRITES;
+    const NETWORK: &'static str = VcSim::NETWORK;
+
+    async fn setup(kube: kube::Client, ns: &str) -> Result<Self> {
+        // `remote` first: scenarios send their first machine to the first failure domain.
+        let mut sites = Vec::new();
+        for name in ["remote", "home"] {
+            let (sim, vc, proxy) = start_vcenter(1).await?;
+            sites.push((name, sim, vc, proxy));
+        }
+        Ok(Self {
+            kube,
+            ns: ns.to_owned(),
+            sites,
+            controllers: Controllers::default(),
+        })
+    }
+
+    fn failure_domains(&self) -> Vec<String> {
+        self.sites.iter().map(|(name, ..)| (*name).to_owned()).collect()
+    }
+
+    async fn cluster_spec(&self, access: Access) -> Result<Value> {
+        let (mut spec, mut domains) = (json!({}), Vec::new());
+        for (name, sim, _, proxy) in &self.sites {
+            let secret = format!("vc-{name}");
+            credentials_secret(&self.kube, &self.ns, &secret, access).await?;
+            let mut domain = json!({"name": name, "computeCluster": "DC0_C0", "datastore": "LocalDS_0"});
+            let connection = json!({
+                "server": proxy.addr,
+                "credentialsRef": {"name": secret},
+                "tls": {"sha256Fingerprint": sim.thumbprint},
+            });
+            let target = if *name == "home" { &mut spec } else { &mut domain };
+            for (key, value) in connection.as_object().into_iter().flatten() {
+                target[key] = value.clone();
+            }
+            if *name == "remote" {
+                domain["datacenter"] = json!("DC0");
+            }
+            domains.push(domain);
+        }
+        spec["datacenter"] = json!("DC0");
+        spec["failureDomains"] = json!(domains);
+        Ok(spec)
+    }
+
+    fn machine_spec(&self, template: Template) -> Value {
+        machine_spec(template)
+    }
+
+    fn start(&mut self) {
+        start_controllers(&self.kube, &self.ns, &mut self.controllers);
+    }
+
+    async fn stop(&mut self) {
+        self.controllers.stop().await;
+    }
+
+    async fn vms(&self, machines: &[MachineHint]) -> Result<Vec<Vm>> {
+        let mut vms = Vec::new();
+        for (name, _, vc, _) in &self.sites {
+            for (vm, info) in owned_vms(vc, machines).await? {
+                let cluster = compute_cluster(vc, &vm).await?;
+                anyhow::ensure!(
+                    cluster.as_deref() == Some("DC0_C0"),
+                    "VM {} of {name} in {cluster:?}",
+                    vm.value
+                );
+                vms.push(vm_of(
+                    MoRef::new("VirtualMachine", format!("{name}/{}", vm.value)),
+                    &info,
+                    Some((*name).to_owned()),
+                ));
+            }
+        }
+        Ok(vms)
+    }
+
+    async fn boot_guests(&self, machines: &[MachineHint]) -> Result<()> {
+        for (_, _, vc, _) in &self.sites {
+            boot_guests(vc, machines).await?;
+        }
+        Ok(())
+    }
+
+    async fn slow_down(&self) -> Result<()> {
+        for (.., proxy) in &self.sites {
+            proxy.delay_ms.store(40, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    async fn outage(&self, down: bool) -> Result<()> {
+        for (.., proxy) in &self.sites {
+            proxy.down.store(down, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn secrets(&self) -> Vec<String> {
+        vec![PASSWORD.to_owned(), WRONG_PASSWORD.to_owned()]
     }
 }
 
 /// A TCP proxy on loopback in front of vcsim (TLS passes through untouched) that holds every
 /// client-to-server chunk for `delay_ms`, and while `down` closes every connection.
-struct Proxy {
+pub struct Proxy {
     addr: String,
     delay_ms: Arc<AtomicU64>,
     down: Arc<AtomicBool>,
@@ -289,6 +461,13 @@ impl Proxy {
             down,
             accept,
         })
+    }
+}
+
+impl Proxy {
+    /// Cuts (or restores) every connection through this proxy.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Relaxed);
     }
 }
 

@@ -4,7 +4,8 @@
 //! initramfs built by `tests/guest/build.sh`; provisioning creates the overlay boot disk and
 //! the seed volume through the real daemon, the guest gets a DHCP lease (the address the
 //! provider reports) and prints the seed's meta-data, the sha256 of its user-data and the
-//! output of the user-data script to its serial console, which libvirt logs to a file. Then the
+//! output of the user-data script (among it the size of its data disk) to its serial console,
+//! which libvirt logs to a file. Then the
 //! running guest is reconfigured (more cores and memory): the guest has no ACPI handling, so it
 //! is powered off hard after the shutdown timeout, redefined and started, with the same domain
 //! and boot disk.
@@ -79,17 +80,7 @@ async fn daemon() -> Option<Arc<VirtHypervisor>> {
 #[tokio::test]
 async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     let Some(hv) = daemon().await else { return };
-    let build = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/guest/build.sh"))
-        .arg(BOOT_DIR)
-        .status()
-        .expect("running tests/guest/build.sh");
-    assert!(build.success(), "building the test guest failed");
-    let base = "banlieue-test-base.qcow2";
-    if hv.volume(POOL, base).await.unwrap().is_none() {
-        hv.create_volume(POOL, &xml::plain_volume_xml(base, 64 << 20, "qcow2"))
-            .await
-            .unwrap();
-    }
+    let base = guest_and_base_volume(&hv).await;
 
     let uid = pseudo_uuid();
     let owner = Owner {
@@ -103,21 +94,17 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         "source": {"volume": base, "pool": POOL},
         "cpu": {"cores": 1},
         "memoryMiB": 256,
-        "disks": [{"name": "root", "sizeGiB": 1}],
+        "disks": [{"name": "root", "sizeGiB": 1}, {"name": "data", "sizeGiB": 2}],
         "networks": [{"name": "eth0", "network": NETWORK}],
     }))
     .unwrap();
-    let settings = Settings {
-        domain_type: DomainType::Qemu,
-        serial_log_dir: Some(SERIAL_DIR.into()),
-        kernel_boot: Some(KernelBoot {
-            kernel: format!("{BOOT_DIR}/vmlinuz"),
-            initrd: format!("{BOOT_DIR}/initrd.gz"),
-            cmdline: "console=ttyS0 panic=-1".into(),
-        }),
-    };
+    let settings = tcg_settings();
     let token = format!("token-{}", &uid[24..]);
-    let user_data = format!("#!/bin/sh\necho \"BANLIEUE user-data says {token}\"\n");
+    // The guest also says what its second disk (the data disk, virtio `vdb`) holds: its size
+    // in 512-byte sectors.
+    let user_data = format!(
+        "#!/bin/sh\necho \"BANLIEUE user-data says {token}\"\necho \"BANLIEUE data disk sectors $(cat /sys/block/vdb/size)\"\n"
+    );
     let input = MachineInput {
         imports: &IMPORTS,
         owner: &owner,
@@ -135,31 +122,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         hv: hv.clone(),
     }];
 
-    let started = Instant::now();
-    let mut phase = Phase::SelectHost;
-    let done = loop {
-        let data = phase.needs_bootstrap_data().then_some(user_data.as_bytes());
-        let step = provision::provision(&hosts, &input, phase.clone(), data)
-            .await
-            .expect("provisioning step");
-        phase = step.phase.clone().expect("phase");
-        if let Some(done) = step.provisioned {
-            // The busybox guest runs no QEMU guest agent: libvirt says the agent is not
-            // connected, which is cloud-init not done yet (not an error).
-            assert_eq!(
-                step.cloud_init,
-                Some(banlieue_provider_kit::cloud_init::CloudInit::Running),
-                "cloud-init asked through the real daemon's agent channel"
-            );
-            break done;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "no lease after 300 s"
-        );
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
-    eprintln!("boot to lease: {:.1} s", started.elapsed().as_secs_f64());
+    let (mut phase, done) = provision_until_lease(&hosts, &input, &user_data).await;
     assert_eq!(done.provider_id, format!("libvirt://localhost/{uid}"));
     let ip = done
         .addresses
@@ -171,13 +134,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     assert!(ip.starts_with("10.213.0."), "{ip} is not on {NETWORK}");
 
     let domain = format!("{}_{}", owner.namespace, owner.name);
-    let log_path = format!("{SERIAL_DIR}/{domain}.serial");
-    let mut log = String::new();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !log.contains("BANLIEUE ready") && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        log = std::fs::read_to_string(Path::new(&log_path)).unwrap_or_default();
-    }
+    let (log_path, log) = serial_log_until_ready(&domain).await;
     let digest = hex::encode(Sha256::digest(user_data.as_bytes()));
 
     // Reconfigure the running guest (1 → 2 cores, 256 → 384 MiB), a restart allowed: shutdown,
@@ -252,6 +209,10 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         log.contains(&format!("BANLIEUE user-data says {token}")),
         "serial log:\n{log}"
     );
+    assert!(
+        log.contains(&format!("BANLIEUE data disk sectors {}", (2u64 << 30) / 512)),
+        "the guest does not see a 2 GiB data disk; serial log:\n{log}"
+    );
 
     let note = cleanup.expect("deletion");
     assert!(note.contains("destroyed and undefined"), "{note}");
@@ -264,7 +225,158 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         hv.volume(POOL, &format!("{domain}-seed.iso")).await.unwrap(),
         None
     );
+    assert_eq!(
+        hv.volume(POOL, &format!("{domain}-data.qcow2")).await.unwrap(),
+        None,
+        "the data disk is deleted with the machine"
+    );
     let _ = std::fs::remove_file(&log_path);
+}
+
+/// A machine given UEFI firmware and a TPM boots on OVMF (libvirt's firmware auto-selection,
+/// Debian's `ovmf`) with an emulated TPM 2.0 (`swtpm`): the guest sees EFI and the TPM, and
+/// deleting the machine removes the domain with its NVRAM and TPM state.
+#[tokio::test]
+async fn a_guest_given_uefi_firmware_and_a_tpm_sees_both() {
+    let Some(hv) = daemon().await else { return };
+    let base = guest_and_base_volume(&hv).await;
+    let uid = pseudo_uuid();
+    let owner = Owner {
+        uid: uid.clone(),
+        namespace: "qemu-test".into(),
+        name: format!("efi-{}", &uid[28..]),
+    };
+    let spec: LibvirtMachineSpec = serde_json::from_value(serde_json::json!({
+        "source": {"volume": base, "pool": POOL},
+        "cpu": {"cores": 1},
+        "memoryMiB": 256,
+        "firmware": "UEFI",
+        "tpm": true,
+        "networks": [{"name": "eth0", "network": NETWORK}],
+    }))
+    .unwrap();
+    let settings = tcg_settings();
+    let user_data = "#!/bin/sh\n\
+        [ -d /sys/firmware/efi ] && echo \"BANLIEUE firmware efi $(cat /sys/firmware/efi/fw_platform_size)\"\n\
+        [ -e /sys/class/tpm/tpm0 ] && echo \"BANLIEUE tpm version $(cat /sys/class/tpm/tpm0/tpm_version_major)\"\n";
+    let input = MachineInput {
+        imports: &IMPORTS,
+        owner: &owner,
+        spec: &spec,
+        uuid: &uid,
+        failure_domain: None,
+        settings: &settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+        pool_addresses: &NO_POOL,
+        ask_cloud_init: true,
+    };
+    let hosts = [Host {
+        name: "localhost".into(),
+        hv: hv.clone(),
+    }];
+    let booted = tokio::time::timeout(Duration::from_secs(400), async {
+        provision_until_lease(&hosts, &input, user_data).await;
+        serial_log_until_ready(&format!("{}_{}", owner.namespace, owner.name)).await
+    })
+    .await;
+    let cleanup = provision::delete(&*hv, &owner, &spec, &uid).await;
+    let (log_path, log) = booted.expect("booted within 400 s");
+    let _ = std::fs::remove_file(&log_path);
+    assert!(
+        log.contains("BANLIEUE firmware efi 64"),
+        "the guest did not boot on UEFI; serial log:\n{log}"
+    );
+    assert!(
+        log.contains("BANLIEUE tpm version 2"),
+        "the guest sees no TPM 2.0; serial log:\n{log}"
+    );
+    let note = cleanup.expect("deletion");
+    assert!(note.contains("destroyed and undefined"), "{note}");
+    assert_eq!(hv.domain_by_uuid(&uid).await.unwrap(), None);
+}
+
+/// Builds the test guest (kernel + initramfs in [`BOOT_DIR`]) and makes sure its (empty) base
+/// volume exists; returns the base volume's name.
+async fn guest_and_base_volume(hv: &VirtHypervisor) -> &'static str {
+    // One test at a time: the tests run in parallel and share the guest's files and volume.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<bool> = tokio::sync::Mutex::const_new(false);
+    let mut built = ONE_AT_A_TIME.lock().await;
+    if !*built {
+        let build = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/guest/build.sh"))
+            .arg(BOOT_DIR)
+            .status()
+            .expect("running tests/guest/build.sh");
+        assert!(build.success(), "building the test guest failed");
+        *built = true;
+    }
+    let base = "banlieue-test-base.qcow2";
+    if hv.volume(POOL, base).await.unwrap().is_none() {
+        hv.create_volume(POOL, &xml::plain_volume_xml(base, 64 << 20, "qcow2"))
+            .await
+            .unwrap();
+    }
+    base
+}
+
+/// TCG, the serial console logged under [`SERIAL_DIR`], the test guest booted directly.
+fn tcg_settings() -> Settings {
+    Settings {
+        domain_type: DomainType::Qemu,
+        serial_log_dir: Some(SERIAL_DIR.into()),
+        kernel_boot: Some(KernelBoot {
+            kernel: format!("{BOOT_DIR}/vmlinuz"),
+            initrd: format!("{BOOT_DIR}/initrd.gz"),
+            cmdline: "console=ttyS0 panic=-1".into(),
+        }),
+    }
+}
+
+/// Runs provisioning steps until the machine is provisioned (its guest has a lease); the last
+/// phase and what was provisioned.
+async fn provision_until_lease(
+    hosts: &[Host<VirtHypervisor>],
+    input: &MachineInput<'_>,
+    user_data: &str,
+) -> (Phase, provision::Done) {
+    let started = Instant::now();
+    let mut phase = Phase::SelectHost;
+    loop {
+        let data = phase.needs_bootstrap_data().then_some(user_data.as_bytes());
+        let step = provision::provision(hosts, input, phase.clone(), data)
+            .await
+            .expect("provisioning step");
+        phase = step.phase.clone().expect("phase");
+        if let Some(done) = step.provisioned {
+            // The busybox guest runs no QEMU guest agent: libvirt says the agent is not
+            // connected, which is cloud-init not done yet (not an error).
+            assert_eq!(
+                step.cloud_init,
+                Some(banlieue_provider_kit::cloud_init::CloudInit::Running),
+                "cloud-init asked through the real daemon's agent channel"
+            );
+            eprintln!("boot to lease: {:.1} s", started.elapsed().as_secs_f64());
+            return (phase, done);
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no lease after 300 s"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// The serial log of `domain` once the guest says `BANLIEUE ready` (or after 120 s), and its
+/// path.
+async fn serial_log_until_ready(domain: &str) -> (String, String) {
+    let log_path = format!("{SERIAL_DIR}/{domain}.serial");
+    let mut log = String::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !log.contains("BANLIEUE ready") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        log = std::fs::read_to_string(Path::new(&log_path)).unwrap_or_default();
+    }
+    (log_path, log)
 }
 
 /// An image served over HTTP is imported into the real `default` pool: the daemon accepts the

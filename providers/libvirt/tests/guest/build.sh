@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the tiny test guest for the real QEMU test: Debian's kernel (linux-image-amd64) and a
-# busybox initramfs (~2 MB) that loads the virtio/AHCI/iso9660 modules, gets an address by
+# busybox initramfs (~2 MB) that loads the virtio (network, disks)/AHCI/iso9660 modules, gets an address by
 # DHCP, mounts the NoCloud seed (the `cidata` cdrom), prints its meta-data and the sha256 of
 # its user-data to the serial console, and runs the user-data if it starts with `#!`.
 # Usage: build.sh OUTDIR  → OUTDIR/vmlinuz, OUTDIR/initrd.gz
@@ -34,7 +34,7 @@ add() {
     for o in "${order[@]:-}"; do [ "$o" = "$path" ] && return 0; done
     order+=("$path")
 }
-for m in ahci sr_mod isofs virtio_pci virtio_net; do add "$m"; done
+for m in ahci sr_mod isofs virtio_pci virtio_net virtio_blk; do add "$m"; done
 for p in "${order[@]}"; do
     cp "$moddir/$p" "$root/lib/modules/"
     basename "$p" >>"$root/lib/modules/order"

@@ -122,7 +122,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         hv: hv.clone(),
     }];
 
-    let (mut phase, done) = provision_until_lease(&hosts, &input, &user_data).await;
+    let (phase, done) = provision_until_lease(&hosts, &input, &user_data).await;
     assert_eq!(done.provider_id, format!("libvirt://localhost/{uid}"));
     let ip = done
         .addresses

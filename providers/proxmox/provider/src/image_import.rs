@@ -17,7 +17,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use banlieue_api::common::ImageDownload;
-use banlieue_api::infrastructure::ProxmoxMachineSpec;
+use banlieue_api::infrastructure::{ProxmoxMachineSpec, VmidRange};
 use banlieue_provider_kit::image::{
     IMAGE_CHECKSUM_MISMATCH, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports,
     shown_url,
@@ -89,11 +89,14 @@ pub fn effective_spec(spec: &ProxmoxMachineSpec) -> Cow<'_, ProxmoxMachineSpec> 
 
 /// Where the template of `spec.source.image` stands on `node`: `Ok(None)` when it is there,
 /// `Ok(Some(progress))` while it is being made, an error when making it failed.
+/// The template's VMID comes from `vmid_range` when one is given (the machine's, else its
+/// cluster's), else from Proxmox's next free VMID.
 pub fn ensure<H: Hypervisor>(
     hv: &H,
     guests: &[crate::hypervisor::Guest],
     node: &str,
     spec: &ProxmoxMachineSpec,
+    vmid_range: Option<&VmidRange>,
 ) -> Result<Option<String>, StepError> {
     let Some(image) = &spec.source.image else {
         return Ok(None);
@@ -124,6 +127,7 @@ pub fn ensure<H: Hypervisor>(
         storage,
         disk_storage,
         image: image.clone(),
+        vmid_range: vmid_range.cloned(),
     };
     match IMPORTS.poll(&key, image, move |progress: Arc<ImportProgress>| async move {
         job.run(&progress).await
@@ -164,6 +168,7 @@ struct Job<H> {
     storage: String,
     disk_storage: String,
     image: ImageDownload,
+    vmid_range: Option<VmidRange>,
 }
 
 impl<H: Hypervisor> Job<H> {
@@ -239,7 +244,7 @@ impl<H: Hypervisor> Job<H> {
                 }
             })?;
         }
-        let vmid = hv.next_vmid().await.map_err(|e| failed("choosing a VMID", e))?;
+        let vmid = self.free_vmid().await?;
         let sum = self.image.checksum.to_ascii_lowercase();
         let config = ConfigUpdate::default()
             .set("name", template_vm_name(&self.image))
@@ -275,6 +280,39 @@ impl<H: Hypervisor> Job<H> {
                 permanent: false,
             })?;
         self.to_template(vmid, &tag).await
+    }
+
+    /// A free VMID for the template: the first free one of the range, else Proxmox's proposal.
+    async fn free_vmid(&self) -> Result<u32, ImportFailure> {
+        let hv = &self.hv;
+        let Some(range) = &self.vmid_range else {
+            return hv.next_vmid().await.map_err(|e| failed("choosing a VMID", e));
+        };
+        let used: std::collections::HashSet<u32> = hv
+            .guests()
+            .await
+            .map_err(|e| failed("listing guests", e))?
+            .iter()
+            .map(|g| g.vmid)
+            .collect();
+        for id in (range.start..=range.end).filter(|id| !used.contains(id)) {
+            // Asked of Proxmox too: a container may hold it (the listing has QEMU guests only).
+            if hv
+                .vmid_is_free(id)
+                .await
+                .map_err(|e| failed("checking a VMID", e))?
+            {
+                return Ok(id);
+            }
+        }
+        Err(ImportFailure {
+            reason: IMAGE_IMPORT_FAILED,
+            message: format!(
+                "no free VMID in vmidRange {}-{} for the image's template: widen the range or free a VMID",
+                range.start, range.end
+            ),
+            permanent: true,
+        })
     }
 
     /// The VM this import makes on the node, if there is one. Only the import's own VM counts:

@@ -503,6 +503,11 @@ fn task_failed(again: Phase, reason: &'static str, upid: &Upid, exitstatus: &str
     }
 }
 
+/// The VMIDs new VMs of this machine get: the machine's `vmidRange`, else its cluster's.
+fn vmid_range<'a>(input: &MachineInput<'a>) -> Option<&'a banlieue_api::infrastructure::VmidRange> {
+    input.spec.vmid_range.as_ref().or(input.cluster_vmid_range)
+}
+
 async fn allocate_vmid<H: Hypervisor>(
     hv: &H,
     input: &MachineInput<'_>,
@@ -510,7 +515,7 @@ async fn allocate_vmid<H: Hypervisor>(
 ) -> Result<u32, StepError> {
     let reason = "VMIDAllocationFailed";
     let pve = |e| pve_error(reason, e);
-    if let Some(range) = input.spec.vmid_range.as_ref().or(input.cluster_vmid_range) {
+    if let Some(range) = vmid_range(input) {
         let used: std::collections::HashSet<u32> =
             hv.guests().await.map_err(pve)?.iter().map(|g| g.vmid).collect();
         // The listing holds QEMU guests only: PVE itself is asked whether the VMID is free, so a
@@ -1116,7 +1121,7 @@ async fn clone<H: Hypervisor>(
             ),
         ));
     }
-    if let Some(how_far) = image_import::ensure(hv, &guests, &loc.node, input.spec)? {
+    if let Some(how_far) = image_import::ensure(hv, &guests, &loc.node, input.spec, vmid_range(input))? {
         let mut step = Step::wait(Phase::Clone(loc), IMPORT_POLL, how_far);
         step.waiting_reason = Some(IMPORTING_IMAGE);
         return Ok(step);

@@ -1073,6 +1073,41 @@ async fn an_image_from_a_url_becomes_one_template_per_node_that_machines_clone()
     Ok(())
 }
 
+/// The template made from an image takes its VMID from the machine's `vmidRange` (as the
+/// machine's own VM does), not from Proxmox's next free VMID.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_images_template_takes_its_vmid_from_the_machines_range() -> Result<()> {
+    use sha2::Digest;
+    let image = qcow2_image(b"ranged");
+    let server =
+        banlieue_testenv::files::FileServer::start([("/ranged.img".to_owned(), image.clone())]).await?;
+    let (sim, client) = sim().await?;
+    let mut spec = image_spec(
+        &server.url("/ranged.img"),
+        &hex::encode(sha2::Sha256::digest(&image)),
+    );
+    spec.vmid_range = Some(banlieue_api::infrastructure::VmidRange {
+        start: 5000,
+        end: 5009,
+    });
+    let tag = banlieue_proxmox::image_import::image_tag(spec.source.image.as_ref().context("image")?);
+    let (_, phase) = drive_image(&client, &input(&spec, UID)).await;
+    let phase = phase?;
+    let templates = image_templates(&sim, &tag);
+    assert_eq!(templates.len(), 1);
+    assert!(
+        (5000..=5009).contains(&templates[0].vmid),
+        "the template's VMID {} is outside vmidRange 5000-5009",
+        templates[0].vmid
+    );
+    let machine = phase.location().context("a VM")?.vmid;
+    assert!((5000..=5009).contains(&machine), "the machine's VMID {machine}");
+    assert_ne!(machine, templates[0].vmid);
+    delete_as(&client, UID, &phase).await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_whose_checksum_differs_is_refused_by_proxmox_and_nothing_is_made() -> Result<()> {
     use sha2::Digest;

@@ -36,6 +36,10 @@ pub enum Trust {
     /// Exactly the leaf certificate with this SHA-256 digest; chain and host name are not
     /// checked, the handshake signatures made with its key are.
     Pinned([u8; 32]),
+    /// Exactly the leaf certificate with this SHA-1 digest, as vSphere names an ESXi host's
+    /// certificate (`sslThumbprint` of a lease's upload URL, read from vCenter over a verified
+    /// connection); otherwise as [`Trust::Pinned`].
+    PinnedSha1([u8; 20]),
     /// Any certificate. Only for an explicit opt-in (a lab); never the default.
     Insecure,
 }
@@ -43,8 +47,10 @@ pub enum Trust {
 /// A TLS configuration that cannot be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// A pin is not 32 hex-encoded bytes.
-    #[error("SHA-256 {text:?}: expected 32 hex-encoded bytes (64 hex digits, `:` optional)")]
+    /// A pin is not hex-encoded bytes of its digest's length.
+    #[error(
+        "certificate digest {text:?}: expected 32 (SHA-256) or 20 (SHA-1) hex-encoded bytes, `:` optional"
+    )]
     Pin {
         /// The text given.
         text: String,
@@ -79,6 +85,32 @@ pub fn parse_sha256(text: &str) -> Result<[u8; 32], ConfigError> {
         *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
     }
     Ok(out)
+}
+
+/// Parses a SHA-1 digest: 20 bytes as hex, with or without `:` separators (vSphere's
+/// `sslThumbprint`).
+pub fn parse_sha1(text: &str) -> Result<[u8; 20], ConfigError> {
+    let hex: Vec<u8> = text
+        .bytes()
+        .filter(|c| *c != b':' && !c.is_ascii_whitespace())
+        .collect();
+    let bad = || ConfigError::Pin {
+        text: text.to_owned(),
+    };
+    if hex.len() != 40 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 20];
+    for (byte, pair) in out.iter_mut().zip(hex.chunks(2)) {
+        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
+        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+/// The SHA-1 digest of a DER certificate as `AB:CD:…` (vSphere's `sslThumbprint` notation).
+pub fn sha1_of(der: &[u8]) -> String {
+    hex_colon(ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, der).as_ref())
 }
 
 /// The SHA-256 digest of a DER certificate as `AB:CD:…` (PVE's and vCenter's notation).
@@ -134,7 +166,8 @@ pub fn client_config(trust: &Trust) -> Result<rustls::ClientConfig, ConfigError>
             }
             explained(roots, "the configured CA bundle")?
         }
-        Trust::Pinned(pin) => pinned(Some(*pin)),
+        Trust::Pinned(pin) => pinned(Some(LeafDigest::Sha256(*pin))),
+        Trust::PinnedSha1(pin) => pinned(Some(LeafDigest::Sha1(*pin))),
         Trust::Insecure => pinned(None),
     };
     Ok(builder
@@ -253,11 +286,35 @@ impl ServerCertVerifier for ExplainingVerifier {
     }
 }
 
-/// Accepts the leaf whose SHA-256 is `pin` (any leaf when `None`: the insecure opt-in), and
+/// The digest a leaf certificate is pinned by.
+#[derive(Clone, Copy, Debug)]
+enum LeafDigest {
+    Sha256([u8; 32]),
+    Sha1([u8; 20]),
+}
+
+impl LeafDigest {
+    /// Whether `der` is the pinned certificate; else its digest and the pinned one, named.
+    fn check(&self, der: &[u8]) -> Result<(), (String, String, &'static str)> {
+        let (presented, pinned, name) = match self {
+            Self::Sha256(pin) if Sha256::digest(der).as_slice() == pin => return Ok(()),
+            Self::Sha1(pin)
+                if ring::digest::digest(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY, der).as_ref() == pin =>
+            {
+                return Ok(());
+            }
+            Self::Sha256(pin) => (sha256_of(der), hex_colon(pin), "SHA-256"),
+            Self::Sha1(pin) => (sha1_of(der), hex_colon(pin), "SHA-1"),
+        };
+        Err((presented, pinned, name))
+    }
+}
+
+/// Accepts the leaf whose digest is `pin` (any leaf when `None`: the insecure opt-in), and
 /// still verifies the handshake signatures against that leaf's public key.
 #[derive(Debug)]
 struct PinnedVerifier {
-    pin: Option<[u8; 32]>,
+    pin: Option<LeafDigest>,
     algs: WebPkiSupportedAlgorithms,
 }
 
@@ -270,18 +327,16 @@ impl ServerCertVerifier for PinnedVerifier {
         _ocsp: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self.pin {
-            None => Ok(ServerCertVerified::assertion()),
-            Some(pin) if Sha256::digest(leaf.as_ref()).as_slice() == pin => {
-                Ok(ServerCertVerified::assertion())
-            }
-            Some(pin) => Err(rejected(
+        let Some(pin) = self.pin else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match pin.check(leaf.as_ref()) {
+            Ok(()) => Ok(ServerCertVerified::assertion()),
+            Err((presented, pinned, digest)) => Err(rejected(
                 TlsFailureKind::FingerprintMismatch,
                 format!(
-                    "fingerprint mismatch: {} presented a certificate with SHA-256 {}, expected (pinned) {}",
+                    "fingerprint mismatch: {} presented a certificate with {digest} {presented}, expected (pinned) {pinned}",
                     name.to_str(),
-                    sha256_of(leaf.as_ref()),
-                    hex_colon(&pin)
                 ),
             )),
         }
@@ -613,5 +668,25 @@ mod tests {
         client_config(&Trust::WebPki).unwrap();
         client_config(&Trust::Insecure).unwrap();
         client_config(&Trust::Pinned([0; 32])).unwrap();
+        client_config(&Trust::PinnedSha1([0; 20])).unwrap();
+    }
+
+    #[test]
+    fn a_sha1_pin_accepts_its_leaf_only_and_names_both_digests() {
+        // SHA-1("abc"), as vSphere writes an sslThumbprint.
+        let abc = "A9:99:3E:36:47:06:81:6A:BA:3E:25:71:78:50:C2:6C:9C:D0:D8:9D";
+        assert_eq!(sha1_of(b"abc"), abc);
+        let pin = parse_sha1(abc).unwrap();
+        assert_eq!(parse_sha1(&abc.replace(':', "").to_lowercase()).unwrap(), pin);
+        assert!(parse_sha1("A9:99").is_err());
+        assert!(parse_sha1(&"ZZ".repeat(20)).is_err());
+        assert_eq!(LeafDigest::Sha1(pin).check(b"abc"), Ok(()));
+        let (presented, pinned, digest) = LeafDigest::Sha1(pin).check(b"abd").unwrap_err();
+        assert_eq!(
+            (presented, pinned.as_str(), digest),
+            (sha1_of(b"abd"), abc, "SHA-1")
+        );
+        // A SHA-256 pin of the same bytes is another digest.
+        assert!(LeafDigest::Sha256([0; 32]).check(b"abc").is_err());
     }
 }

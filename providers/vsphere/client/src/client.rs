@@ -105,6 +105,7 @@ impl ClientBuilder {
             inner: Arc::new(Inner {
                 http,
                 upload_http,
+                connect_timeout: self.connect_timeout,
                 endpoint,
                 username: self.username,
                 password: self.password,
@@ -160,6 +161,8 @@ struct Inner {
     http: HyperClient<HttpsConnector, Full<Bytes>>,
     /// The same connection settings for uploads (disks of an imported OVF).
     upload_http: HyperClient<HttpsConnector, UploadBody>,
+    /// TCP connect plus TLS handshake timeout (for the upload clients of other hosts too).
+    connect_timeout: Duration,
     endpoint: http::Uri,
     username: String,
     password: Secret,
@@ -535,6 +538,23 @@ impl Client {
     }
 
     /// `url` with a `*` host (what a lease hands out) replaced by this client's server.
+    /// An upload client for another host than vCenter whose certificate has the SHA-1
+    /// `thumbprint`.
+    fn host_upload_client(&self, thumbprint: &str) -> Result<HyperClient<HttpsConnector, UploadBody>> {
+        let pin = banlieue_provider_runtime::tls::parse_sha1(thumbprint)
+            .map_err(|e| Error::Config(format!("the lease's sslThumbprint: {e}")))?;
+        let tls = banlieue_provider_runtime::tls::client_config(
+            &banlieue_provider_runtime::tls::Trust::PinnedSha1(pin),
+        )
+        .map_err(|e| Error::Config(e.to_string()))?;
+        let connector = HttpsConnector {
+            tls: tokio_rustls::TlsConnector::from(Arc::new(tls)),
+            connect_timeout: self.inner.connect_timeout,
+            server_name: None,
+        };
+        Ok(HyperClient::builder(TokioExecutor::new()).build(connector))
+    }
+
     pub(crate) fn on_server(&self, url: &str) -> String {
         match self.inner.endpoint.authority() {
             Some(authority) => url.replacen("://*", &format!("://{authority}"), 1),
@@ -542,22 +562,30 @@ impl Client {
         }
     }
 
-    /// Sends `body` to `url` with `method` and the session cookie; `what` names the upload in
-    /// errors. Bounded by `timeout`.
+    /// Sends `body` to `target` with `method`; `what` names the upload in errors. Bounded by
+    /// `timeout`. To vCenter itself: its connection settings and the session cookie. To another
+    /// host (an ESXi host of a lease): no cookie, and its certificate pinned by the thumbprint
+    /// vCenter gave (else vCenter's trust settings, which a host's certificate may not meet).
     pub(crate) async fn upload(
         &self,
         method: Method,
-        url: &str,
+        target: UploadTarget<'_>,
         length: u64,
         body: UploadBody,
         timeout: Duration,
         what: &str,
     ) -> Result<()> {
-        let cookie = self.session_cookie().await?;
+        let url = target.url;
         let uri: http::Uri = self
             .on_server(url)
             .parse()
             .map_err(|e| Error::Config(format!("upload URL {url:?}: {e}")))?;
+        let to_vcenter = uri.authority() == self.inner.endpoint.authority();
+        let (client, cookie) = match (to_vcenter, target.host_thumbprint) {
+            (true, _) => (self.inner.upload_http.clone(), self.session_cookie().await?),
+            (false, Some(thumbprint)) => (self.host_upload_client(thumbprint)?, None),
+            (false, None) => (self.inner.upload_http.clone(), None),
+        };
         let mut req = Request::builder()
             .method(method)
             .uri(uri)
@@ -568,12 +596,7 @@ impl Client {
         }
         let req = req.body(body).map_err(|e| Error::Config(e.to_string()))?;
         let exchange = async {
-            let resp = self
-                .inner
-                .upload_http
-                .request(req)
-                .await
-                .map_err(|e| classify(what, e))?;
+            let resp = client.request(req).await.map_err(|e| classify(what, e))?;
             let status = resp.status();
             let text = resp
                 .into_body()
@@ -633,6 +656,14 @@ fn classify(method: &str, e: hyper_util::client::legacy::Error) -> Error {
         method,
         source: Box::new(e),
     }
+}
+
+/// Where an upload goes: its URL (host `*`: vCenter's) and, for another host, the SHA-1
+/// thumbprint vCenter gave for that host's certificate.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct UploadTarget<'a> {
+    pub(crate) url: &'a str,
+    pub(crate) host_thumbprint: Option<&'a str>,
 }
 
 #[cfg(test)]

@@ -53,6 +53,9 @@ pub struct LeaseDevice {
     pub import_key: String,
     /// Upload URL (its host may be `*`: the server's).
     pub url: String,
+    /// SHA-1 thumbprint of the certificate of the URL's host (an ESXi host), as vCenter gives
+    /// it: the upload pins it (the host's certificate is not vCenter's).
+    pub ssl_thumbprint: Option<String>,
 }
 
 fn decode(method: &str, message: impl Into<String>) -> Error {
@@ -162,6 +165,10 @@ impl Client {
                                         .trim()
                                         .to_owned(),
                                     url: d.child_text("url").unwrap_or_default().trim().to_owned(),
+                                    ssl_thumbprint: d
+                                        .child_text("sslThumbprint")
+                                        .map(|t| t.trim().to_owned())
+                                        .filter(|t| !t.is_empty()),
                                 })
                                 .collect()
                         })
@@ -190,18 +197,21 @@ impl Client {
         }
     }
 
-    /// Uploads `length` bytes of the local file `path` from `offset` to a lease's device `url`
-    /// (`PUT` for a file the upload creates, else `POST`), streamed; bounded by `timeout`.
+    /// Uploads `length` bytes of the local file `path` from `offset` to a lease's `device`
+    /// (`PUT` for a file the upload creates, else `POST`), streamed; bounded by `timeout`. An
+    /// upload to another host than vCenter (an ESXi host) pins the device's `sslThumbprint` and
+    /// carries no vCenter session cookie (the URL is the ticket).
     #[allow(clippy::too_many_arguments)]
     pub async fn upload_to_lease(
         &self,
-        url: &str,
+        device: &LeaseDevice,
         path: &Path,
         offset: u64,
         length: u64,
         create: bool,
         timeout: Duration,
     ) -> Result<()> {
+        let url = device.url.as_str();
         let what = format!("uploading {} to {}", path.display(), self.on_server(url));
         let io = |e: std::io::Error| Error::Config(format!("{what}: {e}"));
         let mut file = tokio::fs::File::open(path).await.map_err(io)?;
@@ -209,7 +219,11 @@ impl Client {
         let pieces = file_pieces(file, length);
         let body: UploadBody = StreamBody::new(pieces).boxed_unsync();
         let method = if create { Method::PUT } else { Method::POST };
-        self.upload(method, url, length, body, timeout, &what).await
+        let target = crate::client::UploadTarget {
+            url,
+            host_thumbprint: device.ssl_thumbprint.as_deref(),
+        };
+        self.upload(method, target, length, body, timeout, &what).await
     }
 
     /// `HttpNfcLease.HttpNfcLeaseProgress`: keeps the lease alive during long uploads.

@@ -302,3 +302,127 @@ async fn a_pool_lists_its_hosts_with_the_memory_committed_to_their_vms_unless_dr
     );
     Ok(())
 }
+
+/// A TLS server on loopback standing for an ESXi host behind a lease URL: answers every request
+/// `200`, recording each request's header block and body length.
+async fn esxi_host() -> Result<(
+    u16,
+    String,
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<std::sync::Mutex<Vec<(String, usize)>>>,
+)> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()])?;
+    let der = cert.cert.der().to_vec();
+    let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der())
+        .map_err(anyhow::Error::msg)?;
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(vec![der.clone().into()], key)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, record) = (acceptor.clone(), record.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut data = Vec::new();
+                let mut buf = [0u8; 8192];
+                // Headers, then as many body bytes as Content-Length says.
+                let (head, length) = loop {
+                    let Ok(n @ 1..) = tls.read(&mut buf).await else {
+                        return;
+                    };
+                    data.extend_from_slice(&buf[..n]);
+                    if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&data[..end]).to_string();
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        data.drain(..end + 4);
+                        break (head, length);
+                    }
+                };
+                while data.len() < length {
+                    let Ok(n @ 1..) = tls.read(&mut buf).await else {
+                        break;
+                    };
+                    data.extend_from_slice(&buf[..n]);
+                }
+                record.lock().unwrap().push((head, data.len()));
+                let _ = tls
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+                let _ = tls.shutdown().await;
+            });
+        }
+    });
+    Ok((port, banlieue_provider_runtime::tls::sha1_of(&der), task, seen))
+}
+
+/// An upload to a lease URL on another host than vCenter (an ESXi host) pins the SHA-1
+/// `sslThumbprint` vCenter gave for that host and carries no vCenter session cookie; a host
+/// presenting another certificate is refused, naming both digests.
+#[tokio::test]
+async fn a_lease_upload_to_a_host_pins_its_sha1_thumbprint_and_sends_no_vcenter_cookie() -> Result<()> {
+    let sim = Vcsim::start(&[])?;
+    let c = client(&sim)?;
+    c.login().await?;
+    let (port, thumbprint, server, seen) = esxi_host().await?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("disk-0.vmdk");
+    std::fs::write(&path, vec![7u8; 3000])?;
+    let device = |ssl_thumbprint: Option<String>| banlieue_vsphere_client::ovf::LeaseDevice {
+        import_key: "disk:0".into(),
+        url: format!("https://127.0.0.1:{port}/nfc/ticket-1/disk-0.vmdk"),
+        ssl_thumbprint,
+    };
+    c.upload_to_lease(
+        &device(Some(thumbprint.clone())),
+        &path,
+        1000,
+        2000,
+        true,
+        Duration::from_secs(30),
+    )
+    .await?;
+    let requests = seen.lock().unwrap().clone();
+    ensure!(requests.len() == 1, "{requests:?}");
+    let (head, body) = &requests[0];
+    ensure!(head.starts_with("PUT /nfc/ticket-1/disk-0.vmdk"), "{head}");
+    ensure!(*body == 2000, "the 2000 bytes from offset 1000, got {body}");
+    ensure!(
+        !head.to_ascii_lowercase().contains("cookie"),
+        "the vCenter session went to the host: {head}"
+    );
+
+    let wrong = "00:".repeat(19) + "00";
+    let refused = c
+        .upload_to_lease(&device(Some(wrong)), &path, 0, 10, true, Duration::from_secs(30))
+        .await
+        .expect_err("another certificate than the pinned one");
+    let message = refused.to_string();
+    ensure!(
+        message.contains("SHA-1") && message.contains(&thumbprint),
+        "names the digest presented: {message}"
+    );
+    ensure!(
+        seen.lock().unwrap().len() == 1,
+        "nothing was sent to the wrong host"
+    );
+    server.abort();
+    Ok(())
+}

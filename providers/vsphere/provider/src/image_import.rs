@@ -210,7 +210,7 @@ async fn import(
                 shown_url(&image.url)
             ));
             let upload = c.upload_to_lease(
-                &device.url,
+                device,
                 &file,
                 entry.offset,
                 entry.length,

@@ -105,18 +105,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     let user_data = format!(
         "#!/bin/sh\necho \"BANLIEUE user-data says {token}\"\necho \"BANLIEUE data disk sectors $(cat /sys/block/vdb/size)\"\n"
     );
-    let input = MachineInput {
-        imports: &IMPORTS,
-        owner: &owner,
-        spec: &spec,
-        uuid: &uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-        pool_addresses: &NO_POOL,
-        ask_cloud_init: true,
-    };
+    let input = machine_input(&owner, &spec, &uid, &settings);
     let hosts = [Host {
         name: "localhost".into(),
         hv: hv.clone(),
@@ -259,18 +248,7 @@ async fn a_guest_given_uefi_firmware_and_a_tpm_sees_both() {
     let user_data = "#!/bin/sh\n\
         [ -d /sys/firmware/efi ] && echo \"BANLIEUE firmware efi $(cat /sys/firmware/efi/fw_platform_size)\"\n\
         [ -e /sys/class/tpm/tpm0 ] && echo \"BANLIEUE tpm version $(cat /sys/class/tpm/tpm0/tpm_version_major)\"\n";
-    let input = MachineInput {
-        imports: &IMPORTS,
-        owner: &owner,
-        spec: &spec,
-        uuid: &uid,
-        failure_domain: None,
-        settings: &settings,
-        power: PowerState::On,
-        shutdown_requested_at: None,
-        pool_addresses: &NO_POOL,
-        ask_cloud_init: true,
-    };
+    let input = machine_input(&owner, &spec, &uid, &settings);
     let hosts = [Host {
         name: "localhost".into(),
         hv: hv.clone(),
@@ -317,6 +295,28 @@ async fn guest_and_base_volume(hv: &VirtHypervisor) -> &'static str {
             .unwrap();
     }
     base
+}
+
+/// What provisioning a machine of this process takes: powered on, no failure domain, no pool
+/// addresses.
+fn machine_input<'a>(
+    owner: &'a Owner,
+    spec: &'a LibvirtMachineSpec,
+    uuid: &'a str,
+    settings: &'a Settings,
+) -> MachineInput<'a> {
+    MachineInput {
+        imports: &IMPORTS,
+        owner,
+        spec,
+        uuid,
+        failure_domain: None,
+        settings,
+        power: PowerState::On,
+        shutdown_requested_at: None,
+        pool_addresses: &NO_POOL,
+        ask_cloud_init: true,
+    }
 }
 
 /// TCG, the serial console logged under [`SERIAL_DIR`], the test guest booted directly.

@@ -69,27 +69,17 @@ pub enum ConfigError {
 /// Parses a SHA-256 digest: 32 bytes as hex, with or without `:` separators or whitespace,
 /// any case (as PVE and vCenter show certificate fingerprints/thumbprints).
 pub fn parse_sha256(text: &str) -> Result<[u8; 32], ConfigError> {
-    let hex: Vec<u8> = text
-        .bytes()
-        .filter(|c| *c != b':' && !c.is_ascii_whitespace())
-        .collect();
-    let bad = || ConfigError::Pin {
-        text: text.to_owned(),
-    };
-    if hex.len() != 64 {
-        return Err(bad());
-    }
-    let mut out = [0u8; 32];
-    for (byte, pair) in out.iter_mut().zip(hex.chunks(2)) {
-        let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
-        *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
-    }
-    Ok(out)
+    parse_digest(text)
 }
 
 /// Parses a SHA-1 digest: 20 bytes as hex, with or without `:` separators (vSphere's
 /// `sslThumbprint`).
 pub fn parse_sha1(text: &str) -> Result<[u8; 20], ConfigError> {
+    parse_digest(text)
+}
+
+/// `N` bytes as hex, with or without `:` separators or whitespace, any case.
+fn parse_digest<const N: usize>(text: &str) -> Result<[u8; N], ConfigError> {
     let hex: Vec<u8> = text
         .bytes()
         .filter(|c| *c != b':' && !c.is_ascii_whitespace())
@@ -97,10 +87,10 @@ pub fn parse_sha1(text: &str) -> Result<[u8; 20], ConfigError> {
     let bad = || ConfigError::Pin {
         text: text.to_owned(),
     };
-    if hex.len() != 40 {
+    if hex.len() != 2 * N {
         return Err(bad());
     }
-    let mut out = [0u8; 20];
+    let mut out = [0u8; N];
     for (byte, pair) in out.iter_mut().zip(hex.chunks(2)) {
         let pair = std::str::from_utf8(pair).map_err(|_| bad())?;
         *byte = u8::from_str_radix(pair, 16).map_err(|_| bad())?;

@@ -9,6 +9,10 @@ use super::IpPoolReference;
 /// Smallest memory size a machine may ask for, in MiB.
 pub const MIN_MEMORY_MIB: u64 = 128;
 
+/// A Kubernetes label key (an optional DNS-subdomain prefix and `/`, then a name): what
+/// `tagsFromLabels` lists on Proxmox and vSphere machines.
+pub const LABEL_KEY_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
+
 /// Virtual CPU topology.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -19,8 +19,9 @@ pub use capi::{
 };
 pub use download::{ChecksumAlgorithm, ImageDownload};
 pub use machine::{
-    CloneMode, Cpu, Disk, Firmware, IpAddressing, IpAddressingMode, MIN_MEMORY_MIB, NetworkInterface,
-    PowerState, ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy, SeedDriveBus,
+    CloneMode, Cpu, Disk, Firmware, IpAddressing, IpAddressingMode, LABEL_KEY_PATTERN, MIN_MEMORY_MIB,
+    NetworkInterface, PowerState, ProvisioningState, ProvisioningStatus, ReadinessChecks, RestartPolicy,
+    SeedDriveBus,
 };
 pub use references::{
     ContractReference, IpPoolReference, LocalObjectReference, ProviderReference, SecretKeyReference,

@@ -419,7 +419,7 @@ pub struct ProxmoxMachineSpec {
         length(max = 16),
         inner(
             length(min = 1, max = 317),
-            regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+            regex(pattern = crate::common::LABEL_KEY_PATTERN)
         ),
         extend("x-kubernetes-list-type" = "set")
     )]

@@ -1073,6 +1073,49 @@ async fn an_image_from_a_url_becomes_one_template_per_node_that_machines_clone()
     Ok(())
 }
 
+/// Two machines of one image provisioned at the same time share one import: one download
+/// (held by the server until both wait on it), one template, both cloned from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_of_one_image_at_once_share_one_import() -> Result<()> {
+    use sha2::Digest;
+    let image = qcow2_image(b"shared");
+    let server =
+        banlieue_testenv::files::FileServer::holding([("/shared.img".to_owned(), image.clone())]).await?;
+    let (sim, client) = sim().await?;
+    let spec = image_spec(
+        &server.url("/shared.img"),
+        &hex::encode(sha2::Sha256::digest(&image)),
+    );
+    let tag = banlieue_proxmox::image_import::image_tag(spec.source.image.as_ref().context("image")?);
+    let second = "4f1c2d3e-0000-4000-8000-00000000abd1";
+    let (a, mut b) = (input(&spec, UID), input(&spec, second));
+    b.name = "m2";
+    let release = async {
+        // Both machines wait on the held download, then it is answered.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while server.requests().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        server.release();
+    };
+    let ((reasons_a, phase_a), (reasons_b, phase_b), ()) =
+        tokio::join!(drive_image(&client, &a), drive_image(&client, &b), release);
+    assert_eq!(reasons_a, ["ImportingImage"]);
+    assert_eq!(
+        reasons_b,
+        ["ImportingImage"],
+        "the second machine waited on the same import"
+    );
+    let (phase_a, phase_b) = (phase_a?, phase_b?);
+    assert_eq!(server.requests(), ["/shared.img"], "downloaded once");
+    assert_eq!(image_templates(&sim, &tag).len(), 1, "one template");
+    delete_as(&client, UID, &phase_a).await?;
+    delete_as(&client, second, &phase_b).await?;
+    sim.shutdown().await;
+    Ok(())
+}
+
 /// The template made from an image takes its VMID from the machine's `vmidRange` (as the
 /// machine's own VM does), not from Proxmox's next free VMID.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,6 +219,10 @@ pub struct ProxmoxClusterEndpoint {
         "message": "set exactly one of spec.providerRef (a banlieue Provider), spec.endpoint with spec.credentialsRef (one Proxmox VE cluster) or spec.endpoints (several, each a failure domain)"
     },
     {
+        "rule": "!has(oldSelf.endpoints) || has(self.endpoints)",
+        "message": "spec.endpoints cannot be removed: machines keep their VMs on those endpoints (their status.failureDomain names them)"
+    },
+    {
         "rule": "!has(self.endpoints) || !(has(self.credentialsRef) || has(self.tls) || has(self.allowedNodes))",
         "message": "with spec.endpoints, credentialsRef, tls and allowedNodes are set on each endpoint: remove spec.credentialsRef, spec.tls and spec.allowedNodes"
     },

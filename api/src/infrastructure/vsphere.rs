@@ -413,6 +413,11 @@ pub struct VSphereMachineStatus {
     /// The `metadata.generation` this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The vCenter holding the VM when it is a failure domain's own (`failureDomains[].server`
+    /// or its Provider's): a machine whose failure domain names another vCenter later is
+    /// blocked (`VCenterChanged`) instead of looking for its VM where it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// Managed object reference of the VM (`vm-123`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vm_ref: Option<String>,

@@ -109,8 +109,16 @@ async fn provisioning_endpoint<C: Connector>(
         return Ok(Err(unreachable(problems)));
     }
     if let Some(provider_id) = pm.spec.provider_id.as_deref() {
-        // Re-adoption: the endpoint holding the VM (none: the first one says it is missing).
-        let index = holding(&reachable, pm, provider_id).await.unwrap_or(0);
+        // Re-adoption: the endpoint holding the VM; when every endpoint answered that none
+        // does, the first one says it is missing. An endpoint that could not answer may hold
+        // it: nothing is decided until it does.
+        if !problems.is_empty() {
+            return Ok(Err(unreachable(problems)));
+        }
+        let index = match holding(&reachable, pm, provider_id).await {
+            Ok(found) => found.unwrap_or(0),
+            Err(problem) => return Ok(Err(problem)),
+        };
         return Ok(Ok(reachable.into_iter().nth(index).expect("index of reachable")));
     }
     let mut rooms = Vec::with_capacity(reachable.len());
@@ -169,12 +177,16 @@ fn unreachable(problems: Vec<String>) -> Problem {
     )
 }
 
-/// Which of `reachable` holds the VM of `provider_id`, if one does.
+/// Which of `reachable` holds the VM of `provider_id`: `Ok(None)` when every one answered that
+/// none does (or the providerID names no VM), an error when one could not answer.
 async fn holding<H: Hypervisor>(
     reachable: &[Connected<H>],
     pm: &ProxmoxMachine,
     provider_id: &str,
-) -> Option<usize> {
+) -> Result<Option<usize>, Problem> {
+    if readopt::uuid_of(provider_id).is_none() {
+        return Ok(None);
+    }
     let (uid, namespace, name) = (
         pm.uid().unwrap_or_default(),
         pm.namespace().unwrap_or_default(),
@@ -185,29 +197,42 @@ async fn holding<H: Hypervisor>(
         namespace: &namespace,
         name: &name,
     };
+    let mut failed = Vec::new();
     for (index, endpoint) in reachable.iter().enumerate() {
         match readopt::find(&endpoint.hv, owner, provider_id).await {
-            Ok(readopt::Found::Missing) | Err(_) => {}
-            Ok(_) => return Some(index),
+            Ok(readopt::Found::Missing) => {}
+            Ok(_) => return Ok(Some(index)),
+            Err(e) => failed.push(format!("{}: {e}", endpoint.site.as_deref().unwrap_or_default())),
         }
     }
-    None
+    if failed.is_empty() {
+        Ok(None)
+    } else {
+        Err(Problem::new(
+            readopt::ADOPTION_FAILED,
+            format!(
+                "looking for the VM of spec.providerID {provider_id} on every endpoint: {}",
+                failed.join("; ")
+            ),
+        ))
+    }
 }
 
-/// The endpoint a deletion step of `pm` uses: `None` when no VM can exist (a spread cluster's
-/// machine deleted before its endpoint was kept, without a providerID to look for).
+/// The endpoint a deletion step of `pm` uses, with its failure-domain name on a spread
+/// cluster: `None` when no VM can exist (a spread cluster's machine deleted before its endpoint
+/// was kept, without a providerID to look for).
 async fn deletion_endpoint<C: Connector>(
     client: &kube::Client,
     connector: &C,
     pm: &ProxmoxMachine,
     pxc: &ProxmoxCluster,
     secrets: &ReadSecrets<ProxmoxMachine>,
-) -> Result<Result<Option<C::Hv>, Problem>, Error> {
+) -> Result<Result<Option<Connected<C::Hv>>, Problem>, Error> {
     let record = |keys| secrets.record(keys);
     if !endpoints::spread(pxc) {
         return Ok(endpoints::connect(client, connector, pxc, None, record)
             .await?
-            .map(|c| Some(c.hv)));
+            .map(Some));
     }
     if let Some(name) = kept_endpoint(pm) {
         let site = match endpoints::named(pxc, name) {
@@ -222,7 +247,7 @@ async fn deletion_endpoint<C: Connector>(
         };
         return Ok(endpoints::connect(client, connector, pxc, Some(site), record)
             .await?
-            .map(|c| Some(c.hv)));
+            .map(Some));
     }
     let Some(provider_id) = pm.spec.provider_id.as_deref() else {
         return Ok(Ok(None));
@@ -233,8 +258,10 @@ async fn deletion_endpoint<C: Connector>(
     if !problems.is_empty() {
         return Ok(Err(unreachable(problems)));
     }
-    let index = holding(&reachable, pm, provider_id).await;
-    Ok(Ok(index.and_then(|i| reachable.into_iter().nth(i)).map(|c| c.hv)))
+    Ok(match holding(&reachable, pm, provider_id).await {
+        Ok(index) => Ok(index.and_then(|i| reachable.into_iter().nth(i))),
+        Err(problem) => Err(problem),
+    })
 }
 
 impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
@@ -406,17 +433,18 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     ) -> Result<Deleted, Error> {
         let (pm, pxc) = (request.machine, request.cluster);
         let uid = pm.uid().unwrap_or_default();
-        let hv = match deletion_endpoint(client, &self.connector, pm, pxc, request.secrets).await? {
-            Ok(Some(hv)) => hv,
-            Ok(None) => {
-                self.reservations.release(&uid);
-                return Ok(Deleted::Released {
-                    reason: "Deleted",
-                    note: "no VM was created".to_owned(),
-                });
-            }
-            Err(problem) => return Ok(Deleted::Blocked(problem)),
-        };
+        let Connected { hv, site, .. } =
+            match deletion_endpoint(client, &self.connector, pm, pxc, request.secrets).await? {
+                Ok(Some(found)) => found,
+                Ok(None) => {
+                    self.reservations.release(&uid);
+                    return Ok(Deleted::Released {
+                        reason: "Deleted",
+                        note: "no VM was created".to_owned(),
+                    });
+                }
+                Err(problem) => return Ok(Deleted::Blocked(problem)),
+            };
         if pm.status.as_ref().and_then(|s| s.vmid).is_none()
             && let Some(provider_id) = pm.spec.provider_id.as_deref()
         {
@@ -441,6 +469,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 match readopt::on_deletion(found, String::new, readopt::WORDS) {
                     readopt::OnDeletion::Delete(c) => {
                         Phase::Provisioned(c.vm.loc).write(status);
+                        // On a spread cluster, the endpoint it was found on is kept too.
+                        if site.is_some() {
+                            status.failure_domain = site;
+                        }
                         return Ok(Deleted::Again);
                     }
                     readopt::OnDeletion::Release(released) => return Ok(released),

@@ -71,24 +71,42 @@ pub type MachineContext = kit::MachineContext<VSphereMachines>;
 
 impl VSphereMachines {
     /// A client for the vCenter of failure domain `domain` (the VSphereCluster's unless the
-    /// domain names its own), or why there is none.
+    /// domain names its own), with that vCenter's server when it is the domain's own, or why
+    /// there is none. `recorded`: the server the machine's status says holds its VM; another
+    /// one is refused (`VCenterChanged`).
     async fn client(
         &self,
         kube: &kube::Client,
         cluster: &VSphereCluster,
-        domain: Option<&str>,
+        (domain, recorded): (Option<&str>, Option<&str>),
         secrets: &ReadSecrets<VSphereMachine>,
-    ) -> Result<Result<banlieue_vsphere_client::Client, Problem>, Error> {
-        let domain = match domain_entry(cluster, domain) {
-            Ok(domain) => domain,
+    ) -> Result<Result<(banlieue_vsphere_client::Client, Option<String>), Problem>, Error> {
+        let entry = match domain_entry(cluster, domain) {
+            Ok(entry) => entry,
             Err(problem) => return Ok(Err(problem)),
         };
         // The connection's Secrets are watched for the machine too: fixing them wakes it at once.
-        Ok(
-            connection::resolve_for(kube, cluster, domain, |keys| secrets.record(keys))
-                .await?
-                .and_then(|endpoint| self.clients.client(&endpoint)),
-        )
+        let endpoint =
+            match connection::resolve_for(kube, cluster, entry, |keys| secrets.record(keys)).await? {
+                Ok(endpoint) => endpoint,
+                Err(problem) => return Ok(Err(problem)),
+            };
+        let own = entry
+            .is_some_and(VSphereFailureDomain::has_own_server)
+            .then(|| endpoint.server.clone());
+        if let Some(recorded) = recorded
+            && own.as_deref() != Some(recorded)
+        {
+            return Ok(Err(Problem::new(
+                VCENTER_CHANGED,
+                format!(
+                    "this machine's VM is in vCenter {recorded}, but its failure domain {:?} now names {}: put the failure domain's server back (or delete the VM by hand and remove the finalizer)",
+                    domain.unwrap_or_default(),
+                    endpoint.server
+                ),
+            )));
+        }
+        Ok(self.clients.client(&endpoint).map(|client| (client, own)))
     }
 }
 
@@ -134,8 +152,12 @@ impl MachineBackend for VSphereMachines {
             .failure_domain
             .as_deref()
             .or(request.view.failure_domain.as_deref());
-        let client = match self.client(kube, cluster, domain, request.secrets).await {
-            Ok(Ok(client)) => client,
+        let recorded = status.server.clone();
+        let (client, own_server) = match self
+            .client(kube, cluster, (domain, recorded.as_deref()), request.secrets)
+            .await
+        {
+            Ok(Ok(found)) => found,
             Ok(Err(p)) => return Err(StepFailure::unusable(p, provision::PERMANENT_RETRY)),
             Err(error) => {
                 return Err(StepFailure::Transient {
@@ -155,7 +177,7 @@ impl MachineBackend for VSphereMachines {
             name: &name,
             spec: &vm.spec,
             cluster,
-            failure_domain: request.view.failure_domain.as_deref(),
+            failure_domain: domain,
             pool_addresses: request.pool_addresses,
         };
         let desired_power = vm.spec.power_state.unwrap_or(PowerState::On);
@@ -173,6 +195,8 @@ impl MachineBackend for VSphereMachines {
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         let next_now = step.next_now(&from);
         step.phase.write(status);
+        // Kept from the first step on: the clone may have happened in it.
+        status.server = own_server;
         if let Some(fd) = &step.failure_domain {
             status.failure_domain = Some(fd.clone());
         } else if status.failure_domain.is_none() {
@@ -289,18 +313,31 @@ impl MachineBackend for VSphereMachines {
         let vm = request.machine;
         let candidates = deletion_domains(request.cluster, status);
         let mut deleted = None;
+        let recorded = status.server.clone();
         for domain in &candidates {
-            let client = match self
-                .client(kube, request.cluster, domain.as_deref(), request.secrets)
+            let (client, own_server) = match self
+                .client(
+                    kube,
+                    request.cluster,
+                    (domain.as_deref(), recorded.as_deref()),
+                    request.secrets,
+                )
                 .await?
             {
-                Ok(client) => client,
+                Ok(found) => found,
                 Err(problem) => return Ok(Deleted::Blocked(problem)),
             };
             // Released by one vCenter: nothing of this machine there; the next one is looked at.
             match self.delete_on(&client, vm, status).await? {
                 released @ Deleted::Released { .. } => deleted = Some(released),
-                other => return Ok(other),
+                other => {
+                    // Where the VM was found is kept: the next steps look there.
+                    if status.failure_domain.is_none() {
+                        status.failure_domain.clone_from(domain);
+                    }
+                    status.server = own_server;
+                    return Ok(other);
+                }
             }
         }
         Ok(deleted.unwrap_or(Deleted::Released {
@@ -309,6 +346,9 @@ impl MachineBackend for VSphereMachines {
         }))
     }
 }
+
+/// Reason: the vCenter a machine's failure domain names is not the one holding its VM.
+pub const VCENTER_CHANGED: &str = "VCenterChanged";
 
 /// The failure domain `name` of the cluster (`None`: its own vCenter). A name missing from
 /// `spec.failureDomains` is the cluster's vCenter, unless some failure domain has its own: the

@@ -120,6 +120,77 @@ async fn an_unreachable_vcenter_leaves_out_only_its_failure_domain() -> Result<(
     Ok(())
 }
 
+/// A failure domain whose vCenter changes under its machines (here: its own `server` removed,
+/// so it would name the cluster's vCenter) blocks them with `VCenterChanged` instead of looking
+/// for their VMs in the wrong vCenter (where they would look gone): deleting such a machine
+/// keeps its finalizer and its VM until the failure domain's server is put back, then deletes
+/// both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_whose_failure_domain_changes_vcenter_is_blocked_not_lost() -> Result<()> {
+    use banlieue_scenarios::{Scenario, Template, fixture::CLUSTER, object};
+    let mut s = Scenario::<vcsim::VcSimSpread>::new("moved").await?;
+    s.ready_cluster().await?;
+    let uid = s.machine("m1", Some("remote"), Template::Valid).await?;
+    let m1 = s
+        .wait_machine("m1", "provisioned", object::fully_provisioned)
+        .await?;
+    ensure!(
+        m1.pointer("/status/server").and_then(|v| v.as_str()).is_some(),
+        "status.server records the remote vCenter: {:#}",
+        m1["status"]
+    );
+    let clusters = s.infra("VSphereCluster");
+    let original = clusters.get(CLUSTER).await?;
+    let domains = original.data["spec"]["failureDomains"].clone();
+    let moved: Vec<serde_json::Value> = domains
+        .as_array()
+        .context("failureDomains")?
+        .iter()
+        .map(|d| {
+            let mut d = d.clone();
+            if let Some(d) = d.as_object_mut()
+                && d.get("name").and_then(|n| n.as_str()) == Some("remote")
+            {
+                for key in ["server", "credentialsRef", "tls"] {
+                    d.remove(key);
+                }
+            }
+            d
+        })
+        .collect();
+    let patch = |domains: serde_json::Value| {
+        kube::api::Patch::Merge(serde_json::json!({"spec": {"failureDomains": domains}}))
+    };
+    clusters
+        .patch(
+            CLUSTER,
+            &kube::api::PatchParams::default(),
+            &patch(serde_json::json!(moved)),
+        )
+        .await?;
+    // A settled machine is looked at again when due (or changed); its deletion at once.
+    s.delete_machine("m1").await?;
+    s.wait_machine("m1", "blocked by the changed vCenter", |m| {
+        object::condition(m, "Ready").is_some_and(|c| c.reason == "VCenterChanged")
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    ensure!(
+        s.get_infra("VSphereMachine", "m1").await?.is_some(),
+        "m1 keeps its finalizer while blocked"
+    );
+    ensure!(s.vms_of(&uid).await?.len() == 1, "its VM is still there");
+    clusters
+        .patch(CLUSTER, &kube::api::PatchParams::default(), &patch(domains))
+        .await?;
+    s.wait_machine_gone("m1").await?;
+    ensure!(
+        s.vms_of(&uid).await?.is_empty(),
+        "deleted once the server is back"
+    );
+    Ok(())
+}
+
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};

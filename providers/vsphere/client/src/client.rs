@@ -537,7 +537,6 @@ impl Client {
         Ok(guard.clone())
     }
 
-    /// `url` with a `*` host (what a lease hands out) replaced by this client's server.
     /// An upload client for another host than vCenter whose certificate has the SHA-1
     /// `thumbprint`.
     fn host_upload_client(&self, thumbprint: &str) -> Result<HyperClient<HttpsConnector, UploadBody>> {
@@ -555,6 +554,7 @@ impl Client {
         Ok(HyperClient::builder(TokioExecutor::new()).build(connector))
     }
 
+    /// `url` with a `*` host (what a lease hands out) replaced by this client's server.
     pub(crate) fn on_server(&self, url: &str) -> String {
         match self.inner.endpoint.authority() {
             Some(authority) => url.replacen("://*", &format!("://{authority}"), 1),

@@ -536,6 +536,50 @@ fn guest_wait_started(status: Option<&ProxmoxMachineStatus>) -> Option<SystemTim
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::credentials::Connection;
+    use crate::fake::{FakePve, api_error};
+
+    fn connected(site: &str, hv: FakePve) -> Connected<FakePve> {
+        Connected {
+            hv,
+            connection: Connection {
+                endpoint: format!("https://{site}.invalid:8006"),
+                auth: banlieue_pve_client::Auth::Token {
+                    token_id: "t@pve!t".into(),
+                    secret: "s".to_owned().into(),
+                },
+                tls: banlieue_pve_client::TlsVerification::WebPki,
+                server_name: None,
+                version: String::new(),
+                allowed_nodes: vec![],
+            },
+            site: Some(site.to_owned()),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_that_cannot_answer_is_never_taken_for_one_without_the_vm() {
+        let spec = banlieue_api::infrastructure::ProxmoxMachineSpec::new(
+            banlieue_api::infrastructure::ProxmoxTemplateSource {
+                vmid: Some(9000),
+                ..Default::default()
+            },
+            banlieue_api::common::Cpu::cores(2),
+            2048,
+        );
+        let pm = ProxmoxMachine::new("m1", spec);
+        let id = "proxmox://5e1d2c3b-0000-4000-8000-00000000a001";
+        let (down, empty) = (FakePve::default(), FakePve::default());
+        down.fail_next("guests", api_error(503, "service unavailable"));
+        let reachable = [connected("site-a", down), connected("site-b", empty.clone())];
+        let problem = holding(&reachable, &pm, id).await.unwrap_err();
+        assert_eq!(problem.reason, readopt::ADOPTION_FAILED);
+        assert!(problem.message.contains("site-a"), "{}", problem.message);
+        // Every endpoint answered: none holds it.
+        assert_eq!(holding(&reachable, &pm, id).await, Ok(None));
+        // A providerID that names no VM is looked for nowhere.
+        assert_eq!(holding(&reachable, &pm, "proxmox://not-a-uuid").await, Ok(None));
+    }
 
     #[test]
     fn user_data_is_needed_before_the_clone_and_for_the_seed_only() {

@@ -23,6 +23,12 @@ getent group 65532 >/dev/null || groupadd --gid 65532 banlieue-provider
 getent passwd 65532 >/dev/null \
     || useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin banlieue-provider
+# libvirt runs swtpm (a machine's `tpm: true`) as user tss; its local CA's directory must be
+# tss's (a swtpm run as root earlier, e.g. by a daemon started before swtpm was installed,
+# leaves root's files there and every later TPM fails to start).
+if [ -d /var/lib/swtpm-localca ] && getent passwd tss >/dev/null; then
+    chown -R tss /var/lib/swtpm-localca
+fi
 pgrep -x virtlogd >/dev/null || virtlogd -d || true
 if ! virsh -c qemu:///system version >/dev/null 2>&1; then
     [ -e "/run/netns/$NETNS" ] || ip netns add "$NETNS"

@@ -3,7 +3,7 @@
 //! deletion after the machines, endpoint, `Ready`, Events, watches).
 //!
 //! What is Proxmox's: the connection (the ProxmoxCluster's endpoint and credentials Secret, or
-//! its Provider's, see [`crate::credentials::read_connection`]), checked with `GET /version`
+//! its Provider's, see [`crate::credentials::read_endpoint_connection`]), checked with `GET /version`
 //! and the node and guest listings (`ProxmoxConnected`, with the reason of
 //! [`crate::error::connection_reason`]), and one failure domain per allowed online node (every
 //! online node when `spec.allowedNodes` is empty). A cluster spread over `spec.endpoints` is
@@ -13,9 +13,9 @@ use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint, ProxmoxMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
-use kube::ResourceExt;
 
-use crate::credentials::{Connector, read_connection};
+use crate::credentials::Connector;
+use crate::endpoints::Connected;
 use crate::error::Error;
 use crate::hypervisor::{Hypervisor, NodeLoad};
 use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
@@ -181,10 +181,7 @@ impl<C: Connector> ProxmoxClusters<C> {
                 match crate::endpoints::connect(client, &self.connector, pxc, Some(site), record).await? {
                     Err(problem) => Err(problem),
                     Ok(connected) => {
-                        insecure_tls |= matches!(
-                            connected.connection.tls,
-                            banlieue_pve_client::TlsVerification::InsecureSkipVerify
-                        );
+                        insecure_tls |= connected.connection.skips_tls_verification();
                         check(&connected.hv, &connected.connection.endpoint)
                             .await
                             .map(|(version, nodes)| (version, connected.connection.allowed_nodes, nodes))
@@ -216,27 +213,16 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
         if crate::endpoints::spread(pxc) {
             return self.check_spread(client, pxc, secrets).await;
         }
-        let connection = match read_connection(client, pxc, |keys| secrets.record(keys)).await? {
-            Err(problem) => return Ok(ClusterCheck::failed(problem)),
-            Ok(connection) => connection,
-        };
-        let key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
-        let hv = match self.connector.connect(&key, &connection) {
-            Err(e) => {
-                return Ok(ClusterCheck::failed(Problem::new(
-                    banlieue_provider_kit::connection::CREDENTIALS_INVALID,
-                    e.to_string(),
-                )));
-            }
-            Ok(hv) => hv,
-        };
+        let record = |keys| secrets.record(keys);
+        let Connected { hv, connection, .. } =
+            match crate::endpoints::connect(client, &self.connector, pxc, None, record).await? {
+                Ok(connected) => connected,
+                Err(problem) => return Ok(ClusterCheck::failed(problem)),
+            };
         Ok(match check(&hv, &connection.endpoint).await {
             Ok((version, nodes)) => ClusterCheck {
                 version: Some(version),
-                insecure_tls: matches!(
-                    connection.tls,
-                    banlieue_pve_client::TlsVerification::InsecureSkipVerify
-                ),
+                insecure_tls: connection.skips_tls_verification(),
                 ..check_from_nodes(&connection.allowed_nodes, &nodes)
             },
             Err(problem) => ClusterCheck::failed(problem),

@@ -46,6 +46,13 @@ pub struct Connection {
     pub allowed_nodes: Vec<String>,
 }
 
+impl Connection {
+    /// Whether the API's certificate is not verified (`tls.insecureSkipVerify`).
+    pub fn skips_tls_verification(&self) -> bool {
+        matches!(self.tls, TlsVerification::InsecureSkipVerify)
+    }
+}
+
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Connection")
@@ -87,21 +94,11 @@ pub fn auth(credentials: &connection::Credentials) -> std::result::Result<Auth, 
     }
 }
 
-/// Reads the connection settings of a ProxmoxCluster: `spec.endpoint`, `spec.credentialsRef`,
-/// `spec.tls`, or those of the cluster-scoped banlieue `Provider` named by `spec.providerRef`
+/// Reads the connection settings of one of a ProxmoxCluster's `spec.endpoints` (`Some`), or of
+/// the ProxmoxCluster itself (`None`): `endpoint`, `credentialsRef`, `tls`, or those of the
+/// cluster-scoped banlieue `Provider` named by `providerRef`
 /// ([`banlieue_provider_kit::connection`]). `record` gets the referenced Secrets before they are
-/// read. A cluster spread over `spec.endpoints` is read one endpoint at a time
-/// ([`read_endpoint_connection`]).
-pub async fn read_connection(
-    client: &kube::Client,
-    cluster: &ProxmoxCluster,
-    record: impl FnOnce(Vec<SecretKey>),
-) -> Result<std::result::Result<Connection, Problem>> {
-    read_endpoint_connection(client, cluster, None, record).await
-}
-
-/// The connection settings of one of a ProxmoxCluster's `spec.endpoints` (`Some`), or of the
-/// ProxmoxCluster itself (`None`).
+/// read.
 pub async fn read_endpoint_connection(
     client: &kube::Client,
     cluster: &ProxmoxCluster,

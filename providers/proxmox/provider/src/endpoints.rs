@@ -88,17 +88,11 @@ pub fn roomiest_free_memory(allowed: &[String], nodes: &[NodeLoad]) -> Option<u6
 }
 
 /// The endpoint a machine without a failure domain goes to: the one whose roomiest allowed
-/// online node has the most free memory (ties: the first name). `None` when no endpoint has an
-/// allowed node online.
+/// online node has the most free memory (ties: the first name), by the kit's rule for every
+/// hypervisor. `None` when no endpoint has an allowed node online.
 pub fn roomiest_site<'a>(sites: impl IntoIterator<Item = (&'a str, Option<u64>)>) -> Option<&'a str> {
-    sites
-        .into_iter()
-        .filter_map(|(name, free)| free.map(|f| (name, f)))
-        .fold(None, |best: Option<(&str, u64)>, (name, free)| match best {
-            Some((b, bf)) if bf > free || (bf == free && b <= name) => Some((b, bf)),
-            _ => Some((name, free)),
-        })
-        .map(|(name, _)| name)
+    // Only endpoints with room: the kit's rule takes the first name when none is known.
+    banlieue_provider_kit::placement::roomiest(sites.into_iter().filter(|(_, free)| free.is_some()))
 }
 
 #[cfg(test)]

@@ -53,25 +53,25 @@ pub fn compute_cluster_path(datacenter: Option<&str>, compute_cluster: &str) -> 
 }
 
 impl VSphereClusters {
-    /// A logged-in client for a failure domain's own vCenter, or why there is none.
-    async fn domain_client(
+    /// A logged-in client for the vCenter of failure domain `fd` (`None`, or a domain without
+    /// its own: the VSphereCluster's), with its endpoint, or why there is none.
+    async fn logged_in(
         &self,
         client: &kube::Client,
         vsc: &VSphereCluster,
-        fd: &VSphereFailureDomain,
+        fd: Option<&VSphereFailureDomain>,
         secrets: &ReadSecrets<VSphereCluster>,
-    ) -> Result<Result<banlieue_vsphere_client::Client, Problem>, Error> {
-        let endpoint =
-            match connection::resolve_for(client, vsc, Some(fd), |keys| secrets.record(keys)).await? {
-                Ok(endpoint) => endpoint,
-                Err(problem) => return Ok(Err(problem)),
-            };
+    ) -> Result<Result<(banlieue_vsphere_client::Client, connection::Endpoint), Problem>, Error> {
+        let endpoint = match connection::resolve_for(client, vsc, fd, |keys| secrets.record(keys)).await? {
+            Ok(endpoint) => endpoint,
+            Err(problem) => return Ok(Err(problem)),
+        };
         let vc = match self.clients.client(&endpoint) {
             Ok(vc) => vc,
             Err(problem) => return Ok(Err(problem)),
         };
         Ok(match vc.login_if_needed().await {
-            Ok(()) => Ok(vc),
+            Ok(()) => Ok((vc, endpoint)),
             Err(e) => Err(Problem::new(reason_of(&e), e.to_string())),
         })
     }
@@ -91,17 +91,10 @@ impl ClusterBackend for VSphereClusters {
         vsc: &VSphereCluster,
         secrets: &ReadSecrets<VSphereCluster>,
     ) -> Result<ClusterCheck, Error> {
-        let endpoint = match connection::resolve(client, vsc, |keys| secrets.record(keys)).await? {
-            Ok(e) => e,
+        let (vcenter, endpoint) = match self.logged_in(client, vsc, None, secrets).await? {
+            Ok(found) => found,
             Err(p) => return Ok(ClusterCheck::failed(p)),
         };
-        let vcenter = match self.clients.client(&endpoint) {
-            Ok(c) => c,
-            Err(p) => return Ok(ClusterCheck::failed(p)),
-        };
-        if let Err(e) = vcenter.login_if_needed().await {
-            return Ok(failed(&e));
-        }
         let version = vcenter
             .service_content()
             .await
@@ -138,8 +131,8 @@ impl ClusterBackend for VSphereClusters {
             // the others stay usable.
             let own = fd.has_own_server();
             let vc = if own {
-                match self.domain_client(client, vsc, fd, secrets).await? {
-                    Ok(vc) => vc,
+                match self.logged_in(client, vsc, Some(fd), secrets).await? {
+                    Ok((vc, _)) => vc,
                     Err(problem) => {
                         notes.push(format!(
                             "failure domain {} left out ({}): {}",

@@ -51,20 +51,11 @@ impl Endpoint {
     }
 }
 
-/// Resolves the endpoint of a VSphereCluster: from its spec, or from its `spec.providerRef` (a
-/// cluster-scoped Provider whose backend must be `vsphere`), through
+/// Resolves the vCenter of failure domain `domain` (its own `server` or `providerRef`), else
+/// of the VSphereCluster (`None`, or a domain without its own): from the spec, or from a
+/// `providerRef` (a cluster-scoped Provider whose backend must be `vsphere`), through
 /// [`banlieue_provider_kit::connection`]. The Secret needs keys `username` and `password`.
 /// Records the Secrets it references through `record`, before reading them, for the watch.
-pub async fn resolve(
-    kube: &kube::Client,
-    cluster: &VSphereCluster,
-    record: impl FnOnce(Vec<SecretKey>),
-) -> Result<Result<Endpoint, Problem>> {
-    resolve_for(kube, cluster, None, record).await
-}
-
-/// The vCenter of failure domain `domain` (its own `server` or `providerRef`, else the
-/// VSphereCluster's), or the VSphereCluster's (`None`).
 pub async fn resolve_for(
     kube: &kube::Client,
     cluster: &VSphereCluster,

@@ -9,6 +9,17 @@ use crate::common::{SecretReference, TlsTrust};
 
 pub use crate::common::Backend;
 
+/// Finalizer the provider of a Provider's backend keeps on it while the Provider owns the
+/// objects it names (credentials Secret, CA bundle): the Provider's deletion first takes its
+/// owner references off them, so the garbage collector never deletes a Secret that others
+/// may still use.
+pub const REFERENCES_FINALIZER: &str = "banlieue.io/owns-references";
+
+/// Annotation on a Provider: the objects it owns for `clusterctl move`, as
+/// `Kind namespace/name` separated by commas (written by the provider, so that a changed
+/// reference releases the object named before).
+pub const OWNED_REFERENCES_ANNOTATION: &str = "banlieue.io/owned-references";
+
 /// One hypervisor endpoint (a Proxmox VE cluster, a libvirt host, a vCenter) with its
 /// credentials, TLS trust, defaults and declared capacity. Providers are cluster-scoped so
 /// that VirtualMachines of every namespace can use them, like StorageClasses; their
@@ -27,6 +38,11 @@ pub use crate::common::Backend;
     shortname = "vmprovider",
     category = "banlieue",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    // `clusterctl move` discovers only CRDs labelled `clusterctl.cluster.x-k8s.io`, and moves an
+    // object of a kind labelled `move-hierarchy` with everything it owns (copied to the target,
+    // kept on the source, as CAPV's cluster identities): a Provider and the Secret it owns.
+    label("clusterctl.cluster.x-k8s.io", ""),
+    label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
     doc = "A hypervisor endpoint (Proxmox VE, libvirt or vSphere) VirtualMachines can run on.",
     validation = Rule::new("self.metadata.name.size() <= 63").message(
         "metadata.name must be at most 63 characters (it is copied into the banlieue.io/provider label of the objects made for VirtualMachines): choose a shorter name"

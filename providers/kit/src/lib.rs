@@ -16,6 +16,7 @@
 //! | [`power`] | powering a guest off: a shutdown request first, a hard power-off once it is ignored for two minutes, the request's time persisted |
 //! | [`readopt`] | re-adoption by identity: which VM a machine created anew (`clusterctl move`, a restore) may take over, and what its deletion may delete |
 //! | [`template`] | the InfraMachineTemplate reconciler (`status.capacity`) |
+//! | [`provider_references`] | a `Provider` owns its credentials Secret and CA bundle (owner references, recorded, released before its deletion), so that `clusterctl move` takes them along |
 //! | [`serve`] | a provider binary's main loop: the three controllers of its backends behind the runtime's manager |
 //! | [`status`] | conditions built with the time of now, `/status` written only when it changed, finalizers |
 //! | [`events`] | Events for condition transitions (a normal state is never a Warning) |
@@ -39,6 +40,7 @@ pub mod network;
 pub mod owner;
 pub mod placement;
 pub mod power;
+pub mod provider_references;
 pub mod rbac;
 pub mod readopt;
 pub mod secrets;

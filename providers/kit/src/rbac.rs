@@ -56,6 +56,12 @@ macro_rules! contract_rbac {
                 why: "standalone mode: the hypervisor's endpoint and credentials from a Provider, user data from a VirtualMachine owner (watched)",
             },
             Rule {
+                api_groups: &["banlieue.io"],
+                resources: &["providers"],
+                verbs: &["patch"],
+                why: "a Provider of the provider's backend records the objects it owns for clusterctl move (annotation banlieue.io/owned-references) and holds the finalizer banlieue.io/owns-references that takes its owner references off them before it is deleted",
+            },
+            Rule {
                 api_groups: &[""],
                 resources: &["secrets"],
                 verbs: $crate::rbac::SECRET_WATCH_VERBS,
@@ -65,7 +71,7 @@ macro_rules! contract_rbac {
                 api_groups: &[""],
                 resources: &["secrets"],
                 verbs: &["patch"],
-                why: "the label clusterctl.cluster.x-k8s.io/move on the credentials and CA bundle an infra cluster reads from its own namespace, so that clusterctl move takes them along (metadata only, once)",
+                why: "the label clusterctl.cluster.x-k8s.io/move on the credentials and CA bundle an infra cluster reads from its own namespace, and a Provider's owner reference on those it names (its CRD is labelled clusterctl.cluster.x-k8s.io/move-hierarchy), so that clusterctl move takes them along (metadata only)",
             },
             Rule {
                 api_groups: &["events.k8s.io"],
@@ -139,7 +145,7 @@ pub const CA_BUNDLE_CONFIGMAPS: Rule = Rule {
     api_groups: &[""],
     resources: &["configmaps"],
     verbs: &["get", "patch"],
-    why: "CA bundles referenced by spec.tls.caBundleRef; the label clusterctl.cluster.x-k8s.io/move on those in the infra cluster's own namespace (metadata only, once)",
+    why: "CA bundles referenced by spec.tls.caBundleRef; the label clusterctl.cluster.x-k8s.io/move on those in the infra cluster's own namespace, and a Provider's owner reference on the one it names (metadata only)",
 };
 
 #[cfg(test)]

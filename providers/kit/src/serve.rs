@@ -1,5 +1,6 @@
 //! A provider binary's main loop, the same for every hypervisor: the InfraMachine, InfraCluster
-//! and InfraMachineTemplate controllers of one backend behind the runtime's manager (`/healthz`,
+//! and InfraMachineTemplate controllers of one backend, and the owner references of its
+//! Providers ([`provider_references`]), behind the runtime's manager (`/healthz`,
 //! `/readyz`, `/metrics`, optional Lease leader election, graceful shutdown on SIGTERM/SIGINT),
 //! all recording into one metrics registry.
 
@@ -13,6 +14,7 @@ use banlieue_provider_runtime::{manager, shutdown};
 
 use crate::cluster::{self, ClusterBackend, ClusterContext};
 use crate::machine::{self, MachineBackend, MachineContext};
+use crate::provider_references;
 use crate::template::{self, TemplateContext};
 
 /// The backends of one provider binary, and its template kind `T`.
@@ -43,7 +45,7 @@ where
         }
     }
 
-    /// Runs the three controllers until SIGTERM/SIGINT (or until the Lease is lost: an error).
+    /// Runs the four controllers until SIGTERM/SIGINT (or until the Lease is lost: an error).
     pub async fn serve(
         self,
         client: kube::Client,
@@ -62,6 +64,11 @@ where
             metrics: probes.metrics.clone(),
             watch_filter: runtime.watch_filter.clone(),
         });
+        let references = Arc::new(provider_references::Context {
+            client: client.clone(),
+            backend: <M::Machine as InfraMachine>::BACKEND,
+            metrics: probes.metrics.clone(),
+        });
         let (machines, clusters) = (Arc::new(machines), Arc::new(clusters));
         let (namespace, concurrency) = (runtime.namespace.as_deref(), runtime.concurrency);
         let ready = probes.clone();
@@ -72,10 +79,11 @@ where
             shutdown::signal(),
             |stop| async move {
                 ready.set_ready(true);
-                futures::future::join3(
+                futures::future::join4(
                     machine::run(machines, namespace, concurrency, stop.clone()),
                     cluster::run(clusters, namespace, concurrency, stop.clone()),
-                    template::run::<T>(templates, namespace, stop),
+                    template::run::<T>(templates, namespace, stop.clone()),
+                    provider_references::run(references, stop),
                 )
                 .await;
             },

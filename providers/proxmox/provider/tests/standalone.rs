@@ -1286,3 +1286,211 @@ async fn the_labels_a_machine_lists_become_vm_tags_and_follow_their_values() -> 
     wait_tags(&s, "cluster-name.staging", Some("cluster-name.prod")).await?;
     Ok(())
 }
+
+/// `kind/name/uid` of each owner.
+fn owners(meta: &kube::api::ObjectMeta) -> Vec<String> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .map(|r| format!("{}/{}/{}", r.kind, r.name, r.uid))
+        .collect()
+}
+
+/// `clusterctl move` takes a Provider's Secret along only if the Provider owns it: the provider
+/// (under its generated role) gives each Provider of its backend an owner reference on its
+/// credentials Secret and CA bundle, moves it when the reference changes, writes nothing when
+/// nothing changed, and takes it off before the Provider is deleted, so the garbage collector
+/// (running here) deletes neither. A Provider of another backend is not touched.
+/// Its own API server: the controller looks at every Provider, those of the other tests too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_deletion() -> Result<()> {
+    use banlieue_api::banlieue::{OWNED_REFERENCES_ANNOTATION, REFERENCES_FINALIZER};
+    use banlieue_api::common::{CaBundleKind, CaBundleReference};
+    use banlieue_provider_kit::provider_references;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    let env = TestEnv::builder().crds(banlieue_api::crds::all()).start().await?;
+    let ns = env.namespace("references").await?;
+    let ns = ns.name();
+    let client = env.client().await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    for name in ["token-a", "token-b"] {
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name}, "stringData": {"tokenID": "t@pve!x", "secret": "s"}
+        }))?;
+        secrets.create(&PostParams::default(), &secret).await?;
+    }
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let ca: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "ca"}, "data": {"ca.crt": "-----BEGIN CERTIFICATE-----"}
+    }))?;
+    config_maps.create(&PostParams::default(), &ca).await?;
+    let providers: Api<Provider> = Api::all(client.clone());
+    let spec = |backend, secret: &str| ProviderSpec {
+        backend,
+        endpoint: "https://pve.example.com:8006".into(),
+        credentials_ref: Some(SecretReference {
+            name: secret.into(),
+            namespace: Some(ns.to_owned()),
+        }),
+        tls: Some(TlsTrust {
+            ca_bundle_ref: Some(CaBundleReference {
+                kind: CaBundleKind::ConfigMap,
+                name: "ca".into(),
+                namespace: Some(ns.to_owned()),
+                key: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pve = providers
+        .create(
+            &PostParams::default(),
+            &Provider::new("pve", spec(Backend::Proxmox, "token-a")),
+        )
+        .await?;
+    let pve_uid = pve.uid().context("uid")?;
+    let other = providers
+        .create(
+            &PostParams::default(),
+            &Provider::new("other", spec(Backend::Vsphere, "token-b")),
+        )
+        .await?;
+
+    let controller_client = least_privilege_client(&env, "banlieue-proxmox-references").await?;
+    let controller = tokio::spawn(provider_references::run(
+        Arc::new(provider_references::Context {
+            client: controller_client,
+            backend: Backend::Proxmox,
+            metrics: Default::default(),
+        }),
+        std::future::pending(),
+    ));
+    let pve_owner = format!("Provider/pve/{pve_uid}");
+
+    // Owned, recorded, held.
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (a, c, p) = (
+            secrets.get("token-a").await?,
+            config_maps.get("ca").await?,
+            providers.get("pve").await?,
+        );
+        if owners(&a.metadata) == [pve_owner.clone()]
+            && owners(&c.metadata) == [pve_owner.clone()]
+            && p.finalizers().contains(&REFERENCES_FINALIZER.to_owned())
+        {
+            assert_eq!(
+                p.annotations()
+                    .get(OWNED_REFERENCES_ANNOTATION)
+                    .map(String::as_str),
+                Some(format!("Secret {ns}/token-a, ConfigMap {ns}/ca").as_str())
+            );
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "Provider pve did not come to own its Secret and CA bundle: {:?} {:?} {:?}",
+                a.metadata.owner_references,
+                c.metadata.owner_references,
+                p.metadata
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // A change that names nothing new writes nothing (the label triggers a reconcile).
+    let labelled = providers
+        .patch(
+            "pve",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await?;
+    let before = (
+        labelled.resource_version(),
+        secrets.get("token-a").await?.resource_version(),
+        config_maps.get("ca").await?.resource_version(),
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = (
+        providers.get("pve").await?.resource_version(),
+        secrets.get("token-a").await?.resource_version(),
+        config_maps.get("ca").await?.resource_version(),
+    );
+    assert_eq!(before, after, "a no-op reconcile wrote");
+    let other_now = providers.get("other").await?;
+    assert!(
+        other_now.finalizers().is_empty()
+            && other_now.annotations().get(OWNED_REFERENCES_ANNOTATION).is_none(),
+        "the Provider of another backend was touched: {:?}",
+        other_now.metadata
+    );
+    assert!(
+        secrets.get("token-b").await?.metadata.owner_references.is_none(),
+        "the Secret of another backend's Provider was given an owner"
+    );
+
+    // The reference moves to another Secret: the first one is let go.
+    providers
+        .patch(
+            "pve",
+            &PatchParams::default(),
+            &Patch::Merge(
+                serde_json::json!({"spec": {"credentialsRef": {"name": "token-b", "namespace": ns}}}),
+            ),
+        )
+        .await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    loop {
+        let (a, b, p) = (
+            secrets.get("token-a").await?,
+            secrets.get("token-b").await?,
+            providers.get("pve").await?,
+        );
+        if owners(&a.metadata).is_empty()
+            && owners(&b.metadata) == [pve_owner.clone()]
+            && p.annotations()
+                .get(OWNED_REFERENCES_ANNOTATION)
+                .map(String::as_str)
+                == Some(format!("Secret {ns}/token-b, ConfigMap {ns}/ca").as_str())
+        {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!(
+                "the changed credentialsRef was not followed: {:?} {:?} {:?}",
+                a.metadata.owner_references,
+                b.metadata.owner_references,
+                p.metadata.annotations
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Deleted: its owner references go first, then the Provider; both objects stay.
+    providers.delete("pve", &DeleteParams::default()).await?;
+    let deadline = tokio::time::Instant::now() + TIMEOUT;
+    while providers.get_opt("pve").await?.is_some() {
+        if tokio::time::Instant::now() > deadline {
+            bail!("Provider pve was not released for deletion");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Give the garbage collector time to act on anything left.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for (what, meta) in [
+        ("Secret token-a", secrets.get("token-a").await?.metadata),
+        ("Secret token-b", secrets.get("token-b").await?.metadata),
+        ("ConfigMap ca", config_maps.get("ca").await?.metadata),
+    ] {
+        assert!(
+            meta.owner_references.is_none_or(|r| r.is_empty()),
+            "{what} still names the deleted Provider"
+        );
+    }
+    drop(other);
+    controller.abort();
+    Ok(())
+}

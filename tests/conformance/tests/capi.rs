@@ -1135,7 +1135,7 @@ async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
         TestEnv::builder()
             .allow_external(false)
             .node_network(pods)
-            .crds(crds)
+            .crds(crds.clone())
             .start(),
         TestEnv::builder()
             .allow_external(false)
@@ -1145,7 +1145,9 @@ async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
         TestEnv::builder()
             .allow_external(false)
             .node_network(pods)
-            .crds(cert_manager_stub_crds()?)
+            // banlieue's kinds too, as a user applies banlieue-core.yaml there before the move:
+            // clusterctl copies every Provider (their CRD is labelled move-hierarchy).
+            .crds(crds)
             .start(),
     )?;
     let client = mgmt.client().await?;
@@ -1324,6 +1326,10 @@ const POD_NOTES: &[&str] = &[
      on a host address of its own node network, which the managers' Pods reach.",
 ];
 
+/// The banlieue Provider of the run: the standalone VirtualMachine's, and the cluster's where
+/// [`Hypervisor::cluster_through_provider`].
+const PROVIDER: &str = "conformance-hypervisor";
+
 /// The clusters and files of the run.
 struct Envs<'a> {
     /// How the managers run.
@@ -1374,11 +1380,26 @@ async fn lifecycle(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> Resu
         &result,
     );
     result?;
-    let docs = docs?;
+    let mut docs = docs?;
 
     let t = Instant::now();
     let secrets: Api<Secret> = Api::namespaced(run.client.clone(), &ns);
-    if let Some((creds_name, creds_data)) = run.hv.credentials() {
+    if run.hv.cluster_through_provider() {
+        // The cluster names a Provider, whose Secret is in the provider's namespace.
+        run.hv.register_provider(&run.client, PROVIDER).await?;
+        let kind = run.hv.kind("Cluster");
+        let infra_cluster = docs
+            .iter_mut()
+            .find(|d| d["kind"] == kind.as_str())
+            .with_context(|| format!("no {kind} in the generated manifest"))?;
+        let spec = infra_cluster["spec"]
+            .as_object_mut()
+            .with_context(|| format!("{kind} without spec"))?;
+        for own in ["server", "credentialsRef", "tls"] {
+            spec.remove(own);
+        }
+        spec.insert("providerRef".into(), json!({"name": PROVIDER}));
+    } else if let Some((creds_name, creds_data)) = run.hv.credentials() {
         let creds: Secret = serde_json::from_value(json!({
             // In the cluster's namespace and owned by no Cluster: `clusterctl move` takes it
             // along only with the label `clusterctl.cluster.x-k8s.io/move`, which the provider
@@ -1788,8 +1809,7 @@ async fn capi_side_versions(run: &Run) -> Result<BTreeMap<String, String>> {
 /// lives and dies; CAPI creates no Machine for it; the cluster's VMs stay.
 async fn coexist(run: &Run, procs: &mut Managers, mgmt: &TestEnv, controller_dir: &Path) -> Result<String> {
     const VM: &str = "standalone";
-    const PROVIDER: &str = "conformance-hypervisor";
-    let hypervisor_spec = run.hv.register_provider(&run.client, PROVIDER, &run.ns).await?;
+    let hypervisor_spec = run.hv.register_provider(&run.client, PROVIDER).await?;
     procs.add_banlieue_controller(mgmt, controller_dir).await?;
     let capi_before = capi_side_versions(run).await?;
     let machines_before: BTreeSet<String> = run
@@ -2111,7 +2131,13 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
         before_vms.len(),
         provider_ids.len()
     );
-    if let Some((creds_name, _)) = run.hv.credentials() {
+    let provider_secret = match run.hv.provider_secret() {
+        Some(secret) if run.hv.cluster_through_provider() => {
+            Some(provider_owns_secret(&run.client, &secret, "before the move").await?)
+        }
+        _ => None,
+    };
+    if let (Some((creds_name, _)), None) = (run.hv.credentials(), &provider_secret) {
         let creds = Api::<Secret>::namespaced(run.client.clone(), &run.ns)
             .get(creds_name)
             .await?;
@@ -2169,6 +2195,27 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
         left.is_empty(),
         "left on the source after the move: {left:?}\n{output}"
     );
+
+    // The Provider and its Secret: copied to the target, with the owner reference to the
+    // target's Provider, and kept on the source (clusterctl keeps global objects there).
+    let provider_moved = match (&provider_secret, run.hv.provider_secret()) {
+        (Some(source_data), Some(secret)) => {
+            provider_owns_secret(&run.client, &secret, "on the source after the move").await?;
+            let target_client = envs.target.client().await?;
+            let target_data = provider_owns_secret(&target_client, &secret, "on the target").await?;
+            ensure!(
+                &target_data == source_data,
+                "the Provider's Secret {}/{} arrived with other data",
+                secret.0,
+                secret.1
+            );
+            format!(
+                "; Provider {PROVIDER} and its Secret {}/{} copied, owned by the target's Provider",
+                secret.0, secret.1
+            )
+        }
+        _ => String::new(),
+    };
 
     // From here on the run is on the target.
     *procs = target;
@@ -2246,11 +2293,42 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
         );
     }
     Ok(format!(
-        "{} Machines provisioned with their nodeRef on the target; VMs {:?} and uuids unchanged{tasks}; VMs re-marked for the new {} UIDs",
+        "{} Machines provisioned with their nodeRef on the target; VMs {:?} and uuids unchanged{tasks}; VMs re-marked for the new {} UIDs{provider_moved}",
         pairs.len(),
         before_vms.keys().collect::<Vec<_>>(),
         run.hv.kind("Machine")
     ))
+}
+
+/// Checks (`when`, for messages) that the Provider [`PROVIDER`] exists and owns the Secret
+/// `(namespace, name)` (the owner reference the provider adds, with the Provider's UID there);
+/// returns the Secret's data (compared, never printed).
+async fn provider_owns_secret(
+    client: &kube::Client,
+    (namespace, name): &(String, &'static str),
+    when: &str,
+) -> Result<BTreeMap<String, k8s_openapi::ByteString>> {
+    let provider = Api::<banlieue_api::banlieue::Provider>::all(client.clone())
+        .get_opt(PROVIDER)
+        .await?
+        .with_context(|| format!("{when}: no Provider {PROVIDER}"))?;
+    let uid = provider.metadata.uid.clone().unwrap_or_default();
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await?
+        .with_context(|| format!("{when}: no Secret {namespace}/{name}"))?;
+    let owners: Vec<_> = secret.metadata.owner_references.iter().flatten().collect();
+    ensure!(
+        owners
+            .iter()
+            .any(|o| o.kind == "Provider" && o.name == PROVIDER && o.uid == uid),
+        "{when}: Secret {namespace}/{name} is not owned by Provider {PROVIDER} ({uid}): owners {:?}",
+        owners
+            .iter()
+            .map(|o| format!("{}/{}/{}", o.kind, o.name, o.uid))
+            .collect::<Vec<_>>()
+    );
+    Ok(secret.data.unwrap_or_default())
 }
 
 async fn delete_cluster(run: &Run, procs: &mut Managers) -> Result<String> {

@@ -428,10 +428,30 @@ impl Hypervisor {
         }
     }
 
-    /// Registers the hypervisor as the cluster-scoped banlieue Provider `name` (its credentials
-    /// Secret in `ns`); returns what a VirtualMachine's `spec` needs besides (`source` cloning the
-    /// template, networks).
-    pub async fn register_provider(&self, client: &kube::Client, name: &str, ns: &str) -> Result<Value> {
+    /// Whether the run's infra cluster names a banlieue Provider (`spec.providerRef`, made by
+    /// [`Hypervisor::register_provider`] before the cluster) instead of its own endpoint and
+    /// Secret: then `clusterctl move` must carry the Provider and the Secret it owns. The vSphere
+    /// run does so; the Proxmox runs keep the Secret in the cluster's namespace (moved by its
+    /// `clusterctl.cluster.x-k8s.io/move` label).
+    pub fn cluster_through_provider(&self) -> bool {
+        matches!(self, Self::VSphere(_))
+    }
+
+    /// The Secret a Provider of [`Hypervisor::register_provider`] names, when the run creates it:
+    /// `(namespace, name)`, in the infrastructure provider's namespace (where `clusterctl move`
+    /// looks for Secrets besides the moved namespace), apart from the one `clusterctl init`
+    /// created there (the target has its own of that name).
+    pub fn provider_secret(&self) -> Option<(String, &'static str)> {
+        matches!(self, Self::VSphere(_))
+            .then(|| (self.infra().namespace(), "conformance-provider-credentials"))
+    }
+
+    /// Registers the hypervisor as the cluster-scoped banlieue Provider `name` (server-side
+    /// apply: a second call changes nothing); returns what a VirtualMachine's `spec` needs
+    /// besides (`source` cloning the template, networks).
+    pub async fn register_provider(&self, client: &kube::Client, name: &str) -> Result<Value> {
+        let apply = kube::api::PatchParams::apply("banlieue-conformance").force();
+        let providers = kube::Api::<banlieue_api::banlieue::Provider>::all(client.clone());
         match self {
             Self::Proxmox(sim) => {
                 banlieue_dev::register_simulator_as(client, sim, name).await?;
@@ -441,26 +461,39 @@ impl Hypervisor {
                 }))
             }
             Self::VSphere(v) => {
-                let secret = self.credentials().map(|(name, _)| name).unwrap_or_default();
-                let provider: banlieue_api::banlieue::Provider = serde_json::from_value(json!({
+                let (secret_ns, secret) = self.provider_secret().context("the vSphere Provider's Secret")?;
+                let data = self.credentials().map(|(_, data)| data).unwrap_or_default();
+                kube::Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &secret_ns)
+                    .patch(
+                        secret,
+                        &apply,
+                        &kube::api::Patch::Apply(json!({
+                            "apiVersion": "v1", "kind": "Secret",
+                            "metadata": {"name": secret, "namespace": secret_ns},
+                            "stringData": data,
+                        })),
+                    )
+                    .await
+                    .context("applying the vSphere Provider's credentials Secret")?;
+                let provider = json!({
                     "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
                     "metadata": {"name": name},
                     "spec": {
                         "backend": "vsphere",
                         "endpoint": v.sim.url,
-                        "credentialsRef": {"name": secret, "namespace": ns},
+                        "credentialsRef": {"name": secret, "namespace": secret_ns},
                         "tls": {"sha256Fingerprint": v.sim.thumbprint},
                         "defaults": {"datacenter": "DC0", "storage": "LocalDS_0", "resourcePool": "DC0_C0/Resources"},
                     }
-                }))?;
-                kube::Api::<banlieue_api::banlieue::Provider>::all(client.clone())
-                    .create(&Default::default(), &provider)
+                });
+                providers
+                    .patch(name, &apply, &kube::api::Patch::Apply(provider))
                     .await
-                    .context("creating the vSphere Provider")?;
+                    .context("applying the vSphere Provider")?;
                 Ok(json!({"source": {"vsphere": {"template": VSPHERE_TEMPLATE}}}))
             }
             Self::Libvirt(_) => {
-                let provider: banlieue_api::banlieue::Provider = serde_json::from_value(json!({
+                let provider = json!({
                     "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
                     "metadata": {"name": name},
                     "spec": {
@@ -468,11 +501,11 @@ impl Hypervisor {
                         "endpoint": LIBVIRT_URI,
                         "defaults": {"storage": LIBVIRT_POOL, "network": "default"},
                     }
-                }))?;
-                kube::Api::<banlieue_api::banlieue::Provider>::all(client.clone())
-                    .create(&Default::default(), &provider)
+                });
+                providers
+                    .patch(name, &apply, &kube::api::Patch::Apply(provider))
                     .await
-                    .context("creating the libvirt Provider")?;
+                    .context("applying the libvirt Provider")?;
                 Ok(json!({"source": {"libvirt": {"pool": LIBVIRT_POOL, "volume": LIBVIRT_BASE_VOLUME}}}))
             }
         }

@@ -22,10 +22,10 @@ const USER_DATA: &str = "#cloud-config\nruncmd:\n- echo join-token-4b9d1c\n";
 
 /// At the most verbose log level (the provider's, the Kubernetes client's, libvirt's calls), a
 /// machine's life on the local host and a remote host's SSH connection attempt leave neither
-/// the private key nor the bootstrap data in a log line, an Event or a status: neither as
-/// written nor base64-encoded.
+/// the private key nor the bootstrap data in a log line, an Event, a status or a metric:
+/// neither as written nor base64-encoded.
 #[tokio::test]
-async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()> {
+async fn no_secret_value_reaches_a_log_line_an_event_a_status_or_a_metric() -> Result<()> {
     use banlieue_scenarios::leaks::{VerboseLogs, assert_no_secret};
     let logs = VerboseLogs::capture();
     let (s, _ns) = Standalone::new("lv-secrets").await?;
@@ -88,7 +88,13 @@ async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()>
         ("machine status", serde_json::to_string(&machine.status)?),
         ("local cluster status", serde_json::to_string(&local.status)?),
         ("remote cluster status", serde_json::to_string(&remote.status)?),
+        ("metrics", s.metrics.render()),
     ];
+    anyhow::ensure!(
+        outputs[5].1.contains("libvirtmachine"),
+        "the metrics were recorded: {}",
+        outputs[5].1
+    );
     assert_no_secret(
         &outputs,
         &[

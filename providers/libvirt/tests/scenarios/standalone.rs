@@ -51,6 +51,8 @@ pub struct Standalone {
     /// The controllers' requeue while waiting (default: theirs).
     pub wait_requeue: Option<Duration>,
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The registry both controllers record into (their `/metrics`).
+    pub metrics: banlieue_provider_runtime::metrics::Metrics,
 }
 
 impl Drop for Standalone {
@@ -111,6 +113,7 @@ impl Standalone {
             connector: connector.clone(),
             wait_requeue,
             tasks: Vec::new(),
+            metrics: Default::default(),
         };
         s.start_controllers();
         Ok((s, ns))
@@ -132,6 +135,8 @@ impl Standalone {
             mctx.wait_requeue = requeue;
             cctx.retry = requeue;
         }
+        mctx.metrics = self.metrics.clone();
+        cctx.metrics = self.metrics.clone();
         let (mctx, cctx) = (Arc::new(mctx), Arc::new(cctx));
         let (ns1, ns2) = (self.ns.clone(), self.ns.clone());
         self.tasks.push(tokio::spawn(async move {

@@ -373,18 +373,39 @@ async fn provider_id_and_seed_volume_follow_proxmox_conventions() -> Result<()> 
     Ok(())
 }
 
-/// A `tracing` writer into a shared buffer.
 /// At the most verbose log level (the provider's, the Kubernetes client's, the HTTP stack's), a
-/// machine's whole life leaves no credential and no bootstrap data in a log line, an Event, or a
-/// status: neither as written nor base64-encoded.
+/// machine's whole life leaves no credential and no bootstrap data in a log line, an Event, a
+/// status or a metric (names, labels and values of the provider's `/metrics`): neither as
+/// written nor base64-encoded.
 #[tokio::test]
-async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()> {
+async fn no_secret_value_reaches_a_log_line_an_event_a_status_or_a_metric() -> Result<()> {
     use banlieue_scenarios::leaks::{VerboseLogs, assert_no_secret};
     use k8s_openapi::api::core::v1::Event;
     let logs = VerboseLogs::capture();
     let (s, _ns) = Scenario::new("pxm-secrets").await?;
-    let clusters = s.start_cluster_controller();
-    let controller = s.start_controller();
+    // Both controllers record into one registry, as the binary's do.
+    let metrics = banlieue_provider_runtime::metrics::Metrics::default();
+    let mut cluster_ctx = cluster_controller::context(
+        s.client.clone(),
+        FakeConnector(s.pve.clone()),
+        "banlieue-proxmox-test",
+    );
+    cluster_ctx.metrics = metrics.clone();
+    let mut machine_ctx = machine_controller::context(
+        s.client.clone(),
+        FakeConnector(s.pve.clone()),
+        "local",
+        "banlieue-proxmox-test",
+    );
+    machine_ctx.metrics = metrics.clone();
+    let (cluster_ctx, machine_ctx) = (Arc::new(cluster_ctx), Arc::new(machine_ctx));
+    let (ns_a, ns_b) = (s.ns.clone(), s.ns.clone());
+    let clusters = tokio::spawn(async move {
+        cluster_controller::run(cluster_ctx, Some(&ns_a), 2, std::future::pending()).await;
+    });
+    let controller = tokio::spawn(async move {
+        machine_controller::run(machine_ctx, Some(&ns_b), 4, std::future::pending()).await;
+    });
     s.machine("m1", Some("pve2")).await?;
     s.wait_for("m1", "provisioned", provisioned).await?;
     let machine = s.api::<ProxmoxMachine>().get("m1").await?;
@@ -407,7 +428,13 @@ async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()>
         ("events", serde_json::to_string(&events.items)?),
         ("machine status", serde_json::to_string(&machine.status)?),
         ("cluster status", serde_json::to_string(&cluster.status)?),
+        ("metrics", metrics.render()),
     ];
+    assert!(
+        outputs[4].1.contains("proxmoxmachine"),
+        "the metrics were recorded: {}",
+        outputs[4].1
+    );
     assert_no_secret(
         &outputs,
         &[

@@ -21,10 +21,10 @@ use vcsim_support::{PASSWORD, Vcsim};
 
 /// At the most verbose log level (the provider's, the Kubernetes client's, the HTTP and SOAP
 /// stack's), a machine's life leaves neither the vCenter password nor the bootstrap data in a
-/// log line, an Event or a status: neither as written nor base64-encoded (the user data travels
-/// base64-encoded in the VM's guestinfo).
+/// log line, an Event, a status or a metric: neither as written nor base64-encoded (the user
+/// data travels base64-encoded in the VM's guestinfo).
 #[tokio::test]
-async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()> {
+async fn no_secret_value_reaches_a_log_line_an_event_a_status_or_a_metric() -> Result<()> {
     use banlieue_scenarios::leaks::{VerboseLogs, assert_no_secret};
     let logs = VerboseLogs::capture();
     let sim = Vcsim::start(&[])?;
@@ -60,7 +60,13 @@ async fn no_secret_value_reaches_a_log_line_an_event_or_a_status() -> Result<()>
         ("events", serde_json::to_string(&events.items)?),
         ("machine status", serde_json::to_string(&m.status)?),
         ("cluster status", serde_json::to_string(&cluster.status)?),
+        ("metrics", s.metrics.render()),
     ];
+    ensure!(
+        outputs[4].1.contains("vspheremachine"),
+        "the metrics were recorded: {}",
+        outputs[4].1
+    );
     assert_no_secret(&outputs, &[PASSWORD, "#cloud-config\nhostname: web-1\n"]);
     Ok(())
 }

@@ -35,6 +35,9 @@ pub(crate) struct Scenario {
     pub(crate) _ns_guard: banlieue_testenv::TestNamespace,
     pub(crate) provider: String,
     pub(crate) controllers: Vec<tokio::task::JoinHandle<()>>,
+    /// The controllers' metrics registry (their `/metrics`).
+    #[allow(dead_code, reason = "read by the secrets test binary only")]
+    pub(crate) metrics: banlieue_provider_runtime::metrics::Metrics,
 }
 
 impl Drop for Scenario {
@@ -95,6 +98,7 @@ pub(crate) async fn scenario(sim: &Vcsim, prefix: &str, password: &str) -> Resul
         )
         .await?;
     let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-test"));
+    let metrics = ctx.metrics.clone();
     let controllers = vec![
         tokio::spawn({
             let (ctx, ns) = (ctx.clone(), ns.clone());
@@ -111,6 +115,7 @@ pub(crate) async fn scenario(sim: &Vcsim, prefix: &str, password: &str) -> Resul
         _ns_guard: ns_guard,
         provider,
         controllers,
+        metrics,
     })
 }
 

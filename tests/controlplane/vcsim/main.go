@@ -17,6 +17,7 @@ import (
 	"syscall"
 
 	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/types"
 
 	// Optional endpoints (REST/vAPI, tagging, storage policy, lookup, STS, …) register themselves.
 	_ "github.com/vmware/govmomi/cns/simulator"
@@ -49,6 +50,9 @@ func main() {
 	pass := flag.String("password", "", "the only accepted password (default: any)")
 	envOut := flag.String("E", "-", "write the export line to this file instead of stdout")
 	stdinExit := flag.Bool("stdinexit", false, "exit when stdin is closed")
+	roleUser := flag.String("role-user", "", "a second user whose calls are checked against -role-privileges (vCenter's privilege checks; see privileges.go)")
+	rolePass := flag.String("role-password", "", "the password of -role-user")
+	rolePrivileges := flag.String("role-privileges", "", "comma-separated privileges of -role-user's role")
 	flag.Parse()
 
 	u := &url.URL{Host: *listen}
@@ -74,6 +78,23 @@ func main() {
 	}
 	server := model.Service.NewServer()
 	defer server.Close()
+	if *roleUser != "" {
+		// After NewServer: the SSO admin endpoint installs its own login check there, which
+		// still decides for every other user.
+		check := newRoleCheck(*roleUser, *rolePrivileges)
+		model.Map().Handler = check.handle
+		sessions := model.Map().SessionManager()
+		others := sessions.ValidLogin
+		sessions.ValidLogin = func(req *types.Login) bool {
+			if req.UserName == *roleUser {
+				return req.Password == *rolePass
+			}
+			if others != nil {
+				return others(req)
+			}
+			return req.UserName == *user && req.Password == *pass
+		}
+	}
 
 	out := io.Writer(os.Stdout)
 	if *envOut != "-" {

@@ -219,6 +219,21 @@ pub fn fault_of(body: &Element) -> Option<(String, String)> {
                 .unwrap_or_else(|| d.local_name().trim_end_matches("Fault").to_owned())
         })
         .unwrap_or_else(|| "SoapFault".to_owned());
+    // A refused privilege (NoPermission and its subtypes) names the privilege and the object:
+    // what the account's owner must grant.
+    let missing = detail.and_then(|d| {
+        let privilege = d.child_text("privilegeId")?.trim();
+        let object = d.child("object");
+        let on = object
+            .map(|o| format!(" on {} {}", o.attr("type").unwrap_or("object"), o.text.trim()))
+            .unwrap_or_default();
+        (!privilege.is_empty()).then(|| format!("the account lacks the privilege {privilege}{on}"))
+    });
+    let message = match (missing, message.is_empty()) {
+        (Some(missing), true) => missing,
+        (Some(missing), false) => format!("{message} ({missing})"),
+        (None, _) => message,
+    };
     Some((kind, message))
 }
 
@@ -698,6 +713,24 @@ mod tests {
             Some((
                 "NotAuthenticated".into(),
                 "The session is not authenticated.".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn a_refused_privilege_is_named_with_its_object() {
+        let doc = r#"<?xml version="1.0"?><soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><soapenv:Body><soapenv:Fault>
+<faultcode>ServerFaultCode</faultcode><faultstring>Permission to perform this operation was denied.</faultstring>
+<detail><NoPermissionFault xmlns="urn:vim25" xsi:type="NoPermission"><object type="VirtualMachine">vm-42</object><privilegeId>VirtualMachine.Provisioning.DeployTemplate</privilegeId>
+</NoPermissionFault></detail></soapenv:Fault></soapenv:Body></soapenv:Envelope>"#;
+        let body = xml::parse(doc).unwrap().child("Body").cloned().unwrap();
+        assert_eq!(
+            fault_of(&body),
+            Some((
+                "NoPermission".into(),
+                "Permission to perform this operation was denied. (the account lacks the privilege \
+                 VirtualMachine.Provisioning.DeployTemplate on VirtualMachine vm-42)"
+                    .into()
             ))
         );
     }

@@ -210,6 +210,52 @@ use vcsim_support::{PASSWORD, Vcsim};
 mod standalone;
 use standalone::*;
 
+/// vCenter refuses a call whose privilege the account's role lacks (this vcsim checks them as
+/// vCenter does): the machine says which privilege on which object, and clones nothing. The
+/// shared scenarios run under exactly the documented role (`banlieue_vsphere::privileges`).
+#[tokio::test]
+async fn a_role_without_a_documented_privilege_is_refused_naming_it() -> Result<()> {
+    const MISSING: &str = "VirtualMachine.Provisioning.DeployTemplate";
+    let role: Vec<&str> = banlieue_vsphere::privileges::ROLE
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|p| *p != MISSING)
+        .collect();
+    let role = role.join(",");
+    let sim = Vcsim::start(&[
+        "-role-user",
+        "narrow",
+        "-role-password",
+        "narrow-p4ss",
+        "-role-privileges",
+        &role,
+    ])?;
+    let vc = sim.client()?;
+    sim.make_template(&vc, TEMPLATE).await?;
+    let s = scenario_as(&sim, "vs-narrow", "narrow", "narrow-p4ss").await?;
+    s.machine("web-1", TEMPLATE).await?;
+    let m = s
+        .wait_machine("web-1", "refused for the missing privilege", |m| {
+            m.status.as_ref().is_some_and(|st| {
+                st.conditions.iter().any(|c| {
+                    c.message
+                        .contains(&format!("lacks the privilege {MISSING} on VirtualMachine"))
+                })
+            })
+        })
+        .await?;
+    ensure!(
+        m.status.as_ref().and_then(|s| s.vm_ref.as_ref()).is_none(),
+        "no VM may be cloned without the privilege: {:?}",
+        m.status
+    );
+    let clones = vc
+        .find_vms_by_extra_config(OWNER_KEY, &m.uid().unwrap_or_default())
+        .await?;
+    ensure!(clones.is_empty(), "VMs carry the machine's UID: {clones:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn provisions_a_machine_and_deletes_its_vm() -> Result<()> {
     let sim = Vcsim::start(&[])?;

@@ -569,7 +569,19 @@ fn sha256_hex(data: &[u8]) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_template_is_imported_from_an_ova_once_and_cloned() -> Result<()> {
-    let (_sim, c) = vcenter().await?;
+    // The provider's side runs under exactly the documented vCenter role, which this vcsim
+    // checks: the import's privileges (ImportVApp, MarkAsTemplate, Rename, Destroy) are in it.
+    let privileges = banlieue_vsphere::privileges::role_privileges();
+    let sim = Vcsim::start(&[
+        "-role-user",
+        "importer",
+        "-role-password",
+        "imp0rt",
+        "-role-privileges",
+        &privileges,
+    ])?;
+    sim.make_template(&sim.client()?, TEMPLATE).await?;
+    let c = sim.client_as("importer", "imp0rt")?;
     let image = ova(&[5u8; 4096]);
     let server =
         banlieue_testenv::files::FileServer::start([("/noble.ova".to_owned(), image.clone())]).await?;

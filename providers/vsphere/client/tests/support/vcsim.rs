@@ -139,8 +139,14 @@ impl Vcsim {
 
     /// A client of this vcsim, trusting its CA.
     pub fn client(&self) -> Result<banlieue_vsphere_client::Client> {
+        self.client_as(USER, PASSWORD)
+    }
+
+    /// A client of `user` (a `-role-user` of vcsim, whose role it checks).
+    #[allow(dead_code, reason = "not every test binary logs in as another user")]
+    pub fn client_as(&self, user: &str, password: &str) -> Result<banlieue_vsphere_client::Client> {
         Ok(
-            banlieue_vsphere_client::ClientBuilder::new(&self.url, USER, PASSWORD)
+            banlieue_vsphere_client::ClientBuilder::new(&self.url, user, password)
                 .tls(banlieue_vsphere_client::TlsVerification::CaBundle(
                     self.ca_pem.clone(),
                 ))

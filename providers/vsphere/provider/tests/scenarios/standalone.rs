@@ -49,6 +49,11 @@ impl Drop for Scenario {
 }
 
 pub(crate) async fn scenario(sim: &Vcsim, prefix: &str, password: &str) -> Result<Scenario> {
+    scenario_as(sim, prefix, USER, password).await
+}
+
+/// [`scenario`] with the provider logging in as `user`.
+pub(crate) async fn scenario_as(sim: &Vcsim, prefix: &str, user: &str, password: &str) -> Result<Scenario> {
     let env = env().await?;
     let ns_guard = env.namespace(prefix).await?;
     let ns = ns_guard.to_string();
@@ -60,7 +65,7 @@ pub(crate) async fn scenario(sim: &Vcsim, prefix: &str, password: &str) -> Resul
             &PostParams::default(),
             &serde_json::from_value(json!({
                 "metadata": {"name": "vc-creds"},
-                "stringData": {"username": USER, "password": password},
+                "stringData": {"username": user, "password": password},
             }))?,
         )
         .await?;

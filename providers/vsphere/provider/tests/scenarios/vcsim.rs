@@ -22,11 +22,14 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::vcsim_support::{PASSWORD, USER, Vcsim};
+use crate::vcsim_support::{PASSWORD, Vcsim};
 
 const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 const CLUSTERS: usize = 3;
 const WRONG_PASSWORD: &str = "not-the-password-7f3a";
+/// The provider's account: only the role of [`banlieue_vsphere::privileges::ROLE`].
+const ROLE_USER: &str = "banlieue-provider";
+const ROLE_PASSWORD: &str = "r0le-p4ss-5d1e";
 
 /// vcsim with clusters `DC0_C0..2` (failure domains `az0..2`) and template `DC0_C0_RP0_VM0`.
 pub struct VcSim {
@@ -125,7 +128,11 @@ impl ProviderUnderTest for VcSim {
     }
 
     fn secrets(&self) -> Vec<String> {
-        vec![PASSWORD.to_owned(), WRONG_PASSWORD.to_owned()]
+        vec![
+            PASSWORD.to_owned(),
+            ROLE_PASSWORD.to_owned(),
+            WRONG_PASSWORD.to_owned(),
+        ]
     }
 
     fn unsupported_field(&self) -> Option<(Value, &'static str)> {
@@ -141,6 +148,9 @@ impl ProviderUnderTest for VcSim {
 /// `DC0_C0_RP0_VM0`, and the proxy in front of it.
 async fn start_vcenter(clusters: usize) -> Result<(Vcsim, Client, Proxy)> {
     let clusters = clusters.to_string();
+    // The provider's account holds exactly the documented role, which this vcsim checks as
+    // vCenter does; the harness's own account is unrestricted.
+    let privileges = banlieue_vsphere::privileges::role_privileges();
     let sim = Vcsim::start(&[
         "-cluster",
         &clusters,
@@ -150,6 +160,12 @@ async fn start_vcenter(clusters: usize) -> Result<(Vcsim, Client, Proxy)> {
         "1",
         "-standalone-host",
         "0",
+        "-role-user",
+        ROLE_USER,
+        "-role-password",
+        ROLE_PASSWORD,
+        "-role-privileges",
+        &privileges,
     ])?;
     let vc = sim.client()?;
     sim.make_template(&vc, TEMPLATE).await?;
@@ -160,12 +176,12 @@ async fn start_vcenter(clusters: usize) -> Result<(Vcsim, Client, Proxy)> {
 /// The credentials Secret `name` (a wrong password for [`Access::Bad`]).
 async fn credentials_secret(kube: &kube::Client, ns: &str, name: &str, access: Access) -> Result<()> {
     let password = match access {
-        Access::Valid => PASSWORD,
+        Access::Valid => ROLE_PASSWORD,
         Access::Bad => WRONG_PASSWORD,
     };
     let secret: Secret = serde_json::from_value(json!({
         "metadata": {"name": name},
-        "stringData": {"username": USER, "password": password},
+        "stringData": {"username": ROLE_USER, "password": password},
     }))?;
     Api::<Secret>::namespaced(kube.clone(), ns)
         .create(&PostParams::default(), &secret)
@@ -392,7 +408,11 @@ impl ProviderUnderTest for VcSimSpread {
     }
 
     fn secrets(&self) -> Vec<String> {
-        vec![PASSWORD.to_owned(), WRONG_PASSWORD.to_owned()]
+        vec![
+            PASSWORD.to_owned(),
+            ROLE_PASSWORD.to_owned(),
+            WRONG_PASSWORD.to_owned(),
+        ]
     }
 }
 

@@ -18,8 +18,8 @@ pub use image::{
     ImageSource, OsType, VirtualMachineImage, VirtualMachineImageSource, VirtualMachineImageSpec,
 };
 pub use provider::{
-    Backend, OWNED_REFERENCES_ANNOTATION, Provider, ProviderAllocation, ProviderCapacity, ProviderDefaults,
-    ProviderNode, ProviderNodeTotals, ProviderSpec, ProviderStatus, REFERENCES_FINALIZER,
+    Backend, MOVE_LABEL, OWNED_REFERENCES_ANNOTATION, Provider, ProviderAllocation, ProviderCapacity,
+    ProviderDefaults, ProviderNode, ProviderNodeTotals, ProviderSpec, ProviderStatus, REFERENCES_FINALIZER,
 };
 pub use virtual_machine::{
     Placement, VirtualMachine, VirtualMachinePhase, VirtualMachineSpec, VirtualMachineStatus,

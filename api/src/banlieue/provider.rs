@@ -9,6 +9,11 @@ use crate::common::{SecretReference, TlsTrust};
 
 pub use crate::common::Backend;
 
+/// The label that opts a Provider into `clusterctl move` (clusterctl's own
+/// `clusterctl.cluster.x-k8s.io/move-hierarchy`): every move then copies it, with the Secret and
+/// CA bundle it names, which its backend's provider makes it own (an owner reference).
+pub const MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
+
 /// Finalizer the provider of a Provider's backend keeps on it while the Provider owns the
 /// objects it names (credentials Secret, CA bundle): the Provider's deletion first takes its
 /// owner references off them, so the garbage collector never deletes a Secret that others
@@ -38,11 +43,10 @@ pub const OWNED_REFERENCES_ANNOTATION: &str = "banlieue.io/owned-references";
     shortname = "vmprovider",
     category = "banlieue",
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
-    // `clusterctl move` discovers only CRDs labelled `clusterctl.cluster.x-k8s.io`, and moves an
-    // object of a kind labelled `move-hierarchy` with everything it owns (copied to the target,
-    // kept on the source, as CAPV's cluster identities): a Provider and the Secret it owns.
+    // `clusterctl move` discovers only CRDs labelled `clusterctl.cluster.x-k8s.io`; a Provider
+    // labelled [`MOVE_LABEL`] is then moved with everything it owns (copied to the target, kept
+    // on the source, as CAPV's cluster identities), its Secret included.
     label("clusterctl.cluster.x-k8s.io", ""),
-    label("clusterctl.cluster.x-k8s.io/move-hierarchy", ""),
     doc = "A hypervisor endpoint (Proxmox VE, libvirt or vSphere) VirtualMachines can run on.",
     validation = Rule::new("self.metadata.name.size() <= 63").message(
         "metadata.name must be at most 63 characters (it is copied into the banlieue.io/provider label of the objects made for VirtualMachines): choose a shorter name"

@@ -1,14 +1,16 @@
-//! A `Provider` owns the objects it names (its credentials Secret and CA bundle), so that
-//! `clusterctl move` takes them along. The Provider CRD carries
-//! `clusterctl.cluster.x-k8s.io/move-hierarchy`: clusterctl copies every Provider to the target
-//! management cluster with what it owns (kept on the source, as CAPV's cluster identities), but
-//! it sees an object as a Provider's only through an owner reference.
+//! A `Provider` labelled [`MOVE_LABEL`] (clusterctl's `move-hierarchy`) owns the objects it names
+//! (its credentials Secret and CA bundle), so that `clusterctl move` takes them along: clusterctl
+//! copies such a Provider to the target management cluster with what it owns (kept on the
+//! source, as CAPV's cluster identities), but it sees an object as a Provider's only through an
+//! owner reference. A Provider without the label owns nothing, and every move leaves it alone.
 //!
 //! An owner reference would also let the garbage collector delete the Secret with the Provider,
 //! and a Secret may be shared (the one `clusterctl init` creates serves clusters too). So the
 //! Provider keeps [`REFERENCES_FINALIZER`] while it owns anything, and its deletion takes its
 //! owner references off first. What it owns is recorded in [`OWNED_REFERENCES_ANNOTATION`], so
-//! that a changed reference releases the object named before.
+//! that a changed reference (or the label removed) releases the object named before. A
+//! *foreground* deletion (`kubectl delete --cascade=foreground`, Argo CD's default prune) lets the
+//! garbage collector delete the dependents before any finalizer runs: the documentation says so.
 //!
 //! The provider of each backend does this for the Providers of its backend (it is the one
 //! allowed to read and patch Secrets). Objects are read as metadata only: nothing of a Secret's
@@ -18,7 +20,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::banlieue::{Backend, OWNED_REFERENCES_ANNOTATION, Provider, REFERENCES_FINALIZER};
+use banlieue_api::banlieue::{
+    Backend, MOVE_LABEL, OWNED_REFERENCES_ANNOTATION, Provider, REFERENCES_FINALIZER,
+};
 use banlieue_api::common::CaBundleKind;
 use banlieue_provider_runtime::metrics::Metrics;
 use futures::StreamExt;
@@ -93,9 +97,12 @@ impl Owned {
     }
 }
 
-/// The objects `provider` names: its credentials Secret and CA bundle (each needs a namespace,
-/// which the Provider's validation requires).
+/// The objects `provider` must own: its credentials Secret and CA bundle (each needs a
+/// namespace, which the Provider's validation requires) while it carries [`MOVE_LABEL`].
 pub fn named(provider: &Provider) -> BTreeSet<Owned> {
+    if !provider.labels().contains_key(MOVE_LABEL) {
+        return BTreeSet::new();
+    }
     let credentials = provider.spec.credentials_ref.as_ref().and_then(|r| {
         Some(Owned {
             kind: OwnedKind::Secret,
@@ -271,14 +278,18 @@ async fn write_record(
 
 /// Adds (`own`) or removes the owner reference `reference` on `object`; a missing object has
 /// nothing to change. An object the provider may not patch (a ConfigMap under a role without
-/// that right) is logged and left: it would not move, but nothing else depends on it.
+/// that right) is logged and left when adding: it would not move, but nothing else depends on
+/// it; a refused removal is an error (tried again, the finalizer held).
 async fn set_owner(ctx: &Context, object: &Owned, reference: &OwnerReference, own: bool) -> Result<()> {
     let outcome = match object.kind {
         OwnedKind::Secret => set_owner_of::<Secret>(ctx, object, reference, own).await,
         OwnedKind::ConfigMap => set_owner_of::<ConfigMap>(ctx, object, reference, own).await,
     };
     match outcome {
-        Err(kube::Error::Api(status)) if status.code == 403 => {
+        // Only an owner reference that could not be added is let go: one that cannot be removed
+        // must stay recorded (and the finalizer held), or the garbage collector could delete
+        // the object with the Provider.
+        Err(kube::Error::Api(status)) if status.code == 403 && own => {
             warn!(%object, reason = %status.message, "may not change the owner references of this object: clusterctl move will not take it along with the Provider");
             Ok(())
         }
@@ -376,7 +387,7 @@ mod tests {
     fn provider(value: serde_json::Value) -> Provider {
         let mut base = json!({
             "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
-            "metadata": {"name": "pve", "uid": "u-1"},
+            "metadata": {"name": "pve", "uid": "u-1", "labels": {MOVE_LABEL: ""}},
             "spec": {
                 "backend": "proxmox", "endpoint": "https://pve:8006",
                 "credentialsRef": {"name": "token", "namespace": "platform"},
@@ -475,6 +486,23 @@ mod tests {
             [secret("platform", "old"), secret("platform", "token")].into()
         );
         assert!(plan.keep.is_empty());
+    }
+
+    #[test]
+    fn a_provider_not_labelled_for_move_owns_nothing_and_releases_what_it_owned() {
+        let p = provider(json!({"metadata": {
+            "labels": {MOVE_LABEL: null},
+            "finalizers": [REFERENCES_FINALIZER],
+            "annotations": {OWNED_REFERENCES_ANNOTATION: "Secret platform/token"},
+        }}));
+        let unlabelled = plan(&p);
+        assert_eq!(unlabelled.hold, None);
+        assert!(unlabelled.own.is_empty());
+        assert_eq!(unlabelled.release, [secret("platform", "token")].into());
+        assert!(unlabelled.keep.is_empty());
+        let fresh = plan(&provider(json!({"metadata": {"labels": {MOVE_LABEL: null}}})));
+        assert_eq!(fresh.hold, None);
+        assert!(fresh.own.is_empty());
     }
 
     #[test]

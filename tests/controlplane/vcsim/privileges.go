@@ -66,9 +66,6 @@ func required(ctx *simulator.Context, m *simulator.Method) []string {
 			add("VirtualMachine.Provisioning.Clone")
 		}
 		add("VirtualMachine.Inventory.CreateFromExisting", "Resource.AssignVMToPool", "Datastore.AllocateSpace")
-		if body.Spec.Template {
-			add("VirtualMachine.Provisioning.MarkAsTemplate")
-		}
 		if body.Spec.Config != nil {
 			add(reconfigure(body.Spec.Config)...)
 		}
@@ -101,7 +98,8 @@ func required(ctx *simulator.Context, m *simulator.Method) []string {
 	case *types.MarkAsVirtualMachine:
 		add("VirtualMachine.Provisioning.MarkAsVM", "Resource.AssignVMToPool")
 	case *types.ImportVApp:
-		add("VApp.Import")
+		// And what creating its virtual machine asks (CreateVM_Task's privileges).
+		add("VApp.Import", "VirtualMachine.Inventory.Create", "Resource.AssignVMToPool", "Datastore.AllocateSpace")
 	case *types.CreateFolder:
 		add("Folder.Create")
 	case *types.UnregisterVM:
@@ -147,13 +145,13 @@ func reconfigure(spec *types.VirtualMachineConfigSpec) []string {
 		_, disk := c.Device.(*types.VirtualDisk)
 		switch {
 		case disk && c.Operation == types.VirtualDeviceConfigSpecOperationAdd && c.FileOperation == types.VirtualDeviceConfigSpecFileOperationCreate:
-			ps = append(ps, "VirtualMachine.Config.AddNewDisk")
+			ps = append(ps, "VirtualMachine.Config.AddNewDisk", "Datastore.AllocateSpace")
 		case disk && c.Operation == types.VirtualDeviceConfigSpecOperationAdd:
 			ps = append(ps, "VirtualMachine.Config.AddExistingDisk")
 		case disk && c.Operation == types.VirtualDeviceConfigSpecOperationRemove:
 			ps = append(ps, "VirtualMachine.Config.RemoveDisk")
 		case disk && c.Operation == types.VirtualDeviceConfigSpecOperationEdit:
-			ps = append(ps, "VirtualMachine.Config.DiskExtend")
+			ps = append(ps, "VirtualMachine.Config.DiskExtend", "Datastore.AllocateSpace")
 		case c.Operation == types.VirtualDeviceConfigSpecOperationEdit:
 			ps = append(ps, "VirtualMachine.Config.EditDevice")
 		default:

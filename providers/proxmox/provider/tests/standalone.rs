@@ -1297,14 +1297,15 @@ fn owners(meta: &kube::api::ObjectMeta) -> Vec<String> {
 }
 
 /// `clusterctl move` takes a Provider's Secret along only if the Provider owns it: the provider
-/// (under its generated role) gives each Provider of its backend an owner reference on its
-/// credentials Secret and CA bundle, moves it when the reference changes, writes nothing when
-/// nothing changed, and takes it off before the Provider is deleted, so the garbage collector
-/// (running here) deletes neither. A Provider of another backend is not touched.
+/// (under its generated role) gives each Provider of its backend labelled for move an owner
+/// reference on its credentials Secret and CA bundle, lets go when the label goes, moves it when
+/// the reference changes, writes nothing when nothing changed, and takes it off before the
+/// Provider is deleted, so the garbage collector (running here) deletes neither. A Provider of
+/// another backend, or not labelled, is not touched.
 /// Its own API server: the controller looks at every Provider, those of the other tests too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_deletion() -> Result<()> {
-    use banlieue_api::banlieue::{OWNED_REFERENCES_ANNOTATION, REFERENCES_FINALIZER};
+    use banlieue_api::banlieue::{MOVE_LABEL, OWNED_REFERENCES_ANNOTATION, REFERENCES_FINALIZER};
     use banlieue_api::common::{CaBundleKind, CaBundleReference};
     use banlieue_provider_kit::provider_references;
     use k8s_openapi::api::core::v1::ConfigMap;
@@ -1344,17 +1345,28 @@ async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_de
         }),
         ..Default::default()
     };
+    // Opted into clusterctl move (and one of another backend); one not opted in.
+    let labelled = |mut p: Provider| {
+        p.metadata.labels = Some([(MOVE_LABEL.to_owned(), String::new())].into());
+        p
+    };
     let pve = providers
         .create(
             &PostParams::default(),
-            &Provider::new("pve", spec(Backend::Proxmox, "token-a")),
+            &labelled(Provider::new("pve", spec(Backend::Proxmox, "token-a"))),
         )
         .await?;
     let pve_uid = pve.uid().context("uid")?;
     let other = providers
         .create(
             &PostParams::default(),
-            &Provider::new("other", spec(Backend::Vsphere, "token-b")),
+            &labelled(Provider::new("other", spec(Backend::Vsphere, "token-b"))),
+        )
+        .await?;
+    let stays = providers
+        .create(
+            &PostParams::default(),
+            &Provider::new("stays", spec(Backend::Proxmox, "token-b")),
         )
         .await?;
 
@@ -1420,17 +1432,50 @@ async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_de
         config_maps.get("ca").await?.resource_version(),
     );
     assert_eq!(before, after, "a no-op reconcile wrote");
-    let other_now = providers.get("other").await?;
-    assert!(
-        other_now.finalizers().is_empty()
-            && other_now.annotations().get(OWNED_REFERENCES_ANNOTATION).is_none(),
-        "the Provider of another backend was touched: {:?}",
-        other_now.metadata
-    );
+    for (name, why) in [
+        ("other", "of another backend"),
+        ("stays", "not labelled for move"),
+    ] {
+        let now = providers.get(name).await?;
+        assert!(
+            now.finalizers().is_empty() && now.annotations().get(OWNED_REFERENCES_ANNOTATION).is_none(),
+            "the Provider {why} was touched: {:?}",
+            now.metadata
+        );
+    }
     assert!(
         secrets.get("token-b").await?.metadata.owner_references.is_none(),
-        "the Secret of another backend's Provider was given an owner"
+        "the Secret of Providers that must not own it was given an owner"
     );
+
+    // The label removed: everything is let go, the finalizer too; put back: owned again.
+    for labelled in [false, true] {
+        let label = if labelled {
+            serde_json::json!("")
+        } else {
+            serde_json::Value::Null
+        };
+        providers
+            .patch(
+                "pve",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"metadata": {"labels": {MOVE_LABEL: label}}})),
+            )
+            .await?;
+        let deadline = tokio::time::Instant::now() + TIMEOUT;
+        loop {
+            let (a, p) = (secrets.get("token-a").await?, providers.get("pve").await?);
+            let owned = owners(&a.metadata) == [pve_owner.clone()];
+            let held = p.finalizers().contains(&REFERENCES_FINALIZER.to_owned());
+            if owned == labelled && held == labelled {
+                break;
+            }
+            if tokio::time::Instant::now() > deadline {
+                bail!("labelled for move = {labelled}: owned {owned}, finalizer {held}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 
     // The reference moves to another Secret: the first one is let go.
     providers
@@ -1490,7 +1535,7 @@ async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_de
             "{what} still names the deleted Provider"
         );
     }
-    drop(other);
+    drop((other, stays));
     controller.abort();
     Ok(())
 }

@@ -17,16 +17,20 @@ pub const ROLE: &[(&str, &str)] = &[
         "CloneVM_Task from a template",
     ),
     (
+        "VirtualMachine.Provisioning.Clone",
+        "CloneVM_Task when spec.source.template names a virtual machine that is not a template",
+    ),
+    (
         "VirtualMachine.Inventory.CreateFromExisting",
         "CloneVM_Task: the new VM in its folder",
     ),
     (
         "Resource.AssignVMToPool",
-        "CloneVM_Task: the new VM in its resource pool",
+        "CloneVM_Task and ImportVApp: the new VM in its resource pool",
     ),
     (
         "Datastore.AllocateSpace",
-        "CloneVM_Task: the disks on the datastore",
+        "CloneVM_Task, ImportVApp and ReconfigVM_Task: disks on the datastore, new or grown",
     ),
     (
         "Network.Assign",
@@ -77,6 +81,10 @@ pub const ROLE: &[(&str, &str)] = &[
         "MarkAsTemplate: an imported OVA's VM becomes the template",
     ),
     ("VApp.Import", "ImportVApp: a template imported from an OVA"),
+    (
+        "VirtualMachine.Inventory.Create",
+        "ImportVApp: the imported VM created in its folder (CreateVM_Task's privileges)",
+    ),
 ];
 
 /// The privileges of [`ROLE`], comma-separated (what `vcsim -role-privileges` takes).

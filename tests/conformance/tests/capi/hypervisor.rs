@@ -475,9 +475,10 @@ impl Hypervisor {
                     )
                     .await
                     .context("applying the vSphere Provider's credentials Secret")?;
+                // Labelled for clusterctl move: the run's cluster names it.
                 let provider = json!({
                     "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
-                    "metadata": {"name": name},
+                    "metadata": {"name": name, "labels": {banlieue_api::banlieue::MOVE_LABEL: ""}},
                     "spec": {
                         "backend": "vsphere",
                         "endpoint": v.sim.url,

@@ -1146,7 +1146,7 @@ async fn conformance(backend: Backend, mode: Mode) -> Result<()> {
             .allow_external(false)
             .node_network(pods)
             // banlieue's kinds too, as a user applies banlieue-core.yaml there before the move:
-            // clusterctl copies every Provider (their CRD is labelled move-hierarchy).
+            // clusterctl copies the Providers labelled for move (the vSphere run has one).
             .crds(crds)
             .start(),
     )?;

@@ -42,7 +42,13 @@ pub(crate) async fn drive<K, C, R, Fut, P>(
     error_policy: P,
     ctx: Arc<C>,
 ) where
-    K: NamespacedKind,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
     C: Send + Sync + 'static,
     R: Fn(Arc<K>, Arc<C>) -> Fut + Send + Sync + Clone + 'static,
     Fut: Future<Output = Result<Action>> + Send + 'static,

@@ -25,7 +25,6 @@ use banlieue_api::banlieue::{
 };
 use banlieue_api::common::CaBundleKind;
 use banlieue_provider_runtime::metrics::Metrics;
-use futures::StreamExt;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -355,29 +354,11 @@ fn error_policy(_provider: Arc<Provider>, error: &Error, _ctx: Arc<Context>) -> 
 /// Runs the controller until `shutdown`.
 pub async fn run(ctx: Arc<Context>, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     let metrics = ctx.metrics.clone();
-    Controller::new(
+    let controller = Controller::new(
         Api::<Provider>::all(ctx.client.clone()),
         watcher::Config::default(),
-    )
-    .graceful_shutdown_on(shutdown)
-    .run(
-        move |provider, ctx| {
-            let metrics = metrics.clone();
-            async move {
-                metrics
-                    .observe("provider", Error::metric_label, reconcile(provider, ctx))
-                    .await
-            }
-        },
-        error_policy,
-        ctx,
-    )
-    .for_each(|res| async move {
-        if let Err(e) = res {
-            tracing::debug!(error = %e, "controller event");
-        }
-    })
-    .await;
+    );
+    crate::drive::drive(controller, 0, shutdown, metrics, reconcile, error_policy, ctx).await;
 }
 
 #[cfg(test)]

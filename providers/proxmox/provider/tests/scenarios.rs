@@ -131,6 +131,8 @@ struct Scenario {
     client: kube::Client,
     ns: String,
     pve: FakePve,
+    /// The registry every controller of the scenario records into (their `/metrics`).
+    metrics: banlieue_provider_runtime::metrics::Metrics,
 }
 
 impl Scenario {
@@ -142,6 +144,7 @@ impl Scenario {
             client,
             ns: ns.name().to_owned(),
             pve: FakePve::new(3),
+            metrics: Default::default(),
         };
         scenario.cluster("c1").await?;
         Ok((scenario, ns))
@@ -156,12 +159,14 @@ impl Scenario {
 
     /// Starts a controller; returns its task (abort it to "kill" the controller).
     fn start_controller(&self) -> tokio::task::JoinHandle<()> {
-        let ctx = Arc::new(machine_controller::context(
+        let mut ctx = machine_controller::context(
             self.client.clone(),
             FakeConnector(self.pve.clone()),
             "local",
             "banlieue-proxmox-test",
-        ));
+        );
+        ctx.metrics = self.metrics.clone();
+        let ctx = Arc::new(ctx);
         let ns = self.ns.clone();
         tokio::spawn(async move {
             machine_controller::run(ctx, Some(&ns), 4, std::future::pending()).await;
@@ -383,29 +388,8 @@ async fn no_secret_value_reaches_a_log_line_an_event_a_status_or_a_metric() -> R
     use k8s_openapi::api::core::v1::Event;
     let logs = VerboseLogs::capture();
     let (s, _ns) = Scenario::new("pxm-secrets").await?;
-    // Both controllers record into one registry, as the binary's do.
-    let metrics = banlieue_provider_runtime::metrics::Metrics::default();
-    let mut cluster_ctx = cluster_controller::context(
-        s.client.clone(),
-        FakeConnector(s.pve.clone()),
-        "banlieue-proxmox-test",
-    );
-    cluster_ctx.metrics = metrics.clone();
-    let mut machine_ctx = machine_controller::context(
-        s.client.clone(),
-        FakeConnector(s.pve.clone()),
-        "local",
-        "banlieue-proxmox-test",
-    );
-    machine_ctx.metrics = metrics.clone();
-    let (cluster_ctx, machine_ctx) = (Arc::new(cluster_ctx), Arc::new(machine_ctx));
-    let (ns_a, ns_b) = (s.ns.clone(), s.ns.clone());
-    let clusters = tokio::spawn(async move {
-        cluster_controller::run(cluster_ctx, Some(&ns_a), 2, std::future::pending()).await;
-    });
-    let controller = tokio::spawn(async move {
-        machine_controller::run(machine_ctx, Some(&ns_b), 4, std::future::pending()).await;
-    });
+    let clusters = s.start_cluster_controller();
+    let controller = s.start_controller();
     s.machine("m1", Some("pve2")).await?;
     s.wait_for("m1", "provisioned", provisioned).await?;
     let machine = s.api::<ProxmoxMachine>().get("m1").await?;
@@ -428,7 +412,7 @@ async fn no_secret_value_reaches_a_log_line_an_event_a_status_or_a_metric() -> R
         ("events", serde_json::to_string(&events.items)?),
         ("machine status", serde_json::to_string(&machine.status)?),
         ("cluster status", serde_json::to_string(&cluster.status)?),
-        ("metrics", metrics.render()),
+        ("metrics", s.metrics.render()),
     ];
     assert!(
         outputs[4].1.contains("proxmoxmachine"),
@@ -475,11 +459,13 @@ async fn a_machine_without_owner_is_left_alone() -> Result<()> {
 
 impl Scenario {
     fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
-        let ctx = Arc::new(cluster_controller::context(
+        let mut ctx = cluster_controller::context(
             self.client.clone(),
             FakeConnector(self.pve.clone()),
             "banlieue-proxmox-test",
-        ));
+        );
+        ctx.metrics = self.metrics.clone();
+        let ctx = Arc::new(ctx);
         let ns = self.ns.clone();
         tokio::spawn(async move {
             cluster_controller::run(ctx, Some(&ns), 2, std::future::pending()).await;

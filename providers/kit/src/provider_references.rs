@@ -163,22 +163,19 @@ pub struct Plan {
 /// The plan for `provider`: while it lives it owns what it names and releases what it named
 /// before; once deleted it releases everything.
 pub fn plan(provider: &Provider) -> Plan {
-    let deleting = provider.metadata.deletion_timestamp.is_some();
-    let wanted = if deleting {
+    let named = named(provider);
+    let wanted = if provider.metadata.deletion_timestamp.is_some() {
         BTreeSet::new()
     } else {
-        named(provider)
+        named.clone()
     };
     let recorded = recorded(provider);
     let holding = recorded.union(&wanted).cloned().collect::<BTreeSet<_>>();
     let held = provider.finalizers().iter().any(|f| f == REFERENCES_FINALIZER);
     let hold = (!wanted.is_empty() && (holding != recorded || !held)).then_some(holding);
+    // Whatever is recorded or named and no longer wanted (all of it once deleted).
     let release = recorded
-        .union(&if deleting {
-            named(provider)
-        } else {
-            BTreeSet::new()
-        })
+        .union(&named)
         .filter(|o| !wanted.contains(o))
         .cloned()
         .collect();

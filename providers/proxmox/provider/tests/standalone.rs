@@ -1308,6 +1308,7 @@ async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_de
     use banlieue_api::banlieue::{MOVE_LABEL, OWNED_REFERENCES_ANNOTATION, REFERENCES_FINALIZER};
     use banlieue_api::common::{CaBundleKind, CaBundleReference};
     use banlieue_provider_kit::provider_references;
+    use banlieue_provider_runtime::testing::eventually;
     use k8s_openapi::api::core::v1::ConfigMap;
 
     let env = TestEnv::builder().crds(banlieue_api::crds::all()).start().await?;
@@ -1382,35 +1383,24 @@ async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_de
     let pve_owner = format!("Provider/pve/{pve_uid}");
 
     // Owned, recorded, held.
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
+    let p = eventually("Provider pve owns its Secret and CA bundle", || async {
         let (a, c, p) = (
             secrets.get("token-a").await?,
             config_maps.get("ca").await?,
             providers.get("pve").await?,
         );
-        if owners(&a.metadata) == [pve_owner.clone()]
+        Ok((owners(&a.metadata) == [pve_owner.clone()]
             && owners(&c.metadata) == [pve_owner.clone()]
-            && p.finalizers().contains(&REFERENCES_FINALIZER.to_owned())
-        {
-            assert_eq!(
-                p.annotations()
-                    .get(OWNED_REFERENCES_ANNOTATION)
-                    .map(String::as_str),
-                Some(format!("Secret {ns}/token-a, ConfigMap {ns}/ca").as_str())
-            );
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!(
-                "Provider pve did not come to own its Secret and CA bundle: {:?} {:?} {:?}",
-                a.metadata.owner_references,
-                c.metadata.owner_references,
-                p.metadata
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+            && p.finalizers().contains(&REFERENCES_FINALIZER.to_owned()))
+        .then_some(p))
+    })
+    .await?;
+    assert_eq!(
+        p.annotations()
+            .get(OWNED_REFERENCES_ANNOTATION)
+            .map(String::as_str),
+        Some(format!("Secret {ns}/token-a, ConfigMap {ns}/ca").as_str())
+    );
 
     // A change that names nothing new writes nothing (the label triggers a reconcile).
     let labelled = providers
@@ -1462,19 +1452,16 @@ async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_de
                 &Patch::Merge(serde_json::json!({"metadata": {"labels": {MOVE_LABEL: label}}})),
             )
             .await?;
-        let deadline = tokio::time::Instant::now() + TIMEOUT;
-        loop {
-            let (a, p) = (secrets.get("token-a").await?, providers.get("pve").await?);
-            let owned = owners(&a.metadata) == [pve_owner.clone()];
-            let held = p.finalizers().contains(&REFERENCES_FINALIZER.to_owned());
-            if owned == labelled && held == labelled {
-                break;
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("labelled for move = {labelled}: owned {owned}, finalizer {held}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually(
+            &format!("labelled for move = {labelled}: owned and held alike"),
+            || async {
+                let (a, p) = (secrets.get("token-a").await?, providers.get("pve").await?);
+                let owned = owners(&a.metadata) == [pve_owner.clone()];
+                let held = p.finalizers().contains(&REFERENCES_FINALIZER.to_owned());
+                Ok((owned == labelled && held == labelled).then_some(()))
+            },
+        )
+        .await?;
     }
 
     // The reference moves to another Secret: the first one is let go.
@@ -1487,42 +1474,28 @@ async fn a_provider_owns_what_it_names_for_clusterctl_move_and_lets_go_before_de
             ),
         )
         .await?;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
+    eventually("the changed credentialsRef followed", || async {
         let (a, b, p) = (
             secrets.get("token-a").await?,
             secrets.get("token-b").await?,
             providers.get("pve").await?,
         );
-        if owners(&a.metadata).is_empty()
+        Ok((owners(&a.metadata).is_empty()
             && owners(&b.metadata) == [pve_owner.clone()]
             && p.annotations()
                 .get(OWNED_REFERENCES_ANNOTATION)
                 .map(String::as_str)
-                == Some(format!("Secret {ns}/token-b, ConfigMap {ns}/ca").as_str())
-        {
-            break;
-        }
-        if tokio::time::Instant::now() > deadline {
-            bail!(
-                "the changed credentialsRef was not followed: {:?} {:?} {:?}",
-                a.metadata.owner_references,
-                b.metadata.owner_references,
-                p.metadata.annotations
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+                == Some(format!("Secret {ns}/token-b, ConfigMap {ns}/ca").as_str()))
+        .then_some(()))
+    })
+    .await?;
 
     // Deleted: its owner references go first, then the Provider; both objects stay.
     providers.delete("pve", &DeleteParams::default()).await?;
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    while providers.get_opt("pve").await?.is_some() {
-        if tokio::time::Instant::now() > deadline {
-            bail!("Provider pve was not released for deletion");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually("Provider pve released for deletion", || async {
+        Ok(providers.get_opt("pve").await?.is_none().then_some(()))
+    })
+    .await?;
     // Give the garbage collector time to act on anything left.
     tokio::time::sleep(Duration::from_secs(3)).await;
     for (what, meta) in [

@@ -2132,10 +2132,11 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
         provider_ids.len()
     );
     let provider_secret = match run.hv.provider_secret() {
-        Some(secret) if run.hv.cluster_through_provider() => {
-            Some(provider_owns_secret(&run.client, &secret, "before the move").await?)
+        Some(secret) => {
+            let data = provider_owns_secret(&run.client, &secret, "before the move").await?;
+            Some((secret, data))
         }
-        _ => None,
+        None => None,
     };
     if let (Some((creds_name, _)), None) = (run.hv.credentials(), &provider_secret) {
         let creds = Api::<Secret>::namespaced(run.client.clone(), &run.ns)
@@ -2198,11 +2199,11 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
 
     // The Provider and its Secret: copied to the target, with the owner reference to the
     // target's Provider, and kept on the source (clusterctl keeps global objects there).
-    let provider_moved = match (&provider_secret, run.hv.provider_secret()) {
-        (Some(source_data), Some(secret)) => {
-            provider_owns_secret(&run.client, &secret, "on the source after the move").await?;
+    let provider_moved = match &provider_secret {
+        Some((secret, source_data)) => {
+            provider_owns_secret(&run.client, secret, "on the source after the move").await?;
             let target_client = envs.target.client().await?;
-            let target_data = provider_owns_secret(&target_client, &secret, "on the target").await?;
+            let target_data = provider_owns_secret(&target_client, secret, "on the target").await?;
             ensure!(
                 &target_data == source_data,
                 "the Provider's Secret {}/{} arrived with other data",
@@ -2214,7 +2215,7 @@ async fn move_cluster(run: &mut Run, procs: &mut Managers, envs: &Envs<'_>) -> R
                 secret.0, secret.1
             )
         }
-        _ => String::new(),
+        None => String::new(),
     };
 
     // From here on the run is on the target.

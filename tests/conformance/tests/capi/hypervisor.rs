@@ -442,7 +442,7 @@ impl Hypervisor {
     /// looks for Secrets besides the moved namespace), apart from the one `clusterctl init`
     /// created there (the target has its own of that name).
     pub fn provider_secret(&self) -> Option<(String, &'static str)> {
-        matches!(self, Self::VSphere(_))
+        self.cluster_through_provider()
             .then(|| (self.infra().namespace(), "conformance-provider-credentials"))
     }
 

@@ -246,15 +246,7 @@ async fn write_record(
     finalizer: bool,
     metrics: &Metrics,
 ) -> Result<Provider> {
-    let mut finalizers: Vec<String> = provider
-        .finalizers()
-        .iter()
-        .filter(|f| *f != REFERENCES_FINALIZER)
-        .cloned()
-        .collect();
-    if finalizer {
-        finalizers.push(REFERENCES_FINALIZER.to_owned());
-    }
+    let finalizers = crate::status::finalizers_with(provider.finalizers(), REFERENCES_FINALIZER, finalizer);
     let annotation = (!owned.is_empty()).then(|| record(owned));
     let patch = json!({
         "metadata": {

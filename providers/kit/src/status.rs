@@ -80,6 +80,15 @@ pub fn has_finalizer<K: kube::Resource>(object: &K, finalizer: &str) -> bool {
     object.finalizers().iter().any(|f| f == finalizer)
 }
 
+/// `finalizers` with `finalizer` once (`present`) or not at all, the others kept in order.
+pub fn finalizers_with(finalizers: &[String], finalizer: &str, present: bool) -> Vec<String> {
+    let mut out: Vec<String> = finalizers.iter().filter(|f| *f != finalizer).cloned().collect();
+    if present {
+        out.push(finalizer.to_owned());
+    }
+    out
+}
+
 /// Adds (`present`) or removes `finalizer`, unless that is already so; returns whether it wrote.
 pub async fn set_finalizer<K: NamespacedKind>(
     api: &Api<K>,
@@ -91,12 +100,7 @@ pub async fn set_finalizer<K: NamespacedKind>(
     if has_finalizer(object, finalizer) == present {
         return Ok(false);
     }
-    let mut finalizers = object.finalizers().to_vec();
-    if present {
-        finalizers.push(finalizer.to_owned());
-    } else {
-        finalizers.retain(|f| f != finalizer);
-    }
+    let finalizers = finalizers_with(object.finalizers(), finalizer, present);
     let patch = serde_json::json!({
         "metadata": {"finalizers": finalizers, "resourceVersion": object.resource_version()}
     });

@@ -84,6 +84,7 @@ fn builds_a_proxmox_machine_with_neutral_fields_verbatim() {
                            "app.kubernetes.io/managed-by": "banlieue-controller"},
                 "ownerReferences": [{"apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
                     "name": "web", "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}],
+                "finalizers": ["infrastructure.banlieue.io/proxmox"],
             },
             "spec": {
                 "providerRef": {"name": "pve-a"}, "source": {"vmid": 100},
@@ -394,6 +395,30 @@ fn namespace_selector_is_honoured() {
 #[case::int_float(json!({"m": 4096}), json!({"m": 4096.0}), true)]
 fn contains_table(#[case] existing: Value, #[case] desired: Value, #[case] expected: bool) {
     assert_eq!(contains(&existing, &desired), expected);
+}
+
+#[rstest]
+#[case::the_same(json!(["infrastructure.banlieue.io/proxmox"]), true)]
+#[case::beside_others(json!(["example.com/backup", "infrastructure.banlieue.io/proxmox"]), true)]
+#[case::taken_off(json!(["example.com/backup"]), false)]
+#[case::none(json!(null), false)]
+fn a_machine_holds_the_providers_finalizer_among_any_others(#[case] finalizers: Value, #[case] holds: bool) {
+    let p = provider("p", "proxmox", json!({}), json!({}));
+    let desired = desired_machine(
+        &vm(json!({"providerRef": {"name": "p"}, "source": {"proxmox": {"vmid": 100}}, "cpu": {"cores": 1}, "memoryMiB": 512})),
+        &p,
+        None,
+        None,
+    )
+    .expect("builds");
+    let mut existing = desired.clone();
+    existing["metadata"]["finalizers"] = finalizers;
+    assert_eq!(machine_holds(&existing, &desired), holds);
+    existing["spec"]["memoryMiB"] = json!(1024);
+    assert!(
+        !machine_holds(&existing, &desired),
+        "a changed spec is still a change"
+    );
 }
 
 #[test]

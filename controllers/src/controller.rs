@@ -12,9 +12,15 @@
 //! should the VirtualMachine be removed without the controller.
 //!
 //! Reconciles are debounced ([`RECONCILE_DEBOUNCE`]): a burst of writes to one VirtualMachine or
-//! its machine is mirrored once.
+//! its machine is mirrored once. A status that only brings provisioning progress waits up to
+//! [`PROGRESS_HOLD`] for the next news, so a VM that is Ready within it is written once.
 //!
-//! Triggers: VirtualMachine changes, changes of any registered infrastructure machine kind
+//! The machine is applied with the provider's finalizer ([`Backend::finalizer`]) already on it:
+//! the provider has no finalizer write of its own to make. A machine being deleted is never
+//! applied (it is created again once gone).
+//!
+//! Triggers: VirtualMachine changes (spec, labels, annotations, finalizers, deletion; not its
+//! status, which only this controller writes), changes of any registered infrastructure machine kind
 //! (metadata watch, mapped to the controlling VirtualMachine, so a provider status write shows
 //! within one watch round-trip), and any change of a Provider, VirtualMachineClass or
 //! VirtualMachineImage (re-reconciles every VirtualMachine; these objects change rarely).
@@ -29,8 +35,10 @@ use banlieue_api::banlieue::{
     Provider, ProviderAllocation, VirtualMachine, VirtualMachineClass, VirtualMachineImage,
     VirtualMachineStatus,
 };
+#[cfg(doc)]
+use banlieue_api::common::Backend;
 use banlieue_api::common::ContractReference;
-use banlieue_provider_runtime::cache::lean_controller;
+use banlieue_provider_runtime::cache::lean_controller_on;
 use banlieue_provider_runtime::events::Publisher;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
@@ -42,7 +50,7 @@ use kube::api::{
 use kube::runtime::controller::{self as runtime_controller, Action};
 use kube::runtime::events::{Event, EventType, Reporter};
 use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tracing::{info, instrument, warn};
@@ -69,6 +77,15 @@ pub const INVALID_RETRY: Duration = Duration::from_secs(300);
 /// providerID a moment later) is mirrored in one status write instead of one each, for at most
 /// this much delay.
 pub const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(300);
+/// A status whose only news is provisioning progress ([`mirror::only_progress`]: the first
+/// `Provisioning`, a provider's next step) waits this long for the next news before it is
+/// written: a VM that is Ready within it gets one status write, not one per step. Anything
+/// else (Ready, a problem, a placement to record, deletion) is written at once.
+pub const PROGRESS_HOLD: Duration = Duration::from_secs(2);
+/// Reconciles run at once at most: each holds its VirtualMachine's machine as JSON while it
+/// waits on the API server, so a burst (1,000 VMs created together) is worked through in
+/// order instead of all at once, with bounded memory.
+pub const RECONCILE_CONCURRENCY: u16 = 32;
 const BACKOFF_MIN: Duration = Duration::from_secs(1);
 const BACKOFF_MAX: Duration = Duration::from_secs(300);
 
@@ -158,6 +175,9 @@ pub struct Context {
     /// The Provider reconciler runs (cluster-wide controller): only then may a Provider get the
     /// in-use finalizer, which that reconciler removes.
     manage_providers: bool,
+    /// Per VirtualMachine uid, since when a progress-only status waits to be written
+    /// ([`PROGRESS_HOLD`]).
+    held: Mutex<HashMap<String, std::time::Instant>>,
 }
 
 /// The controller's own status writes of one VirtualMachine that its watch cache has not caught
@@ -434,7 +454,17 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             if let Some(existing) = &existing {
                 build::keep_created_defaults(desired, existing, entry);
             }
-            if !existing.as_ref().is_some_and(|e| build::contains(e, desired)) {
+            // A machine being deleted is left to go (the provider is deleting its VM); the
+            // next reconcile after it is gone creates it again.
+            let deleting = existing.as_ref().is_some_and(|e| {
+                e.pointer("/metadata/deletionTimestamp")
+                    .is_some_and(|t| !t.is_null())
+            });
+            if !deleting
+                && !existing
+                    .as_ref()
+                    .is_some_and(|e| build::machine_holds(e, desired))
+            {
                 let applied = api
                     .patch(
                         &name,
@@ -477,8 +507,11 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         user_data_secret: vm.spec.user_data_secret_ref.as_ref().map(|r| r.name.as_str()),
         invalid: plan.invalid.as_ref(),
     };
-    update_status(ctx, vm, &input, superseded).await?;
-    Ok(if plan.invalid.is_some() {
+    let placing = plan._placement.is_some();
+    let held = update_status(ctx, vm, &input, superseded, placing).await?;
+    Ok(if let Some(remaining) = held {
+        Action::requeue(remaining)
+    } else if plan.invalid.is_some() {
         Action::requeue(INVALID_RETRY)
     } else {
         Action::requeue(RESYNC)
@@ -616,20 +649,31 @@ async fn cleanup(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
         user_data_secret: None,
         invalid: None,
     };
-    update_status(ctx, vm, &input, vec![vm.resource_version().unwrap_or_default()]).await?;
+    update_status(
+        ctx,
+        vm,
+        &input,
+        vec![vm.resource_version().unwrap_or_default()],
+        false,
+    )
+    .await?;
     // The machine's own events (status writes, its disappearance) trigger the next reconcile.
     Ok(Action::requeue(RESYNC))
 }
 
 /// Mirrors `input` into the VirtualMachine's status and writes it when it changed; publishes a
 /// Warning Event for newly detected invalid input. `superseded` are resourceVersions of the
-/// VirtualMachine this reconcile saw or replaced.
+/// VirtualMachine this reconcile saw or replaced; `placing`: this reconcile places the VM on a
+/// Provider with a VM capacity (the status records it at once). A change that is only progress
+/// waits up to [`PROGRESS_HOLD`] for the next one: then the time left is returned (reconcile
+/// again after it) and nothing is written.
 async fn update_status(
     ctx: &Context,
     vm: &VirtualMachine,
     input: &MirrorInput<'_>,
     superseded: Vec<String>,
-) -> Result<()> {
+    placing: bool,
+) -> Result<Option<Duration>> {
     let uid = vm.uid().unwrap_or_default();
     let rv = vm.resource_version().unwrap_or_default();
     let current = {
@@ -644,28 +688,62 @@ async fn update_status(
         }
     };
     let status = mirror::mirror(current.as_ref(), input, &now());
-    if let Some((reason, note)) = mirror::warning(current.as_ref(), &status, input) {
+    let warning = mirror::warning(current.as_ref(), &status, input);
+    if current.as_ref() == Some(&status) {
+        ctx.held.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+        return Ok(None);
+    }
+    if !placing && warning.is_none() && mirror::only_progress(current.as_ref(), &status, input) {
+        let mut held = ctx.held.lock().unwrap_or_else(|e| e.into_inner());
+        let waited = held
+            .entry(uid.clone())
+            .or_insert_with(std::time::Instant::now)
+            .elapsed();
+        if waited < PROGRESS_HOLD {
+            drop(held);
+            // This reconcile's own writes (the finalizer) still supersede the cached object.
+            let mut superseded = superseded;
+            if superseded.len() > 1
+                && let Some(latest) = superseded.pop()
+            {
+                record_written(ctx, uid, superseded, latest, current.unwrap_or_default());
+            }
+            return Ok(Some(PROGRESS_HOLD - waited));
+        }
+    }
+    ctx.held.lock().unwrap_or_else(|e| e.into_inner()).remove(&uid);
+    if let Some((reason, note)) = warning {
         publish_event(ctx, vm, EventType::Warning, reason, note).await;
     } else if let Some((reason, note)) = mirror::lifecycle(current.as_ref(), &status) {
         publish_event(ctx, vm, EventType::Normal, reason, note).await;
     }
-    if current.as_ref() != Some(&status) {
-        let latest = write_status(ctx, vm, &status).await?;
-        let mut written = ctx.written.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = written.entry(uid).or_insert_with(|| Written {
-            stale: Vec::new(),
-            latest: String::new(),
-            status: status.clone(),
-        });
-        entry.stale.extend(superseded);
-        if !entry.latest.is_empty() {
-            let previous = std::mem::take(&mut entry.latest);
-            entry.stale.push(previous);
-        }
-        entry.latest = latest;
-        entry.status = status;
+    let latest = write_status(ctx, vm, &status).await?;
+    record_written(ctx, uid, superseded, latest, status);
+    Ok(None)
+}
+
+/// Records that our writes made `latest` the VirtualMachine's newest version, with `status`,
+/// superseding the versions `superseded` (see [`Written`]).
+fn record_written(
+    ctx: &Context,
+    uid: String,
+    superseded: Vec<String>,
+    latest: String,
+    status: VirtualMachineStatus,
+) {
+    let mut written = ctx.written.lock().unwrap_or_else(|e| e.into_inner());
+    let entry = written.entry(uid).or_insert_with(|| Written {
+        stale: Vec::new(),
+        latest: String::new(),
+        status: status.clone(),
+    });
+    entry.stale.extend(superseded);
+    if !entry.latest.is_empty() {
+        let previous = std::mem::take(&mut entry.latest);
+        entry.stale.push(previous);
     }
-    Ok(())
+    entry.latest = latest;
+    entry.status = status;
 }
 
 /// Publishes an Event on the VirtualMachine: a Warning for a new not-ready cause (once per new
@@ -894,6 +972,7 @@ async fn run_once(
         served: served::kinds(entries),
         placement: Arc::new(tokio::sync::Mutex::new(())),
         manage_providers: namespace.is_none(),
+        held: Mutex::default(),
         recorder: Publisher::new(
             client.clone(),
             Reporter {
@@ -903,8 +982,17 @@ async fn run_once(
         ),
     });
     ctx.metrics.ready.store(true, Ordering::Relaxed);
-    let mut controller = lean_controller(vms, watcher::Config::default())
-        .with_config(runtime_controller::Config::default().debounce(RECONCILE_DEBOUNCE));
+    // A VirtualMachine's own status (the controller's writes) is no input: only its spec,
+    // labels, annotations, finalizers and deletion (which bumps the generation) trigger.
+    let inputs = predicates::generation
+        .combine(predicates::labels)
+        .combine(predicates::annotations)
+        .combine(predicates::finalizers);
+    let mut controller = lean_controller_on(vms, watcher::Config::default(), inputs).with_config(
+        runtime_controller::Config::default()
+            .debounce(RECONCILE_DEBOUNCE)
+            .concurrency(RECONCILE_CONCURRENCY),
+    );
     for entry in entries {
         let ar = entry.api_resource();
         let api: Api<DynamicObject> = match namespace {

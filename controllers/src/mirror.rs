@@ -375,6 +375,31 @@ pub fn warning(
         .then(|| (now.reason.clone(), now.message.clone()))
 }
 
+/// Whether the change from `before` to `after` is only provisioning progress, news a user reads
+/// just as well a moment later: the VirtualMachine had no status yet or was `Pending` or
+/// `Provisioning`, is `Provisioning` now, its `Ready` is False for a reason nobody must act on,
+/// no infra cluster problem shows through, and the input is valid and not being deleted. The
+/// reconciler holds such a status briefly for the next news ([`crate::controller::PROGRESS_HOLD`]).
+pub fn only_progress(
+    before: Option<&VirtualMachineStatus>,
+    after: &VirtualMachineStatus,
+    input: &MirrorInput<'_>,
+) -> bool {
+    if input.invalid.is_some() || input.deleting || cluster_cause(input).is_some() {
+        return false;
+    }
+    let was_provisioning = before.is_none_or(|b| {
+        matches!(
+            b.phase,
+            None | Some(VirtualMachinePhase::Pending | VirtualMachinePhase::Provisioning)
+        )
+    });
+    let ready = condition::find(&after.conditions, condition::READY);
+    was_provisioning
+        && after.phase == Some(VirtualMachinePhase::Provisioning)
+        && ready.is_some_and(|c| c.status != "True" && !condition::needs_human(&c.reason))
+}
+
 /// The Normal Event to publish after a mirror from `before` to `after`: one per lifecycle step
 /// a user follows — a new phase (`Provisioning`, `Running`, `Stopped`, `Deleting`), and while
 /// provisioning each new step the provider reports (`Ready`'s reason: `Scheduled`, `Cloning`,

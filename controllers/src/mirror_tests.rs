@@ -612,3 +612,67 @@ fn lifecycle_events_follow_phases_and_provisioning_steps() {
         None
     );
 }
+
+/// Only provisioning news may wait for the next news: the first `Provisioning`, a next step;
+/// never Ready, a problem, a failure, deletion or invalid input.
+#[test]
+fn only_provisioning_news_is_progress() {
+    let mirrored = |before: Option<&VirtualMachineStatus>, obj: Value| {
+        let view = machine(obj);
+        let input = MirrorInput {
+            generation: Some(1),
+            machine: Some(&view),
+            ..Default::default()
+        };
+        let after = mirror(before, &input, &at(10));
+        (only_progress(before, &after, &input), after)
+    };
+    let cloning = json!({"status": {"provisioning": {"state": "Cloning"}, "conditions": [ready_cond("False", "Cloning")]}});
+    let (first, cloning_status) = mirrored(None, cloning.clone());
+    assert!(first, "the first Provisioning status is progress");
+    let (next, _) = mirrored(
+        Some(&cloning_status),
+        json!({"status": {"provisioning": {"state": "PoweringOn"}, "conditions": [ready_cond("False", "PoweringOn")]}}),
+    );
+    assert!(next, "a next provisioning step is progress");
+    let (ready, running) = mirrored(
+        Some(&cloning_status),
+        json!({"status": {"initialization": {"provisioned": true}, "powerState": "On",
+                          "conditions": [ready_cond("True", "Ready")]}}),
+    );
+    assert!(!ready, "Running and Ready is written at once");
+    let (failed, _) = mirrored(
+        Some(&cloning_status),
+        json!({"status": {"provisioning": {"state": "Failed"}, "conditions": [ready_cond("False", "TemplateNotFound")]}}),
+    );
+    assert!(!failed, "a failure is written at once");
+    let (after_running, _) = mirrored(Some(&running), cloning);
+    assert!(
+        !after_running,
+        "a provisioned VM going back to provisioning is written at once"
+    );
+
+    let view = machine(json!({"status": {"conditions": [ready_cond("False", "Cloning")]}}));
+    let deleting = MirrorInput {
+        generation: Some(1),
+        deleting: true,
+        machine: Some(&view),
+        ..Default::default()
+    };
+    let after = mirror(Some(&cloning_status), &deleting, &at(10));
+    assert!(
+        !only_progress(Some(&cloning_status), &after, &deleting),
+        "deletion is written at once"
+    );
+    let invalid = Invalid::ProviderNotFound("gone".to_owned());
+    let refused = MirrorInput {
+        generation: Some(1),
+        invalid: Some(&invalid),
+        ..Default::default()
+    };
+    let after = mirror(None, &refused, &at(10));
+    assert!(
+        !only_progress(None, &after, &refused),
+        "invalid input is written at once"
+    );
+}

@@ -3,8 +3,9 @@
 //! created at once; a fake provider answers each ProxmoxMachine with a Running status as soon as
 //! it appears. Reported: wall time until every VirtualMachine is Running, API writes per VM
 //! (asserted against the theoretical minimum with this provider: 1 finalizer patch + 1 machine
-//! apply + 2 status writes, Provisioning and Running, plus one ProxmoxCluster apply for the
-//! namespace), and p50/p99 latency from the provider's status write to the mirrored
+//! apply + 1 status write, Running, or 2 when the provider answers only after the controller's
+//! progress hold and the first Provisioning is written too, plus one ProxmoxCluster apply for
+//! the namespace), and p50/p99 latency from the provider's status write to the mirrored
 //! VirtualMachine status. The benchmark with the real provider is `tests/devenv/examples/e2e-bench.rs`.
 //!
 //! `cargo test -p banlieue-controllers --release --test bench -- --nocapture`
@@ -215,7 +216,7 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
     };
     latencies.sort();
     println!(
-        "bench: N={n} created in {created:?}, all Running in {wall:?}; per VM: {:.2} finalizer patches, {:.2} machine applies, {:.2} status writes (minimum 1 + 1 + 2), {:.2} reconciles, {} errors; provider write → VM status p50 {:?} p99 {:?}; controller peak RSS {} MiB",
+        "bench: N={n} created in {created:?}, all Running in {wall:?}; per VM: {:.2} finalizer patches, {:.2} machine applies, {:.2} status writes (minimum 1 + 1 + 1), {:.2} reconciles, {} errors; provider write → VM status p50 {:?} p99 {:?}; controller peak RSS {} MiB",
         counters.finalizer_writes as f64 / n as f64,
         counters.machine_applies as f64 / n as f64,
         counters.status_writes as f64 / n as f64,
@@ -232,10 +233,10 @@ async fn many_virtual_machines_at_once() -> anyhow::Result<()> {
         counters.cluster_applies, 1,
         "one ProxmoxCluster apply for the namespace"
     );
-    assert_eq!(
-        counters.status_writes,
-        2 * n as u64,
-        "two status writes per VM (Provisioning, Running)"
+    assert!(
+        (n as u64..=2 * n as u64).contains(&counters.status_writes),
+        "one or two status writes per VM (Running; Provisioning first if held long enough): {}",
+        counters.status_writes
     );
 
     drop(controller);

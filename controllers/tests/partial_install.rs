@@ -152,6 +152,24 @@ async fn a_provider_installed_later_is_picked_up_and_missing_kinds_break_nothing
 
     // Deletion works although the libvirt and vSphere kinds are still not installed.
     vms.delete("vm1", &DeleteParams::default()).await?;
+    // The provider's part: its finalizer, written by the controller with the machine, goes once
+    // the hypervisor VM is gone.
+    eventually("the ProxmoxMachine being deleted", || async {
+        Ok(match machines.get_opt("vm1").await? {
+            None => Some(()),
+            Some(m) => m.metadata.deletion_timestamp.is_some().then_some(()),
+        })
+    })
+    .await?;
+    if machines.get_opt("vm1").await?.is_some() {
+        machines
+            .patch(
+                "vm1",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await?;
+    }
     eventually("the ProxmoxMachine deleted", || async {
         Ok(machines.get_opt("vm1").await?.is_none().then_some(()))
     })

@@ -152,9 +152,38 @@ async fn provider_reports_running(api: &Api<ProxmoxMachine>, name: &str) -> anyh
     Ok(())
 }
 
-/// A finalizer standing for the provider's own (which holds the machine until the hypervisor VM
-/// is gone).
-const FAKE_PROVIDER_FINALIZER: &str = "test.banlieue.io/fake-provider";
+/// The Proxmox provider's finalizer, which the controller writes with each machine and which
+/// holds the machine until the provider has deleted its hypervisor VM.
+const PROVIDER_FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
+
+/// Plays the provider's deletion: once the machine `name` is being deleted, takes its
+/// finalizer off (the hypervisor VM is gone).
+async fn provider_deletes(api: &Api<ProxmoxMachine>, name: &str) -> anyhow::Result<()> {
+    let Some(deleting) = eventually("the ProxmoxMachine being deleted", || async {
+        Ok(match api.get_opt(name).await? {
+            None => Some(None),
+            Some(m) => m.metadata.deletion_timestamp.is_some().then_some(Some(m)),
+        })
+    })
+    .await?
+    else {
+        return Ok(());
+    };
+    let rest: Vec<String> = deleting
+        .finalizers()
+        .iter()
+        .filter(|f| *f != PROVIDER_FINALIZER)
+        .cloned()
+        .collect();
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": rest}})),
+    )
+    .await
+    .context("the provider's finalizer removed")?;
+    Ok(())
+}
 
 /// The provider's deletion progress, as the Proxmox provider reports it.
 async fn provider_reports_deleting(
@@ -397,14 +426,13 @@ async fn virtual_machine_lifecycle_on_proxmox() -> anyhow::Result<()> {
     .await?;
 
     // 6. Deletion: the controller deletes the machine and keeps its finalizer (showing the
-    // provider's progress) until the provider's own finalizer lets the machine go.
-    machines
-        .patch(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": [FAKE_PROVIDER_FINALIZER]}})),
-        )
-        .await?;
+    // provider's progress) until the provider's own finalizer, which the controller wrote with
+    // the machine, lets the machine go.
+    assert_eq!(
+        machines.get("web").await?.finalizers(),
+        [PROVIDER_FINALIZER.to_owned()],
+        "the machine carries the provider's finalizer from its creation"
+    );
     vms.delete("web", &DeleteParams::background()).await?;
     eventually("the ProxmoxMachine being deleted", || async {
         let pm = machines.get("web").await?;
@@ -1095,6 +1123,7 @@ async fn provider_capacity_is_honoured_and_a_provider_in_use_outlives_its_last_v
     // A freed slot goes to the waiting VM.
     let placed: Vec<&str> = names.iter().copied().filter(|n| *n != full).collect();
     vms.delete(placed[0], &DeleteParams::default()).await?;
+    provider_deletes(&machines, placed[0]).await?;
     eventually("the waiting VM placed once a slot is free", || async {
         let v = vms.get(&full).await?;
         Ok((v.status.as_ref().and_then(|s| s.provider.as_deref()) == Some("small")).then_some(()))
@@ -1140,6 +1169,7 @@ async fn provider_capacity_is_honoured_and_a_provider_in_use_outlives_its_last_v
     // The last VM gone releases it.
     for name in waiting {
         vms.delete(name, &DeleteParams::default()).await?;
+        provider_deletes(&machines, name).await?;
     }
     eventually("the Provider gone after its last VM", || async {
         Ok(providers.get_opt("small").await?.is_none().then_some(()))

@@ -25,4 +25,16 @@ impl Backend {
             Self::Vsphere => "vsphere",
         }
     }
+
+    /// The finalizer this backend's provider holds on its infrastructure machines and clusters
+    /// until it has deleted what it made on the hypervisor: `infrastructure.banlieue.io/<backend>`.
+    /// The banlieue controller writes it with each machine it creates (the provider then has
+    /// no finalizer of its own to add), and the provider adds it to any machine that lacks it.
+    pub const fn finalizer(self) -> &'static str {
+        match self {
+            Self::Proxmox => "infrastructure.banlieue.io/proxmox",
+            Self::Libvirt => "infrastructure.banlieue.io/libvirt",
+            Self::Vsphere => "infrastructure.banlieue.io/vsphere",
+        }
+    }
 }

@@ -29,6 +29,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
 use crate::cluster::Problem;
+use crate::connection_memo;
 use crate::error::{Error, Result};
 
 /// `spec.providerRef` names no Provider.
@@ -539,7 +540,9 @@ pub struct Connection {
 }
 
 /// Resolves and reads the connection of an infra cluster ([`source`], [`credentials`],
-/// [`trust`]); `record` gets the referenced Secrets before any is read.
+/// [`trust`]); `record` gets the referenced Secrets before any is read. Inside a running
+/// controller a connection read from the same settings moments ago is reused
+/// ([`connection_memo`]).
 pub async fn connect(
     client: &kube::Client,
     namespace: &str,
@@ -548,11 +551,17 @@ pub async fn connect(
     kind: &str,
     record: impl FnOnce(Vec<SecretKey>),
 ) -> Result<std::result::Result<Connection, Problem>> {
+    let settings = format!("{namespace}|{}|{kind}|{own:?}", backend.as_str());
+    if let Some((secrets, connection)) = connection_memo::recall(&settings) {
+        record(secrets);
+        return Ok(Ok(connection));
+    }
     let source = match source(client, namespace, own, backend, kind).await? {
         Ok(source) => source,
         Err(problem) => return Ok(Err(problem)),
     };
-    record(source.secrets());
+    let secrets = source.secrets();
+    record(secrets.clone());
     let user = source.provider.is_none().then_some(namespace);
     let credentials = match credentials(client, source.credentials.as_ref(), user, &source.endpoint).await? {
         Ok(c) => c,
@@ -570,14 +579,16 @@ pub async fn connect(
         credentials.version,
         provider_version.unwrap_or_default()
     );
-    Ok(Ok(Connection {
+    let connection = Connection {
         provider_nodes: source.provider_nodes().to_vec(),
         server_name,
         endpoint: source.endpoint,
         credentials,
         trust,
         version,
-    }))
+    };
+    connection_memo::remember(settings, secrets, &connection);
+    Ok(Ok(connection))
 }
 
 #[cfg(test)]

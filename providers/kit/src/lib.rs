@@ -31,6 +31,7 @@ pub mod capi;
 pub mod cloud_init;
 pub mod cluster;
 pub mod connection;
+pub mod connection_memo;
 mod drive;
 pub mod error;
 pub mod events;

@@ -48,11 +48,12 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, instrument, warn};
 
 use crate::cluster::Problem;
+use crate::connection_memo;
 use crate::drive::api;
 use crate::error::{Error, ReconcileError, Result};
 use crate::events;
@@ -1397,9 +1398,22 @@ async fn run_once<B: MachineBackend>(
             watcher::Config::default(),
             in_namespace,
         )
-        .watches(
-            api::<VirtualMachine>(&client, namespace),
-            watcher::Config::default(),
+        // Only what a reconcile reads of a VirtualMachine (its spec, labels, annotations and
+        // deletion, which bumps the generation): the controller's status writes, a few per VM,
+        // would each wake the machine for nothing.
+        .watches_stream(
+            watcher(
+                api::<VirtualMachine>(&client, namespace),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .touched_objects()
+            .predicate_filter(
+                predicates::generation
+                    .combine(predicates::labels)
+                    .combine(predicates::annotations),
+                Default::default(),
+            ),
             virtual_machine_to_infra::<B::Machine>,
         )
         // A created or fixed credentials or user-data Secret concerns the machines that read it.
@@ -1431,12 +1445,17 @@ async fn run_once<B: MachineBackend>(
             );
     }
     let metrics = ctx.metrics.clone();
+    // The steps of one reconcile and the reconciles of the machines sharing a Provider read its
+    // connection once per moment (the infra cluster's controller, which reports a changed
+    // Provider or Secret, reads it every time).
+    let memo = connection_memo::Memo::default();
+    let reconcile = move |obj, ctx| connection_memo::remembering(memo.clone(), reconcile::<B>(obj, ctx));
     crate::drive::drive(
         controller,
         concurrency,
         shutdown,
         metrics,
-        reconcile::<B>,
+        reconcile,
         error_policy::<B>,
         ctx,
     )

@@ -31,7 +31,7 @@ use crate::xml::Owner;
 pub use banlieue_provider_kit::machine::{WAIT_REQUEUE, run};
 
 /// Finalizer of LibvirtMachines and LibvirtClusters.
-pub const FINALIZER: &str = "infrastructure.banlieue.io/libvirt";
+pub const FINALIZER: &str = banlieue_api::common::Backend::Libvirt.finalizer();
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-libvirt";
 

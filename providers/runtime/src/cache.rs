@@ -27,6 +27,22 @@ where
     Controller::for_stream(objects, reader)
 }
 
+/// [`lean_controller`] whose reconciles are triggered only when `predicate` changes for an
+/// object (e.g. not by status writes, its own included); the cache still follows every change.
+pub fn lean_controller_on<K, P>(api: Api<K>, config: watcher::Config, predicate: P) -> Controller<K>
+where
+    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+    P: kube::runtime::Predicate<K> + Send + 'static,
+{
+    let writer = reflector::store::Writer::<K>::default();
+    let reader = writer.as_reader();
+    let objects = reflector(writer, watcher(api, config).modify(forget_field_owners))
+        .applied_objects()
+        .predicate_filter(predicate, Default::default());
+    Controller::for_stream(objects, reader)
+}
+
 /// Drops `metadata.managedFields`, the record of which field manager set which field.
 pub fn forget_field_owners<K: Resource>(object: &mut K) {
     object.meta_mut().managed_fields = None;

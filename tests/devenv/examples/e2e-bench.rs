@@ -11,6 +11,7 @@
 //! `Ready`, and each VM's time from its create to Ready (p50/p95/max); the API server's own
 //! count of writes (`apiserver_request_total`, by verb and resource, the bench's own creates
 //! apart) per VM, and the controller's by kind (its `/metrics`) against the theoretical minimum;
+//! the reads it served (GET, LIST, WATCH by resource) per VM and its own CPU seconds until Ready;
 //! Proxmox calls per VM (the simulator's count, task status polls apart); how often each
 //! machine's mirrored fields changed; p50/p99 latency from the provider's final status write to
 //! the VirtualMachine showing it (same watch, so the watch delay cancels); each manager's peak
@@ -130,7 +131,8 @@ async fn main() -> anyhow::Result<()> {
     let vms_task = tokio::spawn(observe_vms(client.clone(), ns.clone(), vm_done.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    let writes_before = apiserver_writes(&client).await?;
+    let (requests_before, apiserver_cpu_before) = apiserver_requests(&client).await?;
+    let writes_before = writes_of(&requests_before);
     sim.reset_calls();
     let created_at: Stamps = Arc::default();
     eprintln!("creating {n} VirtualMachines");
@@ -183,13 +185,14 @@ async fn main() -> anyhow::Result<()> {
     let wall = start.elapsed();
     // Let the controller settle, then count (no write may follow the last mirror).
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let writes_ready = apiserver_writes(&client).await?;
+    let (requests_ready, apiserver_cpu_ready) = apiserver_requests(&client).await?;
+    let writes_ready = writes_of(&requests_ready);
     let calls_ready = sim.calls();
     let agents_since: HashMap<String, Instant> = sim.agents_answering_since().into_iter().collect();
     let cpu_ready = [cpu_seconds(provider_process.id()), cpu_seconds(controller.id())];
     eprintln!("all Ready; watching {idle_secs} s of idle");
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
-    let writes_idle = apiserver_writes(&client).await?;
+    let writes_idle = writes_of(&apiserver_requests(&client).await?.0);
     let calls_idle = sim.calls();
     let metrics = get(&metrics_addr, "/metrics")?;
     let value = |target: &str| -> f64 {
@@ -250,6 +253,10 @@ async fn main() -> anyhow::Result<()> {
     }
     by_kind.retain(|_, v| *v > 0.0);
     let managers_writes: f64 = by_kind.values().sum();
+    // Reads served meanwhile (GET, LIST, WATCH), the bench's own watches included (two).
+    let mut reads = diff(&reads_of(&requests_ready), &reads_of(&requests_before));
+    reads.retain(|_, v| *v > 0.0);
+    let apiserver_cpu = apiserver_cpu_ready - apiserver_cpu_before;
     let idle_writes: f64 = diff(&writes_idle, &writes_ready).values().sum();
     let polls = |calls: &std::collections::BTreeMap<String, u64>| -> (u64, u64) {
         let status = calls
@@ -325,6 +332,13 @@ async fn main() -> anyhow::Result<()> {
         println!("  {verb:<8} {resource:<36} {:>9.2}", per_vm(*count));
     }
     println!(
+        "API server reads per VM: {:.2}; its CPU until Ready: {apiserver_cpu:.1} s",
+        per_vm(reads.values().sum())
+    );
+    for ((verb, resource), count) in &reads {
+        println!("  {verb:<8} {resource:<36} {:>9.2}", per_vm(*count));
+    }
+    println!(
         "Proxmox calls per VM: {:.2} (+ {:.2} task status and guest agent polls)",
         per_vm(pve_calls as f64),
         per_vm(pve_polls as f64)
@@ -388,6 +402,10 @@ async fn main() -> anyhow::Result<()> {
             "api_writes_per_vm_by_verb_and_resource": by_kind.iter()
                 .map(|((verb, resource), c)| json!({"verb": verb, "resource": resource, "per_vm": per_vm(*c)}))
                 .collect::<Vec<_>>(),
+            "api_reads_per_vm_by_verb_and_resource": reads.iter()
+                .map(|((verb, resource), c)| json!({"verb": verb, "resource": resource, "per_vm": per_vm(*c)}))
+                .collect::<Vec<_>>(),
+            "apiserver_cpu_seconds_until_ready": apiserver_cpu,
             "controller_writes_per_vm": per_vm(total),
             "proxmox_calls_per_vm": per_vm(pve_calls as f64),
             "proxmox_polls_per_vm": per_vm(pve_polls as f64),
@@ -413,17 +431,21 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Writes the API server has served so far, by (verb, resource[/subresource]), from its own
-/// `apiserver_request_total` (read with the admin client).
-async fn apiserver_writes(
-    client: &Client,
-) -> anyhow::Result<std::collections::BTreeMap<(String, String), f64>> {
+/// Requests the API server has served so far, by (verb, resource[/subresource]), from its own
+/// `apiserver_request_total`, and its CPU seconds (`process_cpu_seconds_total`); read with the
+/// admin client.
+async fn apiserver_requests(client: &Client) -> anyhow::Result<(Requests, f64)> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
     let text = client
         .request_text(request)
         .await
         .context("reading the API server's /metrics")?;
-    let mut out = std::collections::BTreeMap::new();
+    let cpu = text
+        .lines()
+        .find_map(|l| l.strip_prefix("process_cpu_seconds_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(f64::NAN);
+    let mut out = Requests::new();
     for line in text.lines().filter(|l| l.starts_with("apiserver_request_total{")) {
         let Some((labels, value)) = line.rsplit_once(' ') else {
             continue;
@@ -436,20 +458,41 @@ async fn apiserver_writes(
                 .unwrap_or_default()
                 .to_owned()
         };
-        let verb = label("verb");
-        if !matches!(
-            verb.as_str(),
-            "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"
-        ) {
-            continue;
-        }
         let resource = match label("subresource").as_str() {
             "" => label("resource"),
             sub => format!("{}/{sub}", label("resource")),
         };
-        *out.entry((verb, resource)).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+        *out.entry((label("verb"), resource)).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
     }
-    Ok(out)
+    Ok((out, cpu))
+}
+
+/// Request counts by (verb, resource).
+type Requests = std::collections::BTreeMap<(String, String), f64>;
+
+fn is_write(verb: &str) -> bool {
+    matches!(
+        verb,
+        "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"
+    )
+}
+
+/// The writes among `requests`.
+fn writes_of(requests: &Requests) -> Requests {
+    requests
+        .iter()
+        .filter(|((verb, _), _)| is_write(verb))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+/// The reads among `requests` (GET, LIST, WATCH).
+fn reads_of(requests: &Requests) -> Requests {
+    requests
+        .iter()
+        .filter(|((verb, _), _)| matches!(verb.as_str(), "GET" | "LIST" | "WATCH"))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
 }
 
 /// `after - before`, per key.

@@ -33,7 +33,7 @@ use banlieue_provider_kit::secrets::ReadSecrets;
 pub use banlieue_provider_kit::machine::{WAIT_REQUEUE, run};
 
 /// Finalizer of ProxmoxMachines (and ProxmoxClusters).
-pub const FINALIZER: &str = "infrastructure.banlieue.io/proxmox";
+pub const FINALIZER: &str = banlieue_api::common::Backend::Proxmox.finalizer();
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-proxmox";
 /// Condition type: a provisioned VM matches the spec (power state, CPU, memory, disks,

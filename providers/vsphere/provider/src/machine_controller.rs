@@ -31,7 +31,7 @@ use crate::provision::{self, DeleteStep, MachineInput};
 use crate::readopt;
 
 /// Finalizer of VSphereMachines and VSphereClusters.
-pub const FINALIZER: &str = "infrastructure.banlieue.io/vsphere";
+pub const FINALIZER: &str = banlieue_api::common::Backend::Vsphere.finalizer();
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-vsphere";
 

@@ -1,0 +1,135 @@
+//! The connections a controller read in the last moments, reused by its next reads of the same
+//! settings: the steps of one reconcile, and the reconciles of the many machines that share a
+//! Provider, read the Provider and its Secrets once per [`MEMO_TTL`] instead of once each (at
+//! 1,000 machines this was most of the API server's reads).
+//!
+//! The memo belongs to one running machine controller ([`remembering`], set around each of its
+//! reconciles), so two controllers (two providers in one test process, two API servers) never
+//! share one; the infra cluster controllers, which report a changed Provider or Secret, keep
+//! none. Only connections read in full are remembered: one that could not be read
+//! (a missing Secret, a refused namespace) is read again at the next attempt, so a fix is seen
+//! at once; a changed Provider or Secret is seen within [`MEMO_TTL`].
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use banlieue_provider_runtime::secret_watch::SecretKey;
+
+use crate::connection::Connection;
+
+/// How long a connection read stays reusable.
+pub const MEMO_TTL: Duration = Duration::from_secs(2);
+
+tokio::task_local! {
+    static MEMO: Memo;
+}
+
+/// A controller's recent connections, by the settings they were read from. Cheap to clone
+/// (shared).
+#[derive(Clone, Default)]
+pub struct Memo(Arc<Mutex<HashMap<String, Remembered>>>);
+
+struct Remembered {
+    read_at: Instant,
+    secrets: Vec<SecretKey>,
+    connection: Connection,
+}
+
+/// Runs `reconcile` with `memo` as its controller's memo.
+pub async fn remembering<F: Future>(memo: Memo, reconcile: F) -> F::Output {
+    MEMO.scope(memo, reconcile).await
+}
+
+/// The connection read from `settings` within [`MEMO_TTL`], with the Secrets it was read from,
+/// if the running controller has one.
+pub fn recall(settings: &str) -> Option<(Vec<SecretKey>, Connection)> {
+    MEMO.try_with(|memo| memo.recall(settings, Instant::now()))
+        .ok()
+        .flatten()
+}
+
+/// Remembers `connection`, read now from `settings` and `secrets`, for the running controller
+/// (nothing outside one).
+pub fn remember(settings: String, secrets: Vec<SecretKey>, connection: &Connection) {
+    let _ = MEMO.try_with(|memo| memo.remember(settings, secrets, connection.clone(), Instant::now()));
+}
+
+impl Memo {
+    fn recall(&self, settings: &str, now: Instant) -> Option<(Vec<SecretKey>, Connection)> {
+        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.get(settings)
+            .filter(|r| now.saturating_duration_since(r.read_at) < MEMO_TTL)
+            .map(|r| (r.secrets.clone(), r.connection.clone()))
+    }
+
+    fn remember(&self, settings: String, secrets: Vec<SecretKey>, connection: Connection, now: Instant) {
+        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        memo.retain(|_, r| now.saturating_duration_since(r.read_at) < MEMO_TTL);
+        memo.insert(
+            settings,
+            Remembered {
+                read_at: now,
+                secrets,
+                connection,
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::Credentials;
+    use crate::connection::Trust;
+
+    fn connection(endpoint: &str) -> Connection {
+        Connection {
+            provider_nodes: Vec::new(),
+            server_name: None,
+            endpoint: endpoint.to_owned(),
+            credentials: Credentials {
+                secret: "platform/pve-token".to_owned(),
+                data: std::collections::BTreeMap::new(),
+                version: "1".to_owned(),
+            },
+            trust: Trust::WebPki,
+            version: endpoint.to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_connection_is_reused_only_for_the_same_settings_and_not_after_the_ttl() {
+        let memo = Memo::default();
+        let now = Instant::now();
+        let secrets = vec![SecretKey::new("platform", "pve-token")];
+        memo.remember("a".into(), secrets.clone(), connection("https://a:8006"), now);
+        assert_eq!(
+            memo.recall("a", now + Duration::from_millis(1500)),
+            Some((secrets, connection("https://a:8006")))
+        );
+        assert_eq!(memo.recall("b", now), None, "other settings");
+        assert_eq!(memo.recall("a", now + MEMO_TTL), None, "too old");
+    }
+
+    #[tokio::test]
+    async fn only_a_running_controller_remembers_and_each_its_own() {
+        remember("a".into(), Vec::new(), &connection("https://a:8006"));
+        assert_eq!(recall("a"), None, "outside a controller nothing is kept");
+        let (first, second) = (Memo::default(), Memo::default());
+        remembering(first.clone(), async {
+            remember("a".into(), Vec::new(), &connection("https://a:8006"));
+            assert!(recall("a").is_some());
+        })
+        .await;
+        remembering(second, async {
+            assert_eq!(recall("a"), None, "another controller's memo")
+        })
+        .await;
+        remembering(first, async {
+            assert!(recall("a").is_some(), "the same controller's memo")
+        })
+        .await;
+    }
+}

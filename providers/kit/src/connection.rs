@@ -552,7 +552,7 @@ pub async fn connect(
     record: impl FnOnce(Vec<SecretKey>),
 ) -> Result<std::result::Result<Connection, Problem>> {
     let settings = format!("{namespace}|{}|{kind}|{own:?}", backend.as_str());
-    if let Some((secrets, connection)) = connection_memo::recall(&settings) {
+    if let Some((secrets, connection)) = connection_memo::recall::<Connection>(&settings) {
         record(secrets);
         return Ok(Ok(connection));
     }

@@ -10,14 +10,13 @@
 //! (a missing Secret, a refused namespace) is read again at the next attempt, so a fix is seen
 //! at once; a changed Provider or Secret is seen within [`MEMO_TTL`].
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use banlieue_provider_runtime::secret_watch::SecretKey;
-
-use crate::connection::Connection;
 
 /// How long a connection read stays reusable.
 pub const MEMO_TTL: Duration = Duration::from_secs(2);
@@ -31,10 +30,12 @@ tokio::task_local! {
 #[derive(Clone, Default)]
 pub struct Memo(Arc<Mutex<HashMap<String, Remembered>>>);
 
+/// A connection (`crate::connection::Connection`, kept as `Any`: this module knows only that it
+/// is cloned in and out) and what it was read from.
 struct Remembered {
     read_at: Instant,
     secrets: Vec<SecretKey>,
-    connection: Connection,
+    connection: Arc<dyn Any + Send + Sync>,
 }
 
 /// Runs `reconcile` with `memo` as its controller's memo.
@@ -44,7 +45,7 @@ pub async fn remembering<F: Future>(memo: Memo, reconcile: F) -> F::Output {
 
 /// The connection read from `settings` within [`MEMO_TTL`], with the Secrets it was read from,
 /// if the running controller has one.
-pub fn recall(settings: &str) -> Option<(Vec<SecretKey>, Connection)> {
+pub fn recall<C: Clone + 'static>(settings: &str) -> Option<(Vec<SecretKey>, C)> {
     MEMO.try_with(|memo| memo.recall(settings, Instant::now()))
         .ok()
         .flatten()
@@ -52,19 +53,27 @@ pub fn recall(settings: &str) -> Option<(Vec<SecretKey>, Connection)> {
 
 /// Remembers `connection`, read now from `settings` and `secrets`, for the running controller
 /// (nothing outside one).
-pub fn remember(settings: String, secrets: Vec<SecretKey>, connection: &Connection) {
+pub fn remember<C: Clone + Send + Sync + 'static>(settings: String, secrets: Vec<SecretKey>, connection: &C) {
     let _ = MEMO.try_with(|memo| memo.remember(settings, secrets, connection.clone(), Instant::now()));
 }
 
 impl Memo {
-    fn recall(&self, settings: &str, now: Instant) -> Option<(Vec<SecretKey>, Connection)> {
+    fn recall<C: Clone + 'static>(&self, settings: &str, now: Instant) -> Option<(Vec<SecretKey>, C)> {
         let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        memo.get(settings)
-            .filter(|r| now.saturating_duration_since(r.read_at) < MEMO_TTL)
-            .map(|r| (r.secrets.clone(), r.connection.clone()))
+        let remembered = memo
+            .get(settings)
+            .filter(|r| now.saturating_duration_since(r.read_at) < MEMO_TTL)?;
+        let connection = remembered.connection.downcast_ref::<C>()?.clone();
+        Some((remembered.secrets.clone(), connection))
     }
 
-    fn remember(&self, settings: String, secrets: Vec<SecretKey>, connection: Connection, now: Instant) {
+    fn remember<C: Send + Sync + 'static>(
+        &self,
+        settings: String,
+        secrets: Vec<SecretKey>,
+        connection: C,
+        now: Instant,
+    ) {
         let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
         memo.retain(|_, r| now.saturating_duration_since(r.read_at) < MEMO_TTL);
         memo.insert(
@@ -72,7 +81,7 @@ impl Memo {
             Remembered {
                 read_at: now,
                 secrets,
-                connection,
+                connection: Arc::new(connection),
             },
         );
     }
@@ -81,54 +90,46 @@ impl Memo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connection::Credentials;
-    use crate::connection::Trust;
 
-    fn connection(endpoint: &str) -> Connection {
-        Connection {
-            provider_nodes: Vec::new(),
-            server_name: None,
-            endpoint: endpoint.to_owned(),
-            credentials: Credentials {
-                secret: "platform/pve-token".to_owned(),
-                data: std::collections::BTreeMap::new(),
-                version: "1".to_owned(),
-            },
-            trust: Trust::WebPki,
-            version: endpoint.to_owned(),
-        }
-    }
+    /// Stands for a connection.
+    #[derive(Clone, Debug, PartialEq)]
+    struct Endpoint(&'static str);
 
     #[test]
     fn a_connection_is_reused_only_for_the_same_settings_and_not_after_the_ttl() {
         let memo = Memo::default();
         let now = Instant::now();
         let secrets = vec![SecretKey::new("platform", "pve-token")];
-        memo.remember("a".into(), secrets.clone(), connection("https://a:8006"), now);
+        memo.remember("a".into(), secrets.clone(), Endpoint("https://a:8006"), now);
         assert_eq!(
-            memo.recall("a", now + Duration::from_millis(1500)),
-            Some((secrets, connection("https://a:8006")))
+            memo.recall::<Endpoint>("a", now + Duration::from_millis(1500)),
+            Some((secrets, Endpoint("https://a:8006")))
         );
-        assert_eq!(memo.recall("b", now), None, "other settings");
-        assert_eq!(memo.recall("a", now + MEMO_TTL), None, "too old");
+        assert_eq!(memo.recall::<Endpoint>("b", now), None, "other settings");
+        assert_eq!(memo.recall::<Endpoint>("a", now + MEMO_TTL), None, "too old");
+        assert_eq!(memo.recall::<String>("a", now), None, "another type");
     }
 
     #[tokio::test]
     async fn only_a_running_controller_remembers_and_each_its_own() {
-        remember("a".into(), Vec::new(), &connection("https://a:8006"));
-        assert_eq!(recall("a"), None, "outside a controller nothing is kept");
+        remember("a".into(), Vec::new(), &Endpoint("https://a:8006"));
+        assert_eq!(
+            recall::<Endpoint>("a"),
+            None,
+            "outside a controller nothing is kept"
+        );
         let (first, second) = (Memo::default(), Memo::default());
         remembering(first.clone(), async {
-            remember("a".into(), Vec::new(), &connection("https://a:8006"));
-            assert!(recall("a").is_some());
+            remember("a".into(), Vec::new(), &Endpoint("https://a:8006"));
+            assert!(recall::<Endpoint>("a").is_some());
         })
         .await;
         remembering(second, async {
-            assert_eq!(recall("a"), None, "another controller's memo")
+            assert_eq!(recall::<Endpoint>("a"), None, "another controller's memo")
         })
         .await;
         remembering(first, async {
-            assert!(recall("a").is_some(), "the same controller's memo")
+            assert!(recall::<Endpoint>("a").is_some(), "the same controller's memo")
         })
         .await;
     }

@@ -39,7 +39,7 @@ use banlieue_api::support;
 use banlieue_capi::bootstrap::{BOOTSTRAP_VALUE_KEY, BootstrapData, BootstrapFormat};
 use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
-use banlieue_provider_runtime::cache::lean_controller;
+use banlieue_provider_runtime::cache::{forget_field_owners, lean_controller};
 use banlieue_provider_runtime::events::Publisher;
 use banlieue_provider_runtime::metrics::Metrics;
 use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
@@ -48,7 +48,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, instrument, warn};
 
@@ -427,6 +427,8 @@ pub struct MachineContext<B: MachineBackend> {
     pub watch_filter: Option<String>,
     backoffs: Mutex<Backoffs>,
     settled: Mutex<HashMap<String, Settled>>,
+    /// The running controller's caches of owners and infra clusters ([`owner::OwnerCaches`]).
+    owner_caches: Mutex<Option<owner::OwnerCaches<<B::Machine as InfraMachine>::Cluster>>>,
 }
 
 /// A provisioned machine whose last step found its VM as the spec wants and asked to be looked
@@ -463,6 +465,7 @@ impl<B: MachineBackend> MachineContext<B> {
             watch_filter: None,
             settled: Mutex::default(),
             backoffs: Mutex::default(),
+            owner_caches: Mutex::default(),
         }
     }
 
@@ -777,7 +780,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let Some(owner) = owner::controlling_owner(machine.meta()) else {
         return Ok(Action::await_change());
     };
-    let view = owner::resolve(&ctx.client, &machine, owner).await?;
+    let caches = ctx.owner_caches.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let view = owner::resolve(&ctx.client, &machine, owner, caches.as_ref()).await?;
     if !view.owner_exists && !deleting {
         // CAPI has not created (or has deleted) the Machine; a deleted VirtualMachine's machine
         // is deleted by the garbage collector. Nothing to do until then (looked at again in
@@ -1348,7 +1352,8 @@ fn virtual_machine_to_infra<M: InfraMachine>(vm: VirtualMachine) -> Option<Objec
 ///
 /// Besides its own kind it watches what a reconcile reads, so that a change there is acted on at
 /// once rather than at the next requeue: the infra clusters (the machines of their namespace),
-/// banlieue VirtualMachines (the machine their status names), the Secrets each machine's last
+/// banlieue VirtualMachines (the machine their status names; not their status changes), both
+/// also cached for the reconciles ([`owner::OwnerCaches`]), the Secrets each machine's last
 /// reconcile read, and with CAPI the Machines (bootstrap data) and Clusters (pause,
 /// infrastructure) of the labelled machines.
 pub async fn run<B: MachineBackend>(
@@ -1392,30 +1397,46 @@ async fn run_once<B: MachineBackend>(
                 .collect::<Vec<_>>()
         }
     };
-    let mut controller = controller
-        .watches(
+    // The infra clusters and VirtualMachines are cached (what a reconcile reads of them) and
+    // wake the machines they concern.
+    let (clusters, clusters_writer) = reflector::store();
+    let clusters_changed = reflector(
+        clusters_writer,
+        watcher(
             api::<<B::Machine as InfraMachine>::Cluster>(&client, namespace),
             watcher::Config::default(),
-            in_namespace,
         )
-        // Only what a reconcile reads of a VirtualMachine (its spec, labels, annotations and
-        // deletion, which bumps the generation): the controller's status writes, a few per VM,
-        // would each wake the machine for nothing.
-        .watches_stream(
-            watcher(
-                api::<VirtualMachine>(&client, namespace),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .touched_objects()
-            .predicate_filter(
-                predicates::generation
-                    .combine(predicates::labels)
-                    .combine(predicates::annotations),
-                Default::default(),
-            ),
-            virtual_machine_to_infra::<B::Machine>,
+        .default_backoff()
+        .modify(forget_field_owners),
+    )
+    .touched_objects();
+    let (virtual_machines, vms_writer) = reflector::store();
+    // Only what a reconcile reads of a VirtualMachine (its spec, labels, annotations and
+    // deletion, which bumps the generation) wakes its machine: the controller's status writes,
+    // a few per VM, would each wake it for nothing.
+    let vms_changed = reflector(
+        vms_writer,
+        watcher(
+            api::<VirtualMachine>(&client, namespace),
+            watcher::Config::default(),
         )
+        .default_backoff()
+        .modify(forget_field_owners),
+    )
+    .touched_objects()
+    .predicate_filter(
+        predicates::generation
+            .combine(predicates::labels)
+            .combine(predicates::annotations),
+        Default::default(),
+    );
+    *ctx.owner_caches.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner::OwnerCaches {
+        virtual_machines,
+        clusters,
+    });
+    let mut controller = controller
+        .watches_stream(clusters_changed, in_namespace)
+        .watches_stream(vms_changed, virtual_machine_to_infra::<B::Machine>)
         // A created or fixed credentials or user-data Secret concerns the machines that read it.
         .watches(
             secrets_api(client.clone(), namespace),

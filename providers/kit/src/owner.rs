@@ -20,6 +20,7 @@ use banlieue_capi::bootstrap::BOOTSTRAP_VALUE_KEY;
 use banlieue_capi::contract::{self, PauseCause};
 use banlieue_capi::{Cluster, Machine};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource, ResourceExt};
 
 use crate::error::{Error, Result};
@@ -244,14 +245,62 @@ pub fn standalone_cluster_name(pm: &impl InfraMachine) -> Option<String> {
     pm.provider_ref().map(|p| standalone::infra_cluster_name(&p.name))
 }
 
-/// Fetches what the view of `owner` reads and builds it.
+/// The machine controller's caches of the VirtualMachines and infra clusters it watches: a
+/// reconcile reads its owner VirtualMachine and its infra cluster there, and from the API server
+/// only when they are not there (the cache not filled yet, an object just created). A cached
+/// object may lag a change by the watch's delay; the change itself then wakes the machine again.
+pub struct OwnerCaches<C: InfraClusterKind> {
+    /// The VirtualMachines.
+    pub virtual_machines: Store<VirtualMachine>,
+    /// The infra clusters.
+    pub clusters: Store<C>,
+}
+
+impl<C: InfraClusterKind> Clone for OwnerCaches<C> {
+    fn clone(&self) -> Self {
+        Self {
+            virtual_machines: self.virtual_machines.clone(),
+            clusters: self.clusters.clone(),
+        }
+    }
+}
+
+/// `name` in `namespace` from `cache` when it is there and `settled` there, else from `api`.
+async fn cached_or_read<K>(
+    cache: Option<&Store<K>>,
+    api: &Api<K>,
+    namespace: &str,
+    name: &str,
+    settled: impl Fn(&K) -> bool,
+) -> kube::Result<Option<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let cached = cache.and_then(|c| c.get(&ObjectRef::new(name).within(namespace)));
+    if let Some(found) = cached.filter(|found| settled(found)) {
+        return Ok(Some((*found).clone()));
+    }
+    api.get_opt(name).await
+}
+
+/// Whether a cached infra cluster may stand for the live one: once provisioned. One not
+/// provisioned yet in the cache may have just become so (the watch lags): it is read live, so a
+/// machine created right after its cluster does not wait (and write that it waits) for nothing.
+fn provisioned<C: InfraClusterKind>(cluster: &C) -> bool {
+    Initialization::is_provisioned(cluster.status().and_then(ContractStatus::initialization))
+}
+
+/// Fetches what the view of `owner` reads and builds it (the VirtualMachine and the infra cluster
+/// from `caches` when there).
 pub async fn resolve<M: InfraMachine>(
     client: &kube::Client,
     pm: &M,
     owner: Owner,
+    caches: Option<&OwnerCaches<M::Cluster>>,
 ) -> Result<OwnerView<M::Cluster>> {
     let namespace = pm.namespace().unwrap_or_default();
     let clusters = Api::<M::Cluster>::namespaced(client.clone(), &namespace);
+    let cached_clusters = caches.map(|c| &c.clusters);
     let cluster_kind = M::Cluster::kind(&());
     match owner {
         Owner::Machine(name) => {
@@ -272,8 +321,7 @@ pub async fn resolve<M: InfraMachine>(
                 .filter(|r| r.kind == cluster_kind && r.api_group == banlieue_api::INFRASTRUCTURE_GROUP)
                 .map(|r| r.name.clone());
             let infra = match infra_name {
-                Some(n) => clusters
-                    .get_opt(&n)
+                Some(n) => cached_or_read(cached_clusters, &clusters, &namespace, &n, provisioned)
                     .await
                     .map_err(|e| Error::kube(format!("reading the {cluster_kind}"), e))?,
                 None => None,
@@ -287,13 +335,18 @@ pub async fn resolve<M: InfraMachine>(
             ))
         }
         Owner::VirtualMachine(name) => {
-            let vm = Api::<VirtualMachine>::namespaced(client.clone(), &namespace)
-                .get_opt(&name)
-                .await
-                .map_err(|e| Error::kube("reading the owner VirtualMachine", e))?;
+            let vms = Api::<VirtualMachine>::namespaced(client.clone(), &namespace);
+            let vm = cached_or_read(
+                caches.map(|c| &c.virtual_machines),
+                &vms,
+                &namespace,
+                &name,
+                |_| true,
+            )
+            .await
+            .map_err(|e| Error::kube("reading the owner VirtualMachine", e))?;
             let infra = match standalone_cluster_name(pm) {
-                Some(n) => clusters
-                    .get_opt(&n)
+                Some(n) => cached_or_read(cached_clusters, &clusters, &namespace, &n, provisioned)
                     .await
                     .map_err(|e| Error::kube(format!("reading the standalone {cluster_kind}"), e))?,
                 None => None,

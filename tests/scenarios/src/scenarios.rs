@@ -138,7 +138,8 @@ pub async fn few_writes<P: ProviderUnderTest>() -> Result<()> {
     use kube::runtime::{WatchStreamExt as _, watcher};
     let mut s = Scenario::<P>::new("writes").await?;
     s.ready_cluster().await?;
-    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    // Each version seen, with what it says (for a failure's message).
+    let versions = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
     let watch = {
         let versions = versions.clone();
         let stream = watcher(
@@ -152,8 +153,18 @@ pub async fn few_writes<P: ProviderUnderTest>() -> Result<()> {
             while let Ok(Some(m)) = stream.try_next().await {
                 let rv = m.resource_version().unwrap_or_default();
                 let mut versions = versions.lock().unwrap_or_else(|e| e.into_inner());
-                if versions.last() != Some(&rv) {
-                    versions.push(rv);
+                if versions.last().map(|(v, _)| v) != Some(&rv) {
+                    let ready = m.data["status"]["conditions"]
+                        .as_array()
+                        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                        .map(|c| format!("Ready={} {}", c["status"], c["reason"]))
+                        .unwrap_or_default();
+                    let summary = format!(
+                        "rv {rv}: finalizers {:?}, providerID {}, {ready}",
+                        m.finalizers(),
+                        m.data["spec"]["providerID"]
+                    );
+                    versions.push((rv, summary));
                 }
             }
         })
@@ -175,8 +186,13 @@ pub async fn few_writes<P: ProviderUnderTest>() -> Result<()> {
     );
     ensure!(
         writes <= P::PROVISIONING_WRITES,
-        "{writes} writes of the infra machine from creation to provisioned, at most {} expected",
-        P::PROVISIONING_WRITES
+        "{writes} writes of the infra machine from creation to provisioned, at most {} expected:\n{}",
+        P::PROVISIONING_WRITES,
+        versions
+            .iter()
+            .map(|(_, summary)| summary.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     Ok(())
 }

@@ -456,10 +456,9 @@ async fn reconcile_inner(vm: &VirtualMachine, ctx: &Context) -> Result<Action> {
             }
             // A machine being deleted is left to go (the provider is deleting its VM); the
             // next reconcile after it is gone creates it again.
-            let deleting = existing.as_ref().is_some_and(|e| {
-                e.pointer("/metadata/deletionTimestamp")
-                    .is_some_and(|t| !t.is_null())
-            });
+            let deleting = machine
+                .as_ref()
+                .is_some_and(|m| m.metadata.deletion_timestamp.is_some());
             if !deleting
                 && !existing
                     .as_ref()

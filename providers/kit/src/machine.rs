@@ -39,7 +39,7 @@ use banlieue_api::support;
 use banlieue_capi::bootstrap::{BOOTSTRAP_VALUE_KEY, BootstrapData, BootstrapFormat};
 use banlieue_capi::contract;
 use banlieue_capi::{Cluster, Machine};
-use banlieue_provider_runtime::cache::{forget_field_owners, lean_controller};
+use banlieue_provider_runtime::cache::{lean_controller, lean_watch};
 use banlieue_provider_runtime::events::Publisher;
 use banlieue_provider_runtime::metrics::Metrics;
 use banlieue_provider_runtime::secret_watch::{SecretIndex, SecretKey, secrets_api};
@@ -48,7 +48,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Predicate, WatchStreamExt, predicates, reflector, watcher};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, instrument, warn};
 
@@ -1399,32 +1399,19 @@ async fn run_once<B: MachineBackend>(
     };
     // The infra clusters and VirtualMachines are cached (what a reconcile reads of them) and
     // wake the machines they concern.
-    let (clusters, clusters_writer) = reflector::store();
-    let clusters_changed = reflector(
-        clusters_writer,
-        watcher(
-            api::<<B::Machine as InfraMachine>::Cluster>(&client, namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(forget_field_owners),
-    )
-    .touched_objects();
-    let (virtual_machines, vms_writer) = reflector::store();
+    let (clusters, clusters_events) = lean_watch(
+        api::<<B::Machine as InfraMachine>::Cluster>(&client, namespace),
+        watcher::Config::default(),
+    );
+    let clusters_changed = clusters_events.default_backoff().touched_objects();
     // Only what a reconcile reads of a VirtualMachine (its spec, labels, annotations and
     // deletion, which bumps the generation) wakes its machine: the controller's status writes,
     // a few per VM, would each wake it for nothing.
-    let vms_changed = reflector(
-        vms_writer,
-        watcher(
-            api::<VirtualMachine>(&client, namespace),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(forget_field_owners),
-    )
-    .touched_objects()
-    .predicate_filter(
+    let (virtual_machines, vms_events) = lean_watch(
+        api::<VirtualMachine>(&client, namespace),
+        watcher::Config::default(),
+    );
+    let vms_changed = vms_events.default_backoff().touched_objects().predicate_filter(
         predicates::generation
             .combine(predicates::labels)
             .combine(predicates::annotations),

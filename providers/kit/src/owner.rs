@@ -210,10 +210,8 @@ impl<C: InfraClusterKind> OwnerView<C> {
                 "spec.providerRef is not set: a machine of a VirtualMachine takes its hypervisor from a banlieue Provider".to_owned(),
             ),
             Some(cluster) => {
-                let provisioned = infra
-                    .as_ref()
-                    .is_some_and(|c| Initialization::is_provisioned(c.status().and_then(ContractStatus::initialization)));
-                infra_cluster(infra, provisioned, format!("{} {cluster:?} not found", C::kind(&())))
+                let ready = infra.as_ref().is_some_and(provisioned);
+                infra_cluster(infra, ready, format!("{} {cluster:?} not found", C::kind(&())))
             }
         };
         Self {

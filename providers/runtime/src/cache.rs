@@ -10,6 +10,7 @@
 use std::fmt::Debug;
 use std::hash::Hash;
 
+use futures::Stream;
 use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -21,10 +22,8 @@ where
     K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Default,
 {
-    let writer = reflector::store::Writer::<K>::default();
-    let reader = writer.as_reader();
-    let objects = reflector(writer, watcher(api, config).modify(forget_field_owners)).applied_objects();
-    Controller::for_stream(objects, reader)
+    let (reader, events) = lean_watch(api, config);
+    Controller::for_stream(events.applied_objects(), reader)
 }
 
 /// [`lean_controller`] whose reconciles are triggered only when `predicate` changes for an
@@ -35,12 +34,30 @@ where
     K::DynamicType: Eq + Hash + Clone + Default,
     P: kube::runtime::Predicate<K> + Send + 'static,
 {
-    let writer = reflector::store::Writer::<K>::default();
-    let reader = writer.as_reader();
-    let objects = reflector(writer, watcher(api, config).modify(forget_field_owners))
+    let (reader, events) = lean_watch(api, config);
+    let objects = events
         .applied_objects()
         .predicate_filter(predicate, Default::default());
     Controller::for_stream(objects, reader)
+}
+
+/// A watch of `api`'s kind and the cache it fills, each object kept without its managed fields
+/// ([`forget_field_owners`]): the cache follows the stream as the stream is polled.
+pub fn lean_watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+) -> (
+    reflector::Store<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Clone + Resource + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    let writer = reflector::store::Writer::<K>::default();
+    let reader = writer.as_reader();
+    let events = reflector(writer, watcher(api, config).modify(forget_field_owners));
+    (reader, events)
 }
 
 /// Drops `metadata.managedFields`, the record of which field manager set which field.

@@ -132,7 +132,7 @@ async fn main() -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let (requests_before, apiserver_cpu_before) = apiserver_requests(&client).await?;
-    let writes_before = writes_of(&requests_before);
+    let writes_before = of_verbs(&requests_before, WRITE_VERBS);
     sim.reset_calls();
     let created_at: Stamps = Arc::default();
     eprintln!("creating {n} VirtualMachines");
@@ -186,13 +186,13 @@ async fn main() -> anyhow::Result<()> {
     // Let the controller settle, then count (no write may follow the last mirror).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (requests_ready, apiserver_cpu_ready) = apiserver_requests(&client).await?;
-    let writes_ready = writes_of(&requests_ready);
+    let writes_ready = of_verbs(&requests_ready, WRITE_VERBS);
     let calls_ready = sim.calls();
     let agents_since: HashMap<String, Instant> = sim.agents_answering_since().into_iter().collect();
     let cpu_ready = [cpu_seconds(provider_process.id()), cpu_seconds(controller.id())];
     eprintln!("all Ready; watching {idle_secs} s of idle");
     tokio::time::sleep(Duration::from_secs(idle_secs)).await;
-    let writes_idle = writes_of(&apiserver_requests(&client).await?.0);
+    let writes_idle = of_verbs(&apiserver_requests(&client).await?.0, WRITE_VERBS);
     let calls_idle = sim.calls();
     let metrics = get(&metrics_addr, "/metrics")?;
     let value = |target: &str| -> f64 {
@@ -254,7 +254,10 @@ async fn main() -> anyhow::Result<()> {
     by_kind.retain(|_, v| *v > 0.0);
     let managers_writes: f64 = by_kind.values().sum();
     // Reads served meanwhile (GET, LIST, WATCH), the bench's own watches included (two).
-    let mut reads = diff(&reads_of(&requests_ready), &reads_of(&requests_before));
+    let mut reads = diff(
+        &of_verbs(&requests_ready, READ_VERBS),
+        &of_verbs(&requests_before, READ_VERBS),
+    );
     reads.retain(|_, v| *v > 0.0);
     let apiserver_cpu = apiserver_cpu_ready - apiserver_cpu_before;
     let idle_writes: f64 = diff(&writes_idle, &writes_ready).values().sum();
@@ -470,27 +473,14 @@ async fn apiserver_requests(client: &Client) -> anyhow::Result<(Requests, f64)> 
 /// Request counts by (verb, resource).
 type Requests = std::collections::BTreeMap<(String, String), f64>;
 
-fn is_write(verb: &str) -> bool {
-    matches!(
-        verb,
-        "POST" | "PUT" | "PATCH" | "APPLY" | "DELETE" | "DELETECOLLECTION"
-    )
-}
+const WRITE_VERBS: &[&str] = &["POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"];
+const READ_VERBS: &[&str] = &["GET", "LIST", "WATCH"];
 
-/// The writes among `requests`.
-fn writes_of(requests: &Requests) -> Requests {
+/// The requests among `requests` with one of `verbs`.
+fn of_verbs(requests: &Requests, verbs: &[&str]) -> Requests {
     requests
         .iter()
-        .filter(|((verb, _), _)| is_write(verb))
-        .map(|(k, v)| (k.clone(), *v))
-        .collect()
-}
-
-/// The reads among `requests` (GET, LIST, WATCH).
-fn reads_of(requests: &Requests) -> Requests {
-    requests
-        .iter()
-        .filter(|((verb, _), _)| matches!(verb.as_str(), "GET" | "LIST" | "WATCH"))
+        .filter(|((verb, _), _)| verbs.contains(&verb.as_str()))
         .map(|(k, v)| (k.clone(), *v))
         .collect()
 }

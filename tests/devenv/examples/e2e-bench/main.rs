@@ -21,8 +21,10 @@
 //!
 //! `BENCH_SIM=realistic` gives the simulator PVE-like task durations and a guest agent that
 //! answers 5 s after boot (default `instant`). `BENCH_JSON=path` writes the results as JSON
-//! (with the commit); `tests/devenv/bench/last-run.json` is the committed last run. Not yet: the
-//! second scenario (M CAPI Machines through the real CAPI controllers).
+//! (with the commit); `tests/devenv/bench/last-run.json` is the committed last run.
+//!
+//! `BENCH_SCENARIO=capi`: the second scenario, N CAPI Machines through CAPI's own core manager
+//! (`capi.rs`; its committed last run is `tests/devenv/bench/last-run-capi.json`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -43,38 +45,107 @@ type Stamps = Arc<Mutex<HashMap<String, Instant>>>;
 /// Per machine: the last mirrored state seen and how many times it changed.
 type Transitions = Arc<Mutex<HashMap<String, (String, usize)>>>;
 
+mod capi;
+
+/// What both scenarios take from the command line and the environment.
+struct Options {
+    /// VirtualMachines (standalone) or Machines (CAPI).
+    n: usize,
+    /// The provider's `--concurrency`.
+    concurrency: String,
+    /// PVE-like task times and a guest agent 5 s after boot, else zero-delay tasks.
+    realistic: bool,
+    /// How long idle cost is watched after the run.
+    idle_secs: u64,
+}
+
+impl Options {
+    fn from_env() -> anyhow::Result<Self> {
+        let n: usize = std::env::args()
+            .nth(1)
+            .map(|a| a.parse())
+            .transpose()
+            .context("N must be a number")?
+            .unwrap_or(500);
+        let concurrency = std::env::var("BENCH_PROVIDER_CONCURRENCY").unwrap_or_else(|_| "16".to_owned());
+        let realistic = match std::env::var("BENCH_SIM").as_deref() {
+            Ok("realistic") => true,
+            Ok("instant") | Err(_) => false,
+            Ok(other) => bail!("BENCH_SIM must be instant or realistic, not {other:?}"),
+        };
+        let idle_secs: u64 = std::env::var("BENCH_IDLE_SECS")
+            .ok()
+            .map(|v| v.parse())
+            .transpose()
+            .context("BENCH_IDLE_SECS must be a number of seconds")?
+            .unwrap_or(60);
+        Ok(Self {
+            n,
+            concurrency,
+            realistic,
+            idle_secs,
+        })
+    }
+
+    fn sim_config(&self) -> banlieue_pve_sim::SimConfig {
+        if self.realistic {
+            banlieue_pve_sim::SimConfig::default()
+        } else {
+            banlieue_pve_sim::SimConfig::fast()
+        }
+    }
+
+    fn sim_name(&self) -> &'static str {
+        if self.realistic { "realistic" } else { "instant" }
+    }
+
+    fn sim_kind(&self) -> &'static str {
+        if self.realistic {
+            "PVE-like task times, guest agent 5 s after boot"
+        } else {
+            "zero-delay tasks"
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let n: usize = std::env::args()
-        .nth(1)
-        .map(|a| a.parse())
-        .transpose()
-        .context("N must be a number")?
-        .unwrap_or(500);
-    let concurrency = std::env::var("BENCH_PROVIDER_CONCURRENCY").unwrap_or_else(|_| "16".to_owned());
-    let realistic = match std::env::var("BENCH_SIM").as_deref() {
-        Ok("realistic") => true,
-        Ok("instant") | Err(_) => false,
-        Ok(other) => bail!("BENCH_SIM must be instant or realistic, not {other:?}"),
-    };
-    let idle_secs: u64 = std::env::var("BENCH_IDLE_SECS")
+    let options = Options::from_env()?;
+    match std::env::var("BENCH_SCENARIO").as_deref() {
+        Ok("standalone") | Err(_) => standalone(options).await,
+        Ok("capi") => capi::run(options).await,
+        Ok(other) => bail!("BENCH_SCENARIO must be standalone or capi, not {other:?}"),
+    }
+}
+
+/// The first scenario: N standalone VirtualMachines.
+async fn standalone(options: Options) -> anyhow::Result<()> {
+    let Options {
+        n,
+        ref concurrency,
+        idle_secs,
+        ..
+    } = options;
+    // `BENCH_APISERVER_PROFILE=file`: a Go CPU profile of the API server over the first
+    // `BENCH_APISERVER_PROFILE_SECS` (default 20) seconds from the first create, for
+    // `go tool pprof -top <kube-apiserver> file`.
+    let profile_to = std::env::var_os("BENCH_APISERVER_PROFILE").map(std::path::PathBuf::from);
+    let profile_secs: u64 = std::env::var("BENCH_APISERVER_PROFILE_SECS")
         .ok()
         .map(|v| v.parse())
         .transpose()
-        .context("BENCH_IDLE_SECS must be a number of seconds")?
-        .unwrap_or(60);
-
-    let env = TestEnv::builder().allow_external(false).start().await?;
+        .context("BENCH_APISERVER_PROFILE_SECS must be a number of seconds")?
+        .unwrap_or(20);
+    let mut env = TestEnv::builder().allow_external(false);
+    if profile_to.is_some() {
+        env = env.apiserver_arg("--profiling=true");
+    }
+    let env = env.start().await?;
     env.install_crds(&banlieue_api::crds::all()).await?;
     let client = env.client().await?;
-    let sim_config = if realistic {
-        banlieue_pve_sim::SimConfig::default()
-    } else {
-        banlieue_pve_sim::SimConfig::fast()
-    };
     let sim = banlieue_pve_sim::start(banlieue_pve_sim::SimConfig {
         check_returns: false,
-        ..sim_config
+        ..options.sim_config()
     })
     .await?;
     let provider = "bench-sim";
@@ -93,7 +164,7 @@ async fn main() -> anyhow::Result<()> {
             "--namespace",
             &ns,
             "--concurrency",
-            &concurrency,
+            concurrency,
             "--metrics-bind-address=127.0.0.1:0",
             "--health-probe-bind-address=127.0.0.1:0",
             "--log-format=text",
@@ -138,6 +209,10 @@ async fn main() -> anyhow::Result<()> {
     eprintln!("creating {n} VirtualMachines");
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
     let start = Instant::now();
+    let profile = profile_to.map(|path| {
+        let client = client.clone();
+        tokio::spawn(async move { apiserver_profile(&client, profile_secs, &path).await })
+    });
     futures::stream::iter(0..n)
         .map(|i| {
             let vms = vms.clone();
@@ -183,6 +258,10 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let wall = start.elapsed();
+    if let Some(profile) = profile {
+        let path = profile.await??;
+        eprintln!("API server CPU profile: {}", path.display());
+    }
     // Let the controller settle, then count (no write may follow the last mirror).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let (requests_ready, apiserver_cpu_ready) = apiserver_requests(&client).await?;
@@ -276,12 +355,10 @@ async fn main() -> anyhow::Result<()> {
     let rss = [peak_rss_kib(provider_process.id()), peak_rss_kib(controller.id())];
     let floor = floor_rate(&client, &ns, managers_writes.round() as usize).await?;
 
-    let sim_kind = if realistic {
-        "PVE-like task times, guest agent 5 s after boot"
-    } else {
-        "zero-delay tasks"
-    };
-    println!("N = {n} VirtualMachines, provider --concurrency {concurrency}, simulator with {sim_kind}");
+    println!(
+        "N = {n} VirtualMachines, provider --concurrency {concurrency}, simulator with {}",
+        options.sim_kind()
+    );
     println!(
         "created in {:.1} s; all Running and Ready after {:.1} s",
         created.as_secs_f64(),
@@ -351,8 +428,6 @@ async fn main() -> anyhow::Result<()> {
     for (call, count) in by_call {
         println!("  {call:<60} {:>9.2}", per_vm(*count as f64));
     }
-    let show_rss =
-        |k: Option<u64>| k.map_or_else(|| "?".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0));
     let show_cpu = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) => format!("{:.1} s", b - a.min(b)),
         _ => "?".to_owned(),
@@ -379,16 +454,10 @@ async fn main() -> anyhow::Result<()> {
         wall.as_secs_f64(),
         wall.as_secs_f64() / floor.1.as_secs_f64().max(1e-9),
     );
-    if let Ok(path) = std::env::var("BENCH_JSON") {
-        let commit = std::process::Command::new("git")
-            .args(["rev-parse", "--short", "HEAD"])
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
-        let result = json!({
-            "commit": commit,
+    write_json(json!({
+            "scenario": "standalone",
             "n": n,
-            "simulator": if realistic { "realistic" } else { "instant" },
+            "simulator": options.sim_name(),
             "provider_concurrency": concurrency,
             "wall_seconds": wall.as_secs_f64(),
             "to_ready_seconds": (!to_ready.is_empty()).then(|| json!({
@@ -421,17 +490,35 @@ async fn main() -> anyhow::Result<()> {
             "idle": {"seconds": idle_secs, "api_writes_per_minute": per_minute(idle_writes),
                      "proxmox_calls_per_minute": per_minute(idle_calls as f64)},
             "floor": {"writes": floor.0, "seconds": floor.1.as_secs_f64()},
-        });
-        std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")
-            .with_context(|| format!("writing {path}"))?;
-        eprintln!("results written to {path}");
-    }
+    }))?;
     machines_task.abort();
     vms_task.abort();
     drop(controller);
     drop(provider_process);
     sim.shutdown().await;
     Ok(())
+}
+
+/// With `BENCH_JSON=path`, writes `result` there with the commit measured (`git rev-parse`).
+fn write_json(mut result: serde_json::Value) -> anyhow::Result<()> {
+    let Ok(path) = std::env::var("BENCH_JSON") else {
+        return Ok(());
+    };
+    let commit = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    result["commit"] = json!(commit);
+    std::fs::write(&path, serde_json::to_string_pretty(&result)? + "\n")
+        .with_context(|| format!("writing {path}"))?;
+    eprintln!("results written to {path}");
+    Ok(())
+}
+
+/// A peak RSS in KiB, shown in MiB.
+fn show_rss(kib: Option<u64>) -> String {
+    kib.map_or_else(|| "?".to_owned(), |k| format!("{:.1} MiB", k as f64 / 1024.0))
 }
 
 /// Requests the API server has served so far, by (verb, resource[/subresource]), from its own
@@ -468,6 +555,29 @@ async fn apiserver_requests(client: &Client) -> anyhow::Result<(Requests, f64)> 
         *out.entry((label("verb"), resource)).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
     }
     Ok((out, cpu))
+}
+
+/// Writes the API server's CPU profile over the next `seconds` (its `/debug/pprof/profile`,
+/// served with `--profiling=true`) to `path`.
+async fn apiserver_profile(
+    client: &Client,
+    seconds: u64,
+    path: &std::path::Path,
+) -> anyhow::Result<std::path::PathBuf> {
+    use http_body_util::BodyExt;
+    let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}")).body(Vec::new())?;
+    let response = client
+        .send(request.map(kube::client::Body::from))
+        .await
+        .context("asking the API server for a CPU profile")?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "the API server's profile answered {}",
+        response.status()
+    );
+    let bytes = response.into_body().collect().await?.to_bytes();
+    std::fs::write(path, &bytes).with_context(|| format!("writing {}", path.display()))?;
+    Ok(path.to_owned())
 }
 
 /// Request counts by (verb, resource).

@@ -186,6 +186,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let calls: u64 = calls_done.values().sum::<u64>() - polls;
     let idle_writes: f64 = diff(&writes_idle, &writes_done).values().sum();
     let idle_calls = calls_idle.values().sum::<u64>() - calls_done.values().sum::<u64>();
+    let mut idle_writes_by_kind = diff(&writes_idle, &writes_done);
+    idle_writes_by_kind.retain(|_, v| *v > 0.0);
+    let idle_calls_by_endpoint: BTreeMap<&String, u64> = calls_idle
+        .iter()
+        .map(|(call, count)| (call, count - calls_done.get(call).copied().unwrap_or(0)))
+        .filter(|(_, count)| *count > 0)
+        .collect();
     let per_minute = |v: f64| v * 60.0 / options.idle_secs.max(1) as f64;
     let rss = [peak_rss_kib(provider.id()), peak_rss_kib(capi.process.id())];
     let provider_cpu = cpu_done[0];
@@ -246,6 +253,12 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         per_minute(idle_writes),
         per_minute(idle_calls as f64),
     );
+    for ((verb, resource), count) in &idle_writes_by_kind {
+        println!("  {verb:<8} {resource:<36} {:>9.1}/min", per_minute(*count));
+    }
+    for (call, count) in &idle_calls_by_endpoint {
+        println!("  {call:<60} {:>9.1}/min", per_minute(*count as f64));
+    }
     println!(
         "floor: {} writes from a plain client (32 in flight) took {:.1} s; the Machines took {:.1} s: {:.1}× the floor",
         floor.0,
@@ -283,7 +296,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         "provider": {"peak_rss_mib": rss[0].map(|k| k as f64 / 1024.0), "cpu_seconds": provider_cpu},
         "capi_manager": {"peak_rss_mib": rss[1].map(|k| k as f64 / 1024.0), "cpu_seconds_during_run": capi_cpu},
         "idle": {"seconds": options.idle_secs, "api_writes_per_minute": per_minute(idle_writes),
-                 "proxmox_calls_per_minute": per_minute(idle_calls as f64)},
+                 "proxmox_calls_per_minute": per_minute(idle_calls as f64),
+                 "api_writes_per_minute_by_verb_and_resource": idle_writes_by_kind.iter()
+                     .map(|((verb, resource), c)| json!({"verb": verb, "resource": resource, "per_minute": per_minute(*c)}))
+                     .collect::<Vec<_>>(),
+                 "proxmox_calls_per_minute_by_endpoint": idle_calls_by_endpoint.iter()
+                     .map(|(call, c)| ((*call).clone(), json!(per_minute(*c as f64))))
+                     .collect::<serde_json::Map<_, _>>()},
         "floor": {"writes": floor.0, "seconds": floor.1.as_secs_f64()},
     }))?;
     drop(provider);

@@ -519,9 +519,13 @@ async fn run_once<B: ClusterBackend>(
             ctx.secrets.mapper(),
         );
     if capi {
-        controller = controller.watches(
-            api::<Cluster>(&ctx.client, namespace),
-            watcher::Config::default(),
+        // An infra cluster reads its Cluster's spec (`paused`), not the status CAPI writes.
+        controller = controller.watches_stream(
+            crate::drive::changes_of::<Cluster, _>(
+                &ctx.client,
+                namespace,
+                crate::drive::spec_labels_annotations::<Cluster>,
+            ),
             cluster_to_infra::<B::Cluster>,
         );
     }

@@ -9,6 +9,7 @@ use banlieue_api::infrastructure::kinds::NamespacedKind;
 use banlieue_provider_runtime::metrics::Metrics;
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
 
 use banlieue_capi::contract;
 
@@ -20,6 +21,33 @@ pub(crate) fn api<K: NamespacedKind>(client: &kube::Client, namespace: Option<&s
         Some(ns) => kube::Api::namespaced(client.clone(), ns),
         None => kube::Api::all(client.clone()),
     }
+}
+
+/// The objects of `K` (in `namespace`, or all) whose `read` changed: the watch of a kind that
+/// wakes reconciles only for what they read of it. CAPI writes its own objects' status many
+/// times per machine (conditions, counts), which would each wake a reconcile for nothing.
+pub(crate) fn changes_of<K, P>(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    read: P,
+) -> impl futures::Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static
+where
+    K: NamespacedKind,
+    P: Predicate<K> + Send + 'static,
+{
+    watcher(api::<K>(client, namespace), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+        .predicate_filter(read, Default::default())
+}
+
+/// What a provider reads of a CAPI object besides its status: its spec (the generation, which
+/// its deletion also bumps), labels and annotations.
+pub(crate) fn spec_labels_annotations<K: kube::Resource>(object: &K) -> Option<u64> {
+    predicates::generation
+        .combine(predicates::labels)
+        .combine(predicates::annotations)
+        .hash_property(object)
 }
 
 /// The watch of a controller's own kind: every object, or (`watch_filter`) only those labelled

@@ -1440,15 +1440,22 @@ async fn run_once<B: MachineBackend>(
                 .map(|m| ObjectRef::from_obj(&*m))
                 .collect::<Vec<_>>()
         };
+        // A machine reads its Machine's spec (bootstrap data Secret, failure domain) and its
+        // Cluster's spec (`paused`) and whether its infrastructure is provisioned: CAPI's other
+        // status writes of both (several per Machine) wake no reconcile.
+        let cluster_read = crate::drive::spec_labels_annotations::<Cluster>
+            .combine(|c: &Cluster| Some(u64::from(contract::is_infrastructure_provisioned(c))));
         controller = controller
-            .watches(
-                api::<Machine>(&client, namespace),
-                watcher::Config::default(),
+            .watches_stream(
+                crate::drive::changes_of::<Machine, _>(
+                    &client,
+                    namespace,
+                    crate::drive::spec_labels_annotations::<Machine>,
+                ),
                 machine_to_infra::<B::Machine>,
             )
-            .watches(
-                api::<Cluster>(&client, namespace),
-                watcher::Config::default(),
+            .watches_stream(
+                crate::drive::changes_of::<Cluster, _>(&client, namespace, cluster_read),
                 labelled,
             );
     }

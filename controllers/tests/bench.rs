@@ -6,7 +6,7 @@
 //! apply + 1 status write, Running, or 2 when the provider answers only after the controller's
 //! progress hold and the first Provisioning is written too, plus one ProxmoxCluster apply for
 //! the namespace), and p50/p99 latency from the provider's status write to the mirrored
-//! VirtualMachine status. The benchmark with the real provider is `tests/devenv/examples/e2e-bench.rs`.
+//! VirtualMachine status. The benchmark with the real provider is `tests/devenv/examples/e2e-bench/`.
 //!
 //! `cargo test -p banlieue-controllers --release --test bench -- --nocapture`
 

@@ -5,7 +5,7 @@
 //! field ownership (`managedFields`: one entry per writer, each a tree of the fields it set) is
 //! most of a small object's size, and no reconciler reads it (it applies its own fields and lets
 //! the API server track who owns what). At 1,000 machines it is megabytes of each manager's
-//! memory (the fleet benchmark, `tests/devenv/examples/e2e-bench.rs`).
+//! memory (the fleet benchmark, `tests/devenv/examples/e2e-bench/`).
 
 use std::fmt::Debug;
 use std::hash::Hash;

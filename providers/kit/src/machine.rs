@@ -435,20 +435,44 @@ pub struct MachineContext<B: MachineBackend> {
 /// at again only later, as the provider's own status write left it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Settled {
-    /// The machine's resourceVersion after that write.
-    version: String,
+    /// The machine's [`read_state`] after that write.
+    state: u64,
     /// When the backend asked to look again.
     until: std::time::Instant,
 }
 
 impl Settled {
-    /// How long the hypervisor need not be asked about the machine, seen at `version` at `now`:
-    /// while it is exactly as the provider left it and the backend's time has not come (a
-    /// reconcile woken by the provider's own status write, by a VirtualMachine status write,
-    /// by a Secret: nothing to ask the hypervisor).
-    fn wait(&self, version: &str, now: std::time::Instant) -> Option<Duration> {
-        (self.version == version && now < self.until).then(|| self.until - now)
+    /// How long the hypervisor need not be asked about the machine, seen with `state` at `now`:
+    /// while what a reconcile reads of it is as the provider left it and the backend's time has
+    /// not come (a reconcile woken by the provider's own status write, by a VirtualMachine status
+    /// write, by a Secret, by a write that changed only managed fields: nothing to ask the
+    /// hypervisor).
+    fn wait(&self, state: u64, now: std::time::Instant) -> Option<Duration> {
+        (self.state == state && now < self.until).then(|| self.until - now)
     }
+}
+
+/// What a reconcile reads of a machine's metadata, hashed: its generation (the spec; deletion
+/// bumps it), labels, annotations, finalizers, owners and deletion. Not its resourceVersion nor
+/// managed fields: CAPI's MachineSet applies each infra machine again once provisioned, changing
+/// only who manages which field, and that alone is no reason to ask the hypervisor. (Its status
+/// is compared apart.)
+fn read_state<K: Resource>(machine: &K) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let meta = machine.meta();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    meta.generation.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .hash(&mut hasher);
+    for owner in meta.owner_references.iter().flatten() {
+        (&owner.uid, &owner.kind, &owner.name, owner.controller).hash(&mut hasher);
+    }
+    hasher.finish()
 }
 
 impl<B: MachineBackend> MachineContext<B> {
@@ -469,10 +493,11 @@ impl<B: MachineBackend> MachineContext<B> {
         }
     }
 
-    /// How long machine `uid`, seen at `version`, needs no look at its VM ([`Settled::wait`]).
-    fn settled_wait(&self, uid: &str, version: &str) -> Option<Duration> {
+    /// How long machine `uid`, seen with `state` ([`read_state`]), needs no look at its VM
+    /// ([`Settled::wait`]).
+    fn settled_wait(&self, uid: &str, state: u64) -> Option<Duration> {
         let settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
-        settled.get(uid)?.wait(version, std::time::Instant::now())
+        settled.get(uid)?.wait(state, std::time::Instant::now())
     }
 
     /// Records (or, `None`, forgets) that machine `uid` is settled.
@@ -642,7 +667,7 @@ struct Writer<'a, B: MachineBackend> {
 
 impl<B: MachineBackend> Writer<'_, B> {
     /// Writes `new` when it changed; the new resourceVersion when it wrote.
-    async fn status(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<Option<String>> {
+    async fn status(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<Option<B::Machine>> {
         status::write_status(
             &self.api,
             self.machine,
@@ -874,10 +899,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // restates what is persisted), and not due yet: nothing to ask the hypervisor.
     if plan.provisioned
         && machine.status() == Some(&new)
-        && let Some(wait) = ctx.settled_wait(
-            machine.uid().as_deref().unwrap_or_default(),
-            machine.resource_version().as_deref().unwrap_or_default(),
-        )
+        && let Some(wait) =
+            ctx.settled_wait(machine.uid().as_deref().unwrap_or_default(), read_state(&machine))
     {
         return Ok(Action::requeue(wait));
     }
@@ -1229,7 +1252,7 @@ async fn apply_step<B: MachineBackend>(
         && !step.backoff
         && step.requeue >= SETTLED_MIN;
     let settled = healthy.then(|| Settled {
-        version: written.or_else(|| machine.resource_version()).unwrap_or_default(),
+        state: read_state(written.as_ref().unwrap_or(&machine)),
         until: std::time::Instant::now() + step.requeue,
     });
     write
@@ -1486,20 +1509,76 @@ mod tests {
     fn a_settled_machine_skips_the_hypervisor_only_as_left_and_until_due() {
         let now = std::time::Instant::now();
         let settled = Settled {
-            version: "42".to_owned(),
+            state: 42,
             until: now + Duration::from_secs(600),
         };
-        assert_eq!(settled.wait("42", now), Some(Duration::from_secs(600)));
+        assert_eq!(settled.wait(42, now), Some(Duration::from_secs(600)));
+        assert_eq!(settled.wait(43, now), None, "changed since the provider's write");
         assert_eq!(
-            settled.wait("43", now),
-            None,
-            "changed since the provider's write"
-        );
-        assert_eq!(
-            settled.wait("42", now + Duration::from_secs(600)),
+            settled.wait(42, now + Duration::from_secs(600)),
             None,
             "due: the backend looks again"
         );
+    }
+
+    #[test]
+    fn what_a_reconcile_reads_of_a_machine_changes_its_state_and_managed_fields_do_not() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+            ManagedFieldsEntry, ObjectMeta, OwnerReference, Time,
+        };
+        let machine = |f: &dyn Fn(&mut ObjectMeta)| {
+            let mut meta = ObjectMeta {
+                name: Some("m1".into()),
+                generation: Some(1),
+                resource_version: Some("10".into()),
+                labels: Some([("a".to_owned(), "1".to_owned())].into()),
+                ..ObjectMeta::default()
+            };
+            f(&mut meta);
+            k8s_openapi::api::core::v1::ConfigMap {
+                metadata: meta,
+                ..Default::default()
+            }
+        };
+        let base = read_state(&machine(&|_| {}));
+        let managed_only = machine(&|m| {
+            m.resource_version = Some("11".into());
+            m.managed_fields = Some(vec![ManagedFieldsEntry {
+                manager: Some("capi-machineset".into()),
+                operation: Some("Apply".into()),
+                ..ManagedFieldsEntry::default()
+            }]);
+        });
+        assert_eq!(
+            read_state(&managed_only),
+            base,
+            "a new resourceVersion and field manager alone"
+        );
+        type Change<'a> = (&'a str, &'a dyn Fn(&mut ObjectMeta));
+        let changes: [Change; 6] = [
+            ("generation", &|m| m.generation = Some(2)),
+            ("label", &|m| {
+                m.labels = Some([("a".to_owned(), "2".to_owned())].into())
+            }),
+            ("annotation", &|m| {
+                m.annotations = Some([("cluster.x-k8s.io/paused".to_owned(), String::new())].into())
+            }),
+            ("finalizer", &|m| m.finalizers = Some(vec!["x".into()])),
+            ("deletion", &|m| {
+                m.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()))
+            }),
+            ("owner", &|m| {
+                m.owner_references = Some(vec![OwnerReference {
+                    uid: "u".into(),
+                    kind: "Machine".into(),
+                    name: "m1".into(),
+                    ..OwnerReference::default()
+                }])
+            }),
+        ];
+        for (what, change) in changes {
+            assert_ne!(read_state(&machine(change)), base, "a changed {what} is a change");
+        }
     }
 
     #[test]

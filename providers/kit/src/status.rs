@@ -50,7 +50,7 @@ pub async fn write_status<K: NamespacedKind, S: Serialize + PartialEq + Default>
     new: &S,
     field_manager: &str,
     metrics: &Metrics,
-) -> Result<Option<String>> {
+) -> Result<Option<K>> {
     let unchanged = match old {
         Some(old) => old == new,
         None => *new == S::default(),
@@ -72,7 +72,7 @@ pub async fn write_status<K: NamespacedKind, S: Serialize + PartialEq + Default>
         .await
         .map_err(|e| Error::kube(format!("writing {} status", K::kind(&())), e))?;
     metrics.count_write("status");
-    Ok(Some(written.resource_version().unwrap_or_default()))
+    Ok(Some(written))
 }
 
 /// Whether the object carries `finalizer`.

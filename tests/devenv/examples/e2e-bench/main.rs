@@ -25,6 +25,8 @@
 //!
 //! `BENCH_SCENARIO=capi`: the second scenario, N CAPI Machines through CAPI's own core manager
 //! (`capi.rs`; its committed last run is `tests/devenv/bench/last-run-capi.json`).
+//! `BENCH_BACKEND=vsphere`: the standalone scenario on vcsim with `banlieue-vsphere`
+//! (`vsphere.rs`; `tests/devenv/bench/last-run-vsphere.json`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -46,6 +48,7 @@ type Stamps = Arc<Mutex<HashMap<String, Instant>>>;
 type Transitions = Arc<Mutex<HashMap<String, (String, usize)>>>;
 
 mod capi;
+mod vsphere;
 
 /// What both scenarios take from the command line and the environment.
 struct Options {
@@ -111,10 +114,16 @@ impl Options {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let options = Options::from_env()?;
-    match std::env::var("BENCH_SCENARIO").as_deref() {
-        Ok("standalone") | Err(_) => standalone(options).await,
-        Ok("capi") => capi::run(options).await,
-        Ok(other) => bail!("BENCH_SCENARIO must be standalone or capi, not {other:?}"),
+    let scenario = std::env::var("BENCH_SCENARIO").unwrap_or_else(|_| "standalone".to_owned());
+    let backend = std::env::var("BENCH_BACKEND").unwrap_or_else(|_| "proxmox".to_owned());
+    match (scenario.as_str(), backend.as_str()) {
+        ("standalone", "proxmox") => standalone(options).await,
+        ("capi", "proxmox") => capi::run(options).await,
+        ("standalone", "vsphere") => vsphere::run(options).await,
+        _ => bail!(
+            "BENCH_SCENARIO={scenario:?} with BENCH_BACKEND={backend:?} is not a run this bench has: \
+             standalone with proxmox or vsphere, capi with proxmox"
+        ),
     }
 }
 

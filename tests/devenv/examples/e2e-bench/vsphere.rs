@@ -1,0 +1,353 @@
+//! The standalone scenario on vcsim (`BENCH_BACKEND=vsphere`): N VirtualMachines through the
+//! banlieue controller and the real vSphere provider (`banlieue-vsphere`), both as processes,
+//! against govmomi's vcsim (built by `tests/controlplane/build.sh`), its model VM as template.
+//!
+//! vcsim boots no guest and has no VMware Tools, so the bench plays them: once a clone waits for
+//! its guest (`WaitingForGuest`, its `vmRef` known), it sets the guest's address and cloud-init's
+//! report (`SET.guest.ipAddress`, as `tests/devenv/tests/e2e_backends.rs` does for one VM); the
+//! time from that reconfigure's end to the VirtualMachine's Ready is the polling cost. vcsim
+//! counts no calls, so hypervisor calls are not reported.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use banlieue_api::banlieue::VirtualMachine;
+use banlieue_api::infrastructure::VSphereMachine;
+use banlieue_testenv::TestEnv;
+use banlieue_vsphere_client::MoRef;
+use banlieue_vsphere_client::vim::ConfigSpec;
+use futures::{StreamExt, TryStreamExt};
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+#[path = "../../../../providers/vsphere/client/tests/support/vcsim.rs"]
+#[allow(dead_code)]
+mod vcsim_support;
+
+use crate::{
+    Options, READ_VERBS, Stamps, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, get,
+    observe_vms, of_verbs, peak_rss_kib, percentile, show_rss, write_json,
+};
+
+/// vcsim's model VM, made the template every VM clones.
+const TEMPLATE: &str = "DC0_C0_RP0_VM0";
+/// The guest address the bench plays for every clone.
+const GUEST_IP: &str = "192.0.2.41";
+/// Guests played at once.
+const PLAYERS: usize = 8;
+
+pub async fn run(options: Options) -> anyhow::Result<()> {
+    let n = options.n;
+    let env = TestEnv::builder().allow_external(false).start().await?;
+    env.install_crds(&banlieue_api::crds::all()).await?;
+    let client = env.client().await?;
+    let vcsim = vcsim_support::Vcsim::start(&[])?;
+    let vc = vcsim.client()?;
+    vcsim.make_template(&vc, TEMPLATE).await?;
+    let namespace = env.namespace("bench").await?;
+    let ns = namespace.to_string();
+    create_provider(&client, &ns, &vcsim).await?;
+
+    let bin_dir = banlieue_dev::binary_dir()?;
+    let logs = env.workdir().join("bench-logs");
+    let controller_metrics = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
+    );
+    let provider = banlieue_dev::start_controller(
+        &bin_dir,
+        "banlieue-vsphere",
+        &[
+            "--namespace",
+            &ns,
+            "--concurrency",
+            &options.concurrency,
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+            "--log-format=text",
+        ],
+        env.admin().path(),
+        &logs,
+    )?;
+    let mut controller = banlieue_dev::start_controller(
+        &bin_dir,
+        banlieue_dev::BANLIEUE,
+        &[
+            "controller",
+            "--namespace",
+            &ns,
+            "--metrics-addr",
+            &controller_metrics,
+        ],
+        env.admin().path(),
+        &logs,
+    )?;
+    let ready_deadline = Instant::now() + Duration::from_secs(60);
+    while !get(&controller_metrics, "/readyz").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+        controller.check_running()?;
+        if Instant::now() > ready_deadline {
+            bail!("the controller is not ready after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let guests_up: Stamps = Arc::default();
+    let vm_done: Stamps = Arc::default();
+    let players = tokio::spawn(play_guests(
+        client.clone(),
+        ns.clone(),
+        vc.clone(),
+        guests_up.clone(),
+    ));
+    let vms_task = tokio::spawn(observe_vms(client.clone(), ns.clone(), vm_done.clone()));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (requests_before, apiserver_cpu_before) = apiserver_requests(&client).await?;
+    let writes_before = of_verbs(&requests_before, WRITE_VERBS);
+    let created_at: Stamps = Arc::default();
+    eprintln!("creating {n} VirtualMachines on vcsim");
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
+    let start = Instant::now();
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (vms, created_at) = (vms.clone(), created_at.clone());
+            async move {
+                let name = format!("vm-{i:04}");
+                created_at.lock().expect("lock").insert(name.clone(), Instant::now());
+                let vm: VirtualMachine = serde_json::from_value(json!({
+                    "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                    "metadata": {"name": name},
+                    "spec": {"providerRef": {"name": "bench-vcsim"}, "source": {"vsphere": {"template": TEMPLATE}},
+                             "cpu": {"cores": 1}, "memoryMiB": 512},
+                }))?;
+                vms.create(&PostParams::default(), &vm).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let deadline = start + Duration::from_secs(1800);
+    let mut last_report = Instant::now();
+    loop {
+        let done = vm_done.lock().expect("lock").len();
+        if done >= n {
+            break;
+        }
+        controller.check_running()?;
+        if players.is_finished() {
+            bail!("the guest players stopped: {:?}", players.await);
+        }
+        if Instant::now() > deadline {
+            bail!("only {done} of {n} VirtualMachines Ready after 1800 s");
+        }
+        if last_report.elapsed() > Duration::from_secs(15) {
+            eprintln!(
+                "  {:>6.1}s: {} guests up, {done} Ready",
+                start.elapsed().as_secs_f64(),
+                guests_up.lock().expect("lock").len()
+            );
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let wall = start.elapsed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (requests_ready, apiserver_cpu_ready) = apiserver_requests(&client).await?;
+    let writes_ready = of_verbs(&requests_ready, WRITE_VERBS);
+    let cpu_ready = [cpu_seconds(provider.id()), cpu_seconds(controller.id())];
+    eprintln!("all Ready; watching {} s of idle", options.idle_secs);
+    tokio::time::sleep(Duration::from_secs(options.idle_secs)).await;
+    let writes_idle = of_verbs(&apiserver_requests(&client).await?.0, WRITE_VERBS);
+    players.abort();
+    vms_task.abort();
+
+    let per_vm = |v: f64| v / n as f64;
+    let mut by_kind = diff(&writes_ready, &writes_before);
+    if let Some(creates) = by_kind.get_mut(&("POST".to_owned(), "virtualmachines".to_owned())) {
+        *creates -= n as f64;
+    }
+    by_kind.retain(|_, v| *v > 0.0);
+    let managers_writes: f64 = by_kind.values().sum();
+    let mut reads = diff(
+        &of_verbs(&requests_ready, READ_VERBS),
+        &of_verbs(&requests_before, READ_VERBS),
+    );
+    reads.retain(|_, v| *v > 0.0);
+    let since = |from: &Stamps| -> Vec<Duration> {
+        let (from, done) = (from.lock().expect("lock"), vm_done.lock().expect("lock"));
+        let mut v: Vec<Duration> = done
+            .iter()
+            .filter_map(|(name, d)| from.get(name).map(|f| d.saturating_duration_since(*f)))
+            .collect();
+        v.sort();
+        v
+    };
+    let to_ready = since(&created_at);
+    let guest_to_ready = since(&guests_up);
+    let idle_writes: f64 = diff(&writes_idle, &writes_ready).values().sum();
+    let per_minute = |v: f64| v * 60.0 / options.idle_secs.max(1) as f64;
+    let rss = [peak_rss_kib(provider.id()), peak_rss_kib(controller.id())];
+    let floor = floor_rate(&client, &ns, managers_writes.round() as usize).await?;
+    let spread = |v: &[Duration]| {
+        (!v.is_empty()).then(|| {
+            (
+                percentile(v, 0.5).as_secs_f64(),
+                percentile(v, 0.95).as_secs_f64(),
+                v[v.len() - 1].as_secs_f64(),
+            )
+        })
+    };
+
+    println!(
+        "N = {n} VirtualMachines on vcsim, banlieue-vsphere --concurrency {}, guests played {PLAYERS} at once",
+        options.concurrency
+    );
+    println!("all Running and Ready after {:.1} s", wall.as_secs_f64());
+    if let Some((p50, p95, max)) = spread(&to_ready) {
+        println!("create → Running and Ready: p50 {p50:.1} s, p95 {p95:.1} s, max {max:.1} s");
+    }
+    if let Some((p50, p95, max)) = spread(&guest_to_ready) {
+        println!("guest address set → Running and Ready: p50 {p50:.2} s, p95 {p95:.2} s, max {max:.2} s");
+    }
+    println!(
+        "API server writes per VM (both managers, the bench's creates apart): {:.2}",
+        per_vm(managers_writes)
+    );
+    for ((verb, resource), count) in &by_kind {
+        println!("  {verb:<8} {resource:<36} {:>9.2}", per_vm(*count));
+    }
+    println!(
+        "API server reads per VM: {:.2}; its CPU until Ready: {:.1} s",
+        per_vm(reads.values().sum()),
+        apiserver_cpu_ready - apiserver_cpu_before
+    );
+    let show_cpu = |c: Option<f64>| c.map_or_else(|| "?".to_owned(), |c| format!("{c:.1} s"));
+    println!(
+        "provider: peak RSS {}, CPU {} until Ready; controller: peak RSS {}, CPU {} until Ready",
+        show_rss(rss[0]),
+        show_cpu(cpu_ready[0]),
+        show_rss(rss[1]),
+        show_cpu(cpu_ready[1]),
+    );
+    println!(
+        "idle after Ready ({} s): {:.1} API writes/min (vcsim counts no calls)",
+        options.idle_secs,
+        per_minute(idle_writes)
+    );
+    println!(
+        "floor: {} writes from a plain client (32 in flight) took {:.1} s; the VMs took {:.1} s: {:.1}× the floor",
+        floor.0,
+        floor.1.as_secs_f64(),
+        wall.as_secs_f64(),
+        wall.as_secs_f64() / floor.1.as_secs_f64().max(1e-9),
+    );
+    let spread_json =
+        |v: &[Duration]| spread(v).map(|(p50, p95, max)| json!({"p50": p50, "p95": p95, "max": max}));
+    write_json(json!({
+        "scenario": "standalone",
+        "backend": "vsphere (vcsim)",
+        "n": n,
+        "provider_concurrency": options.concurrency,
+        "wall_seconds": wall.as_secs_f64(),
+        "to_ready_seconds": spread_json(&to_ready),
+        "guest_to_ready_seconds": spread_json(&guest_to_ready),
+        "api_writes_per_vm": per_vm(managers_writes),
+        "api_writes_per_vm_by_verb_and_resource": by_kind.iter()
+            .map(|((verb, resource), c)| json!({"verb": verb, "resource": resource, "per_vm": per_vm(*c)}))
+            .collect::<Vec<_>>(),
+        "api_reads_per_vm": per_vm(reads.values().sum()),
+        "apiserver_cpu_seconds_until_ready": apiserver_cpu_ready - apiserver_cpu_before,
+        "provider": {"peak_rss_mib": rss[0].map(|k| k as f64 / 1024.0), "cpu_seconds_until_ready": cpu_ready[0]},
+        "controller": {"peak_rss_mib": rss[1].map(|k| k as f64 / 1024.0), "cpu_seconds_until_ready": cpu_ready[1]},
+        "idle": {"seconds": options.idle_secs, "api_writes_per_minute": per_minute(idle_writes)},
+        "floor": {"writes": floor.0, "seconds": floor.1.as_secs_f64()},
+    }))?;
+    drop(controller);
+    drop(provider);
+    drop(vcsim);
+    Ok(())
+}
+
+/// The credentials Secret and the cluster-scoped Provider `bench-vcsim` for `vcsim`.
+async fn create_provider(client: &Client, ns: &str, vcsim: &vcsim_support::Vcsim) -> anyhow::Result<()> {
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+        "metadata": {"name": "vc-creds"},
+        "stringData": {"username": vcsim_support::USER, "password": vcsim_support::PASSWORD},
+    }))?;
+    Api::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .context("creating the vcsim credentials Secret")?;
+    let provider: banlieue_api::banlieue::Provider = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+        "metadata": {"name": "bench-vcsim"},
+        "spec": {
+            "backend": "vsphere",
+            "endpoint": vcsim.url,
+            "credentialsRef": {"name": "vc-creds", "namespace": ns},
+            "tls": {"sha256Fingerprint": vcsim.thumbprint},
+            "defaults": {"datacenter": "DC0", "storage": "LocalDS_0", "resourcePool": "DC0_C0/Resources"},
+        },
+    }))?;
+    Api::all(client.clone())
+        .create(&PostParams::default(), &provider)
+        .await
+        .context("creating the vcsim Provider")?;
+    Ok(())
+}
+
+/// Plays VMware Tools and cloud-init for every clone that waits for its guest: sets its address
+/// and a finished cloud-init report, `PLAYERS` at once; records when each guest was up.
+async fn play_guests(
+    client: Client,
+    ns: String,
+    vc: banlieue_vsphere_client::Client,
+    up: Stamps,
+) -> anyhow::Result<()> {
+    let api: Api<VSphereMachine> = Api::namespaced(client, &ns);
+    let played: Arc<Mutex<HashMap<String, ()>>> = Arc::default();
+    let waiting = watcher(api, watcher::Config::default())
+        .applied_objects()
+        .try_filter_map(|m| {
+            let vm_ref = m
+                .status
+                .as_ref()
+                .filter(|s| {
+                    s.provisioning
+                        .as_ref()
+                        .is_some_and(|p| p.state.as_str() == "WaitingForGuest")
+                })
+                .and_then(|s| s.vm_ref.clone());
+            futures::future::ok(vm_ref.map(|r| (m.name_any(), r)))
+        })
+        .try_filter(|(name, _)| {
+            let first = played.lock().expect("lock").insert(name.clone(), ()).is_none();
+            futures::future::ready(first)
+        });
+    waiting
+        .map_err(anyhow::Error::from)
+        .try_for_each_concurrent(PLAYERS, |(name, vm_ref)| {
+            let (vc, up) = (vc.clone(), up.clone());
+            async move {
+                let spec = ConfigSpec {
+                    extra_config: vec![
+                        ("SET.guest.ipAddress".into(), GUEST_IP.into()),
+                        banlieue_vsphere::guest_report::published_done(),
+                    ],
+                    ..ConfigSpec::default()
+                };
+                let vm = MoRef::new("VirtualMachine", vm_ref);
+                let task = vc.reconfigure(&vm, &spec).await?;
+                vc.wait_task(&task, Duration::from_millis(50), Duration::from_secs(60))
+                    .await?;
+                up.lock().expect("lock").insert(name, Instant::now());
+                anyhow::Ok(())
+            }
+        })
+        .await
+}

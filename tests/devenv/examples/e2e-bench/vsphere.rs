@@ -25,7 +25,6 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 #[path = "../../../../providers/vsphere/client/tests/support/vcsim.rs"]
-#[allow(dead_code)]
 mod vcsim_support;
 
 use crate::{

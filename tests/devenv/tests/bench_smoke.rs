@@ -3,7 +3,8 @@
 //! or asked of Proxmox while idle but Lease renewals, and the JSON it writes holds the figures the
 //! README's table is made of; its CAPI scenario brings a few Machines of a MachineDeployment to
 //! provisioned through CAPI's core manager, each cloned once, in at most 5 provider writes; and
-//! its vSphere run brings a few VirtualMachines to Ready on vcsim, the bench playing their guests. No timing is asserted (the figures are the benchmark's, see
+//! its vSphere and libvirt runs bring a few VirtualMachines to Ready on vcsim (the bench playing
+//! their guests) and on libvirt's test driver. No timing is asserted (the figures are the benchmark's, see
 //! `controllers/README.md#benchmark`). `cargo test` builds the example next to this test.
 
 use std::process::Command;
@@ -126,6 +127,23 @@ fn the_fleet_benchmark_runs_on_vcsim_playing_the_guests() {
         "to_ready_seconds",
         "guest_to_ready_seconds",
     ] {
+        assert!(!run[key].is_null(), "{key} is missing: {run:#}");
+    }
+}
+
+#[test]
+fn the_fleet_benchmark_runs_on_libvirts_test_driver() {
+    let n = 3;
+    let (stdout, run) = run_bench("standalone", "libvirt", n);
+    assert!(stdout.contains("all Running and Ready after"), "{stdout}");
+    assert_eq!(run["n"], n, "{run:#}");
+    assert_eq!(run["backend"], "libvirt (test driver)", "{run:#}");
+    let writes = run["api_writes_per_vm"].as_f64().unwrap();
+    assert!(
+        (3.0..40.0).contains(&writes),
+        "API writes per VM counted from the API server's metrics: {writes}"
+    );
+    for key in ["floor", "provider", "controller", "to_ready_seconds"] {
         assert!(!run[key].is_null(), "{key} is missing: {run:#}");
     }
 }

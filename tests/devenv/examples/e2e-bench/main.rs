@@ -25,8 +25,8 @@
 //!
 //! `BENCH_SCENARIO=capi`: the second scenario, N CAPI Machines through CAPI's own core manager
 //! (`capi.rs`; its committed last run is `tests/devenv/bench/last-run-capi.json`).
-//! `BENCH_BACKEND=vsphere`: the standalone scenario on vcsim with `banlieue-vsphere`
-//! (`vsphere.rs`; `tests/devenv/bench/last-run-vsphere.json`).
+//! `BENCH_BACKEND=vsphere` or `libvirt`: the standalone scenario on vcsim or libvirt's test
+//! driver (`backends.rs`; `tests/devenv/bench/last-run-vsphere.json`, `last-run-libvirt.json`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -47,8 +47,8 @@ type Stamps = Arc<Mutex<HashMap<String, Instant>>>;
 /// Per machine: the last mirrored state seen and how many times it changed.
 type Transitions = Arc<Mutex<HashMap<String, (String, usize)>>>;
 
+mod backends;
 mod capi;
-mod vsphere;
 
 /// What both scenarios take from the command line and the environment.
 struct Options {
@@ -119,10 +119,11 @@ async fn main() -> anyhow::Result<()> {
     match (scenario.as_str(), backend.as_str()) {
         ("standalone", "proxmox") => standalone(options).await,
         ("capi", "proxmox") => capi::run(options).await,
-        ("standalone", "vsphere") => vsphere::run(options).await,
+        ("standalone", "vsphere") => backends::run(options, backends::Backend::Vsphere).await,
+        ("standalone", "libvirt") => backends::run(options, backends::Backend::Libvirt).await,
         _ => bail!(
             "BENCH_SCENARIO={scenario:?} with BENCH_BACKEND={backend:?} is not a run this bench has: \
-             standalone with proxmox or vsphere, capi with proxmox"
+             standalone with proxmox, vsphere or libvirt, capi with proxmox"
         ),
     }
 }

@@ -1,12 +1,19 @@
-//! The standalone scenario on vcsim (`BENCH_BACKEND=vsphere`): N VirtualMachines through the
-//! banlieue controller and the real vSphere provider (`banlieue-vsphere`), both as processes,
-//! against govmomi's vcsim (built by `tests/controlplane/build.sh`), its model VM as template.
+//! The standalone scenario on the other backends (`BENCH_BACKEND=vsphere` or `libvirt`): N
+//! VirtualMachines through the banlieue controller and the real provider (`banlieue-vsphere`,
+//! `banlieue-libvirt`), both as processes, as with Proxmox.
 //!
-//! vcsim boots no guest and has no VMware Tools, so the bench plays them: once a clone waits for
-//! its guest (`WaitingForGuest`, its `vmRef` known), it sets the guest's address and cloud-init's
-//! report (`SET.guest.ipAddress`, as `tests/devenv/tests/e2e_backends.rs` does for one VM); the
-//! time from that reconfigure's end to the VirtualMachine's Ready is the polling cost. vcsim
-//! counts no calls, so hypervisor calls are not reported.
+//! - vSphere: govmomi's vcsim (built by `tests/controlplane/build.sh`), its model VM as template.
+//!   vcsim boots no guest and has no VMware Tools, so the bench plays them: once a clone waits
+//!   for its guest (`WaitingForGuest`, its `vmRef` known), it sets the guest's address and
+//!   cloud-init's report (`SET.guest.ipAddress`, as `tests/devenv/tests/e2e_backends.rs` does for
+//!   one VM); the time from that reconfigure's end to the VirtualMachine's Ready is the polling
+//!   cost.
+//! - libvirt: libvirt's test driver, from a node file the bench writes (a pool with the base
+//!   volume, the `default` network: `test:///<file>`); the provider process keeps one
+//!   connection, whose state the driver holds. Its domains run at once and it makes up their
+//!   addresses; the VMs skip the cloud-init check (no guest runs).
+//!
+//! Neither simulator counts calls, so hypervisor calls are not reported.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -22,7 +29,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[path = "../../../../providers/vsphere/client/tests/support/vcsim.rs"]
 mod vcsim_support;
@@ -38,18 +45,152 @@ const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 const GUEST_IP: &str = "192.0.2.41";
 /// Guests played at once.
 const PLAYERS: usize = 8;
+/// The test driver's pool and base volume (as [`TEST_NODE`] has them).
+const POOL: &str = "bench-pool";
+const BASE: &str = "base.qcow2";
 
-pub async fn run(options: Options) -> anyhow::Result<()> {
+/// The backend of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Vsphere,
+    Libvirt,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Vsphere => "vsphere (vcsim)",
+            Self::Libvirt => "libvirt (test driver)",
+        }
+    }
+}
+
+/// The running simulator.
+enum Hypervisor {
+    Vcsim(vcsim_support::Vcsim, banlieue_vsphere_client::Client),
+    /// The test driver's node file is in this directory.
+    TestDriver(tempfile::TempDir),
+}
+
+impl Hypervisor {
+    async fn start(backend: Backend) -> anyhow::Result<Self> {
+        Ok(match backend {
+            Backend::Vsphere => {
+                let vcsim = vcsim_support::Vcsim::start(&[])?;
+                let vc = vcsim.client()?;
+                vcsim.make_template(&vc, TEMPLATE).await?;
+                Self::Vcsim(vcsim, vc)
+            }
+            Backend::Libvirt => {
+                let dir = tempfile::tempdir()?;
+                std::fs::write(dir.path().join("node.xml"), TEST_NODE)
+                    .context("writing the test driver's node file")?;
+                Self::TestDriver(dir)
+            }
+        })
+    }
+
+    /// The Provider's spec (its credentials Secret created in `ns` when it needs one).
+    async fn provider_spec(&self, client: &Client, ns: &str) -> anyhow::Result<Value> {
+        Ok(match self {
+            Self::Vcsim(vcsim, _) => {
+                let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+                    "metadata": {"name": "vc-creds"},
+                    "stringData": {"username": vcsim_support::USER, "password": vcsim_support::PASSWORD},
+                }))?;
+                Api::namespaced(client.clone(), ns)
+                    .create(&PostParams::default(), &secret)
+                    .await
+                    .context("creating the vcsim credentials Secret")?;
+                json!({
+                    "backend": "vsphere",
+                    "endpoint": vcsim.url,
+                    "credentialsRef": {"name": "vc-creds", "namespace": ns},
+                    "tls": {"sha256Fingerprint": vcsim.thumbprint},
+                    "defaults": {"datacenter": "DC0", "storage": "LocalDS_0", "resourcePool": "DC0_C0/Resources"},
+                })
+            }
+            Self::TestDriver(dir) => json!({
+                "backend": "libvirt",
+                "endpoint": format!("test://{}", dir.path().join("node.xml").display()),
+                "defaults": {"storage": POOL, "network": "default"},
+            }),
+        })
+    }
+
+    fn provider_binary(&self) -> &'static str {
+        match self {
+            Self::Vcsim(..) => "banlieue-vsphere",
+            Self::TestDriver(_) => "banlieue-libvirt",
+        }
+    }
+
+    fn provider_args(&self) -> &'static [&'static str] {
+        match self {
+            Self::Vcsim(..) => &[],
+            Self::TestDriver(_) => &["--domain-type", "qemu"],
+        }
+    }
+
+    fn vm_spec(&self) -> Value {
+        match self {
+            Self::Vcsim(..) => {
+                json!({"source": {"vsphere": {"template": TEMPLATE}}, "cpu": {"cores": 1}, "memoryMiB": 512})
+            }
+            Self::TestDriver(_) => json!({
+                "source": {"libvirt": {"pool": POOL, "volume": BASE}}, "cpu": {"cores": 1}, "memoryMiB": 256,
+                "readinessChecks": {"skipCloudInit": true},
+            }),
+        }
+    }
+}
+
+/// libvirt's test driver node: one host, the `default` network and a pool holding the base
+/// volume every VM's disk is made from.
+const TEST_NODE: &str = r#"<node>
+  <cpu><mhz>3000</mhz><model>bench</model><active>2</active><nodes>1</nodes><sockets>1</sockets><cores>2</cores><threads>1</threads></cpu>
+  <memory>25165824</memory>
+  <network>
+    <name>default</name>
+    <bridge name="virbr0"/>
+    <forward/>
+    <ip address="192.168.122.1" netmask="255.255.255.0">
+      <dhcp><range start="192.168.122.2" end="192.168.122.254"/></dhcp>
+    </ip>
+  </network>
+  <pool type="dir">
+    <name>bench-pool</name>
+    <capacity unit="GiB">1024</capacity>
+    <allocation unit="GiB">1</allocation>
+    <available unit="GiB">1023</available>
+    <target><path>/bench-pool</path></target>
+    <volume type="file">
+      <name>base.qcow2</name>
+      <capacity unit="GiB">1</capacity>
+      <allocation unit="GiB">1</allocation>
+      <target><path>/bench-pool/base.qcow2</path><format type="qcow2"/></target>
+    </volume>
+  </pool>
+</node>
+"#;
+
+pub async fn run(options: Options, backend: Backend) -> anyhow::Result<()> {
     let n = options.n;
     let env = TestEnv::builder().allow_external(false).start().await?;
     env.install_crds(&banlieue_api::crds::all()).await?;
     let client = env.client().await?;
-    let vcsim = vcsim_support::Vcsim::start(&[])?;
-    let vc = vcsim.client()?;
-    vcsim.make_template(&vc, TEMPLATE).await?;
+    let hypervisor = Hypervisor::start(backend).await?;
     let namespace = env.namespace("bench").await?;
     let ns = namespace.to_string();
-    create_provider(&client, &ns, &vcsim).await?;
+    let provider_spec = hypervisor.provider_spec(&client, &ns).await?;
+    let provider_object: banlieue_api::banlieue::Provider = serde_json::from_value(json!({
+        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
+        "metadata": {"name": "bench-hv"}, "spec": provider_spec,
+    }))?;
+    Api::all(client.clone())
+        .create(&PostParams::default(), &provider_object)
+        .await
+        .context("creating the Provider")?;
 
     let bin_dir = banlieue_dev::binary_dir()?;
     let logs = env.workdir().join("bench-logs");
@@ -57,18 +198,20 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         "127.0.0.1:{}",
         std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
     );
+    let mut provider_args = vec![
+        "--namespace",
+        &ns,
+        "--concurrency",
+        &options.concurrency,
+        "--metrics-bind-address=127.0.0.1:0",
+        "--health-probe-bind-address=127.0.0.1:0",
+        "--log-format=text",
+    ];
+    provider_args.extend(hypervisor.provider_args());
     let provider = banlieue_dev::start_controller(
         &bin_dir,
-        "banlieue-vsphere",
-        &[
-            "--namespace",
-            &ns,
-            "--concurrency",
-            &options.concurrency,
-            "--metrics-bind-address=127.0.0.1:0",
-            "--health-probe-bind-address=127.0.0.1:0",
-            "--log-format=text",
-        ],
+        hypervisor.provider_binary(),
+        &provider_args,
         env.admin().path(),
         &logs,
     )?;
@@ -96,32 +239,40 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
 
     let guests_up: Stamps = Arc::default();
     let vm_done: Stamps = Arc::default();
-    let players = tokio::spawn(play_guests(
-        client.clone(),
-        ns.clone(),
-        vc.clone(),
-        guests_up.clone(),
-    ));
+    let mut players = match &hypervisor {
+        Hypervisor::Vcsim(_, vc) => Some(tokio::spawn(play_guests(
+            client.clone(),
+            ns.clone(),
+            vc.clone(),
+            guests_up.clone(),
+        ))),
+        Hypervisor::TestDriver(_) => None,
+    };
     let vms_task = tokio::spawn(observe_vms(client.clone(), ns.clone(), vm_done.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let (requests_before, apiserver_cpu_before) = apiserver_requests(&client).await?;
     let writes_before = of_verbs(&requests_before, WRITE_VERBS);
     let created_at: Stamps = Arc::default();
-    eprintln!("creating {n} VirtualMachines on vcsim");
+    eprintln!("creating {n} VirtualMachines on {}", backend.name());
+    let vm_spec = hypervisor.vm_spec();
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
     let start = Instant::now();
     futures::stream::iter(0..n)
         .map(|i| {
-            let (vms, created_at) = (vms.clone(), created_at.clone());
+            let (vms, created_at, spec) = (vms.clone(), created_at.clone(), vm_spec.clone());
             async move {
                 let name = format!("vm-{i:04}");
-                created_at.lock().expect("lock").insert(name.clone(), Instant::now());
+                let mut spec = spec;
+                spec["providerRef"] = json!({"name": "bench-hv"});
+                created_at
+                    .lock()
+                    .expect("lock")
+                    .insert(name.clone(), Instant::now());
                 let vm: VirtualMachine = serde_json::from_value(json!({
                     "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
                     "metadata": {"name": name},
-                    "spec": {"providerRef": {"name": "bench-vcsim"}, "source": {"vsphere": {"template": TEMPLATE}},
-                             "cpu": {"cores": 1}, "memoryMiB": 512},
+                    "spec": spec,
                 }))?;
                 vms.create(&PostParams::default(), &vm).await?;
                 anyhow::Ok(())
@@ -138,7 +289,9 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
             break;
         }
         controller.check_running()?;
-        if players.is_finished() {
+        if let Some(players) = players.as_mut()
+            && players.is_finished()
+        {
             bail!("the guest players stopped: {:?}", players.await);
         }
         if Instant::now() > deadline {
@@ -162,7 +315,9 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     eprintln!("all Ready; watching {} s of idle", options.idle_secs);
     tokio::time::sleep(Duration::from_secs(options.idle_secs)).await;
     let writes_idle = of_verbs(&apiserver_requests(&client).await?.0, WRITE_VERBS);
-    players.abort();
+    if let Some(players) = players {
+        players.abort();
+    }
     vms_task.abort();
 
     let per_vm = |v: f64| v / n as f64;
@@ -203,8 +358,15 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     };
 
     println!(
-        "N = {n} VirtualMachines on vcsim, banlieue-vsphere --concurrency {}, guests played {PLAYERS} at once",
-        options.concurrency
+        "N = {n} VirtualMachines on {}, {} --concurrency {}{}",
+        backend.name(),
+        hypervisor.provider_binary(),
+        options.concurrency,
+        if backend == Backend::Vsphere {
+            format!(", guests played {PLAYERS} at once")
+        } else {
+            String::new()
+        },
     );
     println!("all Running and Ready after {:.1} s", wall.as_secs_f64());
     if let Some((p50, p95, max)) = spread(&to_ready) {
@@ -234,7 +396,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         show_cpu(cpu_ready[1]),
     );
     println!(
-        "idle after Ready ({} s): {:.1} API writes/min (vcsim counts no calls)",
+        "idle after Ready ({} s): {:.1} API writes/min (the simulator counts no calls)",
         options.idle_secs,
         per_minute(idle_writes)
     );
@@ -249,7 +411,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         |v: &[Duration]| spread(v).map(|(p50, p95, max)| json!({"p50": p50, "p95": p95, "max": max}));
     write_json(json!({
         "scenario": "standalone",
-        "backend": "vsphere (vcsim)",
+        "backend": backend.name(),
         "n": n,
         "provider_concurrency": options.concurrency,
         "wall_seconds": wall.as_secs_f64(),
@@ -268,35 +430,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     }))?;
     drop(controller);
     drop(provider);
-    drop(vcsim);
-    Ok(())
-}
-
-/// The credentials Secret and the cluster-scoped Provider `bench-vcsim` for `vcsim`.
-async fn create_provider(client: &Client, ns: &str, vcsim: &vcsim_support::Vcsim) -> anyhow::Result<()> {
-    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-        "metadata": {"name": "vc-creds"},
-        "stringData": {"username": vcsim_support::USER, "password": vcsim_support::PASSWORD},
-    }))?;
-    Api::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .context("creating the vcsim credentials Secret")?;
-    let provider: banlieue_api::banlieue::Provider = serde_json::from_value(json!({
-        "apiVersion": "banlieue.io/v1alpha1", "kind": "Provider",
-        "metadata": {"name": "bench-vcsim"},
-        "spec": {
-            "backend": "vsphere",
-            "endpoint": vcsim.url,
-            "credentialsRef": {"name": "vc-creds", "namespace": ns},
-            "tls": {"sha256Fingerprint": vcsim.thumbprint},
-            "defaults": {"datacenter": "DC0", "storage": "LocalDS_0", "resourcePool": "DC0_C0/Resources"},
-        },
-    }))?;
-    Api::all(client.clone())
-        .create(&PostParams::default(), &provider)
-        .await
-        .context("creating the vcsim Provider")?;
+    drop(hypervisor);
     Ok(())
 }
 

@@ -67,7 +67,7 @@ impl Backend {
 
 /// The running simulator.
 enum Hypervisor {
-    Vcsim(vcsim_support::Vcsim, banlieue_vsphere_client::Client),
+    Vcsim(Box<vcsim_support::Vcsim>, banlieue_vsphere_client::Client),
     /// The test driver's node file is in this directory.
     TestDriver(tempfile::TempDir),
 }
@@ -79,7 +79,7 @@ impl Hypervisor {
                 let vcsim = vcsim_support::Vcsim::start(&[])?;
                 let vc = vcsim.client()?;
                 vcsim.make_template(&vc, TEMPLATE).await?;
-                Self::Vcsim(vcsim, vc)
+                Self::Vcsim(Box::new(vcsim), vc)
             }
             Backend::Libvirt => {
                 let dir = tempfile::tempdir()?;

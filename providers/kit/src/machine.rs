@@ -452,12 +452,13 @@ impl Settled {
     }
 }
 
-/// What a reconcile reads of a machine's metadata, hashed: its generation (the spec; deletion
-/// bumps it), labels, annotations, finalizers, owners and deletion. Not its resourceVersion nor
-/// managed fields: CAPI's MachineSet applies each infra machine again once provisioned, changing
-/// only who manages which field, and that alone is no reason to ask the hypervisor. (Its status
-/// is compared apart.)
-fn read_state<K: Resource>(machine: &K) -> u64 {
+/// What a reconcile reads of a machine, hashed: its generation (the spec; deletion bumps it),
+/// labels, annotations, finalizers, owners, deletion, and its status as stored (`status`: a
+/// status someone wrote since, the provider's own `WaitingFor…` included, is a change). Not its
+/// resourceVersion nor managed fields: CAPI's MachineSet applies each infra machine again once
+/// provisioned, changing only who manages which field, and that alone is no reason to ask the
+/// hypervisor.
+fn read_state<K: Resource, S: serde::Serialize>(machine: &K, status: Option<&S>) -> u64 {
     use std::hash::{Hash, Hasher};
     let meta = machine.meta();
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -472,6 +473,7 @@ fn read_state<K: Resource>(machine: &K) -> u64 {
     for owner in meta.owner_references.iter().flatten() {
         (&owner.uid, &owner.kind, &owner.name, owner.controller).hash(&mut hasher);
     }
+    serde_json::to_vec(&status).unwrap_or_default().hash(&mut hasher);
     hasher.finish()
 }
 
@@ -666,7 +668,7 @@ struct Writer<'a, B: MachineBackend> {
 }
 
 impl<B: MachineBackend> Writer<'_, B> {
-    /// Writes `new` when it changed; the new resourceVersion when it wrote.
+    /// Writes `new` when it changed; the object as written when it wrote.
     async fn status(&self, new: &<B::Machine as InfraMachine>::Status) -> Result<Option<B::Machine>> {
         status::write_status(
             &self.api,
@@ -899,8 +901,10 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // restates what is persisted), and not due yet: nothing to ask the hypervisor.
     if plan.provisioned
         && machine.status() == Some(&new)
-        && let Some(wait) =
-            ctx.settled_wait(machine.uid().as_deref().unwrap_or_default(), read_state(&machine))
+        && let Some(wait) = ctx.settled_wait(
+            machine.uid().as_deref().unwrap_or_default(),
+            read_state(&machine, machine.status()),
+        )
     {
         return Ok(Action::requeue(wait));
     }
@@ -1252,7 +1256,12 @@ async fn apply_step<B: MachineBackend>(
         && !step.backoff
         && step.requeue >= SETTLED_MIN;
     let settled = healthy.then(|| Settled {
-        state: read_state(written.as_ref().unwrap_or(&machine)),
+        // The object as the write left it: its metadata as this reconcile's own writes left it
+        // (a providerID patch bumps the generation), its status as stored.
+        state: match &written {
+            Some(written) => read_state(written, written.status()),
+            None => read_state(&machine, Some(&new)),
+        },
         until: std::time::Instant::now() + step.requeue,
     });
     write
@@ -1540,7 +1549,8 @@ mod tests {
                 ..Default::default()
             }
         };
-        let base = read_state(&machine(&|_| {}));
+        let status = Some(&"Provisioned");
+        let base = read_state(&machine(&|_| {}), status);
         let managed_only = machine(&|m| {
             m.resource_version = Some("11".into());
             m.managed_fields = Some(vec![ManagedFieldsEntry {
@@ -1550,7 +1560,7 @@ mod tests {
             }]);
         });
         assert_eq!(
-            read_state(&managed_only),
+            read_state(&managed_only, status),
             base,
             "a new resourceVersion and field manager alone"
         );
@@ -1577,8 +1587,17 @@ mod tests {
             }),
         ];
         for (what, change) in changes {
-            assert_ne!(read_state(&machine(change)), base, "a changed {what} is a change");
+            assert_ne!(
+                read_state(&machine(change), status),
+                base,
+                "a changed {what} is a change"
+            );
         }
+        assert_ne!(
+            read_state(&machine(&|_| {}), Some(&"WaitingForCluster")),
+            base,
+            "a status written since is a change"
+        );
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub fn set(
 }
 
 /// Applies `new` as the object's `/status` (server-side apply as `field_manager`) unless it
-/// equals `old`; returns the object's new resourceVersion when it wrote.
+/// equals `old`; returns the object as written when it wrote.
 pub async fn write_status<K: NamespacedKind, S: Serialize + PartialEq + Default>(
     api: &Api<K>,
     object: &K,

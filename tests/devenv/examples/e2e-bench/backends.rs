@@ -145,11 +145,12 @@ impl Hypervisor {
     }
 }
 
-/// libvirt's test driver node: one host, the `default` network and a pool holding the base
+/// libvirt's test driver node: one host (1 TiB of memory, a 100 TiB pool: the driver refuses domains and volumes beyond them), the
+/// `default` network and a pool holding the base
 /// volume every VM's disk is made from.
 const TEST_NODE: &str = r#"<node>
   <cpu><mhz>3000</mhz><model>bench</model><active>2</active><nodes>1</nodes><sockets>1</sockets><cores>2</cores><threads>1</threads></cpu>
-  <memory>25165824</memory>
+  <memory>1073741824</memory>
   <network>
     <name>default</name>
     <bridge name="virbr0"/>
@@ -160,9 +161,9 @@ const TEST_NODE: &str = r#"<node>
   </network>
   <pool type="dir">
     <name>bench-pool</name>
-    <capacity unit="GiB">1024</capacity>
+    <capacity unit="TiB">100</capacity>
     <allocation unit="GiB">1</allocation>
-    <available unit="GiB">1023</available>
+    <available unit="TiB">99</available>
     <target><path>/bench-pool</path></target>
     <volume type="file">
       <name>base.qcow2</name>

@@ -145,7 +145,7 @@ impl Hypervisor {
     }
 }
 
-/// libvirt's test driver node: one host (1 TiB of memory, a 100 TiB pool: the driver refuses domains and volumes beyond them), the
+/// libvirt's test driver node: one host (its pool still refuses volumes beyond about 98 VMs, "Not enough free space", whatever size this file gives it), the
 /// `default` network and a pool holding the base
 /// volume every VM's disk is made from.
 const TEST_NODE: &str = r#"<node>

@@ -20,12 +20,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use banlieue_api::banlieue::VirtualMachine;
 use banlieue_api::infrastructure::VSphereMachine;
 use banlieue_testenv::TestEnv;
 use banlieue_vsphere_client::MoRef;
 use banlieue_vsphere_client::vim::ConfigSpec;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use kube::api::{Api, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -35,8 +34,8 @@ use serde_json::{Value, json};
 mod vcsim_support;
 
 use crate::{
-    Options, READ_VERBS, Stamps, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, get,
-    observe_vms, of_verbs, peak_rss_kib, percentile, show_rss, write_json,
+    Options, Stamps, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, observe_vms, of_verbs,
+    peak_rss_kib, percentile, show_rss, write_json,
 };
 
 /// vcsim's model VM, made the template every VM clones.
@@ -195,10 +194,6 @@ pub async fn run(options: Options, backend: Backend) -> anyhow::Result<()> {
 
     let bin_dir = banlieue_dev::binary_dir()?;
     let logs = env.workdir().join("bench-logs");
-    let controller_metrics = format!(
-        "127.0.0.1:{}",
-        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
-    );
     let mut provider_args = vec![
         "--namespace",
         &ns,
@@ -216,27 +211,7 @@ pub async fn run(options: Options, backend: Backend) -> anyhow::Result<()> {
         env.admin().path(),
         &logs,
     )?;
-    let mut controller = banlieue_dev::start_controller(
-        &bin_dir,
-        banlieue_dev::BANLIEUE,
-        &[
-            "controller",
-            "--namespace",
-            &ns,
-            "--metrics-addr",
-            &controller_metrics,
-        ],
-        env.admin().path(),
-        &logs,
-    )?;
-    let ready_deadline = Instant::now() + Duration::from_secs(60);
-    while !get(&controller_metrics, "/readyz").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
-        controller.check_running()?;
-        if Instant::now() > ready_deadline {
-            bail!("the controller is not ready after 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (mut controller, _) = crate::start_banlieue_controller(&env, &ns, &logs).await?;
 
     let guests_up: Stamps = Arc::default();
     let vm_done: Stamps = Arc::default();
@@ -253,35 +228,9 @@ pub async fn run(options: Options, backend: Backend) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let (requests_before, apiserver_cpu_before) = apiserver_requests(&client).await?;
-    let writes_before = of_verbs(&requests_before, WRITE_VERBS);
-    let created_at: Stamps = Arc::default();
     eprintln!("creating {n} VirtualMachines on {}", backend.name());
-    let vm_spec = hypervisor.vm_spec();
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
     let start = Instant::now();
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let (vms, created_at, spec) = (vms.clone(), created_at.clone(), vm_spec.clone());
-            async move {
-                let name = format!("vm-{i:04}");
-                let mut spec = spec;
-                spec["providerRef"] = json!({"name": "bench-hv"});
-                created_at
-                    .lock()
-                    .expect("lock")
-                    .insert(name.clone(), Instant::now());
-                let vm: VirtualMachine = serde_json::from_value(json!({
-                    "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
-                    "metadata": {"name": name},
-                    "spec": spec,
-                }))?;
-                vms.create(&PostParams::default(), &vm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<()>>()
-        .await?;
+    let created_at = crate::create_vms(&client, &ns, n, "bench-hv", &hypervisor.vm_spec()).await?;
     let deadline = start + Duration::from_secs(1800);
     let mut last_report = Instant::now();
     loop {
@@ -322,17 +271,9 @@ pub async fn run(options: Options, backend: Backend) -> anyhow::Result<()> {
     vms_task.abort();
 
     let per_vm = |v: f64| v / n as f64;
-    let mut by_kind = diff(&writes_ready, &writes_before);
-    if let Some(creates) = by_kind.get_mut(&("POST".to_owned(), "virtualmachines".to_owned())) {
-        *creates -= n as f64;
-    }
-    by_kind.retain(|_, v| *v > 0.0);
+    let (by_kind, reads) =
+        crate::served_between(&requests_ready, &requests_before, ("virtualmachines", n as f64));
     let managers_writes: f64 = by_kind.values().sum();
-    let mut reads = diff(
-        &of_verbs(&requests_ready, READ_VERBS),
-        &of_verbs(&requests_before, READ_VERBS),
-    );
-    reads.retain(|_, v| *v > 0.0);
     let since = |from: &Stamps| -> Vec<Duration> {
         let (from, done) = (from.lock().expect("lock"), vm_done.lock().expect("lock"));
         let mut v: Vec<Duration> = done

@@ -28,8 +28,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::{
-    Options, READ_VERBS, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, get, of_verbs,
-    peak_rss_kib, percentile, show_rss, write_json,
+    Options, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, get, of_verbs, peak_rss_kib,
+    percentile, show_rss, write_json,
 };
 
 /// Per Machine: when the bench first saw it and when it was done.
@@ -107,7 +107,6 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let watch = tokio::spawn(observe_machines(client.clone(), ns.clone(), seen.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (requests_before, apiserver_cpu_before) = apiserver_requests(&client).await?;
-    let writes_before = of_verbs(&requests_before, WRITE_VERBS);
     let provider_writes_before = provider_writes(&provider_metrics)?;
     let capi_cpu_before = cpu_seconds(capi.process.id());
     sim.reset_calls();
@@ -145,18 +144,10 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     watch.abort();
 
     let per_machine = |v: f64| v / m as f64;
-    let mut by_kind = diff(&writes_done, &writes_before);
-    // The bench's own create of the MachineDeployment.
-    if let Some(creates) = by_kind.get_mut(&("POST".to_owned(), "machinedeployments".to_owned())) {
-        *creates -= 1.0;
-    }
-    by_kind.retain(|_, v| *v > 0.0);
+    // The bench's own create of the MachineDeployment apart.
+    let (by_kind, reads) =
+        crate::served_between(&requests_done, &requests_before, ("machinedeployments", 1.0));
     let all_writes: f64 = by_kind.values().sum();
-    let mut reads = diff(
-        &of_verbs(&requests_done, READ_VERBS),
-        &of_verbs(&requests_before, READ_VERBS),
-    );
-    reads.retain(|_, v| *v > 0.0);
     let provider_by_kind: BTreeMap<String, f64> = provider_writes_done
         .iter()
         .map(|(k, v)| {

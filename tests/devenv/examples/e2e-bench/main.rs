@@ -165,8 +165,6 @@ async fn standalone(options: Options) -> anyhow::Result<()> {
 
     let bin_dir = banlieue_dev::binary_dir()?;
     let logs = env.workdir().join("bench-logs");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let metrics_addr = format!("127.0.0.1:{port}");
     let provider_process = banlieue_dev::start_controller(
         &bin_dir,
         banlieue_dev::PROXMOX_PROVIDER,
@@ -182,21 +180,7 @@ async fn standalone(options: Options) -> anyhow::Result<()> {
         env.admin().path(),
         &logs,
     )?;
-    let mut controller = banlieue_dev::start_controller(
-        &bin_dir,
-        banlieue_dev::BANLIEUE,
-        &["controller", "--namespace", &ns, "--metrics-addr", &metrics_addr],
-        env.admin().path(),
-        &logs,
-    )?;
-    let ready_deadline = Instant::now() + Duration::from_secs(60);
-    while !get(&metrics_addr, "/readyz").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
-        controller.check_running()?;
-        if Instant::now() > ready_deadline {
-            bail!("the controller is not ready after 60 s");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (mut controller, metrics_addr) = start_banlieue_controller(&env, &ns, &logs).await?;
 
     // Observers: the provider's final write per machine, distinct provider states per machine,
     // and each VirtualMachine becoming Running and Ready.
@@ -213,38 +197,15 @@ async fn standalone(options: Options) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let (requests_before, apiserver_cpu_before) = apiserver_requests(&client).await?;
-    let writes_before = of_verbs(&requests_before, WRITE_VERBS);
     sim.reset_calls();
-    let created_at: Stamps = Arc::default();
     eprintln!("creating {n} VirtualMachines");
-    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), &ns);
     let start = Instant::now();
     let profile = profile_to.map(|path| {
         let client = client.clone();
         tokio::spawn(async move { apiserver_profile(&client, profile_secs, &path).await })
     });
-    futures::stream::iter(0..n)
-        .map(|i| {
-            let vms = vms.clone();
-            let created_at = created_at.clone();
-            async move {
-                created_at
-                    .lock()
-                    .expect("lock")
-                    .insert(format!("vm-{i:04}"), Instant::now());
-                let vm: VirtualMachine = serde_json::from_value(json!({
-                    "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
-                    "metadata": {"name": format!("vm-{i:04}")},
-                    "spec": {"providerRef": {"name": provider}, "source": {"proxmox": {"vmid": 9000}},
-                             "cpu": {"cores": 1}, "memoryMiB": 512},
-                }))?;
-                vms.create(&PostParams::default(), &vm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<()>>()
-        .await?;
+    let spec = json!({"source": {"proxmox": {"vmid": 9000}}, "cpu": {"cores": 1}, "memoryMiB": 512});
+    let created_at = create_vms(&client, &ns, n, provider, &spec).await?;
     let created = start.elapsed();
     eprintln!("created in {created:?}; waiting for all Running and Ready");
     let deadline = start + Duration::from_secs(1800);
@@ -336,18 +297,8 @@ async fn standalone(options: Options) -> anyhow::Result<()> {
     agent_to_ready.sort();
     // The API server's count: every write to the API during the run, by verb and resource,
     // the bench's own N creates of VirtualMachines apart.
-    let mut by_kind = diff(&writes_ready, &writes_before);
-    if let Some(creates) = by_kind.get_mut(&("POST".to_owned(), "virtualmachines".to_owned())) {
-        *creates -= n as f64;
-    }
-    by_kind.retain(|_, v| *v > 0.0);
+    let (by_kind, reads) = served_between(&requests_ready, &requests_before, ("virtualmachines", n as f64));
     let managers_writes: f64 = by_kind.values().sum();
-    // Reads served meanwhile (GET, LIST, WATCH), the bench's own watches included (two).
-    let mut reads = diff(
-        &of_verbs(&requests_ready, READ_VERBS),
-        &of_verbs(&requests_before, READ_VERBS),
-    );
-    reads.retain(|_, v| *v > 0.0);
     let apiserver_cpu = apiserver_cpu_ready - apiserver_cpu_before;
     let idle_writes: f64 = diff(&writes_idle, &writes_ready).values().sum();
     let polls = |calls: &std::collections::BTreeMap<String, u64>| -> (u64, u64) {
@@ -588,6 +539,86 @@ async fn apiserver_profile(
     let bytes = response.into_body().collect().await?.to_bytes();
     std::fs::write(path, &bytes).with_context(|| format!("writing {}", path.display()))?;
     Ok(path.to_owned())
+}
+
+/// What the managers asked of the API server between `before` and `after`: writes by (verb,
+/// resource) without the bench's own `creates` (`(resource, count)` POSTs), and reads (GET, LIST,
+/// WATCH; the bench's own watches included), each without zero rows.
+fn served_between(after: &Requests, before: &Requests, creates: (&str, f64)) -> (Requests, Requests) {
+    let mut writes = diff(&of_verbs(after, WRITE_VERBS), &of_verbs(before, WRITE_VERBS));
+    if let Some(count) = writes.get_mut(&("POST".to_owned(), creates.0.to_owned())) {
+        *count -= creates.1;
+    }
+    writes.retain(|_, v| *v > 0.0);
+    let mut reads = diff(&of_verbs(after, READ_VERBS), &of_verbs(before, READ_VERBS));
+    reads.retain(|_, v| *v > 0.0);
+    (writes, reads)
+}
+
+/// Starts the banlieue controller on `ns` with its metrics on a free loopback port, and waits
+/// (60 s at most) until it is ready; the process and that address.
+async fn start_banlieue_controller(
+    env: &TestEnv,
+    ns: &str,
+    logs: &std::path::Path,
+) -> anyhow::Result<(banlieue_testenv::ManagedProcess, String)> {
+    let metrics_addr = format!(
+        "127.0.0.1:{}",
+        std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()
+    );
+    let mut controller = banlieue_dev::start_controller(
+        &banlieue_dev::binary_dir()?,
+        banlieue_dev::BANLIEUE,
+        &["controller", "--namespace", ns, "--metrics-addr", &metrics_addr],
+        env.admin().path(),
+        logs,
+    )?;
+    let ready_deadline = Instant::now() + Duration::from_secs(60);
+    while !get(&metrics_addr, "/readyz").is_ok_and(|r| r.starts_with("HTTP/1.1 200")) {
+        controller.check_running()?;
+        if Instant::now() > ready_deadline {
+            bail!("the controller is not ready after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok((controller, metrics_addr))
+}
+
+/// Creates VirtualMachines `vm-0000` … of `spec` (its `providerRef` set to `provider`), 32
+/// requests in flight; when each create was sent.
+async fn create_vms(
+    client: &Client,
+    ns: &str,
+    n: usize,
+    provider: &str,
+    spec: &serde_json::Value,
+) -> anyhow::Result<Stamps> {
+    let created_at: Stamps = Arc::default();
+    let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
+    let mut spec = spec.clone();
+    spec["providerRef"] = json!({"name": provider});
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let (vms, created_at, spec) = (vms.clone(), created_at.clone(), spec.clone());
+            async move {
+                let name = format!("vm-{i:04}");
+                created_at
+                    .lock()
+                    .expect("lock")
+                    .insert(name.clone(), Instant::now());
+                let vm: VirtualMachine = serde_json::from_value(json!({
+                    "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                    "metadata": {"name": name},
+                    "spec": spec,
+                }))?;
+                vms.create(&PostParams::default(), &vm).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(created_at)
 }
 
 /// Request counts by (verb, resource).

@@ -144,7 +144,8 @@ impl Hypervisor {
     }
 }
 
-/// libvirt's test driver node: one host (its pool still refuses volumes beyond about 98 VMs, "Not enough free space", whatever size this file gives it), the
+/// libvirt's test driver node: one host (its pool refuses root volumes beyond about 98 VMs, "Not
+/// enough free space"; the sizes here, raised from 1 TiB, did not lift that), the
 /// `default` network and a pool holding the base
 /// volume every VM's disk is made from.
 const TEST_NODE: &str = r#"<node>

@@ -41,8 +41,8 @@ where
         .predicate_filter(read, Default::default())
 }
 
-/// What a provider reads of a CAPI object besides its status: its spec (the generation, which
-/// its deletion also bumps), labels and annotations.
+/// What a provider reads of an owner (a CAPI Machine or Cluster, a VirtualMachine) besides its
+/// status: its spec (the generation, which its deletion also bumps), labels and annotations.
 pub(crate) fn spec_labels_annotations<K: kube::Resource>(object: &K) -> Option<u64> {
     predicates::generation
         .combine(predicates::labels)

@@ -48,7 +48,7 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{Predicate, WatchStreamExt, predicates, watcher};
+use kube::runtime::{Predicate, WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, instrument, warn};
 
@@ -1444,9 +1444,7 @@ async fn run_once<B: MachineBackend>(
         watcher::Config::default(),
     );
     let vms_changed = vms_events.default_backoff().touched_objects().predicate_filter(
-        predicates::generation
-            .combine(predicates::labels)
-            .combine(predicates::annotations),
+        crate::drive::spec_labels_annotations::<VirtualMachine>,
         Default::default(),
     );
     *ctx.owner_caches.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner::OwnerCaches {

@@ -314,8 +314,7 @@ async fn create(client: &Client, ns: &str, object: Value) -> anyhow::Result<()> 
     let kind = object["kind"].as_str().unwrap_or_default().to_owned();
     let name = object["metadata"]["name"].as_str().unwrap_or_default().to_owned();
     let typed: DynamicObject = serde_json::from_value(object)?;
-    let (group, version) = (group.to_owned(), version.to_owned());
-    dynamic(client, ns, &group, &version, &kind)
+    dynamic(client, ns, group, version, &kind)
         .create(&PostParams::default(), &typed)
         .await
         .with_context(|| format!("creating {kind} {ns}/{name}"))?;

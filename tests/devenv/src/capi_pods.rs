@@ -137,6 +137,26 @@ pub fn manager_deployments(banlieue: &[Components]) -> Vec<(&'static str, &'stat
         .collect()
 }
 
+/// Builds into `out` the images of CAPI's managers (from the release components of
+/// [`components_dir`]) and of `banlieue`'s components (binaries in `bin_dir`): (reference,
+/// tarball) of each, to import into the nodes that run them.
+pub fn manager_images(
+    banlieue: &[Components],
+    bin_dir: &Path,
+    out: &Path,
+) -> anyhow::Result<Vec<(String, PathBuf)>> {
+    let components = components_dir();
+    let mut images = Vec::new();
+    for manager in &RELEASE_MANAGERS {
+        images.push(manager.build_image(&components, out)?);
+    }
+    for installed in banlieue {
+        let tarball = installed.image.build(bin_dir, out)?;
+        images.push((installed.image.reference.to_owned(), tarball));
+    }
+    Ok(images)
+}
+
 /// Runs what `clusterctl init` installed from a repository holding CAPI's release components
 /// (`banlieue-clusterctl repository --capi-components`): issues their certificates
 /// ([`crate::certificates`]), starts node `node_name` on `env`, imports CAPI's managers' images
@@ -163,19 +183,13 @@ pub async fn run_installed(
         started.elapsed().as_secs_f64()
     ));
     let started = Instant::now();
-    let out = env.workdir().join("images");
-    let components = components_dir();
-    for manager in &RELEASE_MANAGERS {
-        let (reference, tarball) = manager.build_image(&components, &out)?;
-        node.import(&reference, &tarball)?;
-    }
-    for installed in banlieue {
-        let tarball = installed.image.build(bin_dir, &out)?;
-        node.import(installed.image.reference, &tarball)?;
+    let images = manager_images(banlieue, bin_dir, &env.workdir().join("images"))?;
+    for (reference, tarball) in &images {
+        node.import(reference, tarball)?;
     }
     progress(&format!(
         "{} images built and imported in {:.1}s",
-        RELEASE_MANAGERS.len() + banlieue.len(),
+        images.len(),
         started.elapsed().as_secs_f64()
     ));
     let started = Instant::now();

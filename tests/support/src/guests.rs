@@ -576,6 +576,42 @@ impl Guest {
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
     }
 
+    /// Imports an image tarball (OCI layout, e.g. from [`crate::images::BinaryImage::build`]) into
+    /// the running guest's containerd as `reference` (`name:tag`), as a user's `ctr images
+    /// import` on the VM would: the host's `ctr` talks to the guest's socket through its init's
+    /// root (`/proc/<init>/root/run/containerd/containerd.sock`) and streams the tarball to it.
+    pub fn import_image(&self, reference: &str, tarball: &Path) -> Result<()> {
+        let (name, _) = crate::images::split_reference(reference)?;
+        let init = self.init_pid().ok_or_else(|| {
+            Error::NodeSetup(format!(
+                "guest {}: not running, cannot import {reference}",
+                self.name
+            ))
+        })?;
+        let socket = format!("/proc/{init}/root/run/containerd/containerd.sock");
+        run(
+            "ctr",
+            &[
+                "--address",
+                &socket,
+                "-n",
+                "k8s.io",
+                "images",
+                "import",
+                "--base-name",
+                name,
+                &tarball.display().to_string(),
+            ],
+        )
+    }
+
+    /// The host's id of the guest's PID 1 (its init): the child `unshare --fork` started.
+    fn init_pid(&self) -> Option<u32> {
+        let unshare = self.process.as_ref()?.id();
+        let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    }
+
     /// Whether its init still runs.
     pub fn is_running(&mut self) -> bool {
         self.process.as_mut().is_some_and(|p| p.check_running().is_ok())

@@ -26,6 +26,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
+#[path = "workload/self_hosted.rs"]
+mod self_hosted;
+
 use super::guests::{self, Guests};
 use super::hypervisor::{Hypervisor, proxmox_template_for};
 use super::{
@@ -116,6 +119,10 @@ pub enum Spec {
     /// Kubernetes minor (its own VM template, as image-builder builds one per version); every
     /// Machine replaced, every Node's kubelet and the control plane's images at the new version.
     ClusterUpgrade,
+    /// `e2e/self_hosted.go`: CAPI's managers and the provider installed into the workload
+    /// cluster by `clusterctl init`, running there as Pods; the cluster moved into itself by
+    /// `clusterctl move`; the managers there scale its workers; moved back before deletion.
+    SelfHosted,
     /// `e2e/cluster_deletion.go`: the Cluster deleted, no VM and no guest left.
     Deletion,
 }
@@ -133,6 +140,7 @@ impl Spec {
             Self::ClusterClassChanges => "clusterclass-changes (e2e/clusterclass_changes.go)",
             Self::NodeDrain => "node-drain with a drain timeout (e2e/node_drain.go)",
             Self::ClusterUpgrade => "cluster upgrade to the next minor (e2e/cluster_upgrade.go)",
+            Self::SelfHosted => "self-hosted (e2e/self_hosted.go)",
             Self::Deletion => "cluster deletion (e2e/cluster_deletion.go)",
         }
     }
@@ -196,6 +204,17 @@ pub const UPGRADE: Scenario = Scenario {
     control_planes: 1,
     workers: 1,
     specs: &[Spec::QuickStart, Spec::ClusterUpgrade, Spec::Deletion],
+};
+
+/// The cluster moved into itself behind haproxy: quick-start, self-hosted, deletion. The
+/// simulator listens on the lab bridge, where the provider's Pod in the workload cluster reaches
+/// it (its certificate names that address).
+pub const SELF_HOSTED: Scenario = Scenario {
+    platform: Platform::Proxmox,
+    flavor: Flavor::ExternalLb,
+    control_planes: 1,
+    workers: 1,
+    specs: &[Spec::QuickStart, Spec::SelfHosted, Spec::Deletion],
 };
 
 /// The specs the issue asks of every platform besides Proxmox: quick-start, worker remediation,
@@ -325,6 +344,8 @@ struct Env {
     hv: Arc<Hypervisor>,
     /// The workload cluster, through `clusterctl get kubeconfig` (after quick-start).
     workload: Option<kube::Client>,
+    /// That kubeconfig's file (after quick-start).
+    workload_kubeconfig: Option<PathBuf>,
     pod_cidr: String,
     /// The Kubernetes version the image has a layer for besides its own, and the template
     /// whose VMs boot it (scenarios with [`Spec::ClusterUpgrade`]).
@@ -378,6 +399,12 @@ impl Workload {
                     templates: std::iter::once(TemplateSpec::ubuntu("pve1"))
                         .chain(next_kubernetes.as_deref().map(proxmox_template_for))
                         .collect(),
+                    // Self-hosted: the provider's Pod in the workload cluster reaches it there.
+                    bind_address: if scenario.specs.contains(&Spec::SelfHosted) {
+                        lab.gateway()
+                    } else {
+                        SimConfig::fast().bind_address
+                    },
                     ..SimConfig::fast()
                 })
                 .await?,
@@ -419,6 +446,7 @@ impl Workload {
             ns,
             hv: hv.clone(),
             workload: None,
+            workload_kubeconfig: None,
             pod_cidr: String::new(),
             next_kubernetes,
             _ns_guard: ns_guard,
@@ -440,6 +468,7 @@ impl Workload {
             Spec::ClusterClassChanges => self.clusterclass_changes().await,
             Spec::NodeDrain => self.node_drain().await,
             Spec::ClusterUpgrade => self.cluster_upgrade().await,
+            Spec::SelfHosted => self.self_hosted().await,
             Spec::Deletion => self.deletion().await,
         }
     }
@@ -885,6 +914,10 @@ impl Workload {
                 .arg(format!("--kubeconfig={}", self.env.mgmt.admin().path().display())),
             "clusterctl get kubeconfig",
         )?;
+        let kubeconfig_file = self.env.mgmt.workdir().join("workload.kubeconfig");
+        std::fs::write(&kubeconfig_file, &kubeconfig)
+            .with_context(|| format!("writing {}", kubeconfig_file.display()))?;
+        self.env.workload_kubeconfig = Some(kubeconfig_file);
         let kubeconfig = kube::config::Kubeconfig::from_yaml(&kubeconfig)?;
         let workload = kube::Client::try_from(
             kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?,

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::nodes::{clean_up_abandoned_in, remove_node_resources, run, which, write};
+use crate::nodes::{clean_up_abandoned_in, import_image, remove_node_resources, run, which, write};
 use crate::setup::setup_output;
 use crate::{Error, ManagedProcess, Result};
 
@@ -581,28 +581,14 @@ impl Guest {
     /// import` on the VM would: the host's `ctr` talks to the guest's socket through its init's
     /// root (`/proc/<init>/root/run/containerd/containerd.sock`) and streams the tarball to it.
     pub fn import_image(&self, reference: &str, tarball: &Path) -> Result<()> {
-        let (name, _) = crate::images::split_reference(reference)?;
         let init = self.init_pid().ok_or_else(|| {
             Error::NodeSetup(format!(
                 "guest {}: not running, cannot import {reference}",
                 self.name
             ))
         })?;
-        let socket = format!("/proc/{init}/root/run/containerd/containerd.sock");
-        run(
-            "ctr",
-            &[
-                "--address",
-                &socket,
-                "-n",
-                "k8s.io",
-                "images",
-                "import",
-                "--base-name",
-                name,
-                &tarball.display().to_string(),
-            ],
-        )
+        let socket = PathBuf::from(format!("/proc/{init}/root/run/containerd/containerd.sock"));
+        import_image(&socket, reference, tarball)
     }
 
     /// The host's id of the guest's PID 1 (its init): the child `unshare --fork` started.

@@ -104,6 +104,27 @@ fn which_in(path: &std::ffi::OsStr, program: &str) -> Option<PathBuf> {
 }
 
 /// Runs `program args…`; an error carries its stderr.
+/// Imports an image tarball (OCI layout) as `reference` (`name:tag`) into the Kubernetes
+/// namespace of the containerd listening on `socket`, with the host's `ctr` (which streams the
+/// tarball to it).
+pub(crate) fn import_image(socket: &Path, reference: &str, tarball: &Path) -> Result<()> {
+    let (name, _) = crate::images::split_reference(reference)?;
+    run(
+        "ctr",
+        &[
+            "--address",
+            &socket.display().to_string(),
+            "-n",
+            "k8s.io",
+            "images",
+            "import",
+            "--base-name",
+            name,
+            &tarball.display().to_string(),
+        ],
+    )
+}
+
 pub(crate) fn run(program: &str, args: &[&str]) -> Result<()> {
     let output = Command::new(program)
         .args(args)
@@ -355,22 +376,7 @@ impl Node {
     /// the node's containerd as `reference` (`name:tag`): Pods with `imagePullPolicy: IfNotPresent`
     /// or `Never` then run it.
     pub fn import(&self, reference: &str, tarball: &Path) -> Result<()> {
-        let (name, _) = crate::images::split_reference(reference)?;
-        let socket = self.dir.join("containerd.sock");
-        run(
-            "ctr",
-            &[
-                "--address",
-                &socket.display().to_string(),
-                "-n",
-                "k8s.io",
-                "images",
-                "import",
-                "--base-name",
-                name,
-                &tarball.display().to_string(),
-            ],
-        )
+        import_image(&self.dir.join("containerd.sock"), reference, tarball)
     }
 
     /// The node's folder: `node.log` (its init and kubelet), `containerd.log`, configuration.

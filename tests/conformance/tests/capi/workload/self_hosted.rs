@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::super::{
@@ -94,15 +94,7 @@ impl Workload {
 
         self.clusterctl_move(&config, self.env.mgmt.admin().path(), &kubeconfig)?;
         let management = std::mem::replace(&mut self.env.client, workload.clone());
-        let left = Api::<kube::api::DynamicObject>::namespaced_with(
-            management.clone(),
-            &self.env.ns,
-            &capi("Cluster"),
-        )
-        .list(&ListParams::default())
-        .await?
-        .items
-        .len();
+        let left = self.clusters_in(&management).await?;
         ensure!(
             left == 0,
             "{left} Clusters left on the management cluster after the move"
@@ -154,15 +146,7 @@ impl Workload {
 
         self.clusterctl_move(&config, &kubeconfig, self.env.mgmt.admin().path())?;
         self.env.client = management;
-        let left = Api::<kube::api::DynamicObject>::namespaced_with(
-            workload.clone(),
-            &self.env.ns,
-            &capi("Cluster"),
-        )
-        .list(&ListParams::default())
-        .await?
-        .items
-        .len();
+        let left = self.clusters_in(&workload).await?;
         ensure!(
             left == 0,
             "{left} Clusters left in the workload cluster after the move back"
@@ -178,6 +162,12 @@ impl Workload {
              management cluster; its managers added worker {}; moved back, one VM and one guest per Machine",
             added.join(", ")
         ))
+    }
+
+    /// How many Clusters `cluster` holds in the scenario's namespace.
+    async fn clusters_in(&self, cluster: &kube::Client) -> Result<usize> {
+        let clusters = Api::<DynamicObject>::namespaced_with(cluster.clone(), &self.env.ns, &capi("Cluster"));
+        Ok(clusters.list(&ListParams::default()).await?.items.len())
     }
 
     /// `clusterctl move` of the scenario's namespace from `from` to `to` (kubeconfig files).

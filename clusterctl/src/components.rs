@@ -108,7 +108,9 @@ fn rules(rules: Vec<PolicyRule>) -> Value {
 }
 
 /// A hardened controller Deployment: non-root, read-only root file system, no capabilities,
-/// RuntimeDefault seccomp, probes on `/healthz` and `/readyz`, resource requests and limits.
+/// RuntimeDefault seccomp, probes on `/healthz` and `/readyz`, resource requests and limits. It
+/// tolerates the control plane taints, as CAPI's managers do, so that a cluster whose only
+/// nodes are its control plane can run it (a self-hosted management cluster often is).
 struct DeploymentSpec<'a> {
     name: &'a str,
     namespace: &'a str,
@@ -151,6 +153,10 @@ fn deployment(d: DeploymentSpec<'_>) -> Value {
                 "spec": {
                     "serviceAccountName": d.service_account,
                     "terminationGracePeriodSeconds": 30,
+                    "tolerations": [
+                        {"key": "node-role.kubernetes.io/master", "effect": "NoSchedule"},
+                        {"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"},
+                    ],
                     "securityContext": {
                         "runAsNonRoot": true,
                         "runAsUser": 65532,
@@ -602,6 +608,30 @@ mod tests {
 
     /// The Deployment as a typed object, the clusterctl variable of libvirt's supplemental group
     /// (a string until clusterctl substitutes it) replaced by its default.
+    /// The Pod may run on a control plane node, as CAPI's managers may.
+    fn assert_tolerates_the_control_plane(pod: &k8s_openapi::api::core::v1::PodSpec) {
+        let tolerated: Vec<(String, String)> = pod
+            .tolerations
+            .iter()
+            .flatten()
+            .map(|t| {
+                (
+                    t.key.clone().unwrap_or_default(),
+                    t.effect.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        for key in [
+            "node-role.kubernetes.io/control-plane",
+            "node-role.kubernetes.io/master",
+        ] {
+            assert!(
+                tolerated.contains(&(key.to_owned(), "NoSchedule".to_owned())),
+                "{key}:NoSchedule not tolerated: {tolerated:?}"
+            );
+        }
+    }
+
     fn typed_deployment(doc: &Value) -> Deployment {
         let mut doc = doc.clone();
         let groups = &mut doc["spec"]["template"]["spec"]["securityContext"]["supplementalGroups"];
@@ -697,6 +727,7 @@ mod tests {
             );
             assert!(c.liveness_probe.is_some() && c.readiness_probe.is_some());
             assert_eq!(c.args.clone().unwrap(), args(infra));
+            assert_tolerates_the_control_plane(&pod);
             let secrets: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Secret").collect();
             assert_eq!(secrets.len(), usize::from(credentials_secret(infra).is_some()));
             for secret in secrets {
@@ -837,6 +868,12 @@ mod tests {
             role.rules.unwrap(),
             banlieue_controllers::rbac::policy_rules(banlieue_controllers::rbac::CLUSTER_RULES)
         );
+    }
+
+    #[test]
+    fn the_core_controller_may_run_on_a_control_plane_node() {
+        let d = typed_deployment(find(&core_components(), "Deployment", CORE_DEPLOYMENT));
+        assert_tolerates_the_control_plane(&d.spec.template.spec.unwrap());
     }
 
     #[test]

@@ -140,6 +140,40 @@ enum Managers {
     },
 }
 
+/// One container of a manager's Pod, as its status reports it.
+struct ManagerContainer {
+    namespace: &'static str,
+    deployment: &'static str,
+    pod: String,
+    status: k8s_openapi::api::core::v1::ContainerStatus,
+}
+
+/// Every container of the Pods in the namespaces of `deployments` (namespace, Deployment) on
+/// `cluster`.
+async fn manager_containers(
+    cluster: &kube::Client,
+    deployments: &[(&'static str, &'static str)],
+) -> Result<Vec<ManagerContainer>> {
+    let mut containers = Vec::new();
+    for &(namespace, deployment) in deployments {
+        for pod in Api::<Pod>::namespaced(cluster.clone(), namespace)
+            .list(&Default::default())
+            .await?
+        {
+            let name = pod.metadata.name.unwrap_or_default();
+            for status in pod.status.and_then(|s| s.container_statuses).unwrap_or_default() {
+                containers.push(ManagerContainer {
+                    namespace,
+                    deployment,
+                    pod: name.clone(),
+                    status,
+                });
+            }
+        }
+    }
+    Ok(containers)
+}
+
 /// Controllers running in the test process (aborted on drop), and their log.
 struct InProcess(Vec<tokio::task::JoinHandle<()>>, PathBuf);
 
@@ -264,30 +298,22 @@ impl Managers {
                 deployments,
                 ..
             } => {
-                for (namespace, deployment) in deployments.iter() {
-                    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-                    for pod in pods.list(&Default::default()).await? {
-                        let statuses = pod
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.container_statuses.clone())
-                            .unwrap_or_default();
-                        for status in statuses {
-                            let terminated = status.state.as_ref().and_then(|s| s.terminated.as_ref());
-                            if status.restart_count > 0 || terminated.is_some() {
-                                let name = pod.metadata.name.clone().unwrap_or_default();
-                                let output = admin
-                                    .kubectl()
-                                    .args(["logs", "-n", namespace, &name, "--previous", "--tail=30"])
-                                    .output()?;
-                                bail!(
-                                    "{namespace}/{deployment}: Pod {name} restarted {} times ({:?}); its previous log:\n{}",
-                                    status.restart_count,
-                                    status.last_state,
-                                    String::from_utf8_lossy(&output.stdout)
-                                );
-                            }
-                        }
+                for c in manager_containers(client, deployments).await? {
+                    let terminated = c.status.state.as_ref().and_then(|s| s.terminated.as_ref());
+                    if c.status.restart_count > 0 || terminated.is_some() {
+                        let output = admin
+                            .kubectl()
+                            .args(["logs", "-n", c.namespace, &c.pod, "--previous", "--tail=30"])
+                            .output()?;
+                        bail!(
+                            "{}/{}: Pod {} restarted {} times ({:?}); its previous log:\n{}",
+                            c.namespace,
+                            c.deployment,
+                            c.pod,
+                            c.status.restart_count,
+                            c.status.last_state,
+                            String::from_utf8_lossy(&output.stdout)
+                        );
                     }
                 }
             }

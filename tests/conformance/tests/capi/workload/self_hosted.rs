@@ -25,7 +25,8 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use super::super::{
-    ClusterctlTarget, capi, clusterctl, clusterctl_init_into, controller_dir, poll, run_clusterctl,
+    ClusterctlTarget, capi, clusterctl, clusterctl_init_into, controller_dir, manager_containers, poll,
+    run_clusterctl,
 };
 use super::{Mode, Workload};
 
@@ -243,22 +244,17 @@ impl Workload {
         cluster: &kube::Client,
         deployments: &[(&'static str, &'static str)],
     ) -> Result<()> {
-        for (namespace, name) in deployments {
-            for pod in Api::<Pod>::namespaced(cluster.clone(), namespace)
-                .list(&ListParams::default())
-                .await?
-            {
-                for status in pod.status.and_then(|s| s.container_statuses).unwrap_or_default() {
-                    ensure!(
-                        status.restart_count == 0
-                            && status.state.as_ref().is_some_and(|s| s.running.is_some()),
-                        "{namespace}/{name}: container {} restarted {} times, state {:?}",
-                        status.name,
-                        status.restart_count,
-                        status.state
-                    );
-                }
-            }
+        for c in manager_containers(cluster, deployments).await? {
+            ensure!(
+                c.status.restart_count == 0 && c.status.state.as_ref().is_some_and(|s| s.running.is_some()),
+                "{}/{}: container {} of Pod {} restarted {} times, state {:?}",
+                c.namespace,
+                c.deployment,
+                c.status.name,
+                c.pod,
+                c.status.restart_count,
+                c.status.state
+            );
         }
         Ok(())
     }

@@ -34,8 +34,8 @@ use serde_json::{Value, json};
 mod vcsim_support;
 
 use crate::{
-    Options, Stamps, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, observe_vms, of_verbs,
-    peak_rss_kib, percentile, show_rss, write_json,
+    CREATES_IN_FLIGHT, Options, Stamps, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate,
+    observe_vms, of_verbs, peak_rss_kib, percentile, show_rss, write_json,
 };
 
 /// vcsim's model VM, made the template every VM clones.
@@ -344,7 +344,7 @@ pub async fn run(options: Options, backend: Backend) -> anyhow::Result<()> {
         per_minute(idle_writes)
     );
     println!(
-        "floor: {} writes from a plain client (32 in flight) took {:.1} s; the VMs took {:.1} s: {:.1}× the floor",
+        "floor: {} writes from a plain client ({CREATES_IN_FLIGHT} in flight) took {:.1} s; the VMs took {:.1} s: {:.1}× the floor",
         floor.0,
         floor.1.as_secs_f64(),
         wall.as_secs_f64(),

@@ -28,8 +28,8 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::{
-    Options, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, get, of_verbs, peak_rss_kib,
-    percentile, show_rss, write_json,
+    CREATES_IN_FLIGHT, Options, WRITE_VERBS, apiserver_requests, cpu_seconds, diff, floor_rate, get,
+    of_verbs, peak_rss_kib, percentile, show_rss, write_json,
 };
 
 /// Per Machine: when the bench first saw it and when it was done.
@@ -251,7 +251,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         println!("  {call:<60} {:>9.1}/min", per_minute(*count as f64));
     }
     println!(
-        "floor: {} writes from a plain client (32 in flight) took {:.1} s; the Machines took {:.1} s: {:.1}× the floor",
+        "floor: {} writes from a plain client ({CREATES_IN_FLIGHT} in flight) took {:.1} s; the Machines took {:.1} s: {:.1}× the floor",
         floor.0,
         floor.1.as_secs_f64(),
         wall.as_secs_f64(),

@@ -408,7 +408,7 @@ async fn standalone(options: Options) -> anyhow::Result<()> {
         show_cpu(cpu_ready[1], cpu_done[1]),
     );
     println!(
-        "floor: {} writes from a plain client (32 in flight) took {:.1} s ({:.0} writes/s); the managers' writes took {:.1} s end to end: {:.1}× the floor",
+        "floor: {} writes from a plain client ({CREATES_IN_FLIGHT} in flight) took {:.1} s ({:.0} writes/s); the managers' writes took {:.1} s end to end: {:.1}× the floor",
         floor.0,
         floor.1.as_secs_f64(),
         floor.0 as f64 / floor.1.as_secs_f64().max(1e-9),
@@ -597,28 +597,43 @@ async fn create_vms(
     let vms: Api<VirtualMachine> = Api::namespaced(client.clone(), ns);
     let mut spec = spec.clone();
     spec["providerRef"] = json!({"name": provider});
+    create_in_flight(n, |i| {
+        let (vms, created_at, spec) = (vms.clone(), created_at.clone(), spec.clone());
+        async move {
+            let name = format!("vm-{i:04}");
+            created_at
+                .lock()
+                .expect("lock")
+                .insert(name.clone(), Instant::now());
+            let vm: VirtualMachine = serde_json::from_value(json!({
+                "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
+                "metadata": {"name": name},
+                "spec": spec,
+            }))?;
+            vms.create(&PostParams::default(), &vm).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
+    Ok(created_at)
+}
+
+/// How many creates the bench keeps in flight: for its VMs and for the floor alike, so the floor
+/// is measured as the VMs are created.
+const CREATES_IN_FLIGHT: usize = 32;
+
+/// Runs `create(0)` … `create(n - 1)`, [`CREATES_IN_FLIGHT`] at a time; the first error ends it.
+async fn create_in_flight<F, Fut>(n: usize, create: F) -> anyhow::Result<()>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     futures::stream::iter(0..n)
-        .map(|i| {
-            let (vms, created_at, spec) = (vms.clone(), created_at.clone(), spec.clone());
-            async move {
-                let name = format!("vm-{i:04}");
-                created_at
-                    .lock()
-                    .expect("lock")
-                    .insert(name.clone(), Instant::now());
-                let vm: VirtualMachine = serde_json::from_value(json!({
-                    "apiVersion": "banlieue.io/v1alpha1", "kind": "VirtualMachine",
-                    "metadata": {"name": name},
-                    "spec": spec,
-                }))?;
-                vms.create(&PostParams::default(), &vm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
+        .map(create)
+        .buffer_unordered(CREATES_IN_FLIGHT)
         .try_collect::<Vec<()>>()
         .await?;
-    Ok(created_at)
+    Ok(())
 }
 
 /// Request counts by (verb, resource).
@@ -637,36 +652,30 @@ fn of_verbs(requests: &Requests, verbs: &[&str]) -> Requests {
 }
 
 /// `after - before`, per key.
-fn diff(
-    after: &std::collections::BTreeMap<(String, String), f64>,
-    before: &std::collections::BTreeMap<(String, String), f64>,
-) -> std::collections::BTreeMap<(String, String), f64> {
+fn diff(after: &Requests, before: &Requests) -> Requests {
     after
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .collect()
 }
 
-/// The floor: `writes` small writes (ConfigMap creates) from a plain client with 32 in flight,
-/// on the same API server; how many and how long.
+/// The floor: `writes` small writes (ConfigMap creates) from a plain client with
+/// [`CREATES_IN_FLIGHT`] in flight, on the same API server; how many and how long.
 async fn floor_rate(client: &Client, ns: &str, writes: usize) -> anyhow::Result<(usize, Duration)> {
     use k8s_openapi::api::core::v1::ConfigMap;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let start = Instant::now();
-    futures::stream::iter(0..writes)
-        .map(|i| {
-            let api = api.clone();
-            async move {
-                let cm: ConfigMap = serde_json::from_value(json!({
-                    "metadata": {"name": format!("floor-{i:06}")}, "data": {"k": "v"},
-                }))?;
-                api.create(&PostParams::default(), &cm).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(32)
-        .try_collect::<Vec<()>>()
-        .await?;
+    create_in_flight(writes, |i| {
+        let api = api.clone();
+        async move {
+            let cm: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": format!("floor-{i:06}")}, "data": {"k": "v"},
+            }))?;
+            api.create(&PostParams::default(), &cm).await?;
+            anyhow::Ok(())
+        }
+    })
+    .await?;
     Ok((writes, start.elapsed()))
 }
 

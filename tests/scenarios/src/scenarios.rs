@@ -159,10 +159,13 @@ pub async fn few_writes<P: ProviderUnderTest>() -> Result<()> {
                         .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
                         .map(|c| format!("Ready={} {}", c["status"], c["reason"]))
                         .unwrap_or_default();
+                    let provisioning = &m.data["status"]["provisioning"];
                     let summary = format!(
-                        "rv {rv}: finalizers {:?}, providerID {}, {ready}",
+                        "rv {rv}: finalizers {:?}, providerID {}, {ready}, provisioning {} {}",
                         m.finalizers(),
-                        m.data["spec"]["providerID"]
+                        m.data["spec"]["providerID"],
+                        provisioning["state"],
+                        provisioning["taskId"]
                     );
                     versions.push((rv, summary));
                 }

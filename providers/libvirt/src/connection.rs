@@ -179,6 +179,40 @@ impl VirtHypervisor {
         self.call_within(CALL_TIMEOUT, operation, f).await
     }
 
+    /// Runs `f` on the domain `uuid` ([`Self::call`]), with `operation` for its errors.
+    async fn on_domain<T, F>(&self, uuid: &str, operation: &'static str, f: F) -> HvResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Domain, &'static str) -> HvResult<T> + Send + 'static,
+    {
+        let uuid = uuid.to_owned();
+        self.call(operation, move |c| {
+            f(&lookup_uuid(c, &uuid, operation)?, operation)
+        })
+        .await
+    }
+
+    /// Starts (`on`) or stops the domain `uuid` with `act`, unless it already is in that state
+    /// (its leases are forgotten: a stopped guest holds none, a started one none until its DHCP
+    /// client gets one).
+    async fn power(
+        &self,
+        uuid: &str,
+        operation: &'static str,
+        on: bool,
+        act: fn(&Domain) -> Result<(), virt::error::Error>,
+    ) -> HvResult<()> {
+        self.forget_leases(uuid);
+        self.on_domain(uuid, operation, move |d, op| {
+            // A state that cannot be read counts as the other one: the act is tried.
+            if d.is_active().unwrap_or(!on) == on {
+                return Ok(());
+            }
+            act(d).map_err(|e| classify(op, &e))
+        })
+        .await
+    }
+
     /// [`Self::call`] bounded by `timeout`.
     async fn call_within<T, F>(&self, timeout: Duration, operation: &str, f: F) -> HvResult<T>
     where
@@ -306,43 +340,17 @@ impl Hypervisor for VirtHypervisor {
     }
 
     async fn start_domain(&self, uuid: &str) -> HvResult<()> {
-        // A guest starting anew holds no lease until its DHCP client gets one.
-        self.forget_leases(uuid);
-        let uuid = uuid.to_owned();
-        self.call("starting domain", move |c| {
-            let d = lookup_uuid(c, &uuid, "starting domain")?;
-            if d.is_active().unwrap_or(false) {
-                return Ok(());
-            }
-            d.create().map_err(|e| classify("starting domain", &e))
-        })
-        .await
+        self.power(uuid, "starting domain", true, Domain::create).await
     }
 
     async fn shutdown_domain(&self, uuid: &str) -> HvResult<()> {
-        self.forget_leases(uuid);
-        let uuid = uuid.to_owned();
-        self.call("shutting down domain", move |c| {
-            let d = lookup_uuid(c, &uuid, "shutting down domain")?;
-            if !d.is_active().unwrap_or(true) {
-                return Ok(());
-            }
-            d.shutdown().map_err(|e| classify("shutting down domain", &e))
-        })
-        .await
+        self.power(uuid, "shutting down domain", false, Domain::shutdown)
+            .await
     }
 
     async fn destroy_domain(&self, uuid: &str) -> HvResult<()> {
-        self.forget_leases(uuid);
-        let uuid = uuid.to_owned();
-        self.call("destroying domain", move |c| {
-            let d = lookup_uuid(c, &uuid, "destroying domain")?;
-            if !d.is_active().unwrap_or(true) {
-                return Ok(());
-            }
-            d.destroy().map_err(|e| classify("destroying domain", &e))
-        })
-        .await
+        self.power(uuid, "destroying domain", false, Domain::destroy)
+            .await
     }
 
     async fn set_domain_owner(
@@ -351,11 +359,8 @@ impl Hypervisor for VirtHypervisor {
         owner: &xml::Owner,
         adopted_from: Option<&str>,
     ) -> HvResult<()> {
-        let uuid = uuid.to_owned();
         let element = xml::owner_metadata(owner, adopted_from);
-        self.call("re-marking domain", move |c| {
-            let op = "re-marking domain";
-            let d = lookup_uuid(c, &uuid, op)?;
+        self.on_domain(uuid, "re-marking domain", move |d, op| {
             let mut flags = virt::sys::VIR_DOMAIN_AFFECT_CONFIG;
             if d.is_active().map_err(|e| classify(op, &e))? {
                 flags |= virt::sys::VIR_DOMAIN_AFFECT_LIVE;
@@ -374,13 +379,11 @@ impl Hypervisor for VirtHypervisor {
 
     async fn undefine_domain(&self, uuid: &str) -> HvResult<()> {
         self.forget_leases(uuid);
-        let uuid = uuid.to_owned();
-        self.call("undefining domain", move |c| {
-            let d = lookup_uuid(c, &uuid, "undefining domain")?;
+        self.on_domain(uuid, "undefining domain", |d, op| {
             // UEFI domains need the NVRAM flag; the test driver rejects it: retry without.
             match d.undefine_flags(virt::sys::VIR_DOMAIN_UNDEFINE_NVRAM) {
                 Ok(()) => Ok(()),
-                Err(_) => d.undefine().map_err(|e| classify("undefining domain", &e)),
+                Err(_) => d.undefine().map_err(|e| classify(op, &e)),
             }
         })
         .await
@@ -396,9 +399,7 @@ impl Hypervisor for VirtHypervisor {
         {
             return Ok(leases.clone());
         }
-        let uuid = uuid.to_owned();
-        self.call("reading domain addresses", move |c| {
-            let d = lookup_uuid(c, &uuid, "reading domain addresses")?;
+        self.on_domain(uuid, "reading domain addresses", |d, _| {
             let ifaces = d
                 .interface_addresses(virt::sys::VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_LEASE, 0)
                 .map_err(|e| classify("reading DHCP leases", &e))?;
@@ -585,11 +586,8 @@ impl Hypervisor for VirtHypervisor {
                 None => Some(TEST_DRIVER_CLOUD_INIT_DONE.to_owned()),
             });
         }
-        let uuid = uuid.to_owned();
-        let operation = "reading cloud-init's report";
-        self.call(operation, move |c| {
-            let d = lookup_uuid(c, &uuid, operation)?;
-            crate::guest_agent::read_file(&d, banlieue_provider_kit::cloud_init::RESULT_FILE)
+        self.on_domain(uuid, "reading cloud-init's report", |d, _| {
+            crate::guest_agent::read_file(d, banlieue_provider_kit::cloud_init::RESULT_FILE)
         })
         .await
     }

@@ -259,16 +259,6 @@ fn none_if_not_found<T>(res: Result<T, PveError>) -> Result<Option<T>, PveError>
     }
 }
 
-/// Runs one client call on its own clone of the client, so the call's future owns everything it
-/// borrows (the client's futures are `Send`, as kube-runtime reconcilers need).
-async fn with_client<T, F, Fut>(client: &Client, call: F) -> Result<T, PveError>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: Future<Output = Result<T, PveError>>,
-{
-    call(client.clone()).await
-}
-
 /// Interfaces a Kubernetes node has beside its own NICs (container bridges, CNI overlays and
 /// veths, kube-proxy's IPVS dummy): their addresses are not the machine's.
 pub fn is_container_interface(name: &str) -> bool {
@@ -337,9 +327,8 @@ impl Hypervisor for Client {
     }
 
     async fn inventory(&self) -> Result<Inventory, PveError> {
-        let resources = with_client(self, |c| async move { c.cluster_resources(None).await }).await?;
         let mut inventory = Inventory::default();
-        for r in resources {
+        for r in self.cluster_resources(None).await? {
             match r.resource_type.as_str() {
                 "node" => {
                     let Some(node) = r.node else { continue };
@@ -361,65 +350,44 @@ impl Hypervisor for Client {
     }
 
     async fn version(&self) -> Result<String, PveError> {
-        with_client(self, |c| async move { Ok(c.version().await?.version) }).await
+        Ok(Client::version(self).await?.version)
     }
 
     async fn nodes(&self) -> Result<Vec<NodeLoad>, PveError> {
-        let nodes = with_client(self, |c| async move { c.nodes().await }).await?;
-        Ok(nodes
+        Ok(Client::nodes(self)
+            .await?
             .into_iter()
             .map(|n| node_load(n.node, &n.status, n.maxmem, n.mem, n.maxcpu.map(|c| c as f64)))
             .collect())
     }
 
     async fn guests(&self) -> Result<Vec<Guest>, PveError> {
-        let resources = with_client(self, |c| async move {
-            c.cluster_resources(Some(ResourceType::Vm)).await
-        })
-        .await?;
+        let resources = self.cluster_resources(Some(ResourceType::Vm)).await?;
         Ok(resources.into_iter().filter_map(guest).collect())
     }
 
     async fn next_vmid(&self) -> Result<u32, PveError> {
-        with_client(self, |c| async move { c.next_id().await }).await
+        self.next_id().await
     }
 
     async fn vmid_is_free(&self, vmid: u32) -> Result<bool, PveError> {
-        with_client(self, move |c| async move { c.is_vmid_free(vmid).await }).await
+        self.is_vmid_free(vmid).await
     }
 
     async fn vm_config(&self, node: &str, vmid: u32) -> Result<Option<VmConfig>, PveError> {
-        let node = node.to_owned();
-        with_client(self, move |c| async move {
-            none_if_not_found(c.vm_config(&node, vmid).await)
-        })
-        .await
+        none_if_not_found(Client::vm_config(self, node, vmid).await)
     }
 
     async fn vm_pending(&self, node: &str, vmid: u32) -> Result<Option<PendingConfig>, PveError> {
-        let node = node.to_owned();
-        with_client(self, move |c| async move {
-            none_if_not_found(c.vm_pending(&node, vmid).await)
-        })
-        .await
+        none_if_not_found(Client::vm_pending(self, node, vmid).await)
     }
 
     async fn clone_vm(&self, node: &str, source: u32, request: &CloneRequest) -> Result<Upid, PveError> {
-        let (node, request) = (node.to_owned(), request.clone());
-        with_client(
-            self,
-            move |c| async move { c.clone_vm(&node, source, &request).await },
-        )
-        .await
+        Client::clone_vm(self, node, source, request).await
     }
 
     async fn task(&self, upid: &Upid) -> Result<TaskOutcome, PveError> {
-        let upid = upid.clone();
-        with_client(
-            self,
-            move |c| async move { Ok(c.task_status(&upid).await?.outcome()) },
-        )
-        .await
+        Ok(self.task_status(upid).await?.outcome())
     }
 
     async fn update_config(
@@ -428,19 +396,11 @@ impl Hypervisor for Client {
         vmid: u32,
         update: &ConfigUpdate,
     ) -> Result<Option<Upid>, PveError> {
-        let (node, update) = (node.to_owned(), update.clone());
-        with_client(self, move |c| async move {
-            c.update_vm_config_async(&node, vmid, &update).await
-        })
-        .await
+        self.update_vm_config_async(node, vmid, update).await
     }
 
     async fn set_config(&self, node: &str, vmid: u32, update: &ConfigUpdate) -> Result<(), PveError> {
-        let (node, update) = (node.to_owned(), update.clone());
-        with_client(self, move |c| async move {
-            c.update_vm_config(&node, vmid, &update).await
-        })
-        .await
+        self.update_vm_config(node, vmid, update).await
     }
 
     async fn resize_disk(
@@ -450,11 +410,7 @@ impl Hypervisor for Client {
         disk: &str,
         size: SizeChange,
     ) -> Result<Option<Upid>, PveError> {
-        let (node, disk) = (node.to_owned(), disk.to_owned());
-        with_client(self, move |c| async move {
-            c.resize_disk(&node, vmid, &disk, size).await
-        })
-        .await
+        Client::resize_disk(self, node, vmid, disk, size).await
     }
 
     async fn upload_iso(
@@ -464,23 +420,13 @@ impl Hypervisor for Client {
         file_name: &str,
         data: Vec<u8>,
     ) -> Result<Upid, PveError> {
-        let (node, storage, file_name) = (node.to_owned(), storage.to_owned(), file_name.to_owned());
-        with_client(self, move |c| async move {
-            c.upload(&node, &storage, UploadContent::Iso, &file_name, data)
-                .await
-        })
-        .await
+        self.upload(node, storage, UploadContent::Iso, file_name, data)
+            .await
     }
 
     async fn has_volume(&self, node: &str, storage: &str, volid: &str) -> Result<bool, PveError> {
-        let (node, storage, volid) = (node.to_owned(), storage.to_owned(), volid.to_owned());
-        with_client(self, move |c| async move {
-            Ok(c.storage_content(&node, &storage, None)
-                .await?
-                .iter()
-                .any(|v| v.volid == volid))
-        })
-        .await
+        let content = self.storage_content(node, storage, None).await?;
+        Ok(content.iter().any(|v| v.volid == volid))
     }
 
     async fn download_url(
@@ -489,70 +435,44 @@ impl Hypervisor for Client {
         storage: &str,
         request: &DownloadUrlRequest,
     ) -> Result<Upid, PveError> {
-        let (node, storage, request) = (node.to_owned(), storage.to_owned(), request.clone());
-        with_client(self, move |c| async move {
-            c.download_url(&node, &storage, &request).await
-        })
-        .await
+        Client::download_url(self, node, storage, request).await
     }
 
     async fn create_vm(&self, node: &str, vmid: u32, config: &ConfigUpdate) -> Result<Upid, PveError> {
-        let (node, config) = (node.to_owned(), config.clone());
-        with_client(
-            self,
-            move |c| async move { c.create_vm(&node, vmid, &config).await },
-        )
-        .await
+        Client::create_vm(self, node, vmid, config).await
     }
 
     async fn make_template(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
-        let node = node.to_owned();
-        with_client(self, move |c| async move { c.make_template(&node, vmid).await }).await
+        Client::make_template(self, node, vmid).await
     }
 
     async fn delete_volume(&self, node: &str, volid: &str) -> Result<Option<Upid>, PveError> {
-        let storage = volid.split_once(':').map_or(volid, |(s, _)| s).to_owned();
-        let (node, volid) = (node.to_owned(), volid.to_owned());
-        with_client(self, move |c| async move {
-            c.delete_volume(&node, &storage, &volid).await
-        })
-        .await
+        let storage = volid.split_once(':').map_or(volid, |(s, _)| s);
+        Client::delete_volume(self, node, storage, volid).await
     }
 
     async fn start_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
-        let node = node.to_owned();
-        with_client(self, move |c| async move { c.start_vm(&node, vmid).await }).await
+        Client::start_vm(self, node, vmid).await
     }
 
     async fn stop_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
-        let node = node.to_owned();
-        with_client(self, move |c| async move { c.stop_vm(&node, vmid).await }).await
+        Client::stop_vm(self, node, vmid).await
     }
 
     async fn shutdown_vm(&self, node: &str, vmid: u32, timeout_secs: u32) -> Result<Upid, PveError> {
-        let node = node.to_owned();
-        with_client(self, move |c| async move {
-            c.shutdown_vm(&node, vmid, Some(timeout_secs), true).await
-        })
-        .await
+        Client::shutdown_vm(self, node, vmid, Some(timeout_secs), true).await
     }
 
     async fn delete_vm(&self, node: &str, vmid: u32) -> Result<Upid, PveError> {
-        let node = node.to_owned();
         let opts = DeleteVmOptions {
             purge: true,
             destroy_unreferenced_disks: true,
         };
-        with_client(self, move |c| async move { c.delete_vm(&node, vmid, opts).await }).await
+        Client::delete_vm(self, node, vmid, opts).await
     }
 
     async fn guest_addresses(&self, node: &str, vmid: u32) -> Result<Option<Vec<IpAddr>>, PveError> {
-        let node = node.to_owned();
-        let res = with_client(self, move |c| async move {
-            Ok(c.agent_network_interfaces(&node, vmid).await)
-        })
-        .await?;
-        match res {
+        match self.agent_network_interfaces(node, vmid).await {
             Ok(ifaces) => Ok(Some(
                 ifaces
                     .iter()
@@ -567,12 +487,7 @@ impl Hypervisor for Client {
     }
 
     async fn cloud_init_result(&self, node: &str, vmid: u32) -> Result<Option<String>, PveError> {
-        let node = node.to_owned();
-        let res = with_client(self, move |c| async move {
-            Ok(c.agent_file_read(&node, vmid, cloud_init::RESULT_FILE).await)
-        })
-        .await?;
-        match res {
+        match self.agent_file_read(node, vmid, cloud_init::RESULT_FILE).await {
             Ok(content) => Ok(Some(content)),
             Err(e) if e.class() == ErrorClass::AgentNotRunning => Ok(None),
             // The agent's answer for a file that is not there (qemu-ga: "Failed to open file").
@@ -587,11 +502,7 @@ impl Hypervisor for Client {
     }
 
     async fn vm_run_state(&self, node: &str, vmid: u32) -> Result<Option<RunState>, PveError> {
-        let node = node.to_owned();
-        let status = with_client(self, move |c| async move {
-            none_if_not_found(c.vm_status(&node, vmid).await)
-        })
-        .await?;
+        let status = none_if_not_found(self.vm_status(node, vmid).await)?;
         Ok(status.map(|s| RunState {
             running: s.is_running(),
             ha_managed: s.ha.managed,
@@ -599,50 +510,26 @@ impl Hypervisor for Client {
     }
 
     async fn ha_resource(&self, vmid: u32) -> Result<Option<HaResource>, PveError> {
-        with_client(self, move |c| async move {
-            none_if_not_found(c.ha_resource(&vm_sid(vmid)).await)
-        })
-        .await
+        none_if_not_found(Client::ha_resource(self, &vm_sid(vmid)).await)
     }
 
     async fn create_ha_resource(&self, vmid: u32, settings: &HaResourceSettings) -> Result<(), PveError> {
-        let settings = settings.clone();
-        with_client(self, move |c| async move {
-            c.create_ha_resource(&vm_sid(vmid), &settings).await
-        })
-        .await
+        Client::create_ha_resource(self, &vm_sid(vmid), settings).await
     }
 
     async fn update_ha_resource(&self, vmid: u32, settings: &HaResourceSettings) -> Result<(), PveError> {
-        let settings = settings.clone();
-        with_client(self, move |c| async move {
-            c.update_ha_resource(&vm_sid(vmid), &settings).await
-        })
-        .await
+        Client::update_ha_resource(self, &vm_sid(vmid), settings).await
     }
 
     async fn delete_ha_resource(&self, vmid: u32) -> Result<(), PveError> {
-        with_client(
-            self,
-            move |c| async move { c.delete_ha_resource(&vm_sid(vmid)).await },
-        )
-        .await
+        Client::delete_ha_resource(self, &vm_sid(vmid)).await
     }
 
     async fn ha_rule(&self, rule: &str) -> Result<Option<HaRule>, PveError> {
-        let rule = rule.to_owned();
-        with_client(
-            self,
-            move |c| async move { none_if_not_found(c.ha_rule(&rule).await) },
-        )
-        .await
+        none_if_not_found(Client::ha_rule(self, rule).await)
     }
 
     async fn set_ha_rule_resources(&self, rule: &HaRule, resources: &[String]) -> Result<(), PveError> {
-        let (rule, resources) = (rule.clone(), resources.to_vec());
-        with_client(self, move |c| async move {
-            c.set_ha_rule_resources(&rule, &resources).await
-        })
-        .await
+        Client::set_ha_rule_resources(self, rule, resources).await
     }
 }

@@ -564,24 +564,10 @@ pub async fn provision_step(
             },
         },
         Phase::Configure(vm, task) => {
-            if let Some(task) = &task {
-                match poll(
-                    c,
-                    task,
-                    "ConfiguringFailed",
-                    Phase::Configure(vm.clone(), Some(task.clone())),
-                )
-                .await?
-                {
-                    Polled::Running(step) => return Ok(*step),
-                    Polled::Failed(reason, message) => {
-                        let mut step =
-                            Step::wait(Phase::Configure(vm, None), PERMANENT_RETRY, message.clone());
-                        step.failed = Some((reason, message));
-                        return Ok(step);
-                    }
-                    Polled::Done => {}
-                }
+            if let Some(step) =
+                poll(c, task, "ConfiguringFailed", |t| Phase::Configure(vm.clone(), t)).await?
+            {
+                return Ok(step);
             }
             let info = vm_info(c, &vm, "ConfiguringFailed").await?;
             let Some(info) = info else {
@@ -642,23 +628,8 @@ pub async fn provision_step(
             }
         }
         Phase::PowerOn(vm, task) => {
-            if let Some(task) = &task {
-                match poll(
-                    c,
-                    task,
-                    "PowerOnFailed",
-                    Phase::PowerOn(vm.clone(), Some(task.clone())),
-                )
-                .await?
-                {
-                    Polled::Running(step) => return Ok(*step),
-                    Polled::Failed(reason, message) => {
-                        let mut step = Step::wait(Phase::PowerOn(vm, None), PERMANENT_RETRY, message.clone());
-                        step.failed = Some((reason, message));
-                        return Ok(step);
-                    }
-                    Polled::Done => {}
-                }
+            if let Some(step) = poll(c, task, "PowerOnFailed", |t| Phase::PowerOn(vm.clone(), t)).await? {
+                return Ok(step);
             }
             let info = vm_info(c, &vm, "PowerOnFailed")
                 .await?
@@ -731,31 +702,11 @@ pub async fn provision_step(
             Ok(step)
         }
         Phase::Provisioned(vm, task) => {
-            if let Some(task) = &task {
-                match poll(
-                    c,
-                    task,
-                    "UpdateFailed",
-                    Phase::Provisioned(vm.clone(), Some(task.clone())),
-                )
-                .await?
-                {
-                    Polled::Running(mut step) => {
-                        step.vm = Some(existing_vm(c, &vm).await?);
-                        return Ok(*step);
-                    }
-                    Polled::Failed(reason, message) => {
-                        let mut step = Step::wait(
-                            Phase::Provisioned(vm.clone(), None),
-                            PERMANENT_RETRY,
-                            message.clone(),
-                        );
-                        step.failed = Some((reason, message));
-                        step.vm = Some(existing_vm(c, &vm).await?);
-                        return Ok(step);
-                    }
-                    Polled::Done => {}
-                }
+            if let Some(mut step) =
+                poll(c, task, "UpdateFailed", |t| Phase::Provisioned(vm.clone(), t)).await?
+            {
+                step.vm = Some(existing_vm(c, &vm).await?);
+                return Ok(step);
             }
             let info = existing_vm(c, &vm).await?;
             let owner = input.owner();
@@ -947,29 +898,34 @@ async fn vm_info(c: &Client, vm: &MoRef, reason: &'static str) -> Result<Option<
     c.vm_info(vm).await.map_err(|e| client_error(reason, e))
 }
 
-/// A recorded task, looked at.
-enum Polled {
-    /// Still running: this step waits for it.
-    Running(Box<Step>),
-    /// Succeeded (or vCenter forgot it): go on.
-    Done,
-    /// Failed: `(reason, message)`.
-    Failed(&'static str, String),
-}
-
-async fn poll(c: &Client, task: &MoRef, reason: &'static str, same: Phase) -> Result<Polled, StepError> {
-    match c.task_info(task).await.map_err(|e| client_error(reason, e))? {
-        None => Ok(Polled::Done),
-        Some(info) => match info.outcome() {
-            Ok(None) => Ok(Polled::Running(Box::new(Step::wait(
-                same,
-                TASK_POLL,
-                format!("task {} running", task.value),
-            )))),
-            Ok(Some(_)) => Ok(Polled::Done),
-            Err(e) => Ok(Polled::Failed(reason, e.to_string())),
-        },
-    }
+/// The task a phase recorded, looked at: `None` once there is none, it succeeded or vCenter
+/// forgot it (the phase goes on); else the step that waits on it (`at(Some(task))`) or, after its
+/// failure, the one that tries again later without it (`at(None)`, the failure said with `reason`).
+async fn poll(
+    c: &Client,
+    task: Option<MoRef>,
+    reason: &'static str,
+    at: impl Fn(Option<MoRef>) -> Phase,
+) -> Result<Option<Step>, StepError> {
+    let Some(task) = task else {
+        return Ok(None);
+    };
+    let Some(info) = c.task_info(&task).await.map_err(|e| client_error(reason, e))? else {
+        return Ok(None);
+    };
+    Ok(match info.outcome() {
+        Ok(None) => {
+            let why = format!("task {} running", task.value);
+            Some(Step::wait(at(Some(task)), TASK_POLL, why))
+        }
+        Ok(Some(_)) => None,
+        Err(e) => {
+            let message = e.to_string();
+            let mut step = Step::wait(at(None), PERMANENT_RETRY, message.clone());
+            step.failed = Some((reason, message));
+            Some(step)
+        }
+    })
 }
 
 /// What deletion did.

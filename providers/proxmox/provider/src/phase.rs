@@ -200,11 +200,6 @@ impl Phase {
         }
     }
 
-    /// Whether the VM may already exist on Proxmox (a clone was possibly started).
-    pub fn vm_may_exist(&self) -> bool {
-        self.location().is_some()
-    }
-
     /// Whether the VM is provisioned (CAPI has what it needs; day-2 work may continue).
     pub fn is_provisioned(&self) -> bool {
         matches!(self, Self::Provisioned(_) | Self::Update(..))

@@ -44,7 +44,9 @@ pub fn powered_off_message(vm: &str, desired: Option<crate::common::PowerState>)
             format!("{vm} is powered off because spec.powerState is Off; set it to On to start the VM")
         }
         crate::common::PowerState::On => {
-            format!("{vm} is powered off; the provider starts it because spec.powerState is On")
+            format!(
+                "{vm} is powered off; the provider starts it because spec.powerState is On (see condition VMUpToDate)"
+            )
         }
     }
 }

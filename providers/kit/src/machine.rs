@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use banlieue_api::banlieue::VirtualMachine;
-use banlieue_api::common::MachineAddress;
+use banlieue_api::common::{MachineAddress, PowerState};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::kinds::{ContractStatus, InfraMachine, InfraMachineStatus};
 use banlieue_api::support;
@@ -170,6 +170,32 @@ impl Report {
         match updating {
             Some(why) => Self::new(false, condition::UPDATING, why),
             None => Self::new(true, UP_TO_DATE, ""),
+        }
+    }
+
+    /// `Ready` of a provisioned VM, one rule for every hypervisor: False
+    /// [`condition::POWERED_OFF`] while the VM `vm` is off (`desired`, the spec's power state, says
+    /// whether the provider starts it), else False while the guest's cloud-init has not finished
+    /// ([`crate::cloud_init::Wait::not_ready`]: `now` is its report when this step asked, `skip`
+    /// the spec's opt-out), else True [`condition::PROVISIONED`].
+    pub fn provisioned(
+        vm: &str,
+        off: bool,
+        desired: Option<PowerState>,
+        cloud_init: &crate::cloud_init::Wait,
+        now: Option<&crate::cloud_init::CloudInit>,
+        skip: bool,
+    ) -> Self {
+        if off {
+            return Self::new(
+                false,
+                condition::POWERED_OFF,
+                condition::powered_off_message(vm, desired),
+            );
+        }
+        match cloud_init.not_ready(now, skip, vm) {
+            Some((reason, message)) => Self::new(false, reason, message),
+            None => Self::new(true, condition::PROVISIONED, ""),
         }
     }
 }
@@ -1511,6 +1537,48 @@ async fn run_once<B: MachineBackend>(
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
+
+    #[test]
+    fn a_provisioned_vm_is_ready_only_while_it_runs_and_its_cloud_init_is_done() {
+        use crate::cloud_init::{CloudInit, Wait};
+        use PowerState::{Off, On};
+        let wait = Wait::recorded(&[]);
+        let ready = |off, desired, now: Option<&CloudInit>| {
+            Report::provisioned("VM 7", off, desired, &wait, now, false)
+        };
+        assert_eq!(
+            ready(false, Some(On), Some(&CloudInit::Done)),
+            Report::new(true, condition::PROVISIONED, "")
+        );
+        // Still running while a shutdown is asked for: ready until it is really off.
+        assert!(ready(false, Some(Off), None).ok);
+        let off = ready(true, Some(Off), None);
+        assert_eq!((off.ok, off.reason), (false, condition::POWERED_OFF));
+        assert!(
+            off.message
+                .starts_with("VM 7 is powered off because spec.powerState is Off"),
+            "{}",
+            off.message
+        );
+        let starting = ready(true, Some(On), Some(&CloudInit::Running));
+        assert_eq!(
+            starting.reason,
+            condition::POWERED_OFF,
+            "off wins over the guest's cloud-init"
+        );
+        assert!(
+            starting.message.ends_with("(see condition VMUpToDate)"),
+            "{}",
+            starting.message
+        );
+        let booting = ready(false, Some(On), Some(&CloudInit::Running));
+        assert_eq!(
+            (booting.ok, booting.reason),
+            (false, crate::cloud_init::WAITING_FOR_CLOUD_INIT)
+        );
+        let skipped = Report::provisioned("VM 7", false, None, &wait, Some(&CloudInit::Running), true);
+        assert!(skipped.ok, "a skipped check never holds the machine back");
+    }
 
     #[test]
     fn a_settled_machine_skips_the_hypervisor_only_as_left_and_until_due() {

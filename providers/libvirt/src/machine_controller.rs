@@ -177,18 +177,14 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             )
         };
         let ready = match &step.provisioned {
-            Some(done) if done.power_state == PowerState::Off => Report::new(
-                false,
-                condition::POWERED_OFF,
-                condition::powered_off_message(&domain(), lm.spec.power_state),
+            Some(done) => Report::provisioned(
+                &domain(),
+                done.power_state == PowerState::Off,
+                lm.spec.power_state,
+                &cloud_init_wait,
+                step.cloud_init.as_ref(),
+                cloud_init::skipped(lm.spec.readiness_checks.as_ref()),
             ),
-            Some(_) => {
-                let skip = cloud_init::skipped(lm.spec.readiness_checks.as_ref());
-                match cloud_init_wait.not_ready(step.cloud_init.as_ref(), skip, &domain()) {
-                    Some((reason, message)) => Report::new(false, reason, message),
-                    None => Report::new(true, condition::PROVISIONED, ""),
-                }
-            }
             None => Report::new(
                 false,
                 step.waiting_reason

@@ -9,7 +9,7 @@
 
 use std::time::SystemTime;
 
-use banlieue_api::common::ProvisioningState;
+use banlieue_api::common::{PowerState, ProvisioningState};
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
@@ -374,19 +374,14 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         // Once provisioned, day-2 problems (a failed reconfiguration) go to `VMUpToDate`;
         // `Ready` is True while the VM exists and runs (False, `PoweredOff`, while it is off).
         let ready = match step.phase.location() {
-            Some(loc) if provisioned => {
-                let (ok, reason, message) = crate::update::provisioned_ready(
-                    loc.vmid,
-                    crate::update::desired_power(&pm.spec),
-                    status.power_state,
-                );
-                let skip = cloud_init::skipped(pm.spec.readiness_checks.as_ref());
-                let guest = format!("VM {}", loc.vmid);
-                match cloud_init_wait.not_ready(step.cloud_init.as_ref(), skip, &guest) {
-                    Some((reason, message)) if ok => Report::new(false, reason, message),
-                    _ => Report::new(ok, reason, message),
-                }
-            }
+            Some(loc) if provisioned => Report::provisioned(
+                &format!("VM {}", loc.vmid),
+                status.power_state == Some(PowerState::Off),
+                Some(crate::update::desired_power(&pm.spec)),
+                &cloud_init_wait,
+                step.cloud_init.as_ref(),
+                cloud_init::skipped(pm.spec.readiness_checks.as_ref()),
+            ),
             _ => match &step.failed {
                 Some(failed) => Report::new(false, failed.reason, failed.message.clone()),
                 None => Report::new(

@@ -21,7 +21,6 @@
 //! - **Power**: `Off` shuts the VM down the same way; `On` starts it.
 
 use banlieue_api::common::{PowerState, RestartPolicy};
-use banlieue_api::condition;
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
 use banlieue_pve_client::{ConfigUpdate, Size, VmConfig};
 
@@ -87,39 +86,6 @@ pub fn desired_power(spec: &ProxmoxMachineSpec) -> PowerState {
 pub fn observed_power(running: bool) -> PowerState {
     if running { PowerState::On } else { PowerState::Off }
 }
-
-/// The `Ready` condition of a provisioned machine: `(status, reason, message)`.
-///
-/// Ready means "provisioned *and* running": a VM that is powered off is still provisioned
-/// (`status.initialization.provisioned` stays true, which is all CAPI's contract reads for
-/// provisioning) but it is not ready, so `Ready` is `False` with reason `PoweredOff` and a
-/// message saying why. `observed` is `status.powerState` (unknown counts as on: the provider
-/// only sets it from what PVE reported).
-pub fn provisioned_ready(
-    vmid: u32,
-    desired: PowerState,
-    observed: Option<PowerState>,
-) -> (bool, &'static str, String) {
-    match (observed, desired) {
-        (Some(PowerState::Off), PowerState::Off) => (
-            false,
-            POWERED_OFF,
-            condition::powered_off_message(&format!("VM {vmid}"), Some(desired)),
-        ),
-        (Some(PowerState::Off), PowerState::On) => (
-            false,
-            POWERED_OFF,
-            format!(
-                "{} (see condition VMUpToDate)",
-                condition::powered_off_message(&format!("VM {vmid}"), Some(desired))
-            ),
-        ),
-        _ => (true, "Provisioned", String::new()),
-    }
-}
-
-/// `Ready` reason of a provisioned machine whose VM is powered off.
-pub use banlieue_api::condition::POWERED_OFF;
 
 /// Whether a config key is one the provider writes (hardware the spec describes, its tags), so
 /// that its pending change is the provider's to apply by a restart.
@@ -427,36 +393,6 @@ mod tests {
         };
         assert!(update.set.get("tags").is_some_and(|t| t.contains("web")));
         assert!(!update.set.contains_key("memory"));
-    }
-
-    #[rstest]
-    #[case::running(PowerState::On, Some(PowerState::On), true, "Provisioned")]
-    #[case::not_observed_yet(PowerState::On, None, true, "Provisioned")]
-    #[case::off_as_asked(PowerState::Off, Some(PowerState::Off), false, "PoweredOff")]
-    #[case::off_being_started(PowerState::On, Some(PowerState::Off), false, "PoweredOff")]
-    // Still running while the shutdown is asked for: ready until it is really off.
-    #[case::shutting_down(PowerState::Off, Some(PowerState::On), true, "Provisioned")]
-    fn a_provisioned_machine_is_ready_only_while_its_vm_runs(
-        #[case] desired: PowerState,
-        #[case] observed: Option<PowerState>,
-        #[case] ready: bool,
-        #[case] reason: &str,
-    ) {
-        let (status, why, message) = provisioned_ready(123, desired, observed);
-        assert_eq!((status, why), (ready, reason));
-        assert_eq!(message.is_empty(), ready, "{message}");
-        if !ready {
-            assert!(message.contains("VM 123 is powered off"), "{message}");
-        }
-    }
-
-    #[test]
-    fn powered_off_as_asked_says_so() {
-        let (_, _, message) = provisioned_ready(123, PowerState::Off, Some(PowerState::Off));
-        assert!(
-            message.starts_with("VM 123 is powered off because spec.powerState is Off"),
-            "{message}"
-        );
     }
 
     #[test]

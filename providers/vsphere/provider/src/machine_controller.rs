@@ -221,14 +221,8 @@ impl MachineBackend for VSphereMachines {
         }
         let why = step.waiting.clone().unwrap_or_default();
         let provisioned_phase = step.phase.is_provisioned();
-        let ready = match (&step.phase, &step.failed) {
-            // Provisioned is not Ready while the VM is off (`status.initialization.provisioned`
-            // stays true), the same semantics as every provider.
-            (phase, _) if phase.is_provisioned() && status.power_state == Some(PowerState::Off) => {
-                let message = condition::powered_off_message(&format!("VM {name}"), vm.spec.power_state);
-                Report::new(false, condition::POWERED_OFF, message)
-            }
-            (phase, _) if phase.is_provisioned() => {
+        let ready = match &step.failed {
+            _ if provisioned_phase => {
                 // What the guest's cloud-init says, unless a change is in flight.
                 let now = step
                     .vm
@@ -241,13 +235,23 @@ impl MachineBackend for VSphereMachines {
                         .vm
                         .as_ref()
                         .is_some_and(|info| !guest_report::reports(&info.extra_config));
-                match cloud_init_wait.not_ready(now.as_ref(), skip, &format!("VM {name}")) {
-                    Some((reason, message)) => Report::new(false, reason, message),
-                    None => Report::new(true, condition::PROVISIONED, ""),
-                }
+                let off = status.power_state == Some(PowerState::Off);
+                let guest = format!("VM {name}");
+                Report::provisioned(
+                    &guest,
+                    off,
+                    vm.spec.power_state,
+                    &cloud_init_wait,
+                    now.as_ref(),
+                    skip,
+                )
             }
-            (_, Some((reason, message))) => Report::new(false, reason, message.clone()),
-            (phase, None) => Report::new(false, step.waiting_reason.unwrap_or_else(|| phase.reason()), why),
+            Some((reason, message)) => Report::new(false, reason, message.clone()),
+            None => Report::new(
+                false,
+                step.waiting_reason.unwrap_or_else(|| step.phase.reason()),
+                why,
+            ),
         };
         // Once provisioned, drift being corrected and a failed correction are VMUpToDate's, as on
         // every provider.

@@ -174,19 +174,19 @@ impl Report {
     }
 
     /// `Ready` of a provisioned VM, one rule for every hypervisor: False
-    /// [`condition::POWERED_OFF`] while the VM `vm` is off (`desired`, the spec's power state, says
-    /// whether the provider starts it), else False while the guest's cloud-init has not finished
+    /// [`condition::POWERED_OFF`] while the VM `vm` is `observed` off (not known: counted as on;
+    /// `desired`, the spec's power state, says whether the provider starts it), else False while the guest's cloud-init has not finished
     /// ([`crate::cloud_init::Wait::not_ready`]: `now` is its report when this step asked, `skip`
     /// the spec's opt-out), else True [`condition::PROVISIONED`].
     pub fn provisioned(
         vm: &str,
-        off: bool,
+        observed: Option<PowerState>,
         desired: Option<PowerState>,
         cloud_init: &crate::cloud_init::Wait,
         now: Option<&crate::cloud_init::CloudInit>,
         skip: bool,
     ) -> Self {
-        if off {
+        if observed == Some(PowerState::Off) {
             return Self::new(
                 false,
                 condition::POWERED_OFF,
@@ -1543,16 +1543,20 @@ mod tests {
         use crate::cloud_init::{CloudInit, Wait};
         use PowerState::{Off, On};
         let wait = Wait::recorded(&[]);
-        let ready = |off, desired, now: Option<&CloudInit>| {
-            Report::provisioned("VM 7", off, desired, &wait, now, false)
+        let ready = |observed, desired, now: Option<&CloudInit>| {
+            Report::provisioned("VM 7", observed, desired, &wait, now, false)
         };
         assert_eq!(
-            ready(false, Some(On), Some(&CloudInit::Done)),
+            ready(Some(On), Some(On), Some(&CloudInit::Done)),
             Report::new(true, condition::PROVISIONED, "")
         );
+        assert!(
+            ready(None, Some(On), None).ok,
+            "a power state not observed yet counts as on"
+        );
         // Still running while a shutdown is asked for: ready until it is really off.
-        assert!(ready(false, Some(Off), None).ok);
-        let off = ready(true, Some(Off), None);
+        assert!(ready(Some(On), Some(Off), None).ok);
+        let off = ready(Some(Off), Some(Off), None);
         assert_eq!((off.ok, off.reason), (false, condition::POWERED_OFF));
         assert!(
             off.message
@@ -1560,7 +1564,7 @@ mod tests {
             "{}",
             off.message
         );
-        let starting = ready(true, Some(On), Some(&CloudInit::Running));
+        let starting = ready(Some(Off), Some(On), Some(&CloudInit::Running));
         assert_eq!(
             starting.reason,
             condition::POWERED_OFF,
@@ -1571,12 +1575,12 @@ mod tests {
             "{}",
             starting.message
         );
-        let booting = ready(false, Some(On), Some(&CloudInit::Running));
+        let booting = ready(Some(On), Some(On), Some(&CloudInit::Running));
         assert_eq!(
             (booting.ok, booting.reason),
             (false, crate::cloud_init::WAITING_FOR_CLOUD_INIT)
         );
-        let skipped = Report::provisioned("VM 7", false, None, &wait, Some(&CloudInit::Running), true);
+        let skipped = Report::provisioned("VM 7", None, None, &wait, Some(&CloudInit::Running), true);
         assert!(skipped.ok, "a skipped check never holds the machine back");
     }
 

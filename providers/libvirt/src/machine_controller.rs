@@ -8,7 +8,7 @@
 //! that a domain named by the providerID of a machine created anew is its own,
 //! [`crate::readopt`]).
 
-use banlieue_api::common::{PowerState, ProvisioningState};
+use banlieue_api::common::ProvisioningState;
 use banlieue_api::condition;
 use banlieue_api::infrastructure::{LibvirtMachine, LibvirtMachineStatus};
 use banlieue_provider_kit::cloud_init;
@@ -179,7 +179,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         let ready = match &step.provisioned {
             Some(done) => Report::provisioned(
                 &domain(),
-                done.power_state == PowerState::Off,
+                Some(done.power_state),
                 lm.spec.power_state,
                 &cloud_init_wait,
                 step.cloud_init.as_ref(),

@@ -9,7 +9,7 @@
 
 use std::time::SystemTime;
 
-use banlieue_api::common::{PowerState, ProvisioningState};
+use banlieue_api::common::ProvisioningState;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
@@ -376,7 +376,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         let ready = match step.phase.location() {
             Some(loc) if provisioned => Report::provisioned(
                 &format!("VM {}", loc.vmid),
-                status.power_state == Some(PowerState::Off),
+                status.power_state,
                 Some(crate::update::desired_power(&pm.spec)),
                 &cloud_init_wait,
                 step.cloud_init.as_ref(),

@@ -235,11 +235,10 @@ impl MachineBackend for VSphereMachines {
                         .vm
                         .as_ref()
                         .is_some_and(|info| !guest_report::reports(&info.extra_config));
-                let off = status.power_state == Some(PowerState::Off);
                 let guest = format!("VM {name}");
                 Report::provisioned(
                     &guest,
-                    off,
+                    status.power_state,
                     vm.spec.power_state,
                     &cloud_init_wait,
                     now.as_ref(),

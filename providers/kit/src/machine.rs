@@ -278,6 +278,27 @@ impl<E> StepFailure<E> {
     }
 }
 
+/// A provider's reconcile error: the kit's, or one step's over its hypervisor client's error
+/// `S`; labelled for metrics by the kit's rule on every provider.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError<S: std::error::Error + Send + Sync + 'static> {
+    /// The kit failed (a Kubernetes read while resolving the connection).
+    #[error(transparent)]
+    Kit(#[from] Error),
+    /// A provisioning or deletion step failed.
+    #[error(transparent)]
+    Step(#[from] StepError<S>),
+}
+
+impl<S: std::error::Error + Send + Sync + 'static> ReconcileError for ProviderError<S> {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Kit(e) => e.metric_label(),
+            Self::Step(e) => e.metric_label(),
+        }
+    }
+}
+
 /// Why one provisioning step of a backend failed; `S` is its hypervisor client's error.
 #[derive(Debug, thiserror::Error)]
 pub enum StepError<S: std::error::Error + 'static> {

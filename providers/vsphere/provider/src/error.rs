@@ -7,33 +7,8 @@ use banlieue_vsphere_client::ErrorClass;
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What can go wrong in a reconcile outside the provisioning step itself.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The kit failed (a Kubernetes read while resolving the connection).
-    #[error(transparent)]
-    Kit(#[from] banlieue_provider_kit::Error),
-    /// A provisioning or deletion step failed.
-    #[error(transparent)]
-    Step(#[from] StepError),
-}
-
-impl Error {
-    /// Short stable label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Kit(e) => e.metric_label(),
-            Self::Step(StepError::Transient { source, .. }) => source.metric_label(),
-            Self::Step(_) => "step",
-        }
-    }
-}
-
-impl banlieue_provider_kit::ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        Error::metric_label(self)
-    }
-}
+/// Errors of the reconcilers (the kit's, or a step's).
+pub type Error = banlieue_provider_kit::machine::ProviderError<banlieue_vsphere_client::Error>;
 
 /// Why a step failed (the kit's, with the vSphere client's errors).
 pub type StepError = banlieue_provider_kit::machine::StepError<banlieue_vsphere_client::Error>;

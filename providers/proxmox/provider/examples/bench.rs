@@ -38,7 +38,7 @@ struct CountingConnector {
 impl Connector for CountingConnector {
     type Hv = Client;
 
-    fn connect(&self, _key: &str, c: &Connection) -> banlieue_proxmox::error::Result<Client> {
+    fn connect(&self, _key: &str, c: &Connection) -> Result<Client, String> {
         let mut cached = self.client.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(client) = cached.as_ref() {
             return Ok(client.clone());
@@ -51,7 +51,7 @@ impl Connector for CountingConnector {
                 calls.fetch_add(1, Ordering::Relaxed);
             })
             .build()
-            .map_err(|e| banlieue_proxmox::error::Error::Credentials(e.to_string()))?;
+            .map_err(|e| e.to_string())?;
         *cached = Some(client.clone());
         Ok(client)
     }

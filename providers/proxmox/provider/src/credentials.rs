@@ -14,7 +14,7 @@ use banlieue_provider_runtime::secret_watch::SecretKey;
 use banlieue_pve_client::{Auth, Client, TlsVerification};
 use kube::ResourceExt;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::hypervisor::Hypervisor;
 
 /// Secret key of the API token id (`user@realm!name`).
@@ -158,8 +158,9 @@ pub trait Connector: Send + Sync + 'static {
     /// The hypervisor handle.
     type Hv: Hypervisor + Clone;
     /// A handle for the ProxmoxCluster `key` (`namespace/name`, `namespace/name/endpoint` for one
-    /// of its `spec.endpoints`) with these settings; may be cached.
-    fn connect(&self, key: &str, connection: &Connection) -> Result<Self::Hv>;
+    /// of its `spec.endpoints`) with these settings; may be cached. `Err`: why no handle can be
+    /// built (a [`CREDENTIALS_INVALID`] message).
+    fn connect(&self, key: &str, connection: &Connection) -> Result<Self::Hv, String>;
 }
 
 /// Builds real [`Client`]s, one per ProxmoxCluster, rebuilt when its settings change; the
@@ -172,7 +173,7 @@ pub struct ClientConnector {
 impl Connector for ClientConnector {
     type Hv = Client;
 
-    fn connect(&self, key: &str, connection: &Connection) -> Result<Client> {
+    fn connect(&self, key: &str, connection: &Connection) -> Result<Client, String> {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((version, client)) = cache.get(key)
             && *version == connection.version
@@ -188,7 +189,10 @@ impl Connector for ClientConnector {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| {
-                Error::Credentials(format!("cannot build a client for {}: {e}", connection.endpoint))
+                format!(
+                    "Proxmox credentials: cannot build a client for {}: {e}",
+                    connection.endpoint
+                )
             })?;
         cache.insert(key.to_owned(), (connection.version.clone(), client.clone()));
         Ok(client)
@@ -204,7 +208,7 @@ pub struct FakeConnector(pub crate::fake::FakePve);
 impl Connector for FakeConnector {
     type Hv = crate::fake::FakePve;
 
-    fn connect(&self, _key: &str, _connection: &Connection) -> Result<crate::fake::FakePve> {
+    fn connect(&self, _key: &str, _connection: &Connection) -> Result<crate::fake::FakePve, String> {
         Ok(self.0.clone())
     }
 }

@@ -74,7 +74,7 @@ pub async fn connect<C: Connector>(
             connection,
             site: site.map(|s| s.name.clone()),
         }),
-        Err(e) => Err(Problem::new(CREDENTIALS_INVALID, e.to_string())),
+        Err(message) => Err(Problem::new(CREDENTIALS_INVALID, message)),
     })
 }
 

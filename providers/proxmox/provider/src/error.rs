@@ -28,36 +28,8 @@ pub fn pve_error(reason: &'static str, err: PveError) -> StepError {
     }
 }
 
-/// Errors of the reconcilers.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The credentials or connection settings of the ProxmoxCluster are unusable.
-    #[error("Proxmox credentials: {0}")]
-    Credentials(String),
-    /// The kit failed (a Kubernetes read while resolving the connection).
-    #[error(transparent)]
-    Kit(#[from] banlieue_provider_kit::Error),
-    /// A provisioning or deletion step failed transiently.
-    #[error(transparent)]
-    Step(#[from] StepError),
-}
-
-impl Error {
-    /// Short stable label for metrics.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Self::Credentials(_) => "credentials",
-            Self::Step(e) => e.metric_label(),
-            Self::Kit(e) => e.metric_label(),
-        }
-    }
-}
-
-impl banlieue_provider_kit::ReconcileError for Error {
-    fn metric_label(&self) -> &'static str {
-        Error::metric_label(self)
-    }
-}
+/// Errors of the reconcilers (the kit's, or a step's).
+pub type Error = banlieue_provider_kit::machine::ProviderError<PveError>;
 
 /// The condition reason for a Proxmox error that means this provider cannot use the endpoint at
 /// all, `None` for other errors. One stable word per cause (the banlieue controller copies the

@@ -175,9 +175,10 @@ impl Report {
 
     /// `Ready` of a provisioned VM, one rule for every hypervisor: False
     /// [`condition::POWERED_OFF`] while the VM `vm` is `observed` off (not known: counted as on;
-    /// `desired`, the spec's power state, says whether the provider starts it), else False while the guest's cloud-init has not finished
-    /// ([`crate::cloud_init::Wait::not_ready`]: `now` is its report when this step asked, `skip`
-    /// the spec's opt-out), else True [`condition::PROVISIONED`].
+    /// `desired`, the spec's power state, says whether the provider starts it), else False while
+    /// the guest's cloud-init has not finished ([`crate::cloud_init::Wait::not_ready`]: `now` is
+    /// its report when this step asked, `skip` the spec's opt-out), else True
+    /// [`condition::PROVISIONED`].
     pub fn provisioned(
         vm: &str,
         observed: Option<PowerState>,

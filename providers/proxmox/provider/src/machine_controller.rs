@@ -377,7 +377,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             Some(loc) if provisioned => Report::provisioned(
                 &format!("VM {}", loc.vmid),
                 status.power_state,
-                Some(crate::update::desired_power(&pm.spec)),
+                pm.spec.power_state,
                 &cloud_init_wait,
                 step.cloud_init.as_ref(),
                 cloud_init::skipped(pm.spec.readiness_checks.as_ref()),

@@ -221,8 +221,8 @@ impl MachineBackend for VSphereMachines {
         }
         let why = step.waiting.clone().unwrap_or_default();
         let provisioned_phase = step.phase.is_provisioned();
-        let ready = match &step.failed {
-            _ if provisioned_phase => {
+        let ready = match (provisioned_phase, &step.failed) {
+            (true, _) => {
                 // What the guest's cloud-init says, unless a change is in flight.
                 let now = step
                     .vm
@@ -245,8 +245,8 @@ impl MachineBackend for VSphereMachines {
                     skip,
                 )
             }
-            Some((reason, message)) => Report::new(false, reason, message.clone()),
-            None => Report::new(
+            (false, Some((reason, message))) => Report::new(false, reason, message.clone()),
+            (false, None) => Report::new(
                 false,
                 step.waiting_reason.unwrap_or_else(|| step.phase.reason()),
                 why,

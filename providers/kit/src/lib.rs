@@ -41,6 +41,7 @@ pub mod network;
 pub mod owner;
 pub mod placement;
 pub mod power;
+pub mod progress;
 pub mod provider_references;
 pub mod rbac;
 pub mod readopt;

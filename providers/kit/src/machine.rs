@@ -371,12 +371,20 @@ impl<S: std::error::Error + 'static> StepError<S> {
 }
 
 impl<E> StepFailure<E> {
-    /// A connection [`Problem`] (no usable hypervisor client) as a failure looked at again
-    /// after `retry`.
-    pub fn unusable(problem: Problem, retry: Duration) -> Self {
-        Self::Problem {
-            problem,
-            retry: Some(retry),
+    /// What resolving a step's hypervisor connection gave: the connection; a [`Problem`] a
+    /// human must fix (no usable client), looked at again after `retry`; a failed Kubernetes
+    /// read, transient ([`KUBERNETES_ERROR`]).
+    pub fn connected<T>(
+        found: std::result::Result<std::result::Result<T, Problem>, E>,
+        retry: Option<Duration>,
+    ) -> std::result::Result<T, Self> {
+        match found {
+            Ok(Ok(found)) => Ok(found),
+            Ok(Err(problem)) => Err(Self::Problem { problem, retry }),
+            Err(error) => Err(Self::Transient {
+                reason: KUBERNETES_ERROR,
+                error,
+            }),
         }
     }
 }

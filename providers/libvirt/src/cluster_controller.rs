@@ -73,7 +73,7 @@ impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
         secrets: &ReadSecrets<LibvirtCluster>,
     ) -> Result<ClusterCheck, Error> {
         let specs = match hosts::resolve(client, cluster, secrets).await? {
-            Err(e) => return Ok(ClusterCheck::failed(Problem::new(e.reason, e.message))),
+            Err(problem) => return Ok(ClusterCheck::failed(problem)),
             Ok(specs) => specs,
         };
         let (mut up, mut down, mut version) = (Vec::new(), Vec::new(), None);

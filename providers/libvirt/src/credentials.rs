@@ -23,6 +23,8 @@ use std::hash::{Hash, Hasher};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use banlieue_provider_kit::cluster::Problem;
+
 /// Key of the SSH private key (OpenSSH or PEM format).
 pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
 /// Key of the `known_hosts` lines of the libvirt host.
@@ -35,26 +37,6 @@ pub const TLS_CRT: &str = "tls.crt";
 pub const TLS_KEY: &str = "tls.key";
 /// Environment variable overriding [`default_dir`].
 pub const DIR_ENV: &str = "BANLIEUE_LIBVIRT_CREDENTIALS_DIR";
-
-/// Why credentials cannot be used (a condition reason and an actionable message without any
-/// secret value).
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct CredentialsError {
-    /// Condition reason.
-    pub reason: &'static str,
-    /// Message.
-    pub message: String,
-}
-
-impl CredentialsError {
-    fn new(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            reason,
-            message: message.into(),
-        }
-    }
-}
 
 /// How a URI reaches its daemon, as far as credentials are concerned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,11 +84,11 @@ impl std::fmt::Debug for Plan {
 }
 
 /// Decides which Secret keys a URI needs and the files they become.
-pub fn plan(uri: &str, secret: &str, data: &BTreeMap<String, Vec<u8>>) -> Result<Plan, CredentialsError> {
-    let take = |key: &str| -> Result<Vec<u8>, CredentialsError> {
+pub fn plan(uri: &str, secret: &str, data: &BTreeMap<String, Vec<u8>>) -> Result<Plan, Problem> {
+    let take = |key: &str| -> Result<Vec<u8>, Problem> {
         match data.get(key) {
             Some(v) if !v.is_empty() => Ok(v.clone()),
-            _ => Err(CredentialsError::new(
+            _ => Err(Problem::new(
                 "CredentialsInvalid",
                 format!("Secret {secret:?} has no (or an empty) key {key:?}, needed for {uri}"),
             )),
@@ -128,7 +110,7 @@ pub fn plan(uri: &str, secret: &str, data: &BTreeMap<String, Vec<u8>>) -> Result
             ],
             transport: Transport::Tls,
         }),
-        Transport::Other => Err(CredentialsError::new(
+        Transport::Other => Err(Problem::new(
             "CredentialsUnsupported",
             format!(
                 "a credentials Secret ({secret:?}) is only used with qemu+ssh:// or qemu+tls:// URIs, not {uri}: remove credentialsRef or change the URI"
@@ -214,9 +196,9 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-fn io_error(what: &str, e: &std::io::Error) -> CredentialsError {
+fn io_error(what: &str, e: &std::io::Error) -> Problem {
     // The path and the OS error only: never content.
-    CredentialsError::new(
+    Problem::new(
         "CredentialsInvalid",
         format!("cannot write credential files: {what}: {e}"),
     )
@@ -266,7 +248,7 @@ pub fn materialize(
     secret: &str,
     uri: &str,
     data: &BTreeMap<String, Vec<u8>>,
-) -> Result<String, CredentialsError> {
+) -> Result<String, Problem> {
     let plan = plan(uri, secret, data)?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for (name, content) in &plan.files {
@@ -379,7 +361,7 @@ mod tests {
         assert_eq!(e.reason, reason);
         assert!(e.message.contains(mentions), "{}", e.message);
         assert!(e.message.contains("lab-creds"), "{}", e.message);
-        assert!(!e.to_string().contains(MARKER));
+        assert!(!e.message.contains(MARKER));
         assert!(!format!("{e:?}").contains(MARKER));
     }
 

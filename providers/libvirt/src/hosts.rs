@@ -58,36 +58,9 @@ pub fn host_name(uri: &str) -> String {
     }
 }
 
-/// Why a LibvirtCluster's hosts cannot be known (a `Ready=False` reason and message).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HostsError {
-    /// Condition reason.
-    pub reason: &'static str,
-    /// Message.
-    pub message: String,
-}
-
-impl From<Problem> for HostsError {
-    fn from(p: Problem) -> Self {
-        Self {
-            reason: p.reason,
-            message: p.message,
-        }
-    }
-}
-
-impl From<credentials::CredentialsError> for HostsError {
-    fn from(e: credentials::CredentialsError) -> Self {
-        Self {
-            reason: e.reason,
-            message: e.message,
-        }
-    }
-}
-
 /// The hosts of a LibvirtCluster given its Provider (when it has a `providerRef`), before
 /// credentials are applied. Pure.
-pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec<HostSpec>, HostsError> {
+pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec<HostSpec>, Problem> {
     let namespace = lvc.namespace().unwrap_or_default();
     let cluster_creds = lvc
         .spec
@@ -114,9 +87,8 @@ pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec
     let (uri, credentials) = match (&lvc.spec.uri, &lvc.spec.provider_ref) {
         (Some(uri), _) => (uri.clone(), cluster_creds),
         (None, Some(r)) => {
-            let p = provider.ok_or_else(|| HostsError {
-                reason: "ProviderNotFound",
-                message: format!("Provider {:?} not found", r.name),
+            let p = provider.ok_or_else(|| {
+                Problem::new("ProviderNotFound", format!("Provider {:?} not found", r.name))
             })?;
             // A Provider is cluster-scoped: its reference names its namespace (CEL rule).
             let creds = p
@@ -128,10 +100,10 @@ pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec
             (p.spec.endpoint.clone(), creds)
         }
         (None, None) => {
-            return Err(HostsError {
-                reason: "NoHost",
-                message: "set spec.hosts, spec.uri or spec.providerRef".into(),
-            });
+            return Err(Problem::new(
+                "NoHost",
+                "set spec.hosts, spec.uri or spec.providerRef",
+            ));
         }
     };
     Ok(vec![HostSpec {
@@ -160,7 +132,7 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
     client: &kube::Client,
     lvc: &LibvirtCluster,
     read: &ReadSecrets<K>,
-) -> Result<std::result::Result<Vec<HostSpec>, HostsError>> {
+) -> Result<std::result::Result<Vec<HostSpec>, Problem>> {
     let namespace = lvc.namespace().unwrap_or_default();
     let provider = match &lvc.spec.provider_ref {
         Some(r) if lvc.spec.uri.is_none() && lvc.spec.hosts.is_empty() => match connection::allowed_provider(
@@ -173,7 +145,7 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
         .await?
         {
             Ok(p) => Some(p),
-            Err(problem) => return Ok(Err(problem.into())),
+            Err(problem) => return Ok(Err(problem)),
         },
         _ => None,
     };
@@ -187,16 +159,15 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
         let user = provider.is_none().then_some(namespace.as_str());
         let secret = match connection::credentials(client, Some(r), user, &h.uri).await? {
             Ok(secret) => secret,
-            Err(problem) => {
-                let mut e = HostsError::from(problem);
-                e.message = format!("{} (host {})", e.message, h.name);
-                return Ok(Err(e));
+            Err(mut problem) => {
+                problem.message = format!("{} (host {})", problem.message, h.name);
+                return Ok(Err(problem));
             }
         };
         let (ns, data) = (r.namespace.clone().unwrap_or_default(), secret.data);
         match credentials::materialize(&credentials::default_dir(), &ns, &r.name, &h.uri, &data) {
             Ok(uri) => h.uri = uri,
-            Err(e) => return Ok(Err(e.into())),
+            Err(problem) => return Ok(Err(problem)),
         }
     }
     Ok(Ok(hosts))

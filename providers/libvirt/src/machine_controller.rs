@@ -9,15 +9,15 @@
 //! [`crate::readopt`]).
 
 use banlieue_api::common::ProvisioningState;
-use banlieue_api::condition;
 use banlieue_api::infrastructure::{LibvirtMachine, LibvirtMachineStatus};
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::image::Imports;
 use banlieue_provider_kit::machine::{
-    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
+    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Report, Step, StepFailure,
 };
 use banlieue_provider_kit::power;
+use banlieue_provider_kit::progress::Guest;
 use kube::ResourceExt;
 
 use crate::desired::Settings;
@@ -125,16 +125,8 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         status: &mut LibvirtMachineStatus,
     ) -> Result<Step, StepFailure<Error>> {
         let lm = request.machine;
-        let host_specs = match hosts::resolve(client, request.cluster, request.secrets).await {
-            Ok(Ok(h)) => h,
-            Ok(Err(e)) => return Err(StepFailure::problem(e.reason, e.message, None)),
-            Err(error) => {
-                return Err(StepFailure::Transient {
-                    reason: kit::KUBERNETES_ERROR,
-                    error,
-                });
-            }
-        };
+        let resolved = hosts::resolve(client, request.cluster, request.secrets).await;
+        let host_specs = StepFailure::connected(resolved, None)?;
         let hosts = hosts::connect_all(&self.connector, &host_specs);
         let (owner, uuid) = (me(lm), domain_uuid(lm));
         let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
@@ -153,7 +145,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             imports: &self.imports,
         };
         let user_data = request.user_data.map(|d| d.value.as_slice());
-        let step = provision::provision(&hosts, &input, phase, user_data)
+        let mut step = provision::provision(&hosts, &input, phase, user_data)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
         if let Some(p) = &step.phase {
@@ -163,60 +155,29 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);
             // A pending ACPI shutdown is remembered (forced power-off after a timeout).
-            power::record_shutdown(p, step.shutdown_requested_at);
+            power::record_shutdown(p, step.found);
         }
-        if let Some(done) = &step.provisioned {
-            status.power_state = Some(done.power_state);
+        if step.power.is_some() {
+            status.power_state = step.power;
         }
-        // Provisioned is not Ready while the domain is off (the same semantics as every
-        // provider: `status.initialization.provisioned` stays true, `Ready` says why not).
-        let domain = || {
-            format!(
-                "domain {}",
-                crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
-            )
-        };
-        let ready = match &step.provisioned {
-            Some(done) => Report::provisioned(
-                &domain(),
-                Some(done.power_state),
-                lm.spec.power_state,
-                &cloud_init_wait,
-                step.cloud_init.as_ref(),
-                cloud_init::skipped(lm.spec.readiness_checks.as_ref()),
-            ),
-            None => Report::new(
-                false,
-                step.waiting_reason
-                    .or_else(|| step.phase.as_ref().map(Phase::reason))
-                    .unwrap_or("Unknown"),
-                step.waiting.clone().unwrap_or_default(),
-            ),
-        };
         // Once provisioned, what is being brought to the spec (a resize, a power change) is
         // VMUpToDate's, as on every provider.
-        let up_to_date = step.provisioned.as_ref().map(|_| match &step.restart_required {
-            Some(why) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
-            None => Report::up_to_date(step.waiting.clone()),
+        let provisioned = step.provisioned.is_some();
+        if provisioned && step.up_to_date.is_none() {
+            step.up_to_date = Some(Report::up_to_date(step.waiting.clone()));
+        }
+        let domain = format!(
+            "domain {}",
+            crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
+        );
+        let guest = provisioned.then(|| Guest {
+            name: &domain,
+            observed: step.power,
+            desired: lm.spec.power_state,
+            skip_cloud_init: cloud_init::skipped(lm.spec.readiness_checks.as_ref()),
         });
-        let warning = step.restart_required.is_some();
-        let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
-        Ok(Step {
-            provisioned: step.provisioned.map(|done| Provisioned {
-                provider_id: done.provider_id,
-                addresses: (!done.addresses.is_empty()).then_some(done.addresses),
-            }),
-            ready,
-            up_to_date,
-            events: step.events,
-            // A Warning when a change starts waiting for the user's restart (the kit adds
-            // cloud-init's errors).
-            warning,
-            provider_id: None,
-            backoff: false,
-            requeue,
-            next_now: false,
-        })
+        let reason = step.phase.as_ref().map_or("Unknown", Phase::reason);
+        Ok(step.into_step(guest, reason, &cloud_init_wait, false))
     }
 
     async fn delete(

@@ -7,11 +7,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use banlieue_api::common::{MachineAddress, PowerState, ReadinessChecks};
+use banlieue_api::common::{PowerState, ReadinessChecks};
+use banlieue_api::condition;
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_provider_kit::cloud_init::{self, CloudInit};
 use banlieue_provider_kit::image::{IMPORTING_IMAGE, Imports};
+use banlieue_provider_kit::machine::{Provisioned, Report};
 use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
+use banlieue_provider_kit::progress::Progress;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::desired::{self, GIB, Settings};
@@ -72,40 +75,9 @@ pub struct MachineInput<'a> {
     pub imports: &'a Imports,
 }
 
-/// Result of provisioning.
-#[derive(Debug, Default)]
-pub struct Step {
-    /// The phase reached.
-    pub phase: Option<Phase>,
-    /// What it waits for, when waiting.
-    pub waiting: Option<String>,
-    /// Events to publish (reason, note), in order.
-    pub events: Vec<(&'static str, String)>,
-    /// Set when provisioned.
-    pub provisioned: Option<Done>,
-    /// When to reconcile again.
-    pub requeue: Duration,
-    /// Set while an ACPI shutdown is pending: when it was first requested (to persist).
-    pub shutdown_requested_at: Option<Timestamp>,
-    /// Changes waiting for the user's restart (`spec.restartPolicy: Manual`), for `VMUpToDate`.
-    pub restart_required: Option<String>,
-    /// What the guest's cloud-init says, when this step asked.
-    pub cloud_init: Option<CloudInit>,
-    /// The `Ready` reason while waiting, when the phase's own does not say it
-    /// ([`IMPORTING_IMAGE`]).
-    pub waiting_reason: Option<&'static str>,
-}
-
-/// Outputs of a provisioned machine.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Done {
-    /// `libvirt://<host>/<uuid>`.
-    pub provider_id: String,
-    /// Addresses.
-    pub addresses: Vec<MachineAddress>,
-    /// Observed power state.
-    pub power_state: PowerState,
-}
+/// Result of provisioning (the kit's [`Progress`] over the phase reached, if any, with the time
+/// a pending ACPI shutdown was first requested, to persist).
+pub type Step = Progress<Option<Phase>, Option<Timestamp>>;
 
 /// Where a machine without a failure domain goes: spread over the hosts by free memory
 /// ([`banlieue_provider_kit::placement::roomiest`]) instead of filling the first one.
@@ -143,7 +115,7 @@ pub async fn provision<H: Hypervisor>(
     mut phase: Phase,
     user_data: Option<&[u8]>,
 ) -> Result<Step, StepError> {
-    let mut step = Step::default();
+    let mut step = Step::to(None);
     let domain = desired::domain_name(&input.owner.namespace, &input.owner.name);
     loop {
         let next = match &phase {
@@ -284,7 +256,7 @@ pub async fn provision<H: Hypervisor>(
                         power_state = PowerState::Off;
                     }
                     UpdateAction::Shutdown { why } => {
-                        step.shutdown_requested_at = Some(input.shutdown_requested_at.unwrap_or(now));
+                        step.found = Some(input.shutdown_requested_at.unwrap_or(now));
                         hv.shutdown_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
                         if input.shutdown_requested_at.is_none() {
                             step.events.push((
@@ -296,7 +268,7 @@ pub async fn provision<H: Hypervisor>(
                         step.requeue = GUEST_POLL;
                     }
                     UpdateAction::WaitShutdown { why } => {
-                        step.shutdown_requested_at = Some(input.shutdown_requested_at.unwrap_or(now));
+                        step.found = Some(input.shutdown_requested_at.unwrap_or(now));
                         step.waiting = Some(format!("waiting for the guest to power off: {why}"));
                         step.requeue = GUEST_POLL;
                     }
@@ -327,7 +299,7 @@ pub async fn provision<H: Hypervisor>(
                         power_state = PowerState::On;
                     }
                     UpdateAction::RestartRequired { why } => {
-                        step.restart_required = Some(why);
+                        step.up_to_date = Some(Report::new(false, condition::RESTART_REQUIRED, why));
                     }
                     UpdateAction::InSync => {}
                 }
@@ -344,11 +316,11 @@ pub async fn provision<H: Hypervisor>(
                         .map_err(|e| hv_error(&phase, e))?;
                     step.cloud_init = Some(CloudInit::from_result(report.as_deref()));
                 }
-                step.provisioned = Some(Done {
+                step.provisioned = Some(Provisioned {
                     provider_id: desired::provider_id(name, uuid),
-                    addresses,
-                    power_state,
+                    addresses: (!addresses.is_empty()).then_some(addresses),
                 });
+                step.power = Some(power_state);
                 step.phase = Some(Phase::Provisioned {
                     host: name.clone(),
                     uuid: uuid.clone(),

@@ -113,9 +113,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
 
     let (phase, done) = provision_until_lease(&hosts, &input, &user_data).await;
     assert_eq!(done.provider_id, format!("libvirt://localhost/{uid}"));
-    let ip = done
-        .addresses
-        .iter()
+    let ip = (done.addresses.iter().flatten())
         .find(|a| a.type_ == MachineAddressType::InternalIP)
         .expect("an InternalIP")
         .address
@@ -151,7 +149,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
         match provision::provision(&hosts, &reconf, phase.clone(), None).await {
             Ok(step) => {
                 reasons.extend(step.events.iter().map(|e| e.0));
-                pending = step.shutdown_requested_at;
+                pending = step.found;
                 if step.waiting.is_none() {
                     break Ok(());
                 }
@@ -338,7 +336,7 @@ async fn provision_until_lease(
     hosts: &[Host<VirtHypervisor>],
     input: &MachineInput<'_>,
     user_data: &str,
-) -> (Phase, provision::Done) {
+) -> (Phase, banlieue_provider_kit::machine::Provisioned) {
     let started = Instant::now();
     let mut phase = Phase::SelectHost;
     loop {

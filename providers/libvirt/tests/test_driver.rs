@@ -105,7 +105,7 @@ async fn provisions_adopts_and_deletes_on_the_test_driver() {
     // The test driver hands out fake leases, so the machine is provisioned at once.
     let done = step.provisioned.clone().expect("provisioned");
     assert_eq!(done.provider_id, format!("libvirt://h1/{}", o.uid));
-    assert!(!done.addresses.is_empty());
+    assert!(done.addresses.as_ref().is_some_and(|a| !a.is_empty()));
     assert_eq!(
         step.phase,
         Some(Phase::Provisioned {
@@ -413,7 +413,9 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
     let waiting = MachineInput { spec: &s, ..input };
     let (reasons, step) = settle(&hosts, &waiting, provisioned.clone()).await;
     assert!(reasons.is_empty(), "{reasons:?}");
-    let why = step.restart_required.expect("RestartRequired");
+    let up_to_date = step.up_to_date.expect("VMUpToDate");
+    assert_eq!(up_to_date.reason, banlieue_api::condition::RESTART_REQUIRED);
+    let why = up_to_date.message;
     assert!(why.contains("cores 2→4"), "{why}");
     let unchanged = hv.domain_by_uuid(&o.uid).await.unwrap().unwrap();
     assert_eq!(unchanged.sizing, before.sizing);
@@ -425,7 +427,10 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
     let (reasons, step) = settle(&hosts, &input, provisioned.clone()).await;
     assert_eq!(reasons, ["PoweringOff", "Reconfigured", "PoweredOn"]);
     assert_eq!(step.phase, Some(provisioned.clone()));
-    assert_eq!(step.provisioned.unwrap().power_state, PowerState::On);
+    assert_eq!(
+        (step.provisioned.is_some(), step.power),
+        (true, Some(PowerState::On))
+    );
     let after = hv.domain_by_uuid(&o.uid).await.unwrap().unwrap();
     assert_eq!(
         (after.uuid.as_str(), after.name.as_str()),
@@ -458,7 +463,10 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
     );
     let (reasons, step2) = settle(&hosts, &off, step.phase.unwrap()).await;
     assert!(reasons.is_empty(), "{reasons:?}");
-    assert_eq!(step2.provisioned.unwrap().power_state, PowerState::Off);
+    assert_eq!(
+        (step2.provisioned.is_some(), step2.power),
+        (true, Some(PowerState::Off))
+    );
     let mut s2 = s.clone();
     s2.cpu.sockets = Some(2);
     let off2 = MachineInput { spec: &s2, ..off };
@@ -472,7 +480,10 @@ async fn cpu_memory_and_power_changes_reconfigure_the_same_domain_without_reclon
     };
     let (reasons, step) = settle(&hosts, &on, provisioned).await;
     assert_eq!(reasons, ["PoweredOn"]);
-    assert_eq!(step.provisioned.unwrap().power_state, PowerState::On);
+    assert_eq!(
+        (step.provisioned.is_some(), step.power),
+        (true, Some(PowerState::On))
+    );
     assert_eq!(
         hv.domain_by_uuid(&o.uid).await.unwrap().unwrap().state,
         RunState::Running
@@ -510,7 +521,7 @@ async fn a_guest_ignoring_the_acpi_shutdown_is_powered_off_after_the_timeout() {
         .unwrap();
     let reasons: Vec<&str> = step.events.iter().map(|e| e.0).collect();
     assert_eq!(reasons, ["PoweredOffForcibly"]);
-    assert_eq!(step.shutdown_requested_at, None, "nothing pending any more");
+    assert_eq!(step.found, None, "nothing pending any more");
     assert_eq!(
         hv.domain_by_uuid(&o.uid).await.unwrap().unwrap().state,
         RunState::ShutOff
@@ -529,7 +540,7 @@ async fn a_guest_ignoring_the_acpi_shutdown_is_powered_off_after_the_timeout() {
         .await
         .unwrap();
     assert!(step.events.is_empty(), "{:?}", step.events);
-    assert_eq!(step.shutdown_requested_at, Some(recent));
+    assert_eq!(step.found, Some(recent));
     provision::delete(&*hv, &o, &s, &o.uid).await.unwrap();
 }
 

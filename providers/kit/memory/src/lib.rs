@@ -21,11 +21,13 @@ use banlieue_api::common::{
 };
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine, LibvirtMachineStatus};
 use banlieue_provider_kit::ReconcileError;
+use banlieue_provider_kit::cloud_init::Wait;
 use banlieue_provider_kit::cluster::{ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
 use banlieue_provider_kit::network;
+use banlieue_provider_kit::progress::{Guest, Progress};
 use banlieue_provider_kit::secrets::ReadSecrets;
 use kube::ResourceExt;
 
@@ -262,36 +264,6 @@ fn outage(error: Outage) -> StepFailure<Outage> {
     }
 }
 
-fn step(phase: &Phase, ready: Report, events: Vec<(&'static str, String)>) -> Step {
-    let provisioned = match phase {
-        Phase::Provisioned { host, id } => Some(Provisioned {
-            provider_id: format!("{PROVIDER_ID_PREFIX}{host}/{id}"),
-            addresses: Some(vec![MachineAddress::new(
-                MachineAddressType::InternalIP,
-                "192.0.2.10",
-            )]),
-        }),
-        _ => None,
-    };
-    Step {
-        requeue: if provisioned.is_some() {
-            Duration::from_secs(300)
-        } else {
-            Duration::ZERO
-        },
-        // The in-memory VM never drifts from its spec.
-        up_to_date: provisioned.as_ref().map(|_| Report::up_to_date(None)),
-        provisioned,
-        ready,
-        events,
-        warning: false,
-        provider_id: None,
-        backoff: false,
-        // Every step is idempotent (the VM's id is the machine's UID): the next follows at once.
-        next_now: true,
-    }
-}
-
 impl MachineBackend for MemoryMachines {
     type Machine = LibvirtMachine;
     type Error = Outage;
@@ -437,21 +409,48 @@ impl MachineBackend for MemoryMachines {
         };
         next.write(status);
         status.power_state = matches!(next, Phase::Provisioned { .. }).then_some(PowerState::On);
-        let (ready, events) = match (&phase, &next) {
-            (Phase::Provisioned { .. }, Phase::Provisioned { .. }) => {
-                (Report::new(true, "Provisioned", ""), vec![])
+        // What the step did, in the kit's terms: the kit decides `Ready` and `VMUpToDate` from it.
+        let progress = match (&phase, &next) {
+            (Phase::Provisioned { .. }, Phase::Provisioned { .. }) => Progress::<()>::to(()),
+            (_, Phase::Provisioned { id, .. }) => {
+                Progress::to(()).event("Provisioned", format!("VM {id} runs"))
             }
-            (_, Phase::Provisioned { id, .. }) => (
-                Report::new(true, "Provisioned", ""),
-                vec![("Provisioned", format!("VM {id} runs"))],
-            ),
-            (_, Phase::Create { host }) => (
-                Report::new(false, "Creating", format!("creating the VM on {host}")),
-                vec![("Scheduled", format!("placed on host {host}"))],
-            ),
-            (_, _) => (Report::new(false, "PoweringOn", "starting the VM"), vec![]),
+            (_, Phase::Create { host }) => {
+                Progress::wait((), Duration::ZERO, format!("creating the VM on {host}"))
+                    .event("Scheduled", format!("placed on host {host}"))
+            }
+            (_, _) => Progress::wait((), Duration::ZERO, "starting the VM"),
         };
-        Ok(step(&next, ready, events))
+        let Phase::Provisioned { host, id } = &next else {
+            let reason = if matches!(next, Phase::Create { .. }) {
+                "Creating"
+            } else {
+                "PoweringOn"
+            };
+            // Every step is idempotent (the VM's id is the machine's UID): the next follows at once.
+            return Ok(progress.into_step(None, reason, &Wait::default(), true));
+        };
+        let vm = format!("VM {id}");
+        let guest = Guest {
+            name: &vm,
+            observed: status.power_state,
+            desired: machine.spec.power_state,
+            skip_cloud_init: true,
+        };
+        let progress = Progress {
+            requeue: Duration::from_secs(300),
+            provisioned: Some(Provisioned {
+                provider_id: format!("{PROVIDER_ID_PREFIX}{host}/{id}"),
+                addresses: Some(vec![MachineAddress::new(
+                    MachineAddressType::InternalIP,
+                    "192.0.2.10",
+                )]),
+            }),
+            // The in-memory VM never drifts from its spec.
+            up_to_date: Some(Report::up_to_date(None)),
+            ..progress
+        };
+        Ok(progress.into_step(Some(guest), "Provisioned", &Wait::default(), true))
     }
 
     async fn delete(

@@ -14,8 +14,9 @@ use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachin
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
-    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
+    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Step, StepFailure,
 };
+use banlieue_provider_kit::progress::Guest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -304,16 +305,8 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             request.secrets,
         )
         .await;
-        let Connected { hv, connection, site } = match endpoint {
-            Ok(Ok(found)) => found,
-            Ok(Err(problem)) => return Err(StepFailure::unusable(problem, provision::PERMANENT_RETRY)),
-            Err(error) => {
-                return Err(StepFailure::Transient {
-                    reason: kit::KUBERNETES_ERROR,
-                    error,
-                });
-            }
-        };
+        let Connected { hv, connection, site } =
+            StepFailure::connected(endpoint, Some(provision::PERMANENT_RETRY))?;
         let (uid, namespace, name) = (
             pm.uid().unwrap_or_default(),
             pm.namespace().unwrap_or_default(),
@@ -347,7 +340,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         let step = provision::provision_step(&hv, &input, phase, request.user_data, &self.reservations)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
-        let next_now = step.next_now(&from);
+        let next_now = provision::next_now(&step, &from);
         step.phase.write(status);
         if let Some(p) = status.provisioning.as_mut() {
             p.message.clone_from(&step.waiting);
@@ -370,54 +363,19 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         if let Some(power) = step.power {
             status.power_state = Some(power);
         }
-        let provisioned = step.phase.is_provisioned();
         // Once provisioned, day-2 problems (a failed reconfiguration) go to `VMUpToDate`;
         // `Ready` is True while the VM exists and runs (False, `PoweredOff`, while it is off).
-        let ready = match step.phase.location() {
-            Some(loc) if provisioned => Report::provisioned(
-                &format!("VM {}", loc.vmid),
-                status.power_state,
-                pm.spec.power_state,
-                &cloud_init_wait,
-                step.cloud_init.as_ref(),
-                cloud_init::skipped(pm.spec.readiness_checks.as_ref()),
-            ),
-            _ => match &step.failed {
-                Some(failed) => Report::new(false, failed.reason, failed.message.clone()),
-                None => Report::new(
-                    false,
-                    step.waiting_reason.unwrap_or_else(|| step.phase.reason()),
-                    step.waiting.clone().unwrap_or_default(),
-                ),
-            },
-        };
-        // A failed task of a provisioned VM (an update) is VMUpToDate's.
-        let up_to_date = match &step.failed {
-            Some(failed) if provisioned => Some(Report::new(false, failed.reason, failed.message.clone())),
-            _ => step
-                .up_to_date
-                .map(|up| Report::new(up.status, up.reason, up.message)),
-        };
-        let requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
-        // A Warning when a failure or a change waiting for the user's restart appears.
-        let warning = step.failed.is_some()
-            || up_to_date
-                .as_ref()
-                .is_some_and(|u| u.reason == banlieue_api::condition::RESTART_REQUIRED);
-        Ok(Step {
-            provisioned: step.provisioned.map(|done| Provisioned {
-                provider_id: done.provider_id,
-                addresses: Some(done.addresses),
-            }),
-            provider_id: step.provider_id,
-            ready,
-            up_to_date,
-            events: step.event.into_iter().collect(),
-            warning,
-            backoff: step.failed.as_ref().is_some_and(|f| f.busy),
-            requeue,
-            next_now,
-        })
+        let vm = (step.phase.location())
+            .filter(|_| step.phase.is_provisioned())
+            .map(|loc| format!("VM {}", loc.vmid));
+        let guest = vm.as_deref().map(|name| Guest {
+            name,
+            observed: status.power_state,
+            desired: pm.spec.power_state,
+            skip_cloud_init: cloud_init::skipped(pm.spec.readiness_checks.as_ref()),
+        });
+        let reason = step.phase.reason();
+        Ok(step.into_step(guest, reason, &cloud_init_wait, next_now))
     }
 
     async fn delete(

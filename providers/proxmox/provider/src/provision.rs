@@ -33,6 +33,8 @@ use crate::task_failure::{self, TaskFailure};
 use crate::template_facts;
 use crate::update::{self, UpdateAction};
 use banlieue_provider_kit::image::IMPORTING_IMAGE;
+use banlieue_provider_kit::machine::{Provisioned, Report};
+use banlieue_provider_kit::progress::{FailedTask, Progress};
 
 /// How often a running task is polled at most (see [`task_poll`]).
 pub const TASK_POLL: Duration = Duration::from_secs(2);
@@ -116,134 +118,25 @@ impl<'a> MachineInput<'a> {
     }
 }
 
-/// What a provisioning step decided.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Step {
-    /// The phase to persist.
-    pub phase: Phase,
-    /// When to reconcile again.
-    pub requeue: Duration,
-    /// What the step is waiting for, if anything (shown in the `Ready` condition message).
-    pub waiting: Option<String>,
-    /// A notable transition for a Kubernetes Event: `(reason, message)`.
-    pub event: Option<(&'static str, String)>,
-    /// Set on the step that finishes provisioning.
-    pub provisioned: Option<ProvisionedVm>,
-    /// `spec.providerID`, published as soon as the configuration shows the VM's smbios1 uuid
-    /// (the steps after it take it from the spec instead of reading the VM again).
-    pub provider_id: Option<String>,
-    /// The VM's power state, when this step observed it.
-    pub power: Option<PowerState>,
-    /// Whether a provisioned VM matches its spec (the `VMUpToDate` condition), when known.
-    pub up_to_date: Option<UpToDate>,
-    /// A task of the previous step failed; `phase` is the one that tries again.
-    pub failed: Option<FailedTask>,
-    /// What the guest's cloud-init says, when this step asked (see
-    /// [`banlieue_provider_kit::cloud_init`]).
-    pub cloud_init: Option<CloudInit>,
-    /// The `Ready` reason while waiting, when the phase's own does not say it
-    /// ([`IMPORTING_IMAGE`]).
-    pub waiting_reason: Option<&'static str>,
+/// What a provisioning step decided (the kit's [`Progress`] over the Proxmox [`Phase`]).
+pub type Step = Progress<Phase>;
+
+/// Whether the step after `step` (which left `from`) may run at once, before its phase is
+/// persisted ([`banlieue_provider_kit::machine::Step::next_now`]): when it neither waits nor
+/// failed, or when it has just started a task (polled at once: an instant task is done; a
+/// running one is polled again after [`TASK_POLL`]). Never into [`Phase::Clone`]: the VMID is
+/// persisted before the clone starts (see the module docs).
+pub fn next_now(step: &Step, from: &Phase) -> bool {
+    !matches!(step.phase, Phase::Clone(_))
+        && step.follows_at_once(from.task().is_some(), step.phase.task().is_some())
 }
 
-/// A task that failed (see [`crate::task_failure`]): reported in `Ready` (in `VMUpToDate` once
-/// provisioned) with a Warning Event.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FailedTask {
-    /// The condition reason: [`PROXMOX_BUSY`], else the phase's failure reason.
-    pub reason: &'static str,
-    /// The task type and PVE's exit status, and what happens next.
-    pub message: String,
-    /// Proxmox was busy: tried again after the object's backoff rather than
-    /// [`PERMANENT_RETRY`].
-    pub busy: bool,
-}
-
-/// The `VMUpToDate` condition of a provisioned machine: does the VM match the spec (power state,
-/// CPU, memory, disks, networks, tags), and if not, what is being done about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpToDate {
-    /// True when the VM matches the spec.
-    pub status: bool,
-    /// `UpToDate`, `Reconfiguring`, `Resizing`, `PoweringOff`, `PoweringOn`, `VMLocked`.
-    pub reason: &'static str,
-    /// What happens.
-    pub message: String,
-}
-
-impl UpToDate {
-    fn yes() -> Self {
-        Self {
-            status: true,
-            reason: "UpToDate",
-            message: String::new(),
-        }
-    }
-
-    fn no(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            status: false,
-            reason,
-            message: message.into(),
-        }
-    }
-}
-
-impl Step {
-    pub(crate) fn to(phase: Phase) -> Self {
-        Self {
-            phase,
-            requeue: Duration::ZERO,
-            waiting: None,
-            event: None,
-            provisioned: None,
-            provider_id: None,
-            power: None,
-            up_to_date: None,
-            failed: None,
-            cloud_init: None,
-            waiting_reason: None,
-        }
-    }
-
-    fn wait(phase: Phase, requeue: Duration, why: impl Into<String>) -> Self {
-        Self {
-            requeue,
-            waiting: Some(why.into()),
-            ..Self::to(phase)
-        }
-    }
-
-    fn with_event(mut self, reason: &'static str, message: impl Into<String>) -> Self {
-        self.event = Some((reason, message.into()));
-        self
-    }
-}
-
-impl Step {
-    /// Whether the step after this one (which left `from`) may run at once, before this one's
-    /// phase is persisted ([`banlieue_provider_kit::machine::Step::next_now`]): when it neither
-    /// waits nor failed, or when it has just started a task (polled at once: an instant task is
-    /// done; a running one is polled again after [`TASK_POLL`]). Never into
-    /// [`Phase::Clone`]: the VMID is persisted before the clone starts (see the module docs).
-    pub fn next_now(&self, from: &Phase) -> bool {
-        self.failed.is_none()
-            && !matches!(self.phase, Phase::Clone(_))
-            && banlieue_provider_kit::machine::follows_at_once(
-                self.requeue,
-                from.task().is_some(),
-                self.phase.task().is_some(),
-            )
-    }
-}
-
-/// The facts CAPI needs once the VM is up.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProvisionedVm {
-    /// `proxmox://<smbios uuid>`.
-    pub provider_id: String,
-    /// Hostname and internal IPs.
-    pub addresses: Vec<MachineAddress>,
+/// The facts CAPI needs once the VM is up: `proxmox://<smbios uuid>`, hostname and internal IPs.
+fn provisioned(provider_id: String, addresses: Vec<MachineAddress>) -> Option<Provisioned> {
+    Some(Provisioned {
+        provider_id,
+        addresses: Some(addresses),
+    })
 }
 
 pub use crate::error::{StepError, pve_error};
@@ -614,7 +507,7 @@ pub async fn provision_step<H: Hypervisor>(
                 reservations.release(input.uid);
                 // Ownership and config are checked by the next step (Configure re-reads the VM).
                 let message = format!("VM {} cloned on node {}", loc.vmid, loc.node);
-                Ok(Step::to(Phase::Configure(loc, None)).with_event("Cloned", message))
+                Ok(Step::to(Phase::Configure(loc, None)).event("Cloned", message))
             }
             Polled::Running => Ok(Step::wait(
                 Phase::WaitClone(loc, upid.clone()),
@@ -625,7 +518,7 @@ pub async fn provision_step<H: Hypervisor>(
             // synchronous check could not see holds it.
             Polled::Failed(text) if task_failure::classify(&text) == TaskFailure::VmidTaken => {
                 reservations.release(input.uid);
-                Ok(Step::to(Phase::AllocateVmid { node: loc.node }).with_event(
+                Ok(Step::to(Phase::AllocateVmid { node: loc.node }).event(
                     "VMIDTaken",
                     format!(
                         "the clone to VMID {} failed because a guest holds that VMID ({}); choosing another",
@@ -653,7 +546,7 @@ pub async fn provision_step<H: Hypervisor>(
                 if update::desired_power(input.spec) == PowerState::Off {
                     return Ok(Step::to(Phase::Configure(loc, None)));
                 }
-                Ok(Step::to(Phase::PowerOn(loc, None)).with_event("Configured", "VM configured"))
+                Ok(Step::to(Phase::PowerOn(loc, None)).event("Configured", "VM configured"))
             }
             Polled::Done => Ok(Step::to(Phase::Configure(loc, None))),
             Polled::Running => Ok(Step::wait(
@@ -665,14 +558,14 @@ pub async fn provision_step<H: Hypervisor>(
         },
         Phase::Configure(loc, None) => configure(hv, input, loc, bootstrap).await,
         Phase::PowerOn(loc, Some(upid)) => match poll_task(hv, reason, &upid).await? {
-            Polled::Done => Ok(Step::to(Phase::WaitGuest(loc)).with_event("PoweredOn", "VM started")),
+            Polled::Done => Ok(Step::to(Phase::WaitGuest(loc)).event("PoweredOn", "VM started")),
             Polled::Running => Ok(Step::wait(
                 Phase::PowerOn(loc, Some(upid.clone())),
                 task_poll(&upid),
                 "start task running",
             )),
             Polled::Failed(text) if already_running(Some(&text)) => {
-                Ok(Step::to(Phase::WaitGuest(loc)).with_event("PoweredOn", "VM started"))
+                Ok(Step::to(Phase::WaitGuest(loc)).event("PoweredOn", "VM started"))
             }
             // A failed start may still have started the VM: the next step looks.
             Polled::Failed(text) => Ok(task_failed(Phase::PowerOn(loc, None), reason, &upid, &text)),
@@ -724,7 +617,7 @@ async fn readopt_step<H: Hypervisor>(
                 "marking VM {} on {} as this machine's: the object was created anew (clusterctl move or a restore)",
                 loc.vmid, loc.node
             );
-            Ok(Step::wait(Phase::SelectNode, requeue, why.clone()).with_event("Adopting", why))
+            Ok(Step::wait(Phase::SelectNode, requeue, why.clone()).event("Adopting", why))
         }
         Found::Owned(c) => {
             let loc = c.vm.loc;
@@ -738,7 +631,7 @@ async fn readopt_step<H: Hypervisor>(
                     TASK_POLL,
                     format!("VM {} disappeared while being adopted", loc.vmid),
                 )),
-                Some(true) => Ok(Step::to(Phase::WaitGuest(loc)).with_event("Adopted", message)),
+                Some(true) => Ok(Step::to(Phase::WaitGuest(loc)).event("Adopted", message)),
                 Some(false) => {
                     let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
                         return Ok(Step::wait(
@@ -753,7 +646,7 @@ async fn readopt_step<H: Hypervisor>(
                         requeue: Duration::ZERO,
                         ..step
                     }
-                    .with_event("Adopted", message))
+                    .event("Adopted", message))
                 }
             }
         }
@@ -796,7 +689,7 @@ async fn update_step<H: Hypervisor>(
             Polled::Running => {
                 let message = format!("task {} running", upid.task_type);
                 return Ok(Step {
-                    up_to_date: Some(UpToDate::no(progress_reason(*state), message.clone())),
+                    up_to_date: Some(Report::new(false, progress_reason(*state), message.clone())),
                     ..Step::wait(
                         Phase::Update(loc.clone(), *state, Some(upid.clone())),
                         task_poll(upid),
@@ -848,7 +741,7 @@ async fn update_step<H: Hypervisor>(
     if let Some(lock) = config.lock() {
         return Ok(Step {
             power,
-            up_to_date: Some(UpToDate::no("VMLocked", format!("VM is locked ({lock})"))),
+            up_to_date: Some(Report::new(false, "VMLocked", format!("VM is locked ({lock})"))),
             ..Step::wait(current, TASK_POLL, format!("VM is locked ({lock})"))
         });
     }
@@ -867,10 +760,10 @@ async fn update_step<H: Hypervisor>(
             );
             return Ok(Step {
                 power,
-                up_to_date: Some(UpToDate::no("Adopting", why.clone())),
+                up_to_date: Some(Report::new(false, "Adopting", why.clone())),
                 ..Step::wait(current, requeue, why.clone())
             }
-            .with_event("Adopting", why));
+            .event("Adopting", why));
         }
         return Err(permanent(
             reason,
@@ -884,7 +777,7 @@ async fn update_step<H: Hypervisor>(
         .map_err(|e| permanent(reason, e.0))?;
     let start = |state: ProvisioningState, upid: Option<Upid>, why: String| Step {
         power,
-        up_to_date: Some(UpToDate::no(progress_reason(state), why.clone())),
+        up_to_date: Some(Report::new(false, progress_reason(state), why.clone())),
         ..Step::wait(Phase::Update(loc.clone(), state, upid), TASK_POLL, why)
     };
     let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
@@ -894,7 +787,7 @@ async fn update_step<H: Hypervisor>(
         UpdateAction::InSync if running && desired::seed_attached(&config, &seed_volid) => {
             let in_sync = Step {
                 power,
-                up_to_date: Some(UpToDate::yes()),
+                up_to_date: Some(Report::up_to_date(None)),
                 ..Step::to(Phase::Provisioned(loc.clone()))
             };
             let Some(ips) = first_boot_addresses(hv, input, &loc).await? else {
@@ -909,13 +802,10 @@ async fn update_step<H: Hypervisor>(
             remove_seed(hv, input, &loc, reason).await?;
             let first_boot = Step {
                 requeue: RESYNC,
-                provisioned: Some(ProvisionedVm {
-                    provider_id,
-                    addresses: desired::machine_addresses(input.name, &ips),
-                }),
+                provisioned: provisioned(provider_id, desired::machine_addresses(input.name, &ips)),
                 ..in_sync
             }
-            .with_event(
+            .event(
                 "FirstBoot",
                 format!(
                     "VM {} booted for the first time; bootstrap seed removed",
@@ -928,10 +818,12 @@ async fn update_step<H: Hypervisor>(
             let in_sync = Step {
                 requeue: RESYNC,
                 power,
-                up_to_date: Some(UpToDate::yes()),
-                event: in_flight
-                    .is_some()
-                    .then(|| ("Updated", "VM matches the spec".to_owned())),
+                up_to_date: Some(Report::up_to_date(None)),
+                events: in_flight
+                    .as_ref()
+                    .map(|_| ("Updated", "VM matches the spec".to_owned()))
+                    .into_iter()
+                    .collect(),
                 ..Step::to(Phase::Provisioned(loc.clone()))
             };
             high_availability(hv, input, &loc, run, in_sync).await
@@ -939,7 +831,7 @@ async fn update_step<H: Hypervisor>(
         UpdateAction::RestartRequired { why } => Ok(Step {
             requeue: RESYNC,
             power,
-            up_to_date: Some(UpToDate::no(banlieue_api::condition::RESTART_REQUIRED, why)),
+            up_to_date: Some(Report::new(false, banlieue_api::condition::RESTART_REQUIRED, why)),
             ..Step::to(Phase::Provisioned(loc.clone()))
         }),
         UpdateAction::Resize { disk, size } => {
@@ -948,7 +840,7 @@ async fn update_step<H: Hypervisor>(
                 .await
                 .map_err(pve)?;
             let why = format!("growing disk {disk} to {size}");
-            Ok(start(ProvisioningState::Configuring, upid, why.clone()).with_event("Resizing", why))
+            Ok(start(ProvisioningState::Configuring, upid, why.clone()).event("Resizing", why))
         }
         UpdateAction::Apply(update) => {
             let keys: Vec<&str> = update
@@ -962,7 +854,7 @@ async fn update_step<H: Hypervisor>(
                 .update_config(&loc.node, loc.vmid, &update)
                 .await
                 .map_err(pve)?;
-            Ok(start(ProvisioningState::Configuring, upid, why.clone()).with_event("Reconfiguring", why))
+            Ok(start(ProvisioningState::Configuring, upid, why.clone()).event("Reconfiguring", why))
         }
         UpdateAction::Shutdown { why } => {
             let upid = hv
@@ -970,12 +862,12 @@ async fn update_step<H: Hypervisor>(
                 .await
                 .map_err(pve)?;
             let why = format!("shutting VM {} down {why}", loc.vmid);
-            Ok(start(ProvisioningState::PoweringOff, Some(upid), why.clone()).with_event("PoweringOff", why))
+            Ok(start(ProvisioningState::PoweringOff, Some(upid), why.clone()).event("PoweringOff", why))
         }
         UpdateAction::Start => {
             let upid = hv.start_vm(&loc.node, loc.vmid).await.map_err(pve)?;
             let why = format!("starting VM {}", loc.vmid);
-            Ok(start(ProvisioningState::PoweringOn, Some(upid), why.clone()).with_event("PoweringOn", why))
+            Ok(start(ProvisioningState::PoweringOn, Some(upid), why.clone()).event("PoweringOn", why))
         }
     }
 }
@@ -997,14 +889,15 @@ async fn high_availability<H: Hypervisor>(
         .map_err(|e| pve_error(HA_FAILED, e))?;
     if !outcome.changed.is_empty() {
         let message = outcome.changed.join("; ");
-        step.event = Some(match step.event.take() {
-            Some((reason, earlier)) => (reason, format!("{earlier}; {message}")),
-            None => ("HighAvailability", message),
-        });
+        match step.events.last_mut() {
+            Some((_, earlier)) => *earlier = format!("{earlier}; {message}"),
+            None => step.events.push(("HighAvailability", message)),
+        }
     }
     if let Some(rule) = outcome.missing_rule {
         step.requeue = PERMANENT_RETRY;
-        step.up_to_date = Some(UpToDate::no(
+        step.up_to_date = Some(Report::new(
+            false,
             "HARuleNotFound",
             format!(
                 "HA rule {rule:?} does not exist in Proxmox VE: create it (Datacenter → HA → \
@@ -1053,13 +946,13 @@ async fn follow_moved<H: Hypervisor>(
         "VM {} moved from node {} to {} (a migration, node maintenance or HA); following it",
         loc.vmid, loc.node, to.node
     );
-    Ok(Some(Step::to(again(to)).with_event("VMMoved", message)))
+    Ok(Some(Step::to(again(to)).event("VMMoved", message)))
 }
 
 /// The VM disappeared before provisioning finished: start over from the clone (the VMID is kept;
 /// adoption rules still apply).
 fn vanished(loc: VmLocation) -> Step {
-    Step::to(Phase::Clone(loc.clone())).with_event(
+    Step::to(Phase::Clone(loc.clone())).event(
         "VMVanished",
         format!(
             "VM {} disappeared from node {} before it was provisioned",
@@ -1104,7 +997,7 @@ async fn clone<H: Hypervisor>(
         }
         if desired::is_owned_by(&config, input.uid) {
             reservations.release(input.uid);
-            return Ok(Step::to(Phase::Configure(found.clone(), None)).with_event(
+            return Ok(Step::to(Phase::Configure(found.clone(), None)).event(
                 "Adopted",
                 format!(
                     "adopted VM {} on node {} created earlier for this machine",
@@ -1113,7 +1006,7 @@ async fn clone<H: Hypervisor>(
             ));
         }
         reservations.release(input.uid);
-        return Ok(Step::to(Phase::AllocateVmid { node: loc.node }).with_event(
+        return Ok(Step::to(Phase::AllocateVmid { node: loc.node }).event(
             "VMIDTaken",
             format!(
                 "VMID {} is used by a VM this machine did not create; choosing another",
@@ -1172,7 +1065,7 @@ async fn clone<H: Hypervisor>(
             TASK_POLL,
             format!("clone task {upid} running"),
         )
-        .with_event(
+        .event(
             "CloneStarted",
             format!(
                 "cloning template {template_vmid} on {template_node} to VMID {}",
@@ -1376,7 +1269,7 @@ async fn configure<H: Hypervisor>(
         }
         ConfigureAction::Done => Ok(Step {
             provider_id,
-            ..Step::to(Phase::PowerOn(loc, None)).with_event("Configured", "VM configured")
+            ..Step::to(Phase::PowerOn(loc, None)).event("Configured", "VM configured")
         }),
     }
 }
@@ -1414,15 +1307,12 @@ async fn provisioned_powered_off<H: Hypervisor>(
     Ok(Step {
         // Someone started it meanwhile: the update step shuts it down at once.
         requeue: if running { Duration::ZERO } else { RESYNC },
-        provisioned: Some(ProvisionedVm {
-            provider_id,
-            addresses: desired::machine_addresses(input.name, &ips),
-        }),
+        provisioned: provisioned(provider_id, desired::machine_addresses(input.name, &ips)),
         power: Some(update::observed_power(running)),
-        up_to_date: (!running).then(UpToDate::yes),
+        up_to_date: (!running).then(|| Report::up_to_date(None)),
         ..Step::to(Phase::Provisioned(loc))
     }
-    .with_event("Provisioned", message))
+    .event("Provisioned", message))
 }
 
 async fn wait_guest<H: Hypervisor>(
@@ -1494,16 +1384,13 @@ async fn wait_guest<H: Hypervisor>(
     };
     Ok(Step {
         requeue: RESYNC,
-        provisioned: Some(ProvisionedVm {
-            provider_id,
-            addresses,
-        }),
+        provisioned: provisioned(provider_id, addresses),
         power: Some(PowerState::On),
-        up_to_date: Some(UpToDate::yes()),
+        up_to_date: Some(Report::up_to_date(None)),
         cloud_init,
         ..Step::to(Phase::Provisioned(loc))
     }
-    .with_event("Provisioned", message))
+    .event("Provisioned", message))
 }
 
 /// What the guest's cloud-init says now.

@@ -150,8 +150,8 @@ async fn provisions_a_machine_end_to_end() {
         done.provider_id,
         format!("proxmox://0000aaaa-0000-0000-0000-{vmid:012}")
     );
-    assert_eq!(done.addresses[0].address, "m1");
-    assert!(done.addresses.iter().all(|a| a.address != "127.0.0.1"));
+    assert_eq!(done.addresses.as_ref().unwrap()[0].address, "m1");
+    assert!(done.addresses.iter().flatten().all(|a| a.address != "127.0.0.1"));
     assert_eq!(
         last.phase,
         Phase::Provisioned(VmLocation {
@@ -161,7 +161,7 @@ async fn provisions_a_machine_end_to_end() {
     );
     let events: Vec<&str> = steps
         .iter()
-        .filter_map(|s| s.event.as_ref().map(|e| e.0))
+        .filter_map(|s| s.events.first().map(|e| e.0))
         .collect();
     assert_eq!(
         events,
@@ -234,7 +234,7 @@ async fn a_crash_between_clone_start_and_status_write_adopts_the_vm() {
         "{:?}",
         adopted.phase
     );
-    assert_eq!(adopted.event.as_ref().unwrap().0, "Adopted");
+    assert_eq!(adopted.events.first().unwrap().0, "Adopted");
     drive(&hv, &input, adopted.phase, &fresh, provisioned)
         .await
         .unwrap();
@@ -269,7 +269,7 @@ async fn a_foreign_vm_at_the_chosen_vmid_is_left_alone_and_another_vmid_is_used(
     .await
     .unwrap();
     assert_eq!(step.phase, Phase::AllocateVmid { node: "pve1".into() });
-    assert_eq!(step.event.unwrap().0, "VMIDTaken");
+    assert_eq!(step.events[0].0, "VMIDTaken");
     drive(&hv, &input, step.phase, &VmidReservations::default(), provisioned)
         .await
         .unwrap();
@@ -564,7 +564,7 @@ async fn a_template_found_by_name_and_tags_is_cloned() {
 }
 
 /// The steps up to and including the first that reports a failed task, and the first one.
-fn first_failure(steps: &[Step]) -> (usize, &crate::provision::FailedTask) {
+fn first_failure(steps: &[Step]) -> (usize, &banlieue_provider_kit::progress::FailedTask) {
     steps
         .iter()
         .enumerate()
@@ -645,7 +645,7 @@ async fn a_clone_task_that_met_a_taken_vmid_chooses_another() {
     let steps = provision(&hv, &input).await;
     let i = steps
         .iter()
-        .position(|s| s.event.as_ref().is_some_and(|(r, _)| *r == "VMIDTaken"))
+        .position(|s| s.events.first().is_some_and(|(r, _)| *r == "VMIDTaken"))
         .expect("a VMIDTaken event");
     assert!(
         matches!(steps[i].phase, Phase::AllocateVmid { .. }),
@@ -794,7 +794,7 @@ async fn a_vm_that_vanishes_during_configuration_is_recloned_at_the_same_vmid() 
     .await
     .unwrap();
     assert_eq!(step.phase, Phase::Clone(loc));
-    assert_eq!(step.event.unwrap().0, "VMVanished");
+    assert_eq!(step.events[0].0, "VMVanished");
 }
 
 fn status_at(phase: &Phase) -> ProxmoxMachineStatus {
@@ -1026,8 +1026,7 @@ async fn drive_update(hv: &FakePve, input: &MachineInput<'_>, phase: Phase) -> V
             .await
             .unwrap();
         phase = step.phase.clone();
-        let done =
-            matches!(phase, Phase::Provisioned(_)) && step.up_to_date.as_ref().is_some_and(|u| u.status);
+        let done = matches!(phase, Phase::Provisioned(_)) && step.up_to_date.as_ref().is_some_and(|u| u.ok);
         steps.push(step);
         if done {
             return steps;
@@ -1039,7 +1038,7 @@ async fn drive_update(hv: &FakePve, input: &MachineInput<'_>, phase: Phase) -> V
 fn events(steps: &[Step]) -> Vec<&str> {
     steps
         .iter()
-        .filter_map(|s| s.event.as_ref().map(|e| e.0))
+        .filter_map(|s| s.events.first().map(|e| e.0))
         .collect()
 }
 
@@ -1051,7 +1050,7 @@ async fn a_provisioned_vm_in_sync_costs_two_reads_and_no_change() {
     let steps = drive_update(&hv, &input(&spec, None), phase.clone()).await;
     assert_eq!(steps.len(), 1);
     assert_eq!(steps[0].phase, phase);
-    assert_eq!(steps[0].event, None, "no Event when nothing changes");
+    assert_eq!(steps[0].events, vec![], "no Event when nothing changes");
     assert_eq!(steps[0].power, Some(banlieue_api::common::PowerState::On));
     assert_eq!(hv.calls()[before..], ["vm_run_state", "vm_pending"]);
 }
@@ -1130,10 +1129,10 @@ async fn memory_and_cpu_changes_are_applied_cold_and_the_vm_restarted() {
     // While it happened, VMUpToDate said why.
     let shutdown = steps
         .iter()
-        .find(|s| s.event.as_ref().is_some_and(|e| e.0 == "PoweringOff"))
+        .find(|s| s.events.first().is_some_and(|e| e.0 == "PoweringOff"))
         .unwrap();
     let up = shutdown.up_to_date.as_ref().unwrap();
-    assert!(!up.status);
+    assert!(!up.ok);
     assert!(up.message.contains("memory 4096→8192"), "{}", up.message);
 }
 
@@ -1182,7 +1181,7 @@ async fn under_the_manual_restart_policy_a_cold_change_waits_for_the_user() {
     let last = steps.last().unwrap();
     let up = last.up_to_date.as_ref().expect("VMUpToDate");
     assert_eq!(up.reason, "RestartRequired", "{steps:#?}");
-    assert!(!up.status);
+    assert!(!up.ok);
     assert!(
         up.message.contains("cores 2→4")
             && up.message.contains("memory")
@@ -1293,7 +1292,7 @@ async fn a_change_proxmox_keeps_pending_is_applied_by_one_restart() {
     let steps = drive_update(&hv, &input(&changed, None), phase).await;
     let events: Vec<&str> = steps
         .iter()
-        .filter_map(|s| s.event.as_ref().map(|(r, _)| *r))
+        .filter_map(|s| s.events.first().map(|(r, _)| *r))
         .collect();
     assert_eq!(events, ["Reconfiguring", "PoweringOff", "PoweringOn", "Updated"]);
     let applies = hv.calls()[before..]
@@ -1301,7 +1300,7 @@ async fn a_change_proxmox_keeps_pending_is_applied_by_one_restart() {
         .filter(|c| *c == "update_config")
         .count();
     assert_eq!(applies, 1, "written once, not again and again");
-    let why = &steps[1].event.as_ref().unwrap().1;
+    let why = &steps[1].events.first().unwrap().1;
     assert!(why.contains("net0") && why.contains("pending"), "{why}");
 }
 
@@ -1331,10 +1330,10 @@ async fn a_provisioned_vm_that_migrated_is_followed_to_its_new_node() {
         vmid: loc.vmid,
     };
     assert_eq!(moved.phase, Phase::Provisioned(to.clone()));
-    assert_eq!(moved.event.as_ref().map(|(r, _)| *r), Some("VMMoved"));
+    assert_eq!(moved.events.first().map(|(r, _)| *r), Some("VMMoved"));
     let next = one_step(&hv, &input, moved.phase).await;
     assert_eq!(next.phase, Phase::Provisioned(to));
-    assert!(next.up_to_date.as_ref().is_some_and(|u| u.status), "{next:?}");
+    assert!(next.up_to_date.as_ref().is_some_and(|u| u.ok), "{next:?}");
     assert_eq!(
         hv.calls().iter().filter(|c| *c == "clone_vm").count(),
         1,
@@ -1361,7 +1360,7 @@ async fn a_vm_that_migrated_while_booting_is_followed() {
             vmid: loc.vmid
         })
     );
-    assert_eq!(moved.event.as_ref().map(|(r, _)| *r), Some("VMMoved"));
+    assert_eq!(moved.events.first().map(|(r, _)| *r), Some("VMMoved"));
 }
 
 /// A guest listed at the VMID on another node that does not carry this machine's marker is not
@@ -1423,13 +1422,18 @@ async fn a_machine_created_powered_off_is_provisioned_without_booting() {
     assert_eq!(events(&steps), ["CloneStarted", "Cloned", "Provisioned"]);
     let last = steps.last().unwrap();
     assert_eq!(last.power, Some(banlieue_api::common::PowerState::Off));
-    assert_eq!(last.up_to_date.as_ref().map(|u| u.status), Some(true));
+    assert_eq!(last.up_to_date.as_ref().map(|u| u.ok), Some(true));
     let done = last.provisioned.as_ref().expect("provisioned");
     assert_eq!(
         done.provider_id,
         format!("proxmox://0000aaaa-0000-0000-0000-{vmid:012}")
     );
-    let addresses: Vec<&str> = done.addresses.iter().map(|a| a.address.as_str()).collect();
+    let addresses: Vec<&str> = done
+        .addresses
+        .iter()
+        .flatten()
+        .map(|a| a.address.as_str())
+        .collect();
     assert_eq!(
         addresses,
         ["m1", "10.1.2.3"],
@@ -1470,6 +1474,7 @@ async fn a_machine_created_powered_off_is_provisioned_without_booting() {
         refreshed
             .addresses
             .iter()
+            .flatten()
             .any(|a| a.address == format!("10.0.{}.{}", vmid / 250, vmid % 250)),
         "{:?}",
         refreshed.addresses
@@ -1577,7 +1582,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
     );
     let events: Vec<&str> = steps
         .iter()
-        .filter_map(|s| s.event.as_ref())
+        .filter_map(|s| s.events.first())
         .map(|e| e.0)
         .collect();
     assert_eq!(events, ["Adopting", "Adopted", "Provisioned"], "{steps:#?}");
@@ -1685,7 +1690,7 @@ async fn steps_chain_except_into_the_clone_and_where_something_runs() {
         let step = provision_step(&hv, &input, phase, Some(&bootstrap()), &reservations)
             .await
             .unwrap();
-        let chains = step.next_now(&from);
+        let chains = crate::provision::next_now(&step, &from);
         if matches!(step.phase, Phase::Clone(_)) {
             assert!(!chains, "the VMID is persisted before the clone starts");
         }
@@ -1718,7 +1723,10 @@ async fn steps_chain_except_into_the_clone_and_where_something_runs() {
         requeue: crate::provision::TASK_POLL,
         ..Step::to(Phase::PowerOn(loc.clone(), Some(upid.clone())))
     };
-    assert!(!waiting.next_now(&Phase::PowerOn(loc, Some(upid))));
+    assert!(!crate::provision::next_now(
+        &waiting,
+        &Phase::PowerOn(loc, Some(upid))
+    ));
 }
 
 /// Tasks and the guest agent are polled soon after the wait begins and less often the longer it
@@ -1863,7 +1871,7 @@ async fn a_provisioned_machine_with_high_availability_becomes_an_ha_resource_in_
         panic!("provisioned")
     };
     let step = one_step(&hv, &input, Phase::Provisioned(loc.clone())).await;
-    let (reason, message) = step.event.clone().expect("an Event");
+    let (reason, message) = step.events.first().cloned().expect("an Event");
     assert_eq!(reason, "HighAvailability");
     assert!(
         message.contains(&format!("added vm:{} to HA rule spread", loc.vmid)),
@@ -1878,11 +1886,11 @@ async fn a_provisioned_machine_with_high_availability_becomes_an_ha_resource_in_
         rule.resource_ids(),
         vec!["vm:4242".to_owned(), format!("vm:{}", loc.vmid)]
     );
-    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.ok), "{step:?}");
 
     let before = hv.calls().len();
     let again = one_step(&hv, &input, step.phase).await;
-    assert_eq!(again.event, None);
+    assert_eq!(again.events, vec![]);
     let writes: Vec<String> = hv.calls()[before..]
         .iter()
         .filter(|c| {
@@ -1908,7 +1916,7 @@ async fn a_missing_ha_rule_is_reported_and_joined_once_it_exists() {
     let vmid = phase.location().unwrap().vmid;
     let step = one_step(&hv, &input, phase).await;
     let up_to_date = step.up_to_date.clone().expect("VMUpToDate");
-    assert!(!up_to_date.status);
+    assert!(!up_to_date.ok);
     assert_eq!(up_to_date.reason, "HARuleNotFound");
     assert!(
         up_to_date.message.contains("\"spread\""),
@@ -1919,7 +1927,7 @@ async fn a_missing_ha_rule_is_reported_and_joined_once_it_exists() {
 
     hv.add_ha_rule("spread", "node-affinity", &["vm:4242"]);
     let step = one_step(&hv, &input, step.phase).await;
-    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.ok), "{step:?}");
     assert!(
         hv.ha_rule_now("spread")
             .unwrap()
@@ -1946,7 +1954,7 @@ async fn dropping_high_availability_removes_only_the_resource_the_provider_added
     let step = one_step(&hv, &input_without, step.phase).await;
     assert_eq!(hv.ha_resource_now(vmid), None, "removed");
     assert_eq!(
-        step.event.as_ref().map(|(r, m)| (*r, m.as_str())),
+        step.events.first().map(|(r, m)| (*r, m.as_str())),
         Some(("HighAvailability", format!("removed vm:{vmid} from HA").as_str()))
     );
 
@@ -1957,7 +1965,7 @@ async fn dropping_high_availability_removes_only_the_resource_the_provider_added
     hv.create_ha_resource(vmid, &by_hand).await.unwrap();
     let step = one_step(&hv, &input_without, step.phase).await;
     assert!(hv.ha_resource_now(vmid).is_some(), "left alone");
-    assert_eq!(step.event, None);
+    assert_eq!(step.events, vec![]);
 }
 
 /// Deleting an HA machine's VM takes it out of HA and out of its rules (PVE's `purge`).

@@ -376,9 +376,7 @@ async fn container_and_cni_interfaces_are_not_the_machines_addresses() -> Result
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let done = step.provisioned.context("provisioned once the agent answers")?;
-    let internal: Vec<&str> = done
-        .addresses
-        .iter()
+    let internal: Vec<&str> = (done.addresses.iter().flatten())
         .filter(|a| a.type_ == MachineAddressType::InternalIP)
         .map(|a| a.address.as_str())
         .collect();
@@ -428,9 +426,9 @@ async fn a_nic_change_kept_pending_is_applied_by_one_restart_through_the_wire() 
     let (mut phase, mut events) = (phase, Vec::new());
     for _ in 0..50 {
         let step = provision_step(&client, &input, phase, None, &reservations).await?;
-        events.extend(step.event.clone().map(|(r, _)| r));
+        events.extend(step.events.first().cloned().map(|(r, _)| r));
         phase = step.phase;
-        if matches!(phase, Phase::Provisioned(_)) && step.up_to_date.is_some_and(|u| u.status) {
+        if matches!(phase, Phase::Provisioned(_)) && step.up_to_date.is_some_and(|u| u.ok) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -474,10 +472,10 @@ async fn a_migrated_vm_is_followed_and_deleted_on_its_new_node() -> Result<()> {
 
     let reservations = VmidReservations::default();
     let step = provision_step(&client, &input, phase, None, &reservations).await?;
-    assert_eq!(step.event.as_ref().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
+    assert_eq!(step.events.first().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
     assert_eq!(step.phase.location().map(|l| l.node.as_str()), Some("pve3"));
     let step = provision_step(&client, &input, step.phase, None, &reservations).await?;
-    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.ok), "{step:?}");
     let vms: Vec<_> = sim.vms().into_iter().filter(|v| !v.template).collect();
     assert_eq!(vms.len(), 1, "never cloned again");
     assert_eq!(vms[0].config.get("smbios1").cloned(), uuid_before, "the same VM");
@@ -760,7 +758,7 @@ async fn an_ha_machine_joins_its_rule_is_followed_when_ha_moves_it_and_leaves_ha
     let vmid = step.phase.location().context("location")?.vmid;
     let sid = format!("vm:{vmid}");
     assert_eq!(
-        step.event.as_ref().map(|(r, _)| *r),
+        step.events.first().map(|(r, _)| *r),
         Some("HighAvailability"),
         "{step:?}"
     );
@@ -783,11 +781,11 @@ async fn an_ha_machine_joins_its_rule_is_followed_when_ha_moves_it_and_leaves_ha
         .context("the HA manager's migration task")?;
     probe.wait_task("pve2", &migration.upid).await?;
     let step = provision_step(&client, &machine, step.phase, None, &reservations).await?;
-    assert_eq!(step.event.as_ref().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
+    assert_eq!(step.events.first().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
     assert_eq!(step.phase.location().map(|l| l.node.as_str()), Some("pve3"));
     let step = provision_step(&client, &machine, step.phase, None, &reservations).await?;
-    assert!(step.up_to_date.as_ref().is_some_and(|u| u.status), "{step:?}");
-    assert_eq!(step.event, None, "in sync on its new node: {step:?}");
+    assert!(step.up_to_date.as_ref().is_some_and(|u| u.ok), "{step:?}");
+    assert_eq!(step.events, vec![], "in sync on its new node: {step:?}");
 
     delete_as(&client, HA_UID, &step.phase).await?;
     assert!(sim.vm(vmid).is_none(), "deleted");

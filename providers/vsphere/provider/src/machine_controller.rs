@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use banlieue_api::common::{PowerState, ProvisioningState};
-use banlieue_api::condition;
+
 use banlieue_api::infrastructure::{
     VSphereCluster, VSphereFailureDomain, VSphereMachine, VSphereMachineStatus,
 };
@@ -19,6 +19,7 @@ use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
+use banlieue_provider_kit::progress::Guest;
 use banlieue_provider_kit::secrets::ReadSecrets;
 use banlieue_provider_runtime::metrics::Metrics;
 use kube::ResourceExt;
@@ -153,19 +154,8 @@ impl MachineBackend for VSphereMachines {
             .as_deref()
             .or(request.view.failure_domain.as_deref());
         let recorded = status.server.clone();
-        let (client, own_server) = match self
-            .client(kube, cluster, (domain, recorded.as_deref()), request.secrets)
-            .await
-        {
-            Ok(Ok(found)) => found,
-            Ok(Err(p)) => return Err(StepFailure::unusable(p, provision::PERMANENT_RETRY)),
-            Err(error) => {
-                return Err(StepFailure::Transient {
-                    reason: kit::KUBERNETES_ERROR,
-                    error,
-                });
-            }
-        };
+        let found = (self.client(kube, cluster, (domain, recorded.as_deref()), request.secrets)).await;
+        let (client, own_server) = StepFailure::connected(found, Some(provision::PERMANENT_RETRY))?;
         let (uid, name, namespace) = (
             vm.uid().unwrap_or_default(),
             vm.name_any(),
@@ -193,17 +183,18 @@ impl MachineBackend for VSphereMachines {
         let step = provision::provision_step(&client, &input, phase, user_data, desired_power)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
-        let next_now = step.next_now(&from);
+        let mut step = step;
+        let next_now = provision::next_now(&step, &from);
         step.phase.write(status);
         // Kept from the first step on: the clone may have happened in it.
         status.server = own_server;
-        if let Some(fd) = &step.failure_domain {
+        if let Some(fd) = &step.found.failure_domain {
             status.failure_domain = Some(fd.clone());
         } else if status.failure_domain.is_none() {
             status.failure_domain = request.view.failure_domain.clone();
         }
-        let mut provisioned = None;
-        if let Some(info) = &step.vm {
+        let provisioned = step.phase.is_provisioned();
+        if let Some(info) = &step.found.vm {
             status.addresses = provision::addresses(&name, info);
             status.power_state = info.power_state.map(|p| match p {
                 banlieue_vsphere_client::VmPowerState::PoweredOn => PowerState::On,
@@ -214,59 +205,20 @@ impl MachineBackend for VSphereMachines {
             {
                 status.node = Some(host.value.clone());
             }
-            provisioned = info.bios_uuid.as_ref().map(|uuid| Provisioned {
+            step.provisioned = info.bios_uuid.as_ref().map(|uuid| Provisioned {
                 provider_id: format!("vsphere://{uuid}"),
                 addresses: None,
             });
-        }
-        let why = step.waiting.clone().unwrap_or_default();
-        let provisioned_phase = step.phase.is_provisioned();
-        let ready = match (provisioned_phase, &step.failed) {
-            (true, _) => {
-                // What the guest's cloud-init says, unless a change is in flight.
-                let now = step
-                    .vm
-                    .as_ref()
-                    .filter(|_| ask_cloud_init && step.waiting.is_none() && step.failed.is_none())
-                    .map(|info| guest_report::cloud_init(&info.extra_config));
-                // A VM cloned before the reporter existed says nothing: not waited for.
-                let skip = cloud_init::skipped(vm.spec.readiness_checks.as_ref())
-                    || step
-                        .vm
-                        .as_ref()
-                        .is_some_and(|info| !guest_report::reports(&info.extra_config));
-                let guest = format!("VM {name}");
-                Report::provisioned(
-                    &guest,
-                    status.power_state,
-                    vm.spec.power_state,
-                    &cloud_init_wait,
-                    now.as_ref(),
-                    skip,
-                )
+            // What the guest's cloud-init says, unless a change is in flight.
+            if provisioned && ask_cloud_init && step.waiting.is_none() && step.failed.is_none() {
+                step.cloud_init = Some(guest_report::cloud_init(&info.extra_config));
             }
-            (false, Some((reason, message))) => Report::new(false, reason, message.clone()),
-            (false, None) => Report::new(
-                false,
-                step.waiting_reason.unwrap_or_else(|| step.phase.reason()),
-                why,
-            ),
-        };
-        // Once provisioned, drift being corrected and a failed correction are VMUpToDate's, as on
-        // every provider.
-        let up_to_date = provisioned_phase.then(|| match (&step.failed, &step.restart_required) {
-            (Some((reason, message)), _) => Report::new(false, reason, message.clone()),
-            (None, Some(why)) => Report::new(false, condition::RESTART_REQUIRED, why.clone()),
-            (None, None) => Report::up_to_date(step.waiting.clone()),
-        });
+        }
+        // Once provisioned, drift being corrected is VMUpToDate's, as on every provider.
+        if provisioned && step.up_to_date.is_none() {
+            step.up_to_date = Some(Report::up_to_date(step.waiting.clone()));
+        }
         // A settled provisioned VM gets the tags of its labels (spec.tagsFromLabels).
-        let mut events: Vec<(&'static str, String)> = if step.failed.is_some() {
-            vec![]
-        } else {
-            step.event.clone().into_iter().collect()
-        };
-        let mut up_to_date = up_to_date;
-        let mut tagging_failed = false;
         if let Phase::Provisioned(vm_ref, None) = &step.phase
             && step.failed.is_none()
             && !vm.spec.tags_from_labels.is_empty()
@@ -274,12 +226,13 @@ impl MachineBackend for VSphereMachines {
             let wanted = crate::tags::wanted(vm.labels(), &vm.spec.tags_from_labels);
             match crate::tags::sync(&client, vm_ref, &wanted).await {
                 Ok(changes) if !changes.is_empty() => {
-                    events.push((crate::tags::TAGS_CHANGED, changes.join(", ")));
+                    step.events.push((crate::tags::TAGS_CHANGED, changes.join(", ")));
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    tagging_failed = true;
-                    up_to_date = Some(Report::new(
+                    step.warning = true;
+                    step.requeue = step.requeue.min(provision::TAGGING_RETRY);
+                    step.up_to_date = Some(Report::new(
                         false,
                         crate::tags::TAGGING_FAILED,
                         format!("the tags of spec.tagsFromLabels: {e}"),
@@ -287,24 +240,17 @@ impl MachineBackend for VSphereMachines {
                 }
             }
         }
-        // A Warning when a failure or a change waiting for the user's restart appears (the kit
-        // adds cloud-init's errors).
-        let warning = step.failed.is_some() || step.restart_required.is_some() || tagging_failed;
-        let mut requeue = cloud_init_wait.requeue(ready.reason, step.requeue);
-        if tagging_failed {
-            requeue = requeue.min(provision::TAGGING_RETRY);
-        }
-        Ok(Step {
-            provisioned,
-            ready,
-            up_to_date,
-            events,
-            warning,
-            provider_id: None,
-            backoff: false,
-            requeue,
-            next_now,
-        })
+        let guest = format!("VM {name}");
+        let guest = provisioned.then(|| Guest {
+            name: &guest,
+            observed: status.power_state,
+            desired: vm.spec.power_state,
+            // A VM cloned before the reporter existed says nothing: not waited for.
+            skip_cloud_init: cloud_init::skipped(vm.spec.readiness_checks.as_ref())
+                || (step.found.vm.as_ref()).is_some_and(|info| !guest_report::reports(&info.extra_config)),
+        });
+        let reason = step.phase.reason();
+        Ok(step.into_step(guest, reason, &cloud_init_wait, next_now))
     }
 
     async fn delete(

@@ -25,6 +25,8 @@ use crate::phase::Phase;
 use crate::readopt::{self, Found};
 use crate::update::{self, DesiredNic, UpdateAction};
 use banlieue_provider_kit::image::IMPORTING_IMAGE;
+use banlieue_provider_kit::machine::Report;
+use banlieue_provider_kit::progress::{FailedTask, Progress};
 
 pub use crate::readopt::{OWNER_KEY, OWNER_NAME_KEY};
 /// How often a running task is polled.
@@ -292,72 +294,25 @@ pub fn addresses(name: &str, info: &VmInfo) -> Vec<MachineAddress> {
     out
 }
 
-/// What a step decided.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Step {
-    /// Phase to persist.
-    pub phase: Phase,
-    /// When to look again.
-    pub requeue: Duration,
-    /// What the step waits for (shown in the `Ready` message).
-    pub waiting: Option<String>,
-    /// A notable transition for an Event: `(reason, message)`.
-    pub event: Option<(&'static str, String)>,
-    /// Facts once provisioned.
+/// What a step decided (the kit's [`Progress`] over the vSphere [`Phase`]).
+pub type Step = Progress<Phase, Seen>;
+
+/// What a step saw of the VM, for the status.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Seen {
+    /// The VM's facts, once it exists.
     pub vm: Option<VmInfo>,
     /// The failure domain the VM was placed in.
     pub failure_domain: Option<String>,
-    /// A task that failed: `(reason, message)` for `Ready=False` and a Warning Event; the phase
-    /// is kept without the task so that the next reconcile tries again.
-    pub failed: Option<(&'static str, String)>,
-    /// Changes waiting for the user's restart (`spec.restartPolicy: Manual`), for `VMUpToDate`.
-    pub restart_required: Option<String>,
-    /// The `Ready` reason while waiting, when the phase's own does not say it
-    /// ([`IMPORTING_IMAGE`]).
-    pub waiting_reason: Option<&'static str>,
 }
 
-impl Step {
-    fn to(phase: Phase) -> Self {
-        Self {
-            phase,
-            requeue: Duration::ZERO,
-            waiting: None,
-            event: None,
-            vm: None,
-            failure_domain: None,
-            failed: None,
-            restart_required: None,
-            waiting_reason: None,
-        }
-    }
-
-    fn wait(phase: Phase, requeue: Duration, why: impl Into<String>) -> Self {
-        Self {
-            requeue,
-            waiting: Some(why.into()),
-            ..Self::to(phase)
-        }
-    }
-
-    fn event(mut self, reason: &'static str, message: impl Into<String>) -> Self {
-        self.event = Some((reason, message.into()));
-        self
-    }
-
-    /// Whether the step after this one (which left `from`) may run at once, before this one's
-    /// phase is persisted ([`banlieue_provider_kit::machine::Step::next_now`]): when it neither
-    /// waits nor failed, or when it has just started a task (polled at once). Every step is
-    /// safe to run again after a crash: a VM carrying the machine's UID is adopted rather than
-    /// cloned again (see the module docs).
-    pub fn next_now(&self, from: &Phase) -> bool {
-        self.failed.is_none()
-            && banlieue_provider_kit::machine::follows_at_once(
-                self.requeue,
-                from.task().is_some(),
-                self.phase.task().is_some(),
-            )
-    }
+/// Whether the step after `step` (which left `from`) may run at once, before its phase is
+/// persisted ([`banlieue_provider_kit::machine::Step::next_now`]): when it neither waits nor
+/// failed, or when it has just started a task (polled at once). Every step is safe to run
+/// again after a crash: a VM carrying the machine's UID is adopted rather than cloned again (see
+/// the module docs).
+pub fn next_now(step: &Step, from: &Phase) -> bool {
+    step.follows_at_once(from.task().is_some(), step.phase.task().is_some())
 }
 
 pub use crate::error::{StepError, client_error};
@@ -535,7 +490,7 @@ pub async fn provision_step(
                 "CloneStarted",
                 format!("cloning {} into {}", p.template, p.folder),
             );
-            step.failure_domain = p.failure_domain;
+            step.found.failure_domain = p.failure_domain;
             Ok(step)
         }
         Phase::WaitClone(task) => match c.task_info(&task).await {
@@ -655,7 +610,7 @@ pub async fn provision_step(
             if has_ip || skip || desired_power == PowerState::Off {
                 let mut step = Step::to(Phase::Provisioned(vm, None)).event("Provisioned", "VM is running");
                 step.requeue = RESYNC;
-                step.vm = Some(info);
+                step.found.vm = Some(info);
                 return Ok(step);
             }
             Ok(Step::wait(
@@ -669,7 +624,7 @@ pub async fn provision_step(
             if info.power_state != Some(VmPowerState::PoweredOn) {
                 // Off: the change that needed it proceeds from the provisioned phase.
                 let mut step = Step::to(Phase::Provisioned(vm, None));
-                step.vm = Some(info);
+                step.found.vm = Some(info);
                 return Ok(step);
             }
             if power::shutdown_overdue(Some(since), Timestamp::now()) {
@@ -684,7 +639,7 @@ pub async fn provision_step(
                 );
                 let mut step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone())
                     .event(power::POWERED_OFF_FORCIBLY, why);
-                step.vm = Some(info);
+                step.found.vm = Some(info);
                 return Ok(step);
             }
             let why = if desired_power == PowerState::Off {
@@ -698,14 +653,14 @@ pub async fn provision_step(
                 power::SHUTDOWN_TIMEOUT.as_secs()
             );
             let mut step = Step::wait(Phase::ShuttingDown(vm, since), GUEST_POLL, message);
-            step.vm = Some(info);
+            step.found.vm = Some(info);
             Ok(step)
         }
         Phase::Provisioned(vm, task) => {
             if let Some(mut step) =
                 poll(c, task, "UpdateFailed", |t| Phase::Provisioned(vm.clone(), t)).await?
             {
-                step.vm = Some(existing_vm(c, &vm).await?);
+                step.found.vm = Some(existing_vm(c, &vm).await?);
                 return Ok(step);
             }
             let info = existing_vm(c, &vm).await?;
@@ -724,7 +679,7 @@ pub async fn provision_step(
                 );
                 let mut step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone())
                     .event("Adopting", why);
-                step.vm = Some(info);
+                step.found.vm = Some(info);
                 return Ok(step);
             }
             let nics = desired_nics(c, input).await?;
@@ -733,14 +688,15 @@ pub async fn provision_step(
                     UpdateAction::InSync => {
                         let mut step = Step::to(Phase::Provisioned(vm, None));
                         step.requeue = RESYNC;
-                        step.vm = Some(info);
+                        step.found.vm = Some(info);
                         return Ok(step);
                     }
                     UpdateAction::RestartRequired { why } => {
                         let mut step = Step::to(Phase::Provisioned(vm, None));
                         step.requeue = RESYNC;
-                        step.vm = Some(info);
-                        step.restart_required = Some(why);
+                        step.found.vm = Some(info);
+                        step.up_to_date =
+                            Some(Report::new(false, banlieue_api::condition::RESTART_REQUIRED, why));
                         return Ok(step);
                     }
                     UpdateAction::Reconfigure { spec, what } => (
@@ -759,7 +715,7 @@ pub async fn provision_step(
                                 format!("waiting for the guest to shut down ({why})"),
                             )
                             .event("PoweringOff", format!("guest shutdown requested {why}"));
-                            step.vm = Some(info);
+                            step.found.vm = Some(info);
                             return Ok(step);
                         }
                         // Without VMware Tools (or in a state the guest cannot be asked in) the
@@ -788,7 +744,7 @@ pub async fn provision_step(
                 };
             let mut step =
                 Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, waiting).event(event.0, event.1);
-            step.vm = Some(info);
+            step.found.vm = Some(info);
             Ok(step)
         }
     }
@@ -922,7 +878,11 @@ async fn poll(
         Err(e) => {
             let message = e.to_string();
             let mut step = Step::wait(at(None), PERMANENT_RETRY, message.clone());
-            step.failed = Some((reason, message));
+            step.failed = Some(FailedTask {
+                reason,
+                message,
+                busy: false,
+            });
             Some(step)
         }
     })

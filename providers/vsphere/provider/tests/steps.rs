@@ -181,7 +181,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
     let steps = drive(&c, &copy, Phase::Clone, b"#cloud-config\nnew: data\n").await?;
     let events: Vec<&str> = steps
         .iter()
-        .filter_map(|s| s.event.as_ref())
+        .filter_map(|s| s.events.first())
         .map(|e| e.0)
         .collect();
     ensure!(events == ["Adopting", "Provisioned"], "{events:?}");
@@ -358,11 +358,11 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
         bail!("not shutting down: {:?}", step.phase);
     };
     ensure!(
-        step.event
-            .as_ref()
+        step.events
+            .first()
             .is_some_and(|(reason, _)| *reason == "PoweringOff"),
         "{:?}",
-        step.event
+        step.events
     );
     // vcsim's guest obeys at once: the next step finds it off and goes on from Provisioned.
     let step = off_step(&c, &input, Phase::ShuttingDown(vm.clone(), since)).await?;
@@ -400,11 +400,11 @@ async fn powering_off_asks_the_guest_first_and_forces_it_after_the_timeout() -> 
         bail!("no hard power-off: {:?}", step.phase);
     };
     ensure!(
-        step.event
-            .as_ref()
+        step.events
+            .first()
             .is_some_and(|(reason, _)| *reason == power::POWERED_OFF_FORCIBLY),
         "{:?}",
-        step.event
+        step.events
     );
     c.wait_task(task, Duration::from_millis(50), TIMEOUT).await?;
     ensure!(

@@ -641,9 +641,11 @@ async fn readopt_step<H: Hypervisor>(
                         ));
                     };
                     let step = provisioned_powered_off(hv, input, loc, &config).await?;
-                    // The update step starts it at once if the spec wants it on.
+                    // The update step starts it at once if the spec wants it on. Its one Event
+                    // says the adoption (not provisioning, which happened elsewhere).
                     Ok(Step {
                         requeue: Duration::ZERO,
+                        events: Vec::new(),
                         ..step
                     }
                     .event("Adopted", message))

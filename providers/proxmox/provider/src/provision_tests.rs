@@ -159,10 +159,7 @@ async fn provisions_a_machine_end_to_end() {
             vmid
         })
     );
-    let events: Vec<&str> = steps
-        .iter()
-        .filter_map(|s| s.events.first().map(|e| e.0))
-        .collect();
+    let events: Vec<&str> = steps.iter().flat_map(|s| s.events.iter().map(|e| e.0)).collect();
     assert_eq!(
         events,
         ["CloneStarted", "Cloned", "Configured", "PoweredOn", "Provisioned"]
@@ -234,7 +231,10 @@ async fn a_crash_between_clone_start_and_status_write_adopts_the_vm() {
         "{:?}",
         adopted.phase
     );
-    assert_eq!(adopted.events.first().unwrap().0, "Adopted");
+    assert_eq!(
+        adopted.events.iter().map(|e| e.0).collect::<Vec<_>>(),
+        ["Adopted"]
+    );
     drive(&hv, &input, adopted.phase, &fresh, provisioned)
         .await
         .unwrap();
@@ -1036,10 +1036,7 @@ async fn drive_update(hv: &FakePve, input: &MachineInput<'_>, phase: Phase) -> V
 }
 
 fn events(steps: &[Step]) -> Vec<&str> {
-    steps
-        .iter()
-        .filter_map(|s| s.events.first().map(|e| e.0))
-        .collect()
+    steps.iter().flat_map(|s| s.events.iter().map(|e| e.0)).collect()
 }
 
 #[tokio::test]
@@ -1292,7 +1289,7 @@ async fn a_change_proxmox_keeps_pending_is_applied_by_one_restart() {
     let steps = drive_update(&hv, &input(&changed, None), phase).await;
     let events: Vec<&str> = steps
         .iter()
-        .filter_map(|s| s.events.first().map(|(r, _)| *r))
+        .flat_map(|s| s.events.iter().map(|(r, _)| *r))
         .collect();
     assert_eq!(events, ["Reconfiguring", "PoweringOff", "PoweringOn", "Updated"]);
     let applies = hv.calls()[before..]
@@ -1330,7 +1327,10 @@ async fn a_provisioned_vm_that_migrated_is_followed_to_its_new_node() {
         vmid: loc.vmid,
     };
     assert_eq!(moved.phase, Phase::Provisioned(to.clone()));
-    assert_eq!(moved.events.first().map(|(r, _)| *r), Some("VMMoved"));
+    assert_eq!(
+        moved.events.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        ["VMMoved"]
+    );
     let next = one_step(&hv, &input, moved.phase).await;
     assert_eq!(next.phase, Phase::Provisioned(to));
     assert!(next.up_to_date.as_ref().is_some_and(|u| u.ok), "{next:?}");
@@ -1360,7 +1360,10 @@ async fn a_vm_that_migrated_while_booting_is_followed() {
             vmid: loc.vmid
         })
     );
-    assert_eq!(moved.events.first().map(|(r, _)| *r), Some("VMMoved"));
+    assert_eq!(
+        moved.events.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        ["VMMoved"]
+    );
 }
 
 /// A guest listed at the VMID on another node that does not carry this machine's marker is not
@@ -1580,11 +1583,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
             .any(|c| c == "start_vm" || c == "stop_vm" || c == "delete_vm"),
         "{calls:?}"
     );
-    let events: Vec<&str> = steps
-        .iter()
-        .filter_map(|s| s.events.first())
-        .map(|e| e.0)
-        .collect();
+    let events: Vec<&str> = steps.iter().flat_map(|s| &s.events).map(|e| e.0).collect();
     assert_eq!(events, ["Adopting", "Adopted", "Provisioned"], "{steps:#?}");
     let done = steps.iter().rev().find_map(|s| s.provisioned.clone()).unwrap();
     assert_eq!(done, before.provisioned.unwrap(), "same providerID and addresses");
@@ -1621,6 +1620,28 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
     }
     assert!(deleted);
     assert!(hv.vms().is_empty(), "the adopted VM was deleted");
+}
+
+/// A stopped VM found by its providerID is adopted with one Event that says so, not one that
+/// says it was provisioned (that happened where it was created).
+#[tokio::test]
+async fn a_stopped_vm_adopted_by_provider_id_is_announced_as_adopted_only() {
+    let hv = FakePve::new(2);
+    hv.set_task_polls(1);
+    let (spec, _) = provisioned_machine(&hv).await;
+    let (vmid, mut vm) = hv.vms().into_iter().next().unwrap();
+    vm.running = false;
+    hv.insert_vm(vmid, vm);
+
+    let steps = provision(&hv, &moved_input(&spec)).await;
+
+    let events: Vec<&str> = steps.iter().flat_map(|s| s.events.iter().map(|e| e.0)).collect();
+    assert_eq!(events, ["Adopting", "Adopted"], "{steps:#?}");
+    assert!(
+        !hv.vm(vmid).unwrap().running,
+        "adopted as it was: {:?}",
+        hv.calls()
+    );
 }
 
 #[tokio::test]

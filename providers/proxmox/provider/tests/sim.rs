@@ -426,7 +426,7 @@ async fn a_nic_change_kept_pending_is_applied_by_one_restart_through_the_wire() 
     let (mut phase, mut events) = (phase, Vec::new());
     for _ in 0..50 {
         let step = provision_step(&client, &input, phase, None, &reservations).await?;
-        events.extend(step.events.first().cloned().map(|(r, _)| r));
+        events.extend(step.events.iter().map(|(r, _)| *r));
         phase = step.phase;
         if matches!(phase, Phase::Provisioned(_)) && step.up_to_date.is_some_and(|u| u.ok) {
             break;
@@ -472,7 +472,11 @@ async fn a_migrated_vm_is_followed_and_deleted_on_its_new_node() -> Result<()> {
 
     let reservations = VmidReservations::default();
     let step = provision_step(&client, &input, phase, None, &reservations).await?;
-    assert_eq!(step.events.first().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
+    assert_eq!(
+        step.events.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        ["VMMoved"],
+        "{step:?}"
+    );
     assert_eq!(step.phase.location().map(|l| l.node.as_str()), Some("pve3"));
     let step = provision_step(&client, &input, step.phase, None, &reservations).await?;
     assert!(step.up_to_date.as_ref().is_some_and(|u| u.ok), "{step:?}");
@@ -781,7 +785,11 @@ async fn an_ha_machine_joins_its_rule_is_followed_when_ha_moves_it_and_leaves_ha
         .context("the HA manager's migration task")?;
     probe.wait_task("pve2", &migration.upid).await?;
     let step = provision_step(&client, &machine, step.phase, None, &reservations).await?;
-    assert_eq!(step.events.first().map(|(r, _)| *r), Some("VMMoved"), "{step:?}");
+    assert_eq!(
+        step.events.iter().map(|(r, _)| *r).collect::<Vec<_>>(),
+        ["VMMoved"],
+        "{step:?}"
+    );
     assert_eq!(step.phase.location().map(|l| l.node.as_str()), Some("pve3"));
     let step = provision_step(&client, &machine, step.phase, None, &reservations).await?;
     assert!(step.up_to_date.as_ref().is_some_and(|u| u.ok), "{step:?}");

@@ -179,11 +179,7 @@ async fn a_machine_created_anew_by_clusterctl_move_adopts_its_vm_by_provider_id(
     // show it is never delivered.
     let copy = input(NEW_UID, "m1", &s, &cluster);
     let steps = drive(&c, &copy, Phase::Clone, b"#cloud-config\nnew: data\n").await?;
-    let events: Vec<&str> = steps
-        .iter()
-        .filter_map(|s| s.events.first())
-        .map(|e| e.0)
-        .collect();
+    let events: Vec<&str> = steps.iter().flat_map(|s| &s.events).map(|e| e.0).collect();
     ensure!(events == ["Adopting", "Provisioned"], "{events:?}");
     let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
         bail!("not provisioned");

@@ -323,9 +323,11 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             spec.to_mut().tags.extend(label_tags);
         }
         let input = MachineInput {
-            uid: &uid,
-            namespace: &namespace,
-            name: &name,
+            owner: readopt::Owner {
+                uid: &uid,
+                namespace: &namespace,
+                name: &name,
+            },
             spec: &spec,
             // On a spread cluster, the failure domain chose the endpoint, not the node.
             failure_domain: owner_failure_domain.filter(|_| site.is_none()),

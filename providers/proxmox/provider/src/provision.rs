@@ -81,12 +81,9 @@ pub const RESYNC: Duration = Duration::from_secs(600);
 /// Everything about the machine that provisioning reads (besides the hypervisor).
 #[derive(Clone, Copy, Debug)]
 pub struct MachineInput<'a> {
-    /// The ProxmoxMachine's UID: the ownership marker on the VM.
-    pub uid: &'a str,
-    /// Namespace of the ProxmoxMachine.
-    pub namespace: &'a str,
-    /// Name of the ProxmoxMachine; also the VM name and the guest hostname.
-    pub name: &'a str,
+    /// The ProxmoxMachine the VM is marked for (its UID); its name is also the VM name and the
+    /// guest hostname.
+    pub owner: readopt::Owner<'a>,
     /// The ProxmoxMachine spec.
     pub spec: &'a ProxmoxMachineSpec,
     /// The Machine's `spec.failureDomain`.
@@ -105,17 +102,6 @@ pub struct MachineInput<'a> {
     /// The machine is provisioned and its `Ready` still waits on the guest's cloud-init
     /// ([`cloud_init::pending`]): a provisioned step asks the guest again.
     pub cloud_init_pending: bool,
-}
-
-impl<'a> MachineInput<'a> {
-    /// The owner the machine's VM is marked for.
-    pub fn owner(&self) -> readopt::Owner<'a> {
-        readopt::Owner {
-            uid: self.uid,
-            namespace: self.namespace,
-            name: self.name,
-        }
-    }
 }
 
 /// What a provisioning step decided (the kit's [`Progress`] over the Proxmox [`Phase`]).
@@ -414,13 +400,13 @@ async fn allocate_vmid<H: Hypervisor>(
         // The listing holds QEMU guests only: PVE itself is asked whether the VMID is free, so a
         // container holding it is not cloned over (REAL-PVE.md R8).
         for id in range.start..=range.end {
-            if used.contains(&id) || !reservations.reserve(input.uid, id) {
+            if used.contains(&id) || !reservations.reserve(input.owner.uid, id) {
                 continue;
             }
             if hv.vmid_is_free(id).await.map_err(pve)? {
                 return Ok(id);
             }
-            reservations.release(input.uid);
+            reservations.release(input.owner.uid);
         }
         return Err(permanent(
             "VMIDRangeExhausted",
@@ -434,12 +420,12 @@ async fn allocate_vmid<H: Hypervisor>(
     // in a long run: the guest listing skips them instead of one probe each.
     let proposed = hv.next_vmid().await.map_err(pve)?;
     let mut used = HashSet::new();
-    if reservations.reserve_next(input.uid, proposed, &used) != Some(proposed) {
+    if reservations.reserve_next(input.owner.uid, proposed, &used) != Some(proposed) {
         used = hv.guests().await.map_err(pve)?.iter().map(|g| g.vmid).collect();
     }
     let mut from = proposed;
     for _ in 0..VMID_PROBES {
-        let Some(candidate) = reservations.reserve_next(input.uid, from, &used) else {
+        let Some(candidate) = reservations.reserve_next(input.owner.uid, from, &used) else {
             break;
         };
         // PVE has just said its proposal is free: only another VMID is asked about.
@@ -448,7 +434,7 @@ async fn allocate_vmid<H: Hypervisor>(
         }
         from = candidate.saturating_add(1);
     }
-    reservations.release(input.uid);
+    reservations.release(input.owner.uid);
     Err(permanent(reason, "no free VMID found near the one PVE proposed"))
 }
 
@@ -504,7 +490,7 @@ pub async fn provision_step<H: Hypervisor>(
         Phase::Clone(loc) => clone(hv, input, loc, reservations).await,
         Phase::WaitClone(loc, upid) => match poll_task(hv, reason, &upid).await? {
             Polled::Done => {
-                reservations.release(input.uid);
+                reservations.release(input.owner.uid);
                 // Ownership and config are checked by the next step (Configure re-reads the VM).
                 let message = format!("VM {} cloned on node {}", loc.vmid, loc.node);
                 Ok(Step::to(Phase::Configure(loc, None)).event("Cloned", message))
@@ -517,7 +503,7 @@ pub async fn provision_step<H: Hypervisor>(
             // PVE removes what a failed clone made: the VMID is free again, unless a guest the
             // synchronous check could not see holds it.
             Polled::Failed(text) if task_failure::classify(&text) == TaskFailure::VmidTaken => {
-                reservations.release(input.uid);
+                reservations.release(input.owner.uid);
                 Ok(Step::to(Phase::AllocateVmid { node: loc.node }).event(
                     "VMIDTaken",
                     format!(
@@ -535,7 +521,7 @@ pub async fn provision_step<H: Hypervisor>(
             // its configuration again. A VM meant to stay off is looked at once more, to publish
             // it provisioned.
             Polled::Done if upid.task_type == UPLOAD_TASK => {
-                let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+                let seed_volid = desired::seed_volid(input.seed_storage, input.owner.uid);
                 hv.set_config(
                     &loc.node,
                     loc.vmid,
@@ -601,7 +587,7 @@ async fn readopt_step<H: Hypervisor>(
 ) -> Result<Step, StepError> {
     let reason = "AdoptionFailed";
     let pve = |e| pve_error(reason, e);
-    match readopt::find(hv, input.owner(), provider_id).await? {
+    match readopt::find(hv, input.owner, provider_id).await? {
         Found::Missing => Err(permanent(
             "VMNotFound",
             format!(
@@ -611,7 +597,7 @@ async fn readopt_step<H: Hypervisor>(
         Found::Foreign(_, why) | Found::TakenOver(_, why) => Err(permanent(reason, why)),
         Found::Remark(c) => {
             let loc = c.vm.loc;
-            let update = readopt::remark(&c.vm.config, input.owner());
+            let update = readopt::remark(&c.vm.config, input.owner);
             let requeue = apply_remark(hv, &loc, &update, reason).await?;
             let why = format!(
                 "marking VM {} on {} as this machine's: the object was created anew (clusterctl move or a restore)",
@@ -747,14 +733,13 @@ async fn update_step<H: Hypervisor>(
             ..Step::wait(current, TASK_POLL, format!("VM is locked ({lock})"))
         });
     }
-    if !desired::is_owned_by(&config, input.uid) {
-        if let Some(why) = readopt::taken_over(&readopt::marks(&config), &readopt::label(&loc), input.owner())
-        {
+    if !desired::is_owned_by(&config, input.owner.uid) {
+        if let Some(why) = readopt::taken_over(&readopt::marks(&config), &readopt::label(&loc), input.owner) {
             return Err(permanent(readopt::ADOPTION_FAILED, why));
         }
-        if readopt::remark_provisioned(&config, input.owner(), input.spec.provider_id.as_deref()) {
+        if readopt::remark_provisioned(&config, input.owner, input.spec.provider_id.as_deref()) {
             // The object was created anew with its status (e.g. restored): re-mark the VM.
-            let update = readopt::remark(&config, input.owner());
+            let update = readopt::remark(&config, input.owner);
             let requeue = apply_remark(hv, &loc, &update, reason).await?;
             let why = format!(
                 "marking VM {} on {} as this machine's: the object was created anew",
@@ -775,14 +760,14 @@ async fn update_step<H: Hypervisor>(
             ),
         ));
     }
-    let action = update::next_update_action(input.spec, input.uid, &config, running, &pending)
+    let action = update::next_update_action(input.spec, input.owner.uid, &config, running, &pending)
         .map_err(|e| permanent(reason, e.0))?;
     let start = |state: ProvisioningState, upid: Option<Upid>, why: String| Step {
         power,
         up_to_date: Some(Report::new(false, progress_reason(state), why.clone())),
         ..Step::wait(Phase::Update(loc.clone(), state, upid), TASK_POLL, why)
     };
-    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+    let seed_volid = desired::seed_volid(input.seed_storage, input.owner.uid);
     match action {
         // A machine provisioned powered off still carries its seed: once the guest has booted
         // (it reports an address), the seed is removed and the addresses refreshed.
@@ -804,7 +789,7 @@ async fn update_step<H: Hypervisor>(
             remove_seed(hv, input, &loc, reason).await?;
             let first_boot = Step {
                 requeue: RESYNC,
-                provisioned: provisioned(provider_id, desired::machine_addresses(input.name, &ips)),
+                provisioned: provisioned(provider_id, desired::machine_addresses(input.owner.name, &ips)),
                 ..in_sync
             }
             .event(
@@ -884,7 +869,7 @@ async fn high_availability<H: Hypervisor>(
     run: RunState,
     mut step: Step,
 ) -> Result<Step, StepError> {
-    let comment = ha::comment(input.namespace, input.name);
+    let comment = ha::comment(input.owner.namespace, input.owner.name);
     let wanted = input.spec.high_availability.as_ref();
     let outcome = ha::converge(hv, wanted, &comment, loc, run.ha_managed, run.running)
         .await
@@ -937,7 +922,7 @@ async fn follow_moved<H: Hypervisor>(
         .provider_id
         .as_deref()
         .is_none_or(|id| desired::provider_id(&config).as_deref() == Some(id));
-    if !desired::is_owned_by(&config, input.uid) || !same_identity {
+    if !desired::is_owned_by(&config, input.owner.uid) || !same_identity {
         return Ok(None);
     }
     let to = VmLocation {
@@ -997,8 +982,8 @@ async fn clone<H: Hypervisor>(
                 ),
             ));
         }
-        if desired::is_owned_by(&config, input.uid) {
-            reservations.release(input.uid);
+        if desired::is_owned_by(&config, input.owner.uid) {
+            reservations.release(input.owner.uid);
             return Ok(Step::to(Phase::Configure(found.clone(), None)).event(
                 "Adopted",
                 format!(
@@ -1007,7 +992,7 @@ async fn clone<H: Hypervisor>(
                 ),
             ));
         }
-        reservations.release(input.uid);
+        reservations.release(input.owner.uid);
         return Ok(Step::to(Phase::AllocateVmid { node: loc.node }).event(
             "VMIDTaken",
             format!(
@@ -1043,7 +1028,7 @@ async fn clone<H: Hypervisor>(
     let linked = input.spec.clone_mode == Some(CloneMode::Linked);
     let request = CloneRequest {
         newid: loc.vmid,
-        name: Some(input.name.to_owned()),
+        name: Some(input.owner.name.to_owned()),
         target: (template_node != loc.node).then(|| loc.node.clone()),
         full: Some(!linked),
         // A full clone puts every disk on one storage: spec.storage, else the first disk's own.
@@ -1058,7 +1043,11 @@ async fn clone<H: Hypervisor>(
         },
         format: None,
         pool: input.spec.pool.clone(),
-        description: Some(desired::owner_description(input.uid, input.namespace, input.name)),
+        description: Some(desired::owner_description(
+            input.owner.uid,
+            input.owner.namespace,
+            input.owner.name,
+        )),
         snapname: None,
     };
     match hv.clone_vm(&template_node, template_vmid, &request).await {
@@ -1082,7 +1071,7 @@ async fn clone<H: Hypervisor>(
             for node in [template_node.clone(), loc.node.clone()] {
                 match hv.vm_config(&node, loc.vmid).await {
                     Err(e) if e.class() == ErrorClass::Auth => return Err(pve(e)),
-                    Ok(Some(config)) if desired::is_owned_by(&config, input.uid) => {
+                    Ok(Some(config)) if desired::is_owned_by(&config, input.owner.uid) => {
                         return Ok(Step::wait(
                             Phase::Clone(loc),
                             TASK_POLL,
@@ -1092,7 +1081,7 @@ async fn clone<H: Hypervisor>(
                     _ => {}
                 }
             }
-            reservations.release(input.uid);
+            reservations.release(input.owner.uid);
             Ok(Step::to(Phase::AllocateVmid { node: loc.node }))
         }
         Err(e) => Err(refused_clone(pve(e))),
@@ -1162,7 +1151,7 @@ async fn configure<H: Hypervisor>(
             format!("VM is locked ({lock})"),
         ));
     }
-    if !desired::is_owned_by(&config, input.uid) {
+    if !desired::is_owned_by(&config, input.owner.uid) {
         return Err(permanent(
             reason,
             format!(
@@ -1176,7 +1165,7 @@ async fn configure<H: Hypervisor>(
     if !skips_guest_agent(input.spec) && !config.agent_enabled() {
         return Err(guest_agent_not_configured(loc.vmid));
     }
-    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+    let seed_volid = desired::seed_volid(input.seed_storage, input.owner.uid);
     let spec_error = |e: desired::SpecError| permanent(reason, e.0);
     // The providerID is known from here on: published now, so the steps after this one need
     // not read the configuration again for it.
@@ -1200,7 +1189,7 @@ async fn configure<H: Hypervisor>(
     let mut config = config;
     let mut applied_at_once = false;
     let action = loop {
-        match desired::next_configure_action(input.spec, input.uid, &config, &seed_volid)
+        match desired::next_configure_action(input.spec, input.owner.uid, &config, &seed_volid)
             .map_err(spec_error)?
         {
             // Options PVE stores as written are set synchronously and the next action is taken
@@ -1245,7 +1234,7 @@ async fn configure<H: Hypervisor>(
                 .ok_or_else(|| permanent(reason, "the cloned VM has no smbios1 uuid"))?;
             let seed = desired::seed(
                 bootstrap,
-                input.name,
+                input.owner.name,
                 instance_id,
                 input.spec,
                 &config,
@@ -1259,7 +1248,7 @@ async fn configure<H: Hypervisor>(
                 .upload_iso(
                     &loc.node,
                     input.seed_storage,
-                    &desired::seed_file_name(input.uid),
+                    &desired::seed_file_name(input.owner.uid),
                     iso,
                 )
                 .await
@@ -1309,7 +1298,7 @@ async fn provisioned_powered_off<H: Hypervisor>(
     Ok(Step {
         // Someone started it meanwhile: the update step shuts it down at once.
         requeue: if running { Duration::ZERO } else { RESYNC },
-        provisioned: provisioned(provider_id, desired::machine_addresses(input.name, &ips)),
+        provisioned: provisioned(provider_id, desired::machine_addresses(input.owner.name, &ips)),
         power: Some(update::observed_power(running)),
         up_to_date: (!running).then(|| Report::up_to_date(None)),
         ..Step::to(Phase::Provisioned(loc))
@@ -1352,7 +1341,7 @@ async fn wait_guest<H: Hypervisor>(
             Some(ips) => ips,
         }
     };
-    let addresses = desired::machine_addresses(input.name, &ips);
+    let addresses = desired::machine_addresses(input.owner.name, &ips);
     if !skip_agent && addresses.len() < 2 {
         return Ok(Step::wait(
             Phase::WaitGuest(loc),
@@ -1440,7 +1429,7 @@ async fn remove_seed<H: Hypervisor>(
     loc: &VmLocation,
     reason: &'static str,
 ) -> Result<Option<String>, StepError> {
-    let seed_volid = desired::seed_volid(input.seed_storage, input.uid);
+    let seed_volid = desired::seed_volid(input.seed_storage, input.owner.uid);
     hv.set_config(
         &loc.node,
         loc.vmid,
@@ -1479,7 +1468,7 @@ async fn first_boot_addresses<H: Hypervisor>(
         .guest_addresses(&loc.node, loc.vmid)
         .await
         .map_err(|e| pve_error("GuestNotReady", e))?;
-    Ok(ips.filter(|ips| desired::machine_addresses(input.name, ips).len() >= 2))
+    Ok(ips.filter(|ips| desired::machine_addresses(input.owner.name, ips).len() >= 2))
 }
 
 /// What a deletion step decided.

@@ -16,6 +16,7 @@ use crate::phase::{Phase, VmLocation};
 use crate::provision::{
     DeleteStep, MachineInput, Step, StepError, VMID_PROBES, VmidReservations, delete_step, provision_step,
 };
+use crate::readopt;
 
 static NO_POOL: banlieue_provider_kit::network::PoolAddresses =
     banlieue_provider_kit::network::PoolAddresses::new();
@@ -50,9 +51,11 @@ fn bootstrap() -> BootstrapData {
 
 fn input<'a>(spec: &'a ProxmoxMachineSpec, fd: Option<&'a str>) -> MachineInput<'a> {
     MachineInput {
-        uid: UID,
-        namespace: "ns",
-        name: "m1",
+        owner: readopt::Owner {
+            uid: UID,
+            namespace: "ns",
+            name: "m1",
+        },
         spec,
         failure_domain: fd,
         cluster_allowed_nodes: &[],
@@ -282,14 +285,8 @@ async fn concurrent_machines_get_distinct_vmids_from_reservations() {
     let hv = FakePve::new(1);
     let spec = spec();
     let reservations = VmidReservations::default();
-    let a = MachineInput {
-        uid: "uid-a",
-        ..input(&spec, None)
-    };
-    let b = MachineInput {
-        uid: "uid-b",
-        ..input(&spec, None)
-    };
+    let a = with_owner(input(&spec, None), |o| o.uid = "uid-a");
+    let b = with_owner(input(&spec, None), |o| o.uid = "uid-b");
     let node = || Phase::AllocateVmid { node: "pve1".into() };
     let pa = provision_step(&hv, &a, node(), None, &reservations)
         .await
@@ -330,10 +327,7 @@ async fn hundreds_of_machines_allocating_at_once_get_distinct_vmids_without_wast
     let reservations = VmidReservations::default();
     let uids: Vec<String> = (0..400).map(|i| format!("uid-{i}")).collect();
     let allocations = futures::future::join_all(uids.iter().map(|uid| {
-        let input = MachineInput {
-            uid,
-            ..input(&spec, None)
-        };
+        let input = with_owner(input(&spec, None), |o| o.uid = uid);
         let (hv, reservations) = (&hv, &reservations);
         async move {
             provision_step(
@@ -393,10 +387,7 @@ async fn a_long_run_of_freshly_cloned_vmids_above_a_held_proposal_does_not_fail_
     assert!(reservations.reserve("uid-slow", proposed));
     let step = provision_step(
         &hv,
-        &MachineInput {
-            uid: "uid-new",
-            ..input(&spec, None)
-        },
+        &with_owner(input(&spec, None), |o| o.uid = "uid-new"),
         Phase::AllocateVmid { node: "pve1".into() },
         None,
         &reservations,
@@ -451,10 +442,7 @@ async fn a_template_kept_once_per_node_is_cloned_from_the_copy_on_the_chosen_nod
     // Placed by its failure domain on a node without a copy: told why.
     let err = drive(
         &hv,
-        &MachineInput {
-            uid: "another",
-            ..input(&spec, Some("pve1"))
-        },
+        &with_owner(input(&spec, Some("pve1")), |o| o.uid = "another"),
         Phase::SelectNode,
         &VmidReservations::default(),
         provisioned,
@@ -491,10 +479,7 @@ async fn vmid_range_is_honoured_and_exhaustion_is_permanent() {
             vmid: 9001
         })
     );
-    let other = MachineInput {
-        uid: "other",
-        ..input
-    };
+    let other = with_owner(input, |o| o.uid = "other");
     let err = provision_step(
         &hv,
         &other,
@@ -1517,15 +1502,19 @@ async fn a_first_boot_waits_for_the_guest_before_removing_the_seed() {
     assert_eq!(hv.volumes().len(), 1, "seed kept until the guest answers");
 }
 
+/// `input` marked for another owner (`change` sets its UID or name).
+fn with_owner<'a>(input: MachineInput<'a>, change: impl FnOnce(&mut readopt::Owner<'a>)) -> MachineInput<'a> {
+    let mut owner = input.owner;
+    change(&mut owner);
+    MachineInput { owner, ..input }
+}
+
 /// What `clusterctl move` leaves the target cluster's provider with: a ProxmoxMachine with the
 /// same name and spec (providerID included), a new UID and no status.
 const MOVED_UID: &str = "7d0c5e1a-2b3c-4d5e-8f90-a1b2c3d4e5f6";
 
 fn moved_input<'a>(spec: &'a ProxmoxMachineSpec) -> MachineInput<'a> {
-    MachineInput {
-        uid: MOVED_UID,
-        ..input(spec, None)
-    }
+    with_owner(input(spec, None), |o| o.uid = MOVED_UID)
 }
 
 /// Provisions one machine and returns the spec as CAPI would see it afterwards (providerID set).
@@ -1649,10 +1638,7 @@ async fn a_provider_id_of_a_vm_created_for_another_machine_is_refused() {
     let hv = FakePve::new(1);
     hv.set_task_polls(1);
     let (spec, _) = provisioned_machine(&hv).await;
-    let other = MachineInput {
-        name: "m2",
-        ..moved_input(&spec)
-    };
+    let other = with_owner(moved_input(&spec), |o| o.name = "m2");
     let err = provision_step(
         &hv,
         &other,

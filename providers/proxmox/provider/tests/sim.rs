@@ -41,9 +41,11 @@ fn spec() -> ProxmoxMachineSpec {
 
 fn input<'a>(spec: &'a ProxmoxMachineSpec, uid: &'a str) -> MachineInput<'a> {
     MachineInput {
-        uid,
-        namespace: "ns",
-        name: "m1",
+        owner: banlieue_proxmox::readopt::Owner {
+            uid,
+            namespace: "ns",
+            name: "m1",
+        },
         spec,
         failure_domain: Some("pve1"),
         cluster_allowed_nodes: &[],
@@ -628,12 +630,11 @@ async fn machine_lives(sim: &SimHandle, client: &Client) -> Result<()> {
         ..spec()
     };
     let pinned = input(&spec, UID);
-    let placed = MachineInput {
-        uid: "4f1c2d3e-0000-4000-8000-00000000beef",
-        name: "m2",
+    let mut placed = MachineInput {
         failure_domain: None,
-        ..input(&spec, UID)
+        ..input(&spec, "4f1c2d3e-0000-4000-8000-00000000beef")
     };
+    placed.owner.name = "m2";
     let mut machines = Vec::new();
     for machine in [pinned, placed] {
         machines.push((machine, provision(client, &machine).await?));
@@ -672,7 +673,7 @@ async fn machine_lives(sim: &SimHandle, client: &Client) -> Result<()> {
         })
         .await
         .context("changed while off")?;
-        delete_as(client, machine.uid, &phase).await?;
+        delete_as(client, machine.owner.uid, &phase).await?;
     }
     anyhow::ensure!(sim.vms().iter().all(|v| v.template), "every VM deleted");
     let isos: Vec<_> = sim
@@ -751,11 +752,11 @@ async fn an_ha_machine_joins_its_rule_is_followed_when_ha_moves_it_and_leaves_ha
         ..spec()
     };
     const HA_UID: &str = "4f1c2d3e-0000-4000-8000-0000000000a1";
-    let machine = MachineInput {
-        name: "m2",
+    let mut machine = MachineInput {
         failure_domain: Some("pve2"),
         ..input(&ha, HA_UID)
     };
+    machine.owner.name = "m2";
     let phase = provision(&client, &machine).await?;
     let reservations = VmidReservations::default();
     let step = provision_step(&client, &machine, phase, None, &reservations).await?;
@@ -902,10 +903,8 @@ async fn firmware_tpm_cpu_model_and_a_mapped_gpu_are_given_to_the_new_vm() -> Re
         }],
         ..spec()
     };
-    let input = MachineInput {
-        name: "m2",
-        ..input(&missing, "4f1c2d3e-0000-4000-8000-0000000000a2")
-    };
+    let mut input = input(&missing, "4f1c2d3e-0000-4000-8000-0000000000a2");
+    input.owner.name = "m2";
     let mut phase = drive(&client, &input, Phase::SelectNode, |p| {
         matches!(p, Phase::PowerOn(..))
     })
@@ -1012,7 +1011,7 @@ async fn an_image_from_a_url_becomes_one_template_per_node_that_machines_clone()
 
     let second = "4f1c2d3e-0000-4000-8000-00000000abce";
     let (mut a, mut b) = (input(&spec, UID), input(&spec, second));
-    b.name = "m2";
+    b.owner.name = "m2";
     let (reasons, phase_a) = drive_image(&client, &a).await;
     assert_eq!(
         reasons,
@@ -1048,8 +1047,8 @@ async fn an_image_from_a_url_becomes_one_template_per_node_that_machines_clone()
 
     // Another node gets its own template (its storage is local): made from the same file.
     a.failure_domain = Some("pve2");
-    a.uid = "4f1c2d3e-0000-4000-8000-00000000abcf";
-    a.name = "m3";
+    a.owner.uid = "4f1c2d3e-0000-4000-8000-00000000abcf";
+    a.owner.name = "m3";
     let (reasons, phase_c) = drive_image(&client, &a).await;
     assert_eq!(reasons, ["ImportingImage"]);
     let phase_c = phase_c?;
@@ -1095,7 +1094,7 @@ async fn machines_of_one_image_at_once_share_one_import() -> Result<()> {
     let tag = banlieue_proxmox::image_import::image_tag(spec.source.image.as_ref().context("image")?);
     let second = "4f1c2d3e-0000-4000-8000-00000000abd1";
     let (a, mut b) = (input(&spec, UID), input(&spec, second));
-    b.name = "m2";
+    b.owner.name = "m2";
     let release = async {
         // Both machines wait on the held download, then it is answered.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -1320,7 +1319,7 @@ async fn a_new_import_never_takes_a_machine_vm_for_its_template() -> Result<()> 
         .await?;
 
     let mut second = input(&spec, "4f1c2d3e-0000-4000-8000-00000000abd0");
-    second.name = "m2";
+    second.owner.name = "m2";
     let (reasons, outcome) = drive_image(&client, &second).await;
     assert_eq!(reasons, ["ImportingImage"], "a new template is made");
     outcome?;

@@ -162,9 +162,11 @@ impl MachineBackend for VSphereMachines {
             vm.namespace().unwrap_or_default(),
         );
         let input = MachineInput {
-            uid: &uid,
-            namespace: &namespace,
-            name: &name,
+            owner: readopt::Owner {
+                uid: &uid,
+                namespace: &namespace,
+                name: &name,
+            },
             spec: &vm.spec,
             cluster,
             failure_domain: domain,

@@ -41,12 +41,9 @@ pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
 /// Everything about the machine provisioning reads.
 #[derive(Clone, Copy, Debug)]
 pub struct MachineInput<'a> {
-    /// UID of the VSphereMachine (ownership marker).
-    pub uid: &'a str,
-    /// Namespace of the VSphereMachine.
-    pub namespace: &'a str,
-    /// Name: VM name and guest hostname.
-    pub name: &'a str,
+    /// The VSphereMachine the VM is marked for (its UID); its name is also the VM name and the
+    /// guest hostname.
+    pub owner: readopt::Owner<'a>,
     /// The spec.
     pub spec: &'a VSphereMachineSpec,
     /// The infra cluster.
@@ -55,17 +52,6 @@ pub struct MachineInput<'a> {
     pub failure_domain: Option<&'a str>,
     /// Addresses allocated from IPAM pools for `mode: Pool` interfaces (the kit's).
     pub pool_addresses: &'a PoolAddresses,
-}
-
-impl<'a> MachineInput<'a> {
-    /// The owner the machine's VM is marked for.
-    pub fn owner(&self) -> readopt::Owner<'a> {
-        readopt::Owner {
-            uid: self.uid,
-            namespace: self.namespace,
-            name: self.name,
-        }
-    }
 }
 
 /// The inventory paths a machine resolves to.
@@ -193,8 +179,8 @@ pub fn guest_metadata(
         None
     };
     let meta = banlieue_cloudinit::yaml11::to_string(&GuestMetadata {
-        instance_id: input.uid,
-        local_hostname: input.name,
+        instance_id: input.owner.uid,
+        local_hostname: input.owner.name,
         network_encoding: network.as_ref().map(|_| "base64"),
         network,
     })
@@ -225,7 +211,7 @@ pub fn guestinfo(
         out.push(("guestinfo.userdata.encoding".to_owned(), "base64".to_owned()));
     }
     out.extend(crate::guest_report::clone_extra_config());
-    out.extend(readopt::marker(input.owner()));
+    out.extend(readopt::marker(input.owner));
     Ok(out)
 }
 
@@ -417,7 +403,7 @@ pub async fn provision_step(
             readopt_step(c, input, input.spec.provider_id.as_deref().unwrap_or_default()).await
         }
         Phase::Clone => {
-            if let Some(vm) = adoptable(c, input.uid).await? {
+            if let Some(vm) = adoptable(c, input.owner.uid).await? {
                 return Ok(Step::to(Phase::Configure(vm.clone(), None)).event(
                     "Adopted",
                     format!("adopted VM {} carrying this machine's UID", vm.value),
@@ -465,7 +451,7 @@ pub async fn provision_step(
             };
             let spec = CloneSpec {
                 folder,
-                name: input.name.to_owned(),
+                name: input.owner.name.to_owned(),
                 pool,
                 datastore,
                 host,
@@ -505,13 +491,13 @@ pub async fn provision_step(
                 Ok(Some(Some(vm))) => Ok(Step::to(Phase::Configure(vm.clone(), None))
                     .event("Cloned", format!("cloned VM {}", vm.value))),
                 Ok(Some(None)) => Ok(Step::to(Phase::Clone)),
-                Err(e) if e.fault() == Some("DuplicateName") => match adoptable(c, input.uid).await? {
+                Err(e) if e.fault() == Some("DuplicateName") => match adoptable(c, input.owner.uid).await? {
                     Some(vm) => Ok(Step::to(Phase::Configure(vm, None))),
                     None => Err(permanent(
                         "CloningFailed",
                         format!(
                             "a VM named {:?} that is not this machine's already exists in the folder",
-                            input.name
+                            input.owner.name
                         ),
                     )),
                 },
@@ -664,7 +650,7 @@ pub async fn provision_step(
                 return Ok(step);
             }
             let info = existing_vm(c, &vm).await?;
-            let owner = input.owner();
+            let owner = input.owner;
             if readopt::remark_provisioned(&info, owner, input.spec.provider_id.as_deref())
                 || readopt::missing_name_marker(&info, owner)
             {
@@ -754,7 +740,7 @@ pub async fn provision_step(
 /// restore; see [`readopt`]): its VM is found by the providerID, re-marked for this object and
 /// adopted like a VM found after a crash (never cloned again, no new bootstrap data).
 async fn readopt_step(c: &Client, input: &MachineInput<'_>, provider_id: &str) -> Result<Step, StepError> {
-    let owner = input.owner();
+    let owner = input.owner;
     match readopt::find(c, owner, provider_id).await? {
         Found::Missing => Err(permanent(
             readopt::VM_NOT_FOUND,
@@ -1008,9 +994,11 @@ mod tests {
     fn placement_resolves_relative_paths_and_failure_domains() {
         let (s, c) = (spec(), cluster());
         let input = MachineInput {
-            uid: "u",
-            namespace: "ns",
-            name: "m",
+            owner: readopt::Owner {
+                uid: "u",
+                namespace: "ns",
+                name: "m",
+            },
             spec: &s,
             cluster: &c,
             failure_domain: None,
@@ -1069,9 +1057,11 @@ mod tests {
     fn guestinfo_carries_base64_data_and_the_owner() {
         let (s, c) = (spec(), cluster());
         let input = MachineInput {
-            uid: "u-1",
-            namespace: "ns",
-            name: "m",
+            owner: readopt::Owner {
+                uid: "u-1",
+                namespace: "ns",
+                name: "m",
+            },
             spec: &s,
             cluster: &c,
             failure_domain: None,

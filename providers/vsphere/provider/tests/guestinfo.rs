@@ -27,9 +27,11 @@ fn read(name: &str, spec: &VSphereMachineSpec) -> Result<cloud_init::Read> {
     let cluster = VSphereCluster::new("c", VSphereClusterSpec::default());
     let pool = banlieue_provider_kit::network::PoolAddresses::new();
     let input = MachineInput {
-        uid: UID,
-        namespace: "ns",
-        name,
+        owner: banlieue_vsphere::readopt::Owner {
+            uid: UID,
+            namespace: "ns",
+            name,
+        },
         spec,
         cluster: &cluster,
         failure_domain: None,

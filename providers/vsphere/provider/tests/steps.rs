@@ -75,9 +75,11 @@ fn input<'a>(
     cluster: &'a VSphereCluster,
 ) -> MachineInput<'a> {
     MachineInput {
-        uid,
-        namespace: "ns",
-        name,
+        owner: readopt::Owner {
+            uid,
+            namespace: "ns",
+            name,
+        },
         spec,
         cluster,
         failure_domain: None,

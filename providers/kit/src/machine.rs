@@ -173,6 +173,13 @@ impl Report {
         }
     }
 
+    /// The day-2 report of a running VM whose changes (`why`, see
+    /// [`crate::power::restart_required_message`]) wait for its user's restart: a Warning
+    /// ([`crate::progress::Progress::into_step`]).
+    pub fn restart_required(why: String) -> Self {
+        Self::new(false, condition::RESTART_REQUIRED, why)
+    }
+
     /// `Ready` of a provisioned VM, one rule for every hypervisor: False
     /// [`condition::POWERED_OFF`] while the VM `vm` is `observed` off (not known: counted as on;
     /// `desired`, the spec's power state, says whether the provider starts it), else False while

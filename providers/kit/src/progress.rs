@@ -106,6 +106,15 @@ impl<P, X> Progress<P, X> {
         self
     }
 
+    /// A provisioned VM's day-2 report when the step said none: up to date, or updating with what
+    /// the step waits for ([`Report::up_to_date`]). For a backend whose every provisioned step
+    /// compares the VM with its spec.
+    pub fn up_to_date_unless_said(&mut self) {
+        if self.up_to_date.is_none() {
+            self.up_to_date = Some(Report::up_to_date(self.waiting.clone()));
+        }
+    }
+
     /// Whether the next step may follow at once ([`Step::next_now`]): this one did not fail,
     /// and [`follows_at_once`] (it does not wait, or it has just started a task).
     pub fn follows_at_once(&self, task_before: bool, task_after: bool) -> bool {
@@ -231,7 +240,7 @@ mod tests {
         );
 
         let mut restart = Progress::<(), ()>::to(());
-        restart.up_to_date = Some(Report::new(false, condition::RESTART_REQUIRED, "cpu"));
+        restart.up_to_date = Some(Report::restart_required("cpu".into()));
         assert!(
             restart
                 .into_step(Some(GUEST), "", &Wait::default(), false)
@@ -244,6 +253,25 @@ mod tests {
             flagged
                 .into_step(Some(GUEST), "", &Wait::default(), false)
                 .warning
+        );
+    }
+
+    #[test]
+    fn a_provisioned_step_that_says_no_day_2_report_is_up_to_date_or_updating() {
+        let mut settled = Progress::<(), ()>::to(());
+        settled.up_to_date_unless_said();
+        assert_eq!(settled.up_to_date, Some(Report::up_to_date(None)));
+
+        let mut resizing = Progress::<(), ()>::wait((), Duration::from_secs(2), "resizing disk 0");
+        resizing.up_to_date_unless_said();
+        assert_eq!(resizing.up_to_date.map(|u| u.reason), Some(condition::UPDATING));
+
+        let mut said = Progress::<(), ()>::wait((), Duration::ZERO, "cpu");
+        said.up_to_date = Some(Report::restart_required("cpu".into()));
+        said.up_to_date_unless_said();
+        assert_eq!(
+            said.up_to_date.map(|u| u.reason),
+            Some(condition::RESTART_REQUIRED)
         );
     }
 

@@ -14,7 +14,7 @@ use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::image::Imports;
 use banlieue_provider_kit::machine::{
-    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Report, Step, StepFailure,
+    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Step, StepFailure,
 };
 use banlieue_provider_kit::power;
 use banlieue_provider_kit::progress::Guest;
@@ -163,8 +163,8 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         // Once provisioned, what is being brought to the spec (a resize, a power change) is
         // VMUpToDate's, as on every provider.
         let provisioned = step.provisioned.is_some();
-        if provisioned && step.up_to_date.is_none() {
-            step.up_to_date = Some(Report::up_to_date(step.waiting.clone()));
+        if provisioned {
+            step.up_to_date_unless_said();
         }
         let domain = format!(
             "domain {}",

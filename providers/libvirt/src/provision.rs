@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use banlieue_api::common::{PowerState, ReadinessChecks};
-use banlieue_api::condition;
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_provider_kit::cloud_init::{self, CloudInit};
 use banlieue_provider_kit::image::{IMPORTING_IMAGE, Imports};
@@ -299,7 +298,7 @@ pub async fn provision<H: Hypervisor>(
                         power_state = PowerState::On;
                     }
                     UpdateAction::RestartRequired { why } => {
-                        step.up_to_date = Some(Report::new(false, condition::RESTART_REQUIRED, why));
+                        step.up_to_date = Some(Report::restart_required(why));
                     }
                     UpdateAction::InSync => {}
                 }

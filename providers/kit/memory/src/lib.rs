@@ -410,23 +410,23 @@ impl MachineBackend for MemoryMachines {
         next.write(status);
         status.power_state = matches!(next, Phase::Provisioned { .. }).then_some(PowerState::On);
         // What the step did, in the kit's terms: the kit decides `Ready` and `VMUpToDate` from it.
-        let progress = match (&phase, &next) {
-            (Phase::Provisioned { .. }, Phase::Provisioned { .. }) => Progress::<()>::to(()),
-            (_, Phase::Provisioned { id, .. }) => {
-                Progress::to(()).event("Provisioned", format!("VM {id} runs"))
-            }
-            (_, Phase::Create { host }) => {
+        let (reason, progress) = match (&phase, &next) {
+            (Phase::Provisioned { .. }, Phase::Provisioned { .. }) => ("Provisioned", Progress::<()>::to(())),
+            (_, Phase::Provisioned { id, .. }) => (
+                "Provisioned",
+                Progress::to(()).event("Provisioned", format!("VM {id} runs")),
+            ),
+            (_, Phase::Create { host }) => (
+                "Creating",
                 Progress::wait((), Duration::ZERO, format!("creating the VM on {host}"))
-                    .event("Scheduled", format!("placed on host {host}"))
-            }
-            (_, _) => Progress::wait((), Duration::ZERO, "starting the VM"),
+                    .event("Scheduled", format!("placed on host {host}")),
+            ),
+            (_, _) => (
+                "PoweringOn",
+                Progress::wait((), Duration::ZERO, "starting the VM"),
+            ),
         };
         let Phase::Provisioned { host, id } = &next else {
-            let reason = if matches!(next, Phase::Create { .. }) {
-                "Creating"
-            } else {
-                "PoweringOn"
-            };
             // Every step is idempotent (the VM's id is the machine's UID): the next follows at once.
             return Ok(progress.into_step(None, reason, &Wait::default(), true));
         };
@@ -450,7 +450,7 @@ impl MachineBackend for MemoryMachines {
             up_to_date: Some(Report::up_to_date(None)),
             ..progress
         };
-        Ok(progress.into_step(Some(guest), "Provisioned", &Wait::default(), true))
+        Ok(progress.into_step(Some(guest), reason, &Wait::default(), true))
     }
 
     async fn delete(

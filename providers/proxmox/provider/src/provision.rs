@@ -818,7 +818,7 @@ async fn update_step<H: Hypervisor>(
         UpdateAction::RestartRequired { why } => Ok(Step {
             requeue: RESYNC,
             power,
-            up_to_date: Some(Report::new(false, banlieue_api::condition::RESTART_REQUIRED, why)),
+            up_to_date: Some(Report::restart_required(why)),
             ..Step::to(Phase::Provisioned(loc.clone()))
         }),
         UpdateAction::Resize { disk, size } => {

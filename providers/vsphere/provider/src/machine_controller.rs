@@ -182,10 +182,9 @@ impl MachineBackend for VSphereMachines {
         // while the recorded wait goes on (its report is in the VM's extraConfig, read anyway).
         let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
         let ask_cloud_init = cloud_init_wait.is_pending() || !from.is_provisioned();
-        let step = provision::provision_step(&client, &input, phase, user_data, desired_power)
+        let mut step = provision::provision_step(&client, &input, phase, user_data, desired_power)
             .await
             .map_err(|e| e.into_failure(provision::PERMANENT_RETRY))?;
-        let mut step = step;
         let next_now = provision::next_now(&step, &from);
         step.phase.write(status);
         // Kept from the first step on: the clone may have happened in it.
@@ -217,8 +216,8 @@ impl MachineBackend for VSphereMachines {
             }
         }
         // Once provisioned, drift being corrected is VMUpToDate's, as on every provider.
-        if provisioned && step.up_to_date.is_none() {
-            step.up_to_date = Some(Report::up_to_date(step.waiting.clone()));
+        if provisioned {
+            step.up_to_date_unless_said();
         }
         // A settled provisioned VM gets the tags of its labels (spec.tagsFromLabels).
         if let Phase::Provisioned(vm_ref, None) = &step.phase
@@ -242,9 +241,9 @@ impl MachineBackend for VSphereMachines {
                 }
             }
         }
-        let guest = format!("VM {name}");
+        let vm_name = format!("VM {name}");
         let guest = provisioned.then(|| Guest {
-            name: &guest,
+            name: &vm_name,
             observed: status.power_state,
             desired: vm.spec.power_state,
             // A VM cloned before the reporter existed says nothing: not waited for.

@@ -681,8 +681,7 @@ pub async fn provision_step(
                         let mut step = Step::to(Phase::Provisioned(vm, None));
                         step.requeue = RESYNC;
                         step.found.vm = Some(info);
-                        step.up_to_date =
-                            Some(Report::new(false, banlieue_api::condition::RESTART_REQUIRED, why));
+                        step.up_to_date = Some(Report::restart_required(why));
                         return Ok(step);
                     }
                     UpdateAction::Reconfigure { spec, what } => (

@@ -4,7 +4,7 @@
 //! per machine, peak RSS of this process (controller + in-process simulator), and the writes of
 //! one full resync with nothing changed (target 0).
 //!
-//! `cargo run --release -p banlieue-proxmox --example bench`
+//! `cargo run --release -p banlieue-proxmox --example proxmox_bench`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -3,7 +3,7 @@
 //! start/stop tasks plus task-status polls). Client and server share the machine, so the figure is
 //! a lower bound for the simulator alone.
 //!
-//! `cargo run --release -p banlieue-pve-sim --example bench -- [SECONDS] [CONNECTIONS]`
+//! `cargo run --release -p banlieue-pve-sim --example sim_bench -- [SECONDS] [CONNECTIONS]`
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

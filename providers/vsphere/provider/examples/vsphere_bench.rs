@@ -7,7 +7,7 @@
 //! is gone from vcsim.
 //!
 //! ```sh
-//! cargo run --release -p banlieue-vsphere --example bench -- 50
+//! cargo run --release -p banlieue-vsphere --example vsphere_bench -- 50
 //! ```
 
 #[path = "../../client/tests/support/vcsim.rs"]

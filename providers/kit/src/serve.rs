@@ -10,7 +10,7 @@ use std::sync::Arc;
 use banlieue_api::infrastructure::kinds::{InfraMachine, InfraMachineTemplate};
 use banlieue_provider_runtime::flags::RuntimeArgs;
 use banlieue_provider_runtime::http::Probes;
-use banlieue_provider_runtime::{manager, shutdown};
+use banlieue_provider_runtime::{logging, manager, shutdown};
 
 use crate::cluster::{self, ClusterBackend, ClusterContext};
 use crate::machine::{self, MachineBackend, MachineContext};
@@ -43,6 +43,20 @@ where
             clusters,
             templates: PhantomData,
         }
+    }
+
+    /// A provider binary's `main` after its flags are parsed: logs in the flags' format,
+    /// connects to Kubernetes (in-cluster or the kubeconfig) and [`serve`](Self::serve)s.
+    pub async fn main(self, runtime: &RuntimeArgs) -> banlieue_provider_runtime::Result<()> {
+        logging::init(runtime.log_format);
+        let client =
+            kube::Client::try_default()
+                .await
+                .map_err(|source| banlieue_provider_runtime::Error::Kube {
+                    context: "connecting to Kubernetes".into(),
+                    source,
+                })?;
+        self.serve(client, runtime).await
     }
 
     /// Runs the four controllers until SIGTERM/SIGINT (or until the Lease is lost: an error).

@@ -6,12 +6,10 @@
 //! JSON by default.
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
-use anyhow::Context as _;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::xml::{DomainType, KernelBoot};
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_provider_runtime::logging;
 use clap::Parser;
 
 /// Command-line flags.
@@ -60,12 +58,8 @@ impl Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    logging::init(args.runtime.log_format);
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to Kubernetes")?;
     banlieue_libvirt::provider(VirtConnector::default(), args.settings())
-        .serve(client, &args.runtime)
+        .main(&args.runtime)
         .await?;
     Ok(())
 }

@@ -6,11 +6,9 @@
 //! JSON by default. SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease
 //! is released).
 
-use anyhow::Context as _;
 use banlieue_api::infrastructure::ProxmoxMachineTemplate;
 use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_provider_runtime::logging;
 use banlieue_proxmox::cluster_controller::ProxmoxClusters;
 use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::machine_controller::ProxmoxMachines;
@@ -33,10 +31,6 @@ const NAME: &str = "banlieue-proxmox";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    logging::init(args.runtime.log_format);
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to Kubernetes")?;
     let machines = ProxmoxMachines {
         connector: ClientConnector::default(),
         reservations: VmidReservations::default(),
@@ -46,7 +40,7 @@ async fn main() -> anyhow::Result<()> {
         connector: ClientConnector::default(),
     };
     Provider::<_, _, ProxmoxMachineTemplate>::new(NAME, machines, clusters)
-        .serve(client, &args.runtime)
+        .main(&args.runtime)
         .await?;
     Ok(())
 }

@@ -6,11 +6,9 @@
 //! JSON by default.
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
-use anyhow::Context as _;
 use banlieue_api::infrastructure::VSphereMachineTemplate;
 use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_provider_runtime::logging;
 use banlieue_vsphere::cluster_controller::VSphereClusters;
 use banlieue_vsphere::machine_controller::VSphereMachines;
 use clap::Parser;
@@ -28,16 +26,12 @@ const NAME: &str = "banlieue-vsphere";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    logging::init(args.runtime.log_format);
-    let client = kube::Client::try_default()
-        .await
-        .context("connecting to Kubernetes")?;
     Provider::<_, _, VSphereMachineTemplate>::new(
         NAME,
         VSphereMachines::default(),
         VSphereClusters::default(),
     )
-    .serve(client, &args.runtime)
+    .main(&args.runtime)
     .await?;
     Ok(())
 }

@@ -421,6 +421,17 @@ pub enum Deleted {
     Again,
 }
 
+impl Deleted {
+    /// Released with the Normal Event `Deleted` saying `note` (what was deleted, or that nothing
+    /// had been created).
+    pub fn released(note: impl Into<String>) -> Self {
+        Self::Released {
+            reason: crate::readopt::DELETED,
+            note: note.into(),
+        }
+    }
+}
+
 /// The hypervisor side of the InfraMachine reconciler: a few verbs, each one step.
 pub trait MachineBackend: Send + Sync + 'static {
     /// The infra machine kind.

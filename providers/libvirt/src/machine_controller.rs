@@ -199,10 +199,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             .and_then(|s| s.node.clone())
             .or_else(|| adopting.as_ref().map(|p| p.host.clone()))
         else {
-            return Ok(Deleted::Released {
-                reason: "Deleted",
-                note: "no domain was created".to_owned(),
-            });
+            return Ok(Deleted::released("no domain was created"));
         };
         let spec = match hosts::resolve(client, request.cluster, request.secrets).await? {
             Ok(specs) => specs.into_iter().find(|h| h.name == host),
@@ -211,12 +208,9 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         let Some(spec) = spec else {
             if adopting.is_some() {
                 // Never adopted, and its providerID names a host the cluster does not have.
-                return Ok(Deleted::Released {
-                    reason: "Deleted",
-                    note: format!(
-                        "spec.providerID names host {host:?}, which is not a failure domain of the LibvirtCluster: nothing deleted"
-                    ),
-                });
+                return Ok(Deleted::released(format!(
+                    "spec.providerID names host {host:?}, which is not a failure domain of the LibvirtCluster: nothing deleted"
+                )));
             }
             return Ok(Deleted::Blocked(Problem::new(
                 kit::DELETION_FAILED,
@@ -233,10 +227,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
             }
         }
         match provision::delete(&*hv, &owner, &lm.spec, &uuid).await {
-            Ok(note) => Ok(Deleted::Released {
-                reason: "Deleted",
-                note,
-            }),
+            Ok(note) => Ok(Deleted::released(note)),
             Err(e) => {
                 let p = status.provisioning.get_or_insert_with(Default::default);
                 p.state = ProvisioningState::Deleting;

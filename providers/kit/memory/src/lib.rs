@@ -474,14 +474,11 @@ impl MachineBackend for MemoryMachines {
                 ids.iter().filter_map(|id| s.vms.remove(id)).count()
             })
             .await?;
-        Ok(Deleted::Released {
-            reason: "Deleted",
-            note: if removed == 0 {
-                "no VM was created".to_owned()
-            } else {
-                "VM deleted".to_owned()
-            },
-        })
+        Ok(Deleted::released(if removed == 0 {
+            "no VM was created"
+        } else {
+            "VM deleted"
+        }))
     }
 }
 

@@ -393,10 +393,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 Ok(Some(found)) => found,
                 Ok(None) => {
                     self.reservations.release(&uid);
-                    return Ok(Deleted::Released {
-                        reason: "Deleted",
-                        note: "no VM was created".to_owned(),
-                    });
+                    return Ok(Deleted::released("no VM was created"));
                 }
                 Err(problem) => return Ok(Deleted::Blocked(problem)),
             };
@@ -451,10 +448,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             other => other?,
         };
         match step {
-            DeleteStep::Gone { note } => Ok(Deleted::Released {
-                reason: "Deleted",
-                note,
-            }),
+            DeleteStep::Gone { note } => Ok(Deleted::released(note)),
             DeleteStep::InProgress {
                 state,
                 task,

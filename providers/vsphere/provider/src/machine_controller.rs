@@ -290,10 +290,7 @@ impl MachineBackend for VSphereMachines {
                 }
             }
         }
-        Ok(deleted.unwrap_or(Deleted::Released {
-            reason: "Deleted",
-            note: "no VM was created".to_owned(),
-        }))
+        Ok(deleted.unwrap_or(Deleted::released("no VM was created")))
     }
 }
 
@@ -384,10 +381,7 @@ impl VSphereMachines {
             (_, task, _) => provision::delete_step(client, &uid, found.clone(), task).await?,
         };
         match step {
-            DeleteStep::Gone => Ok(Deleted::Released {
-                reason: "Deleted",
-                note: "VM deleted in vCenter".to_owned(),
-            }),
+            DeleteStep::Gone => Ok(Deleted::released("VM deleted in vCenter")),
             DeleteStep::Wait(task, what) => {
                 status.vm_ref = status.vm_ref.take().or(found.map(|v| v.value));
                 let prov = status.provisioning.get_or_insert_with(Default::default);

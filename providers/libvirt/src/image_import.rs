@@ -13,7 +13,7 @@ use std::sync::Arc;
 use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::LibvirtVolumeSource;
 use banlieue_provider_kit::image::{
-    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download, shown_url,
+    self, ImportFailure, ImportProgress, ImportState, Imports, download, shown_url,
 };
 
 use crate::error::StepError;
@@ -105,11 +105,9 @@ pub async fn base_volume<H: Hypervisor>(
     }
 }
 
-fn hv_failure(e: HvError) -> ImportFailure {
-    ImportFailure {
-        reason: IMAGE_IMPORT_FAILED,
-        message: e.to_string(),
-        permanent: false,
+impl From<HvError> for ImportFailure {
+    fn from(e: HvError) -> Self {
+        ImportFailure::failed(e.to_string())
     }
 }
 
@@ -122,20 +120,15 @@ async fn import<H: Hypervisor>(
 ) -> Result<(), ImportFailure> {
     let name = volume_name(image);
     let marker = marker_name(&name);
-    if hv.volume(pool, &marker).await.map_err(hv_failure)?.is_some() {
-        if hv.volume(pool, &name).await.map_err(hv_failure)?.is_some() {
+    if hv.volume(pool, &marker).await?.is_some() {
+        if hv.volume(pool, &name).await?.is_some() {
             return Ok(());
         }
-        hv.delete_volume(pool, &marker).await.map_err(hv_failure)?;
+        hv.delete_volume(pool, &marker).await?;
     }
     // A final volume without its marker is a copy that did not end: made again.
-    hv.delete_volume(pool, &name).await.map_err(hv_failure)?;
-    let local_failure = |what: &str, e: std::io::Error| ImportFailure {
-        reason: IMAGE_IMPORT_FAILED,
-        message: format!("{what}: {e}"),
-        permanent: false,
-    };
-    let dir = image::download_dir().map_err(|e| local_failure("creating a folder for the download", e))?;
+    hv.delete_volume(pool, &name).await?;
+    let dir = image::download_dir().map_err(|e| image::failed("creating a folder for the download", e))?;
     let file = dir.path().join("image");
     let length = download::download(image, &file, &progress.download).await?;
     progress
@@ -143,27 +136,18 @@ async fn import<H: Hypervisor>(
         .store(true, std::sync::atomic::Ordering::Relaxed);
     let (format, capacity) = image_facts(&file, length)
         .await
-        .map_err(|e| local_failure("reading the downloaded image", e))?
-        .map_err(|refusal| ImportFailure {
-            reason: IMAGE_IMPORT_FAILED,
-            message: format!("{}: {refusal}", shown_url(&image.url)),
-            permanent: true,
-        })?;
+        .map_err(|e| image::failed("reading the downloaded image", e))?
+        .map_err(|refusal| ImportFailure::refused(format!("{}: {refusal}", shown_url(&image.url))))?;
     let part = part_name(&name);
-    hv.delete_volume(pool, &part).await.map_err(hv_failure)?;
+    hv.delete_volume(pool, &part).await?;
     hv.create_volume(pool, &xml::plain_volume_xml(&part, capacity, format))
-        .await
-        .map_err(hv_failure)?;
-    hv.upload_volume_file(pool, &part, &file, length)
-        .await
-        .map_err(hv_failure)?;
+        .await?;
+    hv.upload_volume_file(pool, &part, &file, length).await?;
     hv.clone_volume(pool, &xml::plain_volume_xml(&name, capacity, format), &part)
-        .await
-        .map_err(hv_failure)?;
+        .await?;
     hv.create_volume(pool, &xml::plain_volume_xml(&marker, 512, "raw"))
-        .await
-        .map_err(hv_failure)?;
-    hv.delete_volume(pool, &part).await.map_err(hv_failure)?;
+        .await?;
+    hv.delete_volume(pool, &part).await?;
     Ok(())
 }
 

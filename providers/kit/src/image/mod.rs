@@ -58,6 +58,23 @@ pub struct ImportFailure {
 }
 
 impl ImportFailure {
+    /// A failure that may pass (a hypervisor or network error): the import runs again later.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self {
+            reason: IMAGE_IMPORT_FAILED,
+            message: message.into(),
+            permanent: false,
+        }
+    }
+
+    /// A refusal of the image itself: only a change of the input (or of the served file) helps.
+    pub fn refused(message: impl Into<String>) -> Self {
+        Self {
+            permanent: true,
+            ..Self::failed(message)
+        }
+    }
+
     /// How long this failure is reported before the import may run again.
     pub fn retry_after(&self) -> Duration {
         if self.permanent {
@@ -82,6 +99,11 @@ impl ImportFailure {
             ),
         )
     }
+}
+
+/// A failure that may pass while doing `what`: "`what`: `error`".
+pub fn failed(what: &str, error: impl std::fmt::Display) -> ImportFailure {
+    ImportFailure::failed(format!("{what}: {error}"))
 }
 
 impl From<DownloadError> for ImportFailure {
@@ -201,19 +223,11 @@ impl Imports {
             // On a task of its own, so that a panic is a failure, not an import running forever.
             let outcome = match tokio::spawn(tokio::time::timeout(IMPORT_DEADLINE, work)).await {
                 Ok(Ok(outcome)) => outcome,
-                Ok(Err(_)) => Err(ImportFailure {
-                    reason: IMAGE_IMPORT_FAILED,
-                    message: format!(
-                        "the import did not end within {}h",
-                        IMPORT_DEADLINE.as_secs() / 3600
-                    ),
-                    permanent: false,
-                }),
-                Err(e) => Err(ImportFailure {
-                    reason: IMAGE_IMPORT_FAILED,
-                    message: format!("the import stopped: {e}"),
-                    permanent: false,
-                }),
+                Ok(Err(_)) => Err(ImportFailure::failed(format!(
+                    "the import did not end within {}h",
+                    IMPORT_DEADLINE.as_secs() / 3600
+                ))),
+                Err(e) => Err(failed("the import stopped", e)),
             };
             let mut entries = registry.lock().unwrap_or_else(|e| e.into_inner());
             match outcome {

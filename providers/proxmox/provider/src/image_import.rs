@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, VmidRange};
 use banlieue_provider_kit::image::{
-    IMAGE_CHECKSUM_MISMATCH, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports,
+    self, IMAGE_CHECKSUM_MISMATCH, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports,
     shown_url,
 };
 use banlieue_pve_client::{ConfigUpdate, DownloadUrlRequest, TaskOutcome, Upid};
@@ -138,11 +138,7 @@ pub fn ensure<H: Hypervisor>(
 }
 
 fn failed(what: &str, e: PveError) -> ImportFailure {
-    ImportFailure {
-        reason: IMAGE_IMPORT_FAILED,
-        message: format!("{what}: {}", crate::error::describe(&e)),
-        permanent: false,
-    }
+    image::failed(what, crate::error::describe(&e))
 }
 
 /// What [`Job::vm_of_image`] saw on the node.
@@ -274,11 +270,7 @@ impl<H: Hypervisor> Job<H> {
             .map_err(|e| failed(&format!("creating VM {vmid} on {node}"), e))?;
         self.wait(&upid, TASK_DEADLINE)
             .await
-            .map_err(|text| ImportFailure {
-                reason: IMAGE_IMPORT_FAILED,
-                message: format!("creating VM {vmid} on {node} from {volid}: {text}"),
-                permanent: false,
-            })?;
+            .map_err(|text| image::failed(&format!("creating VM {vmid} on {node} from {volid}"), text))?;
         self.to_template(vmid, &tag).await
     }
 
@@ -305,14 +297,10 @@ impl<H: Hypervisor> Job<H> {
                 return Ok(id);
             }
         }
-        Err(ImportFailure {
-            reason: IMAGE_IMPORT_FAILED,
-            message: format!(
-                "no free VMID in vmidRange {}-{} for the image's template: widen the range or free a VMID",
-                range.start, range.end
-            ),
-            permanent: true,
-        })
+        Err(ImportFailure::refused(format!(
+            "no free VMID in vmidRange {}-{} for the image's template: widen the range or free a VMID",
+            range.start, range.end
+        )))
     }
 
     /// The VM this import makes on the node, if there is one. Only the import's own VM counts:
@@ -371,11 +359,9 @@ impl<H: Hypervisor> Job<H> {
                     tokio::time::sleep(TASK_POLL).await;
                 }
                 Some(lock) => {
-                    return Err(ImportFailure {
-                        reason: IMAGE_IMPORT_FAILED,
-                        message: format!("VM {vmid} on {node} stays locked ({lock})"),
-                        permanent: false,
-                    });
+                    return Err(ImportFailure::failed(format!(
+                        "VM {vmid} on {node} stays locked ({lock})"
+                    )));
                 }
                 None => return Ok(()),
             }
@@ -392,11 +378,7 @@ impl<H: Hypervisor> Job<H> {
             .map_err(|e| failed(&format!("making VM {vmid} on {node} a template"), e))?;
         self.wait(&upid, TASK_DEADLINE)
             .await
-            .map_err(|text| ImportFailure {
-                reason: IMAGE_IMPORT_FAILED,
-                message: format!("making VM {vmid} on {node} a template: {text}"),
-                permanent: false,
-            })?;
+            .map_err(|text| image::failed(&format!("making VM {vmid} on {node} a template"), text))?;
         let listed = Instant::now();
         while listed.elapsed() < LISTING_DEADLINE {
             let guests = hv.guests().await.map_err(|e| failed("listing guests", e))?;
@@ -408,14 +390,10 @@ impl<H: Hypervisor> Job<H> {
             }
             tokio::time::sleep(TASK_POLL).await;
         }
-        Err(ImportFailure {
-            reason: IMAGE_IMPORT_FAILED,
-            message: format!(
-                "template {vmid} on {node} is not listed as a template with tag {tag} after {}s",
-                LISTING_DEADLINE.as_secs()
-            ),
-            permanent: false,
-        })
+        Err(ImportFailure::failed(format!(
+            "template {vmid} on {node} is not listed as a template with tag {tag} after {}s",
+            LISTING_DEADLINE.as_secs()
+        )))
     }
 
     /// Waits for a task; `Err` with its exit status when it failed or did not end in time.

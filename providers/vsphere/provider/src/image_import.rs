@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use banlieue_api::common::ImageDownload;
 use banlieue_provider_kit::image::{
-    self, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports, download, shown_url,
+    self, ImportFailure, ImportProgress, ImportState, Imports, download, failed, shown_url,
 };
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, MoRef};
@@ -107,14 +107,6 @@ pub fn ensure(c: &Client, image: &ImageDownload, target: Target) -> Result<Strin
     }
 }
 
-fn failed(what: &str, e: impl std::fmt::Display) -> ImportFailure {
-    ImportFailure {
-        reason: IMAGE_IMPORT_FAILED,
-        message: format!("{what}: {e}"),
-        permanent: false,
-    }
-}
-
 /// The template path's last component.
 fn name_of(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -155,11 +147,9 @@ async fn import(
         "checksum verified; importing {} into vSphere",
         shown_url(&image.url)
     ));
-    let ova = crate::ova::read(&file).await.map_err(|e| ImportFailure {
-        reason: IMAGE_IMPORT_FAILED,
-        message: format!("{}: {e}", shown_url(&image.url)),
-        permanent: true,
-    })?;
+    let ova = crate::ova::read(&file)
+        .await
+        .map_err(|e| ImportFailure::refused(format!("{}: {e}", shown_url(&image.url))))?;
     let spec = c
         .create_import_spec(
             &ova.descriptor,
@@ -170,15 +160,11 @@ async fn import(
         .await
         .map_err(|e| failed("CreateImportSpec", e))?;
     if !spec.errors.is_empty() {
-        return Err(ImportFailure {
-            reason: IMAGE_IMPORT_FAILED,
-            message: format!(
-                "vSphere refuses the OVF descriptor of {}: {}",
-                shown_url(&image.url),
-                spec.errors.join("; ")
-            ),
-            permanent: true,
-        });
+        return Err(ImportFailure::refused(format!(
+            "vSphere refuses the OVF descriptor of {}: {}",
+            shown_url(&image.url),
+            spec.errors.join("; ")
+        )));
     }
     let lease = c
         .import_vapp(&target.pool, &spec.spec, &target.folder, target.host.as_ref())
@@ -190,14 +176,12 @@ async fn import(
             .await
             .map_err(|e| failed("waiting for the import lease", e))?;
         for (done, item) in spec.files.iter().enumerate() {
-            let entry = ova.files.get(&item.path).ok_or_else(|| ImportFailure {
-                reason: IMAGE_IMPORT_FAILED,
-                message: format!(
+            let entry = ova.files.get(&item.path).ok_or_else(|| {
+                ImportFailure::refused(format!(
                     "{} names {} but the OVA does not hold it",
                     shown_url(&image.url),
                     item.path
-                ),
-                permanent: true,
+                ))
             })?;
             let device = devices
                 .iter()

@@ -8,6 +8,7 @@ use banlieue_api::common::PowerState;
 use banlieue_api::condition;
 
 use crate::cloud_init::{CloudInit, Wait};
+use crate::image::{IMPORT_POLL, IMPORTING_IMAGE};
 use crate::machine::{Provisioned, Report, Step, follows_at_once};
 
 /// A hypervisor task that failed; the step's phase is the one that tries again. Said in `Ready`
@@ -82,6 +83,19 @@ impl<P, X: Default> Progress<P, X> {
             requeue,
             waiting: Some(why.into()),
             ..Self::to(phase)
+        }
+    }
+}
+
+impl<P, X> Progress<P, X> {
+    /// Waiting for the image import `how_far` describes ([`IMPORTING_IMAGE`], looked at again
+    /// after [`IMPORT_POLL`]).
+    pub fn importing(self, how_far: String) -> Self {
+        Self {
+            requeue: IMPORT_POLL,
+            waiting: Some(how_far),
+            waiting_reason: Some(IMPORTING_IMAGE),
+            ..self
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use banlieue_api::common::{PowerState, ReadinessChecks};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 use banlieue_provider_kit::cloud_init::{self, CloudInit};
-use banlieue_provider_kit::image::{IMPORTING_IMAGE, Imports};
+use banlieue_provider_kit::image::Imports;
 use banlieue_provider_kit::machine::{Provisioned, Report};
 use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use banlieue_provider_kit::progress::Progress;
@@ -26,12 +26,9 @@ use crate::xml::{self, Owner};
 
 /// Requeue while waiting for the guest's lease.
 pub const GUEST_POLL: Duration = Duration::from_secs(5);
-/// Requeue while an image is being imported (its progress is reported each time).
-pub const IMPORT_POLL: Duration = Duration::from_secs(5);
 /// Resync of a provisioned machine (detects a vanished domain).
 pub const RESYNC: Duration = Duration::from_secs(300);
-/// Retry after a permanent error (the user may have fixed the input meanwhile).
-pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+pub use banlieue_provider_kit::machine::PERMANENT_RETRY;
 
 pub use crate::error::StepError;
 use crate::error::step_error;
@@ -138,11 +135,8 @@ pub async fn provision<H: Hypervisor>(
                 {
                     Base::Ready(base) => base,
                     Base::Importing(how_far) => {
-                        step.waiting = Some(how_far);
-                        step.waiting_reason = Some(IMPORTING_IMAGE);
-                        step.requeue = IMPORT_POLL;
                         step.phase = Some(phase);
-                        return Ok(step);
+                        return Ok(step.importing(how_far));
                     }
                 };
                 create_volumes(&**hv, input, &base, &domain, &phase, user_data).await?;

@@ -43,6 +43,8 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(120);
 /// not an image): the whole image is not downloaded again every two minutes. A changed checksum
 /// or URL is another import, started at once.
 pub const PERMANENT_RETRY_AFTER: Duration = Duration::from_secs(1800);
+/// How often a machine waiting for an import looks again (its progress is reported each time).
+pub const IMPORT_POLL: Duration = Duration::from_secs(5);
 /// Longest an import may run (download, upload, copy) before it is given up.
 pub const IMPORT_DEADLINE: Duration = Duration::from_secs(6 * 3600);
 

@@ -32,7 +32,6 @@ use crate::readopt::{self, Found};
 use crate::task_failure::{self, TaskFailure};
 use crate::template_facts;
 use crate::update::{self, UpdateAction};
-use banlieue_provider_kit::image::IMPORTING_IMAGE;
 use banlieue_provider_kit::machine::{Provisioned, Report};
 use banlieue_provider_kit::progress::{FailedTask, Progress};
 
@@ -72,9 +71,7 @@ fn guest_poll(input: &MachineInput<'_>) -> Duration {
         .unwrap_or_default();
     poll_after(waited / 2, GUEST_POLL)
 }
-/// Requeue after a permanent failure (the spec or Proxmox must change; a change of the object
-/// triggers a reconcile earlier).
-pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+pub use banlieue_provider_kit::machine::PERMANENT_RETRY;
 /// Resync of a provisioned machine (no Proxmox call is made then).
 pub const RESYNC: Duration = Duration::from_secs(600);
 
@@ -130,9 +127,6 @@ pub use crate::error::{StepError, pve_error};
 fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
     StepError::permanent(reason, message)
 }
-
-/// Requeue while a template is being made from an image (its progress is reported each time).
-pub const IMPORT_POLL: Duration = Duration::from_secs(5);
 
 /// The highest VMID Proxmox accepts.
 const MAX_VMID: u32 = 999_999_999;
@@ -1002,9 +996,7 @@ async fn clone<H: Hypervisor>(
         ));
     }
     if let Some(how_far) = image_import::ensure(hv, &guests, &loc.node, input.spec, vmid_range(input))? {
-        let mut step = Step::wait(Phase::Clone(loc), IMPORT_POLL, how_far);
-        step.waiting_reason = Some(IMPORTING_IMAGE);
-        return Ok(step);
+        return Ok(Step::to(Phase::Clone(loc)).importing(how_far));
     }
     let (template_node, template_vmid) = match find_template(input.spec, &guests, Some(&loc.node)) {
         Err(err) if err.reason() == "TemplateNotFound" => {

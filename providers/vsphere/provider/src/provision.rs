@@ -24,7 +24,6 @@ use crate::image_import;
 use crate::phase::Phase;
 use crate::readopt::{self, Found};
 use crate::update::{self, DesiredNic, UpdateAction};
-use banlieue_provider_kit::image::IMPORTING_IMAGE;
 use banlieue_provider_kit::machine::Report;
 use banlieue_provider_kit::progress::{FailedTask, Progress};
 
@@ -35,8 +34,7 @@ pub const TASK_POLL: Duration = Duration::from_secs(2);
 pub const GUEST_POLL: Duration = Duration::from_secs(5);
 /// Resync of a provisioned machine.
 pub const RESYNC: Duration = Duration::from_secs(600);
-/// Retry after a permanent failure (a change of the object triggers a reconcile earlier).
-pub const PERMANENT_RETRY: Duration = Duration::from_secs(300);
+pub use banlieue_provider_kit::machine::PERMANENT_RETRY;
 
 /// Everything about the machine provisioning reads.
 #[derive(Clone, Copy, Debug)]
@@ -351,9 +349,6 @@ async fn adoptable(c: &Client, uid: &str) -> Result<Option<MoRef>, StepError> {
 /// Retry after the VM's tags could not be set.
 pub const TAGGING_RETRY: Duration = Duration::from_secs(60);
 
-/// Requeue while a template is being imported (its progress is reported each time).
-pub const IMPORT_POLL: Duration = Duration::from_secs(5);
-
 /// The template of `spec.source.image` is missing: its import is started or looked at
 /// ([`image_import`]); the machine waits in [`Phase::Clone`].
 async fn import_template(
@@ -384,9 +379,7 @@ async fn import_template(
         ..target
     };
     let how_far = image_import::ensure(c, image, target)?;
-    let mut step = Step::wait(Phase::Clone, IMPORT_POLL, how_far);
-    step.waiting_reason = Some(IMPORTING_IMAGE);
-    Ok(step)
+    Ok(Step::to(Phase::Clone).importing(how_far))
 }
 
 /// One provisioning step. `user_data` is `None` until the controller read it; a step that needs

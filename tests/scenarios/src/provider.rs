@@ -165,6 +165,12 @@ impl Controllers {
     }
 }
 
+impl Extend<tokio::task::JoinHandle<()>> for Controllers {
+    fn extend<I: IntoIterator<Item = tokio::task::JoinHandle<()>>>(&mut self, tasks: I) {
+        self.0.extend(tasks);
+    }
+}
+
 impl Drop for Controllers {
     fn drop(&mut self) {
         for t in &self.0 {

@@ -11,8 +11,8 @@
 //! - [`task_failure`]: what a failed Proxmox task means (retry, another VMID, or a human).
 //! - `fake` (feature `testing`, and unit tests): an in-memory hypervisor double for tests.
 //! - [`machine_controller`]: the ProxmoxMachine controller; [`cluster_controller`]: the
-//!   ProxmoxCluster's backend for the kit's InfraCluster reconciler; [`in_process`]: both as
-//!   tasks of this process (tests).
+//!   ProxmoxCluster's backend for the kit's InfraCluster reconciler; [`provider`]: both with
+//!   real Proxmox VE clients, served by the binary or spawned by tests.
 //!
 //! The contract (owner view, InfraCluster reconciler, templates' capacity, Secret watch, CAPI
 //! installed late) is `banlieue-provider-kit`'s.
@@ -28,7 +28,6 @@ pub mod ha;
 pub mod hardware;
 pub mod hypervisor;
 pub mod image_import;
-pub mod in_process;
 pub mod leader;
 pub mod machine_controller;
 pub mod metrics;
@@ -43,3 +42,28 @@ pub mod update;
 
 #[cfg(test)]
 mod provision_tests;
+
+use banlieue_api::infrastructure::ProxmoxMachineTemplate;
+use banlieue_provider_kit::serve::Provider;
+
+use crate::cluster_controller::ProxmoxClusters;
+use crate::credentials::ClientConnector;
+use crate::machine_controller::ProxmoxMachines;
+
+/// The provider's controllers (the kit's reconcilers with Proxmox's backends) over real Proxmox
+/// VE clients, uploading seed ISOs to `seed_storage`, reporting Events as `name`: what
+/// `banlieue-proxmox` serves, and what tests spawn in their own process.
+pub fn provider(
+    name: &'static str,
+    seed_storage: impl Into<String>,
+) -> Provider<ProxmoxMachines<ClientConnector>, ProxmoxClusters<ClientConnector>, ProxmoxMachineTemplate> {
+    let machines = ProxmoxMachines {
+        connector: ClientConnector::default(),
+        reservations: provision::VmidReservations::default(),
+        seed_storage: seed_storage.into(),
+    };
+    let clusters = ProxmoxClusters {
+        connector: ClientConnector::default(),
+    };
+    Provider::new(name, machines, clusters)
+}

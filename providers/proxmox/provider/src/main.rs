@@ -6,13 +6,7 @@
 //! JSON by default. SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease
 //! is released).
 
-use banlieue_api::infrastructure::ProxmoxMachineTemplate;
-use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_proxmox::cluster_controller::ProxmoxClusters;
-use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller::ProxmoxMachines;
-use banlieue_proxmox::provision::VmidReservations;
 use clap::Parser;
 
 /// Command-line flags (each also settable through the named environment variable).
@@ -31,15 +25,7 @@ const NAME: &str = "banlieue-proxmox";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let machines = ProxmoxMachines {
-        connector: ClientConnector::default(),
-        reservations: VmidReservations::default(),
-        seed_storage: args.seed_storage.clone(),
-    };
-    let clusters = ProxmoxClusters {
-        connector: ClientConnector::default(),
-    };
-    Provider::<_, _, ProxmoxMachineTemplate>::new(NAME, machines, clusters)
+    banlieue_proxmox::provider(NAME, args.seed_storage.clone())
         .main(&args.runtime)
         .await?;
     Ok(())

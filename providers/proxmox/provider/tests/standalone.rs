@@ -21,7 +21,6 @@ use banlieue_api::infrastructure::{
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_proxmox::cluster_controller;
 use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::in_process;
 use banlieue_proxmox::machine_controller::{FINALIZER, VM_UP_TO_DATE};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::TestEnv;
@@ -206,12 +205,9 @@ impl Standalone {
     }
 
     fn start_controllers(&mut self) {
-        self.controllers.extend(in_process::spawn_controllers(
-            self.controller_client.clone(),
-            "local",
-            "banlieue-proxmox-test",
-            &self.ns,
-        ));
+        let provider = banlieue_proxmox::provider("banlieue-proxmox-test", "local");
+        let spawned = provider.spawn(self.controller_client.clone(), &self.ns, (4, 2));
+        self.controllers.extend(spawned.tasks);
     }
 
     fn api<K>(&self) -> Api<K>

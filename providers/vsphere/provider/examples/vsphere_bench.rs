@@ -14,7 +14,6 @@
 mod vcsim_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -22,9 +21,7 @@ use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine};
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_testenv::TestEnv;
-use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::provision::OWNER_KEY;
-use banlieue_vsphere::{cluster_controller, machine_controller};
 use banlieue_vsphere_client::MoRef;
 use banlieue_vsphere_client::vim::ConfigSpec;
 use k8s_openapi::api::core::v1::Secret;
@@ -89,11 +86,7 @@ async fn main() -> Result<()> {
             }))?,
         )
         .await?;
-    let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-bench"));
-    let (c1, c2) = (ctx.clone(), ns.clone());
-    tokio::spawn(async move { machine_controller::run(c1, Some(&c2)).await });
-    let c3 = ns.clone();
-    tokio::spawn(async move { cluster_controller::run(ctx, Some(&c3)).await });
+    let _controllers = banlieue_vsphere::provider("banlieue-vsphere-bench").spawn(kube.clone(), &ns, (0, 0));
 
     let vms: Api<VirtualMachine> = Api::namespaced(kube.clone(), &ns);
     let machines: Api<VSphereMachine> = Api::namespaced(kube.clone(), &ns);

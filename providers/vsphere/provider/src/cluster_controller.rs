@@ -8,8 +8,6 @@
 //! failure domain in another vCenter (its own `server` or `providerRef`) is checked there, and
 //! left out, with a note on `VSphereConnected`, while that vCenter cannot be used.
 
-use std::sync::Arc;
-
 use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain, VSphereMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
@@ -18,7 +16,7 @@ use banlieue_provider_kit::secrets::ReadSecrets;
 use crate::connection::{self, ClientCache};
 use crate::error::Error;
 use crate::error::reason_of;
-use crate::machine_controller::{Context, FIELD_MANAGER, FINALIZER};
+use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
 
 /// Condition type: vCenter accepts the credentials.
 pub const VSPHERE_CONNECTED: &str = "VSphereConnected";
@@ -201,23 +199,6 @@ async fn capacity(
         number(CPUS).and_then(|c| u32::try_from(c).ok()),
         number(MEMORY).map(|bytes| bytes >> 20),
     ))
-}
-
-/// [`run_until`] without a shutdown signal of its own (tests stop it by aborting its task).
-pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
-    run_until(ctx, namespace, std::future::pending()).await;
-}
-
-/// Runs the VSphereCluster controller (the kit's, with this backend) until `shutdown`, with the
-/// provider's metrics registry and concurrency.
-pub async fn run_until(
-    ctx: Arc<Context>,
-    namespace: Option<&str>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let mut clusters = context(ctx.kube.clone(), FIELD_MANAGER);
-    clusters.metrics = ctx.metrics.clone();
-    kit::run(Arc::new(clusters), namespace, ctx.concurrency, shutdown).await;
 }
 
 #[cfg(test)]

@@ -30,3 +30,15 @@ pub mod rbac;
 pub mod readopt;
 pub mod tags;
 pub mod update;
+
+use banlieue_api::infrastructure::VSphereMachineTemplate;
+use banlieue_provider_kit::serve::Provider;
+
+use crate::cluster_controller::VSphereClusters;
+use crate::machine_controller::VSphereMachines;
+
+/// The provider's controllers (the kit's reconcilers with vSphere's backends), reporting Events
+/// as `name`: what `banlieue-vsphere` serves, and what tests spawn in their own process.
+pub fn provider(name: &'static str) -> Provider<VSphereMachines, VSphereClusters, VSphereMachineTemplate> {
+    Provider::new(name, VSphereMachines::default(), VSphereClusters::default())
+}

@@ -7,8 +7,6 @@
 //! and deletion (power off, destroy; a machine created anew deletes the VM its providerID names
 //! only if it carries this object's UID, [`crate::readopt`]).
 
-use std::sync::Arc;
-
 use banlieue_api::common::{PowerState, ProvisioningState};
 
 use banlieue_api::infrastructure::{
@@ -21,7 +19,6 @@ use banlieue_provider_kit::machine::{
 };
 use banlieue_provider_kit::progress::Guest;
 use banlieue_provider_kit::secrets::ReadSecrets;
-use banlieue_provider_runtime::metrics::Metrics;
 use kube::ResourceExt;
 
 use crate::connection::{self, ClientCache};
@@ -35,30 +32,6 @@ use crate::readopt;
 pub const FINALIZER: &str = banlieue_api::common::Backend::Vsphere.finalizer();
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-vsphere";
-
-/// The provider's settings shared by its controllers.
-pub struct Context {
-    /// Kubernetes client.
-    pub kube: kube::Client,
-    /// Reconcile metrics of every controller (`/metrics`).
-    pub metrics: Metrics,
-    /// Concurrent reconciles per controller (0: unbounded).
-    pub concurrency: u16,
-    /// The Events' reporter.
-    pub reporter: String,
-}
-
-impl Context {
-    /// A context reporting Events as `reporter`.
-    pub fn new(kube: kube::Client, reporter: &str) -> Self {
-        Self {
-            kube,
-            metrics: Metrics::default(),
-            concurrency: 0,
-            reporter: reporter.to_owned(),
-        }
-    }
-}
 
 /// The vSphere side of the VSphereMachine reconciler.
 #[derive(Default)]
@@ -397,27 +370,6 @@ impl VSphereMachines {
             }
         }
     }
-}
-
-/// The VSphereMachine controller's context from the provider's settings.
-pub fn context(ctx: &Context) -> MachineContext {
-    let mut machines = kit::MachineContext::new(ctx.kube.clone(), VSphereMachines::default(), &ctx.reporter);
-    machines.metrics = ctx.metrics.clone();
-    machines
-}
-
-/// [`run_until`] without a shutdown signal of its own (tests stop it by aborting its task).
-pub async fn run(ctx: Arc<Context>, namespace: Option<&str>) {
-    run_until(ctx, namespace, std::future::pending()).await;
-}
-
-/// Runs the VSphereMachine controller (the kit's, with this backend) until `shutdown`.
-pub async fn run_until(
-    ctx: Arc<Context>,
-    namespace: Option<&str>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    kit::run(Arc::new(context(&ctx)), namespace, ctx.concurrency, shutdown).await;
 }
 
 #[cfg(test)]

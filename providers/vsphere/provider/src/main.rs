@@ -6,11 +6,7 @@
 //! JSON by default.
 //! SIGTERM/SIGINT shut down gracefully (in-flight reconciles finish, the Lease is released).
 
-use banlieue_api::infrastructure::VSphereMachineTemplate;
-use banlieue_provider_kit::serve::Provider;
 use banlieue_provider_runtime::flags::RuntimeArgs;
-use banlieue_vsphere::cluster_controller::VSphereClusters;
-use banlieue_vsphere::machine_controller::VSphereMachines;
 use clap::Parser;
 
 /// Command-line flags.
@@ -26,13 +22,7 @@ const NAME: &str = "banlieue-vsphere";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    Provider::<_, _, VSphereMachineTemplate>::new(
-        NAME,
-        VSphereMachines::default(),
-        VSphereClusters::default(),
-    )
-    .main(&args.runtime)
-    .await?;
+    banlieue_vsphere::provider(NAME).main(&args.runtime).await?;
     Ok(())
 }
 

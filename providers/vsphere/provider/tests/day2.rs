@@ -16,9 +16,8 @@ use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine, VSphereMachin
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
 use banlieue_testenv::TestEnv;
-use banlieue_vsphere::machine_controller::Context;
+use banlieue_vsphere::machine_controller;
 use banlieue_vsphere::provision::OWNER_KEY;
-use banlieue_vsphere::{cluster_controller, machine_controller};
 use banlieue_vsphere_client::{
     Client, ClientBuilder, MoRef, NetworkBacking, TlsVerification, VmInfo, VmPowerState,
 };
@@ -99,23 +98,18 @@ async fn scenario(endpoint: &str, thumbprint: &str, prefix: &str) -> Result<Scen
             }))?,
         )
         .await?;
-    let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-test"));
+    let spawned = banlieue_vsphere::provider("banlieue-vsphere-test").spawn(kube.clone(), &ns, (0, 0));
+    let [machines, clusters] = spawned.tasks;
     let controllers = vec![
-        tokio::spawn({
-            let (ctx, ns) = (ctx.clone(), ns.clone());
-            async move { machine_controller::run(ctx, Some(&ns)).await }
-        }),
-        tokio::spawn({
-            let (ctx, ns) = (ctx.clone(), ns.clone());
-            async move { cluster_controller::run(ctx, Some(&ns)).await }
-        }),
+        machines,
+        clusters,
         tokio::spawn({
             let ns = ns.clone();
             let templates = Arc::new(TemplateContext {
-                client: ctx.kube.clone(),
+                client: kube.clone(),
                 field_manager: machine_controller::FIELD_MANAGER,
                 watch_filter: None,
-                metrics: ctx.metrics.clone(),
+                metrics: spawned.metrics.clone(),
             });
             async move {
                 template_controller::run::<VSphereMachineTemplate>(

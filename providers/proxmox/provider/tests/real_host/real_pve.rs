@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use banlieue_proxmox::hypervisor::Hypervisor;
-use banlieue_proxmox::in_process;
 use banlieue_pve_client::{Client, TaskOutcome, TlsVerification};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use k8s_openapi::api::core::v1::Secret;
@@ -182,14 +181,9 @@ impl ProviderUnderTest for RealPve {
     }
 
     fn start(&mut self) {
-        for task in in_process::spawn_controllers(
-            self.kube.clone(),
-            &self.host.seed_storage,
-            "banlieue-proxmox-real-host",
-            &self.ns,
-        ) {
-            self.controllers.push(task);
-        }
+        let provider = banlieue_proxmox::provider("banlieue-proxmox-real-host", &self.host.seed_storage);
+        let spawned = provider.spawn(self.kube.clone(), &self.ns, (4, 2));
+        self.controllers.extend(spawned.tasks);
     }
 
     async fn stop(&mut self) {

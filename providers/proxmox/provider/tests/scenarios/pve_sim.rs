@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use banlieue_proxmox::in_process;
 use banlieue_pve_sim::{FaultRule, SimConfig, SimHandle};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use k8s_openapi::api::core::v1::Secret;
@@ -91,9 +90,9 @@ impl ProviderUnderTest for PveSim {
 }
 
 fn start_controllers(kube: &kube::Client, ns: &str, controllers: &mut Controllers) {
-    for task in in_process::spawn_controllers(kube.clone(), "local", "banlieue-proxmox-test", ns) {
-        controllers.push(task);
-    }
+    let spawned =
+        banlieue_proxmox::provider("banlieue-proxmox-test", "local").spawn(kube.clone(), ns, (4, 2));
+    controllers.extend(spawned.tasks);
 }
 
 /// A simulator whose template disks are on storage every node reaches (as with Ceph or NFS),

@@ -3,7 +3,6 @@
 //! controllers for that namespace, and VirtualMachine-owned VSphereMachines.
 #![allow(dead_code)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
@@ -11,8 +10,6 @@ use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{VSphereCluster, VSphereMachine};
 use banlieue_api::standalone::infra_cluster_name;
 use banlieue_testenv::TestEnv;
-use banlieue_vsphere::machine_controller::Context;
-use banlieue_vsphere::{cluster_controller, machine_controller};
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::api::{ListParams, PostParams};
 use kube::{Api, ResourceExt};
@@ -102,18 +99,8 @@ pub(crate) async fn scenario_as(sim: &Vcsim, prefix: &str, user: &str, password:
             }))?,
         )
         .await?;
-    let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-test"));
-    let metrics = ctx.metrics.clone();
-    let controllers = vec![
-        tokio::spawn({
-            let (ctx, ns) = (ctx.clone(), ns.clone());
-            async move { machine_controller::run(ctx, Some(&ns)).await }
-        }),
-        tokio::spawn({
-            let ns = ns.clone();
-            async move { cluster_controller::run(ctx, Some(&ns)).await }
-        }),
-    ];
+    let spawned = banlieue_vsphere::provider("banlieue-vsphere-test").spawn(kube.clone(), &ns, (0, 0));
+    let (metrics, controllers) = (spawned.metrics, spawned.tasks.into());
     Ok(Scenario {
         kube,
         ns,

@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
-use banlieue_vsphere::machine_controller::Context;
 use banlieue_vsphere::provision::OWNER_KEY;
-use banlieue_vsphere::{cluster_controller, machine_controller};
 use banlieue_vsphere_client::{Client, ConfigSpec, MoRef, VmPowerState};
 use base64::Engine as _;
 use k8s_openapi::api::core::v1::Secret;
@@ -201,14 +199,8 @@ fn machine_spec(template: Template) -> Value {
 }
 
 fn start_controllers(kube: &kube::Client, ns: &str, controllers: &mut Controllers) {
-    let ctx = Arc::new(Context::new(kube.clone(), "banlieue-vsphere-test"));
-    let (a, b, c) = (ns.to_owned(), ns.to_owned(), ctx.clone());
-    controllers.push(tokio::spawn(async move {
-        machine_controller::run(c, Some(&a)).await;
-    }));
-    controllers.push(tokio::spawn(async move {
-        cluster_controller::run(ctx, Some(&b)).await;
-    }));
+    let spawned = banlieue_vsphere::provider("banlieue-vsphere-test").spawn(kube.clone(), ns, (0, 0));
+    controllers.extend(spawned.tasks);
 }
 
 /// The VMs of `vc` carrying the UID of one of `machines`, with what vCenter says of them.

@@ -42,7 +42,17 @@ pub struct Owner<'a> {
     pub name: &'a str,
 }
 
-impl Owner<'_> {
+impl<'a> Owner<'a> {
+    /// The owner `object` (an infra machine) is: its UID, namespace and name.
+    pub fn of(object: &'a impl kube::Resource) -> Self {
+        let meta = object.meta();
+        Self {
+            uid: meta.uid.as_deref().unwrap_or_default(),
+            namespace: meta.namespace.as_deref().unwrap_or_default(),
+            name: meta.name.as_deref().unwrap_or_default(),
+        }
+    }
+
     /// `namespace/name`, the mark that `clusterctl move` keeps.
     pub fn name_marker(&self) -> String {
         format!("{}/{}", self.namespace, self.name)

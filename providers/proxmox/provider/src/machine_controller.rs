@@ -188,16 +188,7 @@ async fn holding<H: Hypervisor>(
     if readopt::uuid_of(provider_id).is_none() {
         return Ok(None);
     }
-    let (uid, namespace, name) = (
-        pm.uid().unwrap_or_default(),
-        pm.namespace().unwrap_or_default(),
-        pm.name_any(),
-    );
-    let owner = readopt::Owner {
-        uid: &uid,
-        namespace: &namespace,
-        name: &name,
-    };
+    let owner = readopt::Owner::of(pm);
     let mut failed = Vec::new();
     for (index, endpoint) in reachable.iter().enumerate() {
         match readopt::find(&endpoint.hv, owner, provider_id).await {
@@ -307,11 +298,6 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         .await;
         let Connected { hv, connection, site } =
             StepFailure::connected(endpoint, Some(provision::PERMANENT_RETRY))?;
-        let (uid, namespace, name) = (
-            pm.uid().unwrap_or_default(),
-            pm.namespace().unwrap_or_default(),
-            pm.name_any(),
-        );
         // Read once: the step's input, and kept in the status while the wait goes on.
         let waiting_since = guest_wait_started(Some(status));
         let cloud_init_wait = cloud_init::Wait::recorded(&status.conditions);
@@ -323,11 +309,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             spec.to_mut().tags.extend(label_tags);
         }
         let input = MachineInput {
-            owner: readopt::Owner {
-                uid: &uid,
-                namespace: &namespace,
-                name: &name,
-            },
+            owner: readopt::Owner::of(pm),
             spec: &spec,
             // On a spread cluster, the failure domain chose the endpoint, not the node.
             failure_domain: owner_failure_domain.filter(|_| site.is_none()),
@@ -404,12 +386,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             // already marked for this object is deleted; one still marked for an earlier object
             // of this name is left alone (that object may still exist elsewhere: a leaked VM can
             // be deleted by hand, a deleted one cannot come back).
-            let name = pm.name_any();
-            let owner = readopt::Owner {
-                uid: &uid,
-                namespace: &pm.namespace().unwrap_or_default(),
-                name: &name,
-            };
+            let owner = readopt::Owner::of(pm);
             let found = match readopt::find(&hv, owner, provider_id).await {
                 Ok(found) => found,
                 // An unparsable providerID names no VM: nothing to delete.

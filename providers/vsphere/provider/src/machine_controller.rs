@@ -129,17 +129,9 @@ impl MachineBackend for VSphereMachines {
         let recorded = status.server.clone();
         let found = (self.client(kube, cluster, (domain, recorded.as_deref()), request.secrets)).await;
         let (client, own_server) = StepFailure::connected(found, Some(provision::PERMANENT_RETRY))?;
-        let (uid, name, namespace) = (
-            vm.uid().unwrap_or_default(),
-            vm.name_any(),
-            vm.namespace().unwrap_or_default(),
-        );
+        let name = vm.name_any();
         let input = MachineInput {
-            owner: readopt::Owner {
-                uid: &uid,
-                namespace: &namespace,
-                name: &name,
-            },
+            owner: readopt::Owner::of(vm),
             spec: &vm.spec,
             cluster,
             failure_domain: domain,
@@ -326,12 +318,7 @@ impl VSphereMachines {
             .and_then(|p| p.task_id.as_deref())
             .filter(|t| *t != banlieue_provider_kit::power::SHUTDOWN_TASK)
             .map(task_ref);
-        let (namespace, name) = (vm.namespace().unwrap_or_default(), vm.name_any());
-        let owner = readopt::Owner {
-            uid: &uid,
-            namespace: &namespace,
-            name: &name,
-        };
+        let owner = readopt::Owner::of(vm);
         let step = match (&found, task, vm.spec.provider_id.as_deref()) {
             // Created anew (clusterctl move, a restore) and deleted before its VM was adopted:
             // the VM is deleted only if it already carries this object's UID; one created for

@@ -236,6 +236,21 @@ mod tests {
 
     type Vm = Candidate<()>;
 
+    #[test]
+    fn the_owner_of_an_object_is_its_uid_namespace_and_name() {
+        let mut object = k8s_openapi::api::core::v1::ConfigMap::default();
+        assert_eq!(
+            Owner::of(&object).name_marker(),
+            "/",
+            "no metadata: empty, no panic"
+        );
+        object.metadata.uid = Some("u1".into());
+        object.metadata.namespace = Some("ns".into());
+        object.metadata.name = Some("m1".into());
+        let owner = Owner::of(&object);
+        assert_eq!((owner.uid, owner.namespace, owner.name), ("u1", "ns", "m1"));
+    }
+
     const WORDS: Words = Words {
         provider: "banlieue-test",
         kind: "TestMachine",

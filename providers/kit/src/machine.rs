@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use banlieue_api::banlieue::VirtualMachine;
-use banlieue_api::common::{MachineAddress, PowerState};
+use banlieue_api::common::{MachineAddress, PowerState, ProvisioningState};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::kinds::{ContractStatus, InfraMachine, InfraMachineStatus};
 use banlieue_api::support;
@@ -88,6 +88,30 @@ pub const USER_DATA_SECRET_UNREADABLE: &str = "UserDataSecretUnreadable";
 pub const BOOTSTRAP_DATA_INVALID: &str = "BootstrapDataInvalid";
 /// Condition reason: the persisted provisioning state cannot be read.
 pub const INCONSISTENT_STATUS: &str = "InconsistentStatus";
+/// Why a persisted status cannot be read back as a backend's phase (a hand-edited or corrupted
+/// status): `Ready` False [`INCONSISTENT_STATUS`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("status.provisioning is inconsistent: {0}")]
+pub struct InconsistentStatus(pub String);
+
+impl InconsistentStatus {
+    /// `state` persisted without `what` it needs.
+    pub fn without(state: ProvisioningState, what: &str) -> Self {
+        Self(format!("state {state:?} without {what}"))
+    }
+
+    /// `state` is not one of the provisioning states the backend persists.
+    pub fn not_provisioning(state: ProvisioningState) -> Self {
+        Self(format!("state {state:?} is not a provisioning state"))
+    }
+}
+
+impl From<InconsistentStatus> for Problem {
+    fn from(e: InconsistentStatus) -> Self {
+        Problem::new(INCONSISTENT_STATUS, e.to_string())
+    }
+}
+
 /// Condition reason: deletion in progress.
 pub const DELETING: &str = "Deleting";
 /// Condition reason: the VM cannot be deleted (its infra cluster is gone).
@@ -1585,6 +1609,21 @@ async fn run_once<B: MachineBackend>(
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
+
+    #[test]
+    fn an_unreadable_status_is_said_in_ready_with_its_reason() {
+        let problem = Problem::from(InconsistentStatus::without(ProvisioningState::Cloning, "vmRef"));
+        assert_eq!(problem.reason, INCONSISTENT_STATUS);
+        assert_eq!(
+            problem.message,
+            "status.provisioning is inconsistent: state Cloning without vmRef"
+        );
+        let problem = Problem::from(InconsistentStatus::not_provisioning(ProvisioningState::Deleting));
+        assert_eq!(
+            problem.message,
+            "status.provisioning is inconsistent: state Deleting is not a provisioning state"
+        );
+    }
 
     #[test]
     fn a_provisioned_vm_is_ready_only_while_it_runs_and_its_cloud_init_is_done() {

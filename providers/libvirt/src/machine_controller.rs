@@ -103,8 +103,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
     fn plan(&self, lm: &LibvirtMachine) -> Result<(Plan, Phase), Problem> {
-        let phase = Phase::read(lm.status.as_ref())
-            .map_err(|e| Problem::new(kit::INCONSISTENT_STATUS, e.to_string()))?;
+        let phase = Phase::read(lm.status.as_ref())?;
         let plan = Plan {
             needs_user_data: phase.needs_bootstrap_data(),
             readopting: provision::readopts(&phase, &lm.spec),

@@ -52,10 +52,7 @@ pub enum Phase {
     },
 }
 
-/// A persisted status that cannot be read back as a phase.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("status.provisioning is inconsistent: {0}")]
-pub struct InconsistentStatus(pub String);
+pub use banlieue_provider_kit::machine::InconsistentStatus;
 
 impl Phase {
     /// Rebuilds the phase from a persisted status.
@@ -69,7 +66,7 @@ impl Phase {
             .map_or(ProvisioningState::Pending, |p| p.state);
         let host = status.node.clone();
         let uuid = status.domain_uuid.clone();
-        let need = |what: &str| InconsistentStatus(format!("state {state:?} without {what}"));
+        let need = |what: &str| InconsistentStatus::without(state, what);
         let both = || -> Result<(String, String), InconsistentStatus> {
             Ok((
                 host.clone().ok_or_else(|| need("node"))?,
@@ -100,9 +97,7 @@ impl Phase {
                 Self::Provisioned { host, uuid }
             }
             other => {
-                return Err(InconsistentStatus(format!(
-                    "state {other:?} is not a provisioning state"
-                )));
+                return Err(InconsistentStatus::not_provisioning(other));
             }
         })
     }

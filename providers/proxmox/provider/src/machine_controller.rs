@@ -264,8 +264,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
     fn plan(&self, pm: &ProxmoxMachine) -> Result<(Plan, Phase), Problem> {
-        let phase = Phase::read(pm.status.as_ref())
-            .map_err(|e| Problem::new(kit::INCONSISTENT_STATUS, e.to_string()))?;
+        let phase = Phase::read(pm.status.as_ref())?;
         let has_provider_id = pm.spec.provider_id.is_some();
         let plan = Plan {
             needs_user_data: user_data_needed(&phase, has_provider_id),

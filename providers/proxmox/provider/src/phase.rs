@@ -58,10 +58,7 @@ pub enum Phase {
     Update(VmLocation, ProvisioningState, Option<Upid>),
 }
 
-/// Why a persisted status cannot be read back as a phase (hand-edited or corrupted status).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("status.provisioning is inconsistent: {0}")]
-pub struct InconsistentStatus(pub String);
+pub use banlieue_provider_kit::machine::InconsistentStatus;
 
 impl Phase {
     /// Rebuilds the phase from a persisted status (`None` = a fresh object).
@@ -89,7 +86,7 @@ impl Phase {
             }),
             _ => None,
         };
-        let need = |what: &str| InconsistentStatus(format!("state {state:?} without {what}"));
+        let need = |what: &str| InconsistentStatus::without(state, what);
         let provisioned = status
             .initialization
             .as_ref()
@@ -134,9 +131,7 @@ impl Phase {
             }
             ProvisioningState::Ready => Self::Provisioned(location.ok_or_else(|| need("node and vmid"))?),
             other => {
-                return Err(InconsistentStatus(format!(
-                    "state {other:?} is not a provisioning state"
-                )));
+                return Err(InconsistentStatus::not_provisioning(other));
             }
         })
     }

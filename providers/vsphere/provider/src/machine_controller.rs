@@ -92,8 +92,7 @@ impl MachineBackend for VSphereMachines {
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
     fn plan(&self, vm: &VSphereMachine) -> Result<(Plan, Phase), Problem> {
-        let phase = Phase::read(vm.status.as_ref())
-            .map_err(|e| Problem::new(kit::INCONSISTENT_STATUS, e.to_string()))?;
+        let phase = Phase::read(vm.status.as_ref())?;
         let cloning = matches!(phase, Phase::Clone);
         let has_provider_id = vm.spec.provider_id.is_some();
         // Configure rewrites the meta-data's network for the VM's MACs: pool addresses again.

@@ -36,10 +36,7 @@ pub enum Phase {
     ShuttingDown(MoRef, Timestamp),
 }
 
-/// A persisted status that cannot be read back.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("status.provisioning is inconsistent: {0}")]
-pub struct InconsistentStatus(pub String);
+pub use banlieue_provider_kit::machine::InconsistentStatus;
 
 /// A VM reference from `status.vmRef`.
 pub fn vm_ref(value: &str) -> MoRef {
@@ -63,7 +60,7 @@ impl Phase {
         let vm = status.vm_ref.as_deref().map(vm_ref);
         let need_vm = || {
             vm.clone()
-                .ok_or_else(|| InconsistentStatus(format!("state {state:?} without vmRef")))
+                .ok_or_else(|| InconsistentStatus::without(state, "vmRef"))
         };
         Ok(match state {
             ProvisioningState::Pending => Self::Clone,
@@ -78,12 +75,10 @@ impl Phase {
             ProvisioningState::PoweringOff => Self::ShuttingDown(
                 need_vm()?,
                 power::shutdown_requested_at(prov)
-                    .ok_or_else(|| InconsistentStatus("PoweringOff without the shutdown's time".into()))?,
+                    .ok_or_else(|| InconsistentStatus::without(state, "the shutdown's time"))?,
             ),
             other => {
-                return Err(InconsistentStatus(format!(
-                    "{other:?} is not a provisioning state"
-                )));
+                return Err(InconsistentStatus::not_provisioning(other));
             }
         })
     }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use banlieue_api::common::PowerState;
+use banlieue_api::common::{PowerState, ProvisioningState, ProvisioningStatus};
 use banlieue_api::condition;
 
 use crate::cloud_init::{CloudInit, Wait};
@@ -100,6 +100,24 @@ impl<P, X> Progress<P, X> {
     }
 }
 
+/// The `status.provisioning` of a phase at `state` with the hypervisor task `task_id` in flight:
+/// the task's start time is kept only while the same task is recorded; no message.
+pub fn provisioning(
+    previous: Option<ProvisioningStatus>,
+    state: ProvisioningState,
+    task_id: Option<String>,
+) -> ProvisioningStatus {
+    let task_started_at = previous
+        .filter(|p| task_id.is_some() && p.task_id == task_id)
+        .and_then(|p| p.task_started_at);
+    ProvisioningStatus {
+        state,
+        task_id,
+        task_started_at,
+        message: None,
+    }
+}
+
 /// How a provisioned VM's `Ready` is decided ([`Report::provisioned`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Guest<'a> {
@@ -191,6 +209,31 @@ impl<P, X> Progress<P, X> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_task_start_time_is_kept_only_while_the_same_task_is_recorded() {
+        use ProvisioningState::{Cloning, Configuring};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let started = Time(k8s_openapi::jiff::Timestamp::from_second(1_700_000_000).unwrap());
+        let recorded = Some(ProvisioningStatus {
+            state: Cloning,
+            task_id: Some("t1".into()),
+            task_started_at: Some(started.clone()),
+            message: Some("cloning".into()),
+        });
+        let same = provisioning(recorded.clone(), Cloning, Some("t1".into()));
+        assert_eq!((same.task_started_at, same.message), (Some(started), None));
+        let next = provisioning(recorded.clone(), Configuring, Some("t2".into()));
+        assert_eq!(
+            (next.state, next.task_id.as_deref(), next.task_started_at),
+            (Configuring, Some("t2"), None)
+        );
+        assert_eq!(provisioning(recorded, Configuring, None).task_started_at, None);
+        assert_eq!(
+            provisioning(None, Cloning, Some("t1".into())).task_started_at,
+            None
+        );
+    }
 
     fn failed(busy: bool) -> FailedTask {
         FailedTask {

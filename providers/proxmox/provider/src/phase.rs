@@ -15,8 +15,9 @@
 //! persisted separately: each reconcile compares the VM's real config with the desired one
 //! ([`crate::desired`]) and does the next missing thing, which is idempotent and crash-safe.
 
-use banlieue_api::common::{ProvisioningState, ProvisioningStatus};
+use banlieue_api::common::ProvisioningState;
 use banlieue_api::infrastructure::ProxmoxMachineStatus;
+use banlieue_provider_kit::progress;
 use banlieue_pve_client::Upid;
 
 /// Where the VM lives once chosen: node and VMID.
@@ -152,20 +153,8 @@ impl Phase {
         };
         status.node = location.map(|l| l.node.clone()).or(node.map(str::to_owned));
         status.vmid = location.map(|l| l.vmid);
-        let previous = status.provisioning.take().unwrap_or_default();
         let task_id = task.map(|t| t.to_string());
-        // Keep the start time only while the same task is in flight.
-        let task_started_at = if task_id.is_some() && task_id == previous.task_id {
-            previous.task_started_at
-        } else {
-            None
-        };
-        status.provisioning = Some(ProvisioningStatus {
-            state,
-            task_id,
-            task_started_at,
-            message: None,
-        });
+        status.provisioning = Some(progress::provisioning(status.provisioning.take(), state, task_id));
     }
 
     /// The VM's location, once known.
@@ -236,6 +225,7 @@ impl Phase {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use banlieue_api::common::ProvisioningStatus;
     use pretty_assertions::assert_eq;
     use rstest::rstest;
 

@@ -10,7 +10,7 @@
 
 use banlieue_api::common::{ProvisioningState, ProvisioningStatus};
 use banlieue_api::infrastructure::VSphereMachineStatus;
-use banlieue_provider_kit::power;
+use banlieue_provider_kit::{power, progress};
 use banlieue_vsphere_client::MoRef;
 use k8s_openapi::jiff::Timestamp;
 
@@ -104,19 +104,8 @@ impl Phase {
             }
         };
         status.vm_ref = vm.map(|v| v.value.clone());
-        let previous = status.provisioning.take().unwrap_or_default();
         let task_id = task.map(|t| t.value.clone());
-        let task_started_at = if task_id.is_some() && task_id == previous.task_id {
-            previous.task_started_at
-        } else {
-            None
-        };
-        status.provisioning = Some(ProvisioningStatus {
-            state,
-            task_id,
-            task_started_at,
-            message: previous.message.filter(|_| false),
-        });
+        status.provisioning = Some(progress::provisioning(status.provisioning.take(), state, task_id));
     }
 
     /// Whether the VM is provisioned (shutting down for a day-2 change included).

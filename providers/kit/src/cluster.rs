@@ -82,6 +82,18 @@ impl Problem {
     }
 }
 
+/// The value of a `Result<T, Problem>`, else returns `Ok(Err(problem))` from the enclosing
+/// function: the `?` of a step whose problem is an answer (said in a condition), not an error.
+#[macro_export]
+macro_rules! usable {
+    ($result:expr) => {
+        match $result {
+            Ok(value) => value,
+            Err(problem) => return Ok(Err(problem)),
+        }
+    };
+}
+
 /// What the backend found when it checked the hypervisor of an infra cluster.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterCheck {

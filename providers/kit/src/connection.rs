@@ -191,10 +191,7 @@ pub async fn allowed_provider(
     kind: &str,
     namespace: &str,
 ) -> Result<std::result::Result<Provider, Problem>> {
-    let p = match provider(client, name, backend, kind).await? {
-        Ok(p) => p,
-        Err(problem) => return Ok(Err(problem)),
-    };
+    let p = crate::usable!(provider(client, name, backend, kind).await?);
     if !admits(client, &p, namespace).await? {
         return Ok(Err(Problem::new(
             PROVIDER_NOT_ALLOWED,
@@ -556,21 +553,13 @@ pub async fn connect(
         record(secrets);
         return Ok(Ok(connection));
     }
-    let source = match source(client, namespace, own, backend, kind).await? {
-        Ok(source) => source,
-        Err(problem) => return Ok(Err(problem)),
-    };
+    let source = crate::usable!(source(client, namespace, own, backend, kind).await?);
     let secrets = source.secrets();
     record(secrets.clone());
     let user = source.provider.is_none().then_some(namespace);
-    let credentials = match credentials(client, source.credentials.as_ref(), user, &source.endpoint).await? {
-        Ok(c) => c,
-        Err(problem) => return Ok(Err(problem)),
-    };
-    let (trust, ca_version) = match trust(client, source.tls.as_ref(), user).await? {
-        Ok(t) => t,
-        Err(problem) => return Ok(Err(problem)),
-    };
+    let credentials =
+        crate::usable!(credentials(client, source.credentials.as_ref(), user, &source.endpoint).await?);
+    let (trust, ca_version) = crate::usable!(trust(client, source.tls.as_ref(), user).await?);
     let provider_version = source.provider.as_ref().and_then(|p| p.resource_version());
     let server_name = source.tls.as_ref().and_then(|t| t.server_name.clone());
     let version = format!(

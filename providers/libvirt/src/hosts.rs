@@ -18,6 +18,7 @@ use banlieue_api::common::SecretReference;
 use banlieue_api::infrastructure::LibvirtCluster;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, in_namespace};
+use banlieue_provider_kit::usable;
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use kube::{Resource, ResourceExt};
 
@@ -149,10 +150,7 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
         },
         _ => None,
     };
-    let mut hosts = match hosts_of(lvc, provider.as_ref()) {
-        Ok(h) => h,
-        Err(e) => return Ok(Err(e)),
-    };
+    let mut hosts = usable!(hosts_of(lvc, provider.as_ref()));
     read.record(credentials_secrets(&hosts));
     for h in &mut hosts {
         let Some(r) = &h.credentials else { continue };

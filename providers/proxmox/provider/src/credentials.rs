@@ -10,6 +10,7 @@ use banlieue_api::banlieue::Backend;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, CREDENTIALS_INVALID, Own, Trust};
+use banlieue_provider_kit::usable;
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use banlieue_pve_client::{Auth, Client, TlsVerification};
 use kube::ResourceExt;
@@ -129,14 +130,8 @@ pub async fn read_endpoint_connection(
         ),
     };
     let namespace = cluster.namespace().unwrap_or_default();
-    let c = match connection::connect(client, &namespace, own, Backend::Proxmox, &kind, record).await? {
-        Ok(c) => c,
-        Err(problem) => return Ok(Err(problem)),
-    };
-    let auth = match auth(&c.credentials) {
-        Ok(auth) => auth,
-        Err(problem) => return Ok(Err(problem)),
-    };
+    let c = usable!(connection::connect(client, &namespace, own, Backend::Proxmox, &kind, record).await?);
+    let auth = usable!(auth(&c.credentials));
     let tls = match c.trust {
         Trust::WebPki => TlsVerification::WebPki,
         Trust::CaBundle(pem) => TlsVerification::CaBundle(pem),

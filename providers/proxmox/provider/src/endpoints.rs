@@ -8,6 +8,7 @@
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::CREDENTIALS_INVALID;
+use banlieue_provider_kit::usable;
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use kube::ResourceExt;
 
@@ -60,10 +61,7 @@ pub async fn connect<C: Connector>(
     site: Option<&ProxmoxClusterEndpoint>,
     record: impl FnOnce(Vec<SecretKey>),
 ) -> Result<Result<Connected<C::Hv>, Problem>, Error> {
-    let connection = match read_endpoint_connection(client, pxc, site, record).await? {
-        Ok(connection) => connection,
-        Err(problem) => return Ok(Err(problem)),
-    };
+    let connection = usable!(read_endpoint_connection(client, pxc, site, record).await?);
     let mut key = format!("{}/{}", pxc.namespace().unwrap_or_default(), pxc.name_any());
     if let Some(site) = site {
         key = format!("{key}/{}", site.name);

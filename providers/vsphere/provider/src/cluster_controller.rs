@@ -12,6 +12,7 @@ use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain, VSphereMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
+use banlieue_provider_kit::usable;
 
 use crate::connection::{self, ClientCache};
 use crate::error::Error;
@@ -60,14 +61,8 @@ impl VSphereClusters {
         fd: Option<&VSphereFailureDomain>,
         secrets: &ReadSecrets<VSphereCluster>,
     ) -> Result<Result<(banlieue_vsphere_client::Client, connection::Endpoint), Problem>, Error> {
-        let endpoint = match connection::resolve_for(client, vsc, fd, |keys| secrets.record(keys)).await? {
-            Ok(endpoint) => endpoint,
-            Err(problem) => return Ok(Err(problem)),
-        };
-        let vc = match self.clients.client(&endpoint) {
-            Ok(vc) => vc,
-            Err(problem) => return Ok(Err(problem)),
-        };
+        let endpoint = usable!(connection::resolve_for(client, vsc, fd, |keys| secrets.record(keys)).await?);
+        let vc = usable!(self.clients.client(&endpoint));
         Ok(match vc.login_if_needed().await {
             Ok(()) => Ok((vc, endpoint)),
             Err(e) => Err(Problem::new(reason_of(&e), e.to_string())),

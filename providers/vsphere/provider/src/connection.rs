@@ -10,6 +10,7 @@ use banlieue_api::banlieue::Backend;
 use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, Own, Trust};
+use banlieue_provider_kit::usable;
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use banlieue_vsphere_client::{Client, ClientBuilder, TlsVerification};
 use kube::ResourceExt;
@@ -84,14 +85,8 @@ pub async fn resolve_for(
         ),
     };
     let namespace = cluster.namespace().unwrap_or_default();
-    let c = match connection::connect(kube, &namespace, own, Backend::Vsphere, &kind, record).await? {
-        Ok(c) => c,
-        Err(problem) => return Ok(Err(problem)),
-    };
-    let [username, password] = match c.credentials.texts(["username", "password"]) {
-        Ok(texts) => texts,
-        Err(problem) => return Ok(Err(problem)),
-    };
+    let c = usable!(connection::connect(kube, &namespace, own, Backend::Vsphere, &kind, record).await?);
+    let [username, password] = usable!(c.credentials.texts(["username", "password"]));
     let tls = match c.trust {
         Trust::WebPki => TlsVerification::WebPki,
         Trust::CaBundle(pem) => TlsVerification::CaBundle(pem),

@@ -19,6 +19,7 @@ use banlieue_provider_kit::machine::{
 };
 use banlieue_provider_kit::progress::Guest;
 use banlieue_provider_kit::secrets::ReadSecrets;
+use banlieue_provider_kit::usable;
 use kube::ResourceExt;
 
 use crate::connection::{self, ClientCache};
@@ -55,16 +56,10 @@ impl VSphereMachines {
         (domain, recorded): (Option<&str>, Option<&str>),
         secrets: &ReadSecrets<VSphereMachine>,
     ) -> Result<Result<(banlieue_vsphere_client::Client, Option<String>), Problem>, Error> {
-        let entry = match domain_entry(cluster, domain) {
-            Ok(entry) => entry,
-            Err(problem) => return Ok(Err(problem)),
-        };
+        let entry = usable!(domain_entry(cluster, domain));
         // The connection's Secrets are watched for the machine too: fixing them wakes it at once.
         let endpoint =
-            match connection::resolve_for(kube, cluster, entry, |keys| secrets.record(keys)).await? {
-                Ok(endpoint) => endpoint,
-                Err(problem) => return Ok(Err(problem)),
-            };
+            usable!(connection::resolve_for(kube, cluster, entry, |keys| secrets.record(keys)).await?);
         let own = entry
             .is_some_and(VSphereFailureDomain::has_own_server)
             .then(|| endpoint.server.clone());

@@ -362,15 +362,9 @@ async fn reconcile_inner<B: ClusterBackend>(obj: &B::Cluster, ctx: &ClusterConte
     let mut new = infra.status().cloned().unwrap_or_default();
     new.set_observed_generation(generation);
     let (paused, reason, message) = contract::paused_condition_fields(cluster.as_ref(), infra.meta(), &kind);
-    status::set(
-        new.conditions_mut(),
-        condition::PAUSED,
-        paused == "True",
-        reason,
-        message,
-        generation,
-    );
-    if paused == "True" {
+    let (conditions, paused) = (new.conditions_mut(), paused == "True");
+    status::set(conditions, condition::PAUSED, paused, reason, message, generation);
+    if paused {
         write_status(ctx, &api, &infra, &new).await?;
         return Ok(Action::await_change());
     }
@@ -415,36 +409,29 @@ async fn reconcile_inner<B: ClusterBackend>(obj: &B::Cluster, ctx: &ClusterConte
         .check(&ctx.client, &infra, &read)
         .await
         .map_err(Error::backend)?;
-    match &check.connected {
-        Ok(note) if check.insecure_tls => status::set(
-            new.conditions_mut(),
-            B::CONNECTED_CONDITION,
-            ConditionStatus::True,
+    let (connected, reason, message) = match &check.connected {
+        Ok(note) if check.insecure_tls && note.is_empty() => (
+            true,
             condition::CONNECTED_WITHOUT_TLS_VERIFICATION,
-            if note.is_empty() {
-                INSECURE_TLS_MESSAGE.to_owned()
-            } else {
-                format!("{INSECURE_TLS_MESSAGE}; {note}")
-            },
-            generation,
+            INSECURE_TLS_MESSAGE.to_owned(),
         ),
-        Ok(note) => status::set(
-            new.conditions_mut(),
-            B::CONNECTED_CONDITION,
-            ConditionStatus::True,
-            CONNECTED,
-            note.clone(),
-            generation,
+        Ok(note) if check.insecure_tls => (
+            true,
+            condition::CONNECTED_WITHOUT_TLS_VERIFICATION,
+            format!("{INSECURE_TLS_MESSAGE}; {note}"),
         ),
-        Err(p) => status::set(
-            new.conditions_mut(),
-            B::CONNECTED_CONDITION,
-            ConditionStatus::False,
-            p.reason,
-            p.message.clone(),
-            generation,
-        ),
-    }
+        Ok(note) => (true, CONNECTED, note.clone()),
+        Err(p) => (false, p.reason, p.message.clone()),
+    };
+    let conditions = new.conditions_mut();
+    status::set(
+        conditions,
+        B::CONNECTED_CONDITION,
+        connected,
+        reason,
+        message,
+        generation,
+    );
     if let Some(domains) = &check.failure_domains {
         *new.failure_domains_mut() = domains.clone();
     }
@@ -456,14 +443,8 @@ async fn reconcile_inner<B: ClusterBackend>(obj: &B::Cluster, ctx: &ClusterConte
     if ready || Initialization::is_provisioned(new.initialization()) {
         new.set_provisioned(true);
     }
-    status::set(
-        new.conditions_mut(),
-        condition::READY,
-        ready,
-        reason,
-        message,
-        generation,
-    );
+    let conditions = new.conditions_mut();
+    status::set(conditions, condition::READY, ready, reason, message, generation);
     write_status(ctx, &api, &infra, &new).await?;
     Ok(Action::requeue(if ready && check.connected.is_ok() {
         RESYNC

@@ -401,17 +401,12 @@ pub async fn credentials(
 /// objects of a Cluster's graph and those labelled so, and a cluster moved without its
 /// credentials could not reach its hypervisor. A refusal (RBAC of an older release) is logged
 /// and changes nothing else: the label only matters for a later move.
-async fn label_for_move<K>(
+async fn label_for_move<K: banlieue_api::infrastructure::kinds::NamespacedKind>(
     client: &kube::Client,
     namespace: &str,
     name: &str,
     labels: &BTreeMap<String, String>,
-) where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+) {
     if labels.contains_key(CLUSTERCTL_MOVE_LABEL) {
         return;
     }

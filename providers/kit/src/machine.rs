@@ -180,6 +180,12 @@ pub struct Report {
 }
 
 impl Report {
+    /// Sets this report as the condition `type_` observed at `generation`.
+    fn set_in(&self, conditions: &mut Vec<condition::Condition>, type_: &str, generation: Option<i64>) {
+        let (ok, reason, message) = (self.ok, self.reason, self.message.clone());
+        status::set(conditions, type_, ok, reason, message, generation);
+    }
+
     /// A report.
     pub fn new(ok: bool, reason: &'static str, message: impl Into<String>) -> Self {
         Self {
@@ -809,17 +815,21 @@ impl<B: MachineBackend> Writer<'_, B> {
         message: String,
         requeue: Duration,
     ) -> Result<Action> {
-        let generation = self.machine.meta().generation;
-        status::set(
-            new.conditions_mut(),
-            condition::READY,
-            false,
-            reason,
-            message,
-            generation,
-        );
+        let (generation, conditions) = (self.machine.meta().generation, new.conditions_mut());
+        status::set(conditions, condition::READY, false, reason, message, generation);
         self.status(&new).await?;
         Ok(Action::requeue(requeue))
+    }
+
+    /// `Ready` False with `reason` and the error's words, written; then the error (backoff).
+    async fn fail(
+        &self,
+        new: <B::Machine as InfraMachine>::Status,
+        reason: &str,
+        error: Error,
+    ) -> Result<Action> {
+        self.wait(new, reason, error.to_string(), Duration::ZERO).await?;
+        Err(error)
     }
 
     /// [`Writer::wait`] for a problem a human must fix: a Warning Event when it appears (the
@@ -917,14 +927,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let mut new = machine.status().cloned().unwrap_or_default();
     new.set_observed_generation(generation);
     let (paused, reason, message) = view.paused_condition.clone();
-    status::set(
-        new.conditions_mut(),
-        condition::PAUSED,
-        paused == "True",
-        reason,
-        message,
-        generation,
-    );
+    let (conditions, paused) = (new.conditions_mut(), paused == "True");
+    status::set(conditions, condition::PAUSED, paused, reason, message, generation);
     if view.paused.is_some() {
         // Paused: neither provision nor delete (clusterctl move deletes paused source objects).
         write.status(&new).await?;
@@ -1022,18 +1026,8 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let user_data = if plan.needs_user_data && !plan.readopting {
         let read = match read_user_data(&ctx.client, &namespace, &view, &secrets).await {
             Ok(read) => read,
-            Err(error) => {
-                // e.g. a 403: say so instead of showing an older reason, then back off.
-                write
-                    .wait(
-                        new,
-                        USER_DATA_SECRET_UNREADABLE,
-                        error.to_string(),
-                        ctx.wait_requeue,
-                    )
-                    .await?;
-                return Err(error);
-            }
+            // e.g. a 403: say so instead of showing an older reason, then back off.
+            Err(error) => return write.fail(new, USER_DATA_SECRET_UNREADABLE, error).await,
         };
         match read {
             Ok(data) if !B::BOOTSTRAP_FORMATS.contains(&data.format) => {
@@ -1084,15 +1078,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             Err(IpamError::Kube { context, source }) => {
                 // e.g. a 403 on the claims: say so instead of showing an older wait reason.
                 let error = Error::kube(context, source);
-                write
-                    .wait(
-                        new,
-                        network::IP_ADDRESS_CLAIM_FAILED,
-                        error.to_string(),
-                        ctx.wait_requeue,
-                    )
-                    .await?;
-                return Err(error);
+                return write.fail(new, network::IP_ADDRESS_CLAIM_FAILED, error).await;
             }
         }
     };
@@ -1151,62 +1137,42 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             }
             apply_step::<B>(&write, &current, new, earlier_events, step).await
         }
-        Err(StepFailure::Problem { problem, retry }) => {
-            // A Warning when the problem appears (the condition's reason changes), not when only
-            // its message or the generation does.
-            let type_ = day2(problem.reason).unwrap_or(condition::READY);
+        Err(failure) => {
+            let (reason, message, outcome) = match failure {
+                StepFailure::Problem { problem, retry } => {
+                    let requeue = Action::requeue(retry.unwrap_or(ctx.wait_requeue));
+                    (problem.reason, problem.message, Ok(requeue))
+                }
+                StepFailure::Transient { reason, error } => {
+                    (reason, error.to_string(), Err(Error::backend(error)))
+                }
+            };
+            let problem = outcome.is_ok();
+            // A Warning when the problem or the outage appears (the condition's reason changes, or
+            // a problem's condition was not False), not when only its message, the generation or
+            // a retry does.
+            let type_ = day2(reason).unwrap_or(condition::READY);
             let appears = condition::find(new.conditions(), type_)
-                .is_none_or(|c| c.reason != problem.reason || c.status != "False");
-            status::set(
-                new.conditions_mut(),
-                type_,
-                false,
-                problem.reason,
-                problem.message.clone(),
-                generation,
-            );
+                .is_none_or(|c| c.reason != reason || (problem && c.status != "False"));
             // A provisioned VM that is gone is not up to date either (never a stale True).
-            if let Some(up_to_date) =
-                B::UP_TO_DATE_CONDITION.filter(|_| plan.provisioned && problem.reason == VM_NOT_FOUND)
-            {
+            let gone =
+                B::UP_TO_DATE_CONDITION.filter(|_| problem && plan.provisioned && reason == VM_NOT_FOUND);
+            for type_ in std::iter::once(type_).chain(gone) {
                 status::set(
                     new.conditions_mut(),
-                    up_to_date,
+                    type_,
                     false,
-                    problem.reason,
-                    problem.message.clone(),
+                    reason,
+                    message.clone(),
                     generation,
                 );
             }
             write.status(&new).await?;
             write.transitions(earlier_events).await;
             if appears {
-                write
-                    .event(EventType::Warning, problem.reason, problem.message)
-                    .await;
-            }
-            Ok(Action::requeue(retry.unwrap_or(ctx.wait_requeue)))
-        }
-        Err(StepFailure::Transient { reason, error }) => {
-            // A Warning when the outage starts (the condition's reason changes), not at every
-            // retry of the same one.
-            let type_ = day2(reason).unwrap_or(condition::READY);
-            let starts = condition::find(new.conditions(), type_).is_none_or(|c| c.reason != reason);
-            let message = error.to_string();
-            status::set(
-                new.conditions_mut(),
-                type_,
-                false,
-                reason,
-                message.clone(),
-                generation,
-            );
-            write.status(&new).await?;
-            write.transitions(earlier_events).await;
-            if starts {
                 write.event(EventType::Warning, reason, message).await;
             }
-            Err(Error::backend(error))
+            outcome
         }
     }
 }
@@ -1325,25 +1291,12 @@ async fn apply_step<B: MachineBackend>(
         _ => None,
     };
     if let (Some(report), Some(type_)) = (&step.up_to_date, B::UP_TO_DATE_CONDITION) {
-        status::set(
-            new.conditions_mut(),
-            type_,
-            report.ok,
-            report.reason,
-            report.message.clone(),
-            generation,
-        );
+        report.set_in(new.conditions_mut(), type_, generation);
     }
     let reason_changed =
         condition::find(new.conditions(), condition::READY).is_none_or(|c| c.reason != step.ready.reason);
-    status::set(
-        new.conditions_mut(),
-        condition::READY,
-        step.ready.ok,
-        step.ready.reason,
-        step.ready.message.clone(),
-        generation,
-    );
+    step.ready
+        .set_in(new.conditions_mut(), condition::READY, generation);
     let written = write.status(&new).await?;
     // A provisioned VM as the spec wants it, looked at again only later: until then, a reconcile
     // that finds the machine as this write left it asks the hypervisor nothing.
@@ -1446,19 +1399,7 @@ async fn delete<B: MachineBackend>(
             write.status(&new).await?;
             Ok(Action::requeue(Duration::from_millis(100)))
         }
-        Err(error) => {
-            let generation = machine.meta().generation;
-            status::set(
-                new.conditions_mut(),
-                condition::READY,
-                false,
-                DELETING,
-                error.to_string(),
-                generation,
-            );
-            write.status(&new).await?;
-            Err(Error::backend(error))
-        }
+        Err(error) => write.fail(new, DELETING, Error::backend(error)).await,
     }
 }
 

@@ -25,7 +25,6 @@ use banlieue_api::banlieue::{
 };
 use banlieue_api::common::CaBundleKind;
 use banlieue_provider_runtime::metrics::Metrics;
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, Patch, PatchParams};
@@ -298,18 +297,12 @@ async fn set_owner(ctx: &Context, object: &Owned, reference: &OwnerReference, ow
     }
 }
 
-async fn set_owner_of<K>(
+async fn set_owner_of<K: banlieue_api::infrastructure::kinds::NamespacedKind>(
     ctx: &Context,
     object: &Owned,
     reference: &OwnerReference,
     own: bool,
-) -> kube::Result<bool>
-where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-{
+) -> kube::Result<bool> {
     let api = Api::<K>::namespaced(ctx.client.clone(), &object.namespace);
     let Some(meta) = api.get_metadata_opt(&object.name).await? else {
         return Ok(false);

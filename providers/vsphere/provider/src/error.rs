@@ -13,6 +13,18 @@ pub type Error = banlieue_provider_kit::machine::ProviderError<banlieue_vsphere_
 /// Why a step failed (the kit's, with the vSphere client's errors).
 pub type StepError = banlieue_provider_kit::machine::StepError<banlieue_vsphere_client::Error>;
 
+/// A client call's result as a step's: [`client_error`] of its error.
+pub trait OrFail<T> {
+    /// The value, or the error classified as raised while doing `reason`.
+    fn or_fail(self, reason: &'static str) -> Result<T, StepError>;
+}
+
+impl<T> OrFail<T> for banlieue_vsphere_client::Result<T> {
+    fn or_fail(self, reason: &'static str) -> Result<T, StepError> {
+        self.map_err(|e| client_error(reason, e))
+    }
+}
+
 /// Classifies a client error raised while doing `reason`.
 pub fn client_error(reason: &'static str, err: banlieue_vsphere_client::Error) -> StepError {
     match err.class() {

@@ -20,7 +20,7 @@ use banlieue_provider_kit::image::{
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, MoRef};
 
-use crate::error::StepError;
+use crate::error::{OrFail, StepError};
 
 /// The imports of this process.
 static IMPORTS: LazyLock<Imports> = LazyLock::new(Imports::default);
@@ -48,10 +48,7 @@ pub async fn check_template(
     path: &str,
     image: &ImageDownload,
 ) -> Result<(), StepError> {
-    let info = c
-        .vm_info(template)
-        .await
-        .map_err(|e| crate::error::client_error("TemplateNotFound", e))?;
+    let info = c.vm_info(template).await.or_fail("TemplateNotFound")?;
     let recorded = info.and_then(|i| i.extra_config.get(IMAGE_KEY).cloned());
     match recorded {
         Some(recorded) if recorded != image_marker(image) => Err(StepError::permanent(

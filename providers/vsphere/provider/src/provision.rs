@@ -252,10 +252,7 @@ async fn metadata_rewrite(
         ],
         ..ConfigSpec::default()
     };
-    let task = c
-        .reconfigure(vm, &spec)
-        .await
-        .map_err(|e| client_error("ConfiguringFailed", e))?;
+    let task = c.reconfigure(vm, &spec).await.or_fail("ConfiguringFailed")?;
     Ok(Some(Step::wait(
         Phase::Configure(vm.clone(), Some(task)),
         TASK_POLL,
@@ -299,7 +296,7 @@ pub fn next_now(step: &Step, from: &Phase) -> bool {
     step.follows_at_once(from.task().is_some(), step.phase.task().is_some())
 }
 
-pub use crate::error::{StepError, client_error};
+pub use crate::error::{OrFail, StepError, client_error};
 
 fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
     StepError::permanent(reason, message)
@@ -310,11 +307,7 @@ fn permanent(reason: &'static str, message: impl Into<String>) -> StepError {
 /// ([`banlieue_provider_kit::placement`]), so machines without a failure domain spread over the
 /// hosts instead of landing on the template's.
 async fn choose_host(c: &Client, pool: &MoRef, pool_path: &str) -> Result<Option<MoRef>, StepError> {
-    let hosts = match c
-        .pool_hosts(pool)
-        .await
-        .map_err(|e| client_error("CloningFailed", e))?
-    {
+    let hosts = match c.pool_hosts(pool).await.or_fail("CloningFailed")? {
         PoolHosts::Drs => return Ok(None),
         PoolHosts::Hosts(hosts) => hosts,
     };
@@ -334,7 +327,7 @@ async fn choose_host(c: &Client, pool: &MoRef, pool_path: &str) -> Result<Option
 async fn find(c: &Client, path: &str, reason: &'static str, what: &str) -> Result<MoRef, StepError> {
     c.find_by_inventory_path(path)
         .await
-        .map_err(|e| client_error(reason, e))?
+        .or_fail(reason)?
         .ok_or_else(|| permanent(reason, format!("{what} {path:?} not found in vCenter")))
 }
 
@@ -342,7 +335,7 @@ async fn adoptable(c: &Client, uid: &str) -> Result<Option<MoRef>, StepError> {
     let vms = c
         .find_vms_by_extra_config(OWNER_KEY, uid)
         .await
-        .map_err(|e| client_error("CloningFailed", e))?;
+        .or_fail("CloningFailed")?;
     Ok(vms.into_iter().next())
 }
 
@@ -411,7 +404,7 @@ pub async fn provision_step(
                 Some(image) => match c
                     .find_by_inventory_path(&p.template)
                     .await
-                    .map_err(|e| client_error("TemplateNotFound", e))?
+                    .or_fail("TemplateNotFound")?
                 {
                     Some(template) => {
                         image_import::check_template(c, &template, &p.template, image).await?;
@@ -432,7 +425,7 @@ pub async fn provision_step(
                 CloneMode::Linked => Some(
                     c.properties(&template, &["snapshot.currentSnapshot"])
                         .await
-                        .map_err(|e| client_error("CloningFailed", e))?
+                        .or_fail("CloningFailed")?
                         .and_then(|p| p.get("snapshot.currentSnapshot").and_then(MoRef::from_xml))
                         .ok_or_else(|| {
                             permanent(
@@ -456,10 +449,7 @@ pub async fn provision_step(
                 },
                 power_on: false,
             };
-            let task = c
-                .clone_vm(&template, &spec)
-                .await
-                .map_err(|e| client_error("CloningFailed", e))?;
+            let task = c.clone_vm(&template, &spec).await.or_fail("CloningFailed")?;
             let mut step = Step::wait(
                 Phase::WaitClone(task.clone()),
                 TASK_POLL,
@@ -518,10 +508,7 @@ pub async fn provision_step(
             let firmware = update::firmware_changes(input.spec, &info)
                 .map_err(|why| permanent("ConfiguringFailed", why))?;
             if !firmware.is_empty() {
-                let task = c
-                    .reconfigure(&vm, &firmware)
-                    .await
-                    .map_err(|e| client_error("ConfiguringFailed", e))?;
+                let task = c.reconfigure(&vm, &firmware).await.or_fail("ConfiguringFailed")?;
                 return Ok(Step::wait(
                     Phase::Configure(vm, Some(task)),
                     TASK_POLL,
@@ -538,10 +525,7 @@ pub async fn provision_step(
                     }
                 }
                 UpdateAction::Reconfigure { spec, what } => {
-                    let task = c
-                        .reconfigure(&vm, &spec)
-                        .await
-                        .map_err(|e| client_error("ConfiguringFailed", e))?;
+                    let task = c.reconfigure(&vm, &spec).await.or_fail("ConfiguringFailed")?;
                     Ok(Step::wait(
                         Phase::Configure(vm, Some(task)),
                         TASK_POLL,
@@ -549,10 +533,7 @@ pub async fn provision_step(
                     ))
                 }
                 UpdateAction::PowerOff { why } => {
-                    let task = c
-                        .power_off(&vm)
-                        .await
-                        .map_err(|e| client_error("ConfiguringFailed", e))?;
+                    let task = c.power_off(&vm).await.or_fail("ConfiguringFailed")?;
                     Ok(Step::wait(
                         Phase::Configure(vm, Some(task)),
                         TASK_POLL,
@@ -571,10 +552,7 @@ pub async fn provision_step(
             if desired_power == PowerState::Off || info.power_state == Some(VmPowerState::PoweredOn) {
                 return Ok(Step::to(Phase::WaitGuest(vm)));
             }
-            let task = c
-                .power_on(&vm)
-                .await
-                .map_err(|e| client_error("PowerOnFailed", e))?;
+            let task = c.power_on(&vm).await.or_fail("PowerOnFailed")?;
             Ok(
                 Step::wait(Phase::PowerOn(vm, Some(task)), TASK_POLL, "powering on")
                     .event("PoweringOn", "powering the VM on"),
@@ -607,10 +585,7 @@ pub async fn provision_step(
                 return Ok(step);
             }
             if power::shutdown_overdue(Some(since), Timestamp::now()) {
-                let task = c
-                    .power_off(&vm)
-                    .await
-                    .map_err(|e| client_error("PowerOffFailed", e))?;
+                let task = c.power_off(&vm).await.or_fail("PowerOffFailed")?;
                 let why = format!(
                     "the guest ignored the shutdown request for {}s: VM {} powered off",
                     power::SHUTDOWN_TIMEOUT.as_secs(),
@@ -678,9 +653,7 @@ pub async fn provision_step(
                         return Ok(step);
                     }
                     UpdateAction::Reconfigure { spec, what } => (
-                        c.reconfigure(&vm, &spec)
-                            .await
-                            .map_err(|e| client_error("UpdateFailed", e))?,
+                        c.reconfigure(&vm, &spec).await.or_fail("UpdateFailed")?,
                         format!("applying {what}"),
                         ("Reconfiguring", what),
                     ),
@@ -699,9 +672,7 @@ pub async fn provision_step(
                         // Without VMware Tools (or in a state the guest cannot be asked in) the
                         // guest cannot be asked: power it off.
                         Err(e) if matches!(e.fault(), Some("ToolsUnavailable" | "InvalidState")) => (
-                            c.power_off(&vm)
-                                .await
-                                .map_err(|e| client_error("PowerOffFailed", e))?,
+                            c.power_off(&vm).await.or_fail("PowerOffFailed")?,
                             format!("powering off {why}"),
                             (
                                 "PoweringOff",
@@ -713,9 +684,7 @@ pub async fn provision_step(
                         Err(e) => return Err(client_error("PowerOffFailed", e)),
                     },
                     UpdateAction::PowerOn => (
-                        c.power_on(&vm)
-                            .await
-                            .map_err(|e| client_error("PowerOnFailed", e))?,
+                        c.power_on(&vm).await.or_fail("PowerOnFailed")?,
                         "powering on (spec.powerState On)".to_owned(),
                         ("PoweringOn", "powering the VM on".to_owned()),
                     ),
@@ -786,7 +755,7 @@ async fn desired_nics(c: &Client, input: &MachineInput<'_>) -> Result<Vec<Desire
         let backing = c
             .network_backing(&net)
             .await
-            .map_err(|e| client_error("NetworkNotFound", e))?
+            .or_fail("NetworkNotFound")?
             .ok_or_else(|| {
                 permanent(
                     "NetworkNotFound",
@@ -829,7 +798,7 @@ async fn existing_vm(c: &Client, vm: &MoRef) -> Result<VmInfo, StepError> {
 }
 
 async fn vm_info(c: &Client, vm: &MoRef, reason: &'static str) -> Result<Option<VmInfo>, StepError> {
-    c.vm_info(vm).await.map_err(|e| client_error(reason, e))
+    c.vm_info(vm).await.or_fail(reason)
 }
 
 /// The task a phase recorded, looked at: `None` once there is none, it succeeded or vCenter
@@ -844,7 +813,7 @@ async fn poll(
     let Some(task) = task else {
         return Ok(None);
     };
-    let Some(info) = c.task_info(&task).await.map_err(|e| client_error(reason, e))? else {
+    let Some(info) = c.task_info(&task).await.or_fail(reason)? else {
         return Ok(None);
     };
     Ok(match info.outcome() {
@@ -883,10 +852,7 @@ pub async fn delete_step(
     task: Option<MoRef>,
 ) -> Result<DeleteStep, StepError> {
     if let Some(task) = &task
-        && let Some(info) = c
-            .task_info(task)
-            .await
-            .map_err(|e| client_error("DeletionFailed", e))?
+        && let Some(info) = c.task_info(task).await.or_fail("DeletionFailed")?
         && !info.done()
     {
         return Ok(DeleteStep::Wait(task.clone(), "waiting for the running task"));
@@ -898,11 +864,7 @@ pub async fn delete_step(
     let Some(vm) = vm else {
         return Ok(DeleteStep::Gone);
     };
-    let Some(info) = c
-        .vm_info(&vm)
-        .await
-        .map_err(|e| client_error("DeletionFailed", e))?
-    else {
+    let Some(info) = c.vm_info(&vm).await.or_fail("DeletionFailed")? else {
         // status.vmRef is gone; a VM carrying our UID may still exist (e.g. a lost clone).
         return match adoptable(c, uid).await? {
             Some(other) if other != vm => Box::pin(delete_step(c, uid, Some(other), None)).await,
@@ -914,16 +876,10 @@ pub async fn delete_step(
         return Ok(DeleteStep::Gone);
     }
     if info.power_state == Some(VmPowerState::PoweredOn) {
-        let t = c
-            .power_off(&vm)
-            .await
-            .map_err(|e| client_error("DeletionFailed", e))?;
+        let t = c.power_off(&vm).await.or_fail("DeletionFailed")?;
         return Ok(DeleteStep::Wait(t, "powering off"));
     }
-    let t = c
-        .destroy(&vm)
-        .await
-        .map_err(|e| client_error("DeletionFailed", e))?;
+    let t = c.destroy(&vm).await.or_fail("DeletionFailed")?;
     Ok(DeleteStep::Wait(t, "destroying"))
 }
 

@@ -12,7 +12,7 @@ use banlieue_provider_kit::readopt::{self as kit, Marks};
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, MoRef, VmInfo};
 
-use crate::error::{StepError, client_error};
+use crate::error::{OrFail, StepError, client_error};
 
 pub use banlieue_provider_kit::readopt::{
     ADOPTION_FAILED, Candidate, Found, OnDeletion, Owner, VM_NOT_FOUND,
@@ -115,7 +115,7 @@ pub async fn remark(c: &Client, info: &VmInfo, owner: Owner<'_>) -> Result<MoRef
     }
     c.reconfigure(&info.vm, &remark_spec_for(info, owner))
         .await
-        .map_err(|e| client_error(ADOPTION_FAILED, e))
+        .or_fail(ADOPTION_FAILED)
 }
 
 /// Decides what deleting a machine with `spec.providerID` but no VM in its status does

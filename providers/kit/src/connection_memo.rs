@@ -59,7 +59,7 @@ pub fn remember<C: Clone + Send + Sync + 'static>(settings: String, secrets: Vec
 
 impl Memo {
     fn recall<C: Clone + 'static>(&self, settings: &str, now: Instant) -> Option<(Vec<SecretKey>, C)> {
-        let memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let memo = crate::lock(&self.0);
         let remembered = memo
             .get(settings)
             .filter(|r| now.saturating_duration_since(r.read_at) < MEMO_TTL)?;
@@ -74,7 +74,7 @@ impl Memo {
         connection: C,
         now: Instant,
     ) {
-        let mut memo = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut memo = crate::lock(&self.0);
         memo.retain(|_, r| now.saturating_duration_since(r.read_at) < MEMO_TTL);
         memo.insert(
             settings,

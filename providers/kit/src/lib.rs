@@ -50,4 +50,10 @@ pub mod serve;
 pub mod status;
 pub mod template;
 
+/// `mutex`'s guard, also when a thread panicked while holding it (the kit's maps stay usable:
+/// every writer leaves them consistent between statements).
+pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 pub use error::{Error, ReconcileError, Result};

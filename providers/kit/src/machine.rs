@@ -602,13 +602,13 @@ impl<B: MachineBackend> MachineContext<B> {
     /// How long machine `uid`, seen with `state` ([`read_state`]), needs no look at its VM
     /// ([`Settled::wait`]).
     fn settled_wait(&self, uid: &str, state: u64) -> Option<Duration> {
-        let settled = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        let settled = crate::lock(&self.settled);
         settled.get(uid)?.wait(state, std::time::Instant::now())
     }
 
     /// Records (or, `None`, forgets) that machine `uid` is settled.
     fn settle(&self, uid: &str, settled: Option<Settled>) {
-        let mut map = self.settled.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = crate::lock(&self.settled);
         match settled {
             Some(settled) => {
                 map.insert(uid.to_owned(), settled);
@@ -620,7 +620,7 @@ impl<B: MachineBackend> MachineContext<B> {
     }
 
     fn backoffs(&self) -> std::sync::MutexGuard<'_, Backoffs> {
-        self.backoffs.lock().unwrap_or_else(|e| e.into_inner())
+        crate::lock(&self.backoffs)
     }
 
     /// The next backoff of the object `uid` after a failed reconcile.
@@ -915,7 +915,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let Some(owner) = owner::controlling_owner(machine.meta()) else {
         return Ok(Action::await_change());
     };
-    let caches = ctx.owner_caches.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let caches = crate::lock(&ctx.owner_caches).clone();
     let view = owner::resolve(&ctx.client, &machine, owner, caches.as_ref()).await?;
     if !view.owner_exists && !deleting {
         // CAPI has not created (or has deleted) the Machine; a deleted VirtualMachine's machine
@@ -1486,7 +1486,7 @@ async fn run_once<B: MachineBackend>(
         crate::drive::spec_labels_annotations::<VirtualMachine>,
         Default::default(),
     );
-    *ctx.owner_caches.lock().unwrap_or_else(|e| e.into_inner()) = Some(owner::OwnerCaches {
+    *crate::lock(&ctx.owner_caches) = Some(owner::OwnerCaches {
         virtual_machines,
         clusters,
     });

@@ -36,7 +36,7 @@ impl<K: Resource<DynamicType = ()>> ReadSecrets<K> {
 
     /// Records `secrets` as read by this reconcile (call before reading them).
     pub fn record(&self, secrets: impl IntoIterator<Item = SecretKey>) {
-        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let mut keys = crate::lock(&self.keys);
         keys.extend(secrets);
         trace!(object = %self.object, secrets = ?*keys, "watching Secrets");
         self.index.set(self.object.clone(), keys.iter().cloned());
@@ -44,7 +44,7 @@ impl<K: Resource<DynamicType = ()>> ReadSecrets<K> {
 
     /// Forgets the object (its finalizer is gone: nothing of it is reconciled again).
     pub fn forget(&self) {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        crate::lock(&self.keys).clear();
         self.index.set(self.object.clone(), []);
     }
 }

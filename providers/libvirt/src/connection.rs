@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
+use banlieue_provider_kit::lock;
 use virt::connect::Connect;
 use virt::domain::{Domain, DomainState};
 use virt::enumutil::Enum;
@@ -113,9 +114,7 @@ impl VirtHypervisor {
 
     /// Bytes uploaded to a volume on the `test` driver (which cannot store them).
     pub fn uploaded(&self, pool: &str, name: &str) -> Option<Vec<u8>> {
-        self.uploads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.uploads)
             .get(&(pool.to_owned(), name.to_owned()))
             .cloned()
     }
@@ -124,10 +123,7 @@ impl VirtHypervisor {
     /// would report for a real domain); ignored on every other driver.
     pub fn report_leases(&self, uuid: &str, leases: Vec<GuestAddress>) {
         if self.test_driver {
-            self.leases
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(uuid.to_ascii_lowercase(), leases);
+            lock(&self.leases).insert(uuid.to_ascii_lowercase(), leases);
         }
     }
 
@@ -136,24 +132,18 @@ impl VirtHypervisor {
     /// reads [`TEST_DRIVER_CLOUD_INIT_DONE`].
     pub fn report_cloud_init(&self, uuid: &str, result: Option<String>) {
         if self.test_driver {
-            self.cloud_init
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(uuid.to_ascii_lowercase(), result);
+            lock(&self.cloud_init).insert(uuid.to_ascii_lowercase(), result);
         }
     }
 
     /// A domain stopped or gone holds no lease any more.
     fn forget_leases(&self, uuid: &str) {
-        self.leases
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&uuid.to_ascii_lowercase());
+        lock(&self.leases).remove(&uuid.to_ascii_lowercase());
     }
 
     /// The open connection, (re)opened when absent or dead. Blocking.
     fn connection(uri: &str, slot: &Mutex<Option<Arc<Connect>>>) -> HvResult<Arc<Connect>> {
-        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = lock(slot);
         if let Some(conn) = slot.as_ref()
             && conn.is_alive().unwrap_or(false)
         {
@@ -391,11 +381,7 @@ impl Hypervisor for VirtHypervisor {
 
     async fn domain_addresses(&self, uuid: &str) -> HvResult<Vec<GuestAddress>> {
         if self.test_driver
-            && let Some(leases) = self
-                .leases
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&uuid.to_ascii_lowercase())
+            && let Some(leases) = lock(&self.leases).get(&uuid.to_ascii_lowercase())
         {
             return Ok(leases.clone());
         }
@@ -448,10 +434,7 @@ impl Hypervisor for VirtHypervisor {
 
     async fn upload_volume(&self, pool_name: &str, name: &str, data: Vec<u8>) -> HvResult<()> {
         if self.test_driver {
-            self.uploads
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert((pool_name.to_owned(), name.to_owned()), data);
+            lock(&self.uploads).insert((pool_name.to_owned(), name.to_owned()), data);
             return Ok(());
         }
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
@@ -548,7 +531,7 @@ impl Hypervisor for VirtHypervisor {
                 .and_then(|v| volume_info(&v))
                 .map_err(|e| classify(&op, &e))?;
             if test_driver {
-                let mut uploads = uploads.lock().unwrap_or_else(|e| e.into_inner());
+                let mut uploads = lock(&uploads);
                 if let Some(data) = uploads.get(&(pool_name.clone(), from.clone())).cloned() {
                     uploads.insert((pool_name, made.name.clone()), data);
                 }
@@ -559,10 +542,7 @@ impl Hypervisor for VirtHypervisor {
     }
 
     async fn delete_volume(&self, pool_name: &str, name: &str) -> HvResult<()> {
-        self.uploads
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(pool_name.to_owned(), name.to_owned()));
+        lock(&self.uploads).remove(&(pool_name.to_owned(), name.to_owned()));
         let (pool_name, name) = (pool_name.to_owned(), name.to_owned());
         self.call("deleting volume", move |c| {
             let op = format!("deleting {pool_name}/{name}");
@@ -580,7 +560,7 @@ impl Hypervisor for VirtHypervisor {
 
     async fn cloud_init_result(&self, uuid: &str) -> HvResult<Option<String>> {
         if self.test_driver {
-            let reports = self.cloud_init.lock().unwrap_or_else(|e| e.into_inner());
+            let reports = lock(&self.cloud_init);
             return Ok(match reports.get(&uuid.to_ascii_lowercase()) {
                 Some(reported) => reported.clone(),
                 None => Some(TEST_DRIVER_CLOUD_INIT_DONE.to_owned()),
@@ -603,9 +583,7 @@ pub struct VirtConnector {
 impl VirtConnector {
     /// The handle for `uri`.
     pub fn get(&self, uri: &str) -> Arc<VirtHypervisor> {
-        self.hosts
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.hosts)
             .entry(uri.to_owned())
             .or_insert_with(|| Arc::new(VirtHypervisor::new(uri)))
             .clone()

@@ -146,11 +146,11 @@ pub struct ImportProgress {
 impl ImportProgress {
     /// Says what the import does now (shown instead of the download's bytes).
     pub fn set_stage(&self, stage: impl Into<String>) {
-        *self.stage.lock().unwrap_or_else(|e| e.into_inner()) = Some(stage.into());
+        *crate::lock(&self.stage) = Some(stage.into());
     }
 
     fn describe(&self, image: &ImageDownload) -> String {
-        if let Some(stage) = self.stage.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+        if let Some(stage) = crate::lock(&self.stage).clone() {
             return stage;
         }
         if self.uploading.load(std::sync::atomic::Ordering::Relaxed) {
@@ -194,10 +194,7 @@ impl std::fmt::Debug for Imports {
 impl Imports {
     /// Whether an import of `key` runs in this process (what it writes may be there, unfinished).
     pub fn is_running(&self, key: &str) -> bool {
-        matches!(
-            self.entries.lock().unwrap_or_else(|e| e.into_inner()).get(key),
-            Some(Entry::Running(_))
-        )
+        matches!(crate::lock(&self.entries).get(key), Some(Entry::Running(_)))
     }
 
     /// Where the import of `key` stands; starts it with `start` (on a task of its own) when none
@@ -208,7 +205,7 @@ impl Imports {
         F: FnOnce(Arc<ImportProgress>) -> Fut,
         Fut: Future<Output = Result<(), ImportFailure>> + Send + 'static,
     {
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut entries = crate::lock(&self.entries);
         match entries.get(key) {
             Some(Entry::Running(progress)) => return ImportState::Running(progress.describe(image)),
             Some(Entry::Failed(failure, at)) if at.elapsed() < failure.retry_after() => {
@@ -231,7 +228,7 @@ impl Imports {
                 ))),
                 Err(e) => Err(failed("the import stopped", e)),
             };
-            let mut entries = registry.lock().unwrap_or_else(|e| e.into_inner());
+            let mut entries = crate::lock(&registry);
             match outcome {
                 Ok(()) => {
                     tracing::info!(key = %key_owned, "image import finished");

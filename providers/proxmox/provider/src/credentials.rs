@@ -10,6 +10,7 @@ use banlieue_api::banlieue::Backend;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, CREDENTIALS_INVALID, Own, Trust};
+use banlieue_provider_kit::lock;
 use banlieue_provider_kit::usable;
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use banlieue_pve_client::{Auth, Client, TlsVerification};
@@ -169,7 +170,7 @@ impl Connector for ClientConnector {
     type Hv = Client;
 
     fn connect(&self, key: &str, connection: &Connection) -> Result<Client, String> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = lock(&self.cache);
         if let Some((version, client)) = cache.get(key)
             && *version == connection.version
         {

@@ -20,6 +20,7 @@ use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningSt
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
 use banlieue_provider_kit::cloud_init::{self, CloudInit};
+use banlieue_provider_kit::lock;
 use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, TaskOutcome, Upid};
 
 use crate::desired::{self, ConfigureAction};
@@ -144,7 +145,7 @@ pub struct VmidReservations(Mutex<HashMap<String, u32>>);
 impl VmidReservations {
     /// Reserves `vmid` for `uid`; false if another machine holds it.
     pub fn reserve(&self, uid: &str, vmid: u32) -> bool {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.0);
         if map.iter().any(|(u, v)| *v == vmid && u != uid) {
             return false;
         }
@@ -157,7 +158,7 @@ impl VmidReservations {
     /// hundreds of machines allocating at once from racing each other up the VMID space.
     /// VMIDs in `used` (what a listing showed) are skipped too.
     pub fn reserve_next(&self, uid: &str, from: u32, used: &HashSet<u32>) -> Option<u32> {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.0);
         map.remove(uid);
         let held: HashSet<u32> = map.values().copied().collect();
         let vmid = (from..=MAX_VMID).find(|id| !held.contains(id) && !used.contains(id))?;
@@ -167,7 +168,7 @@ impl VmidReservations {
 
     /// Releases the reservation of `uid`.
     pub fn release(&self, uid: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        lock(&self.0).remove(uid);
     }
 }
 

@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use banlieue_provider_kit::lock;
+
 use crate::hypervisor::{Hypervisor, PveError};
 
 /// How long an answer is used.
@@ -22,9 +24,7 @@ type Remembered = HashMap<(String, String, u32), (Instant, Vec<String>)>;
 static DISK_STORAGES: LazyLock<Mutex<Remembered>> = LazyLock::new(Mutex::default);
 
 fn remembered() -> MutexGuard<'static, Remembered> {
-    DISK_STORAGES
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+    lock(&DISK_STORAGES)
 }
 
 /// The storages holding the disks (not the CD-ROMs) of template `vmid` on `node`; `None` when

@@ -10,6 +10,7 @@ use banlieue_api::banlieue::Backend;
 use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain};
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::connection::{self, Own, Trust};
+use banlieue_provider_kit::lock;
 use banlieue_provider_kit::usable;
 use banlieue_provider_runtime::secret_watch::SecretKey;
 use banlieue_vsphere_client::{Client, ClientBuilder, TlsVerification};
@@ -110,7 +111,7 @@ impl ClientCache {
     /// The client for `endpoint` (built on first use; no request is sent here).
     pub fn client(&self, endpoint: &Endpoint) -> Result<Client, Problem> {
         let key = endpoint.cache_key();
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = lock(&self.0);
         if let Some(c) = map.get(&key) {
             return Ok(c.clone());
         }

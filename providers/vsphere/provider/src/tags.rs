@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{LazyLock, Mutex};
 
+use banlieue_provider_kit::lock;
 use banlieue_vsphere_client::tagging::Tag;
 use banlieue_vsphere_client::{Client, MoRef};
 
@@ -31,7 +32,7 @@ struct Known {
 static KNOWN: LazyLock<Mutex<Known>> = LazyLock::new(Mutex::default);
 
 fn known() -> std::sync::MutexGuard<'static, Known> {
-    KNOWN.lock().unwrap_or_else(|e| e.into_inner())
+    lock(&KNOWN)
 }
 
 /// The tag each listed key asks for: category (the key) → tag name (the value, or the key's

@@ -34,8 +34,19 @@ pub use crate::error::StepError;
 use crate::error::step_error;
 
 /// Wraps a libvirt error: "invalid input" kinds become permanent failures of `phase`.
-fn hv_error(phase: &Phase, e: HvError) -> StepError {
-    step_error(phase.failure_reason(), e)
+/// The hosts' names, for a message.
+fn known<H>(hosts: &[Host<H>]) -> String {
+    hosts
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A hypervisor error of `phase` as its step's error (the phase's failure reason).
+fn failing(phase: &Phase) -> impl Fn(HvError) -> StepError + Copy {
+    let reason = phase.failure_reason();
+    move |e| step_error(reason, e)
 }
 
 /// A host a machine may be placed on: its failure-domain name and a handle.
@@ -93,11 +104,7 @@ fn host<'h, H>(hosts: &'h [Host<H>], name: &str) -> Result<&'h Host<H>, StepErro
             "HostNotFound",
             format!(
                 "host {name:?} is not a failure domain of the LibvirtCluster (known: {})",
-                hosts
-                    .iter()
-                    .map(|h| h.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                known(hosts)
             ),
         )
     })
@@ -128,9 +135,13 @@ pub async fn provision<H: Hypervisor>(
             }
             Phase::Volumes { host: name } => {
                 let hv = &host(hosts, name)?.hv;
-                let base = match image_import::base_volume(hv, name, &input.spec.source, input.imports, |e| {
-                    hv_error(&phase, e)
-                })
+                let base = match image_import::base_volume(
+                    hv,
+                    name,
+                    &input.spec.source,
+                    input.imports,
+                    failing(&phase),
+                )
                 .await?
                 {
                     Base::Ready(base) => base,
@@ -158,7 +169,7 @@ pub async fn provision<H: Hypervisor>(
             }
             Phase::PowerOn { host: name, uuid } => {
                 let hv = &host(hosts, name)?.hv;
-                hv.start_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                hv.start_domain(uuid).await.map_err(failing(&phase))?;
                 step.events
                     .push(("PoweredOn", format!("domain {domain} started")));
                 Phase::WaitGuest {
@@ -168,7 +179,7 @@ pub async fn provision<H: Hypervisor>(
             }
             Phase::WaitGuest { host: name, uuid } | Phase::Provisioned { host: name, uuid } => {
                 let hv = &host(hosts, name)?.hv;
-                let Some(d) = hv.domain_by_uuid(uuid).await.map_err(|e| hv_error(&phase, e))? else {
+                let Some(d) = hv.domain_by_uuid(uuid).await.map_err(failing(&phase))? else {
                     return Err(StepError::permanent(
                         readopt::VM_NOT_FOUND,
                         format!("domain {uuid} vanished from host {name}; delete the machine to replace it"),
@@ -176,7 +187,7 @@ pub async fn provision<H: Hypervisor>(
                 };
                 let skip_address = ReadinessChecks::skip_guest_agent(input.spec.readiness_checks.as_ref());
                 let leases = if d.state == RunState::Running && !skip_address {
-                    hv.domain_addresses(uuid).await.map_err(|e| hv_error(&phase, e))?
+                    hv.domain_addresses(uuid).await.map_err(failing(&phase))?
                 } else {
                     Vec::new()
                 };
@@ -238,7 +249,7 @@ pub async fn provision<H: Hypervisor>(
                     shutdown_for,
                 ) {
                     UpdateAction::PowerCut { why } => {
-                        hv.destroy_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                        hv.destroy_domain(uuid).await.map_err(failing(&phase))?;
                         step.events.push((
                             banlieue_provider_kit::power::POWERED_OFF_FORCIBLY,
                             format!("domain {domain} powered off: {why}"),
@@ -250,7 +261,7 @@ pub async fn provision<H: Hypervisor>(
                     }
                     UpdateAction::Shutdown { why } => {
                         step.found = Some(input.shutdown_requested_at.unwrap_or(now));
-                        hv.shutdown_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                        hv.shutdown_domain(uuid).await.map_err(failing(&phase))?;
                         if input.shutdown_requested_at.is_none() {
                             step.events.push((
                                 "PoweringOff",
@@ -275,18 +286,18 @@ pub async fn provision<H: Hypervisor>(
                         config.adopted_from = d.adopted_from.clone();
                         hv.define_domain(&xml::domain_xml(&config))
                             .await
-                            .map_err(|e| hv_error(&phase, e))?;
+                            .map_err(failing(&phase))?;
                         step.events
                             .push(("Reconfigured", format!("domain {domain} redefined: {why}")));
                         if start {
-                            hv.start_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                            hv.start_domain(uuid).await.map_err(failing(&phase))?;
                             step.events
                                 .push(("PoweredOn", format!("domain {domain} started")));
                             power_state = PowerState::On;
                         }
                     }
                     UpdateAction::Start => {
-                        hv.start_domain(uuid).await.map_err(|e| hv_error(&phase, e))?;
+                        hv.start_domain(uuid).await.map_err(failing(&phase))?;
                         step.events
                             .push(("PoweredOn", format!("domain {domain} started")));
                         power_state = PowerState::On;
@@ -303,10 +314,7 @@ pub async fn provision<H: Hypervisor>(
                     && step.waiting.is_none()
                     && !cloud_init::skipped(input.spec.readiness_checks.as_ref())
                 {
-                    let report = hv
-                        .cloud_init_result(uuid)
-                        .await
-                        .map_err(|e| hv_error(&phase, e))?;
+                    let report = hv.cloud_init_result(uuid).await.map_err(failing(&phase))?;
                     step.cloud_init = Some(CloudInit::from_result(report.as_deref()));
                 }
                 step.provisioned = Some(Provisioned {
@@ -347,11 +355,7 @@ async fn readopt_step<H: Hypervisor>(
             format!(
                 "spec.providerID {provider_id} names host {:?}, which is not a failure domain of the LibvirtCluster (known: {})",
                 id.host,
-                hosts
-                    .iter()
-                    .map(|h| h.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                known(hosts)
             ),
         ));
     };
@@ -415,7 +419,7 @@ async fn create_volumes<H: Hypervisor>(
         if hv
             .volume(&v.pool, &v.name)
             .await
-            .map_err(|e| hv_error(phase, e))?
+            .map_err(failing(phase))?
             .is_some()
         {
             continue;
@@ -436,9 +440,7 @@ async fn create_volumes<H: Hypervisor>(
         } else {
             xml::plain_volume_xml(&v.name, v.capacity_gib.unwrap_or(1).saturating_mul(GIB), "qcow2")
         };
-        hv.create_volume(&v.pool, &xml)
-            .await
-            .map_err(|e| hv_error(phase, e))?;
+        hv.create_volume(&v.pool, &xml).await.map_err(failing(phase))?;
     }
     let iso = desired::seed(
         input.owner,
@@ -451,27 +453,23 @@ async fn create_volumes<H: Hypervisor>(
     .map_err(|e| StepError::permanent("BootstrapDataInvalid", e.to_string()))?;
     let (pool, name) = desired::seed_volume(input.spec, domain);
     let size = iso.len() as u64;
-    match hv.volume(&pool, &name).await.map_err(|e| hv_error(phase, e))? {
+    match hv.volume(&pool, &name).await.map_err(failing(phase))? {
         Some(v) if v.capacity == size => {}
         Some(_) => {
             // The bootstrap data changed size since a crash: recreate.
-            hv.delete_volume(&pool, &name)
-                .await
-                .map_err(|e| hv_error(phase, e))?;
+            hv.delete_volume(&pool, &name).await.map_err(failing(phase))?;
             hv.create_volume(&pool, &xml::plain_volume_xml(&name, size, "raw"))
                 .await
-                .map_err(|e| hv_error(phase, e))?;
+                .map_err(failing(phase))?;
         }
         None => {
             hv.create_volume(&pool, &xml::plain_volume_xml(&name, size, "raw"))
                 .await
-                .map_err(|e| hv_error(phase, e))?;
+                .map_err(failing(phase))?;
         }
     }
     // Always (re)write the content: a crash may have left the volume empty.
-    hv.upload_volume(&pool, &name, iso)
-        .await
-        .map_err(|e| hv_error(phase, e))
+    hv.upload_volume(&pool, &name, iso).await.map_err(failing(phase))
 }
 
 /// Defines the domain or adopts ours; returns its uuid.
@@ -482,11 +480,7 @@ async fn define<H: Hypervisor>(
     phase: &Phase,
 ) -> Result<String, StepError> {
     let ours = |owner: &Option<Owner>| owner.as_ref().is_some_and(|o| o.uid == input.owner.uid);
-    if let Some(d) = hv
-        .domain_by_uuid(input.uuid)
-        .await
-        .map_err(|e| hv_error(phase, e))?
-    {
+    if let Some(d) = hv.domain_by_uuid(input.uuid).await.map_err(failing(phase))? {
         if ours(&d.owner) {
             return Ok(d.uuid);
         }
@@ -498,7 +492,7 @@ async fn define<H: Hypervisor>(
             ),
         ));
     }
-    if let Some(d) = hv.domain_by_name(domain).await.map_err(|e| hv_error(phase, e))? {
+    if let Some(d) = hv.domain_by_name(domain).await.map_err(failing(phase))? {
         if ours(&d.owner) {
             return Ok(d.uuid);
         }
@@ -511,7 +505,7 @@ async fn define<H: Hypervisor>(
     let d = hv
         .define_domain(&xml::domain_xml(&config))
         .await
-        .map_err(|e| hv_error(phase, e))?;
+        .map_err(failing(phase))?;
     Ok(d.uuid)
 }
 

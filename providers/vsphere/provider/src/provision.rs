@@ -507,40 +507,26 @@ pub async fn provision_step(
             // anything else.
             let firmware = update::firmware_changes(input.spec, &info)
                 .map_err(|why| permanent("ConfiguringFailed", why))?;
-            if !firmware.is_empty() {
-                let task = c.reconfigure(&vm, &firmware).await.or_fail("ConfiguringFailed")?;
-                return Ok(Step::wait(
-                    Phase::Configure(vm, Some(task)),
-                    TASK_POLL,
-                    "setting the firmware (Secure Boot, TPM, PCI devices)".to_owned(),
-                ));
-            }
-            let nics = desired_nics(c, input).await?;
-            match update::next_action(input.spec, &info, &nics, None) {
-                // (`RestartRequired` needs a provisioned VM the user wants on: not while configuring.)
-                UpdateAction::InSync | UpdateAction::PowerOn | UpdateAction::RestartRequired { .. } => {
-                    match metadata_rewrite(c, input, &vm, &info, &nics).await? {
-                        Some(step) => Ok(step),
-                        None => Ok(Step::to(Phase::PowerOn(vm, None))),
+            let (task, why) = if firmware.is_empty() {
+                let nics = desired_nics(c, input).await?;
+                match update::next_action(input.spec, &info, &nics, None) {
+                    // (`RestartRequired` needs a provisioned VM the user wants on: not while
+                    // configuring.)
+                    UpdateAction::InSync | UpdateAction::PowerOn | UpdateAction::RestartRequired { .. } => {
+                        let rewrite = metadata_rewrite(c, input, &vm, &info, &nics).await?;
+                        return Ok(rewrite.unwrap_or_else(|| Step::to(Phase::PowerOn(vm, None))));
                     }
+                    UpdateAction::Reconfigure { spec, what } => {
+                        (c.reconfigure(&vm, &spec).await, format!("reconfiguring: {what}"))
+                    }
+                    UpdateAction::PowerOff { why } => (c.power_off(&vm).await, format!("powering off {why}")),
                 }
-                UpdateAction::Reconfigure { spec, what } => {
-                    let task = c.reconfigure(&vm, &spec).await.or_fail("ConfiguringFailed")?;
-                    Ok(Step::wait(
-                        Phase::Configure(vm, Some(task)),
-                        TASK_POLL,
-                        format!("reconfiguring: {what}"),
-                    ))
-                }
-                UpdateAction::PowerOff { why } => {
-                    let task = c.power_off(&vm).await.or_fail("ConfiguringFailed")?;
-                    Ok(Step::wait(
-                        Phase::Configure(vm, Some(task)),
-                        TASK_POLL,
-                        format!("powering off {why}"),
-                    ))
-                }
-            }
+            } else {
+                let why = "setting the firmware (Secure Boot, TPM, PCI devices)".to_owned();
+                (c.reconfigure(&vm, &firmware).await, why)
+            };
+            let task = task.or_fail("ConfiguringFailed")?;
+            Ok(Step::wait(Phase::Configure(vm, Some(task)), TASK_POLL, why))
         }
         Phase::PowerOn(vm, task) => {
             if let Some(step) = poll(c, task, "PowerOnFailed", |t| Phase::PowerOn(vm.clone(), t)).await? {

@@ -88,6 +88,7 @@ impl Phase {
             _ => None,
         };
         let need = |what: &str| InconsistentStatus::without(state, what);
+        let located = || location.clone().ok_or_else(|| need("node and vmid"));
         let provisioned = status
             .initialization
             .as_ref()
@@ -101,11 +102,7 @@ impl Phase {
                     | ProvisioningState::PoweringOff
             )
         {
-            return Ok(Self::Update(
-                location.ok_or_else(|| need("node and vmid"))?,
-                state,
-                task,
-            ));
+            return Ok(Self::Update(located()?, state, task));
         }
         Ok(match state {
             ProvisioningState::Pending => match (&status.node, location) {
@@ -114,23 +111,17 @@ impl Phase {
                 (Some(_), Some(loc)) => Self::Clone(loc),
             },
             ProvisioningState::Cloning => {
-                let loc = location.ok_or_else(|| need("node and vmid"))?;
+                let loc = located()?;
                 match task {
                     Some(task) => Self::WaitClone(loc, task),
                     // The clone's UPID was lost: look again and adopt.
                     None => Self::Clone(loc),
                 }
             }
-            ProvisioningState::Configuring => {
-                Self::Configure(location.ok_or_else(|| need("node and vmid"))?, task)
-            }
-            ProvisioningState::PoweringOn => {
-                Self::PowerOn(location.ok_or_else(|| need("node and vmid"))?, task)
-            }
-            ProvisioningState::WaitingForGuest => {
-                Self::WaitGuest(location.ok_or_else(|| need("node and vmid"))?)
-            }
-            ProvisioningState::Ready => Self::Provisioned(location.ok_or_else(|| need("node and vmid"))?),
+            ProvisioningState::Configuring => Self::Configure(located()?, task),
+            ProvisioningState::PoweringOn => Self::PowerOn(located()?, task),
+            ProvisioningState::WaitingForGuest => Self::WaitGuest(located()?),
+            ProvisioningState::Ready => Self::Provisioned(located()?),
             other => {
                 return Err(InconsistentStatus::not_provisioning(other));
             }

@@ -606,21 +606,17 @@ async fn readopt_step<H: Hypervisor>(
                 "adopted VM {} on node {} by its providerID {provider_id}",
                 loc.vmid, loc.node
             );
-            match hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? {
-                None => Ok(Step::wait(
-                    Phase::SelectNode,
-                    TASK_POLL,
-                    format!("VM {} disappeared while being adopted", loc.vmid),
-                )),
-                Some(true) => Ok(Step::to(Phase::WaitGuest(loc)).event("Adopted", message)),
-                Some(false) => {
-                    let Some(config) = hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)? else {
-                        return Ok(Step::wait(
-                            Phase::SelectNode,
-                            TASK_POLL,
-                            format!("VM {} disappeared while being adopted", loc.vmid),
-                        ));
-                    };
+            let config = match hv.vm_running(&loc.node, loc.vmid).await.map_err(pve)? {
+                Some(true) => return Ok(Step::to(Phase::WaitGuest(loc)).event("Adopted", message)),
+                Some(false) => hv.vm_config(&loc.node, loc.vmid).await.map_err(pve)?,
+                None => None,
+            };
+            match config {
+                None => {
+                    let why = format!("VM {} disappeared while being adopted", loc.vmid);
+                    Ok(Step::wait(Phase::SelectNode, TASK_POLL, why))
+                }
+                Some(config) => {
                     let step = provisioned_powered_off(hv, input, loc, &config).await?;
                     // The update step starts it at once if the spec wants it on. Its one Event
                     // says the adoption (not provisioning, which happened elsewhere).
@@ -716,11 +712,7 @@ async fn update_step<H: Hypervisor>(
             .ok_or_else(gone);
     };
     let power = Some(update::observed_power(running));
-    let current = in_flight
-        .as_ref()
-        .map_or(Phase::Provisioned(loc.clone()), |(state, _)| {
-            Phase::Update(loc.clone(), *state, None)
-        });
+    let current = again(loc.clone());
     if let Some(lock) = config.lock() {
         return Ok(Step {
             power,
@@ -762,16 +754,18 @@ async fn update_step<H: Hypervisor>(
         up_to_date: Some(Report::new(false, progress_reason(state), why.clone())),
         ..Step::wait(Phase::Update(loc.clone(), state, upid), TASK_POLL, why)
     };
+    let settled = |report: Report| Step {
+        requeue: RESYNC,
+        power,
+        up_to_date: Some(report),
+        ..Step::to(Phase::Provisioned(loc.clone()))
+    };
     let seed_volid = desired::seed_volid(input.seed_storage, input.owner.uid);
     match action {
         // A machine provisioned powered off still carries its seed: once the guest has booted
         // (it reports an address), the seed is removed and the addresses refreshed.
         UpdateAction::InSync if running && desired::seed_attached(&config, &seed_volid) => {
-            let in_sync = Step {
-                power,
-                up_to_date: Some(Report::up_to_date(None)),
-                ..Step::to(Phase::Provisioned(loc.clone()))
-            };
+            let in_sync = settled(Report::up_to_date(None));
             let Some(ips) = first_boot_addresses(hv, input, &loc).await? else {
                 return Ok(Step {
                     requeue: GUEST_POLL,
@@ -783,7 +777,6 @@ async fn update_step<H: Hypervisor>(
             })?;
             remove_seed(hv, input, &loc, reason).await?;
             let first_boot = Step {
-                requeue: RESYNC,
                 provisioned: provisioned(provider_id, desired::machine_addresses(input.owner.name, &ips)),
                 ..in_sync
             }
@@ -797,25 +790,13 @@ async fn update_step<H: Hypervisor>(
             high_availability(hv, input, &loc, run, first_boot).await
         }
         UpdateAction::InSync => {
-            let in_sync = Step {
-                requeue: RESYNC,
-                power,
-                up_to_date: Some(Report::up_to_date(None)),
-                events: in_flight
-                    .as_ref()
-                    .map(|_| ("Updated", "VM matches the spec".to_owned()))
-                    .into_iter()
-                    .collect(),
-                ..Step::to(Phase::Provisioned(loc.clone()))
-            };
+            let mut in_sync = settled(Report::up_to_date(None));
+            if in_flight.is_some() {
+                in_sync = in_sync.event("Updated", "VM matches the spec");
+            }
             high_availability(hv, input, &loc, run, in_sync).await
         }
-        UpdateAction::RestartRequired { why } => Ok(Step {
-            requeue: RESYNC,
-            power,
-            up_to_date: Some(Report::restart_required(why)),
-            ..Step::to(Phase::Provisioned(loc.clone()))
-        }),
+        UpdateAction::RestartRequired { why } => Ok(settled(Report::restart_required(why))),
         UpdateAction::Resize { disk, size } => {
             let upid = hv
                 .resize_disk(&loc.node, loc.vmid, &disk, SizeChange::To(size))
@@ -977,8 +958,8 @@ async fn clone<H: Hypervisor>(
                 ),
             ));
         }
+        reservations.release(input.owner.uid);
         if desired::is_owned_by(&config, input.owner.uid) {
-            reservations.release(input.owner.uid);
             return Ok(Step::to(Phase::Configure(found.clone(), None)).event(
                 "Adopted",
                 format!(
@@ -987,7 +968,6 @@ async fn clone<H: Hypervisor>(
                 ),
             ));
         }
-        reservations.release(input.owner.uid);
         return Ok(Step::to(Phase::AllocateVmid { node: loc.node }).event(
             "VMIDTaken",
             format!(
@@ -1307,13 +1287,16 @@ async fn wait_guest<H: Hypervisor>(
     let reason = "GuestNotReady";
     let pve = |e| pve_error(reason, e);
     let skip_agent = skips_guest_agent(input.spec);
+    let waiting = |why: &str| Step::wait(Phase::WaitGuest(loc.clone()), guest_poll(input), why);
     let ips = if skip_agent {
         desired::static_addresses(input.spec)
     } else {
-        let answer = match hv.guest_addresses(&loc.node, loc.vmid).await {
+        match hv.guest_addresses(&loc.node, loc.vmid).await {
+            Ok(Some(ips)) => ips,
+            Ok(None) => return Ok(waiting("waiting for the QEMU guest agent")),
             Err(e) if e.class() == ErrorClass::NotFound => {
                 let moved = follow_moved(hv, input, &loc, reason, Phase::WaitGuest).await?;
-                return Ok(moved.unwrap_or_else(|| vanished(loc)));
+                return Ok(moved.unwrap_or_else(|| vanished(loc.clone())));
             }
             Err(e)
                 if e.message()
@@ -1321,26 +1304,12 @@ async fn wait_guest<H: Hypervisor>(
             {
                 return Err(guest_agent_not_configured(loc.vmid));
             }
-            answer => answer.map_err(pve)?,
-        };
-        match answer {
-            None => {
-                return Ok(Step::wait(
-                    Phase::WaitGuest(loc),
-                    guest_poll(input),
-                    "waiting for the QEMU guest agent",
-                ));
-            }
-            Some(ips) => ips,
+            Err(e) => return Err(pve(e)),
         }
     };
     let addresses = desired::machine_addresses(input.owner.name, &ips);
     if !skip_agent && addresses.len() < 2 {
-        return Ok(Step::wait(
-            Phase::WaitGuest(loc),
-            guest_poll(input),
-            "waiting for the guest to report an IP address",
-        ));
+        return Ok(waiting("waiting for the guest to report an IP address"));
     }
     // Published by the configuration step; read from the VM for a machine configured before
     // that was so.
@@ -1430,15 +1399,26 @@ async fn remove_seed<H: Hypervisor>(
     )
     .await
     .map_err(|e| pve_error(reason, e))?;
-    match hv.delete_volume(&loc.node, &seed_volid).await {
+    delete_seed(hv, &loc.node, &seed_volid, reason).await
+}
+
+/// Deletes the seed ISO `volid` on `node` (gone already is fine). Deleting a volume needs
+/// Datastore.Allocate, more than uploading it: a token without it leaves the seed behind rather
+/// than keep a finalizer, and `Some` says so.
+async fn delete_seed<H: Hypervisor>(
+    hv: &H,
+    node: &str,
+    volid: &str,
+    reason: &'static str,
+) -> Result<Option<String>, StepError> {
+    match hv.delete_volume(node, volid).await {
         Ok(_) => Ok(None),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) if e.class() == ErrorClass::Auth => {
             let why = crate::error::describe(&e);
-            tracing::warn!(volid = %seed_volid, node = %loc.node, "seed ISO left behind: {why}");
+            tracing::warn!(%volid, %node, "seed ISO left behind: {why}");
             Ok(Some(format!(
-                "the seed ISO {seed_volid} on {} was left behind: {why}",
-                loc.node
+                "the seed ISO {volid} on {node} was left behind: {why}"
             )))
         }
         Err(e) => Err(pve_error(reason, e)),
@@ -1507,30 +1487,15 @@ pub async fn delete_step<H: Hypervisor>(
         .and_then(|i| i.provisioned)
         .unwrap_or(false);
     let cleanup_seed = async |note: String| -> Result<DeleteStep, StepError> {
-        if let Some(node) = node.as_ref().filter(|_| !provisioned) {
-            match hv
-                .delete_volume(node, &desired::seed_volid(seed_storage, uid))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if e.is_not_found() => {}
-                // Deleting a volume needs Datastore.Allocate, more than uploading it: a token
-                // without it must not keep the finalizer once the VM is deleted.
-                Err(e) if e.class() == ErrorClass::Auth => {
-                    let volid = desired::seed_volid(seed_storage, uid);
-                    tracing::warn!(%volid, node = %node, "seed ISO left behind: {}", crate::error::describe(&e));
-                    reservations.release(uid);
-                    return Ok(DeleteStep::Gone {
-                        note: format!(
-                            "{note}; the seed ISO {volid} on {node} was left behind: {}",
-                            crate::error::describe(&e)
-                        ),
-                    });
-                }
-                Err(e) => return Err(pve_error(reason, e)),
-            }
-        }
+        let left_behind = match node.as_ref().filter(|_| !provisioned) {
+            Some(node) => delete_seed(hv, node, &desired::seed_volid(seed_storage, uid), reason).await?,
+            None => None,
+        };
         reservations.release(uid);
+        let note = match left_behind {
+            Some(why) => format!("{note}; {why}"),
+            None => note,
+        };
         Ok(DeleteStep::Gone { note })
     };
     let provisioning = status.and_then(|s| s.provisioning.as_ref());
@@ -1627,14 +1592,7 @@ pub async fn delete_step<H: Hypervisor>(
     }
     let seed_volid = desired::seed_volid(seed_storage, uid);
     if provisioned && desired::seed_attached(&config, &seed_volid) {
-        match hv.delete_volume(&vm_node, &seed_volid).await {
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => {}
-            Err(e) if e.class() == ErrorClass::Auth => {
-                tracing::warn!(%seed_volid, node = %vm_node, "seed ISO left behind: {}", crate::error::describe(&e));
-            }
-            Err(e) => return Err(pve(e)),
-        }
+        delete_seed(hv, &vm_node, &seed_volid, reason).await?;
     }
     // Stopped without asking whether it runs: PVE's stop of a stopped VM is a task that ends
     // well, and the destroy follows the stop task either way.

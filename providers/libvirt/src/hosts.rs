@@ -63,11 +63,8 @@ pub fn host_name(uri: &str) -> String {
 /// credentials are applied. Pure.
 pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec<HostSpec>, Problem> {
     let namespace = lvc.namespace().unwrap_or_default();
-    let cluster_creds = lvc
-        .spec
-        .credentials_ref
-        .as_ref()
-        .map(|r| in_namespace(r, &namespace));
+    let scoped = |r: Option<&SecretReference>| r.map(|r| in_namespace(r, &namespace));
+    let cluster_creds = scoped(lvc.spec.credentials_ref.as_ref());
     if !lvc.spec.hosts.is_empty() {
         return Ok(lvc
             .spec
@@ -76,11 +73,7 @@ pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec
             .map(|h| HostSpec {
                 name: h.name.clone(),
                 uri: h.uri.clone(),
-                credentials: h
-                    .credentials_ref
-                    .as_ref()
-                    .map(|r| in_namespace(r, &namespace))
-                    .or_else(|| cluster_creds.clone()),
+                credentials: scoped(h.credentials_ref.as_ref()).or_else(|| cluster_creds.clone()),
                 control_plane: h.control_plane.unwrap_or(true),
             })
             .collect());
@@ -92,12 +85,7 @@ pub fn hosts_of(lvc: &LibvirtCluster, provider: Option<&Provider>) -> Result<Vec
                 Problem::new("ProviderNotFound", format!("Provider {:?} not found", r.name))
             })?;
             // A Provider is cluster-scoped: its reference names its namespace (CEL rule).
-            let creds = p
-                .spec
-                .credentials_ref
-                .as_ref()
-                .map(|r| in_namespace(r, &namespace))
-                .or(cluster_creds);
+            let creds = scoped(p.spec.credentials_ref.as_ref()).or(cluster_creds);
             (p.spec.endpoint.clone(), creds)
         }
         (None, None) => {
@@ -136,18 +124,10 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
 ) -> Result<std::result::Result<Vec<HostSpec>, Problem>> {
     let namespace = lvc.namespace().unwrap_or_default();
     let provider = match &lvc.spec.provider_ref {
-        Some(r) if lvc.spec.uri.is_none() && lvc.spec.hosts.is_empty() => match connection::allowed_provider(
-            client,
-            &r.name,
-            Backend::Libvirt,
-            "LibvirtCluster",
-            &namespace,
-        )
-        .await?
-        {
-            Ok(p) => Some(p),
-            Err(problem) => return Ok(Err(problem)),
-        },
+        Some(r) if lvc.spec.uri.is_none() && lvc.spec.hosts.is_empty() => Some(usable!(
+            connection::allowed_provider(client, &r.name, Backend::Libvirt, "LibvirtCluster", &namespace)
+                .await?
+        )),
         _ => None,
     };
     let mut hosts = usable!(hosts_of(lvc, provider.as_ref()));
@@ -163,10 +143,13 @@ pub async fn resolve<K: Resource<DynamicType = ()>>(
             }
         };
         let (ns, data) = (r.namespace.clone().unwrap_or_default(), secret.data);
-        match credentials::materialize(&credentials::default_dir(), &ns, &r.name, &h.uri, &data) {
-            Ok(uri) => h.uri = uri,
-            Err(problem) => return Ok(Err(problem)),
-        }
+        h.uri = usable!(credentials::materialize(
+            &credentials::default_dir(),
+            &ns,
+            &r.name,
+            &h.uri,
+            &data
+        ));
     }
     Ok(Ok(hosts))
 }

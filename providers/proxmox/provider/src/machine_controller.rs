@@ -17,6 +17,7 @@ use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Step, StepFailure,
 };
 use banlieue_provider_kit::progress::Guest;
+use banlieue_provider_kit::usable;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -100,10 +101,8 @@ async fn provisioning_endpoint<C: Connector>(
     }
     let kept = kept_endpoint(pm).filter(|_| !matches!(phase, Phase::SelectNode));
     if let Some(name) = kept.or(owner_failure_domain.filter(|f| !f.is_empty())) {
-        return match endpoints::named(pxc, name) {
-            Ok(site) => endpoints::connect(client, connector, pxc, Some(site), record).await,
-            Err(problem) => Ok(Err(problem)),
-        };
+        let site = usable!(endpoints::named(pxc, name));
+        return endpoints::connect(client, connector, pxc, Some(site), record).await;
     }
     let (reachable, problems) = every_endpoint(client, connector, pxc, secrets).await?;
     if reachable.is_empty() {
@@ -116,10 +115,7 @@ async fn provisioning_endpoint<C: Connector>(
         if !problems.is_empty() {
             return Ok(Err(unreachable(problems)));
         }
-        let index = match holding(&reachable, pm, provider_id).await {
-            Ok(found) => found.unwrap_or(0),
-            Err(problem) => return Ok(Err(problem)),
-        };
+        let index = usable!(holding(&reachable, pm, provider_id).await).unwrap_or(0);
         return Ok(Ok(reachable.into_iter().nth(index).expect("index of reachable")));
     }
     let mut rooms = Vec::with_capacity(reachable.len());
@@ -250,10 +246,8 @@ async fn deletion_endpoint<C: Connector>(
     if !problems.is_empty() {
         return Ok(Err(unreachable(problems)));
     }
-    Ok(match holding(&reachable, pm, provider_id).await {
-        Ok(index) => Ok(index.and_then(|i| reachable.into_iter().nth(i))),
-        Err(problem) => Err(problem),
-    })
+    let index = usable!(holding(&reachable, pm, provider_id).await);
+    Ok(Ok(index.and_then(|i| reachable.into_iter().nth(i))))
 }
 
 impl<C: Connector> MachineBackend for ProxmoxMachines<C> {

@@ -14,6 +14,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use sha2::digest::DynDigest;
 use sha2::{Digest, Sha256, Sha512};
 use tokio::io::AsyncWriteExt;
 
@@ -112,6 +113,20 @@ pub enum DownloadError {
 impl DownloadError {
     /// Whether trying again as it is cannot help (the input or the served file is wrong);
     /// otherwise the network or the server may recover.
+    fn invalid(url: impl ToString, reason: impl ToString) -> Self {
+        Self::InvalidUrl {
+            url: url.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn transfer(url: impl ToString, message: impl ToString) -> Self {
+        Self::Transfer {
+            url: url.to_string(),
+            message: message.to_string(),
+        }
+    }
+
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::InvalidUrl { .. } | Self::ChecksumMismatch { .. } | Self::TooManyRedirects { .. } => true,
@@ -121,31 +136,11 @@ impl DownloadError {
     }
 }
 
-enum Hasher {
-    Sha256(Sha256),
-    Sha512(Sha512),
-}
-
-impl Hasher {
-    fn new(algorithm: ChecksumAlgorithm) -> Self {
-        match algorithm {
-            ChecksumAlgorithm::Sha256 => Self::Sha256(Sha256::new()),
-            ChecksumAlgorithm::Sha512 => Self::Sha512(Sha512::new()),
-        }
-    }
-
-    fn update(&mut self, data: &[u8]) {
-        match self {
-            Self::Sha256(h) => h.update(data),
-            Self::Sha512(h) => h.update(data),
-        }
-    }
-
-    fn finish(self) -> String {
-        match self {
-            Self::Sha256(h) => hex::encode(h.finalize()),
-            Self::Sha512(h) => hex::encode(h.finalize()),
-        }
+/// A hasher of `algorithm`.
+fn hasher(algorithm: ChecksumAlgorithm) -> Box<dyn DynDigest + Send> {
+    match algorithm {
+        ChecksumAlgorithm::Sha256 => Box::new(Sha256::new()),
+        ChecksumAlgorithm::Sha512 => Box::new(Sha512::new()),
     }
 }
 
@@ -159,10 +154,7 @@ struct Clients {
 
 impl Clients {
     fn new(url: &str) -> Result<Self, DownloadError> {
-        let config = tls::client_config(&Trust::WebPki).map_err(|e| DownloadError::Transfer {
-            url: url.to_owned(),
-            message: e.to_string(),
-        })?;
+        let config = tls::client_config(&Trust::WebPki).map_err(|e| DownloadError::transfer(url, e))?;
         let mut http = HttpConnector::new();
         http.set_connect_timeout(Some(CONNECT_TIMEOUT));
         Ok(Self {
@@ -172,30 +164,18 @@ impl Clients {
     }
 
     async fn get(&self, url: &url::Url) -> Result<http::Response<Incoming>, DownloadError> {
-        let uri: http::Uri =
-            url.as_str()
-                .parse()
-                .map_err(|e: http::uri::InvalidUri| DownloadError::InvalidUrl {
-                    url: url.to_string(),
-                    reason: e.to_string(),
-                })?;
-        let request = http::Request::get(uri)
+        // The URI parsed by the builder: its error says the parse's.
+        let request = http::Request::get(url.as_str())
             .header(http::header::USER_AGENT, "banlieue-image-import")
             .body(Body::new())
-            .map_err(|e| DownloadError::InvalidUrl {
-                url: url.to_string(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| DownloadError::invalid(url, e))?;
         let sent = match url.scheme() {
             "https" => tokio::time::timeout(IDLE_TIMEOUT, self.https.request(request)).await,
             _ => tokio::time::timeout(IDLE_TIMEOUT, self.http.request(request)).await,
         };
         match sent {
             Err(_) => Err(DownloadError::Stalled { url: url.to_string() }),
-            Ok(Err(e)) => Err(DownloadError::Transfer {
-                url: url.to_string(),
-                message: ErrorChain(&e).to_string(),
-            }),
+            Ok(Err(e)) => Err(DownloadError::transfer(url, ErrorChain(&e))),
             Ok(Ok(response)) => Ok(response),
         }
     }
@@ -222,15 +202,10 @@ pub fn shown_url(url: &str) -> String {
 
 /// Checks that `url` is an absolute http(s) URL.
 pub fn parse_url(url: &str) -> Result<url::Url, DownloadError> {
-    let parsed = url::Url::parse(url).map_err(|e| DownloadError::InvalidUrl {
-        url: url.to_owned(),
-        reason: e.to_string(),
-    })?;
+    let parsed = url::Url::parse(url).map_err(|e| DownloadError::invalid(url, e))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
-        return Err(DownloadError::InvalidUrl {
-            url: url.to_owned(),
-            reason: "only http:// and https:// URLs with a host can be downloaded".into(),
-        });
+        let reason = "only http:// and https:// URLs with a host can be downloaded";
+        return Err(DownloadError::invalid(url, reason));
     }
     Ok(parsed)
 }
@@ -248,10 +223,10 @@ pub async fn download(image: &ImageDownload, dest: &Path, progress: &Progress) -
             && let Some(location) = r.headers().get(http::header::LOCATION)
         {
             let location = location.to_str().unwrap_or_default();
-            url = url.join(location).map_err(|e| DownloadError::InvalidUrl {
-                url: location.to_owned(),
-                reason: format!("redirect from {}: {e}", shown_url(url.as_str())),
-            })?;
+            let from = shown_url(url.as_str());
+            url = url
+                .join(location)
+                .map_err(|e| DownloadError::invalid(location, format!("redirect from {from}: {e}")))?;
             parse_url(url.as_str())?;
             continue;
         }
@@ -283,19 +258,14 @@ pub async fn download(image: &ImageDownload, dest: &Path, progress: &Progress) -
         source,
     };
     let mut file = tokio::fs::File::create(dest).await.map_err(io)?;
-    let mut hasher = Hasher::new(image.checksum_algorithm);
+    let mut hasher = hasher(image.checksum_algorithm);
     let mut body = response.into_body();
     let mut received = 0u64;
     loop {
         let frame = match tokio::time::timeout(IDLE_TIMEOUT, body.frame()).await {
             Err(_) => return Err(DownloadError::Stalled { url: url.to_string() }),
             Ok(None) => break,
-            Ok(Some(Err(e))) => {
-                return Err(DownloadError::Transfer {
-                    url: url.to_string(),
-                    message: ErrorChain(&e).to_string(),
-                });
-            }
+            Ok(Some(Err(e))) => return Err(DownloadError::transfer(&url, ErrorChain(&e))),
             Ok(Some(Ok(frame))) => frame,
         };
         let Ok(data) = frame.into_data() else { continue };
@@ -305,13 +275,11 @@ pub async fn download(image: &ImageDownload, dest: &Path, progress: &Progress) -
         progress.received.store(received, Ordering::Relaxed);
     }
     if total > 0 && received != total {
-        return Err(DownloadError::Transfer {
-            url: url.to_string(),
-            message: format!("the connection closed after {received} of {total} bytes"),
-        });
+        let message = format!("the connection closed after {received} of {total} bytes");
+        return Err(DownloadError::transfer(&url, message));
     }
     file.flush().await.map_err(io)?;
-    let actual = hasher.finish();
+    let actual = hex::encode(hasher.finalize());
     if actual != image.checksum.to_ascii_lowercase() {
         file.set_len(0).await.map_err(io)?;
         return Err(DownloadError::ChecksumMismatch {
@@ -328,6 +296,24 @@ pub async fn download(image: &ImageDownload, dest: &Path, progress: &Progress) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_checksum_algorithms_hash_as_published() {
+        let hex_of = |algorithm| {
+            let mut h = hasher(algorithm);
+            h.update(b"abc");
+            hex::encode(h.finalize())
+        };
+        assert_eq!(
+            hex_of(ChecksumAlgorithm::Sha256),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            hex_of(ChecksumAlgorithm::Sha512),
+            "ddaf35a193617abacc417349ae20413112e6fa4e89a97ea20a9eeee64b55d39a\
+             2192992a274fc1a836ba3c23a3feebbd454d4423643ce80e2a9ac94fa54ca49f"
+        );
+    }
 
     #[test]
     fn only_http_and_https_urls_are_downloaded() {

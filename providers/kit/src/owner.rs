@@ -247,20 +247,12 @@ pub fn standalone_cluster_name(pm: &impl InfraMachine) -> Option<String> {
 /// reconcile reads its owner VirtualMachine and its infra cluster there, and from the API server
 /// only when they are not there (the cache not filled yet, an object just created). A cached
 /// object may lag a change by the watch's delay; the change itself then wakes the machine again.
+#[derive(Clone)]
 pub struct OwnerCaches<C: InfraClusterKind> {
     /// The VirtualMachines.
     pub virtual_machines: Store<VirtualMachine>,
     /// The infra clusters.
     pub clusters: Store<C>,
-}
-
-impl<C: InfraClusterKind> Clone for OwnerCaches<C> {
-    fn clone(&self) -> Self {
-        Self {
-            virtual_machines: self.virtual_machines.clone(),
-            clusters: self.clusters.clone(),
-        }
-    }
 }
 
 /// `name` in `namespace` from `cache` when it is there and `settled` there, else from `api`.

@@ -129,13 +129,7 @@ async fn import(
         .await
         .map_err(|e| failed("looking for an interrupted import", e))?
     {
-        let task = c
-            .destroy(&stale)
-            .await
-            .map_err(|e| failed("destroying an interrupted import", e))?;
-        c.wait_task(&task, Duration::from_secs(1), TASK_TIMEOUT)
-            .await
-            .map_err(|e| failed("destroying an interrupted import", e))?;
+        run_task(c, "destroying an interrupted import", c.destroy(&stale).await).await?;
     }
     let dir = image::download_dir().map_err(|e| failed("creating a folder for the download", e))?;
     let file = dir.path().join("image.ova");
@@ -241,29 +235,28 @@ async fn import(
                 format!("{staging_path} is not in the inventory"),
             )
         })?;
-    let marked = c
-        .reconfigure(
-            &vm,
-            &ConfigSpec {
-                extra_config: vec![(IMAGE_KEY.to_owned(), image_marker(image))],
-                ..ConfigSpec::default()
-            },
-        )
-        .await
-        .map_err(|e| failed("recording the image on the imported VM", e))?;
-    c.wait_task(&marked, Duration::from_secs(1), TASK_TIMEOUT)
-        .await
-        .map_err(|e| failed("recording the image on the imported VM", e))?;
+    let marking = ConfigSpec {
+        extra_config: vec![(IMAGE_KEY.to_owned(), image_marker(image))],
+        ..ConfigSpec::default()
+    };
+    let marked = c.reconfigure(&vm, &marking).await;
+    run_task(c, "recording the image on the imported VM", marked).await?;
     c.mark_as_template(&vm)
         .await
         .map_err(|e| failed("marking the imported VM as a template", e))?;
-    let task = c
-        .rename(&vm, name)
-        .await
-        .map_err(|e| failed("renaming the imported template", e))?;
+    run_task(c, "renaming the imported template", c.rename(&vm, name).await).await
+}
+
+/// Waits for the task `started` (doing `what`) to end.
+async fn run_task(
+    c: &Client,
+    what: &str,
+    started: banlieue_vsphere_client::Result<MoRef>,
+) -> Result<(), ImportFailure> {
+    let task = started.map_err(|e| failed(what, e))?;
     c.wait_task(&task, Duration::from_secs(1), TASK_TIMEOUT)
         .await
-        .map_err(|e| failed("renaming the imported template", e))?;
+        .map_err(|e| failed(what, e))?;
     Ok(())
 }
 

@@ -112,6 +112,8 @@ impl From<InconsistentStatus> for Problem {
     }
 }
 
+/// Event reason of a released machine.
+pub const DELETED: &str = "Deleted";
 /// Condition reason: deletion in progress.
 pub const DELETING: &str = "Deleting";
 /// Condition reason: the VM cannot be deleted (its infra cluster is gone).
@@ -456,7 +458,7 @@ impl Deleted {
     /// had been created).
     pub fn released(note: impl Into<String>) -> Self {
         Self::Released {
-            reason: crate::readopt::DELETED,
+            reason: DELETED,
             note: note.into(),
         }
     }

@@ -21,14 +21,13 @@
 //! Deleting a machine that was never adopted deletes only a VM already marked with its UID
 //! ([`on_deletion`]).
 
+pub use crate::machine::DELETED;
 use crate::machine::Deleted;
 
 /// Condition reason of a refused or failed adoption.
 pub const ADOPTION_FAILED: &str = "AdoptionFailed";
 /// Event reason when a deleted machine leaves a VM created for an earlier object in place.
 pub const VM_LEFT_IN_PLACE: &str = "VMLeftInPlace";
-/// Event reason of a released machine.
-pub const DELETED: &str = "Deleted";
 pub use crate::machine::VM_NOT_FOUND;
 
 /// The object a VM is (to be) marked for.

@@ -155,17 +155,13 @@ async fn import<H: Hypervisor>(
 /// is refused.
 async fn image_facts(path: &Path, length: u64) -> std::io::Result<Result<(&'static str, u64), String>> {
     use tokio::io::AsyncReadExt;
-    let mut header = [0u8; 104];
-    let mut file = tokio::fs::File::open(path).await?;
-    let mut read = 0;
-    while read < header.len() {
-        let n = file.read(&mut header[read..]).await?;
-        if n == 0 {
-            break;
-        }
-        read += n;
-    }
-    Ok(classify(&header[..read], length))
+    let mut header = Vec::with_capacity(104);
+    tokio::fs::File::open(path)
+        .await?
+        .take(104)
+        .read_to_end(&mut header)
+        .await?;
+    Ok(classify(&header, length))
 }
 
 /// Compressed files the image may be by mistake: their first bytes and names.

@@ -47,9 +47,11 @@ impl ProviderId {
 
 /// Parses a providerID or fails with [`ADOPTION_FAILED`].
 pub fn parse(provider_id: &str) -> Result<ProviderId, StepError> {
-    ProviderId::parse(provider_id).ok_or_else(|| StepError::Permanent {
-        reason: ADOPTION_FAILED,
-        message: format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<host>/<uuid> ID"),
+    ProviderId::parse(provider_id).ok_or_else(|| {
+        StepError::permanent(
+            ADOPTION_FAILED,
+            format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<host>/<uuid> ID"),
+        )
     })
 }
 
@@ -109,10 +111,7 @@ pub async fn find<H: Hypervisor>(hv: &H, me: &Owner, uuid: &str) -> Result<Found
 pub async fn remark<H: Hypervisor>(hv: &H, domain: DomainInfo, me: &Owner) -> Result<DomainInfo, StepError> {
     let domain = candidate(domain);
     if let Some(why) = kit::taken_over(&domain.marks, &domain.label, owner(me)) {
-        return Err(StepError::Permanent {
-            reason: ADOPTION_FAILED,
-            message: why,
-        });
+        return Err(StepError::permanent(ADOPTION_FAILED, why));
     }
     let adopted_from = domain.marks.previous_owner(owner(me));
     hv.set_domain_owner(&domain.vm.uuid, me, adopted_from.as_deref())

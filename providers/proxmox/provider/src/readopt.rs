@@ -144,9 +144,11 @@ pub async fn find<H: Hypervisor>(
     owner: Owner<'_>,
     provider_id: &str,
 ) -> Result<Found<Vm>, StepError> {
-    let uuid = uuid_of(provider_id).ok_or_else(|| StepError::Permanent {
-        reason: ADOPTION_FAILED,
-        message: format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<uuid> ID"),
+    let uuid = uuid_of(provider_id).ok_or_else(|| {
+        StepError::permanent(
+            ADOPTION_FAILED,
+            format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<uuid> ID"),
+        )
     })?;
     let pve = |e| pve_error(ADOPTION_FAILED, e);
     let guests = hv.guests().await.map_err(pve)?;

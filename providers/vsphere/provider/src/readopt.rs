@@ -76,9 +76,11 @@ pub fn bios_uuid_of(provider_id: &str) -> Option<&str> {
 
 /// Finds the VM of `provider_id` (`SearchIndex.FindByUuid`, BIOS uuid) and classifies it.
 pub async fn find(c: &Client, owner: Owner<'_>, provider_id: &str) -> Result<Found<VmInfo>, StepError> {
-    let uuid = bios_uuid_of(provider_id).ok_or_else(|| StepError::Permanent {
-        reason: ADOPTION_FAILED,
-        message: format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<bios uuid> ID"),
+    let uuid = bios_uuid_of(provider_id).ok_or_else(|| {
+        StepError::permanent(
+            ADOPTION_FAILED,
+            format!("spec.providerID {provider_id:?} is not a {PROVIDER_ID_PREFIX}<bios uuid> ID"),
+        )
     })?;
     let client = |e| client_error(ADOPTION_FAILED, e);
     let Some(vm) = c.find_vm_by_bios_uuid(None, uuid).await.map_err(client)? else {
@@ -108,10 +110,7 @@ pub fn remark_spec_for(info: &VmInfo, owner: Owner<'_>) -> ConfigSpec {
 /// written to.
 pub async fn remark(c: &Client, info: &VmInfo, owner: Owner<'_>) -> Result<MoRef, StepError> {
     if let Some(why) = kit::taken_over(&marks(info), &label(info), owner) {
-        return Err(StepError::Permanent {
-            reason: ADOPTION_FAILED,
-            message: why,
-        });
+        return Err(StepError::permanent(ADOPTION_FAILED, why));
     }
     c.reconfigure(&info.vm, &remark_spec_for(info, owner))
         .await

@@ -139,34 +139,31 @@ pub fn domain_config(
         bus,
         format: "raw".into(),
     });
-    let nics = if spec.networks.is_empty() {
-        vec![NicConfig {
-            source: NicSource::Network(DEFAULT_NETWORK.into()),
-            mac: mac_address(&owner.uid, 0),
-            model: "virtio".into(),
-            mtu: None,
-            vlan: None,
-        }]
+    // No network asked for: one DHCP interface on libvirt's default network.
+    let default = [NetworkInterface::dhcp("", DEFAULT_NETWORK)];
+    let networks = if spec.networks.is_empty() {
+        &default[..]
     } else {
-        spec.networks
-            .iter()
-            .enumerate()
-            .map(|(i, n)| NicConfig {
-                source: match n.network.strip_prefix("bridge:") {
-                    Some(bridge) => NicSource::Bridge(bridge.to_owned()),
-                    None => NicSource::Network(n.network.clone()),
-                },
-                mac: n
-                    .mac_address
-                    .clone()
-                    .map(|m| m.to_ascii_lowercase())
-                    .unwrap_or_else(|| mac_address(&owner.uid, i)),
-                model: n.model.clone().unwrap_or_else(|| "virtio".into()),
-                mtu: n.mtu,
-                vlan: n.vlan,
-            })
-            .collect()
+        &spec.networks[..]
     };
+    let nics = networks
+        .iter()
+        .enumerate()
+        .map(|(i, n)| NicConfig {
+            source: match n.network.strip_prefix("bridge:") {
+                Some(bridge) => NicSource::Bridge(bridge.to_owned()),
+                None => NicSource::Network(n.network.clone()),
+            },
+            mac: n
+                .mac_address
+                .clone()
+                .map(|m| m.to_ascii_lowercase())
+                .unwrap_or_else(|| mac_address(&owner.uid, i)),
+            model: n.model.clone().unwrap_or_else(|| "virtio".into()),
+            mtu: n.mtu,
+            vlan: n.vlan,
+        })
+        .collect();
     DomainConfig {
         serial_log: settings
             .serial_log_dir

@@ -202,17 +202,11 @@ pub fn changes_devices(update: &ConfigUpdate) -> bool {
         .any(|key| is_disk_key(key) || is_net(key))
 }
 
-/// The drive slot holding the seed volume, whichever bus it was attached on.
-fn seed_drive<'a>(actual: &'a VmConfig, seed_volid: &str) -> Option<&'a str> {
-    actual.0.iter().find_map(|(key, value)| {
-        (is_disk_key(key) && value.parse::<DiskSpec>().is_ok_and(|d| d.volume == seed_volid))
-            .then_some(key.as_str())
-    })
-}
-
 /// Whether the seed volume is attached (on any drive: the slot depends on `seedDriveBus`).
 pub fn seed_attached(actual: &VmConfig, seed_volid: &str) -> bool {
-    seed_drive(actual, seed_volid).is_some()
+    actual.0.iter().any(|(key, value)| {
+        is_disk_key(key) && value.parse::<DiskSpec>().is_ok_and(|d| d.volume == seed_volid)
+    })
 }
 
 /// The update attaching the seed ISO as a cdrom in `slot` ([`seed_slot`]).

@@ -362,8 +362,15 @@ async fn reconcile_inner<B: ClusterBackend>(obj: &B::Cluster, ctx: &ClusterConte
     let mut new = infra.status().cloned().unwrap_or_default();
     new.set_observed_generation(generation);
     let (paused, reason, message) = contract::paused_condition_fields(cluster.as_ref(), infra.meta(), &kind);
-    let (conditions, paused) = (new.conditions_mut(), paused == "True");
-    status::set(conditions, condition::PAUSED, paused, reason, message, generation);
+    let paused = paused == "True";
+    status::set(
+        new.conditions_mut(),
+        condition::PAUSED,
+        paused,
+        reason,
+        message,
+        generation,
+    );
     if paused {
         write_status(ctx, &api, &infra, &new).await?;
         return Ok(Action::await_change());
@@ -410,22 +417,19 @@ async fn reconcile_inner<B: ClusterBackend>(obj: &B::Cluster, ctx: &ClusterConte
         .await
         .map_err(Error::backend)?;
     let (connected, reason, message) = match &check.connected {
-        Ok(note) if check.insecure_tls && note.is_empty() => (
-            true,
-            condition::CONNECTED_WITHOUT_TLS_VERIFICATION,
-            INSECURE_TLS_MESSAGE.to_owned(),
-        ),
-        Ok(note) if check.insecure_tls => (
-            true,
-            condition::CONNECTED_WITHOUT_TLS_VERIFICATION,
-            format!("{INSECURE_TLS_MESSAGE}; {note}"),
-        ),
+        Ok(note) if check.insecure_tls => {
+            let message = if note.is_empty() {
+                INSECURE_TLS_MESSAGE.to_owned()
+            } else {
+                format!("{INSECURE_TLS_MESSAGE}; {note}")
+            };
+            (true, condition::CONNECTED_WITHOUT_TLS_VERIFICATION, message)
+        }
         Ok(note) => (true, CONNECTED, note.clone()),
         Err(p) => (false, p.reason, p.message.clone()),
     };
-    let conditions = new.conditions_mut();
     status::set(
-        conditions,
+        new.conditions_mut(),
         B::CONNECTED_CONDITION,
         connected,
         reason,

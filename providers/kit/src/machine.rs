@@ -184,8 +184,14 @@ pub struct Report {
 impl Report {
     /// Sets this report as the condition `type_` observed at `generation`.
     fn set_in(&self, conditions: &mut Vec<condition::Condition>, type_: &str, generation: Option<i64>) {
-        let (ok, reason, message) = (self.ok, self.reason, self.message.clone());
-        status::set(conditions, type_, ok, reason, message, generation);
+        status::set(
+            conditions,
+            type_,
+            self.ok,
+            self.reason,
+            self.message.clone(),
+            generation,
+        );
     }
 
     /// A report.
@@ -817,8 +823,15 @@ impl<B: MachineBackend> Writer<'_, B> {
         message: String,
         requeue: Duration,
     ) -> Result<Action> {
-        let (generation, conditions) = (self.machine.meta().generation, new.conditions_mut());
-        status::set(conditions, condition::READY, false, reason, message, generation);
+        let generation = self.machine.meta().generation;
+        status::set(
+            new.conditions_mut(),
+            condition::READY,
+            false,
+            reason,
+            message,
+            generation,
+        );
         self.status(&new).await?;
         Ok(Action::requeue(requeue))
     }
@@ -929,8 +942,15 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let mut new = machine.status().cloned().unwrap_or_default();
     new.set_observed_generation(generation);
     let (paused, reason, message) = view.paused_condition.clone();
-    let (conditions, paused) = (new.conditions_mut(), paused == "True");
-    status::set(conditions, condition::PAUSED, paused, reason, message, generation);
+    let paused = paused == "True";
+    status::set(
+        new.conditions_mut(),
+        condition::PAUSED,
+        paused,
+        reason,
+        message,
+        generation,
+    );
     if view.paused.is_some() {
         // Paused: neither provision nor delete (clusterctl move deletes paused source objects).
         write.status(&new).await?;

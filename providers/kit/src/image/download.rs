@@ -111,8 +111,6 @@ pub enum DownloadError {
 }
 
 impl DownloadError {
-    /// Whether trying again as it is cannot help (the input or the served file is wrong);
-    /// otherwise the network or the server may recover.
     fn invalid(url: impl ToString, reason: impl ToString) -> Self {
         Self::InvalidUrl {
             url: url.to_string(),
@@ -127,6 +125,8 @@ impl DownloadError {
         }
     }
 
+    /// Whether trying again as it is cannot help (the input or the served file is wrong);
+    /// otherwise the network or the server may recover.
     pub fn is_permanent(&self) -> bool {
         match self {
             Self::InvalidUrl { .. } | Self::ChecksumMismatch { .. } | Self::TooManyRedirects { .. } => true,

@@ -120,6 +120,22 @@ impl ClusterCheck {
             insecure_tls: false,
         }
     }
+
+    /// Connected as `connected` says, with these failure domains: usable while there is one,
+    /// else not, for the reason `none` gives (no version known, the certificate verified).
+    pub fn with_domains(
+        connected: Result<String, Problem>,
+        domains: Vec<FailureDomain>,
+        none: Problem,
+    ) -> Self {
+        Self {
+            connected,
+            usable: if domains.is_empty() { Err(none) } else { Ok(()) },
+            failure_domains: Some(domains),
+            version: None,
+            insecure_tls: false,
+        }
+    }
 }
 
 /// The message of a connection condition that is True without verifying the server's
@@ -137,21 +153,25 @@ pub trait ClusterBackend: Send + Sync + 'static {
     /// The backend's hard errors (Kubernetes reads); everything the user can fix is a
     /// [`Problem`] in the [`ClusterCheck`].
     type Error: ReconcileError;
-    /// The provider's finalizer.
-    const FINALIZER: &'static str;
+    /// The provider's finalizer: its machine kind's backend's ([`Backend::finalizer`]) unless it
+    /// says otherwise.
+    ///
+    /// [`Backend::finalizer`]: banlieue_api::common::Backend::finalizer
+    const FINALIZER: &'static str = <Self::Machine as InfraMachine>::BACKEND.finalizer();
     /// The provider's field manager for server-side apply.
     const FIELD_MANAGER: &'static str;
     /// The connection condition type (`ProxmoxConnected`, `LibvirtConnected`, …).
     const CONNECTED_CONDITION: &'static str;
 
-    /// Checks the hypervisor `cluster` points at. Secrets it reads are recorded in `secrets`
-    /// first (the Secret watch then follows them).
+    /// Checks the hypervisor `cluster` points at (`Err(problem)`: it cannot be used at all,
+    /// [`ClusterCheck::failed`]). Secrets it reads are recorded in `secrets` first (the Secret
+    /// watch then follows them).
     fn check(
         &self,
         client: &kube::Client,
         cluster: &Self::Cluster,
         secrets: &ReadSecrets<Self::Cluster>,
-    ) -> impl Future<Output = Result<ClusterCheck, Self::Error>> + Send;
+    ) -> impl Future<Output = Result<Result<ClusterCheck, Problem>, Self::Error>> + Send;
 }
 
 /// Shared state of an InfraCluster controller.
@@ -415,7 +435,8 @@ async fn reconcile_inner<B: ClusterBackend>(obj: &B::Cluster, ctx: &ClusterConte
         .backend
         .check(&ctx.client, &infra, &read)
         .await
-        .map_err(Error::backend)?;
+        .map_err(Error::backend)?
+        .unwrap_or_else(ClusterCheck::failed);
     let (connected, reason, message) = match &check.connected {
         Ok(note) if check.insecure_tls => {
             let message = if note.is_empty() {

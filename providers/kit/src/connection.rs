@@ -64,40 +64,19 @@ pub struct Own<'a> {
     pub provider: Option<&'a str>,
 }
 
-/// The connection settings of an infra cluster, references resolved, nothing read yet.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Source {
-    /// The endpoint.
-    pub endpoint: String,
-    /// The credentials Secret (namespace filled in).
-    pub credentials: Option<SecretReference>,
-    /// TLS trust (CA bundle namespace filled in).
-    pub tls: Option<TlsTrust>,
-    /// The Provider the settings come from.
-    pub provider: Option<Provider>,
-}
-
-impl Source {
-    /// The Secrets this source references (credentials, a CA bundle Secret), for the watch.
-    pub fn secrets(&self) -> Vec<SecretKey> {
-        let key = |ns: &Option<String>, name: &str| SecretKey::new(ns.clone().unwrap_or_default(), name);
-        let ca = self
-            .tls
-            .as_ref()
-            .and_then(|t| t.ca_bundle_ref.as_ref())
-            .filter(|ca| matches!(ca.kind, CaBundleKind::Secret))
-            .map(|ca| key(&ca.namespace, &ca.name));
-        self.credentials
-            .iter()
-            .map(|r| key(&r.namespace, &r.name))
-            .chain(ca)
-            .collect()
-    }
-
-    /// Nodes machines may use, as the Provider lists them (empty: all).
-    pub fn provider_nodes(&self) -> &[String] {
-        self.provider.as_ref().map_or(&[], |p| &p.spec.nodes)
-    }
+/// The Secrets connection settings reference (credentials, a CA bundle Secret; namespaces filled
+/// in), for the watch.
+pub fn secret_keys(credentials: Option<&SecretReference>, tls: Option<&TlsTrust>) -> Vec<SecretKey> {
+    let key = |ns: &Option<String>, name: &str| SecretKey::new(ns.clone().unwrap_or_default(), name);
+    let ca = tls
+        .and_then(|t| t.ca_bundle_ref.as_ref())
+        .filter(|ca| matches!(ca.kind, CaBundleKind::Secret))
+        .map(|ca| key(&ca.namespace, &ca.name));
+    credentials
+        .iter()
+        .map(|r| key(&r.namespace, &r.name))
+        .chain(ca)
+        .collect()
 }
 
 /// `r` with its namespace defaulted to `namespace`.
@@ -108,13 +87,14 @@ pub fn in_namespace(r: &SecretReference, namespace: &str) -> SecretReference {
     }
 }
 
-/// The Provider `name`, which must be for `backend` (`kind`: the infra cluster kind, for
-/// messages).
-pub async fn provider(
+/// The Provider `name` for a `kind` in `namespace`: it must be for `backend`, and its
+/// `namespaceSelector` must select the namespace ([`PROVIDER_NOT_ALLOWED`] otherwise).
+pub async fn allowed_provider(
     client: &kube::Client,
     name: &str,
     backend: Backend,
     kind: &str,
+    namespace: &str,
 ) -> Result<std::result::Result<Provider, Problem>> {
     let Some(provider) = Api::<Provider>::all(client.clone())
         .get_opt(name)
@@ -136,63 +116,7 @@ pub async fn provider(
             ),
         )));
     }
-    Ok(Ok(provider))
-}
-
-/// Resolves the connection settings of an infra cluster in `namespace` of `kind` for `backend`:
-/// its own, or its Provider's.
-pub async fn source(
-    client: &kube::Client,
-    namespace: &str,
-    own: Own<'_>,
-    backend: Backend,
-    kind: &str,
-) -> Result<std::result::Result<Source, Problem>> {
-    let (endpoint, credentials, mut tls, provider) = match own.provider {
-        Some(name) => match allowed_provider(client, name, backend, kind, namespace).await? {
-            Err(problem) => return Ok(Err(problem)),
-            Ok(p) => (
-                Some(p.spec.endpoint.clone()),
-                p.spec.credentials_ref.clone(),
-                p.spec.tls.clone(),
-                Some(p),
-            ),
-        },
-        None => (
-            own.endpoint.map(str::to_owned),
-            own.credentials.cloned(),
-            own.tls.cloned(),
-            None,
-        ),
-    };
-    let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) else {
-        return Ok(Err(Problem::new(
-            NO_ENDPOINT,
-            format!("the {kind} names no endpoint: set it, or spec.providerRef"),
-        )));
-    };
-    if let Some(ca) = tls.as_mut().and_then(|t| t.ca_bundle_ref.as_mut()) {
-        ca.namespace.get_or_insert_with(|| namespace.to_owned());
-    }
-    Ok(Ok(Source {
-        endpoint,
-        credentials: credentials.map(|r| in_namespace(&r, namespace)),
-        tls,
-        provider,
-    }))
-}
-
-/// The Provider `name` for a `kind` in `namespace`: [`provider`], and its `namespaceSelector`
-/// must select the namespace ([`PROVIDER_NOT_ALLOWED`] otherwise).
-pub async fn allowed_provider(
-    client: &kube::Client,
-    name: &str,
-    backend: Backend,
-    kind: &str,
-    namespace: &str,
-) -> Result<std::result::Result<Provider, Problem>> {
-    let p = crate::usable!(provider(client, name, backend, kind).await?);
-    if !admits(client, &p, namespace).await? {
+    if !admits(client, &provider, namespace).await? {
         return Ok(Err(Problem::new(
             PROVIDER_NOT_ALLOWED,
             format!(
@@ -202,7 +126,7 @@ pub async fn allowed_provider(
             ),
         )));
     }
-    Ok(Ok(p))
+    Ok(Ok(provider))
 }
 
 /// Whether `provider` may serve an infra cluster in `namespace`: no `namespaceSelector`, or one
@@ -531,10 +455,10 @@ pub struct Connection {
     pub version: String,
 }
 
-/// Resolves and reads the connection of an infra cluster ([`source`], [`credentials`],
-/// [`trust`]); `record` gets the referenced Secrets before any is read. Inside a running
-/// controller a connection read from the same settings moments ago is reused
-/// ([`connection_memo`]).
+/// Resolves the connection settings of an infra cluster in `namespace` of `kind` for `backend`
+/// (its own, or its Provider's) and reads them ([`credentials`], [`trust`]); `record` gets the
+/// referenced Secrets before any is read. Inside a running controller a connection read from the
+/// same settings moments ago is reused ([`connection_memo`]).
 pub async fn connect(
     client: &kube::Client,
     namespace: &str,
@@ -548,25 +472,49 @@ pub async fn connect(
         record(secrets);
         return Ok(Ok(connection));
     }
-    let source = crate::usable!(source(client, namespace, own, backend, kind).await?);
-    let secrets = source.secrets();
+    let (endpoint, credentials_ref, mut tls, provider) = match own.provider {
+        Some(name) => match allowed_provider(client, name, backend, kind, namespace).await? {
+            Err(problem) => return Ok(Err(problem)),
+            Ok(p) => (
+                Some(p.spec.endpoint.clone()),
+                p.spec.credentials_ref.clone(),
+                p.spec.tls.clone(),
+                Some(p),
+            ),
+        },
+        None => (
+            own.endpoint.map(str::to_owned),
+            own.credentials.cloned(),
+            own.tls.cloned(),
+            None,
+        ),
+    };
+    let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) else {
+        return Ok(Err(Problem::new(
+            NO_ENDPOINT,
+            format!("the {kind} names no endpoint: set it, or spec.providerRef"),
+        )));
+    };
+    if let Some(ca) = tls.as_mut().and_then(|t| t.ca_bundle_ref.as_mut()) {
+        ca.namespace.get_or_insert_with(|| namespace.to_owned());
+    }
+    let credentials_ref = credentials_ref.map(|r| in_namespace(&r, namespace));
+    let secrets = secret_keys(credentials_ref.as_ref(), tls.as_ref());
     record(secrets.clone());
-    let user = source.provider.is_none().then_some(namespace);
-    let credentials =
-        crate::usable!(credentials(client, source.credentials.as_ref(), user, &source.endpoint).await?);
-    let (trust, ca_version) = crate::usable!(trust(client, source.tls.as_ref(), user).await?);
-    let provider_version = source.provider.as_ref().and_then(|p| p.resource_version());
-    let server_name = source.tls.as_ref().and_then(|t| t.server_name.clone());
+    let user = provider.is_none().then_some(namespace);
+    let credentials = crate::usable!(credentials(client, credentials_ref.as_ref(), user, &endpoint).await?);
+    let (trust, ca_version) = crate::usable!(trust(client, tls.as_ref(), user).await?);
+    let provider_version = provider.as_ref().and_then(|p| p.resource_version());
+    let server_name = tls.as_ref().and_then(|t| t.server_name.clone());
     let version = format!(
-        "{}|{}|{trust:?}|{server_name:?}|{ca_version}|{}",
-        source.endpoint,
+        "{endpoint}|{}|{trust:?}|{server_name:?}|{ca_version}|{}",
         credentials.version,
         provider_version.unwrap_or_default()
     );
     let connection = Connection {
-        provider_nodes: source.provider_nodes().to_vec(),
+        provider_nodes: provider.map(|p| p.spec.nodes).unwrap_or_default(),
         server_name,
-        endpoint: source.endpoint,
+        endpoint,
         credentials,
         trust,
         version,
@@ -686,7 +634,7 @@ mod tests {
     }
 
     #[test]
-    fn a_source_lists_its_credentials_and_ca_secret_for_the_watch() {
+    fn connection_settings_list_their_credentials_and_ca_secret_for_the_watch() {
         let tls = TlsTrust {
             ca_bundle_ref: Some(banlieue_api::common::CaBundleReference {
                 kind: CaBundleKind::Secret,
@@ -696,20 +644,15 @@ mod tests {
             }),
             ..TlsTrust::default()
         };
-        let source = Source {
-            endpoint: "https://pve:8006".into(),
-            credentials: Some(in_namespace(
-                &SecretReference {
-                    name: "creds".into(),
-                    namespace: None,
-                },
-                "ns",
-            )),
-            tls: Some(tls),
-            provider: None,
-        };
+        let credentials = in_namespace(
+            &SecretReference {
+                name: "creds".into(),
+                namespace: None,
+            },
+            "ns",
+        );
         assert_eq!(
-            source.secrets(),
+            secret_keys(Some(&credentials), Some(&tls)),
             vec![SecretKey::new("ns", "creds"), SecretKey::new("ns", "ca")]
         );
     }

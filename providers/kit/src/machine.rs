@@ -479,8 +479,11 @@ pub trait MachineBackend: Send + Sync + 'static {
     /// Where provisioning stands, as the backend reads it from the machine's status: read once
     /// per reconcile by [`MachineBackend::plan`], handed to [`MachineBackend::provision`].
     type Phase: Send;
-    /// The provider's finalizer.
-    const FINALIZER: &'static str;
+    /// The provider's finalizer: its machine kind's backend's ([`Backend::finalizer`]) unless it
+    /// says otherwise.
+    ///
+    /// [`Backend::finalizer`]: banlieue_api::common::Backend::finalizer
+    const FINALIZER: &'static str = <Self::Machine as InfraMachine>::BACKEND.finalizer();
     /// The provider's field manager for server-side apply.
     const FIELD_MANAGER: &'static str;
     /// The condition a provisioned VM's day-2 state and problems go to
@@ -618,13 +621,9 @@ impl<B: MachineBackend> MachineContext<B> {
     fn settle(&self, uid: &str, settled: Option<Settled>) {
         let mut map = crate::lock(&self.settled);
         match settled {
-            Some(settled) => {
-                map.insert(uid.to_owned(), settled);
-            }
-            None => {
-                map.remove(uid);
-            }
-        }
+            Some(settled) => map.insert(uid.to_owned(), settled),
+            None => map.remove(uid),
+        };
     }
 
     fn backoffs(&self) -> std::sync::MutexGuard<'_, Backoffs> {
@@ -836,6 +835,12 @@ impl<B: MachineBackend> Writer<'_, B> {
         Ok(Action::requeue(requeue))
     }
 
+    /// [`Writer::wait`] for `problem`, looked at again after [`PERMANENT_RETRY`] (no Event).
+    async fn blocked(&self, new: <B::Machine as InfraMachine>::Status, problem: Problem) -> Result<Action> {
+        self.wait(new, problem.reason, problem.message, PERMANENT_RETRY)
+            .await
+    }
+
     /// `Ready` False with `reason` and the error's words, written; then the error (backoff).
     async fn fail(
         &self,
@@ -847,18 +852,17 @@ impl<B: MachineBackend> Writer<'_, B> {
         Err(error)
     }
 
-    /// [`Writer::wait`] for a problem a human must fix: a Warning Event when it appears (the
-    /// `Ready` reason changes).
+    /// [`Writer::wait`] for a problem a human must fix, looked at again after [`PERMANENT_RETRY`]:
+    /// a Warning Event when it appears (the `Ready` reason changes).
     async fn problem(
         &self,
         new: <B::Machine as InfraMachine>::Status,
         reason: &'static str,
         message: String,
-        requeue: Duration,
     ) -> Result<Action> {
         let appears = condition::find(new.conditions(), condition::READY)
             .is_none_or(|c| c.reason != reason || c.status != "False");
-        let action = self.wait(new, reason, message.clone(), requeue).await?;
+        let action = self.wait(new, reason, message.clone(), PERMANENT_RETRY).await?;
         if appears {
             self.event(EventType::Warning, reason, message).await;
         }
@@ -939,6 +943,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
         return Ok(Action::requeue(ctx.wait_requeue));
     }
     let generation = machine.meta().generation;
+    let uid = machine.uid().unwrap_or_default();
     let mut new = machine.status().cloned().unwrap_or_default();
     new.set_observed_generation(generation);
     let (paused, reason, message) = view.paused_condition.clone();
@@ -957,7 +962,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
         return Ok(Action::await_change());
     }
     if deleting {
-        ctx.settle(machine.uid().as_deref().unwrap_or_default(), None);
+        ctx.settle(&uid, None);
         return delete::<B>(ctx, &write, &view.infra_cluster, new, &secrets).await;
     }
     write.finalizer(true).await?;
@@ -977,11 +982,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     };
     let (plan, phase) = match ctx.backend.plan(&machine) {
         Ok(planned) => planned,
-        Err(problem) => {
-            return write
-                .wait(new, problem.reason, problem.message, PERMANENT_RETRY)
-                .await;
-        }
+        Err(problem) => return write.blocked(new, problem).await,
     };
     // A field the backend cannot honour: said before anything is created, never silently
     // ignored. On a provisioned VM it is said on the day-2 condition and the rest of the spec
@@ -998,9 +999,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     let mut day2_note: Option<Report> = None;
     if let Some(message) = spec.as_ref().and_then(|spec| unsupported_fields::<B>(spec)) {
         if !(plan.provisioned && B::UP_TO_DATE_CONDITION.is_some()) {
-            return write
-                .problem(new, support::UNSUPPORTED_FIELD, message, PERMANENT_RETRY)
-                .await;
+            return write.problem(new, support::UNSUPPORTED_FIELD, message).await;
         }
         day2_note = Some(Report::new(false, support::UNSUPPORTED_FIELD, message));
     }
@@ -1025,10 +1024,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
     // restates what is persisted), and not due yet: nothing to ask the hypervisor.
     if plan.provisioned
         && machine.status() == Some(&new)
-        && let Some(wait) = ctx.settled_wait(
-            machine.uid().as_deref().unwrap_or_default(),
-            read_state(&machine, machine.status()),
-        )
+        && let Some(wait) = ctx.settled_wait(&uid, read_state(&machine, machine.status()))
     {
         return Ok(Action::requeue(wait));
     }
@@ -1093,9 +1089,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                     .await;
             }
             Err(IpamError::Invalid(message)) => {
-                return write
-                    .problem(new, network::IP_ADDRESS_INVALID, message, PERMANENT_RETRY)
-                    .await;
+                return write.problem(new, network::IP_ADDRESS_INVALID, message).await;
             }
             Err(IpamError::Kube { context, source }) => {
                 // e.g. a 403 on the claims: say so instead of showing an older wait reason.
@@ -1300,6 +1294,7 @@ async fn apply_step<B: MachineBackend>(
     let mut machine = machine.clone();
     publish_provider_id(write, &mut machine, &mut new, provider_id).await?;
     let generation = machine.meta().generation;
+    let uid = machine.uid().unwrap_or_default();
     if let Some(done) = &step.provisioned {
         if let Some(addresses) = &done.addresses {
             new.set_addresses(addresses.clone());
@@ -1337,9 +1332,7 @@ async fn apply_step<B: MachineBackend>(
         },
         until: std::time::Instant::now() + step.requeue,
     });
-    write
-        .ctx
-        .settle(machine.uid().as_deref().unwrap_or_default(), settled);
+    write.ctx.settle(&uid, settled);
     let mut events = earlier_events;
     events.extend(step.events);
     write.transitions(events).await;
@@ -1363,11 +1356,7 @@ async fn apply_step<B: MachineBackend>(
         }
     }
     if step.backoff {
-        return Ok(Action::requeue(
-            write
-                .ctx
-                .step_backoff(machine.uid().as_deref().unwrap_or_default()),
-        ));
+        return Ok(Action::requeue(write.ctx.step_backoff(&uid)));
     }
     Ok(Action::requeue(step.requeue.max(Duration::from_millis(50))))
 }
@@ -1387,17 +1376,12 @@ async fn delete<B: MachineBackend>(
             write.finalizer(false).await?;
             return Ok(Action::await_change());
         }
-        let problem = Problem::new(
-            DELETION_FAILED,
-            format!(
-                "the {} is gone: cannot reach the hypervisor to delete the VM; restore it, or remove the finalizer {} by hand if the VM is gone",
-                <<B::Machine as InfraMachine>::Cluster as Resource>::kind(&()),
-                B::FINALIZER
-            ),
+        let message = format!(
+            "the {} is gone: cannot reach the hypervisor to delete the VM; restore it, or remove the finalizer {} by hand if the VM is gone",
+            <<B::Machine as InfraMachine>::Cluster as Resource>::kind(&()),
+            B::FINALIZER
         );
-        return write
-            .wait(new, problem.reason, problem.message, PERMANENT_RETRY)
-            .await;
+        return write.wait(new, DELETION_FAILED, message, PERMANENT_RETRY).await;
     };
     let request = Deletion {
         machine,
@@ -1412,11 +1396,7 @@ async fn delete<B: MachineBackend>(
             Ok(Action::await_change())
         }
         Ok(Deleted::InProgress { message, requeue }) => write.wait(new, DELETING, message, requeue).await,
-        Ok(Deleted::Blocked(problem)) => {
-            write
-                .wait(new, problem.reason, problem.message, PERMANENT_RETRY)
-                .await
-        }
+        Ok(Deleted::Blocked(problem)) => write.blocked(new, problem).await,
         Ok(Deleted::Again) => {
             write.status(&new).await?;
             Ok(Action::requeue(Duration::from_millis(100)))

@@ -228,19 +228,19 @@ fn family_config(
 }
 
 /// The `network-config` v2 of `networks`: one ethernet per interface, keyed by its name and
-/// matched by the MAC `mac` gives it and renamed to the key (`None`: the guest's interface of that
-/// name). What cloud-init makes of it is tested against the real cloud-init
+/// matched by the MAC `mac` gives it (from its position in `networks` and itself) and renamed to
+/// the key (`None`: the guest's interface of that name). What cloud-init makes of it is tested against the real cloud-init
 /// (`providers/kit/tests/real_cloud_init.rs`). IPv4 is DHCP
 /// unless said otherwise; IPv6 is written only when set. `pool` holds the addresses allocated
 /// from IPAM pools ([`resolve`]). `Err`: why the configuration cannot be written yet.
 pub fn network_config(
     networks: &[NetworkInterface],
-    mac: impl Fn(&NetworkInterface) -> Result<Option<String>, String>,
+    mac: impl Fn(usize, &NetworkInterface) -> Result<Option<String>, String>,
     pool: &PoolAddresses,
 ) -> Result<NetworkConfig, String> {
     let mut ethernets = BTreeMap::new();
-    for net in networks {
-        let match_mac = mac(net)?.map(|m| MacMatch {
+    for (i, net) in networks.iter().enumerate() {
+        let match_mac = mac(i, net)?.map(|m| MacMatch {
             macaddress: m.to_ascii_lowercase(),
         });
         let mut eth = Ethernet {
@@ -368,7 +368,7 @@ mod tests {
             },
         );
         // The IPv6 claim is not answered yet: no configuration, and the message says which.
-        let err = network_config(&networks, |_| Ok(None), &pool_addresses).unwrap_err();
+        let err = network_config(&networks, |_, _| Ok(None), &pool_addresses).unwrap_err();
         assert!(err.contains("net1: no address from the IPAM pool yet"), "{err}");
 
         pool_addresses.insert(
@@ -381,7 +381,7 @@ mod tests {
         );
         let config = network_config(
             &networks,
-            |n| Ok((n.name == "net0").then(|| "52:54:00:AA:BB:CC".to_owned())),
+            |_, n| Ok((n.name == "net0").then(|| "52:54:00:AA:BB:CC".to_owned())),
             &pool_addresses,
         )
         .unwrap();

@@ -102,7 +102,7 @@ const MACS: [(&str, &str); 3] = [
 
 fn read_networks() -> Result<cloud_init::Read> {
     let (networks, allocated) = networks();
-    let mac = |n: &NetworkInterface| {
+    let mac = |_, n: &NetworkInterface| {
         Ok(MACS
             .iter()
             .find(|(name, _)| *name == n.name)

@@ -14,7 +14,7 @@ use banlieue_provider_kit::secrets::ReadSecrets;
 use crate::error::Error;
 use crate::hosts::{self, Connector};
 use crate::hypervisor::Hypervisor;
-use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
+use crate::machine_controller::FIELD_MANAGER;
 
 pub use banlieue_provider_kit::cluster::{RETRY, run};
 
@@ -39,30 +39,19 @@ pub fn context<C: Connector>(client: kube::Client, connector: C) -> ClusterConte
 /// did not (`down`: "name: why"). Pure.
 pub fn check_from_hosts(mut up: Vec<FailureDomain>, down: Vec<String>) -> ClusterCheck {
     up.sort_by(|a, b| a.name.cmp(&b.name));
-    let failure_domains = up;
     let unreachable = Problem::new("Unreachable", down.join("; "));
-    ClusterCheck {
-        insecure_tls: false,
-        connected: if down.is_empty() {
-            Ok(String::new())
-        } else {
-            Err(unreachable.clone())
-        },
-        usable: if failure_domains.is_empty() {
-            Err(unreachable)
-        } else {
-            Ok(())
-        },
-        failure_domains: Some(failure_domains),
-        version: None,
-    }
+    let connected = if down.is_empty() {
+        Ok(String::new())
+    } else {
+        Err(unreachable.clone())
+    };
+    ClusterCheck::with_domains(connected, up, unreachable)
 }
 
 impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
     type Cluster = LibvirtCluster;
     type Machine = LibvirtMachine;
     type Error = Error;
-    const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
     const CONNECTED_CONDITION: &'static str = LIBVIRT_CONNECTED;
 
@@ -71,11 +60,8 @@ impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
         client: &kube::Client,
         cluster: &LibvirtCluster,
         secrets: &ReadSecrets<LibvirtCluster>,
-    ) -> Result<ClusterCheck, Error> {
-        let specs = match hosts::resolve(client, cluster, secrets).await? {
-            Err(problem) => return Ok(ClusterCheck::failed(problem)),
-            Ok(specs) => specs,
-        };
+    ) -> Result<Result<ClusterCheck, Problem>, Error> {
+        let specs = banlieue_provider_kit::usable!(hosts::resolve(client, cluster, secrets).await?);
         let (mut up, mut down, mut version) = (Vec::new(), Vec::new(), None);
         for h in &specs {
             match self.connector.connect(&h.uri).host_info().await {
@@ -91,10 +77,10 @@ impl<C: Connector> ClusterBackend for LibvirtClusters<C> {
                 Err(e) => down.push(format!("{}: {}", h.name, e.message)),
             }
         }
-        Ok(ClusterCheck {
+        Ok(Ok(ClusterCheck {
             version,
             ..check_from_hosts(up, down)
-        })
+        }))
     }
 }
 

@@ -100,6 +100,13 @@ pub fn mac_address(uid: &str, index: usize) -> String {
     )
 }
 
+/// The MAC of interface `i`: the spec's (lower case), else [`mac_address`].
+fn nic_mac(uid: &str, i: usize, net: &NetworkInterface) -> String {
+    net.mac_address
+        .as_ref()
+        .map_or_else(|| mac_address(uid, i), |m| m.to_ascii_lowercase())
+}
+
 /// The seed cdrom's device name and bus for `seedDriveBus` (SATA when unset).
 pub fn seed_drive(bus: Option<SeedDriveBus>) -> (&'static str, &'static str) {
     match bus {
@@ -154,11 +161,7 @@ pub fn domain_config(
                 Some(bridge) => NicSource::Bridge(bridge.to_owned()),
                 None => NicSource::Network(n.network.clone()),
             },
-            mac: n
-                .mac_address
-                .clone()
-                .map(|m| m.to_ascii_lowercase())
-                .unwrap_or_else(|| mac_address(&owner.uid, i)),
+            mac: nic_mac(&owner.uid, i, n),
             model: n.model.clone().unwrap_or_else(|| "virtio".into()),
             mtu: n.mtu,
             vlan: n.vlan,
@@ -219,14 +222,7 @@ pub fn seed(
     pool: &PoolAddresses,
 ) -> Result<NoCloudSeed, String> {
     let network_config = if network::needs_network_config(&spec.networks) {
-        let mac = |net: &NetworkInterface| {
-            let index = spec.networks.iter().position(|n| n.name == net.name).unwrap_or(0);
-            Ok(Some(
-                net.mac_address
-                    .clone()
-                    .unwrap_or_else(|| mac_address(&owner.uid, index)),
-            ))
-        };
+        let mac = |i, net: &NetworkInterface| Ok(Some(nic_mac(&owner.uid, i, net)));
         Some(network::network_config(&spec.networks, mac, pool)?)
     } else {
         None

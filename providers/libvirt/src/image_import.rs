@@ -12,9 +12,7 @@ use std::sync::Arc;
 
 use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::LibvirtVolumeSource;
-use banlieue_provider_kit::image::{
-    self, ImportFailure, ImportProgress, ImportState, Imports, download, shown_url,
-};
+use banlieue_provider_kit::image::{self, ImportFailure, ImportProgress, Imports, download, shown_url};
 
 use crate::error::StepError;
 use crate::hypervisor::{HvError, Hypervisor, VolumeInfo};
@@ -34,11 +32,7 @@ pub enum Base {
 
 /// The name of the volume an image is imported as.
 pub fn volume_name(image: &ImageDownload) -> String {
-    format!(
-        "banlieue-image-{}-{}",
-        image.checksum_algorithm.as_str(),
-        image.checksum.to_ascii_lowercase()
-    )
+    format!("banlieue-image-{}", image::checksum_id(image, '-'))
 }
 
 /// The volume an import is uploaded to before it is complete.
@@ -97,12 +91,10 @@ pub async fn base_volume<H: Hypervisor>(
         let (hv, pool, image) = (hv.clone(), pool.clone(), image.clone());
         move |progress: Arc<ImportProgress>| async move { import(&*hv, &pool, &image, &progress).await }
     };
-    match imports.poll(&key, image, task) {
-        ImportState::Running(how_far) => Ok(Base::Importing(format!(
-            "{how_far} (pool {pool:?} on host {host})"
-        ))),
-        ImportState::Failed(failure) => Err(failure.step_error()),
-    }
+    let how_far = imports.poll(&key, image, task)?;
+    Ok(Base::Importing(format!(
+        "{how_far} (pool {pool:?} on host {host})"
+    )))
 }
 
 impl From<HvError> for ImportFailure {

@@ -99,7 +99,6 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
     type Machine = LibvirtMachine;
     type Error = Error;
     type Phase = Phase;
-    const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
     fn plan(&self, lm: &LibvirtMachine) -> Result<(Plan, Phase), Problem> {
@@ -167,7 +166,7 @@ impl<C: Connector> MachineBackend for LibvirtMachines<C> {
         }
         let domain = format!(
             "domain {}",
-            crate::desired::domain_name(&lm.namespace().unwrap_or_default(), &lm.name_any())
+            crate::desired::domain_name(&owner.namespace, &owner.name)
         );
         let guest = provisioned.then(|| Guest {
             name: &domain,

@@ -10,8 +10,9 @@
 //! Every step is idempotent (it looks before it creates), so a crash between a libvirt side
 //! effect and the status write only repeats a look-up.
 
-use banlieue_api::common::{ProvisioningState, ProvisioningStatus};
+use banlieue_api::common::ProvisioningState;
 use banlieue_api::infrastructure::LibvirtMachineStatus;
+use banlieue_provider_kit::progress;
 
 /// One state of provisioning.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -117,10 +118,7 @@ impl Phase {
         if let Some(uuid) = self.uuid() {
             status.domain_uuid = Some(uuid.to_owned());
         }
-        status.provisioning = Some(ProvisioningStatus {
-            state,
-            ..ProvisioningStatus::default()
-        });
+        status.provisioning = Some(progress::provisioning(None, state, None));
     }
 
     /// The chosen host, once known.
@@ -177,6 +175,7 @@ impl Phase {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use banlieue_api::common::ProvisioningStatus;
     use pretty_assertions::assert_eq;
     use rstest::rstest;
 

@@ -13,6 +13,7 @@ use banlieue_provider_kit::cloud_init::{self, CloudInit};
 use banlieue_provider_kit::image::Imports;
 use banlieue_provider_kit::machine::{Provisioned, Report};
 use banlieue_provider_kit::network::{PoolAddresses, WAITING_FOR_IP_ADDRESS};
+use banlieue_provider_kit::power;
 use banlieue_provider_kit::progress::Progress;
 use k8s_openapi::jiff::Timestamp;
 
@@ -237,21 +238,18 @@ pub async fn provision<H: Hypervisor>(
                 }
                 let want = update::desired_sizing(input.spec);
                 let now = Timestamp::now();
-                let shutdown_for = input
-                    .shutdown_requested_at
-                    .and_then(|t| now.duration_since(t).try_into().ok());
                 match update::next_action(
                     &want,
                     d.sizing.as_ref(),
                     d.state,
                     input.power,
                     input.spec.restart_policy.unwrap_or_default(),
-                    shutdown_for,
+                    power::shutdown_overdue(input.shutdown_requested_at, now),
                 ) {
                     UpdateAction::PowerCut { why } => {
                         hv.destroy_domain(uuid).await.map_err(failing(&phase))?;
                         step.events.push((
-                            banlieue_provider_kit::power::POWERED_OFF_FORCIBLY,
+                            power::POWERED_OFF_FORCIBLY,
                             format!("domain {domain} powered off: {why}"),
                         ));
                         // Next poll: the domain is off, the change proceeds.
@@ -453,20 +451,15 @@ async fn create_volumes<H: Hypervisor>(
     .map_err(|e| StepError::permanent("BootstrapDataInvalid", e.to_string()))?;
     let (pool, name) = desired::seed_volume(input.spec, domain);
     let size = iso.len() as u64;
-    match hv.volume(&pool, &name).await.map_err(failing(phase))? {
-        Some(v) if v.capacity == size => {}
-        Some(_) => {
+    let existing = hv.volume(&pool, &name).await.map_err(failing(phase))?;
+    if existing.as_ref().is_none_or(|v| v.capacity != size) {
+        if existing.is_some() {
             // The bootstrap data changed size since a crash: recreate.
             hv.delete_volume(&pool, &name).await.map_err(failing(phase))?;
-            hv.create_volume(&pool, &xml::plain_volume_xml(&name, size, "raw"))
-                .await
-                .map_err(failing(phase))?;
         }
-        None => {
-            hv.create_volume(&pool, &xml::plain_volume_xml(&name, size, "raw"))
-                .await
-                .map_err(failing(phase))?;
-        }
+        hv.create_volume(&pool, &xml::plain_volume_xml(&name, size, "raw"))
+            .await
+            .map_err(failing(phase))?;
     }
     // Always (re)write the content: a crash may have left the volume empty.
     hv.upload_volume(&pool, &name, iso).await.map_err(failing(phase))

@@ -68,10 +68,7 @@ pub fn owner(me: &Owner) -> kit::Owner<'_> {
 pub fn marks(domain: &DomainInfo) -> Marks {
     Marks {
         uid: domain.owner.as_ref().map(|o| o.uid.clone()),
-        name: domain
-            .owner
-            .as_ref()
-            .map(|o| format!("{}/{}", o.namespace, o.name)),
+        name: domain.owner.as_ref().map(|o| owner(o).name_marker()),
         adopted_from: domain.adopted_from.clone(),
         template: false,
     }

@@ -15,8 +15,6 @@
 //!   time of the first request is persisted in `status.provisioning` by the kit's
 //!   [`banlieue_provider_kit::power`] so a restarted controller keeps counting.
 
-use std::time::Duration;
-
 use banlieue_api::common::{PowerState, RestartPolicy};
 use banlieue_api::infrastructure::LibvirtMachineSpec;
 
@@ -90,21 +88,19 @@ pub fn changes(want: &Sizing, have: &Sizing) -> Vec<String> {
 }
 
 /// Decides the next step for a provisioned domain. `have` is `None` when libvirt's XML could
-/// not be read (then only the power state is reconciled). `shutdown_for`: how long ago the
-/// pending ACPI shutdown was first requested, if one is pending. A running domain is shut down
-/// for a CPU or memory change only under `restart: Automatic`.
+/// not be read (then only the power state is reconciled). `overdue`: the pending ACPI shutdown
+/// was ignored for [`SHUTDOWN_TIMEOUT`] ([`banlieue_provider_kit::power::shutdown_overdue`]). A
+/// running domain is shut down for a CPU or memory change only under `restart: Automatic`.
 pub fn next_action(
     want: &Sizing,
     have: Option<&Sizing>,
     state: RunState,
     power: PowerState,
     restart: RestartPolicy,
-    shutdown_for: Option<Duration>,
+    overdue: bool,
 ) -> UpdateAction {
     match decide(want, have, state, power, restart) {
-        UpdateAction::Shutdown { why } | UpdateAction::WaitShutdown { why }
-            if shutdown_for.is_some_and(|d| d >= SHUTDOWN_TIMEOUT) =>
-        {
+        UpdateAction::Shutdown { why } | UpdateAction::WaitShutdown { why } if overdue => {
             UpdateAction::PowerCut {
                 why: format!(
                     "the guest ignored the ACPI shutdown for {}s ({why})",
@@ -218,7 +214,7 @@ mod tests {
                 state,
                 power,
                 RestartPolicy::Automatic,
-                None
+                false
             )),
             expected
         );
@@ -237,7 +233,7 @@ mod tests {
         #[case] power: PowerState,
         #[case] expected: &str,
     ) {
-        let got = next_action(&BIG, Some(&SMALL), state, power, RestartPolicy::Manual, None);
+        let got = next_action(&BIG, Some(&SMALL), state, power, RestartPolicy::Manual, false);
         assert_eq!(kind(&got), expected, "{got:?}");
         if let UpdateAction::RestartRequired { why } = got {
             assert!(
@@ -256,7 +252,7 @@ mod tests {
                 RunState::Running,
                 PowerState::On,
                 RestartPolicy::Manual,
-                None
+                false
             ),
             UpdateAction::InSync
         );
@@ -267,7 +263,7 @@ mod tests {
                 RunState::ShutOff,
                 PowerState::On,
                 RestartPolicy::Manual,
-                None
+                false
             ),
             UpdateAction::Start
         );
@@ -282,7 +278,7 @@ mod tests {
             RunState::Running,
             PowerState::On,
             RestartPolicy::Automatic,
-            None,
+            false,
         ) {
             UpdateAction::Shutdown { why } => assert!(why.contains("cores 2→4"), "{why}"),
             other => panic!("{other:?}"),
@@ -290,14 +286,13 @@ mod tests {
     }
 
     #[rstest]
-    #[case(None, RunState::Running, "shutdown")]
-    #[case(Some(119), RunState::Running, "shutdown")]
-    #[case(Some(119), RunState::ShuttingDown, "wait")]
-    #[case(Some(120), RunState::Running, "power-cut")]
-    #[case(Some(600), RunState::ShuttingDown, "power-cut")]
-    #[case(Some(600), RunState::ShutOff, "in-sync")]
+    #[case(false, RunState::Running, "shutdown")]
+    #[case(false, RunState::ShuttingDown, "wait")]
+    #[case(true, RunState::Running, "power-cut")]
+    #[case(true, RunState::ShuttingDown, "power-cut")]
+    #[case(true, RunState::ShutOff, "in-sync")]
     fn a_guest_ignoring_acpi_is_powered_off_after_the_timeout(
-        #[case] secs: Option<u64>,
+        #[case] overdue: bool,
         #[case] state: RunState,
         #[case] expected: &str,
     ) {
@@ -307,7 +302,7 @@ mod tests {
             state,
             PowerState::Off,
             RestartPolicy::Manual,
-            secs.map(Duration::from_secs),
+            overdue,
         );
         assert_eq!(kind(&got), expected, "{got:?}");
     }

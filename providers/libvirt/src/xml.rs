@@ -224,14 +224,10 @@ pub fn unescape(s: &str) -> String {
 /// The `<metadata>` child element (without the surrounding `<metadata>`), as found inside the
 /// domain XML ([`owner_metadata`] is the form `virDomainSetMetadata` takes).
 pub fn owner_element(owner: &Owner, adopted_from: Option<&str>) -> String {
+    let (p, ns) = (METADATA_PREFIX, METADATA_NS);
     format!(
-        "<{p}:owner xmlns:{p}=\"{ns}\" uid=\"{}\" namespace=\"{}\" name=\"{}\"{}/>",
-        escape(&owner.uid),
-        escape(&owner.namespace),
-        escape(&owner.name),
-        adopted_from_attribute(adopted_from),
-        p = METADATA_PREFIX,
-        ns = METADATA_NS,
+        "<{p}:owner xmlns:{p}=\"{ns}\" {}/>",
+        owner_attributes(owner, adopted_from)
     )
 }
 
@@ -240,23 +236,23 @@ pub fn owner_element(owner: &Owner, adopted_from: Option<&str>) -> String {
 /// the domain back while it still exists.
 pub const ADOPTED_FROM: &str = "adopted-from";
 
-fn adopted_from_attribute(adopted_from: Option<&str>) -> String {
-    adopted_from
-        .map(|uid| format!(" {ADOPTED_FROM}=\"{}\"", escape(uid)))
-        .unwrap_or_default()
+/// The owner element's attributes.
+fn owner_attributes(owner: &Owner, adopted_from: Option<&str>) -> String {
+    let adopted = adopted_from.map(|uid| format!(" {ADOPTED_FROM}=\"{}\"", escape(uid)));
+    format!(
+        "uid=\"{}\" namespace=\"{}\" name=\"{}\"{}",
+        escape(&owner.uid),
+        escape(&owner.namespace),
+        escape(&owner.name),
+        adopted.unwrap_or_default()
+    )
 }
 
 /// The owner element as `virDomainSetMetadata` takes it: without a prefix or namespace
 /// declaration (libvirt puts it in [`METADATA_NS`] with prefix [`METADATA_PREFIX`] itself and
 /// refuses an element that declares them).
 pub fn owner_metadata(owner: &Owner, adopted_from: Option<&str>) -> String {
-    format!(
-        "<owner uid=\"{}\" namespace=\"{}\" name=\"{}\"{}/>",
-        escape(&owner.uid),
-        escape(&owner.namespace),
-        escape(&owner.name),
-        adopted_from_attribute(adopted_from),
-    )
+    format!("<owner {}/>", owner_attributes(owner, adopted_from))
 }
 
 /// Value of attribute `name` in the start tag `tag` (e.g. `<banlieue:owner uid="…"`), read

@@ -155,41 +155,35 @@ impl ClusterBackend for MemoryClusters {
         _client: &kube::Client,
         cluster: &LibvirtCluster,
         _secrets: &ReadSecrets<LibvirtCluster>,
-    ) -> Result<ClusterCheck, Outage> {
+    ) -> Result<Result<ClusterCheck, Problem>, Outage> {
         let uri = cluster.spec.uri.as_deref().unwrap_or_default();
         if uri != ENDPOINT {
-            let problem = Problem::new(
+            return Ok(Err(Problem::new(
                 UNREACHABLE,
                 format!("no in-memory hypervisor at {uri:?} (it answers at {ENDPOINT})"),
-            );
-            return Ok(ClusterCheck::failed(problem));
+            )));
         }
-        Ok(match self.0.call(|s| s.hosts.clone()).await {
-            Err(e) => ClusterCheck::failed(Problem::new(UNREACHABLE, e.to_string())),
-            Ok(hosts) => ClusterCheck {
-                insecure_tls: false,
-                connected: Ok(String::new()),
-                usable: if hosts.is_empty() {
-                    Err(Problem::new("NoHost", "the in-memory hypervisor has no host"))
-                } else {
-                    Ok(())
-                },
-                failure_domains: Some(
-                    hosts
-                        .into_iter()
-                        .map(|name| {
-                            let domain = FailureDomain {
-                                name,
-                                control_plane: Some(true),
-                                attributes: None,
-                            };
-                            domain.with_capacity(Some(HOST_CPUS), Some(HOST_MEMORY_MIB))
-                        })
-                        .collect(),
-                ),
-                version: Some("memory-1".to_owned()),
-            },
-        })
+        let hosts = match self.0.call(|s| s.hosts.clone()).await {
+            Err(e) => return Ok(Err(Problem::new(UNREACHABLE, e.to_string()))),
+            Ok(hosts) => hosts,
+        };
+        let domains = hosts
+            .into_iter()
+            .map(|name| {
+                let domain = FailureDomain {
+                    name,
+                    control_plane: Some(true),
+                    attributes: None,
+                };
+                domain.with_capacity(Some(HOST_CPUS), Some(HOST_MEMORY_MIB))
+            })
+            .collect();
+        // Usable while the hypervisor has a host to place machines on.
+        let none = Problem::new("NoHost", "the in-memory hypervisor has no host");
+        Ok(Ok(ClusterCheck {
+            version: Some("memory-1".to_owned()),
+            ..ClusterCheck::with_domains(Ok(String::new()), domains, none)
+        }))
     }
 }
 
@@ -357,7 +351,7 @@ impl MachineBackend for MemoryMachines {
                 // matched by name.
                 let networks = &request.machine.spec.networks;
                 let network_config = if network::needs_network_config(networks) {
-                    let config = network::network_config(networks, |_| Ok(None), request.pool_addresses)
+                    let config = network::network_config(networks, |_, _| Ok(None), request.pool_addresses)
                         .map_err(|message| problem(network::WAITING_FOR_IP_ADDRESS, message))?;
                     Some(
                         config

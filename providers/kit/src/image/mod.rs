@@ -31,6 +31,13 @@ pub fn download_dir() -> std::io::Result<tempfile::TempDir> {
         .tempdir_in(base)
 }
 
+/// `<algorithm><separator><checksum>` of `image`, the checksum in lower case: what names (or
+/// marks) what an image was imported as.
+pub fn checksum_id(image: &ImageDownload, separator: char) -> String {
+    let checksum = image.checksum.to_ascii_lowercase();
+    format!("{}{separator}{checksum}", image.checksum_algorithm.as_str())
+}
+
 /// Condition reason while an image is being imported.
 pub const IMPORTING_IMAGE: &str = "ImportingImage";
 /// Condition reason: the served image does not have the checksum asked for.
@@ -85,19 +92,18 @@ impl ImportFailure {
             RETRY_AFTER
         }
     }
+}
 
-    /// The machine's step failure: the reason, and the message naming `spec.source.image` and
-    /// when the import may be tried again.
-    pub fn step_error<E>(&self) -> crate::machine::StepError<E>
-    where
-        E: std::error::Error + 'static,
-    {
-        crate::machine::StepError::permanent(
-            self.reason,
+/// The machine's step failure: the reason, and the message naming `spec.source.image` and when
+/// the import may be tried again.
+impl<E: std::error::Error + 'static> From<ImportFailure> for crate::machine::StepError<E> {
+    fn from(failure: ImportFailure) -> Self {
+        Self::permanent(
+            failure.reason,
             format!(
                 "spec.source.image: {} (tried again after {}s at the earliest)",
-                self.message,
-                self.retry_after().as_secs()
+                failure.message,
+                failure.retry_after().as_secs()
             ),
         )
     }
@@ -120,15 +126,6 @@ impl From<DownloadError> for ImportFailure {
             message: e.to_string(),
         }
     }
-}
-
-/// Where an import stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ImportState {
-    /// Running; the message says how far (for the `Ready` condition).
-    Running(String),
-    /// Failed recently ([`ImportFailure::retry_after`]).
-    Failed(ImportFailure),
 }
 
 /// What the import task reports it is doing.
@@ -197,19 +194,20 @@ impl Imports {
         matches!(crate::lock(&self.entries).get(key), Some(Entry::Running(_)))
     }
 
-    /// Where the import of `key` stands; starts it with `start` (on a task of its own) when none
+    /// How far the import of `key` is (for the `Ready` condition), or its failure within its
+    /// [`ImportFailure::retry_after`]; starts it with `start` (on a task of its own) when none
     /// runs and none failed within its [`ImportFailure::retry_after`]. The caller looks for the finished image
     /// before asking: a finished import leaves no entry.
-    pub fn poll<F, Fut>(&self, key: &str, image: &ImageDownload, start: F) -> ImportState
+    pub fn poll<F, Fut>(&self, key: &str, image: &ImageDownload, start: F) -> Result<String, ImportFailure>
     where
         F: FnOnce(Arc<ImportProgress>) -> Fut,
         Fut: Future<Output = Result<(), ImportFailure>> + Send + 'static,
     {
         let mut entries = crate::lock(&self.entries);
         match entries.get(key) {
-            Some(Entry::Running(progress)) => return ImportState::Running(progress.describe(image)),
+            Some(Entry::Running(progress)) => return Ok(progress.describe(image)),
             Some(Entry::Failed(failure, at)) if at.elapsed() < failure.retry_after() => {
-                return ImportState::Failed(failure.clone());
+                return Err(failure.clone());
             }
             _ => {}
         }
@@ -240,7 +238,7 @@ impl Imports {
                 }
             }
         });
-        ImportState::Running(progress.describe(image))
+        Ok(progress.describe(image))
     }
 }
 
@@ -271,9 +269,7 @@ mod tests {
                 }
                 Ok(())
             });
-            assert!(
-                matches!(state, ImportState::Running(ref m) if m.contains("downloading http://images.test/a.qcow2"))
-            );
+            assert!(matches!(state, Ok(ref m) if m.contains("downloading http://images.test/a.qcow2")));
         }
         tokio::task::yield_now().await;
         assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
@@ -295,9 +291,10 @@ mod tests {
     #[tokio::test]
     async fn an_import_that_panics_is_a_failure_not_a_run_forever() {
         let imports = Imports::default();
-        imports.poll("p", &image(), |_| async { panic!("a bug in a backend") });
+        let started = imports.poll("p", &image(), |_| async { panic!("a bug in a backend") });
+        assert!(started.is_ok(), "{started:?}");
         for _ in 0..100 {
-            if let ImportState::Failed(f) = imports.poll("p", &image(), |_| async { Ok(()) }) {
+            if let Err(f) = imports.poll("p", &image(), |_| async { Ok(()) }) {
                 assert!(f.message.contains("the import stopped"), "{f:?}");
                 assert!(!f.permanent, "tried again later");
                 return;
@@ -316,16 +313,17 @@ mod tests {
             permanent: true,
         };
         let f = failure.clone();
-        imports.poll("k", &image(), move |_| async move { Err(f) });
+        let started = imports.poll("k", &image(), move |_| async move { Err(f) });
+        assert!(started.is_ok(), "{started:?}");
         let mut state = None;
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(10)).await;
             let s = imports.poll("k", &image(), |_| async { panic!("must not start again") });
-            if let ImportState::Failed(_) = s {
+            if s.is_err() {
                 state = Some(s);
                 break;
             }
         }
-        assert_eq!(state, Some(ImportState::Failed(failure)));
+        assert_eq!(state, Some(Err(failure)));
     }
 }

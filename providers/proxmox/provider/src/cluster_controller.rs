@@ -13,12 +13,13 @@ use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint, ProxmoxMachine};
 use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
+use banlieue_provider_kit::usable;
 
 use crate::credentials::Connector;
 use crate::endpoints::Connected;
 use crate::error::Error;
 use crate::hypervisor::{Hypervisor, NodeLoad};
-use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
+use crate::machine_controller::FIELD_MANAGER;
 
 pub use banlieue_provider_kit::cluster::run;
 
@@ -79,17 +80,8 @@ pub fn check_from_nodes(allowed: &[String], nodes: &[NodeLoad]) -> ClusterCheck 
     } else {
         format!("allowed nodes not online: {}", missing.join(", "))
     };
-    ClusterCheck {
-        connected: Ok(note),
-        usable: if domains.is_empty() {
-            Err(Problem::new("NoOnlineNode", "no allowed Proxmox node is online"))
-        } else {
-            Ok(())
-        },
-        failure_domains: Some(domains),
-        version: None,
-        insecure_tls: false,
-    }
+    let none = Problem::new("NoOnlineNode", "no allowed Proxmox node is online");
+    ClusterCheck::with_domains(Ok(note), domains, none)
 }
 
 /// What one endpoint of a spread cluster answered: its version, allowed nodes and nodes.
@@ -127,12 +119,8 @@ pub fn check_from_endpoints(answers: &[(&ProxmoxClusterEndpoint, EndpointAnswer)
             notes.push(format!("endpoint {}: no allowed node online", site.name));
             continue;
         }
-        let sum = |values: Vec<Option<u64>>| values.into_iter().sum::<Option<u64>>();
-        let cpus = sum(node_domains
-            .iter()
-            .map(|d| d.capacity().0.map(u64::from))
-            .collect());
-        let memory = sum(node_domains.iter().map(|d| d.capacity().1).collect());
+        let cpus: Option<u64> = node_domains.iter().map(|d| d.capacity().0.map(u64::from)).sum();
+        let memory: Option<u64> = node_domains.iter().map(|d| d.capacity().1).sum();
         domains.push(
             FailureDomain {
                 name: site.name.clone(),
@@ -149,19 +137,11 @@ pub fn check_from_endpoints(answers: &[(&ProxmoxClusterEndpoint, EndpointAnswer)
         return ClusterCheck::failed(Problem::new(first.reason, message));
     }
     domains.sort_by(|a, b| a.name.cmp(&b.name));
+    let none = "no endpoint of spec.endpoints has an allowed node online";
+    let none = Problem::new(crate::endpoints::NO_ONLINE_NODE, none);
     ClusterCheck {
-        connected: Ok(notes.join("; ")),
-        usable: if domains.is_empty() {
-            Err(Problem::new(
-                crate::endpoints::NO_ONLINE_NODE,
-                "no endpoint of spec.endpoints has an allowed node online",
-            ))
-        } else {
-            Ok(())
-        },
-        failure_domains: Some(domains),
         version: (!versions.is_empty()).then(|| versions.join(", ")),
-        insecure_tls: false,
+        ..ClusterCheck::with_domains(Ok(notes.join("; ")), domains, none)
     }
 }
 
@@ -200,7 +180,6 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
     type Cluster = ProxmoxCluster;
     type Machine = ProxmoxMachine;
     type Error = Error;
-    const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
     const CONNECTED_CONDITION: &'static str = PROXMOX_CONNECTED;
 
@@ -209,24 +188,19 @@ impl<C: Connector> ClusterBackend for ProxmoxClusters<C> {
         client: &kube::Client,
         pxc: &ProxmoxCluster,
         secrets: &ReadSecrets<ProxmoxCluster>,
-    ) -> Result<ClusterCheck, Error> {
+    ) -> Result<Result<ClusterCheck, Problem>, Error> {
         if crate::endpoints::spread(pxc) {
-            return self.check_spread(client, pxc, secrets).await;
+            return self.check_spread(client, pxc, secrets).await.map(Ok);
         }
         let record = |keys| secrets.record(keys);
         let Connected { hv, connection, .. } =
-            match crate::endpoints::connect(client, &self.connector, pxc, None, record).await? {
-                Ok(connected) => connected,
-                Err(problem) => return Ok(ClusterCheck::failed(problem)),
-            };
-        Ok(match check(&hv, &connection.endpoint).await {
-            Ok((version, nodes)) => ClusterCheck {
-                version: Some(version),
-                insecure_tls: connection.skips_tls_verification(),
-                ..check_from_nodes(&connection.allowed_nodes, &nodes)
-            },
-            Err(problem) => ClusterCheck::failed(problem),
-        })
+            usable!(crate::endpoints::connect(client, &self.connector, pxc, None, record).await?);
+        let (version, nodes) = usable!(check(&hv, &connection.endpoint).await);
+        Ok(Ok(ClusterCheck {
+            version: Some(version),
+            insecure_tls: connection.skips_tls_verification(),
+            ..check_from_nodes(&connection.allowed_nodes, &nodes)
+        }))
     }
 }
 

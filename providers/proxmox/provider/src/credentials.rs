@@ -195,20 +195,6 @@ impl Connector for ClientConnector {
     }
 }
 
-/// Hands out one shared [`crate::fake::FakePve`] whatever the settings (tests).
-#[cfg(any(test, feature = "testing"))]
-#[derive(Clone, Default)]
-pub struct FakeConnector(pub crate::fake::FakePve);
-
-#[cfg(any(test, feature = "testing"))]
-impl Connector for FakeConnector {
-    type Hv = crate::fake::FakePve;
-
-    fn connect(&self, _key: &str, _connection: &Connection) -> Result<crate::fake::FakePve, String> {
-        Ok(self.0.clone())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

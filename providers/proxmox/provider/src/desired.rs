@@ -122,6 +122,13 @@ pub fn provider_id(config: &VmConfig) -> Option<String> {
         .map(|u| format!("proxmox://{}", u.to_ascii_lowercase()))
 }
 
+/// The storage a full clone puts every disk on: `spec.storage`, else the first disk's own.
+pub fn full_clone_storage(spec: &ProxmoxMachineSpec) -> Option<String> {
+    spec.storage
+        .clone()
+        .or_else(|| spec.disks.first()?.storage.clone())
+}
+
 /// The next thing to do to bring a cloned VM to its desired configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigureAction {
@@ -175,11 +182,7 @@ fn check_seed_slot(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<(), S
             "disk {slot} is the slot of the seed drive (seedDriveBus): name the disk differently or choose another bus"
         )));
     }
-    if actual
-        .get(slot)
-        .and_then(|v| v.parse::<DiskSpec>().ok())
-        .is_some_and(|d| !d.is_cdrom())
-    {
+    if disk_at(actual, slot).is_some() {
         return Err(spec_err(format!(
             "the template has a disk in {slot}, the slot of the seed drive (seedDriveBus): choose another bus"
         )));
@@ -337,11 +340,7 @@ pub fn is_pve_cloudinit_volume(volume: &str) -> bool {
 /// `<storage>:<size in GiB>` (a new volume of that size). The storage is the disk's own, else
 /// `spec.storage`, else the boot disk's.
 fn new_disks(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<Vec<(String, String)>, SpecError> {
-    let boot_storage = || {
-        boot_disk(actual)
-            .and_then(|key| actual.get(&key)?.parse::<DiskSpec>().ok())
-            .and_then(|d| d.storage().map(str::to_owned))
-    };
+    let boot_storage = || disk_at(actual, &boot_disk(actual)?)?.storage().map(str::to_owned);
     let mut out = Vec::new();
     for disk in spec.disks.iter().filter(|d| is_disk_key(&d.name)) {
         if actual.get(&disk.name).is_some() {
@@ -363,15 +362,16 @@ fn new_disks(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<Vec<(String
     Ok(out)
 }
 
+/// The disk (not a CD-ROM) in `slot` of the VM, if there is one.
+pub fn disk_at(actual: &VmConfig, slot: &str) -> Option<DiskSpec> {
+    let disk: DiskSpec = actual.get(slot)?.parse().ok()?;
+    (!disk.is_cdrom()).then_some(disk)
+}
+
 /// The boot disk slot of a VM: the `bootdisk`/first `boot: order=` entry, else the first of
 /// `scsi0`, `virtio0`, `sata0`, `ide0` that is a disk (not a cdrom).
 pub fn boot_disk(actual: &VmConfig) -> Option<String> {
-    let is_disk = |key: &str| {
-        actual
-            .get(key)
-            .and_then(|v| v.parse::<DiskSpec>().ok())
-            .is_some_and(|d| !d.is_cdrom())
-    };
+    let is_disk = |key: &str| disk_at(actual, key).is_some();
     let from_boot = actual.get("boot").and_then(|b| {
         b.strip_prefix("order=")?
             .split(';')
@@ -468,7 +468,7 @@ pub fn network_config(
     };
     banlieue_provider_kit::network::network_config(
         networks,
-        |net| {
+        |_, net| {
             let index = net_index(&net.name).map_err(|e| e.0)?;
             mac_of(index, &net.name).map(Some)
         },

@@ -18,6 +18,18 @@ use banlieue_pve_client::{
 
 use crate::hypervisor::{Guest, Hypervisor, Inventory, NodeLoad, PveError, RunState};
 
+/// Hands out one shared [`FakePve`] whatever the settings (tests).
+#[derive(Clone, Default)]
+pub struct FakeConnector(pub FakePve);
+
+impl crate::credentials::Connector for FakeConnector {
+    type Hv = FakePve;
+
+    fn connect(&self, _key: &str, _connection: &crate::credentials::Connection) -> Result<FakePve, String> {
+        Ok(self.0.clone())
+    }
+}
+
 /// A VM of the fake.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FakeVm {

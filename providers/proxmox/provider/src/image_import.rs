@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use banlieue_api::common::ImageDownload;
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, VmidRange};
 use banlieue_provider_kit::image::{
-    self, IMAGE_CHECKSUM_MISMATCH, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, ImportState, Imports,
-    shown_url,
+    self, IMAGE_CHECKSUM_MISMATCH, IMAGE_IMPORT_FAILED, ImportFailure, ImportProgress, Imports, shown_url,
 };
 use banlieue_pve_client::{ConfigUpdate, DownloadUrlRequest, TaskOutcome, Upid};
 
@@ -68,11 +67,7 @@ pub fn file_name(image: &ImageDownload) -> String {
     } else {
         "qcow2"
     };
-    format!(
-        "banlieue-{}-{}.{ext}",
-        image.checksum_algorithm.as_str(),
-        image.checksum.to_ascii_lowercase()
-    )
+    format!("banlieue-{}.{ext}", image::checksum_id(image, '-'))
 }
 
 /// The spec as the template search sees it: the template of an image is found by its tag.
@@ -113,11 +108,8 @@ pub fn ensure<H: Hypervisor>(
         .image_storage
         .clone()
         .unwrap_or_else(|| DEFAULT_IMAGE_STORAGE.to_owned());
-    let disk_storage = spec
-        .storage
-        .clone()
-        .or_else(|| spec.disks.first().and_then(|d| d.storage.clone()))
-        .unwrap_or_else(|| DEFAULT_DISK_STORAGE.to_owned());
+    let disk_storage =
+        crate::desired::full_clone_storage(spec).unwrap_or_else(|| DEFAULT_DISK_STORAGE.to_owned());
     // One import per node and image, whatever the storages asked (two would make two templates
     // with the same tag, which no machine could choose between).
     let key = format!("{}/{node}/{tag}", hv.endpoint());
@@ -129,12 +121,8 @@ pub fn ensure<H: Hypervisor>(
         image: image.clone(),
         vmid_range: vmid_range.cloned(),
     };
-    match IMPORTS.poll(&key, image, move |progress: Arc<ImportProgress>| async move {
-        job.run(&progress).await
-    }) {
-        ImportState::Running(how_far) => Ok(Some(how_far)),
-        ImportState::Failed(failure) => Err(failure.step_error()),
-    }
+    let start = move |progress: Arc<ImportProgress>| async move { job.run(&progress).await };
+    Ok(Some(IMPORTS.poll(&key, image, start)?))
 }
 
 fn failed(what: &str, e: PveError) -> ImportFailure {

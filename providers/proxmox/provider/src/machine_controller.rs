@@ -78,8 +78,8 @@ pub fn context<C: Connector>(
 pub fn user_data_needed(phase: &Phase, has_provider_id: bool) -> bool {
     match phase {
         Phase::SelectNode => !has_provider_id,
-        Phase::AllocateVmid { .. } | Phase::Clone(_) => true,
-        other => other.needs_bootstrap_data(),
+        Phase::AllocateVmid { .. } | Phase::Clone(_) | Phase::Configure(..) => true,
+        _ => false,
     }
 }
 
@@ -254,7 +254,6 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
     type Machine = ProxmoxMachine;
     type Error = Error;
     type Phase = Phase;
-    const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
     fn plan(&self, pm: &ProxmoxMachine) -> Result<(Plan, Phase), Problem> {
@@ -419,12 +418,7 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
         };
         match step {
             DeleteStep::Gone { note } => Ok(Deleted::released(note)),
-            DeleteStep::InProgress {
-                state,
-                task,
-                requeue,
-                message,
-            } => {
+            DeleteStep::InProgress { state, task, message } => {
                 let provisioning = status.provisioning.get_or_insert_with(Default::default);
                 let task_id = task.map(|t| t.to_string());
                 if provisioning.task_id != task_id {
@@ -433,7 +427,10 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
                 provisioning.state = state;
                 provisioning.task_id = task_id;
                 provisioning.message = Some(message.clone());
-                Ok(Deleted::InProgress { message, requeue })
+                Ok(Deleted::InProgress {
+                    message,
+                    requeue: provision::TASK_POLL,
+                })
             }
         }
     }

@@ -15,7 +15,7 @@
 //! persisted separately: each reconcile compares the VM's real config with the desired one
 //! ([`crate::desired`]) and does the next missing thing, which is idempotent and crash-safe.
 
-use banlieue_api::common::ProvisioningState;
+use banlieue_api::common::{Initialization, ProvisioningState};
 use banlieue_api::infrastructure::ProxmoxMachineStatus;
 use banlieue_provider_kit::progress;
 use banlieue_pve_client::Upid;
@@ -67,33 +67,23 @@ impl Phase {
         let Some(status) = status else {
             return Ok(Self::SelectNode);
         };
-        let state = status
-            .provisioning
-            .as_ref()
-            .map_or(ProvisioningState::Pending, |p| p.state);
-        let task = status
-            .provisioning
-            .as_ref()
+        let provisioning = status.provisioning.as_ref();
+        let state = provisioning.map_or(ProvisioningState::Pending, |p| p.state);
+        let task = provisioning
             .and_then(|p| p.task_id.as_deref())
             .map(|raw| {
                 raw.parse::<Upid>()
                     .map_err(|e| InconsistentStatus(format!("taskId: {e}")))
             })
             .transpose()?;
-        let location = match (&status.node, status.vmid) {
-            (Some(node), Some(vmid)) => Some(VmLocation {
-                node: node.clone(),
-                vmid,
-            }),
-            _ => None,
-        };
+        let location = status
+            .node
+            .clone()
+            .zip(status.vmid)
+            .map(|(node, vmid)| VmLocation { node, vmid });
         let need = |what: &str| InconsistentStatus::without(state, what);
         let located = || location.clone().ok_or_else(|| need("node and vmid"));
-        let provisioned = status
-            .initialization
-            .as_ref()
-            .and_then(|i| i.provisioned)
-            .unwrap_or(false);
+        let provisioned = Initialization::is_provisioned(status.initialization.as_ref());
         if provisioned
             && matches!(
                 state,
@@ -178,11 +168,6 @@ impl Phase {
     /// Whether the VM is provisioned (CAPI has what it needs; day-2 work may continue).
     pub fn is_provisioned(&self) -> bool {
         matches!(self, Self::Provisioned(_) | Self::Update(..))
-    }
-
-    /// Whether this step needs the bootstrap data (to build the seed ISO).
-    pub fn needs_bootstrap_data(&self) -> bool {
-        matches!(self, Self::Configure(..))
     }
 
     /// The `Ready` condition reason while in this phase (CamelCase, stable).

@@ -16,6 +16,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use banlieue_api::common::Initialization;
 use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState, ReadinessChecks};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
@@ -191,12 +192,7 @@ pub fn find_template(
             .filter(|g| g.template)
             .filter(on_node)
             .filter(|g| source.name.as_ref().is_none_or(|n| g.name.as_ref() == Some(n)))
-            .filter(|g| {
-                source
-                    .tags
-                    .iter()
-                    .all(|t| g.tags.contains(&t.to_ascii_lowercase()))
-            })
+            .filter(|g| has_tags(g, &source.tags))
             .collect(),
     };
     let wanted = || {
@@ -261,6 +257,11 @@ pub fn find_template(
     }
 }
 
+/// Whether `guest` carries every one of `tags` (compared in lower case, as Proxmox keeps them).
+fn has_tags(guest: &Guest, tags: &[String]) -> bool {
+    tags.iter().all(|t| guest.tags.contains(&t.to_ascii_lowercase()))
+}
+
 /// How soon a clone looks again for a template Proxmox may list without its details yet.
 const LISTING_LAG_POLL: Duration = Duration::from_secs(3);
 
@@ -275,10 +276,7 @@ fn unreported_candidates(spec: &ProxmoxMachineSpec, guests: &[Guest]) -> Vec<u32
         .filter(|g| source.node.as_ref().is_none_or(|n| *n == g.node))
         .filter(|g| match source.vmid {
             Some(vmid) => g.vmid == vmid,
-            None => source
-                .tags
-                .iter()
-                .all(|t| g.tags.contains(&t.to_ascii_lowercase())),
+            None => has_tags(g, &source.tags),
         })
         .map(|g| g.vmid)
         .collect()
@@ -647,6 +645,15 @@ async fn apply_remark<H: Hypervisor>(
     Ok(if upid.is_some() { TASK_POLL } else { Duration::ZERO })
 }
 
+/// The VM at `loc` does not carry this machine's owner marker: it is never modified.
+fn not_ours(reason: &'static str, loc: &VmLocation) -> StepError {
+    let vm = readopt::label(loc);
+    permanent(
+        reason,
+        format!("{vm} does not carry this machine's owner marker; refusing to modify it"),
+    )
+}
+
 /// Brings a provisioned VM to its spec, one action at a time (see [`crate::update`]):
 /// `in_flight` is the update state and task persisted by the previous step, if any.
 async fn update_step<H: Hypervisor>(
@@ -739,13 +746,7 @@ async fn update_step<H: Hypervisor>(
             }
             .event("Adopting", why));
         }
-        return Err(permanent(
-            reason,
-            format!(
-                "VM {} on {} does not carry this machine's owner marker; refusing to modify it",
-                loc.vmid, loc.node
-            ),
-        ));
+        return Err(not_ours(reason, &loc));
     }
     let action = update::next_update_action(input.spec, input.owner.uid, &config, running, &pending)
         .map_err(|e| permanent(reason, e.0))?;
@@ -1005,15 +1006,7 @@ async fn clone<H: Hypervisor>(
         target: (template_node != loc.node).then(|| loc.node.clone()),
         full: Some(!linked),
         // A full clone puts every disk on one storage: spec.storage, else the first disk's own.
-        storage: if linked {
-            None
-        } else {
-            input
-                .spec
-                .storage
-                .clone()
-                .or_else(|| input.spec.disks.first().and_then(|d| d.storage.clone()))
-        },
+        storage: desired::full_clone_storage(input.spec).filter(|_| !linked),
         format: None,
         pool: input.spec.pool.clone(),
         description: Some(desired::owner_description(
@@ -1125,13 +1118,7 @@ async fn configure<H: Hypervisor>(
         ));
     }
     if !desired::is_owned_by(&config, input.owner.uid) {
-        return Err(permanent(
-            reason,
-            format!(
-                "VM {} on {} does not carry this machine's owner marker; refusing to modify it",
-                loc.vmid, loc.node
-            ),
-        ));
+        return Err(not_ours(reason, &loc));
     }
     // Told before the VM boots: without the agent option PVE says "not configured", but with
     // `agent: 0` only that the agent does not run, and the machine would wait for it forever.
@@ -1456,13 +1443,16 @@ pub enum DeleteStep {
     InProgress {
         /// `PoweringOff` or `Deleting`.
         state: ProvisioningState,
-        /// The task in flight.
+        /// The task in flight (looked at again after [`TASK_POLL`]).
         task: Option<Upid>,
-        /// When to look again.
-        requeue: Duration,
         /// What happens.
         message: String,
     },
+}
+
+/// Deletion goes on: `state`, with `task` in flight.
+fn deleting(state: ProvisioningState, task: Option<Upid>, message: String) -> DeleteStep {
+    DeleteStep::InProgress { state, task, message }
 }
 
 /// Performs the next deletion step for a machine whose status is `status`.
@@ -1477,15 +1467,13 @@ pub async fn delete_step<H: Hypervisor>(
     status: Option<&ProxmoxMachineStatus>,
     reservations: &VmidReservations,
 ) -> Result<DeleteStep, StepError> {
+    use ProvisioningState::{Deleting, PoweringOff};
     let reason = "DeletionFailed";
     let pve = |e| pve_error(reason, e);
     let node = status.and_then(|s| s.node.clone());
     // A provisioned machine's seed was deleted when its guest first came up (or is still
     // attached to a VM provisioned powered off, and deleted below when the VM shows it).
-    let provisioned = status
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.provisioned)
-        .unwrap_or(false);
+    let provisioned = Initialization::is_provisioned(status.and_then(|s| s.initialization.as_ref()));
     let cleanup_seed = async |note: String| -> Result<DeleteStep, StepError> {
         let left_behind = match node.as_ref().filter(|_| !provisioned) {
             Some(node) => delete_seed(hv, node, &desired::seed_volid(seed_storage, uid), reason).await?,
@@ -1500,42 +1488,26 @@ pub async fn delete_step<H: Hypervisor>(
     };
     let provisioning = status.and_then(|s| s.provisioning.as_ref());
     let vmid = status.and_then(|s| s.vmid);
-    if let Some(p) = provisioning.filter(|p| {
-        matches!(
-            p.state,
-            ProvisioningState::PoweringOff | ProvisioningState::Deleting
-        )
-    }) && let Some(raw) = &p.task_id
+    if let Some(p) = provisioning.filter(|p| matches!(p.state, PoweringOff | Deleting))
+        && let Some(raw) = &p.task_id
         && let Ok(upid) = raw.parse::<Upid>()
     {
         match hv.task(&upid).await {
             Ok(TaskOutcome::Running) => {
-                return Ok(DeleteStep::InProgress {
-                    state: p.state,
-                    task: Some(upid),
-                    requeue: TASK_POLL,
-                    message: format!("task {} running", raw),
-                });
+                return Ok(deleting(p.state, Some(upid), format!("task {raw} running")));
             }
             Ok(TaskOutcome::Failed(text)) => {
                 tracing::warn!(task = %raw, exitstatus = %text, "deletion task failed; retrying");
             }
             // The destroy task ended well: the VM is gone, nothing to look up again.
-            Ok(_) if p.state == ProvisioningState::Deleting && vmid.is_some() => {
+            Ok(_) if p.state == Deleting && vmid.is_some() => {
                 return cleanup_seed(format!("VM {} deleted", vmid.unwrap_or_default())).await;
             }
             // The stop task ended well on the task's node: destroyed at once (the VM was found
             // and checked to be this machine's before it was stopped). Should it run again or
             // be gone, the VM is looked at below.
             Ok(_) if let Some(vmid) = vmid => match hv.delete_vm(&upid.node, vmid).await {
-                Ok(task) => {
-                    return Ok(DeleteStep::InProgress {
-                        state: ProvisioningState::Deleting,
-                        task: Some(task),
-                        requeue: TASK_POLL,
-                        message: format!("deleting VM {vmid}"),
-                    });
-                }
+                Ok(task) => return Ok(deleting(Deleting, Some(task), format!("deleting VM {vmid}"))),
                 Err(e) if e.is_not_found() => {
                     return cleanup_seed(format!("VM {vmid} is gone")).await;
                 }
@@ -1576,19 +1548,12 @@ pub async fn delete_step<H: Hypervisor>(
     };
 
     if config.lock() == Some("clone") {
-        return Ok(DeleteStep::InProgress {
-            state: ProvisioningState::Deleting,
-            task: None,
-            requeue: TASK_POLL,
-            message: format!("VMID {vmid} is being cloned; waiting before deleting it"),
-        });
+        let message = format!("VMID {vmid} is being cloned; waiting before deleting it");
+        return Ok(deleting(Deleting, None, message));
     }
     if !desired::is_owned_by(&config, uid) {
-        return cleanup_seed(format!(
-            "VM {vmid} on {} was not created for this machine; left untouched",
-            vm_node
-        ))
-        .await;
+        let note = format!("VM {vmid} on {vm_node} was not created for this machine; left untouched");
+        return cleanup_seed(note).await;
     }
     let seed_volid = desired::seed_volid(seed_storage, uid);
     if provisioned && desired::seed_attached(&config, &seed_volid) {
@@ -1597,12 +1562,7 @@ pub async fn delete_step<H: Hypervisor>(
     // Stopped without asking whether it runs: PVE's stop of a stopped VM is a task that ends
     // well, and the destroy follows the stop task either way.
     match hv.stop_vm(&vm_node, vmid).await {
-        Ok(upid) => Ok(DeleteStep::InProgress {
-            state: ProvisioningState::PoweringOff,
-            task: Some(upid),
-            requeue: TASK_POLL,
-            message: format!("stopping VM {vmid}"),
-        }),
+        Ok(upid) => Ok(deleting(PoweringOff, Some(upid), format!("stopping VM {vmid}"))),
         Err(e) if e.is_not_found() => cleanup_seed(format!("VM {vmid} is gone")).await,
         Err(e) => Err(pve(e)),
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use banlieue_api::infrastructure::ProxmoxMachine;
 use banlieue_capi::{Cluster, Machine};
-use banlieue_proxmox::credentials::FakeConnector;
+use banlieue_proxmox::fake::FakeConnector;
 use banlieue_proxmox::fake::FakePve;
 use banlieue_proxmox::machine_controller;
 use banlieue_testenv::TestEnv;

@@ -10,14 +10,14 @@
 
 use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain, VSphereMachine};
-use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
+use banlieue_provider_kit::cluster::{ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
 use banlieue_provider_kit::usable;
 
 use crate::connection::{self, ClientCache};
-use crate::error::Error;
-use crate::error::reason_of;
-use crate::machine_controller::{FIELD_MANAGER, FINALIZER};
+use crate::error::{Error, reason_of};
+use crate::machine_controller::FIELD_MANAGER;
+use crate::provision::under;
 
 /// Condition type: vCenter accepts the credentials.
 pub const VSPHERE_CONNECTED: &str = "VSphereConnected";
@@ -29,26 +29,13 @@ pub struct VSphereClusters {
     pub clients: ClientCache,
 }
 
-/// Shared state of the VSphereCluster controller.
-pub type ClusterContext = kit::ClusterContext<VSphereClusters>;
-
-/// The VSphereCluster controller's context, reporting Events as `reporter`.
-pub fn context(client: kube::Client, reporter: &str) -> ClusterContext {
-    kit::ClusterContext::new(client, VSphereClusters::default(), reporter)
+fn problem(e: &banlieue_vsphere_client::Error) -> Problem {
+    Problem::new(reason_of(e), e.to_string())
 }
 
-fn failed(e: &banlieue_vsphere_client::Error) -> ClusterCheck {
-    ClusterCheck::failed(Problem::new(reason_of(e), e.to_string()))
-}
-
-/// The inventory path of a failure domain's compute cluster: absolute as given, else under the
-/// datacenter's `host` folder (pure).
-pub fn compute_cluster_path(datacenter: Option<&str>, compute_cluster: &str) -> String {
-    if compute_cluster.starts_with('/') {
-        compute_cluster.to_owned()
-    } else {
-        format!("/{}/host/{compute_cluster}", datacenter.unwrap_or_default())
-    }
+/// The connection note of failure domain `name` left out for `p`.
+fn left_out(name: &str, p: Problem) -> String {
+    format!("failure domain {name} left out ({}): {}", p.reason, p.message)
 }
 
 impl VSphereClusters {
@@ -65,7 +52,7 @@ impl VSphereClusters {
         let vc = usable!(self.clients.client(&endpoint));
         Ok(match vc.login_if_needed().await {
             Ok(()) => Ok((vc, endpoint)),
-            Err(e) => Err(Problem::new(reason_of(&e), e.to_string())),
+            Err(e) => Err(problem(&e)),
         })
     }
 }
@@ -74,7 +61,6 @@ impl ClusterBackend for VSphereClusters {
     type Cluster = VSphereCluster;
     type Machine = VSphereMachine;
     type Error = Error;
-    const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
     const CONNECTED_CONDITION: &'static str = VSPHERE_CONNECTED;
 
@@ -83,11 +69,8 @@ impl ClusterBackend for VSphereClusters {
         client: &kube::Client,
         vsc: &VSphereCluster,
         secrets: &ReadSecrets<VSphereCluster>,
-    ) -> Result<ClusterCheck, Error> {
-        let (vcenter, endpoint) = match self.logged_in(client, vsc, None, secrets).await? {
-            Ok(found) => found,
-            Err(p) => return Ok(ClusterCheck::failed(p)),
-        };
+    ) -> Result<Result<ClusterCheck, Problem>, Error> {
+        let (vcenter, endpoint) = usable!(self.logged_in(client, vsc, None, secrets).await?);
         let version = vcenter
             .service_content()
             .await
@@ -106,12 +89,12 @@ impl ClusterBackend for VSphereClusters {
         };
         if let Some(dc) = &vsc.spec.datacenter {
             match vcenter.find_by_inventory_path(&format!("/{dc}")).await {
-                Err(e) => return Ok(failed(&e)),
+                Err(e) => return Ok(Err(problem(&e))),
                 Ok(None) => {
-                    return Ok(not_usable(Problem::new(
+                    return Ok(Ok(not_usable(Problem::new(
                         "DatacenterNotFound",
                         format!("datacenter {dc:?} not found in vCenter"),
-                    )));
+                    ))));
                 }
                 Ok(Some(_)) => {}
             }
@@ -119,7 +102,7 @@ impl ClusterBackend for VSphereClusters {
         let (mut domains, mut notes) = (Vec::new(), Vec::new());
         for fd in &vsc.spec.failure_domains {
             let datacenter = fd.datacenter.as_deref().or(vsc.spec.datacenter.as_deref());
-            let path = compute_cluster_path(datacenter, &fd.compute_cluster);
+            let path = under(datacenter.unwrap_or_default(), "host", &fd.compute_cluster);
             // A failure domain in another vCenter that cannot be used is left out (and said),
             // the others stay usable.
             let own = fd.has_own_server();
@@ -127,10 +110,7 @@ impl ClusterBackend for VSphereClusters {
                 match self.logged_in(client, vsc, Some(fd), secrets).await? {
                     Ok((vc, _)) => vc,
                     Err(problem) => {
-                        notes.push(format!(
-                            "failure domain {} left out ({}): {}",
-                            fd.name, problem.reason, problem.message
-                        ));
+                        notes.push(left_out(&fd.name, problem));
                         continue;
                     }
                 }
@@ -138,19 +118,13 @@ impl ClusterBackend for VSphereClusters {
                 vcenter.clone()
             };
             match vc.find_by_inventory_path(&path).await {
-                Err(e) if own => {
-                    notes.push(format!(
-                        "failure domain {} left out ({}): {e}",
-                        fd.name,
-                        reason_of(&e)
-                    ));
-                }
-                Err(e) => return Ok(failed(&e)),
+                Err(e) if own => notes.push(left_out(&fd.name, problem(&e))),
+                Err(e) => return Ok(Err(problem(&e))),
                 Ok(None) => {
-                    return Ok(not_usable(Problem::new(
+                    return Ok(Ok(not_usable(Problem::new(
                         "FailureDomainNotFound",
                         format!("failure domain {:?}: compute cluster {path:?} not found", fd.name),
-                    )));
+                    ))));
                 }
                 Ok(Some(compute)) => {
                     // A failed read keeps what was published (no status churn on a blip).
@@ -169,13 +143,13 @@ impl ClusterBackend for VSphereClusters {
                 }
             }
         }
-        Ok(ClusterCheck {
+        Ok(Ok(ClusterCheck {
             connected: Ok(notes.join("; ")),
             usable: Ok(()),
             failure_domains: Some(domains),
             version,
             insecure_tls,
-        })
+        }))
     }
 }
 
@@ -194,15 +168,4 @@ async fn capacity(
         number(CPUS).and_then(|c| u32::try_from(c).ok()),
         number(MEMORY).map(|bytes| bytes >> 20),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn compute_clusters_are_found_under_the_datacenter_unless_absolute() {
-        assert_eq!(compute_cluster_path(Some("DC0"), "C0"), "/DC0/host/C0");
-        assert_eq!(compute_cluster_path(Some("DC0"), "/DC1/host/C1"), "/DC1/host/C1");
-    }
 }

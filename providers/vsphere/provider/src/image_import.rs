@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use banlieue_api::common::ImageDownload;
 use banlieue_provider_kit::image::{
-    self, ImportFailure, ImportProgress, ImportState, Imports, download, failed, shown_url,
+    self, ImportFailure, ImportProgress, Imports, download, failed, shown_url,
 };
 use banlieue_vsphere_client::vim::ConfigSpec;
 use banlieue_vsphere_client::{Client, MoRef};
@@ -32,11 +32,7 @@ pub const IMAGE_CONFLICT: &str = "ImageConflict";
 
 /// `IMAGE_KEY`'s value for `image`.
 pub fn image_marker(image: &ImageDownload) -> String {
-    format!(
-        "{}:{}",
-        image.checksum_algorithm.as_str(),
-        image.checksum.to_ascii_lowercase()
-    )
+    image::checksum_id(image, ':')
 }
 
 /// Refuses a template at the image's path that was imported from another image (a changed
@@ -98,10 +94,7 @@ pub fn ensure(c: &Client, image: &ImageDownload, target: Target) -> Result<Strin
     let (client, img) = (c.clone(), image.clone());
     let job =
         move |progress: Arc<ImportProgress>| async move { import(&client, &img, &target, &progress).await };
-    match IMPORTS.poll(&key, image, job) {
-        ImportState::Running(how_far) => Ok(how_far),
-        ImportState::Failed(failure) => Err(failure.step_error()),
-    }
+    Ok(IMPORTS.poll(&key, image, job)?)
 }
 
 /// The template path's last component.

@@ -15,7 +15,7 @@ use banlieue_api::infrastructure::{
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
 use banlieue_provider_kit::machine::{
-    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
+    Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };
 use banlieue_provider_kit::progress::Guest;
 use banlieue_provider_kit::secrets::ReadSecrets;
@@ -40,9 +40,6 @@ pub struct VSphereMachines {
     /// vSphere clients per endpoint.
     pub clients: ClientCache,
 }
-
-/// Shared state of the VSphereMachine controller.
-pub type MachineContext = kit::MachineContext<VSphereMachines>;
 
 impl VSphereMachines {
     /// A client for the vCenter of failure domain `domain` (the VSphereCluster's unless the
@@ -83,7 +80,6 @@ impl MachineBackend for VSphereMachines {
     type Machine = VSphereMachine;
     type Error = Error;
     type Phase = Phase;
-    const FINALIZER: &'static str = FINALIZER;
     const FIELD_MANAGER: &'static str = FIELD_MANAGER;
 
     fn plan(&self, vm: &VSphereMachine) -> Result<(Plan, Phase), Problem> {

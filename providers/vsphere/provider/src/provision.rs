@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use banlieue_api::common::{CloneMode, MachineAddress, MachineAddressType, PowerState, ReadinessChecks};
-use banlieue_api::infrastructure::{VSphereCluster, VSphereMachineSpec};
+use banlieue_api::infrastructure::{VSphereCluster, VSphereFailureDomain, VSphereMachineSpec};
 use banlieue_api::support;
 use banlieue_provider_kit::network::{self, PoolAddresses, WAITING_FOR_IP_ADDRESS};
 use banlieue_provider_kit::power;
@@ -69,7 +69,8 @@ pub struct Placement {
     pub failure_domain: Option<String>,
 }
 
-fn under(dc: &str, kind: &str, path: &str) -> String {
+/// `path` as given when absolute, else under the datacenter's `kind` folder (`host`, `vm`, …).
+pub(crate) fn under(dc: &str, kind: &str, path: &str) -> String {
     if path.starts_with('/') {
         path.to_owned()
     } else {
@@ -77,37 +78,39 @@ fn under(dc: &str, kind: &str, path: &str) -> String {
     }
 }
 
-/// Resolves datacenter, template, folder, pool and datastore paths (pure).
-pub fn placement(input: &MachineInput<'_>) -> Result<Placement, StepError> {
-    let spec = input.spec;
-    let fd = match input.failure_domain {
-        None => None,
-        Some(name) => Some(
-            input
-                .cluster
-                .spec
-                .failure_domains
-                .iter()
-                .find(|f| f.name == name)
-                .ok_or_else(|| {
-                    permanent(
-                        "FailureDomainNotFound",
-                        format!("failure domain {name:?} is not in the VSphereCluster's spec.failureDomains"),
-                    )
-                })?,
-        ),
-    };
-    // A failure domain's own datacenter wins (it may be in another vCenter).
-    let dc = fd
-        .and_then(|f| f.datacenter.clone())
-        .or_else(|| spec.datacenter.clone())
+/// The datacenter: the failure domain's own (it may be in another vCenter), else the machine's,
+/// else the cluster's.
+fn datacenter(input: &MachineInput<'_>, fd: Option<&VSphereFailureDomain>) -> Result<String, StepError> {
+    fd.and_then(|f| f.datacenter.clone())
+        .or_else(|| input.spec.datacenter.clone())
         .or_else(|| input.cluster.spec.datacenter.clone())
         .ok_or_else(|| {
             permanent(
                 "DatacenterNotSet",
                 "set spec.datacenter on the VSphereMachine or the VSphereCluster",
             )
-        })?;
+        })
+}
+
+/// The machine's failure domain in the VSphereCluster's `spec.failureDomains`, if it has one.
+fn failure_domain<'a>(input: &MachineInput<'a>) -> Result<Option<&'a VSphereFailureDomain>, StepError> {
+    let Some(name) = input.failure_domain else {
+        return Ok(None);
+    };
+    let found = input.cluster.spec.failure_domains.iter().find(|f| f.name == name);
+    found.map(Some).ok_or_else(|| {
+        permanent(
+            "FailureDomainNotFound",
+            format!("failure domain {name:?} is not in the VSphereCluster's spec.failureDomains"),
+        )
+    })
+}
+
+/// Resolves datacenter, template, folder, pool and datastore paths (pure).
+pub fn placement(input: &MachineInput<'_>) -> Result<Placement, StepError> {
+    let spec = input.spec;
+    let fd = failure_domain(input)?;
+    let dc = datacenter(input, fd)?;
     let pool = match (fd, &spec.resource_pool) {
         (Some(fd), _) => {
             let cluster = under(&dc, "host", &fd.compute_cluster);
@@ -166,12 +169,9 @@ pub fn guest_metadata(
 ) -> Result<String, String> {
     let networks = &input.spec.networks;
     let network = if network::needs_network_config(networks) {
-        let index =
-            |n: &banlieue_api::common::NetworkInterface| networks.iter().position(|m| m.name == n.name);
-        let config =
-            network::network_config(networks, |n| Ok(index(n).and_then(&mac)), input.pool_addresses)?
-                .to_yaml()
-                .map_err(|e| e.to_string())?;
+        let config = network::network_config(networks, |i, _| Ok(mac(i)), input.pool_addresses)?
+            .to_yaml()
+            .map_err(|e| e.to_string())?;
         Some(base64(config.as_bytes()))
     } else {
         None
@@ -325,10 +325,17 @@ async fn choose_host(c: &Client, pool: &MoRef, pool_path: &str) -> Result<Option
 }
 
 async fn find(c: &Client, path: &str, reason: &'static str, what: &str) -> Result<MoRef, StepError> {
-    c.find_by_inventory_path(path)
-        .await
-        .or_fail(reason)?
-        .ok_or_else(|| permanent(reason, format!("{what} {path:?} not found in vCenter")))
+    found(
+        c.find_by_inventory_path(path).await.or_fail(reason)?,
+        reason,
+        what,
+        path,
+    )
+}
+
+/// `value`, else `what` at `path` is not found in vCenter.
+fn found<T>(value: Option<T>, reason: &'static str, what: &str, path: &str) -> Result<T, StepError> {
+    value.ok_or_else(|| permanent(reason, format!("{what} {path:?} not found in vCenter")))
 }
 
 async fn adoptable(c: &Client, uid: &str) -> Result<Option<MoRef>, StepError> {
@@ -551,10 +558,7 @@ pub async fn provision_step(
             let skip = ReadinessChecks::skip_guest_agent(input.spec.readiness_checks.as_ref());
             let has_ip = info.ip_address.is_some() || !info.guest_ips.is_empty();
             if has_ip || skip || desired_power == PowerState::Off {
-                let mut step = Step::to(Phase::Provisioned(vm, None)).event("Provisioned", "VM is running");
-                step.requeue = RESYNC;
-                step.found.vm = Some(info);
-                return Ok(step);
+                return Ok(settled(vm, info).event("Provisioned", "VM is running"));
             }
             Ok(Step::wait(
                 Phase::WaitGuest(vm),
@@ -566,9 +570,7 @@ pub async fn provision_step(
             let info = existing_vm(c, &vm).await?;
             if info.power_state != Some(VmPowerState::PoweredOn) {
                 // Off: the change that needed it proceeds from the provisioned phase.
-                let mut step = Step::to(Phase::Provisioned(vm, None));
-                step.found.vm = Some(info);
-                return Ok(step);
+                return Ok(seeing(Step::to(Phase::Provisioned(vm, None)), info));
             }
             if power::shutdown_overdue(Some(since), Timestamp::now()) {
                 let task = c.power_off(&vm).await.or_fail("PowerOffFailed")?;
@@ -577,10 +579,8 @@ pub async fn provision_step(
                     power::SHUTDOWN_TIMEOUT.as_secs(),
                     vm.value
                 );
-                let mut step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone())
-                    .event(power::POWERED_OFF_FORCIBLY, why);
-                step.found.vm = Some(info);
-                return Ok(step);
+                let step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone());
+                return Ok(seeing(step.event(power::POWERED_OFF_FORCIBLY, why), info));
             }
             let why = if desired_power == PowerState::Off {
                 "spec.powerState is Off"
@@ -592,16 +592,12 @@ pub async fn provision_step(
                 "waiting for the guest to shut down ({why}): asked {asked}s ago, powered off hard after {}s",
                 power::SHUTDOWN_TIMEOUT.as_secs()
             );
-            let mut step = Step::wait(Phase::ShuttingDown(vm, since), GUEST_POLL, message);
-            step.found.vm = Some(info);
-            Ok(step)
+            let step = Step::wait(Phase::ShuttingDown(vm, since), GUEST_POLL, message);
+            Ok(seeing(step, info))
         }
         Phase::Provisioned(vm, task) => {
-            if let Some(mut step) =
-                poll(c, task, "UpdateFailed", |t| Phase::Provisioned(vm.clone(), t)).await?
-            {
-                step.found.vm = Some(existing_vm(c, &vm).await?);
-                return Ok(step);
+            if let Some(step) = poll(c, task, "UpdateFailed", |t| Phase::Provisioned(vm.clone(), t)).await? {
+                return Ok(seeing(step, existing_vm(c, &vm).await?));
             }
             let info = existing_vm(c, &vm).await?;
             let owner = input.owner;
@@ -617,24 +613,15 @@ pub async fn provision_step(
                     vm.value,
                     owner.name_marker()
                 );
-                let mut step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone())
-                    .event("Adopting", why);
-                step.found.vm = Some(info);
-                return Ok(step);
+                let step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, why.clone());
+                return Ok(seeing(step.event("Adopting", why), info));
             }
             let nics = desired_nics(c, input).await?;
             let (task, waiting, event) =
                 match update::next_action(input.spec, &info, &nics, Some(desired_power)) {
-                    UpdateAction::InSync => {
-                        let mut step = Step::to(Phase::Provisioned(vm, None));
-                        step.requeue = RESYNC;
-                        step.found.vm = Some(info);
-                        return Ok(step);
-                    }
+                    UpdateAction::InSync => return Ok(settled(vm, info)),
                     UpdateAction::RestartRequired { why } => {
-                        let mut step = Step::to(Phase::Provisioned(vm, None));
-                        step.requeue = RESYNC;
-                        step.found.vm = Some(info);
+                        let mut step = settled(vm, info);
                         step.up_to_date = Some(Report::restart_required(why));
                         return Ok(step);
                     }
@@ -646,14 +633,13 @@ pub async fn provision_step(
                     UpdateAction::PowerOff { why } => match c.shutdown_guest(&vm).await {
                         // The guest is asked first; powered off hard once it ignored that too long.
                         Ok(()) => {
-                            let mut step = Step::wait(
+                            let step = Step::wait(
                                 Phase::ShuttingDown(vm, Timestamp::now()),
                                 GUEST_POLL,
                                 format!("waiting for the guest to shut down ({why})"),
-                            )
-                            .event("PoweringOff", format!("guest shutdown requested {why}"));
-                            step.found.vm = Some(info);
-                            return Ok(step);
+                            );
+                            let asked = step.event("PoweringOff", format!("guest shutdown requested {why}"));
+                            return Ok(seeing(asked, info));
                         }
                         // Without VMware Tools (or in a state the guest cannot be asked in) the
                         // guest cannot be asked: power it off.
@@ -675,10 +661,8 @@ pub async fn provision_step(
                         ("PoweringOn", "powering the VM on".to_owned()),
                     ),
                 };
-            let mut step =
-                Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, waiting).event(event.0, event.1);
-            step.found.vm = Some(info);
-            Ok(step)
+            let step = Step::wait(Phase::Provisioned(vm, Some(task)), TASK_POLL, waiting);
+            Ok(seeing(step.event(event.0, event.1), info))
         }
     }
 }
@@ -723,31 +707,14 @@ async fn desired_nics(c: &Client, input: &MachineInput<'_>) -> Result<Vec<Desire
     if input.spec.networks.is_empty() {
         return Ok(Vec::new());
     }
-    let dc = input
-        .spec
-        .datacenter
-        .clone()
-        .or_else(|| input.cluster.spec.datacenter.clone())
-        .ok_or_else(|| {
-            permanent(
-                "DatacenterNotSet",
-                "set spec.datacenter on the VSphereMachine or the VSphereCluster",
-            )
-        })?;
+    // Under the datacenter the VM is placed in (its failure domain's, when that names one).
+    let dc = datacenter(input, failure_domain(input)?)?;
     let mut out = Vec::with_capacity(input.spec.networks.len());
     for n in &input.spec.networks {
         let path = under(&dc, "network", &n.network);
         let net = find(c, &path, "NetworkNotFound", "network").await?;
-        let backing = c
-            .network_backing(&net)
-            .await
-            .or_fail("NetworkNotFound")?
-            .ok_or_else(|| {
-                permanent(
-                    "NetworkNotFound",
-                    format!("network {path:?} not found in vCenter"),
-                )
-            })?;
+        let backing = c.network_backing(&net).await.or_fail("NetworkNotFound")?;
+        let backing = found(backing, "NetworkNotFound", "network", &path)?;
         let kind = match n.model.as_deref() {
             None => "VirtualVmxnet3",
             Some(m) => nic_type_for_model(m).ok_or_else(|| {
@@ -781,6 +748,20 @@ async fn existing_vm(c: &Client, vm: &MoRef) -> Result<VmInfo, StepError> {
             ),
         )
     })
+}
+
+/// `step`, having seen the VM `info` (for the status).
+fn seeing(mut step: Step, info: VmInfo) -> Step {
+    step.found.vm = Some(info);
+    step
+}
+
+/// Provisioned, no task running: looked at again after [`RESYNC`].
+fn settled(vm: MoRef, info: VmInfo) -> Step {
+    Step {
+        requeue: RESYNC,
+        ..seeing(Step::to(Phase::Provisioned(vm, None)), info)
+    }
 }
 
 async fn vm_info(c: &Client, vm: &MoRef, reason: &'static str) -> Result<Option<VmInfo>, StepError> {
@@ -922,6 +903,12 @@ mod tests {
                 ..VSphereClusterSpec::default()
             },
         )
+    }
+
+    #[test]
+    fn paths_are_found_under_the_datacenter_unless_absolute() {
+        assert_eq!(under("DC0", "host", "C0"), "/DC0/host/C0");
+        assert_eq!(under("DC0", "host", "/DC1/host/C1"), "/DC1/host/C1");
     }
 
     #[test]

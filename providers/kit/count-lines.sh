@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Counts the provider production code: the non-blank lines of the kit's and each provider
-# crate's src/ (not its unit tests: a file's `#[cfg(test)]` module and what follows it, nor
+# crate's src/ (not its unit tests: a file's `#[cfg(test)] mod … {` and what follows it, nor
 # test-double files: fake.rs, provision_tests.rs), not the hypervisor clients or the simulator.
 # Usage: providers/kit/count-lines.sh [REV]   (default: the working tree)
 set -euo pipefail
@@ -19,7 +19,10 @@ total=0
 for d in "${dirs[@]}"; do
     n=0
     for f in $(files | grep "^$d/" | grep '\.rs$' | grep -v -e '/fake\.rs$' -e '_tests\.rs$'); do
-        c=$(show "$f" | awk '/^#\[cfg\(test\)\]/{stop=1} !stop && NF{n++} END{print n+0}')
+        # A `#[cfg(test)]` that opens a module block ends the production code; one before a
+        # module declared in a file of its own (`mod x_tests;`) only skips that declaration.
+        c=$(show "$f" | awk 'cfg && /^mod [a-z_0-9]+ *\{/ {stop=1} cfg {cfg=0; if (/^mod [a-z_0-9]+;/) next}
+            /^#\[cfg\(test\)\]/ {cfg=1; next} !stop && NF {n++} END {print n+0}')
         n=$((n + c))
     done
     printf '%-34s %6d\n' "$d" "$n"

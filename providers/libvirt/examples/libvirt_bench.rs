@@ -17,12 +17,14 @@ use anyhow::{Result, bail};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_libvirt::cluster_controller;
+use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::Hypervisor;
-use banlieue_libvirt::machine_controller;
+use banlieue_libvirt::machine_controller::{FIELD_MANAGER, LibvirtMachines};
 use banlieue_libvirt::xml::{self, DomainType};
+use banlieue_provider_kit::cluster::{self as kit_cluster, ClusterContext};
+use banlieue_provider_kit::machine::{self as kit_machine, MachineContext};
 use banlieue_testenv::TestEnv;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Resource};
@@ -74,21 +76,29 @@ async fn main() -> Result<()> {
         .create(&PostParams::default(), &lvc)
         .await?;
 
-    let mctx = Arc::new(machine_controller::context(
+    let settings = Settings {
+        domain_type: DomainType::Qemu,
+        ..Settings::default()
+    };
+    let mctx = Arc::new(MachineContext::new(
         client.clone(),
-        connector.clone(),
-        Settings {
-            domain_type: DomainType::Qemu,
-            ..Settings::default()
+        LibvirtMachines {
+            connector: connector.clone(),
+            settings,
+            imports: Default::default(),
         },
         "banlieue-libvirt-bench",
     ));
-    let cctx = Arc::new(cluster_controller::context(client.clone(), connector.clone()));
+    let cctx = Arc::new(ClusterContext::new(
+        client.clone(),
+        LibvirtClusters {
+            connector: connector.clone(),
+        },
+        FIELD_MANAGER,
+    ));
     let (m, c, ns1, ns2) = (mctx.clone(), cctx, ns.clone(), ns.clone());
-    tokio::spawn(
-        async move { machine_controller::run(m, Some(&ns1), concurrency, std::future::pending()).await },
-    );
-    tokio::spawn(async move { cluster_controller::run(c, Some(&ns2), 2, std::future::pending()).await });
+    tokio::spawn(async move { kit_machine::run(m, Some(&ns1), concurrency, std::future::pending()).await });
+    tokio::spawn(async move { kit_cluster::run(c, Some(&ns2), 2, std::future::pending()).await });
 
     let vms = Api::<VirtualMachine>::namespaced(client.clone(), &ns);
     let machines = Api::<LibvirtMachine>::namespaced(client.clone(), &ns);

@@ -8,15 +8,13 @@
 
 use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
-use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
+use banlieue_provider_kit::cluster::{ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
 
 use crate::error::Error;
 use crate::hosts::{self, Connector};
 use crate::hypervisor::Hypervisor;
 use crate::machine_controller::FIELD_MANAGER;
-
-pub use banlieue_provider_kit::cluster::{RETRY, run};
 
 /// Condition type: every host answers.
 pub const LIBVIRT_CONNECTED: &str = "LibvirtConnected";
@@ -25,14 +23,6 @@ pub const LIBVIRT_CONNECTED: &str = "LibvirtConnected";
 pub struct LibvirtClusters<C: Connector> {
     /// Opens libvirt connections.
     pub connector: C,
-}
-
-/// Shared state of the LibvirtCluster controller.
-pub type ClusterContext<C> = kit::ClusterContext<LibvirtClusters<C>>;
-
-/// The LibvirtCluster controller's context, reporting Events as `banlieue-libvirt`.
-pub fn context<C: Connector>(client: kube::Client, connector: C) -> ClusterContext<C> {
-    kit::ClusterContext::new(client, LibvirtClusters { connector }, FIELD_MANAGER)
 }
 
 /// The check's outcome from the hosts that answered (`up`: their failure domains) and those that

@@ -28,8 +28,6 @@ use crate::provision::{self, MachineInput};
 use crate::readopt;
 use crate::xml::Owner;
 
-pub use banlieue_provider_kit::machine::{WAIT_REQUEUE, run};
-
 /// Finalizer of LibvirtMachines and LibvirtClusters.
 pub const FINALIZER: &str = banlieue_api::common::Backend::Libvirt.finalizer();
 /// Field manager of every write of this provider.
@@ -43,27 +41,6 @@ pub struct LibvirtMachines<C: Connector> {
     pub settings: Settings,
     /// The image imports running in this process (`spec.source.image`).
     pub imports: Imports,
-}
-
-/// Shared state of the LibvirtMachine controller.
-pub type MachineContext<C> = kit::MachineContext<LibvirtMachines<C>>;
-
-/// The LibvirtMachine controller's context, reporting Events as `reporter`.
-pub fn context<C: Connector>(
-    client: kube::Client,
-    connector: C,
-    settings: Settings,
-    reporter: &str,
-) -> MachineContext<C> {
-    kit::MachineContext::new(
-        client,
-        LibvirtMachines {
-            connector,
-            settings,
-            imports: Imports::default(),
-        },
-        reporter,
-    )
 }
 
 /// The domain uuid of a machine: the one recorded in status, else its UID.

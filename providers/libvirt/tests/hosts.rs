@@ -22,8 +22,11 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 use banlieue_api::banlieue::Provider;
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachineTemplate};
-use banlieue_libvirt::cluster_controller;
+use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
+use banlieue_libvirt::machine_controller::{FIELD_MANAGER, LibvirtMachines};
+use banlieue_provider_kit::cluster::{self as kit_cluster, ClusterContext};
+use banlieue_provider_kit::machine::{self as kit_machine, MachineContext};
 use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
 use banlieue_provider_runtime::testing::eventually;
 use banlieue_testenv::TestEnv;
@@ -65,7 +68,7 @@ fn owned_cluster(owner: &Provider, name: &str, spec: serde_json::Value) -> Resul
 }
 
 fn start_cluster_controller(client: &kube::Client, ns: &str) -> tokio::task::JoinHandle<()> {
-    start_cluster_controller_retrying(client, ns, cluster_controller::RETRY)
+    start_cluster_controller_retrying(client, ns, kit_cluster::RETRY)
 }
 
 /// The cluster controller, retrying unreachable hosts and unusable credentials every `retry`.
@@ -74,11 +77,17 @@ fn start_cluster_controller_retrying(
     ns: &str,
     retry: Duration,
 ) -> tokio::task::JoinHandle<()> {
-    let mut ctx = cluster_controller::context(client.clone(), VirtConnector::default());
+    let mut ctx = ClusterContext::new(
+        client.clone(),
+        LibvirtClusters {
+            connector: VirtConnector::default(),
+        },
+        FIELD_MANAGER,
+    );
     ctx.retry = retry;
     let ctx = Arc::new(ctx);
     let ns = ns.to_owned();
-    tokio::spawn(async move { cluster_controller::run(ctx, Some(&ns), 2, std::future::pending()).await })
+    tokio::spawn(async move { kit_cluster::run(ctx, Some(&ns), 2, std::future::pending()).await })
 }
 
 fn condition(lvc: &LibvirtCluster, type_: &str) -> Option<(String, String, String)> {
@@ -388,7 +397,6 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
     use banlieue_api::standalone::infra_cluster_name;
     use banlieue_libvirt::desired::Settings;
     use banlieue_libvirt::hypervisor::Hypervisor;
-    use banlieue_libvirt::machine_controller;
     use banlieue_libvirt::xml::{self, DomainType};
 
     let env = env().await?;
@@ -421,24 +429,30 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
             )?,
         )
         .await?;
-    let cctx = Arc::new(cluster_controller::context(client.clone(), connector.clone()));
-    let mctx = Arc::new(machine_controller::context(
+    let cctx = Arc::new(ClusterContext::new(
         client.clone(),
-        connector.clone(),
-        Settings {
-            domain_type: DomainType::Qemu,
-            ..Settings::default()
+        LibvirtClusters {
+            connector: connector.clone(),
+        },
+        FIELD_MANAGER,
+    ));
+    let settings = Settings {
+        domain_type: DomainType::Qemu,
+        ..Settings::default()
+    };
+    let mctx = Arc::new(MachineContext::new(
+        client.clone(),
+        LibvirtMachines {
+            connector: connector.clone(),
+            settings,
+            imports: Default::default(),
         },
         "banlieue-libvirt-test",
     ));
     let (n1, n2) = (ns.name().to_owned(), ns.name().to_owned());
     let tasks = [
-        tokio::spawn(
-            async move { cluster_controller::run(cctx, Some(&n1), 2, std::future::pending()).await },
-        ),
-        tokio::spawn(
-            async move { machine_controller::run(mctx, Some(&n2), 2, std::future::pending()).await },
-        ),
+        tokio::spawn(async move { kit_cluster::run(cctx, Some(&n1), 2, std::future::pending()).await }),
+        tokio::spawn(async move { kit_machine::run(mctx, Some(&n2), 2, std::future::pending()).await }),
     ];
     // What the banlieue controller creates for a VirtualMachine placed in kvm-b.
     let vm: VirtualMachine = serde_json::from_value(json!({

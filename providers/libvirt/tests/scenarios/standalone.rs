@@ -12,12 +12,14 @@ use anyhow::Result;
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_libvirt::cluster_controller;
+use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::Hypervisor;
-use banlieue_libvirt::machine_controller;
+use banlieue_libvirt::machine_controller::{FIELD_MANAGER, LibvirtMachines};
 use banlieue_libvirt::xml::{self, DomainType};
+use banlieue_provider_kit::cluster::{self as kit_cluster, ClusterContext};
+use banlieue_provider_kit::machine::{self as kit_machine, MachineContext};
 pub use banlieue_provider_runtime::testing::eventually;
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
@@ -124,13 +126,22 @@ impl Standalone {
             domain_type: DomainType::Qemu,
             ..Settings::default()
         };
-        let mut mctx = machine_controller::context(
+        let mut mctx = MachineContext::new(
             self.client.clone(),
-            self.connector.clone(),
-            settings,
+            LibvirtMachines {
+                connector: self.connector.clone(),
+                settings,
+                imports: Default::default(),
+            },
             "banlieue-libvirt-test",
         );
-        let mut cctx = cluster_controller::context(self.client.clone(), self.connector.clone());
+        let mut cctx = ClusterContext::new(
+            self.client.clone(),
+            LibvirtClusters {
+                connector: self.connector.clone(),
+            },
+            FIELD_MANAGER,
+        );
         if let Some(requeue) = self.wait_requeue {
             mctx.wait_requeue = requeue;
             cctx.retry = requeue;
@@ -140,10 +151,10 @@ impl Standalone {
         let (mctx, cctx) = (Arc::new(mctx), Arc::new(cctx));
         let (ns1, ns2) = (self.ns.clone(), self.ns.clone());
         self.tasks.push(tokio::spawn(async move {
-            machine_controller::run(mctx, Some(&ns1), 4, std::future::pending()).await;
+            kit_machine::run(mctx, Some(&ns1), 4, std::future::pending()).await;
         }));
         self.tasks.push(tokio::spawn(async move {
-            cluster_controller::run(cctx, Some(&ns2), 2, std::future::pending()).await;
+            kit_cluster::run(cctx, Some(&ns2), 2, std::future::pending()).await;
         }));
     }
 

@@ -9,15 +9,17 @@ use std::time::Duration;
 
 use anyhow::Result;
 use banlieue_cloudinit::SeedFiles;
-use banlieue_libvirt::cluster_controller;
+use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::{VirtConnector, VirtHypervisor};
 use banlieue_libvirt::desired::{Settings, domain_name};
 use banlieue_libvirt::hosts::Connector;
 use banlieue_libvirt::hypervisor::{
     DomainInfo, ErrorKind, GuestAddress, HostInfo, HvError, HvResult, Hypervisor, VolumeInfo,
 };
-use banlieue_libvirt::machine_controller;
+use banlieue_libvirt::machine_controller::{FIELD_MANAGER, LibvirtMachines};
 use banlieue_libvirt::xml::{self, DomainType, Owner};
+use banlieue_provider_kit::cluster::{self as kit_cluster, ClusterContext};
+use banlieue_provider_kit::machine::{self as kit_machine, MachineContext};
 use banlieue_scenarios::{Access, Controllers, MachineHint, ProviderUnderTest, Template, Vm};
 use serde_json::{Value, json};
 
@@ -96,22 +98,28 @@ impl ProviderUnderTest for TestDriver {
             domain_type: DomainType::Qemu,
             ..Settings::default()
         };
-        let machines = Arc::new(machine_controller::context(
+        let machines = Arc::new(MachineContext::new(
             self.kube.clone(),
-            self.connector.clone(),
-            settings,
+            LibvirtMachines {
+                connector: self.connector.clone(),
+                settings,
+                imports: Default::default(),
+            },
             "banlieue-libvirt-test",
         ));
-        let clusters = Arc::new(cluster_controller::context(
+        let clusters = Arc::new(ClusterContext::new(
             self.kube.clone(),
-            self.connector.clone(),
+            LibvirtClusters {
+                connector: self.connector.clone(),
+            },
+            FIELD_MANAGER,
         ));
         let (a, b) = (self.ns.clone(), self.ns.clone());
         self.controllers.push(tokio::spawn(async move {
-            machine_controller::run(machines, Some(&a), 4, std::future::pending()).await;
+            kit_machine::run(machines, Some(&a), 4, std::future::pending()).await;
         }));
         self.controllers.push(tokio::spawn(async move {
-            cluster_controller::run(clusters, Some(&b), 2, std::future::pending()).await;
+            kit_cluster::run(clusters, Some(&b), 2, std::future::pending()).await;
         }));
     }
 

@@ -20,7 +20,7 @@ use banlieue_capi::generated::cluster::ClusterSpec;
 use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
 use banlieue_capi::{Cluster, Machine};
 use banlieue_proxmox::credentials::{Connection, Connector};
-use banlieue_proxmox::machine_controller;
+use banlieue_proxmox::machine_controller::ProxmoxMachines;
 use banlieue_pve_client::Client;
 use banlieue_testenv::{TestEnv, crds_from_files};
 use k8s_openapi::ByteString;
@@ -165,16 +165,20 @@ async fn main() -> Result<()> {
         calls: calls.clone(),
         client: Default::default(),
     };
-    let ctx = Arc::new(machine_controller::context(
+    let ctx = Arc::new(banlieue_provider_kit::machine::MachineContext::new(
         client.clone(),
-        connector,
-        "local",
+        ProxmoxMachines {
+            connector,
+            reservations: Default::default(),
+            seed_storage: "local".into(),
+        },
         "bench",
     ));
     let run_ctx = ctx.clone();
     let run_ns = ns.clone();
     let controller = tokio::spawn(async move {
-        machine_controller::run(run_ctx, Some(&run_ns), concurrency, std::future::pending()).await;
+        banlieue_provider_kit::machine::run(run_ctx, Some(&run_ns), concurrency, std::future::pending())
+            .await;
     });
 
     let started = Instant::now();
@@ -268,19 +272,24 @@ async fn main() -> Result<()> {
     controller.abort();
     let _ = controller.await;
     let resync_calls_before = calls.load(Ordering::Relaxed);
-    let fresh = Arc::new(machine_controller::context(
+    let connector = CountingConnector {
+        calls: calls.clone(),
+        client: Default::default(),
+    };
+    let fresh = Arc::new(banlieue_provider_kit::machine::MachineContext::new(
         client.clone(),
-        CountingConnector {
-            calls: calls.clone(),
-            client: Default::default(),
+        ProxmoxMachines {
+            connector,
+            reservations: Default::default(),
+            seed_storage: "local".into(),
         },
-        "local",
         "bench",
     ));
     let fresh_ctx = fresh.clone();
     let fresh_ns = ns.clone();
     let resync = tokio::spawn(async move {
-        machine_controller::run(fresh_ctx, Some(&fresh_ns), concurrency, std::future::pending()).await;
+        banlieue_provider_kit::machine::run(fresh_ctx, Some(&fresh_ns), concurrency, std::future::pending())
+            .await;
     });
     let resync_started = Instant::now();
     while fresh.metrics.total("proxmoxmachine") < n as u64

@@ -11,7 +11,7 @@
 
 use banlieue_api::common::FailureDomain;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxClusterEndpoint, ProxmoxMachine};
-use banlieue_provider_kit::cluster::{self as kit, ClusterBackend, ClusterCheck, Problem};
+use banlieue_provider_kit::cluster::{ClusterBackend, ClusterCheck, Problem};
 use banlieue_provider_kit::secrets::ReadSecrets;
 use banlieue_provider_kit::usable;
 
@@ -21,8 +21,6 @@ use crate::error::Error;
 use crate::hypervisor::{Hypervisor, NodeLoad};
 use crate::machine_controller::FIELD_MANAGER;
 
-pub use banlieue_provider_kit::cluster::run;
-
 /// Condition type: Proxmox VE answers with these credentials and they may list nodes and guests.
 pub const PROXMOX_CONNECTED: &str = "ProxmoxConnected";
 
@@ -30,14 +28,6 @@ pub const PROXMOX_CONNECTED: &str = "ProxmoxConnected";
 pub struct ProxmoxClusters<C: Connector> {
     /// Builds hypervisor handles.
     pub connector: C,
-}
-
-/// Shared state of the ProxmoxCluster controller.
-pub type ClusterContext<C> = kit::ClusterContext<ProxmoxClusters<C>>;
-
-/// The ProxmoxCluster controller's context, reporting Events as `reporter`.
-pub fn context<C: Connector>(client: kube::Client, connector: C, reporter: &str) -> ClusterContext<C> {
-    kit::ClusterContext::new(client, ProxmoxClusters { connector }, reporter)
 }
 
 /// The failure domains for `allowed` nodes (all online nodes when empty), sorted by name, and

@@ -13,9 +13,7 @@ use banlieue_api::common::ProvisioningState;
 use banlieue_api::infrastructure::{ProxmoxCluster, ProxmoxMachine, ProxmoxMachineStatus};
 use banlieue_provider_kit::cloud_init;
 use banlieue_provider_kit::cluster::Problem;
-use banlieue_provider_kit::machine::{
-    self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Step, StepFailure,
-};
+use banlieue_provider_kit::machine::{Deleted, Deletion, MachineBackend, Plan, Provision, Step, StepFailure};
 use banlieue_provider_kit::progress::Guest;
 use banlieue_provider_kit::usable;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -31,8 +29,6 @@ use crate::provision::{self, DeleteStep, MachineInput, StepError, VmidReservatio
 use crate::readopt;
 use banlieue_provider_kit::connection::CREDENTIALS_INVALID;
 use banlieue_provider_kit::secrets::ReadSecrets;
-
-pub use banlieue_provider_kit::machine::{WAIT_REQUEUE, run};
 
 /// Finalizer of ProxmoxMachines (and ProxmoxClusters).
 pub const FINALIZER: &str = banlieue_api::common::Backend::Proxmox.finalizer();
@@ -50,24 +46,6 @@ pub struct ProxmoxMachines<C: Connector> {
     pub reservations: VmidReservations,
     /// Storage (content `iso`) for seed ISOs.
     pub seed_storage: String,
-}
-
-/// Shared state of the ProxmoxMachine controller.
-pub type MachineContext<C> = kit::MachineContext<ProxmoxMachines<C>>;
-
-/// The ProxmoxMachine controller's context, reporting Events as `reporter`.
-pub fn context<C: Connector>(
-    client: kube::Client,
-    connector: C,
-    seed_storage: impl Into<String>,
-    reporter: &str,
-) -> MachineContext<C> {
-    let backend = ProxmoxMachines {
-        connector,
-        reservations: VmidReservations::default(),
-        seed_storage: seed_storage.into(),
-    };
-    kit::MachineContext::new(client, backend, reporter)
 }
 
 /// Whether the user data must be readable before this reconcile calls Proxmox (inputs before

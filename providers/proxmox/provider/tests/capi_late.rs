@@ -13,7 +13,7 @@ use banlieue_api::infrastructure::ProxmoxMachine;
 use banlieue_capi::{Cluster, Machine};
 use banlieue_proxmox::fake::FakeConnector;
 use banlieue_proxmox::fake::FakePve;
-use banlieue_proxmox::machine_controller;
+use banlieue_proxmox::machine_controller::ProxmoxMachines;
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -168,16 +168,19 @@ async fn cluster_api_installed_after_start_is_watched_without_a_restart() -> Res
         )
         .await?;
     let pve = FakePve::new(1);
-    let mut ctx = machine_controller::context(
+    let mut ctx = banlieue_provider_kit::machine::MachineContext::new(
         client.clone(),
-        FakeConnector(pve.clone()),
-        "local",
+        ProxmoxMachines {
+            connector: FakeConnector(pve.clone()),
+            reservations: Default::default(),
+            seed_storage: "local".into(),
+        },
         "banlieue-proxmox-test",
     );
     ctx.capi_discovery_interval = Duration::from_millis(500);
     let ctx = Arc::new(ctx);
     let controller = tokio::spawn(async move {
-        machine_controller::run(ctx, Some(NS), 2, std::future::pending()).await;
+        banlieue_provider_kit::machine::run(ctx, Some(NS), 2, std::future::pending()).await;
     });
     // The controller runs without CAPI (standalone only); then CAPI's CRDs are installed.
     tokio::time::sleep(Duration::from_secs(1)).await;

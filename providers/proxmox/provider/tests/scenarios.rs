@@ -107,12 +107,13 @@ use banlieue_capi::generated::cluster::ClusterSpec;
 use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
 use banlieue_capi::{Cluster, Machine};
 use banlieue_cloudinit::SeedFiles;
-use banlieue_proxmox::cluster_controller;
+use banlieue_provider_kit::cluster::ClusterContext;
+use banlieue_proxmox::cluster_controller::ProxmoxClusters;
 use banlieue_proxmox::desired;
 use banlieue_proxmox::fake::FakeConnector;
 use banlieue_proxmox::fake::FakePve;
 use banlieue_proxmox::leader::LeaderElector;
-use banlieue_proxmox::machine_controller::{self, FINALIZER};
+use banlieue_proxmox::machine_controller::{self, FINALIZER, ProxmoxMachines};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -159,17 +160,20 @@ impl Scenario {
 
     /// Starts a controller; returns its task (abort it to "kill" the controller).
     fn start_controller(&self) -> tokio::task::JoinHandle<()> {
-        let mut ctx = machine_controller::context(
+        let mut ctx = banlieue_provider_kit::machine::MachineContext::new(
             self.client.clone(),
-            FakeConnector(self.pve.clone()),
-            "local",
+            ProxmoxMachines {
+                connector: FakeConnector(self.pve.clone()),
+                reservations: Default::default(),
+                seed_storage: "local".into(),
+            },
             "banlieue-proxmox-test",
         );
         ctx.metrics = self.metrics.clone();
         let ctx = Arc::new(ctx);
         let ns = self.ns.clone();
         tokio::spawn(async move {
-            machine_controller::run(ctx, Some(&ns), 4, std::future::pending()).await;
+            banlieue_provider_kit::machine::run(ctx, Some(&ns), 4, std::future::pending()).await;
         })
     }
 
@@ -459,16 +463,15 @@ async fn a_machine_without_owner_is_left_alone() -> Result<()> {
 
 impl Scenario {
     fn start_cluster_controller(&self) -> tokio::task::JoinHandle<()> {
-        let mut ctx = cluster_controller::context(
-            self.client.clone(),
-            FakeConnector(self.pve.clone()),
-            "banlieue-proxmox-test",
-        );
+        let clusters = ProxmoxClusters {
+            connector: FakeConnector(self.pve.clone()),
+        };
+        let mut ctx = ClusterContext::new(self.client.clone(), clusters, "banlieue-proxmox-test");
         ctx.metrics = self.metrics.clone();
         let ctx = Arc::new(ctx);
         let ns = self.ns.clone();
         tokio::spawn(async move {
-            cluster_controller::run(ctx, Some(&ns), 2, std::future::pending()).await;
+            banlieue_provider_kit::cluster::run(ctx, Some(&ns), 2, std::future::pending()).await;
         })
     }
 

@@ -19,7 +19,8 @@ use banlieue_api::infrastructure::{
     ProxmoxCluster, ProxmoxClusterSpec, ProxmoxMachine, ProxmoxMachineSpec, ProxmoxTemplateSource,
 };
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_proxmox::cluster_controller;
+use banlieue_provider_kit::cluster::ClusterContext;
+use banlieue_proxmox::cluster_controller::ProxmoxClusters;
 use banlieue_proxmox::credentials::ClientConnector;
 use banlieue_proxmox::machine_controller::{FINALIZER, VM_UP_TO_DATE};
 use banlieue_pve_sim::{SimConfig, SimHandle};
@@ -780,14 +781,17 @@ async fn a_provider_of_another_backend_is_reported_on_the_cluster() -> Result<()
     pxc.metadata.owner_references = Some(vec![owner_ref(&provider)?]);
     let pxcs: Api<ProxmoxCluster> = Api::namespaced(client.clone(), ns.name());
     pxcs.create(&PostParams::default(), &pxc).await?;
-    let ctx = Arc::new(cluster_controller::context(
+    let clusters = ProxmoxClusters {
+        connector: ClientConnector::default(),
+    };
+    let ctx = Arc::new(ClusterContext::new(
         client.clone(),
-        ClientConnector::default(),
+        clusters,
         "banlieue-proxmox-test",
     ));
     let ns_name = ns.name().to_owned();
     let controller = tokio::spawn(async move {
-        cluster_controller::run(ctx, Some(&ns_name), 2, std::future::pending()).await;
+        banlieue_provider_kit::cluster::run(ctx, Some(&ns_name), 2, std::future::pending()).await;
     });
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     loop {
@@ -831,14 +835,17 @@ async fn wait_for_cluster_ready(
     what: &str,
     done: impl Fn(&banlieue_api::condition::Condition) -> bool,
 ) -> Result<banlieue_api::condition::Condition> {
-    let ctx = Arc::new(cluster_controller::context(
+    let clusters = ProxmoxClusters {
+        connector: ClientConnector::default(),
+    };
+    let ctx = Arc::new(ClusterContext::new(
         client.clone(),
-        ClientConnector::default(),
+        clusters,
         "banlieue-proxmox-test",
     ));
     let ns_name = ns.to_owned();
     let controller = tokio::spawn(async move {
-        cluster_controller::run(ctx, Some(&ns_name), 2, std::future::pending()).await;
+        banlieue_provider_kit::cluster::run(ctx, Some(&ns_name), 2, std::future::pending()).await;
     });
     let pxcs: Api<ProxmoxCluster> = Api::namespaced(client.clone(), ns);
     let deadline = tokio::time::Instant::now() + TIMEOUT;

@@ -172,34 +172,10 @@ pub async fn read(path: &Path) -> Result<Ova, OvaError> {
     })
 }
 
-/// A ustar archive of `files` (path, content), as an OVA is packed: for tests and tools.
-pub fn pack(files: &[(&str, &[u8])]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (name, content) in files {
-        let mut header = [0u8; BLOCK as usize];
-        header[..name.len().min(100)].copy_from_slice(&name.as_bytes()[..name.len().min(100)]);
-        header[100..107].copy_from_slice(b"0000644");
-        header[108..115].copy_from_slice(b"0000000");
-        header[116..123].copy_from_slice(b"0000000");
-        header[124..135].copy_from_slice(format!("{:011o}", content.len()).as_bytes());
-        header[136..147].copy_from_slice(b"00000000000");
-        header[156] = b'0';
-        header[257..263].copy_from_slice(b"ustar\0");
-        header[263..265].copy_from_slice(b"00");
-        header[148..156].copy_from_slice(b"        ");
-        let sum: u32 = header.iter().map(|&b| u32::from(b)).sum();
-        header[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
-        out.extend_from_slice(&header);
-        out.extend_from_slice(content);
-        out.resize(out.len().div_ceil(BLOCK as usize) * BLOCK as usize, 0);
-    }
-    out.resize(out.len() + 2 * BLOCK as usize, 0);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use banlieue_testenv::files::ustar as pack;
 
     #[tokio::test]
     async fn the_descriptor_and_the_disks_are_found_where_they_lie() {

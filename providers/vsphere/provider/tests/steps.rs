@@ -513,7 +513,7 @@ const OVF: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 "#;
 
 fn ova(disk: &[u8]) -> Vec<u8> {
-    banlieue_vsphere::ova::pack(&[("noble.ovf", OVF.as_bytes()), ("disk-0.vmdk", disk)])
+    banlieue_testenv::files::ustar(&[("noble.ovf", OVF.as_bytes()), ("disk-0.vmdk", disk)])
 }
 
 fn image_spec(url: &str, checksum: &str) -> Result<VSphereMachineSpec> {

@@ -487,6 +487,33 @@ async fn the_guest_network_is_matched_by_the_macs_vcenter_assigned() -> Result<(
     Ok(())
 }
 
+/// The networks of a machine in a failure domain are looked up in the datacenter it is placed in,
+/// the failure domain's (here neither the machine nor the cluster names one).
+#[tokio::test]
+async fn the_networks_of_a_machine_in_a_failure_domain_are_the_failure_domains_datacenters() -> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let cluster = VSphereCluster::new(
+        "c",
+        serde_json::from_value(json!({
+            "failureDomains": [{"name": "fd1", "datacenter": "DC0", "computeCluster": "DC0_C0"}],
+        }))?,
+    );
+    let mut s = spec()?;
+    s.resource_pool = None;
+    s.networks = serde_json::from_value(json!([{"name": "ens192", "network": "VM Network"}]))?;
+    let input = MachineInput {
+        failure_domain: Some("fd1"),
+        ..input(OLD_UID, "fd-net-1", &s, &cluster)
+    };
+    let steps = drive(&c, &input, Phase::Clone, b"#cloud-config\n").await?;
+    let Some(Phase::Provisioned(vm, None)) = steps.last().map(|s| s.phase.clone()) else {
+        bail!("not provisioned");
+    };
+    let info = c.vm_info(&vm).await?.context("VM gone")?;
+    ensure!(info.hardware.nics.len() == 1, "{:?}", info.hardware.nics);
+    Ok(())
+}
+
 /// A one-disk OVF descriptor as exporters write it (`disk-0.vmdk`, 1 GiB).
 const OVF: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1" xmlns:ovf="http://schemas.dmtf.org/ovf/envelope/1" xmlns:rasd="http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_ResourceAllocationSettingData" xmlns:vssd="http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_VirtualSystemSettingData" xmlns:vmw="http://www.vmware.com/schema/ovf">

@@ -57,15 +57,9 @@ impl CloudInit {
         match serde_json::from_str::<ResultFile>(content) {
             Ok(result) if result.v1.errors.is_empty() => Self::Done,
             Ok(result) => {
-                let errors: Vec<String> = result
-                    .v1
-                    .errors
-                    .iter()
-                    .map(|e| match e {
-                        serde_json::Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    })
-                    .collect();
+                // An error as its text (a string's without the quotes).
+                let text = |e: &serde_json::Value| e.as_str().map_or_else(|| e.to_string(), str::to_owned);
+                let errors: Vec<String> = result.v1.errors.iter().map(text).collect();
                 Self::Failed(shorten(&errors.join("; ")))
             }
             Err(e) => Self::Failed(format!("{RESULT_FILE} cannot be read: {e}")),

@@ -29,10 +29,10 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use banlieue_api::banlieue::VirtualMachine;
-use banlieue_api::common::{MachineAddress, PowerState, ProvisioningState};
+use banlieue_api::common::{MachineAddress, ProvisioningState};
 use banlieue_api::condition;
 use banlieue_api::infrastructure::kinds::{ContractStatus, InfraMachine, InfraMachineStatus};
 use banlieue_api::support;
@@ -216,33 +216,6 @@ impl Report {
     /// ([`crate::progress::Progress::into_step`]).
     pub fn restart_required(why: String) -> Self {
         Self::new(false, condition::RESTART_REQUIRED, why)
-    }
-
-    /// `Ready` of a provisioned VM, one rule for every hypervisor: False
-    /// [`condition::POWERED_OFF`] while the VM `vm` is `observed` off (not known: counted as on;
-    /// `desired`, the spec's power state, says whether the provider starts it), else False while
-    /// the guest's cloud-init has not finished ([`crate::cloud_init::Wait::not_ready`]: `now` is
-    /// its report when this step asked, `skip` the spec's opt-out), else True
-    /// [`condition::PROVISIONED`].
-    pub fn provisioned(
-        vm: &str,
-        observed: Option<PowerState>,
-        desired: Option<PowerState>,
-        cloud_init: &crate::cloud_init::Wait,
-        now: Option<&crate::cloud_init::CloudInit>,
-        skip: bool,
-    ) -> Self {
-        if observed == Some(PowerState::Off) {
-            return Self::new(
-                false,
-                condition::POWERED_OFF,
-                condition::powered_off_message(vm, desired),
-            );
-        }
-        match cloud_init.not_ready(now, skip, vm) {
-            Some((reason, message)) => Self::new(false, reason, message),
-            None => Self::new(true, condition::PROVISIONED, ""),
-        }
     }
 }
 
@@ -553,7 +526,7 @@ struct Settled {
     /// The machine's [`read_state`] after that write.
     state: u64,
     /// When the backend asked to look again.
-    until: std::time::Instant,
+    until: Instant,
 }
 
 impl Settled {
@@ -562,7 +535,7 @@ impl Settled {
     /// not come (a reconcile woken by the provider's own status write, by a VirtualMachine status
     /// write, by a Secret, by a write that changed only managed fields: nothing to ask the
     /// hypervisor).
-    fn wait(&self, state: u64, now: std::time::Instant) -> Option<Duration> {
+    fn wait(&self, state: u64, now: Instant) -> Option<Duration> {
         (self.state == state && now < self.until).then(|| self.until - now)
     }
 }
@@ -614,7 +587,7 @@ impl<B: MachineBackend> MachineContext<B> {
     /// ([`Settled::wait`]).
     fn settled_wait(&self, uid: &str, state: u64) -> Option<Duration> {
         let settled = crate::lock(&self.settled);
-        settled.get(uid)?.wait(state, std::time::Instant::now())
+        settled.get(uid)?.wait(state, Instant::now())
     }
 
     /// Records (or, `None`, forgets) that machine `uid` is settled.
@@ -629,20 +602,6 @@ impl<B: MachineBackend> MachineContext<B> {
     fn backoffs(&self) -> std::sync::MutexGuard<'_, Backoffs> {
         crate::lock(&self.backoffs)
     }
-
-    /// The next backoff of the object `uid` after a failed reconcile.
-    fn backoff(&self, uid: &str) -> Duration {
-        self.backoffs().next(uid, std::time::Instant::now())
-    }
-
-    /// The next backoff of `uid`, for a successful step that asked for it ([`Step::backoff`]).
-    fn step_backoff(&self, uid: &str) -> Duration {
-        self.backoffs().hold(uid, std::time::Instant::now())
-    }
-
-    fn reset_backoff(&self, uid: &str) {
-        self.backoffs().succeeded(uid);
-    }
 }
 
 /// Per-object backoff: 2 s, 4 s, … 256 s, then 5 min, counted over consecutive failures of the
@@ -653,7 +612,7 @@ impl<B: MachineBackend> MachineContext<B> {
 #[derive(Debug, Default)]
 struct Backoffs {
     /// Failures counted, and when the current delay ends.
-    failures: HashMap<String, (u32, std::time::Instant)>,
+    failures: HashMap<String, (u32, Instant)>,
     /// Objects whose last successful reconcile asked for a backoff: their count survives it.
     held: std::collections::HashSet<String>,
 }
@@ -661,7 +620,7 @@ struct Backoffs {
 impl Backoffs {
     /// Counts one more failure of `uid` at `now` (unless its current delay is not over); its
     /// delay.
-    fn next(&mut self, uid: &str, now: std::time::Instant) -> Duration {
+    fn next(&mut self, uid: &str, now: Instant) -> Duration {
         let (n, due) = self.failures.entry(uid.to_owned()).or_insert((0, now));
         if *n > 0 && now < *due {
             return *due - now;
@@ -673,7 +632,7 @@ impl Backoffs {
     }
 
     /// [`Self::next`], kept through the success that reports it.
-    fn hold(&mut self, uid: &str, now: std::time::Instant) -> Duration {
+    fn hold(&mut self, uid: &str, now: Instant) -> Duration {
         self.held.insert(uid.to_owned());
         self.next(uid, now)
     }
@@ -696,14 +655,12 @@ pub fn user_data_from(
     for_vm: bool,
     namespace: &str,
 ) -> std::result::Result<BootstrapData, (Problem, Duration)> {
-    let (name, key) = match source {
-        BootstrapSource::Empty | BootstrapSource::Pending => {
-            return Ok(BootstrapData {
-                format: BootstrapFormat::CloudConfig,
-                value: Vec::new(),
-            });
-        }
-        BootstrapSource::Secret { name, key } => (name, key),
+    let cloud_config = |value| BootstrapData {
+        format: BootstrapFormat::CloudConfig,
+        value,
+    };
+    let BootstrapSource::Secret { name, key } = source else {
+        return Ok(cloud_config(Vec::new()));
     };
     let Some(secret) = secret else {
         let reason = if for_vm {
@@ -711,37 +668,20 @@ pub fn user_data_from(
         } else {
             BOOTSTRAP_DATA_SECRET_NOT_FOUND
         };
-        return Err((
-            Problem::new(
-                reason,
-                format!(
-                    "Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists"
-                ),
-            ),
-            WAIT_REQUEUE,
-        ));
+        let message =
+            format!("Secret {namespace}/{name} (key {key:?}) not found; the VM is created once it exists");
+        return Err((Problem::new(reason, message), WAIT_REQUEUE));
     };
     let invalid = |message: String| (Problem::new(BOOTSTRAP_DATA_INVALID, message), PERMANENT_RETRY);
     if key == BOOTSTRAP_VALUE_KEY {
         return BootstrapData::from_secret(secret).map_err(|e| invalid(e.to_string()));
     }
-    let value = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(key))
-        .map(|v| v.0.clone())
-        .or_else(|| {
-            secret
-                .string_data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|v| v.clone().into_bytes())
-        })
+    let from_data = || Some(secret.data.as_ref()?.get(key)?.0.clone());
+    let from_string_data = || Some(secret.string_data.as_ref()?.get(key)?.clone().into_bytes());
+    let value = from_data()
+        .or_else(from_string_data)
         .ok_or_else(|| invalid(format!("Secret {namespace}/{name} has no key {key:?}")))?;
-    Ok(BootstrapData {
-        format: BootstrapFormat::CloudConfig,
-        value,
-    })
+    Ok(cloud_config(value))
 }
 
 /// Reads the user data of `source` (its Secret recorded in `secrets` first: a missing one is
@@ -878,7 +818,7 @@ pub async fn reconcile<B: MachineBackend>(
 ) -> Result<Action> {
     let res = reconcile_inner::<B>(&obj, &ctx).await;
     match &res {
-        Ok(_) => ctx.reset_backoff(obj.uid().as_deref().unwrap_or_default()),
+        Ok(_) => ctx.backoffs().succeeded(obj.uid().as_deref().unwrap_or_default()),
         Err(e) => warn!(error = %e, "reconcile failed"),
     }
     res
@@ -889,7 +829,8 @@ fn error_policy<B: MachineBackend>(
     _err: &Error,
     ctx: Arc<MachineContext<B>>,
 ) -> Action {
-    Action::requeue(ctx.backoff(obj.uid().as_deref().unwrap_or_default()))
+    let uid = obj.uid().unwrap_or_default();
+    Action::requeue(ctx.backoffs().next(&uid, Instant::now()))
 }
 
 async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineContext<B>) -> Result<Action> {
@@ -966,18 +907,14 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
         return delete::<B>(ctx, &write, &view.infra_cluster, new, &secrets).await;
     }
     write.finalizer(true).await?;
-    let cluster = match &view.infra_cluster {
-        InfraCluster::Ready(cluster) => cluster.as_ref(),
-        InfraCluster::NotProvisioned(_) => {
-            let why = view.infra_cluster.usable().err().unwrap_or_default();
-            return write
-                .wait(new, WAITING_FOR_CLUSTER_INFRASTRUCTURE, why, ctx.wait_requeue)
-                .await;
-        }
-        InfraCluster::Missing(why) => {
-            return write
-                .wait(new, WAITING_FOR_CLUSTER, why.clone(), ctx.wait_requeue)
-                .await;
+    let cluster = match view.infra_cluster.usable() {
+        Ok(cluster) => cluster,
+        Err(why) => {
+            let reason = match view.infra_cluster {
+                InfraCluster::Missing(_) => WAITING_FOR_CLUSTER,
+                _ => WAITING_FOR_CLUSTER_INFRASTRUCTURE,
+            };
+            return write.wait(new, reason, why, ctx.wait_requeue).await;
         }
     };
     let (plan, phase) = match ctx.backend.plan(&machine) {
@@ -1173,15 +1110,9 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             // A provisioned VM that is gone is not up to date either (never a stale True).
             let gone =
                 B::UP_TO_DATE_CONDITION.filter(|_| problem && plan.provisioned && reason == VM_NOT_FOUND);
+            let report = Report::new(false, reason, message.clone());
             for type_ in std::iter::once(type_).chain(gone) {
-                status::set(
-                    new.conditions_mut(),
-                    type_,
-                    false,
-                    reason,
-                    message.clone(),
-                    generation,
-                );
+                report.set_in(new.conditions_mut(), type_, generation);
             }
             write.status(&new).await?;
             write.transitions(earlier_events).await;
@@ -1301,13 +1232,10 @@ async fn apply_step<B: MachineBackend>(
         }
         new.set_provisioned(true);
     }
-    let day2_problem = match (&step.up_to_date, B::UP_TO_DATE_CONDITION) {
-        (Some(report), Some(type_)) if !report.ok => condition::find(new.conditions(), type_)
-            .is_none_or(|c| c.reason != report.reason)
-            .then_some(report),
-        _ => None,
-    };
+    let mut day2_problem = None;
     if let (Some(report), Some(type_)) = (&step.up_to_date, B::UP_TO_DATE_CONDITION) {
+        let appears = condition::find(new.conditions(), type_).is_none_or(|c| c.reason != report.reason);
+        day2_problem = (!report.ok && appears).then_some(report);
         report.set_in(new.conditions_mut(), type_, generation);
     }
     let reason_changed =
@@ -1330,7 +1258,7 @@ async fn apply_step<B: MachineBackend>(
             Some(written) => read_state(written, written.status()),
             None => read_state(&machine, Some(&new)),
         },
-        until: std::time::Instant::now() + step.requeue,
+        until: Instant::now() + step.requeue,
     });
     write.ctx.settle(&uid, settled);
     let mut events = earlier_events;
@@ -1339,24 +1267,17 @@ async fn apply_step<B: MachineBackend>(
     // A Warning when the problem appears: on the day-2 condition when it carries it, else on
     // `Ready`. A guest's cloud-init that failed is one on every backend.
     let cloud_init_failed = step.ready.reason == crate::cloud_init::CLOUD_INIT_FAILED;
-    if step.warning || cloud_init_failed {
-        match day2_problem {
-            Some(report) => {
-                write
-                    .event(EventType::Warning, report.reason, report.message.clone())
-                    .await;
-            }
-            // (A provisioned machine's `Ready` problem is its guest's cloud-init failing.)
-            None if reason_changed && !step.ready.ok && (step.up_to_date.is_none() || cloud_init_failed) => {
-                write
-                    .event(EventType::Warning, step.ready.reason, step.ready.message)
-                    .await;
-            }
-            None => {}
-        }
+    // (A provisioned machine's `Ready` problem is its guest's cloud-init failing.)
+    let ready_problem = reason_changed && !step.ready.ok && (step.up_to_date.is_none() || cloud_init_failed);
+    if (step.warning || cloud_init_failed)
+        && let Some(report) = day2_problem.or(ready_problem.then_some(&step.ready))
+    {
+        write
+            .event(EventType::Warning, report.reason, report.message.clone())
+            .await;
     }
     if step.backoff {
-        return Ok(Action::requeue(write.ctx.step_backoff(&uid)));
+        return Ok(Action::requeue(write.ctx.backoffs().hold(&uid, Instant::now())));
     }
     Ok(Action::requeue(step.requeue.max(Duration::from_millis(50))))
 }
@@ -1566,52 +1487,6 @@ mod tests {
             problem.message,
             "status.provisioning is inconsistent: state Deleting is not a provisioning state"
         );
-    }
-
-    #[test]
-    fn a_provisioned_vm_is_ready_only_while_it_runs_and_its_cloud_init_is_done() {
-        use crate::cloud_init::{CloudInit, Wait};
-        use PowerState::{Off, On};
-        let wait = Wait::recorded(&[]);
-        let ready = |observed, desired, now: Option<&CloudInit>| {
-            Report::provisioned("VM 7", observed, desired, &wait, now, false)
-        };
-        assert_eq!(
-            ready(Some(On), Some(On), Some(&CloudInit::Done)),
-            Report::new(true, condition::PROVISIONED, "")
-        );
-        assert!(
-            ready(None, Some(On), None).ok,
-            "a power state not observed yet counts as on"
-        );
-        // Still running while a shutdown is asked for: ready until it is really off.
-        assert!(ready(Some(On), Some(Off), None).ok);
-        let off = ready(Some(Off), Some(Off), None);
-        assert_eq!((off.ok, off.reason), (false, condition::POWERED_OFF));
-        assert!(
-            off.message
-                .starts_with("VM 7 is powered off because spec.powerState is Off"),
-            "{}",
-            off.message
-        );
-        let starting = ready(Some(Off), Some(On), Some(&CloudInit::Running));
-        assert_eq!(
-            starting.reason,
-            condition::POWERED_OFF,
-            "off wins over the guest's cloud-init"
-        );
-        assert!(
-            starting.message.ends_with("(see condition VMUpToDate)"),
-            "{}",
-            starting.message
-        );
-        let booting = ready(Some(On), Some(On), Some(&CloudInit::Running));
-        assert_eq!(
-            (booting.ok, booting.reason),
-            (false, crate::cloud_init::WAITING_FOR_CLOUD_INIT)
-        );
-        let skipped = Report::provisioned("VM 7", None, None, &wait, Some(&CloudInit::Running), true);
-        assert!(skipped.ok, "a skipped check never holds the machine back");
     }
 
     #[test]

@@ -251,13 +251,8 @@ pub fn network_config(
             mtu: net.mtu,
             ..Ethernet::default()
         };
-        family_config(
-            &mut eth,
-            net.ipv4.as_ref().unwrap_or(&IpAddressing::default()),
-            false,
-            &net.name,
-            pool,
-        )?;
+        let ipv4 = net.ipv4.clone().unwrap_or_default();
+        family_config(&mut eth, &ipv4, false, &net.name, pool)?;
         if let Some(v6) = &net.ipv6 {
             family_config(&mut eth, v6, true, &net.name, pool)?;
         }

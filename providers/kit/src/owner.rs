@@ -34,23 +34,6 @@ pub enum Owner {
     VirtualMachine(String),
 }
 
-impl Owner {
-    /// `Machine` or `VirtualMachine`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Self::Machine(_) => standalone::CAPI_MACHINE_KIND,
-            Self::VirtualMachine(_) => standalone::VIRTUAL_MACHINE_KIND,
-        }
-    }
-
-    /// Name of the owner object.
-    pub fn name(&self) -> &str {
-        match self {
-            Self::Machine(n) | Self::VirtualMachine(n) => n,
-        }
-    }
-}
-
 /// The machine's controlling owner (`controller: true`) when it is a CAPI Machine or a banlieue
 /// VirtualMachine; `None` for anything else (such a machine is left alone).
 pub fn controlling_owner(meta: &ObjectMeta) -> Option<Owner> {

@@ -87,19 +87,6 @@ impl<P, X: Default> Progress<P, X> {
     }
 }
 
-impl<P, X> Progress<P, X> {
-    /// Waiting for the image import `how_far` describes ([`IMPORTING_IMAGE`], looked at again
-    /// after [`IMPORT_POLL`]).
-    pub fn importing(self, how_far: String) -> Self {
-        Self {
-            requeue: IMPORT_POLL,
-            waiting: Some(how_far),
-            waiting_reason: Some(IMPORTING_IMAGE),
-            ..self
-        }
-    }
-}
-
 /// The `status.provisioning` of a phase at `state` with the hypervisor task `task_id` in flight:
 /// the task's start time is kept only while the same task is recorded; no message.
 pub fn provisioning(
@@ -118,7 +105,7 @@ pub fn provisioning(
     }
 }
 
-/// How a provisioned VM's `Ready` is decided ([`Report::provisioned`]).
+/// How a provisioned VM's `Ready` is decided ([`Guest::ready`]).
 #[derive(Clone, Copy, Debug)]
 pub struct Guest<'a> {
     /// The VM as messages name it (`VM 104`, `domain default-web`).
@@ -131,7 +118,36 @@ pub struct Guest<'a> {
     pub skip_cloud_init: bool,
 }
 
+impl Guest<'_> {
+    /// `Ready` of this provisioned VM, one rule for every hypervisor: False
+    /// [`condition::POWERED_OFF`] while it is observed off (not known: counted as on; `desired`
+    /// says whether the provider starts it), else False while the guest's cloud-init has not
+    /// finished ([`Wait::not_ready`]: `now` is its report when this step asked), else True
+    /// [`condition::PROVISIONED`].
+    pub fn ready(&self, wait: &Wait, now: Option<&CloudInit>) -> Report {
+        if self.observed == Some(PowerState::Off) {
+            let message = condition::powered_off_message(self.name, self.desired);
+            return Report::new(false, condition::POWERED_OFF, message);
+        }
+        match wait.not_ready(now, self.skip_cloud_init, self.name) {
+            Some((reason, message)) => Report::new(false, reason, message),
+            None => Report::new(true, condition::PROVISIONED, ""),
+        }
+    }
+}
+
 impl<P, X> Progress<P, X> {
+    /// Waiting for the image import `how_far` describes ([`IMPORTING_IMAGE`], looked at again
+    /// after [`IMPORT_POLL`]).
+    pub fn importing(self, how_far: String) -> Self {
+        Self {
+            requeue: IMPORT_POLL,
+            waiting: Some(how_far),
+            waiting_reason: Some(IMPORTING_IMAGE),
+            ..self
+        }
+    }
+
     /// With a Normal Event.
     pub fn event(mut self, reason: &'static str, message: impl Into<String>) -> Self {
         self.events.push((reason, message.into()));
@@ -154,7 +170,7 @@ impl<P, X> Progress<P, X> {
     }
 
     /// The kit's step, by one rule for every backend. `guest`: the VM is provisioned (`Ready`
-    /// is [`Report::provisioned`], a failed task goes to the day-2 condition); else `Ready`
+    /// is [`Guest::ready`], a failed task goes to the day-2 condition); else `Ready`
     /// says the failed task, or waits with the step's reason (`phase_reason` unless the step
     /// says one). A failed task, a change waiting for a restart or a problem the backend flags
     /// is a Warning; a busy hypervisor backs off; a wait on cloud-init polls at its pace.
@@ -170,14 +186,7 @@ impl<P, X> Progress<P, X> {
             .as_ref()
             .map(|f| Report::new(false, f.reason, f.message.clone()));
         let ready = match (&guest, &failed) {
-            (Some(g), _) => Report::provisioned(
-                g.name,
-                g.observed,
-                g.desired,
-                wait,
-                self.cloud_init.as_ref(),
-                g.skip_cloud_init,
-            ),
+            (Some(g), _) => g.ready(wait, self.cloud_init.as_ref()),
             (None, Some(failed)) => failed.clone(),
             (None, None) => Report::new(
                 false,
@@ -209,6 +218,57 @@ impl<P, X> Progress<P, X> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_provisioned_vm_is_ready_only_while_it_runs_and_its_cloud_init_is_done() {
+        use crate::cloud_init::{CloudInit, Wait};
+        use PowerState::{Off, On};
+        let wait = Wait::recorded(&[]);
+        let guest = |observed, desired, skip_cloud_init| Guest {
+            name: "VM 7",
+            observed,
+            desired,
+            skip_cloud_init,
+        };
+        let ready =
+            |observed, desired, now: Option<&CloudInit>| guest(observed, desired, false).ready(&wait, now);
+        assert_eq!(
+            ready(Some(On), Some(On), Some(&CloudInit::Done)),
+            Report::new(true, condition::PROVISIONED, "")
+        );
+        assert!(
+            ready(None, Some(On), None).ok,
+            "a power state not observed yet counts as on"
+        );
+        // Still running while a shutdown is asked for: ready until it is really off.
+        assert!(ready(Some(On), Some(Off), None).ok);
+        let off = ready(Some(Off), Some(Off), None);
+        assert_eq!((off.ok, off.reason), (false, condition::POWERED_OFF));
+        assert!(
+            off.message
+                .starts_with("VM 7 is powered off because spec.powerState is Off"),
+            "{}",
+            off.message
+        );
+        let starting = ready(Some(Off), Some(On), Some(&CloudInit::Running));
+        assert_eq!(
+            starting.reason,
+            condition::POWERED_OFF,
+            "off wins over the guest's cloud-init"
+        );
+        assert!(
+            starting.message.ends_with("(see condition VMUpToDate)"),
+            "{}",
+            starting.message
+        );
+        let booting = ready(Some(On), Some(On), Some(&CloudInit::Running));
+        assert_eq!(
+            (booting.ok, booting.reason),
+            (false, crate::cloud_init::WAITING_FOR_CLOUD_INIT)
+        );
+        let skipped = guest(None, None, true).ready(&wait, Some(&CloudInit::Running));
+        assert!(skipped.ok, "a skipped check never holds the machine back");
+    }
 
     #[test]
     fn a_task_start_time_is_kept_only_while_the_same_task_is_recorded() {

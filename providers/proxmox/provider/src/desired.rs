@@ -15,6 +15,8 @@ use banlieue_pve_client::{ConfigUpdate, DiskSpec, NetDevice, Size, VmConfig};
 
 use banlieue_provider_kit::network::PoolAddresses;
 
+use crate::hardware::disk_at;
+
 /// Prefix of the tag put on every VM this provider creates; the owner's UID follows.
 pub const OWNER_TAG_PREFIX: &str = "banlieue-uid-";
 /// A label key's name part as a tag: after the prefix (`cluster.x-k8s.io/cluster-name` →
@@ -360,12 +362,6 @@ fn new_disks(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<Vec<(String
         out.push((disk.name.clone(), format!("{storage}:{}", disk.size_gib)));
     }
     Ok(out)
-}
-
-/// The disk (not a CD-ROM) in `slot` of the VM, if there is one.
-pub fn disk_at(actual: &VmConfig, slot: &str) -> Option<DiskSpec> {
-    let disk: DiskSpec = actual.get(slot)?.parse().ok()?;
-    (!disk.is_cdrom()).then_some(disk)
 }
 
 /// The boot disk slot of a VM: the `bootdisk`/first `boot: order=` entry, else the first of

@@ -6,7 +6,7 @@
 
 use banlieue_api::common::Firmware;
 use banlieue_api::infrastructure::ProxmoxMachineSpec;
-use banlieue_pve_client::{ConfigUpdate, VmConfig};
+use banlieue_pve_client::{ConfigUpdate, DiskSpec, VmConfig};
 
 /// The drive keys tried, in order, for the boot disk's storage when the spec names none.
 const BOOT_DISK_KEYS: [&str; 4] = ["scsi0", "virtio0", "sata0", "ide0"];
@@ -21,7 +21,7 @@ fn volume_storage(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<String
         .map(|d| d.name.as_str())
         .into_iter()
         .chain(BOOT_DISK_KEYS)
-        .filter_map(|key| crate::desired::disk_at(actual, key))
+        .filter_map(|key| disk_at(actual, key))
         .find_map(|d| d.storage().map(str::to_owned))
         .ok_or_else(|| "no storage for the EFI disk or TPM state: set spec.storage".to_owned())
 }
@@ -119,6 +119,12 @@ pub fn hardware_update(spec: &ProxmoxMachineSpec, actual: &VmConfig) -> Result<C
         update = update.set("machine", "q35");
     }
     Ok(update)
+}
+
+/// The disk (not a CD-ROM) in `slot` of the VM, if there is one.
+pub fn disk_at(actual: &VmConfig, slot: &str) -> Option<DiskSpec> {
+    let disk: DiskSpec = actual.get(slot)?.parse().ok()?;
+    (!disk.is_cdrom()).then_some(disk)
 }
 
 #[cfg(test)]

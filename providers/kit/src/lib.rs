@@ -56,4 +56,10 @@ pub fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// `items` one after the other, `separator` between them (for messages).
+pub fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>, separator: &str) -> String {
+    let items: Vec<String> = items.into_iter().map(|i| i.to_string()).collect();
+    items.join(separator)
+}
+
 pub use error::{Error, ReconcileError, Result};

@@ -989,11 +989,7 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
                 let message = format!(
                     "bootstrap data format {} is not supported: {kind}s are bootstrapped from {}",
                     data.format,
-                    B::BOOTSTRAP_FORMATS
-                        .iter()
-                        .map(|f| f.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" or ")
+                    crate::join(B::BOOTSTRAP_FORMATS.iter().map(|f| f.as_str()), " or ")
                 );
                 return write
                     .wait(new, BOOTSTRAP_DATA_INVALID, message, PERMANENT_RETRY)

@@ -136,11 +136,7 @@ pub fn recorded(provider: &Provider) -> BTreeSet<Owned> {
 }
 
 fn record(owned: &BTreeSet<Owned>) -> String {
-    owned
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    crate::join(owned, ", ")
 }
 
 /// What one reconcile of a Provider does, in this order: record and hold (`hold`: the

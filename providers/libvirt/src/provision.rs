@@ -34,14 +34,9 @@ pub use banlieue_provider_kit::machine::PERMANENT_RETRY;
 pub use crate::error::StepError;
 use crate::error::step_error;
 
-/// Wraps a libvirt error: "invalid input" kinds become permanent failures of `phase`.
 /// The hosts' names, for a message.
 fn known<H>(hosts: &[Host<H>]) -> String {
-    hosts
-        .iter()
-        .map(|h| h.name.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
+    banlieue_provider_kit::join(hosts.iter().map(|h| &h.name), ", ")
 }
 
 /// A hypervisor error of `phase` as its step's error (the phase's failure reason).

@@ -40,13 +40,12 @@ pub fn spread(pxc: &ProxmoxCluster) -> bool {
 /// The endpoint of `spec.endpoints` named `name`, or why there is none.
 pub fn named<'a>(pxc: &'a ProxmoxCluster, name: &str) -> Result<&'a ProxmoxClusterEndpoint, Problem> {
     pxc.spec.endpoints.iter().find(|e| e.name == name).ok_or_else(|| {
-        let known: Vec<&str> = pxc.spec.endpoints.iter().map(|e| e.name.as_str()).collect();
         Problem::new(
             FAILURE_DOMAIN_NOT_FOUND,
             format!(
                 "failure domain {name:?} is not one of ProxmoxCluster {}'s spec.endpoints (known: {})",
                 pxc.name_any(),
-                known.join(", ")
+                banlieue_provider_kit::join(pxc.spec.endpoints.iter().map(|e| &e.name), ", ")
             ),
         )
     })

@@ -21,7 +21,7 @@ use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningSt
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
 use banlieue_provider_kit::cloud_init::{self, CloudInit};
-use banlieue_provider_kit::lock;
+use banlieue_provider_kit::{join, lock};
 use banlieue_pve_client::{CloneRequest, ErrorClass, PendingConfig, SizeChange, TaskOutcome, Upid};
 
 use crate::desired::{self, ConfigureAction};
@@ -234,10 +234,7 @@ pub fn find_template(
                         "the template with {} is kept once per node (on {}), but not on node {node}, \
                          where this machine is placed",
                         wanted(),
-                        many.iter()
-                            .map(|g| g.node.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
+                        join(many.iter().map(|g| &g.node), ", ")
                     ),
                 )),
             }
@@ -248,10 +245,7 @@ pub fn find_template(
                 "{} templates match {} (VMIDs {}): make the selector unique",
                 many.len(),
                 wanted(),
-                many.iter()
-                    .map(|g| g.vmid.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                join(many.iter().map(|g| g.vmid), ", ")
             ),
         )),
     }
@@ -669,6 +663,10 @@ async fn update_step<H: Hypervisor>(
         ProvisioningState::PoweringOn => "PoweringOn",
         _ => "Reconfiguring",
     };
+    let again = |to: VmLocation| match &in_flight {
+        Some((state, _)) => Phase::Update(to, *state, None),
+        None => Phase::Provisioned(to),
+    };
     if let Some((state, Some(upid))) = &in_flight {
         match poll_task(hv, reason, upid).await? {
             Polled::Done => {}
@@ -683,14 +681,7 @@ async fn update_step<H: Hypervisor>(
                     )
                 });
             }
-            Polled::Failed(text) => {
-                return Ok(task_failed(
-                    Phase::Update(loc.clone(), *state, None),
-                    reason,
-                    upid,
-                    &text,
-                ));
-            }
+            Polled::Failed(text) => return Ok(task_failed(again(loc.clone()), reason, upid, &text)),
         }
     }
     let gone = || {
@@ -701,10 +692,6 @@ async fn update_step<H: Hypervisor>(
                 loc.vmid, loc.node
             ),
         )
-    };
-    let again = |to: VmLocation| match &in_flight {
-        Some((state, _)) => Phase::Update(to, *state, None),
-        None => Phase::Provisioned(to),
     };
     let Some(run) = hv.vm_run_state(&loc.node, loc.vmid).await.map_err(pve)? else {
         return follow_moved(hv, input, &loc, reason, again)
@@ -807,13 +794,7 @@ async fn update_step<H: Hypervisor>(
             Ok(start(ProvisioningState::Configuring, upid, why.clone()).event("Resizing", why))
         }
         UpdateAction::Apply(update) => {
-            let keys: Vec<&str> = update
-                .set
-                .keys()
-                .map(String::as_str)
-                .chain(update.delete.iter().map(String::as_str))
-                .collect();
-            let why = format!("applying {}", keys.join(", "));
+            let why = format!("applying {}", join(update.set.keys().chain(&update.delete), ", "));
             let upid = hv
                 .update_config(&loc.node, loc.vmid, &update)
                 .await
@@ -933,6 +914,7 @@ async fn clone<H: Hypervisor>(
 ) -> Result<Step, StepError> {
     let reason = "CloningFailed";
     let pve = |e| pve_error(reason, e);
+    let waiting = |why: &str| Step::wait(Phase::Clone(loc.clone()), TASK_POLL, why);
     let guests = hv.guests().await.map_err(pve)?;
     if let Some(existing) = guests.iter().find(|g| g.vmid == loc.vmid) {
         let found = VmLocation {
@@ -940,24 +922,16 @@ async fn clone<H: Hypervisor>(
             vmid: loc.vmid,
         };
         let Some(config) = hv.vm_config(&found.node, found.vmid).await.map_err(pve)? else {
-            return Ok(Step::wait(
-                Phase::Clone(loc),
-                TASK_POLL,
-                "VM listed but its config is not readable yet",
-            ));
+            return Ok(waiting("VM listed but its config is not readable yet"));
         };
         if config.lock() == Some("clone") {
-            return Ok(Step::wait(
-                Phase::Clone(loc),
-                TASK_POLL,
-                format!(
-                    "VMID {vmid} on {node} is being cloned; waiting to see whose clone it is (a clone \
-                     whose worker died leaves `lock: clone` behind for good: if no clone task to \
-                     VMID {vmid} runs on {node}, remove it there with `qm unlock {vmid} && qm destroy {vmid}`)",
-                    vmid = found.vmid,
-                    node = found.node,
-                ),
-            ));
+            return Ok(waiting(&format!(
+                "VMID {vmid} on {node} is being cloned; waiting to see whose clone it is (a clone \
+                 whose worker died leaves `lock: clone` behind for good: if no clone task to \
+                 VMID {vmid} runs on {node}, remove it there with `qm unlock {vmid} && qm destroy {vmid}`)",
+                vmid = found.vmid,
+                node = found.node,
+            )));
         }
         reservations.release(input.owner.uid);
         if desired::is_owned_by(&config, input.owner.uid) {
@@ -986,7 +960,7 @@ async fn clone<H: Hypervisor>(
             if lagging.is_empty() {
                 return Err(err);
             }
-            let vmids = lagging.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+            let vmids = join(&lagging, ", ");
             return Ok(Step::wait(
                 Phase::Clone(loc),
                 LISTING_LAG_POLL,
@@ -1038,9 +1012,7 @@ async fn clone<H: Hypervisor>(
                 match hv.vm_config(&node, loc.vmid).await {
                     Err(e) if e.class() == ErrorClass::Auth => return Err(pve(e)),
                     Ok(Some(config)) if desired::is_owned_by(&config, input.owner.uid) => {
-                        return Ok(Step::wait(
-                            Phase::Clone(loc),
-                            TASK_POLL,
+                        return Ok(waiting(
                             "this machine's VM exists but is not listed yet; looking again",
                         ));
                     }
@@ -1317,11 +1289,7 @@ async fn wait_guest<H: Hypervisor>(
         Some(why) => format!("VM running and reachable; {why}"),
         None => "VM running and reachable".to_owned(),
     };
-    let cloud_init = if cloud_init::skipped(input.spec.readiness_checks.as_ref()) {
-        None
-    } else {
-        Some(guest_cloud_init(hv, &loc, reason).await?)
-    };
+    let cloud_init = guest_cloud_init(hv, input, &loc, reason).await?;
     Ok(Step {
         requeue: RESYNC,
         provisioned: provisioned(provider_id, addresses),
@@ -1333,17 +1301,21 @@ async fn wait_guest<H: Hypervisor>(
     .event("Provisioned", message))
 }
 
-/// What the guest's cloud-init says now.
+/// What the guest's cloud-init says now; `None` when the spec does not wait for it.
 async fn guest_cloud_init<H: Hypervisor>(
     hv: &H,
+    input: &MachineInput<'_>,
     loc: &VmLocation,
     reason: &'static str,
-) -> Result<CloudInit, StepError> {
+) -> Result<Option<CloudInit>, StepError> {
+    if cloud_init::skipped(input.spec.readiness_checks.as_ref()) {
+        return Ok(None);
+    }
     let report = hv
         .cloud_init_result(&loc.node, loc.vmid)
         .await
         .map_err(|e| pve_error(reason, e))?;
-    Ok(CloudInit::from_result(report.as_deref()))
+    Ok(Some(CloudInit::from_result(report.as_deref())))
 }
 
 /// A provisioned machine whose `Ready` waits on the guest's cloud-init asks it again, when the
@@ -1353,17 +1325,12 @@ async fn cloud_init_step<H: Hypervisor>(
     input: &MachineInput<'_>,
     mut step: Step,
 ) -> Result<Step, StepError> {
-    let settled_and_running = step.failed.is_none()
+    if let Phase::Provisioned(loc) = &step.phase
+        && input.cloud_init_pending
+        && step.failed.is_none()
         && step.power == Some(PowerState::On)
-        && matches!(step.phase, Phase::Provisioned(_));
-    if !input.cloud_init_pending
-        || !settled_and_running
-        || cloud_init::skipped(input.spec.readiness_checks.as_ref())
     {
-        return Ok(step);
-    }
-    if let Some(loc) = step.phase.location().cloned() {
-        step.cloud_init = Some(guest_cloud_init(hv, &loc, "GuestNotReady").await?);
+        step.cloud_init = guest_cloud_init(hv, input, loc, "GuestNotReady").await?;
     }
     Ok(step)
 }

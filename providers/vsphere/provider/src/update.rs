@@ -313,61 +313,51 @@ pub fn next_action(
 ) -> UpdateAction {
     let cold = cold_changes(spec, info);
     let hot = device_changes(spec, &info.hardware, nics);
-    let describe_hot = || {
-        hot.iter()
-            .map(DeviceChange::describe)
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    if info.power_state == Some(VmPowerState::PoweredOn) {
-        if !hot.is_empty() {
-            return UpdateAction::Reconfigure {
-                what: describe_hot(),
-                spec: ConfigSpec {
-                    device_change: hot.clone(),
-                    ..ConfigSpec::default()
-                },
-            };
-        }
-        // A provisioned VM the user wants on is restarted only as its restart policy allows.
-        let user_restart =
-            power == Some(PowerState::On) && spec.restart_policy.unwrap_or_default() == RestartPolicy::Manual;
-        if !cold.is_empty() && user_restart {
-            return UpdateAction::RestartRequired {
-                why: banlieue_provider_kit::power::restart_required_message(&describe_cold(&cold, info)),
-            };
-        }
-        if !cold.is_empty() {
-            return UpdateAction::PowerOff {
-                why: format!(
-                    "to apply {} (CPU and memory changes need the VM off)",
-                    describe_cold(&cold, info)
-                ),
-            };
-        }
-        if power == Some(PowerState::Off) {
-            return UpdateAction::PowerOff {
-                why: "spec.powerState is Off".to_owned(),
-            };
-        }
-        return UpdateAction::InSync;
-    }
-    if !cold.is_empty() || !hot.is_empty() {
-        let what = [describe_cold(&cold, info), describe_hot()]
+    let on = info.power_state == Some(VmPowerState::PoweredOn);
+    // A running VM gets its hot changes only: the cold ones need it off.
+    let applied = if on { ConfigSpec::default() } else { cold.clone() };
+    if !hot.is_empty() || !applied.is_empty() {
+        let what = [describe_cold(&applied, info)]
             .into_iter()
+            .chain(hot.iter().map(DeviceChange::describe))
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
             .join(", ");
         return UpdateAction::Reconfigure {
             spec: ConfigSpec {
                 device_change: hot,
-                ..cold
+                ..applied
             },
             what,
         };
     }
-    if power == Some(PowerState::On) {
-        return UpdateAction::PowerOn;
+    if !on {
+        return if power == Some(PowerState::On) {
+            UpdateAction::PowerOn
+        } else {
+            UpdateAction::InSync
+        };
+    }
+    // A provisioned VM the user wants on is restarted only as its restart policy allows.
+    let user_restart =
+        power == Some(PowerState::On) && spec.restart_policy.unwrap_or_default() == RestartPolicy::Manual;
+    if !cold.is_empty() && user_restart {
+        return UpdateAction::RestartRequired {
+            why: banlieue_provider_kit::power::restart_required_message(&describe_cold(&cold, info)),
+        };
+    }
+    if !cold.is_empty() {
+        return UpdateAction::PowerOff {
+            why: format!(
+                "to apply {} (CPU and memory changes need the VM off)",
+                describe_cold(&cold, info)
+            ),
+        };
+    }
+    if power == Some(PowerState::Off) {
+        return UpdateAction::PowerOff {
+            why: "spec.powerState is Off".to_owned(),
+        };
     }
     UpdateAction::InSync
 }

@@ -229,10 +229,10 @@ fn family_config(
 
 /// The `network-config` v2 of `networks`: one ethernet per interface, keyed by its name and
 /// matched by the MAC `mac` gives it (from its position in `networks` and itself) and renamed to
-/// the key (`None`: the guest's interface of that name). What cloud-init makes of it is tested against the real cloud-init
-/// (`providers/kit/tests/real_cloud_init.rs`). IPv4 is DHCP
-/// unless said otherwise; IPv6 is written only when set. `pool` holds the addresses allocated
-/// from IPAM pools ([`resolve`]). `Err`: why the configuration cannot be written yet.
+/// the key (`None`: the guest's interface of that name). What cloud-init makes of it is tested
+/// against the real cloud-init (`providers/kit/tests/real_cloud_init.rs`). IPv4 is DHCP unless
+/// said otherwise; IPv6 is written only when set. `pool` holds the addresses allocated from IPAM
+/// pools ([`resolve`]). `Err`: why the configuration cannot be written yet.
 pub fn network_config(
     networks: &[NetworkInterface],
     mac: impl Fn(usize, &NetworkInterface) -> Result<Option<String>, String>,

@@ -224,10 +224,11 @@ pub fn unescape(s: &str) -> String {
 /// The `<metadata>` child element (without the surrounding `<metadata>`), as found inside the
 /// domain XML ([`owner_metadata`] is the form `virDomainSetMetadata` takes).
 pub fn owner_element(owner: &Owner, adopted_from: Option<&str>) -> String {
-    let (p, ns) = (METADATA_PREFIX, METADATA_NS);
     format!(
         "<{p}:owner xmlns:{p}=\"{ns}\" {}/>",
-        owner_attributes(owner, adopted_from)
+        owner_attributes(owner, adopted_from),
+        p = METADATA_PREFIX,
+        ns = METADATA_NS,
     )
 }
 

@@ -17,11 +17,10 @@ use anyhow::{Result, bail};
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::Hypervisor;
-use banlieue_libvirt::machine_controller::{FIELD_MANAGER, LibvirtMachines};
+use banlieue_libvirt::machine_controller::FIELD_MANAGER;
 use banlieue_libvirt::xml::{self, DomainType};
 use banlieue_provider_kit::cluster::{self as kit_cluster, ClusterContext};
 use banlieue_provider_kit::machine::{self as kit_machine, MachineContext};
@@ -80,20 +79,15 @@ async fn main() -> Result<()> {
         domain_type: DomainType::Qemu,
         ..Settings::default()
     };
+    let backends = banlieue_libvirt::provider(connector.clone(), settings);
     let mctx = Arc::new(MachineContext::new(
         client.clone(),
-        LibvirtMachines {
-            connector: connector.clone(),
-            settings,
-            imports: Default::default(),
-        },
+        backends.machines,
         "banlieue-libvirt-bench",
     ));
     let cctx = Arc::new(ClusterContext::new(
         client.clone(),
-        LibvirtClusters {
-            connector: connector.clone(),
-        },
+        backends.clusters,
         FIELD_MANAGER,
     ));
     let (m, c, ns1, ns2) = (mctx.clone(), cctx, ns.clone(), ns.clone());

@@ -24,7 +24,7 @@ use banlieue_api::banlieue::Provider;
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachineTemplate};
 use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
-use banlieue_libvirt::machine_controller::{FIELD_MANAGER, LibvirtMachines};
+use banlieue_libvirt::machine_controller::FIELD_MANAGER;
 use banlieue_provider_kit::cluster::{self as kit_cluster, ClusterContext};
 use banlieue_provider_kit::machine::{self as kit_machine, MachineContext};
 use banlieue_provider_kit::template::{self as template_controller, TemplateContext};
@@ -429,24 +429,19 @@ async fn a_machine_lands_on_its_failure_domain_and_is_reconfigured_in_place() ->
             )?,
         )
         .await?;
-    let cctx = Arc::new(ClusterContext::new(
-        client.clone(),
-        LibvirtClusters {
-            connector: connector.clone(),
-        },
-        FIELD_MANAGER,
-    ));
     let settings = Settings {
         domain_type: DomainType::Qemu,
         ..Settings::default()
     };
+    let backends = banlieue_libvirt::provider(connector.clone(), settings);
+    let cctx = Arc::new(ClusterContext::new(
+        client.clone(),
+        backends.clusters,
+        FIELD_MANAGER,
+    ));
     let mctx = Arc::new(MachineContext::new(
         client.clone(),
-        LibvirtMachines {
-            connector: connector.clone(),
-            settings,
-            imports: Default::default(),
-        },
+        backends.machines,
         "banlieue-libvirt-test",
     ));
     let (n1, n2) = (ns.name().to_owned(), ns.name().to_owned());

@@ -12,11 +12,10 @@ use anyhow::Result;
 use banlieue_api::banlieue::{Provider, VirtualMachine};
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine};
 use banlieue_api::standalone::infra_cluster_name;
-use banlieue_libvirt::cluster_controller::LibvirtClusters;
 use banlieue_libvirt::connection::VirtConnector;
 use banlieue_libvirt::desired::Settings;
 use banlieue_libvirt::hypervisor::Hypervisor;
-use banlieue_libvirt::machine_controller::{FIELD_MANAGER, LibvirtMachines};
+use banlieue_libvirt::machine_controller::FIELD_MANAGER;
 use banlieue_libvirt::xml::{self, DomainType};
 use banlieue_provider_kit::cluster::{self as kit_cluster, ClusterContext};
 use banlieue_provider_kit::machine::{self as kit_machine, MachineContext};
@@ -126,22 +125,9 @@ impl Standalone {
             domain_type: DomainType::Qemu,
             ..Settings::default()
         };
-        let mut mctx = MachineContext::new(
-            self.client.clone(),
-            LibvirtMachines {
-                connector: self.connector.clone(),
-                settings,
-                imports: Default::default(),
-            },
-            "banlieue-libvirt-test",
-        );
-        let mut cctx = ClusterContext::new(
-            self.client.clone(),
-            LibvirtClusters {
-                connector: self.connector.clone(),
-            },
-            FIELD_MANAGER,
-        );
+        let backends = banlieue_libvirt::provider(self.connector.clone(), settings);
+        let mut mctx = MachineContext::new(self.client.clone(), backends.machines, "banlieue-libvirt-test");
+        let mut cctx = ClusterContext::new(self.client.clone(), backends.clusters, FIELD_MANAGER);
         if let Some(requeue) = self.wait_requeue {
             mctx.wait_requeue = requeue;
             cctx.retry = requeue;

@@ -16,8 +16,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use banlieue_api::common::Initialization;
-use banlieue_api::common::{CloneMode, MachineAddress, PowerState, ProvisioningState, ReadinessChecks};
+use banlieue_api::common::{
+    CloneMode, Initialization, MachineAddress, PowerState, ProvisioningState, ReadinessChecks,
+};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, VmidRange};
 use banlieue_capi::bootstrap::BootstrapData;
 use banlieue_provider_kit::cloud_init::{self, CloudInit};

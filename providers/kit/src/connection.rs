@@ -150,7 +150,7 @@ async fn admits(client: &kube::Client, provider: &Provider, namespace: &str) -> 
 pub struct Credentials {
     /// `namespace/name` of the Secret, for messages.
     pub secret: String,
-    /// Key to value (`data`, then `stringData`).
+    /// Key to value (the Secret's `data`).
     pub data: BTreeMap<String, Vec<u8>>,
     /// Changes whenever the Secret does.
     pub version: String,
@@ -306,16 +306,11 @@ pub async fn credentials(
         secret.uid().unwrap_or_default(),
         secret.resource_version().unwrap_or_default()
     );
-    let mut data: BTreeMap<String, Vec<u8>> = secret
-        .string_data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.into_bytes()))
-        .collect();
-    data.extend(secret.data.unwrap_or_default().into_iter().map(|(k, v)| (k, v.0)));
+    // (A Secret read from the API server has no `stringData`: it is merged into `data` on write.)
+    let data = secret.data.unwrap_or_default().into_iter();
     Ok(Ok(Credentials {
         secret: format!("{ns}/{}", r.name),
-        data,
+        data: data.map(|(k, v)| (k, v.0)).collect(),
         version,
     }))
 }

@@ -676,12 +676,10 @@ pub fn user_data_from(
     if key == BOOTSTRAP_VALUE_KEY {
         return BootstrapData::from_secret(secret).map_err(|e| invalid(e.to_string()));
     }
-    let from_data = || Some(secret.data.as_ref()?.get(key)?.0.clone());
-    let from_string_data = || Some(secret.string_data.as_ref()?.get(key)?.clone().into_bytes());
-    let value = from_data()
-        .or_else(from_string_data)
-        .ok_or_else(|| invalid(format!("Secret {namespace}/{name} has no key {key:?}")))?;
-    Ok(cloud_config(value))
+    // (A Secret read from the API server has no `stringData`: it is merged into `data` on write.)
+    let value = secret.data.as_ref().and_then(|d| d.get(key));
+    let value = value.ok_or_else(|| invalid(format!("Secret {namespace}/{name} has no key {key:?}")))?;
+    Ok(cloud_config(value.0.clone()))
 }
 
 /// Reads the user data of `source` (its Secret recorded in `secrets` first: a missing one is

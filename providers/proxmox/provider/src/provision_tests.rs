@@ -1992,3 +1992,68 @@ async fn deleting_an_ha_machine_takes_its_vm_out_of_ha() {
     assert_eq!(hv.ha_resource_now(vmid), None);
     assert_eq!(hv.ha_rule_now("spread").unwrap().resource_ids(), vec!["vm:4242"]);
 }
+
+/// The VM a machine's status points at no longer carries the machine's owner marker (its VMID
+/// was reused by someone else's VM after the machine's own went): configuring or updating it is
+/// refused with a message naming the VM, and nothing is written to it.
+#[rstest]
+#[case::configuring(Phase::Configure(foreign_location(), None), "ConfigurationFailed")]
+#[case::provisioned(Phase::Provisioned(foreign_location()), "UpdateFailed")]
+#[tokio::test]
+async fn a_vm_without_the_machines_owner_marker_is_never_modified(
+    #[case] phase: Phase,
+    #[case] reason: &str,
+) {
+    let hv = FakePve::new(1);
+    let foreign = FakeVm {
+        node: "pve1".into(),
+        config: [
+            ("name".to_owned(), "someone-else".to_owned()),
+            ("description".to_owned(), "a database VM".to_owned()),
+        ]
+        .into(),
+        running: true,
+        agent_ips: None,
+        cloud_init: None,
+    };
+    hv.insert_vm(150, foreign.clone());
+    let spec = spec();
+    let err = provision_step(
+        &hv,
+        &input(&spec, None),
+        phase,
+        Some(&bootstrap()),
+        &VmidReservations::default(),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason(), reason);
+    assert!(
+        err.to_string()
+            .contains("VM 150 on pve1 does not carry this machine's owner marker; refusing to modify it"),
+        "{err}"
+    );
+    assert_eq!(hv.vm(150), Some(foreign), "the VM is untouched");
+    const WRITES: &[&str] = &[
+        "update_config",
+        "set_config",
+        "resize_disk",
+        "upload_iso",
+        "delete_volume",
+        "start_vm",
+        "stop_vm",
+        "shutdown_vm",
+        "delete_vm",
+        "create_ha_resource",
+        "update_ha_resource",
+    ];
+    let calls = hv.calls();
+    assert!(!calls.iter().any(|c| WRITES.contains(&c.as_str())), "{calls:?}");
+}
+
+fn foreign_location() -> VmLocation {
+    VmLocation {
+        node: "pve1".into(),
+        vmid: 150,
+    }
+}

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use banlieue_api::common::{Cpu, Disk, MachineAddressType, ProvisioningStatus};
+use banlieue_api::common::{CloneMode, Cpu, Disk, MachineAddressType, ProvisioningStatus};
 use banlieue_api::infrastructure::{ProxmoxMachineSpec, ProxmoxMachineStatus, ProxmoxTemplateSource};
 use banlieue_capi::bootstrap::{BootstrapData, BootstrapFormat};
 use banlieue_proxmox::phase::Phase;
@@ -255,6 +255,37 @@ async fn a_data_disk_the_template_lacks_is_created_with_its_size_and_storage() -
     assert!(data.starts_with(&format!("fast:vm-{vmid}-disk-")), "{data}");
     assert!(data.contains("size=50G"), "{data}");
     assert!(vm.config["scsi0"].contains("size=16G"), "{}", vm.config["scsi0"]);
+    sim.shutdown().await;
+    Ok(())
+}
+
+/// `cloneMode: Linked` asks Proxmox for a linked clone (no full copy, no target storage): the
+/// VM's boot disk is a child of the template's base volume, and the machine is deleted like any
+/// other. A full clone (the default) copies the disk to a volume of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_linked_clone_keeps_its_disk_on_the_templates_base_volume() -> Result<()> {
+    let (sim, client) = sim().await?;
+    let mut linked = spec();
+    linked.clone_mode = Some(CloneMode::Linked);
+    let phase = provision(&client, &input(&linked, UID)).await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let disk = sim.vm(vmid).context("VM")?.config["scsi0"].clone();
+    assert!(
+        disk.starts_with(&format!("local-lvm:base-9000-disk-0/vm-{vmid}-disk-0,")),
+        "{disk}"
+    );
+    assert!(disk.contains("size=16G"), "grown as a full clone is: {disk}");
+    delete(&client, &phase).await?;
+    assert!(sim.vms().iter().all(|v| v.template), "deleted");
+
+    let full = spec();
+    let phase = provision(&client, &input(&full, UID)).await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let disk = sim.vm(vmid).context("VM")?.config["scsi0"].clone();
+    assert!(
+        disk.starts_with(&format!("local-lvm:vm-{vmid}-disk-0,")),
+        "{disk}"
+    );
     sim.shutdown().await;
     Ok(())
 }

@@ -943,6 +943,15 @@ mod tests {
             ..input
         };
         assert_eq!(placement(&input).unwrap_err().reason(), "FailureDomainNotFound");
+        let nowhere = VSphereCluster::new("c", VSphereClusterSpec::default());
+        let input = MachineInput {
+            cluster: &nowhere,
+            failure_domain: None,
+            ..input
+        };
+        let err = placement(&input).unwrap_err();
+        assert_eq!(err.reason(), "DatacenterNotSet");
+        assert!(err.to_string().contains("set spec.datacenter"), "{err}");
     }
 
     #[test]

@@ -514,6 +514,49 @@ async fn the_networks_of_a_machine_in_a_failure_domain_are_the_failure_domains_d
     Ok(())
 }
 
+/// A network vCenter does not have is refused for good (NetworkNotFound) with the inventory path
+/// it was looked up at, before the VM is ever powered on.
+#[tokio::test]
+async fn a_network_vcenter_lacks_is_refused_with_its_path() -> Result<()> {
+    let (_sim, c) = vcenter().await?;
+    let cluster = cluster();
+    let mut s = spec()?;
+    s.networks = serde_json::from_value(json!([{"name": "ens192", "network": "No Such Network"}]))?;
+    let input = input(OLD_UID, "net-missing", &s, &cluster);
+    let mut phase = Phase::Clone;
+    for _ in 0..200 {
+        let step = provision::provision_step(
+            &c,
+            &input,
+            phase.clone(),
+            Some(Some(b"#cloud-config\n")),
+            PowerState::On,
+        );
+        match step.await {
+            Ok(step) => phase = step.phase,
+            Err(e) => {
+                ensure!(
+                    e.reason() == "NetworkNotFound",
+                    "{} in {phase:?}: {e}",
+                    e.reason()
+                );
+                ensure!(
+                    e.to_string()
+                        .contains(r#"network "/DC0/network/No Such Network" not found in vCenter"#),
+                    "{e}"
+                );
+                ensure!(
+                    matches!(phase, Phase::Configure(..)),
+                    "refused while configuring: {phase:?}"
+                );
+                return Ok(());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bail!("never refused; last phase {phase:?}")
+}
+
 /// A one-disk OVF descriptor as exporters write it (`disk-0.vmdk`, 1 GiB).
 const OVF: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
 <Envelope xmlns="http://schemas.dmtf.org/ovf/envelope/1" xmlns:ovf="http://schemas.dmtf.org/ovf/envelope/1" xmlns:rasd="http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_ResourceAllocationSettingData" xmlns:vssd="http://schemas.dmtf.org/wbem/wscim/1/cim-schema/2/CIM_VirtualSystemSettingData" xmlns:vmw="http://www.vmware.com/schema/ovf">

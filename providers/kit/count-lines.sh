@@ -20,8 +20,13 @@ for d in "${dirs[@]}"; do
     n=0
     for f in $(files | grep "^$d/" | grep '\.rs$' | grep -v -e '/fake\.rs$' -e '_tests\.rs$'); do
         # A `#[cfg(test)]` that opens a module block ends the production code; one before a
-        # module declared in a file of its own (`mod x_tests;`) only skips that declaration.
-        c=$(show "$f" | awk 'cfg && /^mod [a-z_0-9]+ *\{/ {stop=1} cfg {cfg=0; if (/^mod [a-z_0-9]+;/) next}
+        # module declared in a file of its own (`mod x_tests;`) only skips that declaration. An
+        # indented one that opens a module block (a test a macro expands into each crate) skips
+        # that block, up to its closing brace at the same indentation.
+        c=$(show "$f" | awk 'skip {if ($0 == end) skip=0; next}
+            icfg {icfg=0; if ($0 ~ ("^" ind "mod [a-z_0-9]+ *\\{$")) {skip=1; end=ind "}"; next} else if (!stop) n++}
+            /^[ \t]+#\[cfg\(test\)\]$/ {icfg=1; match($0, /^[ \t]+/); ind=substr($0, 1, RLENGTH); next}
+            cfg && /^mod [a-z_0-9]+ *\{/ {stop=1} cfg {cfg=0; if (/^mod [a-z_0-9]+;/) next}
             /^#\[cfg\(test\)\]/ {cfg=1; next} !stop && NF {n++} END {print n+0}')
         n=$((n + c))
     done

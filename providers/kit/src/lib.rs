@@ -61,5 +61,3 @@ pub fn join<T: std::fmt::Display>(items: impl IntoIterator<Item = T>, separator:
     let items: Vec<String> = items.into_iter().map(|i| i.to_string()).collect();
     items.join(separator)
 }
-
-pub use error::{Error, ReconcileError, Result};

@@ -147,9 +147,6 @@ pub struct Provision<'a, M: InfraMachine> {
     pub view: &'a OwnerView<M::Cluster>,
     /// The provisioned infra cluster.
     pub cluster: &'a M::Cluster,
-    /// The CAPI Cluster's name (the machine's `cluster.x-k8s.io/cluster-name` label), else the
-    /// infra cluster's: what objects made for the machine are labelled with (IPAM claims).
-    pub cluster_name: String,
     /// The user data, when the [`Plan`] asked for it.
     pub user_data: Option<&'a BootstrapData>,
     /// The addresses allocated from IPAM pools for `spec.networks`, for a step that needs the
@@ -1041,7 +1038,6 @@ async fn reconcile_inner<B: MachineBackend>(obj: &B::Machine, ctx: &MachineConte
             machine: &current,
             view: &view,
             cluster,
-            cluster_name: cluster_name.clone(),
             user_data: user_data.as_ref(),
             pool_addresses: &pool_addresses,
             secrets: &secrets,

@@ -30,6 +30,8 @@ use crate::hypervisor::{
 };
 use crate::xml;
 
+mod fake;
+
 /// Longest time one libvirt call may take before the reconcile gives up on it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 /// Longest time the upload or copy of an imported image may take.
@@ -104,35 +106,6 @@ impl VirtHypervisor {
             uploads: Arc::default(),
             leases: Arc::default(),
             cloud_init: Arc::default(),
-        }
-    }
-
-    /// The URI.
-    pub fn uri(&self) -> &str {
-        &self.uri
-    }
-
-    /// Bytes uploaded to a volume on the `test` driver (which cannot store them).
-    pub fn uploaded(&self, pool: &str, name: &str) -> Option<Vec<u8>> {
-        lock(&self.uploads)
-            .get(&(pool.to_owned(), name.to_owned()))
-            .cloned()
-    }
-
-    /// Records the DHCP leases a guest of the `test` driver holds (what libvirt's own network
-    /// would report for a real domain); ignored on every other driver.
-    pub fn report_leases(&self, uuid: &str, leases: Vec<GuestAddress>) {
-        if self.test_driver {
-            lock(&self.leases).insert(uuid.to_ascii_lowercase(), leases);
-        }
-    }
-
-    /// Records what the guest agent of a `test` driver domain reads from cloud-init's report
-    /// (`None`: not written yet); ignored on every other driver. A domain nobody reported on
-    /// reads [`TEST_DRIVER_CLOUD_INIT_DONE`].
-    pub fn report_cloud_init(&self, uuid: &str, result: Option<String>) {
-        if self.test_driver {
-            lock(&self.cloud_init).insert(uuid.to_ascii_lowercase(), result);
         }
     }
 
@@ -279,11 +252,9 @@ fn not_found_is_none<T>(r: HvResult<T>) -> HvResult<Option<T>> {
 impl Hypervisor for VirtHypervisor {
     async fn host_info(&self) -> HvResult<HostInfo> {
         self.call("host info", |c| {
-            let hostname = c.hostname().map_err(|e| classify("hostname", &e))?;
             let v = c.lib_version().map_err(|e| classify("version", &e))?;
             let node = c.node_info().ok();
             Ok(HostInfo {
-                hostname,
                 version: format!("{}.{}.{}", v / 1_000_000, (v / 1000) % 1000, v % 1000),
                 // Placement and capacity only: a driver that cannot tell is not an unreachable
                 // host.

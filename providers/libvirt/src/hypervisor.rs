@@ -110,8 +110,6 @@ pub struct GuestAddress {
 /// Facts about the host.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostInfo {
-    /// Host name reported by libvirt.
-    pub hostname: String,
     /// libvirt version of the daemon (`major.minor.micro`).
     pub version: String,
     /// Free memory of the host in bytes (0 when the driver does not tell).

@@ -28,8 +28,6 @@ use crate::provision::{self, MachineInput};
 use crate::readopt;
 use crate::xml::Owner;
 
-/// Finalizer of LibvirtMachines and LibvirtClusters.
-pub const FINALIZER: &str = banlieue_api::common::Backend::Libvirt.finalizer();
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-libvirt";
 

@@ -118,8 +118,7 @@ pub async fn provision<H: Hypervisor>(
     let domain = desired::domain_name(&input.owner.namespace, &input.owner.name);
     loop {
         let next = match &phase {
-            Phase::SelectHost if input.spec.provider_id.is_some() => {
-                let provider_id = input.spec.provider_id.as_deref().unwrap_or_default();
+            Phase::SelectHost if let Some(provider_id) = input.spec.provider_id.as_deref() => {
                 readopt_step(hosts, input, provider_id, &mut step).await?
             }
             Phase::SelectHost => {

@@ -38,10 +38,11 @@ use banlieue_api::standalone::infra_cluster_name;
 use banlieue_capi::Cluster;
 use banlieue_cloudinit::SeedFiles;
 use banlieue_libvirt::hypervisor::{Hypervisor, RunState};
-use banlieue_libvirt::machine_controller::FINALIZER;
 use kube::ResourceExt;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::json;
+
+const FINALIZER: &str = banlieue_api::common::Backend::Libvirt.finalizer();
 
 #[path = "scenarios/standalone.rs"]
 mod standalone;

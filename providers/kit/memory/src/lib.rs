@@ -20,9 +20,9 @@ use banlieue_api::common::{
     FailureDomain, MachineAddress, MachineAddressType, PowerState, ProvisioningState,
 };
 use banlieue_api::infrastructure::{LibvirtCluster, LibvirtMachine, LibvirtMachineStatus};
-use banlieue_provider_kit::ReconcileError;
 use banlieue_provider_kit::cloud_init::Wait;
 use banlieue_provider_kit::cluster::{ClusterBackend, ClusterCheck, Problem};
+use banlieue_provider_kit::error::ReconcileError;
 use banlieue_provider_kit::machine::{
     self as kit, Deleted, Deletion, MachineBackend, Plan, Provision, Provisioned, Report, Step, StepFailure,
 };

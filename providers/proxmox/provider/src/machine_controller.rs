@@ -30,13 +30,8 @@ use crate::readopt;
 use banlieue_provider_kit::connection::CREDENTIALS_INVALID;
 use banlieue_provider_kit::secrets::ReadSecrets;
 
-/// Finalizer of ProxmoxMachines (and ProxmoxClusters).
-pub const FINALIZER: &str = banlieue_api::common::Backend::Proxmox.finalizer();
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-proxmox";
-/// Condition type: a provisioned VM matches the spec (power state, CPU, memory, disks,
-/// networks, tags); False with the action in progress (`PoweringOff`, `Reconfiguring`, …).
-pub use banlieue_api::condition::VM_UP_TO_DATE;
 
 /// The Proxmox side of the ProxmoxMachine reconciler.
 pub struct ProxmoxMachines<C: Connector> {

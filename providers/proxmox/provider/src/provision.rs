@@ -437,8 +437,8 @@ pub async fn provision_step<H: Hypervisor>(
     let reason = phase.failure_reason();
     let pve = |e| pve_error(reason, e);
     match phase {
-        Phase::SelectNode if input.spec.provider_id.is_some() => {
-            readopt_step(hv, input, input.spec.provider_id.as_deref().unwrap_or_default()).await
+        Phase::SelectNode if let Some(provider_id) = input.spec.provider_id.as_deref() => {
+            readopt_step(hv, input, provider_id).await
         }
         Phase::SelectNode => {
             let requested =

@@ -108,12 +108,12 @@ use banlieue_capi::generated::machine::{MachineBootstrap, MachineSpec};
 use banlieue_capi::{Cluster, Machine};
 use banlieue_cloudinit::SeedFiles;
 use banlieue_provider_kit::cluster::ClusterContext;
+use banlieue_provider_runtime::leader::LeaderElector;
 use banlieue_proxmox::cluster_controller::ProxmoxClusters;
 use banlieue_proxmox::desired;
 use banlieue_proxmox::fake::FakeConnector;
 use banlieue_proxmox::fake::FakePve;
-use banlieue_proxmox::leader::LeaderElector;
-use banlieue_proxmox::machine_controller::{self, FINALIZER, ProxmoxMachines};
+use banlieue_proxmox::machine_controller::{self, ProxmoxMachines};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -123,6 +123,7 @@ use kube::{Api, Resource, ResourceExt};
 
 const USER_DATA: &[u8] = b"#cloud-config\nruncmd:\n- [sh, -c, 'echo \xc3\xa9t\xc3\xa9 > /tmp/x']\n";
 const TIMEOUT: Duration = Duration::from_secs(60);
+const FINALIZER: &str = banlieue_api::common::Backend::Proxmox.finalizer();
 
 async fn env() -> Result<&'static TestEnv> {
     banlieue_scenarios::env().await

@@ -15,6 +15,7 @@ use banlieue_api::banlieue::{
 use banlieue_api::common::{
     Cpu, PowerState, ProviderReference, SecretKeyReference, SecretReference, TlsTrust,
 };
+use banlieue_api::condition::VM_UP_TO_DATE;
 use banlieue_api::infrastructure::{
     ProxmoxCluster, ProxmoxClusterSpec, ProxmoxMachine, ProxmoxMachineSpec, ProxmoxTemplateSource,
 };
@@ -22,7 +23,6 @@ use banlieue_api::standalone::infra_cluster_name;
 use banlieue_provider_kit::cluster::ClusterContext;
 use banlieue_proxmox::cluster_controller::ProxmoxClusters;
 use banlieue_proxmox::credentials::ClientConnector;
-use banlieue_proxmox::machine_controller::{FINALIZER, VM_UP_TO_DATE};
 use banlieue_pve_sim::{SimConfig, SimHandle};
 use banlieue_testenv::TestEnv;
 use k8s_openapi::api::core::v1::Secret;
@@ -33,6 +33,7 @@ use kube::{Api, Resource, ResourceExt};
 const USER_DATA: &str =
     "#cloud-config\nusers:\n- name: ops\n  ssh_authorized_keys: [ssh-ed25519 AAAA ops@example]\n";
 const TIMEOUT: Duration = Duration::from_secs(90);
+const FINALIZER: &str = banlieue_api::common::Backend::Proxmox.finalizer();
 
 async fn env() -> Result<&'static TestEnv> {
     // Deliberately without CAPI's core CRDs (clusters, machines): standalone mode must not need

@@ -3,7 +3,6 @@
 //!
 //! - [`connection`]: VSphereCluster / Provider → endpoint, credentials, TLS; client cache.
 //! - [`phase`]: the provisioning state machine persisted in status.
-//! - [`privileges`]: the vCenter role the provider needs.
 //! - [`provision`]: one provisioning or deletion step against vCenter.
 //! - [`guest_report`]: cloud-init's report, which the guest publishes in its guestinfo.
 //! - [`image_import`], [`ova`]: a missing template imported from an OVA (`spec.source.image`).
@@ -24,7 +23,6 @@ pub mod image_import;
 pub mod machine_controller;
 pub mod ova;
 pub mod phase;
-pub mod privileges;
 pub mod provision;
 pub mod rbac;
 pub mod readopt;

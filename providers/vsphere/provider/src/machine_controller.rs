@@ -29,8 +29,6 @@ use crate::phase::{Phase, task_ref, vm_ref};
 use crate::provision::{self, DeleteStep, MachineInput};
 use crate::readopt;
 
-/// Finalizer of VSphereMachines and VSphereClusters.
-pub const FINALIZER: &str = banlieue_api::common::Backend::Vsphere.finalizer();
 /// Field manager of every write of this provider.
 pub const FIELD_MANAGER: &str = "banlieue-vsphere";
 

@@ -392,8 +392,8 @@ pub async fn provision_step(
     desired_power: PowerState,
 ) -> Result<Step, StepError> {
     match phase {
-        Phase::Clone if input.spec.provider_id.is_some() => {
-            readopt_step(c, input, input.spec.provider_id.as_deref().unwrap_or_default()).await
+        Phase::Clone if let Some(provider_id) = input.spec.provider_id.as_deref() => {
+            readopt_step(c, input, provider_id).await
         }
         Phase::Clone => {
             if let Some(vm) = adoptable(c, input.owner.uid).await? {

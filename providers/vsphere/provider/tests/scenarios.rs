@@ -8,6 +8,8 @@
 //! VirtualMachine owning the VSphereMachine); each has its own namespace, Provider, vcsim and
 //! controllers (watching only that namespace).
 
+#[path = "support/privileges.rs"]
+mod privileges;
 #[path = "../../client/tests/support/vcsim.rs"]
 mod vcsim_support;
 
@@ -212,11 +214,11 @@ use standalone::*;
 
 /// vCenter refuses a call whose privilege the account's role lacks (this vcsim checks them as
 /// vCenter does): the machine says which privilege on which object, and clones nothing. The
-/// shared scenarios run under exactly the documented role (`banlieue_vsphere::privileges`).
+/// shared scenarios run under exactly the documented role (`tests/support/privileges.rs`).
 #[tokio::test]
 async fn a_role_without_a_documented_privilege_is_refused_naming_it() -> Result<()> {
     const MISSING: &str = "VirtualMachine.Provisioning.DeployTemplate";
-    let role: Vec<&str> = banlieue_vsphere::privileges::ROLE
+    let role: Vec<&str> = privileges::ROLE
         .iter()
         .map(|(p, _)| *p)
         .filter(|p| *p != MISSING)

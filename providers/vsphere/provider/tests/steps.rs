@@ -14,6 +14,8 @@
 
 #[path = "../../../../tests/cloud-init/support.rs"]
 mod cloud_init;
+#[path = "support/privileges.rs"]
+mod privileges;
 #[path = "../../client/tests/support/vcsim.rs"]
 mod vcsim_support;
 
@@ -639,7 +641,7 @@ fn sha256_hex(data: &[u8]) -> String {
 async fn a_missing_template_is_imported_from_an_ova_once_and_cloned() -> Result<()> {
     // The provider's side runs under exactly the documented vCenter role, which this vcsim
     // checks: the import's privileges (ImportVApp, MarkAsTemplate, Rename, Destroy) are in it.
-    let privileges = banlieue_vsphere::privileges::role_privileges();
+    let privileges = privileges::role_privileges();
     let sim = Vcsim::start(&[
         "-role-user",
         "importer",

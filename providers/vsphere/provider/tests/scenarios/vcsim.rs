@@ -25,7 +25,7 @@ use crate::vcsim_support::{PASSWORD, Vcsim};
 const TEMPLATE: &str = "DC0_C0_RP0_VM0";
 const CLUSTERS: usize = 3;
 const WRONG_PASSWORD: &str = "not-the-password-7f3a";
-/// The provider's account: only the role of [`banlieue_vsphere::privileges::ROLE`].
+/// The provider's account: only the role of [`crate::privileges::ROLE`].
 const ROLE_USER: &str = "banlieue-provider";
 const ROLE_PASSWORD: &str = "r0le-p4ss-5d1e";
 
@@ -151,7 +151,7 @@ async fn start_vcenter(clusters: usize) -> Result<(Vcsim, Client, Proxy)> {
     let clusters = clusters.to_string();
     // The provider's account holds exactly the documented role, which this vcsim checks as
     // vCenter does; the harness's own account is unrestricted.
-    let privileges = banlieue_vsphere::privileges::role_privileges();
+    let privileges = crate::privileges::role_privileges();
     let sim = Vcsim::start(&[
         "-cluster",
         &clusters,

@@ -355,10 +355,18 @@ impl<C: Connector> MachineBackend for ProxmoxMachines<C> {
             let found = match readopt::find(&hv, owner, provider_id).await {
                 Ok(found) => found,
                 // An unparsable providerID names no VM: nothing to delete.
-                Err(StepError::Permanent { .. }) => readopt::Found::Missing,
+                Err(StepError::Permanent { .. }) if readopt::uuid_of(provider_id).is_none() => {
+                    readopt::Found::Missing
+                }
+                // A human must act (a token refused the listing): the VM may be there, so the
+                // finalizer stays, as for the deletion itself below.
+                Err(StepError::Permanent { reason, message }) => {
+                    return Ok(Deleted::Blocked(Problem::new(reason, message)));
+                }
                 Err(e) => return Err(e.into()),
             };
-            // Nothing found: whatever carries this object's UID is still looked for below.
+            // Nothing found by the providerID: the deletion below goes by the status (no VMID:
+            // nothing to delete).
             if !matches!(found, readopt::Found::Missing) {
                 match readopt::on_deletion(found, String::new, readopt::WORDS) {
                     readopt::OnDeletion::Delete(c) => {

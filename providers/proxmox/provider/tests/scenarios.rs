@@ -793,6 +793,59 @@ async fn an_object_deleted_by_clusterctl_move_is_released_and_its_vm_kept() -> R
     Ok(())
 }
 
+/// A machine created anew with a providerID (the copy `clusterctl move` makes) and deleted
+/// before it adopted its VM, while Proxmox refuses the token the listing of guests: the VM may
+/// exist, so the finalizer stays and `Ready` says why, instead of the object going as if it had
+/// no VM (which would leak it).
+#[tokio::test]
+async fn a_moved_machine_deleted_while_its_vm_cannot_be_looked_for_keeps_its_finalizer() -> Result<()> {
+    let (s, _ns) = Scenario::new("pxm-move-403").await?;
+    let controller = s.start_controller();
+    s.machine("m1", None).await?;
+    let source = s.wait_for("m1", "provisioned", provisioned).await?;
+    let annotate = serde_json::json!({"metadata": {"annotations": {
+        banlieue_capi::contract::DELETE_FOR_MOVE_ANNOTATION: ""}}});
+    let machines = s.api::<ProxmoxMachine>();
+    machines
+        .patch("m1", &PatchParams::default(), &Patch::Merge(&annotate))
+        .await?;
+    machines.delete("m1", &DeleteParams::default()).await?;
+    s.wait_gone("m1").await?;
+    controller.abort();
+    let vms = s.pve.vms();
+    assert_eq!(vms.len(), 1);
+
+    // The copy: same spec (providerID included), no status, a new UID; deleted at once.
+    let mut copy = ProxmoxMachine::new("m1", source.spec.clone());
+    assert!(copy.spec.provider_id.is_some());
+    copy.metadata.labels = source.metadata.labels.clone();
+    copy.metadata.owner_references = source.metadata.owner_references.clone();
+    copy.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    machines.create(&PostParams::default(), &copy).await?;
+    machines.delete("m1", &DeleteParams::default()).await?;
+    for _ in 0..100 {
+        s.pve.fail_next(
+            "guests",
+            banlieue_proxmox::fake::api_error(403, "Permission check failed (/vms, VM.Audit)"),
+        );
+    }
+    let controller = s.start_controller();
+    let held = s
+        .wait_for("m1", "blocked", |pm| {
+            condition(pm, "Ready").is_some_and(|c| c.reason == "PermissionDenied")
+        })
+        .await?;
+    assert!(held.finalizers().iter().any(|f| f == FINALIZER));
+    assert_eq!(
+        s.pve.vms().keys().collect::<Vec<_>>(),
+        vms.keys().collect::<Vec<_>>()
+    );
+    let calls = s.pve.calls();
+    assert!(!calls.iter().any(|c| c == "delete_vm"), "{calls:?}");
+    controller.abort();
+    Ok(())
+}
+
 #[tokio::test]
 async fn machine_templates_publish_their_capacity() -> Result<()> {
     use banlieue_api::infrastructure::{ProxmoxMachineTemplate, ProxmoxMachineTemplateSpec};

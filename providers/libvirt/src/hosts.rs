@@ -177,6 +177,7 @@ pub fn connect_all<C: Connector>(connector: &C, hosts: &[HostSpec]) -> Vec<Host<
         .iter()
         .map(|h| Host {
             name: h.name.clone(),
+            uri: h.uri.clone(),
             hv: connector.connect(&h.uri),
         })
         .collect()

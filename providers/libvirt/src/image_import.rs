@@ -45,10 +45,11 @@ fn marker_name(name: &str) -> String {
     format!("{name}.ok")
 }
 
-/// The base volume of `source` on the host `host` (`hv`), starting its import when needed.
+/// The base volume of `source` on the host `host` (`hv`, reached at `uri`), starting its import
+/// when needed.
 pub async fn base_volume<H: Hypervisor>(
     hv: &Arc<H>,
-    host: &str,
+    (host, uri): (&str, &str),
     source: &LibvirtVolumeSource,
     imports: &Imports,
     lookup_failed: impl Fn(HvError) -> StepError,
@@ -64,7 +65,10 @@ pub async fn base_volume<H: Hypervisor>(
             ));
         }
     };
-    let key = format!("{host}/{pool}/{name}");
+    // One import per volume of a host, told apart by its URI (without the credential file
+    // parameters): two clusters may give different hosts the same name.
+    let uri = uri.split('?').next().unwrap_or_default();
+    let key = format!("{uri}/{pool}/{name}");
     // An imported volume is complete once its marker exists (libvirt lists it while it copies
     // into it, also after a restart of either side).
     let complete = match image {
@@ -123,9 +127,10 @@ async fn import<H: Hypervisor>(
     let dir = image::download_dir().map_err(|e| image::failed("creating a folder for the download", e))?;
     let file = dir.path().join("image");
     let length = download::download(image, &file, &progress.download).await?;
-    progress
-        .uploading
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    progress.set_stage(format!(
+        "checksum verified; writing {} to the storage",
+        shown_url(&image.url)
+    ));
     let (format, capacity) = image_facts(&file, length)
         .await
         .map_err(|e| image::failed("reading the downloaded image", e))?

@@ -49,6 +49,8 @@ fn failing(phase: &Phase) -> impl Fn(HvError) -> StepError + Copy {
 pub struct Host<H> {
     /// Failure domain name.
     pub name: String,
+    /// The libvirt URI it is reached at: which host it is (two clusters may name theirs alike).
+    pub uri: String,
     /// The libvirt connection.
     pub hv: Arc<H>,
 }
@@ -129,10 +131,10 @@ pub async fn provision<H: Hypervisor>(
                 Phase::Volumes { host: chosen }
             }
             Phase::Volumes { host: name } => {
-                let hv = &host(hosts, name)?.hv;
+                let Host { hv, uri, .. } = host(hosts, name)?;
                 let base = match image_import::base_volume(
                     hv,
-                    name,
+                    (name, uri),
                     &input.spec.source,
                     input.imports,
                     failing(&phase),

@@ -108,6 +108,7 @@ async fn a_tiny_guest_boots_under_tcg_gets_a_lease_and_runs_its_user_data() {
     let input = machine_input(&owner, &spec, &uid, &settings);
     let hosts = [Host {
         name: "localhost".into(),
+        uri: URI.into(),
         hv: hv.clone(),
     }];
 
@@ -249,6 +250,7 @@ async fn a_guest_given_uefi_firmware_and_a_tpm_sees_both() {
     let input = machine_input(&owner, &spec, &uid, &settings);
     let hosts = [Host {
         name: "localhost".into(),
+        uri: URI.into(),
         hv: hv.clone(),
     }];
     let booted = tokio::time::timeout(Duration::from_secs(400), async {
@@ -416,7 +418,7 @@ async fn an_image_from_a_url_lands_in_a_real_pool_with_its_content() {
 
     let deadline = Instant::now() + Duration::from_secs(120);
     let imported = loop {
-        match image_import::base_volume(&hv, "h1", &source, &IMPORTS, |e| panic!("{e}")).await {
+        match image_import::base_volume(&hv, ("h1", URI), &source, &IMPORTS, |e| panic!("{e}")).await {
             Ok(Base::Ready(v)) => break v,
             Ok(Base::Importing(how_far)) => {
                 assert!(Instant::now() < deadline, "still importing after 120s: {how_far}");

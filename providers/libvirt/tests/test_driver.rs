@@ -79,6 +79,7 @@ async fn host_with_base() -> Host<VirtHypervisor> {
     }
     Host {
         name: "h1".into(),
+        uri: "test:///default".into(),
         hv,
     }
 }
@@ -312,10 +313,12 @@ async fn machines_land_on_the_host_of_their_failure_domain() {
     let hosts = [
         Host {
             name: "kvm-a".into(),
+            uri: "test:///default".into(),
             hv: a.clone(),
         },
         Host {
             name: "kvm-b".into(),
+            uri: uri_b.clone(),
             hv: b.clone(),
         },
     ];
@@ -1131,6 +1134,44 @@ async fn provision_through_import(
         }
     }
     panic!("the import did not end within 10s");
+}
+
+/// Two clusters may give different hosts the same name: an import on one is not taken for the
+/// other's. While host `h1` of one cluster imports an image (its download hangs), host `h1` of
+/// another, whose volume of that image is complete, uses it at once.
+#[tokio::test]
+async fn hosts_named_alike_in_two_clusters_import_apart() {
+    use banlieue_libvirt::connection::VirtConnector;
+    use banlieue_libvirt::image_import::{self, Base};
+    // A server that accepts and never answers: the first import stays running.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/noble.qcow2", listener.local_addr().unwrap());
+    let _server = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let image = qcow2_image(9);
+    let source = image_spec(&url, &sha256_hex(&image)).source;
+    let volume = image_import::volume_name(source.image.as_ref().unwrap());
+    let connector = VirtConnector::default();
+    let (uri_a, uri_b) = (second_host_uri("alike-a"), second_host_uri("alike-b"));
+    let (a, b) = (connector.get(&uri_a), connector.get(&uri_b));
+    for name in [volume.clone(), format!("{volume}.ok")] {
+        b.create_volume(POOL, &xml::plain_volume_xml(&name, 512, "raw"))
+            .await
+            .unwrap();
+    }
+    let imports = banlieue_provider_kit::image::Imports::default();
+    let fail = |e| panic!("{e}");
+    let on_a = image_import::base_volume(&a, ("h1", &uri_a), &source, &imports, fail).await;
+    assert!(matches!(on_a, Ok(Base::Importing(_))), "{on_a:?}");
+    let on_b = image_import::base_volume(&b, ("h1", &uri_b), &source, &imports, fail).await;
+    let Ok(Base::Ready(found)) = on_b else {
+        panic!("h1 of the other cluster waits for an import that is not its own: {on_b:?}");
+    };
+    assert_eq!(found.name, volume);
 }
 
 #[tokio::test]

@@ -133,10 +133,9 @@ impl From<DownloadError> for ImportFailure {
 pub struct ImportProgress {
     /// The download's bytes.
     pub download: Progress,
-    /// Set once the download is verified and the image is being written to the hypervisor.
-    pub uploading: std::sync::atomic::AtomicBool,
-    /// What the import does, when the backend says it itself (e.g. a download the hypervisor
-    /// runs, whose bytes the provider does not see); replaces the two above.
+    /// What the import does, when the backend says it itself (e.g. writing the verified image
+    /// to the hypervisor, or a download the hypervisor runs, whose bytes the provider does not
+    /// see); replaces the download's bytes.
     stage: Mutex<Option<String>>,
 }
 
@@ -149,12 +148,6 @@ impl ImportProgress {
     fn describe(&self, image: &ImageDownload) -> String {
         if let Some(stage) = crate::lock(&self.stage).clone() {
             return stage;
-        }
-        if self.uploading.load(std::sync::atomic::Ordering::Relaxed) {
-            return format!(
-                "checksum verified; writing {} to the storage",
-                shown_url(&image.url)
-            );
         }
         const MIB: u64 = 1 << 20;
         let url = shown_url(&image.url);
@@ -176,7 +169,7 @@ enum Entry {
     Failed(ImportFailure, Instant),
 }
 
-/// The imports of one provider process, by key (e.g. `host/pool/volume`).
+/// The imports of one provider process, by key (e.g. `uri/pool/volume`).
 #[derive(Clone, Default)]
 pub struct Imports {
     entries: Arc<Mutex<HashMap<String, Entry>>>,

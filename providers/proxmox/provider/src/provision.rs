@@ -573,11 +573,11 @@ async fn readopt_step<H: Hypervisor>(
     input: &MachineInput<'_>,
     provider_id: &str,
 ) -> Result<Step, StepError> {
-    let reason = "AdoptionFailed";
+    let reason = readopt::ADOPTION_FAILED;
     let pve = |e| pve_error(reason, e);
     match readopt::find(hv, input.owner, provider_id).await? {
         Found::Missing => Err(permanent(
-            "VMNotFound",
+            readopt::VM_NOT_FOUND,
             format!(
                 "spec.providerID is {provider_id} but no VM on Proxmox has that SMBIOS uuid (deleted outside banlieue?): delete this machine to replace it"
             ),
@@ -687,7 +687,7 @@ async fn update_step<H: Hypervisor>(
     }
     let gone = || {
         permanent(
-            "VMNotFound",
+            readopt::VM_NOT_FOUND,
             format!(
                 "VM {} no longer exists on node {}: delete this machine to replace it",
                 loc.vmid, loc.node

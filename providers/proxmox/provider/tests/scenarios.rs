@@ -320,6 +320,18 @@ impl Scenario {
         }
     }
 
+    /// What `clusterctl move` does to a source object: annotated for the move, then deleted.
+    async fn delete_for_move(&self, name: &str) -> Result<()> {
+        let annotate = serde_json::json!({"metadata": {"annotations": {
+            banlieue_capi::contract::DELETE_FOR_MOVE_ANNOTATION: ""}}});
+        let machines = self.api::<ProxmoxMachine>();
+        machines
+            .patch(name, &PatchParams::default(), &Patch::Merge(&annotate))
+            .await?;
+        machines.delete(name, &DeleteParams::default()).await?;
+        Ok(())
+    }
+
     async fn wait_gone(&self, name: &str) -> Result<()> {
         let deadline = tokio::time::Instant::now() + TIMEOUT;
         while self.api::<ProxmoxMachine>().get_opt(name).await?.is_some() {
@@ -760,14 +772,9 @@ async fn an_object_deleted_by_clusterctl_move_is_released_and_its_vm_kept() -> R
     s.wait_for("m1", "provisioned", provisioned).await?;
     let vms_before = s.pve.vms();
     assert_eq!(vms_before.len(), 1);
-    // What clusterctl move does to the source object (the Cluster is not even paused here).
-    let annotate = serde_json::json!({"metadata": {"annotations": {
-        banlieue_capi::contract::DELETE_FOR_MOVE_ANNOTATION: ""}}});
+    // (The Cluster is not even paused here.)
+    s.delete_for_move("m1").await?;
     let machines = s.api::<ProxmoxMachine>();
-    machines
-        .patch("m1", &PatchParams::default(), &Patch::Merge(&annotate))
-        .await?;
-    machines.delete("m1", &DeleteParams::default()).await?;
     let deadline = tokio::time::Instant::now() + TIMEOUT;
     while machines.get_opt("m1").await?.is_some() {
         if tokio::time::Instant::now() > deadline {
@@ -803,13 +810,7 @@ async fn a_moved_machine_deleted_while_its_vm_cannot_be_looked_for_keeps_its_fin
     let controller = s.start_controller();
     s.machine("m1", None).await?;
     let source = s.wait_for("m1", "provisioned", provisioned).await?;
-    let annotate = serde_json::json!({"metadata": {"annotations": {
-        banlieue_capi::contract::DELETE_FOR_MOVE_ANNOTATION: ""}}});
-    let machines = s.api::<ProxmoxMachine>();
-    machines
-        .patch("m1", &PatchParams::default(), &Patch::Merge(&annotate))
-        .await?;
-    machines.delete("m1", &DeleteParams::default()).await?;
+    s.delete_for_move("m1").await?;
     s.wait_gone("m1").await?;
     controller.abort();
     let vms = s.pve.vms();
@@ -821,6 +822,7 @@ async fn a_moved_machine_deleted_while_its_vm_cannot_be_looked_for_keeps_its_fin
     copy.metadata.labels = source.metadata.labels.clone();
     copy.metadata.owner_references = source.metadata.owner_references.clone();
     copy.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    let machines = s.api::<ProxmoxMachine>();
     machines.create(&PostParams::default(), &copy).await?;
     machines.delete("m1", &DeleteParams::default()).await?;
     for _ in 0..100 {

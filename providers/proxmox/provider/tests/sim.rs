@@ -259,6 +259,18 @@ async fn a_data_disk_the_template_lacks_is_created_with_its_size_and_storage() -
     Ok(())
 }
 
+/// Provisions a machine of `spec`: its last phase, VMID and boot disk (`scsi0`).
+async fn provision_boot_disk(
+    sim: &SimHandle,
+    client: &Client,
+    spec: &ProxmoxMachineSpec,
+) -> Result<(Phase, u32, String)> {
+    let phase = provision(client, &input(spec, UID)).await?;
+    let vmid = phase.location().context("location")?.vmid;
+    let disk = sim.vm(vmid).context("VM")?.config["scsi0"].clone();
+    Ok((phase, vmid, disk))
+}
+
 /// `cloneMode: Linked` asks Proxmox for a linked clone (no full copy, no target storage): the
 /// VM's boot disk is a child of the template's base volume, and the machine is deleted like any
 /// other. A full clone (the default) copies the disk to a volume of its own.
@@ -267,9 +279,7 @@ async fn a_linked_clone_keeps_its_disk_on_the_templates_base_volume() -> Result<
     let (sim, client) = sim().await?;
     let mut linked = spec();
     linked.clone_mode = Some(CloneMode::Linked);
-    let phase = provision(&client, &input(&linked, UID)).await?;
-    let vmid = phase.location().context("location")?.vmid;
-    let disk = sim.vm(vmid).context("VM")?.config["scsi0"].clone();
+    let (phase, vmid, disk) = provision_boot_disk(&sim, &client, &linked).await?;
     assert!(
         disk.starts_with(&format!("local-lvm:base-9000-disk-0/vm-{vmid}-disk-0,")),
         "{disk}"
@@ -278,10 +288,7 @@ async fn a_linked_clone_keeps_its_disk_on_the_templates_base_volume() -> Result<
     delete(&client, &phase).await?;
     assert!(sim.vms().iter().all(|v| v.template), "deleted");
 
-    let full = spec();
-    let phase = provision(&client, &input(&full, UID)).await?;
-    let vmid = phase.location().context("location")?.vmid;
-    let disk = sim.vm(vmid).context("VM")?.config["scsi0"].clone();
+    let (_, vmid, disk) = provision_boot_disk(&sim, &client, &spec()).await?;
     assert!(
         disk.starts_with(&format!("local-lvm:vm-{vmid}-disk-0,")),
         "{disk}"
